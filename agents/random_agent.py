@@ -1,0 +1,75 @@
+"""RandomAgent: samples the registered action space, honouring action masks.
+
+A baseline and a smoke test for the whole service stack: it needs no model, so its
+"checkpoint" is just its settings, saved as JSON.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Optional
+
+import numpy as np
+from gymnasium import spaces
+
+from mistk_rl.agent import AbstractAgent, Observations
+from mistk_rl.files import atomic_write_json
+
+
+class RandomAgent(AbstractAgent):
+    """Hyperparameters: ``seed`` (int, optional) for reproducible actions."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.seed: Optional[int] = None
+        self.actions_taken = 0
+
+    def do_initialize(self, props: dict[str, Any], hparams: dict[str, Any]) -> None:
+        seed = hparams.get("seed")
+        if seed is not None and (not isinstance(seed, int) or seed < 0):
+            raise ValueError(f"hyperparameter seed must be a non-negative int, got {seed!r}")
+        self.seed = seed
+
+    def do_build_model(self, path: Optional[Path]) -> None:
+        if path is not None:  # a saved RandomAgent: restore its seed
+            self.seed = json.loads(path.read_text()).get("seed", self.seed)
+        self.actions_taken = 0
+
+    def do_agent_registered(self, config: dict[str, Any]) -> None:
+        if self.action_space is None:
+            raise ValueError("RandomAgent needs an actionSpace at registration")
+        self.action_space.seed(self.seed)
+
+    def do_get_action(self, obs: Observations,
+                      action_mask: Optional[Observations] = None) -> dict[str, Any]:
+        if self.action_space is None:
+            raise RuntimeError("no action space: register the agent first")
+        masks = action_mask or {}
+        actions = {}
+        for entity in obs:
+            mask = masks.get(entity)
+            actions[entity] = self._sample(None if mask is None else np.asarray(mask))
+        self.actions_taken += len(actions)
+        self.update_status({"actionsTaken": self.actions_taken})
+        return actions
+
+    def _sample(self, mask: Optional[np.ndarray]) -> Any:
+        space = self.action_space
+        if mask is None:
+            return space.sample()
+        if isinstance(space, spaces.Discrete):
+            mask = mask.astype(np.int8).reshape(-1)
+            if mask.shape != (space.n,):
+                raise ValueError(f"action mask of shape {mask.shape} for Discrete({space.n})")
+            if not mask.any():
+                raise ValueError("action mask allows no action")
+            return space.sample(mask=mask)
+        if isinstance(space, spaces.MultiDiscrete):
+            rows = tuple(np.asarray(m, dtype=np.int8) for m in mask)
+            return space.sample(mask=rows)
+        raise ValueError(f"action masks are supported for Discrete and MultiDiscrete, "
+                         f"not {space}")
+
+    def do_save_model(self, path: Path) -> None:
+        atomic_write_json(path, {"agent": "RandomAgent", "seed": self.seed,
+                                 "actionsTaken": self.actions_taken})

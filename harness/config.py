@@ -1,0 +1,94 @@
+"""The harness's YAML config, validated (an unknown or misspelt key is an error naming it)."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Optional
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class ServiceSpec(_Strict):
+    """Either `target` (MODULE:CLASS, started on a free loopback port) or `url` (running)."""
+
+    target: Optional[str] = None
+    url: Optional[str] = None
+
+    @model_validator(mode="after")
+    def _one_of(self) -> "ServiceSpec":
+        if (self.target is None) == (self.url is None):
+            raise ValueError("give exactly one of 'target' (start it) or 'url' (use it)")
+        return self
+
+
+class EnvSpec(_Strict):
+    id: str
+    kwargs: dict[str, Any] = Field(default_factory=dict)
+
+
+class OrchestratorSpec(ServiceSpec):
+    env: EnvSpec
+
+
+class AgentSpec(ServiceSpec):
+    name: str = Field(pattern=r"^[A-Za-z0-9_.:-]{1,64}$")
+    hyperparameters: dict[str, Any] = Field(default_factory=dict)
+    properties: dict[str, Any] = Field(default_factory=dict)
+    model_path: Optional[str] = None  # buildModel from this checkpoint (agent's data dir)
+    save_path: Optional[str] = None  # saveModel here when the run ends
+    train: bool = True  # false: registered with skipTrain (never gets replayAction)
+
+
+class EpisodeBlock(_Strict):
+    """One startEpisode call."""
+
+    num_episodes: int = Field(default=1, ge=1)
+    seed: Optional[int] = Field(default=None, ge=0)
+    max_steps: Optional[int] = Field(default=None, ge=1)
+    train: bool = True
+    save_path: Optional[str] = None  # saveEpisode here afterwards (orchestrator's data dir)
+
+
+class Timeouts(_Strict):
+    startup: float = 60.0  # a service answering its first call
+    call: float = 30.0  # any one call, and each background operation
+    episodes: float = 3600.0  # one episode block
+
+
+class RunConfig(_Strict):
+    name: str = "run"
+    orchestrator: OrchestratorSpec
+    agents: list[AgentSpec] = Field(min_length=1)
+    episodes: list[EpisodeBlock] = Field(default_factory=lambda: [EpisodeBlock()])
+    token: Optional[str] = None  # default: $MISTK_RL_TOKEN
+    timeouts: Timeouts = Field(default_factory=Timeouts)
+
+    @model_validator(mode="after")
+    def _unique_names(self) -> "RunConfig":
+        names = [a.name for a in self.agents]
+        if len(set(names)) != len(names):
+            raise ValueError(f"agent names must be unique, got {names}")
+        return self
+
+
+class ConfigError(ValueError):
+    """The config file is missing, not YAML, or does not match the schema."""
+
+
+def load_config(path: Path) -> RunConfig:
+    try:
+        data = yaml.safe_load(Path(path).read_text())
+    except OSError as exc:
+        raise ConfigError(f"cannot read config {path}: {exc}") from exc
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{path} is not valid YAML: {exc}") from exc
+    try:
+        return RunConfig.model_validate(data or {})
+    except ValidationError as exc:
+        problems = "; ".join(f"{'.'.join(map(str, e['loc'])) or '(top)'}: {e['msg']}"
+                             for e in exc.errors())
+        raise ConfigError(f"{path}: {problems}") from exc

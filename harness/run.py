@@ -1,0 +1,173 @@
+"""`mistk-rl run CONFIG.yaml`: the MISTK sequence over HTTP, from start to clean-up.
+
+orchestrator initialize -> per agent initialize, buildModel, registerAgent -> for each episode
+block startEpisode (progress followed by long-poll), saveEpisode, stopEpisode -> agents
+saveModel -> reset and terminate everything -> results.json. Services the config names by
+`target` are started on free loopback ports and always stopped, also on failure.
+"""
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from contextlib import ExitStack
+from datetime import datetime
+from pathlib import Path
+from typing import Callable, Optional
+
+import yaml
+
+from harness.config import ConfigError, RunConfig, load_config
+from mistk_rl.client import (AgentClient, OrchestratorClient, ServiceError, ServiceFailed,
+                             WaitTimeout)
+from mistk_rl.files import atomic_write_json
+from mistk_rl.launch import ServiceProcess, ServiceStartError, start_service
+from mistk_rl.schemas import EpisodeConfig, EpisodeResult
+
+
+class HarnessError(RuntimeError):
+    """A step of the run failed; the message says which and why."""
+
+
+def run_from_file(config_path: Path, out: Optional[Path] = None, quiet: bool = False) -> int:
+    """CLI entry: run, print a summary, return the exit code."""
+    say = (lambda *_: None) if quiet else (lambda msg: print(msg, flush=True))
+    try:
+        config = load_config(config_path)
+        run_dir = out or Path("runs") / f"{config.name}-{datetime.now():%Y%m%d-%H%M%S}"
+        results = run(config, run_dir, say=say)
+    except (ConfigError, HarnessError) as exc:
+        print(f"mistk-rl run: {exc}", file=sys.stderr)
+        return 1
+    returns = [e["return"] for e in results["episodes"]]
+    if returns:
+        say(f"{len(returns)} episodes, mean return {sum(returns) / len(returns):.2f}; "
+            f"wall {results['wall_s']:.2f} s; results in {run_dir / 'results.json'}")
+    return 0
+
+
+def run(config: RunConfig, run_dir: Path, say: Callable[[str], None] = print) -> dict:
+    """Run the whole sequence; returns what it writes to ``run_dir/results.json``."""
+    started = time.monotonic()
+    run_dir.mkdir(parents=True, exist_ok=True)
+    (run_dir / "config.yaml").write_text(yaml.safe_dump(config.model_dump(), sort_keys=False))
+    token = config.token or os.environ.get("MISTK_RL_TOKEN")
+    timeouts = config.timeouts
+    with ExitStack() as stack:
+        def launch(role: str, name: str, target: str, extra: tuple[str, ...] = ()) -> str:
+            try:
+                service = start_service(role, target, data_dir=run_dir / "data" / name,
+                                        log_path=run_dir / "logs" / f"{name}.log", token=token,
+                                        extra_args=extra, startup_timeout=timeouts.startup)
+            except ServiceStartError as exc:
+                raise HarnessError(f"starting {role} {name!r}: {exc}") from exc
+            stack.callback(_stop, service, say)
+            say(f"started {role} {name} ({target}) at {service.url}")
+            return service.url
+
+        orch_spec = config.orchestrator
+        orch_url = orch_spec.url or launch("orchestrator", "orchestrator", orch_spec.target)
+        agent_urls = {a.name: a.url or launch("agent", a.name, a.target) for a in config.agents}
+        orch = stack.enter_context(OrchestratorClient(orch_url, token=token,
+                                                      timeout=timeouts.call))
+        agents = {name: stack.enter_context(AgentClient(url, token=token, timeout=timeouts.call))
+                  for name, url in agent_urls.items()}
+        episodes = _sequence(config, orch, agents, agent_urls, say)
+    results = {"name": config.name, "episodes": episodes,
+               "wall_s": round(time.monotonic() - started, 3)}
+    atomic_write_json(run_dir / "results.json", results)
+    return results
+
+
+def _sequence(config: RunConfig, orch: OrchestratorClient, agents: dict[str, AgentClient],
+              agent_urls: dict[str, str], say: Callable[[str], None]) -> list[dict]:
+    call_timeout = config.timeouts.call
+    with _step("orchestrator initialize"):
+        orch.initialize(config.orchestrator.env.model_dump(), agents_needed=len(agents),
+                        timeout=call_timeout)
+    for spec in config.agents:
+        agent = agents[spec.name]
+        with _step(f"agent {spec.name} initialize"):
+            agent.initialize(spec.properties, spec.hyperparameters, timeout=call_timeout)
+        with _step(f"agent {spec.name} buildModel"):
+            agent.build_model(spec.model_path, timeout=call_timeout)
+        with _step(f"registerAgent {spec.name}"):
+            orch.register_agent(spec.name, agent_urls[spec.name], skip_train=not spec.train)
+    printed = 0
+    for i, block in enumerate(config.episodes):
+        episode_config = EpisodeConfig(num_episodes=block.num_episodes, seed=block.seed,
+                                       max_steps=block.max_steps, train=block.train)
+        with _step(f"episode block {i} startEpisode"):
+            accepted = orch.start_episode(episode_config)
+            printed = _follow(orch, accepted.resource_version, printed,
+                              config.timeouts.episodes, say)
+        if block.save_path:
+            with _step(f"episode block {i} saveEpisode"):
+                orch.save_episode(block.save_path)
+        with _step(f"episode block {i} stopEpisode"):
+            orch.stop_episode()
+    with _step("getResults"):
+        episodes = [e.model_dump(by_alias=True, exclude_none=True)
+                    for e in orch.get_results().episodes]
+    for spec in config.agents:
+        if spec.save_path:
+            with _step(f"agent {spec.name} saveModel"):
+                agents[spec.name].save_model(spec.save_path, timeout=call_timeout)
+    with _step("reset"):
+        orch.reset(timeout=call_timeout)  # resets the registered agents too
+        for agent in agents.values():
+            agent.terminate()
+        orch.terminate()
+    return episodes
+
+
+def _follow(orch: OrchestratorClient, version: int, printed: int, timeout: float,
+            say: Callable[[str], None]) -> int:
+    """Print each episode as it finishes, until the run leaves 'running'; returns how many
+    episodes have been printed in all."""
+    deadline = time.monotonic() + timeout
+    status = orch.status()
+    while True:
+        if status.payload.get("episodesDone", 0) > printed:
+            for episode in orch.get_results().episodes[printed:]:
+                say(f"  episode {episode.episode:4d}  agent {episode.agent}  "
+                    f"return {episode.return_:9.2f}  length {episode.length}")
+                printed += 1
+        if status.state == "failed":
+            raise ServiceFailed(status)
+        if status.state != "running" and status.resource_version > version:
+            return printed
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            raise WaitTimeout(f"episodes still running after {timeout} s", status)
+        status = orch.status(status.resource_version, min(25.0, remaining))
+
+
+class _step:
+    """Turn any service error inside a step into a HarnessError naming the step."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, exc_type, exc, _tb) -> bool:
+        if exc is not None and isinstance(exc, ServiceError):
+            raise HarnessError(f"{self.name} failed: {exc}") from exc
+        return False
+
+
+def _stop(service: ServiceProcess, say: Callable[[str], None]) -> None:
+    code = service.stop()
+    if code not in (0, -15, None):
+        say(f"{service.role} at {service.url} exited with code {code}; log: {service.log_path}")
+
+
+def main() -> int:  # python -m harness.run CONFIG
+    return run_from_file(Path(sys.argv[1]))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,97 @@
+"""`AbstractAgent`: the hooks an agent implements. The service calls them at the lifecycle's
+transitions (see `mistk_rl.lifecycle.tables.AGENT`); an exception in any of them moves the
+service to ``failed`` with the reason in status."""
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Optional
+
+import numpy as np
+from gymnasium import spaces
+
+from mistk_rl.lifecycle import Lifecycle
+
+Observations = dict[str, np.ndarray]
+"""Observations keyed by entity name (an agent may control several entities)."""
+
+
+@dataclass
+class EpisodeInfo:
+    """What episodeStarted carries."""
+
+    obs: Observations
+    mode: str  # "collect" (explore, learn) or "eval" (act greedily, no learning)
+    episode: Optional[int] = None
+    action_mask: Optional[Observations] = None
+
+
+@dataclass
+class ReplayBatch:
+    """The transitions that followed the last actions, keyed by entity."""
+
+    prev_obs: Observations
+    actions: dict[str, np.ndarray]
+    rewards: dict[str, float]
+    new_obs: Observations
+    terminated: dict[str, bool]
+    truncated: dict[str, bool]
+
+
+class AbstractAgent(ABC):
+    """Subclass and implement `do_get_action` and `do_save_model`; the other hooks default to
+    doing nothing. Keep hook names distinct from trigger names (the service owns those)."""
+
+    def __init__(self) -> None:
+        self.data_dir: Path = Path.cwd()
+        self.name: Optional[str] = None
+        self.observation_space: Optional[spaces.Space] = None
+        self.action_space: Optional[spaces.Space] = None
+        self.train: bool = True
+        self._lifecycle: Optional[Lifecycle] = None
+
+    # ---- for implementations -------------------------------------------------------------
+    def update_status(self, payload: dict[str, Any]) -> None:
+        """Merge progress (e.g. {"updates": 120, "loss": 0.3}) into the status payload."""
+        if self._lifecycle is not None:
+            self._lifecycle.update_payload(payload)
+
+    @property
+    def should_stop(self) -> bool:
+        """True when the running hook was cancelled (reset or terminate): return soon."""
+        return self._lifecycle is not None and self._lifecycle.cancel_requested
+
+    # ---- hooks ---------------------------------------------------------------------------
+    def do_initialize(self, props: dict[str, Any], hparams: dict[str, Any]) -> None:
+        """Read model properties and hyperparameters."""
+
+    def do_build_model(self, path: Optional[Path]) -> None:
+        """Build the model, or load it from `path` (inside the data dir) when given."""
+
+    @abstractmethod
+    def do_save_model(self, path: Path) -> None:
+        """Save a checkpoint to `path` (inside the data dir); write it atomically."""
+
+    def do_agent_registered(self, config: dict[str, Any]) -> None:
+        """Registered with an orchestrator; `self.name` and the spaces are already set."""
+
+    def do_episode_started(self, episode: EpisodeInfo) -> None:
+        """An episode starts."""
+
+    @abstractmethod
+    def do_get_action(self, obs: Observations,
+                      action_mask: Optional[Observations] = None) -> dict[str, Any]:
+        """One action per entity in `obs` (numbers, lists or numpy arrays)."""
+
+    def do_replay_action(self, batch: ReplayBatch) -> None:
+        """Learn from the transitions that followed the last actions."""
+
+    def do_episode_stopped(self) -> None:
+        """The episode is over."""
+
+    def do_reset(self, unload_model: bool) -> None:
+        """Back to the initial state; drop the model when `unload_model`."""
+
+    def do_terminate(self) -> None:
+        """Release resources; the service answers only status afterwards."""

@@ -1,0 +1,86 @@
+"""The `mistk-rl` command: serve, run, bench."""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+from typing import Optional, Sequence
+
+
+def _serve(args: argparse.Namespace) -> int:
+    from mistk_rl.service.server import ServeOptions, serve
+
+    hosts = [h for h in os.environ.get("MISTK_RL_AGENT_HOSTS", "").split(",") if h]
+    serve(ServeOptions(
+        role=args.role, target=args.target, host=args.host,
+        port=args.port if args.port is not None else (8081 if args.role == "agent" else 8080),
+        data_dir=Path(args.data_dir), token=args.token or os.environ.get("MISTK_RL_TOKEN"),
+        fd=args.fd, allow_agent_hosts=hosts + list(args.allow_agent_host),
+        max_body_bytes=args.max_body_bytes, log_level=args.log_level))
+    return 0
+
+
+def _run(args: argparse.Namespace) -> int:
+    from harness.run import run_from_file
+
+    return run_from_file(Path(args.config), out=Path(args.out) if args.out else None,
+                         quiet=args.quiet)
+
+
+def _bench(args: argparse.Namespace) -> int:
+    from mistk_rl.bench import run_bench
+
+    return run_bench(args.what, n=args.n, json_out=Path(args.json) if args.json else None)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="mistk-rl", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    serve = sub.add_parser("serve", help="run an agent or orchestrator class as a service")
+    serve.add_argument("role", choices=["agent", "orchestrator"])
+    serve.add_argument("target", help="MODULE:CLASS, e.g. agents.random_agent:RandomAgent")
+    serve.add_argument("--host", default="127.0.0.1",
+                       help="address to bind (default loopback; 0.0.0.0 exposes the service)")
+    serve.add_argument("--port", type=int, default=None,
+                       help="port (default 8081 agent, 8080 orchestrator)")
+    serve.add_argument("--data-dir", default="data",
+                       help="directory that model and episode paths resolve inside")
+    serve.add_argument("--token", default=None,
+                       help="bearer token required on every call but apiVersion "
+                            "(default: $MISTK_RL_TOKEN, else none)")
+    serve.add_argument("--allow-agent-host", action="append", default=[],
+                       help="orchestrator: a non-loopback host agents may be registered at "
+                            "(repeatable; also $MISTK_RL_AGENT_HOSTS, comma-separated)")
+    serve.add_argument("--max-body-bytes", type=int, default=16 * 1024 * 1024,
+                       help="larger request bodies get 413")
+    serve.add_argument("--log-level", default="info")
+    serve.add_argument("--fd", type=int, default=None, help=argparse.SUPPRESS)
+    serve.set_defaults(func=_serve)
+
+    run = sub.add_parser("run", help="drive agents and an orchestrator from a YAML config")
+    run.add_argument("config")
+    run.add_argument("--out", default=None, help="run directory (default runs/NAME-TIME)")
+    run.add_argument("--quiet", action="store_true", help="no progress output")
+    run.set_defaults(func=_run)
+
+    bench = sub.add_parser("bench", help="measure the services")
+    bench.add_argument("what", choices=["getaction"],
+                       help="getaction: round-trip time of getAction to a local agent")
+    bench.add_argument("--n", type=int, default=2000, help="calls to time")
+    bench.add_argument("--json", default=None, help="also write the figures here")
+    bench.set_defaults(func=_bench)
+    return parser
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,302 @@
+"""The SDK: typed clients for the agent and orchestrator services.
+
+Every call has a timeout; every error the service answers becomes a typed exception carrying
+the problem details; background operations (202) wait for their outcome by long-polling
+``GET status`` unless called with ``wait=False``. One `requests.Session` per client keeps the
+connection alive across calls.
+
+    agent = AgentClient("http://127.0.0.1:8081")
+    agent.initialize(hyperparameters={"lr": 1e-3})   # waits until 'initialized'
+    agent.build_model()
+"""
+from __future__ import annotations
+
+import time
+from typing import Any, Iterable, Mapping, Optional, Union
+from urllib.parse import urlsplit
+
+import requests
+
+from mistk_rl.jsonable import to_jsonable
+from mistk_rl.schemas import (AgentConfig, AgentInitParams, ApiVersion, EpisodeConfig,
+                              EpisodeStart, OrchestratorInitParams, Problem, Replay, Results,
+                              Status)
+
+DEFAULT_TIMEOUT = 30.0
+LONG_POLL_CHUNK = 25.0  # seconds per status long-poll while waiting
+
+
+# ---- errors ------------------------------------------------------------------------------
+class ServiceError(Exception):
+    """The service answered with an error (problem details in `.problem`), or could not be
+    reached (`.status` is None)."""
+
+    def __init__(self, message: str, status: Optional[int] = None,
+                 problem: Optional[Problem] = None) -> None:
+        super().__init__(message)
+        self.status = status
+        self.problem = problem
+
+    @property
+    def detail(self) -> str:
+        return (self.problem.detail if self.problem and self.problem.detail else str(self))
+
+
+class BadRequest(ServiceError):
+    """400: the request was invalid; nothing changed."""
+
+
+class Unauthorized(ServiceError):
+    """401: missing or wrong bearer token."""
+
+
+class NotFound(ServiceError):
+    """404."""
+
+
+class Conflict(ServiceError):
+    """409: illegal in the current state or busy; `.state` and `.allowed` say what is legal."""
+
+    @property
+    def state(self) -> Optional[str]:
+        return self.problem.state if self.problem else None
+
+    @property
+    def allowed(self) -> list[str]:
+        return list(self.problem.allowed or []) if self.problem else []
+
+
+class PayloadTooLarge(ServiceError):
+    """413: the body is larger than the service accepts."""
+
+
+class ServerError(ServiceError):
+    """500: an implementation hook raised (the service is now failed) or a bug."""
+
+
+class ServiceUnavailable(ServiceError):
+    """The service could not be reached, or did not answer within the timeout."""
+
+
+class ServiceFailed(ServiceError):
+    """A wait ended because the service entered state 'failed'; `.reason` says why."""
+
+    def __init__(self, status: Status) -> None:
+        super().__init__(f"service failed: {status.reason}")
+        self.reason = status.reason
+        self.service_status = status
+
+
+class WaitTimeout(ServiceError, TimeoutError):
+    """A wait for a state ran out of time; `.last` is the last status seen."""
+
+    def __init__(self, message: str, last: Status) -> None:
+        super().__init__(message)
+        self.last = last
+
+
+_ERRORS: dict[int, type[ServiceError]] = {400: BadRequest, 401: Unauthorized, 404: NotFound,
+                                          409: Conflict, 413: PayloadTooLarge}
+
+
+# ---- clients -----------------------------------------------------------------------------
+class _ServiceClient:
+    base_path = ""
+
+    def __init__(self, url: str, *, token: Optional[str] = None,
+                 timeout: float = DEFAULT_TIMEOUT, session: Optional[requests.Session] = None):
+        """`url` is the service's root (``http://host:port``) or its full base path."""
+        url = url.rstrip("/")
+        self.base_url = url if urlsplit(url).path not in ("", "/") else url + self.base_path
+        self.timeout = timeout
+        self.session = session or requests.Session()
+        if token:
+            self.session.headers["Authorization"] = f"Bearer {token}"
+
+    def close(self) -> None:
+        self.session.close()
+
+    def __enter__(self):  # noqa: D105
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- plumbing --
+    def _call(self, method: str, path: str, *, json: Any = None,
+              params: Optional[Mapping[str, Any]] = None, timeout: Optional[float] = None) -> Any:
+        url = self.base_url + path
+        if params:
+            params = {k: (str(v).lower() if isinstance(v, bool) else v)
+                      for k, v in params.items() if v is not None}
+        try:
+            response = self.session.request(method, url, json=json, params=params,
+                                            timeout=timeout or self.timeout)
+        except requests.Timeout as exc:
+            raise ServiceUnavailable(f"{method} {url}: no answer within "
+                                     f"{timeout or self.timeout} s") from exc
+        except requests.ConnectionError as exc:
+            raise ServiceUnavailable(f"{method} {url}: cannot connect ({exc})") from exc
+        if response.status_code < 400:
+            return response.json() if response.content else None
+        try:
+            body = response.json()
+            problem = Problem.model_validate({"status": response.status_code,
+                                             "title": body.get("title") or response.reason,
+                                             **{k: v for k, v in body.items()
+                                                if k not in ("status", "title")}})
+        except (ValueError, AttributeError):
+            problem = Problem(status=response.status_code, title=response.reason or "error",
+                              detail=response.text[:500])
+        cls = _ERRORS.get(response.status_code,
+                          ServerError if response.status_code >= 500 else ServiceError)
+        raise cls(f"{method} {path} -> {response.status_code} {problem.title}: "
+                  f"{problem.detail or ''}".rstrip(": "), response.status_code, problem)
+
+    def _status_call(self, method: str, path: str, **kw: Any) -> Status:
+        return Status.model_validate(self._call(method, path, **kw))
+
+    def _finish(self, accepted: Status, wait: bool, timeout: Optional[float]) -> Status:
+        return self.wait_until_done(accepted, timeout) if wait else accepted
+
+    # -- shared operations --
+    def status(self, resource_version: Optional[int] = None,
+               timeout: Optional[float] = None) -> Status:
+        """The status now; with `resource_version`, once it moves past that (long-poll)."""
+        params = {"resourceVersion": resource_version, "timeout": timeout}
+        http_timeout = (timeout or 0) + self.timeout
+        return self._status_call("GET", "/status", params=params, timeout=http_timeout)
+
+    def api_version(self) -> ApiVersion:
+        return ApiVersion.model_validate(self._call("GET", "/apiVersion"))
+
+    def terminate(self) -> Status:
+        """Release the service's resources; legal in every state."""
+        return self._status_call("POST", "/terminate")
+
+    def wait_for_state(self, states: Union[str, Iterable[str]], timeout: float = 60.0, *,
+                       after_version: int = -1) -> Status:
+        """Wait (long-poll, no sleeping) until the state is one of `states`.
+
+        Raises ServiceFailed if the service enters 'failed' (unless waited for) and
+        WaitTimeout when `timeout` seconds pass.
+        """
+        wanted = {states} if isinstance(states, str) else set(states)
+        return self._wait(lambda s: s.state in wanted, f"state in {sorted(wanted)}",
+                          timeout, after_version, failed_ok="failed" in wanted)
+
+    def wait_until_done(self, accepted: Status, timeout: Optional[float] = None) -> Status:
+        """Wait until the service leaves the busy state a 202 answer showed."""
+        return self._wait(lambda s: s.state != accepted.state,
+                          f"leaving '{accepted.state}'", timeout or 600.0,
+                          accepted.resource_version, failed_ok=False)
+
+    def _wait(self, done, what: str, timeout: float, after_version: int,
+              failed_ok: bool) -> Status:
+        deadline = time.monotonic() + timeout
+        status = self.status()
+        while True:
+            if status.state == "failed" and not failed_ok:
+                raise ServiceFailed(status)
+            if status.resource_version > after_version and done(status):
+                return status
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise WaitTimeout(f"{self.base_url}: gave up waiting for {what} after "
+                                  f"{timeout} s; state is '{status.state}'", status)
+            status = self.status(status.resource_version, min(LONG_POLL_CHUNK, remaining))
+
+
+class AgentClient(_ServiceClient):
+    """Client of an agent service (``/v1/mistk/agent``)."""
+
+    base_path = "/v1/mistk/agent"
+
+    def initialize(self, model_properties: Optional[dict] = None,
+                   hyperparameters: Optional[dict] = None, *, wait: bool = True,
+                   timeout: Optional[float] = None) -> Status:
+        body = AgentInitParams(model_properties=model_properties or {},
+                               hyperparameters=hyperparameters or {})
+        return self._finish(self._status_call("POST", "/initialize", json=body.wire()),
+                            wait, timeout)
+
+    def build_model(self, model_path: Optional[str] = None, *, wait: bool = True,
+                    timeout: Optional[float] = None) -> Status:
+        accepted = self._status_call("POST", "/buildModel", params={"modelPath": model_path})
+        return self._finish(accepted, wait, timeout)
+
+    def save_model(self, model_path: str, *, wait: bool = True,
+                   timeout: Optional[float] = None) -> Status:
+        accepted = self._status_call("POST", "/saveModel", params={"modelPath": model_path})
+        return self._finish(accepted, wait, timeout)
+
+    def agent_registered(self, config: Union[AgentConfig, dict]) -> Status:
+        config = AgentConfig.model_validate(config)
+        return self._status_call("POST", "/agentRegistered", json=config.wire())
+
+    def episode_started(self, obs: Mapping[str, Any], *, mode: str = "collect",
+                        action_mask: Optional[Mapping[str, Any]] = None,
+                        episode: Optional[int] = None) -> Status:
+        body = EpisodeStart(obs=to_jsonable(obs), mode=mode, episode=episode,
+                            action_mask=to_jsonable(action_mask) if action_mask else None)
+        return self._status_call("POST", "/episodeStarted", json=body.wire())
+
+    def get_action(self, obs: Mapping[str, Any],
+                   action_mask: Optional[Mapping[str, Any]] = None) -> dict[str, Any]:
+        """Actions keyed by entity for observations keyed by entity (numpy or lists)."""
+        body: dict[str, Any] = {"obs": to_jsonable(obs)}
+        if action_mask:
+            body["actionMask"] = to_jsonable(action_mask)
+        return self._call("POST", "/getAction", json=body)["actions"]
+
+    def replay_action(self, replay: Union[Replay, dict]) -> Status:
+        if isinstance(replay, Replay):
+            body = replay.wire()
+        else:  # hot path: skip pydantic, the service validates against the spec
+            body = to_jsonable(replay)
+        return self._status_call("POST", "/replayAction", json=body)
+
+    def episode_stopped(self) -> Status:
+        return self._status_call("POST", "/episodeStopped")
+
+    def reset(self, unload_model: bool = True, *, wait: bool = True,
+              timeout: Optional[float] = None) -> Status:
+        accepted = self._status_call("POST", "/reset", params={"unloadModel": unload_model})
+        return self._finish(accepted, wait, timeout)
+
+
+class OrchestratorClient(_ServiceClient):
+    """Client of an orchestrator service (``/v1/mistk/orchestrator``)."""
+
+    base_path = "/v1/mistk/orchestrator"
+
+    def initialize(self, env: Union[dict, str], agents_needed: int = 1, *, wait: bool = True,
+                   timeout: Optional[float] = None) -> Status:
+        """`env` is ``{"id": ..., "kwargs": {...}}`` or just the id."""
+        env = {"id": env} if isinstance(env, str) else env
+        body = OrchestratorInitParams(env=env, agents_needed=agents_needed)
+        return self._finish(self._status_call("POST", "/initialize", json=body.wire()),
+                            wait, timeout)
+
+    def register_agent(self, agent_name: str, agent_url: str, skip_train: bool = False) -> Status:
+        params = {"agentName": agent_name, "agentUrl": agent_url, "skipTrain": skip_train}
+        return self._status_call("POST", "/registerAgent", params=params)
+
+    def start_episode(self, config: Union[EpisodeConfig, dict, None] = None, *,
+                      wait: bool = False, timeout: Optional[float] = None) -> Status:
+        """Start running episodes; with ``wait=True``, return once they completed."""
+        config = EpisodeConfig.model_validate(config or {})
+        accepted = self._status_call("POST", "/startEpisode", json=config.wire())
+        return self._finish(accepted, wait, timeout)
+
+    def save_episode(self, path: str) -> Status:
+        return self._status_call("POST", "/saveEpisode", params={"path": path})
+
+    def stop_episode(self) -> Status:
+        return self._status_call("POST", "/stopEpisode")
+
+    def get_results(self) -> Results:
+        return Results.model_validate(self._call("GET", "/results"))
+
+    def reset(self, *, wait: bool = True, timeout: Optional[float] = None) -> Status:
+        return self._finish(self._status_call("POST", "/reset"), wait, timeout)

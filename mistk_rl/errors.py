@@ -1,0 +1,54 @@
+"""Errors the library raises, independent of HTTP; the service maps each to a status code."""
+from __future__ import annotations
+
+
+class MistkError(Exception):
+    """Base class: carries an HTTP-like status and a readable detail."""
+
+    status = 500
+    title = "Internal error"
+
+    def __init__(self, detail: str, **extra: object) -> None:
+        super().__init__(detail)
+        self.detail = detail
+        self.extra = extra
+
+
+class InvalidRequest(MistkError):
+    """The caller asked for something malformed or not allowed (400); nothing changed."""
+
+    status = 400
+    title = "Invalid request"
+
+
+class IllegalState(MistkError):
+    """The operation is illegal in the current state, or the service is busy (409)."""
+
+    status = 409
+    title = "Illegal in the current state"
+
+    def __init__(self, operation: str, state: str, allowed: list[str], *, busy: bool = False,
+                 detail: str | None = None) -> None:
+        why = "the service is busy" if busy else "not allowed"
+        super().__init__(
+            detail or f"{operation}: {why} in state '{state}'; "
+                      f"allowed now: {', '.join(allowed) or 'nothing but status'}",
+            state=state, allowed=allowed)
+        self.state = state
+        self.allowed = allowed
+
+
+class HookFailed(MistkError):
+    """A do_* hook raised; the service is now in state failed with the reason in status."""
+
+    status = 500
+    title = "Implementation failed"
+
+
+class Rejected(MistkError):
+    """Raised by a hook to refuse a request after all: the state goes back to where it was."""
+
+    def __init__(self, detail: str, status: int = 400, **extra: object) -> None:
+        super().__init__(detail, **extra)
+        self.status = status
+        self.title = "Rejected"

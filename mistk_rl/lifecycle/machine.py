@@ -1,0 +1,222 @@
+"""The one place that runs a lifecycle trigger.
+
+`Lifecycle` wraps a `transitions.Machine` built from a `Table` and adds what a service needs
+around it: a lock so that a call either fires its trigger or is refused with 409 (never silently
+dropped), a `resourceVersion` that moves on every change so callers can long-poll instead of
+sleeping, tasks that run hooks in the caller's thread or in the background, cancellation for
+the operations that preempt (reset, terminate, stopEpisode), and the failure rule: an exception
+in a hook moves the service to ``failed`` with the reason in status.
+"""
+from __future__ import annotations
+
+import itertools
+import logging
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping, TypeVar
+
+from transitions import Machine
+
+from mistk_rl.errors import HookFailed, IllegalState, Rejected
+from mistk_rl.lifecycle.tables import Table
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+Facts = Mapping[str, bool] | Callable[[], Mapping[str, bool]] | None
+
+
+@dataclass(eq=False)
+class Task:
+    """One accepted operation: the hook it runs, and how to cancel it."""
+
+    id: int
+    operation: str
+    origin: str  # the state the operation was accepted in
+    cancel: threading.Event = field(default_factory=threading.Event)
+    done: threading.Event = field(default_factory=threading.Event)
+
+
+def api_name(trigger: str) -> str:
+    """build_model -> buildModel: how the spec names the operation a trigger belongs to."""
+    head, *rest = trigger.split("_")
+    return head + "".join(word.capitalize() for word in rest)
+
+
+class _Model:
+    """The object `transitions` binds triggers to; kept apart from user code on purpose
+    (a user method named like a trigger would be silently skipped by transitions 0.9)."""
+
+    state: str
+
+
+class Lifecycle:
+    """State, version, payload and tasks of one service, driven by a transition table."""
+
+    def __init__(self, table: Table, *, preempt_grace_s: float = 5.0) -> None:
+        self.table = table
+        self.preempt_grace_s = preempt_grace_s
+        self._lock = threading.RLock()
+        self._changed = threading.Condition(self._lock)
+        self._model = _Model()
+        self._machine = Machine(
+            model=self._model,
+            states=list(table.states),
+            transitions=[dict(t) for t in table.transitions],
+            initial=table.initial,
+            auto_transitions=False,
+            send_event=True,
+            after_state_change=self._on_change,
+        )
+        self._ids = itertools.count(1)
+        self._task: Task | None = None
+        self._local = threading.local()
+        self.version = 0
+        self.payload: dict[str, Any] = {}
+        self.reason: str | None = None
+
+    # ---- reading -------------------------------------------------------------------------
+    @property
+    def state(self) -> str:
+        return self._model.state
+
+    def allowed(self) -> list[str]:
+        """The operations legal in the current state (trigger names)."""
+        triggers = set(self._machine.get_triggers(self.state))
+        return [name for name in self.table.operations if name in triggers]
+
+    def allowed_api(self) -> list[str]:
+        """The same, named as the API names them (operationIds: buildModel, ...)."""
+        return [api_name(name) for name in self.allowed()]
+
+    def status(self) -> dict[str, Any]:
+        with self._lock:
+            return {"state": self.state, "resourceVersion": self.version,
+                    "payload": dict(self.payload), "reason": self.reason,
+                    "allowed": self.allowed_api()}
+
+    def wait(self, after_version: int, timeout: float) -> dict[str, Any]:
+        """Block until the version is past `after_version` or `timeout` seconds passed."""
+        deadline = time.monotonic() + max(0.0, timeout)
+        with self._changed:
+            while self.version <= after_version:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    break
+                self._changed.wait(remaining)
+            return self.status()
+
+    def wait_for_state(self, states: set[str] | str, timeout: float) -> dict[str, Any]:
+        """In-process counterpart of the SDK's wait_for_state (for tests and embedding)."""
+        wanted = {states} if isinstance(states, str) else set(states)
+        deadline = time.monotonic() + timeout
+        with self._changed:
+            while self.state not in wanted:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    raise TimeoutError(f"state is {self.state!r}, not {sorted(wanted)} "
+                                       f"after {timeout} s")
+                self._changed.wait(remaining)
+            return self.status()
+
+    # ---- progress and cancellation for hooks ----------------------------------------------
+    def update_payload(self, payload: Mapping[str, Any]) -> None:
+        """Merge progress into the status payload; wakes long-polls."""
+        with self._lock:
+            self.payload.update(payload)
+            self._bump()
+
+    @property
+    def cancel_requested(self) -> bool:
+        """True inside a hook whose task was cancelled (by reset, terminate or stopEpisode)."""
+        task: Task | None = getattr(self._local, "task", None)
+        return task is not None and task.cancel.is_set()
+
+    def current_cancel_event(self) -> threading.Event | None:
+        """The cancel event of the task running in this thread (for waits that should wake)."""
+        task: Task | None = getattr(self._local, "task", None)
+        return task.cancel if task is not None else None
+
+    # ---- running operations --------------------------------------------------------------
+    def run(self, operation: str, hook: Callable[[], T], *, facts: Facts = None) -> T | dict:
+        """Fire `operation`'s trigger, run `hook`, then fire ``finish`` (or ``fail``).
+
+        Raises IllegalState (nothing changed) when the operation is not legal now. A foreground
+        operation returns the hook's result; a background one returns the status at once.
+        """
+        op = self.table.operations[operation]
+        with self._lock:
+            if operation == "terminate" and self.state in ("terminating", "terminated"):
+                return self.status()  # terminate is idempotent
+            if operation not in self.allowed():
+                raise IllegalState(api_name(operation), self.state, self.allowed_api(),
+                                   busy=self.state in self.table.busy_states)
+            previous = self._task
+            task = Task(next(self._ids), operation, origin=self.state)
+            self._task = task
+            self._model.trigger(operation)
+            accepted = self.status()  # shows the busy state: callers wait until it changes
+        if op.preempts and previous is not None and not previous.done.is_set():
+            previous.cancel.set()
+            if not previous.done.wait(self.preempt_grace_s):
+                log.warning("%s: %s did not stop within %.1f s of being cancelled; going on",
+                            self.table.role, previous.operation, self.preempt_grace_s)
+        if op.background:
+            threading.Thread(target=self._execute, args=(task, hook, facts, True), daemon=True,
+                             name=f"{self.table.role}-{operation}-{task.id}").start()
+            return accepted
+        return self._execute(task, hook, facts, False)
+
+    def fail(self, reason: str) -> None:
+        """Move to failed from outside a hook (e.g. a watchdog noticed a dead resource)."""
+        with self._lock:
+            if self.state in ("failed", "terminating", "terminated"):
+                return
+            self.reason = reason
+            self._task = None
+            self._model.trigger("fail")
+
+    def _execute(self, task: Task, hook: Callable[[], T], facts: Facts, background: bool) -> Any:
+        self._local.task = task
+        try:
+            result = hook()
+        except Rejected:
+            with self._lock:
+                if self._task is task:  # the request is refused after all: undo the trigger
+                    self._task = None
+                    self._machine.set_state(task.origin)
+                    self._bump()
+            if background:
+                return None
+            raise
+        except Exception as exc:  # noqa: BLE001 - any hook error is reported, not propagated
+            reason = f"{task.operation} raised {type(exc).__name__}: {exc}"
+            log.exception("%s: %s", self.table.role, reason)
+            with self._lock:
+                if self._task is task:
+                    self.reason = reason
+                    # a failing do_terminate still ends terminated: resources are gone anyway
+                    self._model.trigger("finish" if self.state == "terminating" else "fail")
+            if background:
+                return None
+            raise HookFailed(f"{reason}; the service is now '{self.state}'",
+                             state=self.state) from exc
+        finally:
+            task.done.set()
+            self._local.task = None
+        with self._lock:
+            if self._task is task:
+                kwargs = dict(facts() if callable(facts) else (facts or {}))
+                if task.operation == "reset":
+                    self.reason = None
+                    self.payload = {}
+                self._model.trigger("finish", **kwargs)
+        return result
+
+    def _on_change(self, _event: Any = None) -> None:
+        self._bump()
+
+    def _bump(self) -> None:
+        with self._changed:
+            self.version += 1
+            self._changed.notify_all()

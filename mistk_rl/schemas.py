@@ -1,0 +1,133 @@
+"""Typed request and response bodies, mirroring `openapi/*.yaml` (a contract test keeps the
+field names equal). The SDK returns these; the wire format is camelCase JSON."""
+from __future__ import annotations
+
+from typing import Any, Literal, Optional, Union
+
+from pydantic import BaseModel, ConfigDict, Field
+from pydantic.alias_generators import to_camel
+
+Tensor = Union[float, int, list[Any]]
+"""A number or a nested list of numbers (the spec's ``Tensor``)."""
+
+
+class Body(BaseModel):
+    """camelCase on the wire, snake_case in Python."""
+
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="forbid")
+
+    def wire(self) -> dict[str, Any]:
+        return self.model_dump(by_alias=True, exclude_none=True)
+
+
+class Status(Body):
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="allow")
+    state: str
+    resource_version: int
+    payload: dict[str, Any] = Field(default_factory=dict)
+    reason: Optional[str] = None
+    allowed: list[str] = Field(default_factory=list)
+
+
+class ApiVersion(Body):
+    version: str
+    role: Literal["agent", "orchestrator"]
+
+
+class Problem(Body):
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="allow")
+    status: int
+    title: str
+    type: Optional[str] = None
+    detail: Optional[str] = None
+    state: Optional[str] = None
+    allowed: Optional[list[str]] = None
+
+
+class Space(Body):
+    """A gymnasium space as data; `mistk_rl.spaces` converts both ways."""
+
+    type: Literal["Box", "Discrete", "MultiDiscrete", "MultiBinary"]
+    shape: Optional[list[int]] = None
+    dtype: Optional[str] = None
+    low: Optional[Tensor] = None
+    high: Optional[Tensor] = None
+    n: Optional[int] = None
+    start: Optional[int] = None
+    nvec: Optional[Tensor] = None
+
+
+class AgentInitParams(Body):
+    model_properties: dict[str, Any] = Field(default_factory=dict)
+    hyperparameters: dict[str, Any] = Field(default_factory=dict)
+
+
+class AgentConfig(Body):
+    """What an orchestrator tells an agent at registration."""
+
+    name: str = Field(pattern=r"^[A-Za-z0-9_.:-]{1,64}$")
+    observation_space: Optional[Space] = None
+    action_space: Optional[Space] = None
+    train: bool = True
+    properties: dict[str, Any] = Field(default_factory=dict)
+
+
+class EpisodeStart(Body):
+    obs: dict[str, Tensor]
+    action_mask: Optional[dict[str, Tensor]] = None
+    mode: Literal["collect", "eval"] = "collect"
+    episode: Optional[int] = None
+
+
+class ActionRequest(Body):
+    obs: dict[str, Tensor]
+    action_mask: Optional[dict[str, Tensor]] = None
+
+
+class ActionResponse(Body):
+    actions: dict[str, Tensor]
+
+
+class Replay(Body):
+    """The transitions that followed the last actions, one entry per entity."""
+
+    prev_obs: dict[str, Tensor]
+    actions: dict[str, Tensor]
+    rewards: dict[str, float]
+    new_obs: dict[str, Tensor]
+    terminated: dict[str, bool]
+    truncated: Optional[dict[str, bool]] = None
+
+
+class EnvSpec(Body):
+    id: str
+    kwargs: dict[str, Any] = Field(default_factory=dict)
+
+
+class OrchestratorInitParams(Body):
+    env: EnvSpec
+    agents_needed: int = Field(default=1, ge=1, le=64)
+
+
+class EpisodeConfig(Body):
+    num_episodes: int = Field(default=1, ge=1)
+    seed: Optional[int] = Field(default=None, ge=0)
+    max_steps: Optional[int] = Field(default=None, ge=1)
+    train: bool = True
+
+
+class EpisodeResult(Body):
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="allow")
+    episode: int
+    agent: str
+    return_: float = Field(alias="return")
+    length: int
+    seed: Optional[int] = None
+    terminated: Optional[bool] = None
+    truncated: Optional[bool] = None
+    cancelled: Optional[bool] = None
+    train: Optional[bool] = None
+
+
+class Results(Body):
+    episodes: list[EpisodeResult] = Field(default_factory=list)

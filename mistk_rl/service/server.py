@@ -1,0 +1,102 @@
+"""`mistk-rl serve`: one implementation class behind gunicorn (one worker, ASGI).
+
+State lives in the worker's memory, so there is exactly one worker process; scale out by
+running more services. The implementation class is imported before gunicorn starts, so a
+typo fails at once with a clear message instead of in a worker boot loop.
+"""
+from __future__ import annotations
+
+import importlib
+import logging
+import os
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Optional
+
+from gunicorn.app.base import BaseApplication
+
+from mistk_rl.agent import AbstractAgent
+from mistk_rl.orchestrator import AbstractOrchestrator
+
+ROLES = {"agent": AbstractAgent, "orchestrator": AbstractOrchestrator}
+
+
+@dataclass
+class ServeOptions:
+    role: str
+    target: str  # "module:Class"
+    host: str = "127.0.0.1"
+    port: int = 8081
+    data_dir: Path = Path("data")
+    token: Optional[str] = None
+    fd: Optional[int] = None  # serve on an inherited listening socket instead of host:port
+    allow_agent_hosts: list[str] = field(default_factory=list)
+    max_body_bytes: int = 16 * 1024 * 1024
+    log_level: str = "info"
+    worker_class: str = "uvicorn_worker.UvicornWorker"
+
+
+def import_implementation(role: str, target: str) -> type:
+    """The class named by ``module:Class``, checked to be an agent or orchestrator."""
+    module_name, _, class_name = target.partition(":")
+    if not module_name or not class_name:
+        raise ValueError(f"expected MODULE:CLASS, got {target!r}")
+    module = importlib.import_module(module_name)
+    cls = getattr(module, class_name, None)
+    if cls is None:
+        raise ValueError(f"module {module_name!r} has no {class_name!r}")
+    if not (isinstance(cls, type) and issubclass(cls, ROLES[role])):
+        raise ValueError(f"{target} is not a subclass of {ROLES[role].__name__}")
+    return cls
+
+
+def build_app(options: ServeOptions, cls: type):
+    """Instantiate the implementation and wrap it in its connexion app (in the worker)."""
+    from mistk_rl.service.app import create_app
+    from mistk_rl.service.handlers import AgentService, OrchestratorService
+
+    _one_thread_for_math()
+    impl = cls()
+    if options.role == "agent":
+        service: Any = AgentService(impl, options.data_dir)
+    else:
+        service = OrchestratorService(impl, options.data_dir, agent_token=options.token,
+                                      allowed_agent_hosts=options.allow_agent_hosts)
+    return create_app(service, token=options.token, max_body_bytes=options.max_body_bytes)
+
+
+def _one_thread_for_math() -> None:
+    """The machines have 2 cores shared by services and env workers."""
+    if "torch" in sys.modules:
+        sys.modules["torch"].set_num_threads(1)
+
+
+class _Gunicorn(BaseApplication):
+    def __init__(self, options: ServeOptions, cls: type) -> None:
+        self.options, self.cls = options, cls
+        super().__init__()
+
+    def load_config(self) -> None:
+        opts = self.options
+        bind = f"fd://{opts.fd}" if opts.fd is not None else f"{opts.host}:{opts.port}"
+        settings = {"bind": [bind], "workers": 1, "worker_class": opts.worker_class,
+                    "graceful_timeout": 3, "timeout": 60, "keepalive": 75,
+                    "loglevel": opts.log_level, "proc_name": f"mistk-rl-{opts.role}"}
+        for key, value in settings.items():
+            self.cfg.set(key, value)
+
+    def load(self):
+        return build_app(self.options, self.cls)
+
+
+def serve(options: ServeOptions) -> None:
+    for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+        os.environ.setdefault(var, "1")
+    logging.basicConfig(level=options.log_level.upper(),
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.getLogger("transitions").setLevel(logging.WARNING)  # one line per callback
+    cls = import_implementation(options.role, options.target)
+    options.data_dir = Path(options.data_dir).resolve()
+    options.data_dir.mkdir(parents=True, exist_ok=True)
+    _Gunicorn(options, cls).run()

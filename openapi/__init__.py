@@ -1,0 +1,1 @@
+"""The OpenAPI contracts, shipped as package data (`openapi/` in the repository)."""
