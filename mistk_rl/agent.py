@@ -62,6 +62,14 @@ class AbstractAgent(ABC):
         """True when the running hook was cancelled (reset or terminate): return soon."""
         return self._lifecycle is not None and self._lifecycle.cancel_requested
 
+    def wait_for_cancel(self, timeout: float) -> bool:
+        """Wait up to `timeout` seconds, waking early if the running hook is cancelled;
+        returns True when it was (use instead of time.sleep inside hooks)."""
+        event = self._lifecycle.current_cancel_event() if self._lifecycle else None
+        if event is None:
+            raise RuntimeError("wait_for_cancel is for use inside a running hook")
+        return event.wait(timeout)
+
     # ---- hooks ---------------------------------------------------------------------------
     def do_initialize(self, props: dict[str, Any], hparams: dict[str, Any]) -> None:
         """Read model properties and hyperparameters."""

@@ -32,6 +32,7 @@ class ServiceProcess:
     url: str  # root URL, e.g. http://127.0.0.1:40123
     process: subprocess.Popen
     log_path: Path
+    data_dir: Path
 
     def client(self, token: Optional[str] = None, timeout: float = 30.0):
         return _CLIENTS[self.role](self.url, token=token, timeout=timeout)
@@ -83,7 +84,8 @@ def start_service(role: str, target: str, *, data_dir: Path, log_path: Path,
                                    stdin=subprocess.DEVNULL, env=child_env,
                                    start_new_session=True)
     listener.close()
-    service = ServiceProcess(role, target, f"http://{host}:{port}", process, log_path)
+    service = ServiceProcess(role, target, f"http://{host}:{port}", process, log_path,
+                             Path(data_dir))
     try:
         _wait_ready(service, startup_timeout)
     except BaseException:

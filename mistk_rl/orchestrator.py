@@ -51,6 +51,14 @@ class AbstractOrchestrator(ABC):
         self.update_status({"episodesDone": len(self.results), "lastEpisode": result})
         return result
 
+    def wait_for_cancel(self, timeout: float) -> bool:
+        """Wait up to `timeout` seconds, waking early if the running hook is cancelled;
+        returns True when it was (use instead of time.sleep inside hooks)."""
+        event = self._lifecycle.current_cancel_event() if self._lifecycle else None
+        if event is None:
+            raise RuntimeError("wait_for_cancel is for use inside a running hook")
+        return event.wait(timeout)
+
     # ---- hooks ---------------------------------------------------------------------------
     def validate_initialize(self, env: dict[str, Any], agents_needed: int) -> None:
         """Raise `mistk_rl.errors.InvalidRequest` to refuse initialize with 400 (runs before

@@ -31,10 +31,10 @@ def space_from_dict(data: dict[str, Any]) -> spaces.Space:
         return spaces.Discrete(int(data["n"]), start=int(data.get("start") or 0))
     if kind == "Box":
         dtype = np.dtype(data.get("dtype") or "float32")
-        low = np.asarray(data["low"], dtype=np.float64)
-        high = np.asarray(data["high"], dtype=np.float64)
-        return spaces.Box(low=low.astype(dtype), high=high.astype(dtype),
-                          shape=tuple(data["shape"]), dtype=dtype)
+        with np.errstate(over="ignore"):  # bounds sent as float64 max mean +-inf
+            low = np.asarray(data["low"], dtype=np.float64).astype(dtype)
+            high = np.asarray(data["high"], dtype=np.float64).astype(dtype)
+        return spaces.Box(low=low, high=high, shape=tuple(data["shape"]), dtype=dtype)
     if kind == "MultiDiscrete":
         return spaces.MultiDiscrete(np.asarray(data["nvec"]),
                                     dtype=np.dtype(data.get("dtype") or "int64"))

@@ -1,0 +1,70 @@
+"""`mistk-rl bench`: measurements of the services, printed and optionally saved as JSON.
+
+getaction: the round-trip time of getAction against a local RandomAgent service (gunicorn on
+loopback, one kept-alive connection, a CartPole-sized observation), after a warm-up.
+"""
+from __future__ import annotations
+
+import json
+import platform
+import statistics
+import tempfile
+import time
+from pathlib import Path
+from typing import Optional
+
+import numpy as np
+
+from mistk_rl.launch import start_service
+from mistk_rl.spaces import space_to_dict
+
+
+def bench_getaction(n: int = 2000, warmup: int = 200) -> dict:
+    import gymnasium as gym
+
+    env = gym.make("CartPole-v1")
+    obs, _ = env.reset(seed=0)
+    with tempfile.TemporaryDirectory(prefix="mistk-bench-") as tmp:
+        service = start_service("agent", "agents.random_agent:RandomAgent",
+                                data_dir=Path(tmp) / "data", log_path=Path(tmp) / "agent.log")
+        try:
+            agent = service.client()
+            agent.initialize(hyperparameters={"seed": 0})
+            agent.build_model()
+            agent.agent_registered({"name": "player",
+                                    "observationSpace": space_to_dict(env.observation_space),
+                                    "actionSpace": space_to_dict(env.action_space)})
+            agent.episode_started({"player": obs})
+            request = {"player": obs}
+            for _ in range(warmup):
+                agent.get_action(request)
+            times = np.empty(n)
+            for i in range(n):
+                start = time.perf_counter()
+                agent.get_action(request)
+                times[i] = time.perf_counter() - start
+            agent.close()
+        finally:
+            service.stop()
+    ms = times * 1e3
+    return {"bench": "getaction", "calls": n, "median_ms": round(float(np.median(ms)), 3),
+            "p10_ms": round(float(np.percentile(ms, 10)), 3),
+            "p90_ms": round(float(np.percentile(ms, 90)), 3),
+            "p99_ms": round(float(np.percentile(ms, 99)), 3),
+            "mean_ms": round(float(statistics.fmean(ms)), 3),
+            "calls_per_s": round(float(n / times.sum()), 1)}
+
+
+BENCHES = {"getaction": bench_getaction}
+
+
+def run_bench(what: str, n: int = 2000, json_out: Optional[Path] = None) -> int:
+    record = BENCHES[what](n=n)
+    print("  ".join(f"{k}={v}" for k, v in record.items()))
+    if json_out is not None:
+        payload = {"machine": {"python": platform.python_version(),
+                               "processor": platform.machine()},
+                   "records": [record]}
+        json_out.parent.mkdir(parents=True, exist_ok=True)
+        json_out.write_text(json.dumps(payload, indent=2) + "\n")
+    return 0

@@ -1,0 +1,1 @@
+"""HTTP layer: connexion app, handlers, gunicorn server."""

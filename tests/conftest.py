@@ -1,0 +1,44 @@
+"""Fixtures that start real services (gunicorn on 127.0.0.1, free ports) and stop them."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Callable, Optional, Sequence
+
+import pytest
+
+from mistk_rl.launch import ServiceProcess, start_service
+
+RANDOM_AGENT = "agents.random_agent:RandomAgent"
+GYM_ORCHESTRATOR = "orchestrators.gym_orchestrator:GymOrchestrator"
+REPO = Path(__file__).resolve().parent.parent
+
+
+def group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+@pytest.fixture
+def launch(tmp_path: Path, monkeypatch) -> Callable[..., ServiceProcess]:
+    """Start a service; every one started is stopped at teardown, leaving no process."""
+    monkeypatch.chdir(REPO)  # services import agents/, orchestrators/ and tests/ from here
+    started: list[ServiceProcess] = []
+
+    def _launch(role: str, target: str, *, token: Optional[str] = None,
+                extra_args: Sequence[str] = ()) -> ServiceProcess:
+        name = f"{role}{len(started)}"
+        service = start_service(role, target, data_dir=tmp_path / name,
+                                log_path=tmp_path / f"{name}.log", token=token,
+                                extra_args=extra_args, startup_timeout=60)
+        started.append(service)
+        return service
+
+    yield _launch
+    for service in started:
+        service.stop()
+    leftovers = [s.process.pid for s in started if group_alive(s.process.pid)]
+    assert not leftovers, f"processes left behind: {leftovers}"

@@ -1,0 +1,90 @@
+"""The spec is the source of truth: every operation has a handler and an SDK method, and the
+typed models carry exactly the spec's fields."""
+from __future__ import annotations
+
+import inspect
+import re
+
+import pytest
+from pydantic.alias_generators import to_snake
+
+from mistk_rl import schemas
+from mistk_rl.client import AgentClient, OrchestratorClient
+from mistk_rl.lifecycle import AGENT, ORCHESTRATOR
+from mistk_rl.lifecycle.machine import api_name
+from mistk_rl.service.app import load_spec
+from mistk_rl.service.handlers import AgentService, OrchestratorService
+
+ROLES = [("agent", AgentService, AgentClient, AGENT),
+         ("orchestrator", OrchestratorService, OrchestratorClient, ORCHESTRATOR)]
+SHARED_SCHEMAS = ["Problem", "Status", "ApiVersion", "Tensor", "TensorMap", "Space"]
+
+
+def operations(role: str):
+    for path, methods in load_spec(role)["paths"].items():
+        for method, op in methods.items():
+            yield path, method, op
+
+
+@pytest.mark.parametrize("role, service_cls, client_cls, table", ROLES)
+def test_every_operation_has_a_handler_and_an_sdk_method(role, service_cls, client_cls, table):
+    for path, method, op in operations(role):
+        op_id = op["operationId"]
+        handler = getattr(service_cls, op_id, None)
+        assert callable(handler), f"{role}: no handler for {op_id}"
+        sdk = getattr(client_cls, to_snake(op_id), None)
+        assert callable(sdk), f"{role}: SDK has no {to_snake(op_id)} for {op_id}"
+        params = {to_snake(p["name"]) for p in op.get("parameters", []) if "$ref" not in p}
+        handler_params = set(inspect.signature(handler).parameters) - {"self", "body"}
+        assert params <= handler_params, f"{role} {op_id}: handler lacks {params - handler_params}"
+
+
+@pytest.mark.parametrize("role, service_cls, client_cls, table", ROLES)
+def test_every_lifecycle_operation_is_in_the_spec(role, service_cls, client_cls, table):
+    op_ids = {op["operationId"] for _, _, op in operations(role)}
+    for name in table.operations:
+        assert api_name(name) in op_ids, f"{role}: trigger {name} has no operation"
+
+
+@pytest.mark.parametrize("role", ["agent", "orchestrator"])
+def test_every_operation_documents_its_errors(role):
+    for path, method, op in operations(role):
+        codes = set(op["responses"])
+        if op.get("security") != []:
+            assert "401" in codes, f"{role} {path}: no 401"
+        if method == "post" and op["operationId"] != "terminate":
+            assert "409" in codes, f"{role} {path}: no 409"
+        if "requestBody" in op:
+            assert {"400", "413"} <= codes, f"{role} {path}: no 400/413"
+
+
+def test_shared_schemas_are_identical_in_both_specs():
+    agent, orch = load_spec("agent"), load_spec("orchestrator")
+    for name in SHARED_SCHEMAS:
+        assert agent["components"]["schemas"][name] == orch["components"]["schemas"][name], name
+    for part in ("responses", "parameters", "securitySchemes"):
+        assert agent["components"][part] == orch["components"][part], part
+
+
+MODELS = {"agent": {"Status": schemas.Status, "ApiVersion": schemas.ApiVersion,
+                    "Problem": schemas.Problem, "Space": schemas.Space,
+                    "AgentInitParams": schemas.AgentInitParams,
+                    "AgentConfig": schemas.AgentConfig, "EpisodeStart": schemas.EpisodeStart,
+                    "ActionRequest": schemas.ActionRequest,
+                    "ActionResponse": schemas.ActionResponse, "Replay": schemas.Replay},
+          "orchestrator": {"OrchestratorInitParams": schemas.OrchestratorInitParams,
+                           "EpisodeConfig": schemas.EpisodeConfig,
+                           "EpisodeResult": schemas.EpisodeResult,
+                           "Results": schemas.Results}}
+
+
+@pytest.mark.parametrize("role", ["agent", "orchestrator"])
+def test_pydantic_models_have_the_spec_fields(role):
+    spec_schemas = load_spec(role)["components"]["schemas"]
+    for name, model in MODELS[role].items():
+        spec_fields = set(spec_schemas[name]["properties"])
+        model_fields = {f.alias or n for n, f in model.model_fields.items()}
+        model_fields = {re.sub(r"_(\w)", lambda m: m.group(1).upper(), f) for f in model_fields}
+        assert spec_fields == model_fields, f"{role} {name}"
+    assert not set(spec_schemas) - set(MODELS[role]) - {"Tensor", "TensorMap"} - set(
+        MODELS["agent"]), "a spec schema has no model"

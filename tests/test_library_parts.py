@@ -1,0 +1,94 @@
+"""Unit tests of the small library pieces: spaces, paths, atomic files, config, SDK errors."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import gymnasium as gym
+import numpy as np
+import pytest
+from gymnasium import spaces
+
+from harness.config import ConfigError, load_config
+from mistk_rl.errors import InvalidRequest
+from mistk_rl.files import atomic_write_json, resolve_in
+from mistk_rl.jsonable import to_jsonable
+from mistk_rl.schemas import Space
+from mistk_rl.spaces import coerce_action, space_from_dict, space_to_dict
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+@pytest.mark.parametrize("space", [
+    spaces.Discrete(5, start=-1),
+    spaces.Box(low=-1.0, high=2.0, shape=(3, 2), dtype=np.float32),
+    gym.make("CartPole-v1").observation_space,  # infinite bounds
+    spaces.MultiDiscrete([3, 4, 2]),
+    spaces.MultiBinary(6),
+])
+def test_space_round_trip(space):
+    data = json.loads(json.dumps(space_to_dict(space)))  # survives JSON (no inf)
+    Space.model_validate(data)
+    back = space_from_dict(data)
+    assert type(back) is type(space) and back.shape == space.shape
+    sample = space.sample()
+    assert back.contains(np.asarray(sample, dtype=back.dtype) if not isinstance(
+        space, spaces.Discrete) else sample)
+
+
+def test_unsupported_space_is_refused():
+    with pytest.raises(ValueError, match="unsupported space"):
+        space_to_dict(spaces.Dict({"a": spaces.Discrete(2)}))
+
+
+def test_coerce_action():
+    assert coerce_action(spaces.Discrete(3), 2) == 2
+    assert coerce_action(spaces.Discrete(3), [1]) == 1
+    box = spaces.Box(-1, 1, shape=(2,), dtype=np.float32)
+    assert coerce_action(box, [0.5, -0.5]).dtype == np.float32
+    for space, bad in ((spaces.Discrete(3), 3), (spaces.Discrete(3), 1.5),
+                       (box, [2.0, 0.0]), (box, [0.0]), (spaces.Discrete(2), "a")):
+        with pytest.raises(ValueError, match="not in the action space"):
+            coerce_action(space, bad)
+
+
+def test_resolve_in_keeps_paths_inside(tmp_path):
+    assert resolve_in(tmp_path, "a/b.json") == (tmp_path / "a/b.json").resolve()
+    assert resolve_in(tmp_path, str(tmp_path / "x")) == (tmp_path / "x").resolve()
+    (tmp_path / "link").symlink_to("/etc")
+    for bad in ("../x", "/etc/passwd", "a/../../x", "link/passwd"):
+        with pytest.raises(InvalidRequest):
+            resolve_in(tmp_path, bad)
+
+
+def test_atomic_write_leaves_no_temporary_files(tmp_path):
+    target = tmp_path / "deep" / "r.json"
+    atomic_write_json(target, {"a": 1})
+    atomic_write_json(target, {"a": 2})
+    assert json.loads(target.read_text()) == {"a": 2}
+    assert [p.name for p in target.parent.iterdir()] == ["r.json"]
+
+
+def test_to_jsonable():
+    value = {"a": np.arange(3, dtype=np.int64), "b": (np.float32(1.5), [np.bool_(True)])}
+    assert to_jsonable(value) == {"a": [0, 1, 2], "b": [1.5, [True]]}
+
+
+def test_example_config_loads():
+    config = load_config(REPO / "configs" / "cartpole_random.yaml")
+    assert config.orchestrator.env.id == "CartPole-v1" and config.agents[0].name == "player"
+
+
+@pytest.mark.parametrize("text, message", [
+    ("orchestrator: {target: a:B, env: {id: X}}\nagents: [{name: p, target: a:B}]\n"
+     "episodez: []\n", "episodez"),
+    ("orchestrator: {target: a:B, url: http://x, env: {id: X}}\n"
+     "agents: [{name: p, target: a:B}]\n", "exactly one of"),
+    ("orchestrator: {target: a:B, env: {id: X}}\nagents: []\n", "agents"),
+    ("orchestrator: [unclosed\n", "not valid YAML"),
+])
+def test_config_errors_name_the_problem(tmp_path, text, message):
+    path = tmp_path / "c.yaml"
+    path.write_text(text)
+    with pytest.raises(ConfigError, match=message):
+        load_config(path)

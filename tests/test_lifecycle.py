@@ -1,0 +1,207 @@
+"""Both lifecycles, exhaustively in-process: every (state, operation) pair.
+
+The expected tables below are written out from the MISTK gaming guide (with our fixes), not
+derived from `mistk_rl.lifecycle.tables`, so a wrong row in the implementation fails here.
+"""
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from mistk_rl.errors import HookFailed, IllegalState, Rejected
+from mistk_rl.lifecycle import AGENT, ORCHESTRATOR, Lifecycle
+
+# operation -> {legal source state: state after the hook returns}
+AGENT_EXPECTED = {
+    "initialize": {"started": "initialized"},
+    "build_model": {"initialized": "initialized"},
+    "save_model": {"initialized": "initialized", "ready": "ready"},
+    "agent_registered": {"initialized": "ready"},
+    "episode_started": {"ready": "in_episode"},
+    "get_action": {"in_episode": "in_episode"},
+    "replay_action": {"in_episode": "in_episode"},
+    "episode_stopped": {"in_episode": "ready"},
+}
+ORCHESTRATOR_EXPECTED = {
+    "initialize": {"uninitialized": "waiting_for_agents"},
+    "register_agent": {"waiting_for_agents": "waiting_for_agents"},  # until all are in
+    "start_episode": {"ready": "completed_episode"},
+    "save_episode": {"completed_episode": "completed_episode"},
+    "stop_episode": {"running": "ready", "completed_episode": "ready"},
+}
+RESET_TARGET = {"agent": "started", "orchestrator": "uninitialized"}
+CASES = [(AGENT, AGENT_EXPECTED), (ORCHESTRATOR, ORCHESTRATOR_EXPECTED)]
+
+
+def _at(table, state: str) -> Lifecycle:
+    lifecycle = Lifecycle(table, preempt_grace_s=1.0)
+    lifecycle._machine.set_state(state)
+    return lifecycle
+
+
+def _pairs():
+    for table, expected in CASES:
+        for state in table.states:
+            for operation in table.operations:
+                yield pytest.param(table, expected, state, operation,
+                                   id=f"{table.role}-{state}-{operation}")
+
+
+@pytest.mark.parametrize("table, expected, state, operation", list(_pairs()))
+def test_every_state_operation_pair(table, expected, state, operation):
+    lifecycle = _at(table, state)
+    before = lifecycle.version
+    if operation == "terminate":
+        lifecycle.run("terminate", lambda: None)
+        # terminate is legal everywhere; while one is already in flight it changes nothing
+        assert lifecycle.state == ("terminating" if state == "terminating" else "terminated")
+        return
+    if operation == "reset":
+        legal = state not in ("terminating", "terminated")
+        target = RESET_TARGET[table.role]
+    else:
+        legal = state in expected[operation]
+        target = expected[operation].get(state)
+    if not legal:
+        with pytest.raises(IllegalState) as info:
+            lifecycle.run(operation, lambda: None)
+        assert info.value.state == state
+        assert lifecycle.state == state and lifecycle.version == before
+        return
+    lifecycle.run(operation, lambda: None)
+    final = lifecycle.wait_for_state(target, timeout=5)
+    assert final["state"] == target
+    assert lifecycle.version > before
+
+
+def test_every_state_has_a_way_out():
+    """Reset or terminate is legal everywhere except the end states (no MISTK dead ends)."""
+    for table, _ in CASES:
+        for state in table.states:
+            allowed = _at(table, state).allowed()
+            if state not in ("terminating", "terminated"):
+                assert {"reset", "terminate"} <= set(allowed), (table.role, state)
+
+
+def test_busy_states_refuse_everything_but_the_preempting_operations():
+    for table, _ in CASES:
+        for state in table.busy_states - {"terminating"}:
+            extra = {"stop_episode"} if state == "running" else set()
+            assert set(_at(table, state).allowed()) == {"reset", "terminate"} | extra, state
+
+
+def test_registration_reaches_ready_when_all_agents_are_in():
+    lifecycle = _at(ORCHESTRATOR, "waiting_for_agents")
+    lifecycle.run("register_agent", lambda: None, facts={"all_agents_registered": True})
+    assert lifecycle.state == "ready"
+
+
+def test_agent_reset_keeps_model_only_when_asked():
+    lifecycle = _at(AGENT, "in_episode")
+    lifecycle.run("reset", lambda: None, facts={"keep_model": True})
+    assert lifecycle.wait_for_state("initialized", 5)["state"] == "initialized"
+
+
+def test_hook_exception_fails_with_reason_and_only_reset_leaves():
+    lifecycle = _at(AGENT, "in_episode")
+
+    def boom():
+        raise ValueError("bad observation shape")
+    with pytest.raises(HookFailed, match="bad observation shape"):
+        lifecycle.run("get_action", boom)
+    status = lifecycle.status()
+    assert status["state"] == "failed"
+    assert "ValueError: bad observation shape" in status["reason"]
+    assert set(lifecycle.allowed()) == {"reset", "terminate"}
+    with pytest.raises(IllegalState):
+        lifecycle.run("get_action", lambda: None)
+    lifecycle.run("reset", lambda: None)
+    status = lifecycle.wait_for_state("started", 5)
+    assert status["reason"] is None
+
+
+def test_background_hook_exception_fails():
+    lifecycle = _at(AGENT, "initialized")
+
+    def boom():
+        raise RuntimeError("checkpoint is corrupt")
+    accepted = lifecycle.run("build_model", boom)
+    assert accepted["state"] == "building_model"  # the 202 body shows the busy state
+    status = lifecycle.wait_for_state("failed", 5)
+    assert "checkpoint is corrupt" in status["reason"]
+
+
+def test_rejected_hook_restores_the_state():
+    lifecycle = _at(ORCHESTRATOR, "waiting_for_agents")
+
+    def refuse():
+        raise Rejected("agent is not initialized", status=409)
+    with pytest.raises(Rejected):
+        lifecycle.run("register_agent", refuse)
+    assert lifecycle.state == "waiting_for_agents"
+
+
+def test_busy_call_is_refused_not_dropped():
+    lifecycle = _at(AGENT, "initialized")
+    release = threading.Event()
+    lifecycle.run("build_model", lambda: release.wait(10))
+    with pytest.raises(IllegalState, match="busy"):
+        lifecycle.run("save_model", lambda: None)
+    release.set()
+    assert lifecycle.wait_for_state("initialized", 5)["state"] == "initialized"
+
+
+def test_stop_episode_cancels_running_work():
+    lifecycle = _at(ORCHESTRATOR, "ready")
+    seen_cancel = threading.Event()
+
+    def episode_loop():
+        while not lifecycle.cancel_requested:
+            lifecycle.current_cancel_event().wait(0.05)
+        seen_cancel.set()
+    lifecycle.run("start_episode", episode_loop)
+    assert lifecycle.state == "running"
+    lifecycle.run("stop_episode", lambda: None)
+    assert seen_cancel.is_set()  # the loop saw the cancel before stop finished
+    assert lifecycle.state == "ready"
+
+
+def test_terminate_preempts_and_late_completion_is_ignored():
+    lifecycle = _at(AGENT, "initialized")
+    release = threading.Event()
+    lifecycle.run("build_model", lambda: release.wait(10))
+    lifecycle.run("terminate", lambda: None)
+    assert lifecycle.state == "terminated"
+    release.set()  # the cancelled build finishing late must not move the state
+    assert lifecycle.wait(lifecycle.version, timeout=0.2)["state"] == "terminated"
+    with pytest.raises(IllegalState):
+        lifecycle.run("reset", lambda: None)
+
+
+def test_failing_terminate_still_terminates():
+    lifecycle = _at(AGENT, "ready")
+
+    def boom():
+        raise OSError("disk gone")
+    with pytest.raises(HookFailed):
+        lifecycle.run("terminate", boom)
+    assert lifecycle.state == "terminated"
+    assert "disk gone" in lifecycle.status()["reason"]
+
+
+def test_long_poll_returns_on_change_and_at_timeout():
+    lifecycle = _at(AGENT, "ready")
+    version = lifecycle.version
+    unchanged = lifecycle.wait(version, timeout=0.05)
+    assert unchanged["resourceVersion"] == version
+    timer = threading.Timer(0.05, lifecycle.update_payload, args=({"step": 1},))
+    timer.start()
+    changed = lifecycle.wait(version, timeout=10)
+    timer.join()
+    assert changed["resourceVersion"] > version and changed["payload"] == {"step": 1}
+
+
+def test_status_names_operations_as_the_api_does():
+    status = _at(AGENT, "initialized").status()
+    assert "buildModel" in status["allowed"] and "agentRegistered" in status["allowed"]
