@@ -7,7 +7,6 @@ saveModel -> reset and terminate everything -> results.json. Services the config
 """
 from __future__ import annotations
 
-import json
 import os
 import sys
 import time
@@ -23,7 +22,7 @@ from mistk_rl.client import (AgentClient, OrchestratorClient, ServiceError, Serv
                              WaitTimeout)
 from mistk_rl.files import atomic_write_json
 from mistk_rl.launch import ServiceProcess, ServiceStartError, start_service
-from mistk_rl.schemas import EpisodeConfig, EpisodeResult
+from mistk_rl.schemas import EpisodeConfig
 
 
 class HarnessError(RuntimeError):

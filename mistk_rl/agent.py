@@ -11,7 +11,7 @@ from typing import Any, Optional
 import numpy as np
 from gymnasium import spaces
 
-from mistk_rl.lifecycle import Lifecycle
+from mistk_rl.implementation import ServiceImplementation
 
 Observations = dict[str, np.ndarray]
 """Observations keyed by entity name (an agent may control several entities)."""
@@ -39,36 +39,16 @@ class ReplayBatch:
     truncated: dict[str, bool]
 
 
-class AbstractAgent(ABC):
+class AbstractAgent(ServiceImplementation, ABC):
     """Subclass and implement `do_get_action` and `do_save_model`; the other hooks default to
     doing nothing. Keep hook names distinct from trigger names (the service owns those)."""
 
     def __init__(self) -> None:
-        self.data_dir: Path = Path.cwd()
+        super().__init__()
         self.name: Optional[str] = None
         self.observation_space: Optional[spaces.Space] = None
         self.action_space: Optional[spaces.Space] = None
         self.train: bool = True
-        self._lifecycle: Optional[Lifecycle] = None
-
-    # ---- for implementations -------------------------------------------------------------
-    def update_status(self, payload: dict[str, Any]) -> None:
-        """Merge progress (e.g. {"updates": 120, "loss": 0.3}) into the status payload."""
-        if self._lifecycle is not None:
-            self._lifecycle.update_payload(payload)
-
-    @property
-    def should_stop(self) -> bool:
-        """True when the running hook was cancelled (reset or terminate): return soon."""
-        return self._lifecycle is not None and self._lifecycle.cancel_requested
-
-    def wait_for_cancel(self, timeout: float) -> bool:
-        """Wait up to `timeout` seconds, waking early if the running hook is cancelled;
-        returns True when it was (use instead of time.sleep inside hooks)."""
-        event = self._lifecycle.current_cancel_event() if self._lifecycle else None
-        if event is None:
-            raise RuntimeError("wait_for_cancel is for use inside a running hook")
-        return event.wait(timeout)
 
     # ---- hooks ---------------------------------------------------------------------------
     def do_initialize(self, props: dict[str, Any], hparams: dict[str, Any]) -> None:

@@ -6,11 +6,11 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 from mistk_rl.client import AgentClient
 from mistk_rl.files import atomic_write_json
-from mistk_rl.lifecycle import Lifecycle
+from mistk_rl.implementation import ServiceImplementation
 from mistk_rl.schemas import EpisodeConfig
 
 
@@ -22,26 +22,16 @@ class RegisteredAgent:
     client: AgentClient
 
 
-class AbstractOrchestrator(ABC):
+class AbstractOrchestrator(ServiceImplementation, ABC):
     """Subclass and implement `do_initialize`, `agent_config` and `do_start_episode`."""
 
     def __init__(self) -> None:
-        self.data_dir: Path = Path.cwd()
+        super().__init__()
         self.agents: dict[str, RegisteredAgent] = {}
         self.agents_needed: int = 1
         self.results: list[dict[str, Any]] = []
-        self._lifecycle: Optional[Lifecycle] = None
 
     # ---- for implementations -------------------------------------------------------------
-    def update_status(self, payload: dict[str, Any]) -> None:
-        if self._lifecycle is not None:
-            self._lifecycle.update_payload(payload)
-
-    @property
-    def should_stop(self) -> bool:
-        """True once stopEpisode, reset or terminate cancelled the running hook."""
-        return self._lifecycle is not None and self._lifecycle.cancel_requested
-
     def record_episode(self, agent: str, episode_return: float, length: int,
                        **extra: Any) -> dict[str, Any]:
         """Append one finished episode to the results (and the status payload)."""
@@ -50,14 +40,6 @@ class AbstractOrchestrator(ABC):
         self.results.append(result)
         self.update_status({"episodesDone": len(self.results), "lastEpisode": result})
         return result
-
-    def wait_for_cancel(self, timeout: float) -> bool:
-        """Wait up to `timeout` seconds, waking early if the running hook is cancelled;
-        returns True when it was (use instead of time.sleep inside hooks)."""
-        event = self._lifecycle.current_cancel_event() if self._lifecycle else None
-        if event is None:
-            raise RuntimeError("wait_for_cancel is for use inside a running hook")
-        return event.wait(timeout)
 
     # ---- hooks ---------------------------------------------------------------------------
     def validate_initialize(self, env: dict[str, Any], agents_needed: int) -> None:

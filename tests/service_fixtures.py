@@ -32,3 +32,31 @@ class BlockingAgent(RandomAgent):
         self.update_status({"building": True})
         if not self.wait_for_cancel(60):
             raise TimeoutError("build was never cancelled")
+
+
+class CountingAgent(RandomAgent):
+    """RandomAgent that reports how many transitions it was asked to replay, and the modes
+    its episodes started in."""
+
+    def do_initialize(self, props: dict[str, Any], hparams: dict[str, Any]) -> None:
+        super().do_initialize(props, hparams)
+        self.replayed = 0
+        self.modes: list[str] = []
+
+    def do_episode_started(self, episode) -> None:
+        self.modes.append(episode.mode)
+        self.update_status({"modes": list(self.modes)})
+
+    def do_replay_action(self, batch) -> None:
+        self.replayed += len(batch.actions)
+        self.update_status({"replayed": self.replayed})
+
+    def do_get_action(self, obs, action_mask=None):
+        actions = super().do_get_action(obs, action_mask)
+        if action_mask:
+            masked = getattr(self, "masked", 0) + 1
+            bad = getattr(self, "violations", 0) + sum(
+                int(not action_mask[k].reshape(-1)[int(a)]) for k, a in actions.items())
+            self.masked, self.violations = masked, bad
+            self.update_status({"masked": masked, "violations": bad})
+        return actions

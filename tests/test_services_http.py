@@ -17,7 +17,8 @@ BLOCKING = "tests.service_fixtures:BlockingAgent"
 
 def ready_pair(launch, agent_target=RANDOM_AGENT, hyperparameters=None):
     """An orchestrator on CartPole-v1 with one registered agent, both in 'ready'."""
-    orch_service, agent_service = launch("orchestrator", GYM_ORCHESTRATOR), launch("agent", agent_target)
+    orch_service = launch("orchestrator", GYM_ORCHESTRATOR)
+    agent_service = launch("agent", agent_target)
     orch, agent = orch_service.client(), agent_service.client()
     orch.initialize({"id": "CartPole-v1"})
     agent.initialize(hyperparameters=hyperparameters or {"seed": 0})

@@ -1,0 +1,36 @@
+"""What agents and orchestrators share: the service attaches itself here, and hooks use it to
+report progress and to notice cancellation."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Optional
+
+from mistk_rl.lifecycle import Lifecycle
+
+
+class ServiceImplementation:
+    """Base of `AbstractAgent` and `AbstractOrchestrator` (not used directly)."""
+
+    def __init__(self) -> None:
+        self.data_dir: Path = Path.cwd()  # the service sets its --data-dir here
+        self._lifecycle: Optional[Lifecycle] = None
+
+    def update_status(self, payload: dict[str, Any]) -> None:
+        """Merge progress (e.g. {"updates": 120, "loss": 0.3}) into the status payload; wakes
+        every long-poll on status."""
+        if self._lifecycle is not None:
+            self._lifecycle.update_payload(payload)
+
+    @property
+    def should_stop(self) -> bool:
+        """True once the running hook was cancelled (reset, terminate, stopEpisode): return
+        soon."""
+        return self._lifecycle is not None and self._lifecycle.cancel_requested
+
+    def wait_for_cancel(self, timeout: float) -> bool:
+        """Wait up to `timeout` seconds, waking early if the running hook is cancelled;
+        returns True when it was (use instead of time.sleep inside hooks)."""
+        event = self._lifecycle.current_cancel_event() if self._lifecycle else None
+        if event is None:
+            raise RuntimeError("wait_for_cancel is for use inside a running hook")
+        return event.wait(timeout)

@@ -1,0 +1,98 @@
+"""GymOrchestrator over HTTP: training flags, other space kinds, action masks."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from tests.conftest import GYM_ORCHESTRATOR
+
+COUNTING = "tests.service_fixtures:CountingAgent"
+
+
+def _pair(launch, env, skip_train=False):
+    orch_service = launch("orchestrator", GYM_ORCHESTRATOR)
+    agent_service = launch("agent", COUNTING)
+    orch, agent = orch_service.client(), agent_service.client()
+    orch.initialize(env)
+    agent.initialize(hyperparameters={"seed": 3})
+    agent.build_model()
+    orch.register_agent("player", agent_service.url, skip_train=skip_train)
+    return orch, agent
+
+
+def _play(orch, **config):
+    """Run one startEpisode; return the episodes it added to the results."""
+    before = len(orch.get_results().episodes)
+    orch.start_episode(config, wait=True, timeout=120)
+    orch.stop_episode()
+    return orch.get_results().episodes[before:]
+
+
+def test_replay_only_when_training(launch):
+    orch, agent = _pair(launch, "CartPole-v1")
+    trained = _play(orch, numEpisodes=2, seed=0, train=True)
+    assert agent.status().payload["replayed"] == sum(e.length for e in trained)
+    _play(orch, numEpisodes=2, seed=0, train=False)  # evaluation: no replay
+    payload = agent.status().payload
+    assert payload["replayed"] == sum(e.length for e in trained)
+    assert payload["modes"] == ["collect", "collect", "eval", "eval"]
+
+
+def test_skip_train_agent_never_replays(launch):
+    orch, agent = _pair(launch, "CartPole-v1", skip_train=True)
+    episodes = _play(orch, numEpisodes=2, seed=0, train=True)
+    assert sum(e.length for e in episodes) > 0
+    payload = agent.status().payload
+    assert payload.get("replayed", 0) == 0 and payload["modes"] == ["eval", "eval"]
+
+
+def test_results_accumulate_across_runs(launch):
+    orch, _ = _pair(launch, "CartPole-v1")
+    first = _play(orch, numEpisodes=2, seed=11)
+    second = _play(orch, numEpisodes=1, seed=11)
+    assert [e.seed for e in first + second] == [11, 12, 11]
+    assert [e.episode for e in orch.get_results().episodes] == [0, 1, 2]
+
+
+@pytest.mark.parametrize("env", [
+    {"id": "Pendulum-v1"},  # Box actions, episodes truncated by maxSteps
+    {"id": "FrozenLake-v1", "kwargs": {"is_slippery": False}},  # Discrete observations
+])
+def test_other_space_kinds(launch, env):
+    orch, _ = _pair(launch, env)
+    episodes = _play(orch, numEpisodes=2, seed=0, maxSteps=25)
+    assert len(episodes) == 2 and all(1 <= e.length <= 25 for e in episodes)
+
+
+def test_max_steps_truncates(launch):
+    orch, _ = _pair(launch, {"id": "Pendulum-v1"})
+    (episode,) = _play(orch, numEpisodes=1, seed=0, maxSteps=7)
+    assert episode.length == 7 and episode.truncated and not episode.terminated
+
+
+def test_taxi_action_masks_reach_the_agent(launch):
+    """Taxi-v4 puts an action mask in info; the random agent must only pick allowed actions,
+    so the orchestrator never sees an illegal one and the episode runs."""
+    orch, agent = _pair(launch, "Taxi-v4")
+    (episode,) = _play(orch, numEpisodes=1, seed=0, maxSteps=40)
+    payload = agent.status().payload
+    assert payload["masked"] == episode.length  # every getAction carried the mask
+    assert payload["violations"] == 0
+
+
+def test_random_agent_respects_masks_in_process(tmp_path):
+    from agents.random_agent import RandomAgent
+    from mistk_rl.service.handlers import AgentService
+
+    service = AgentService(RandomAgent(), tmp_path)
+    service.initialize({"hyperparameters": {"seed": 0}})
+    service.lifecycle.wait_for_state("initialized", 5)
+    service.agentRegistered({"name": "p", "actionSpace": {"type": "Discrete", "n": 6}})
+    service.episodeStarted({"obs": {"p": 0}})
+    mask = [0, 0, 0, 1, 0, 1]
+    picks = {service.getAction({"obs": {"p": 0}, "actionMask": {"p": mask}})[0]["actions"]["p"]
+             for _ in range(200)}
+    assert picks == {3, 5}
+    unmasked = {service.getAction({"obs": {"p": 0}})[0]["actions"]["p"] for _ in range(200)}
+    assert unmasked == set(range(6))
+    assert np.all(np.isin(list(picks), np.flatnonzero(mask)))
