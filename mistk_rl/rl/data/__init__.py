@@ -1,0 +1,1 @@
+"""Data: replay buffers, segment trees, collate, n-step returns and GAE."""

@@ -1,0 +1,1 @@
+"""Policies with learn, collect and eval modes."""
