@@ -53,6 +53,18 @@ class EpisodeBlock(_Strict):
     save_path: Optional[str] = None  # saveEpisode here afterwards (orchestrator's data dir)
 
 
+class TrainingSpec(_Strict):
+    """Train for `env_steps`, evaluating every `eval_every` env steps (and once at the end)."""
+
+    env_steps: int = Field(ge=1)
+    eval_every: int = Field(default=5000, ge=1)
+    eval_episodes: int = Field(default=10, ge=1)
+    stop_value: Optional[float] = None  # stop once an evaluation's mean reaches it
+    seed: int = Field(default=0, ge=0)  # training episode i is reset with seed + i
+    eval_seed: int = Field(default=10_000, ge=0)  # every evaluation uses the same seeds
+    max_steps: Optional[int] = Field(default=None, ge=1)  # per-episode cap
+
+
 class Timeouts(_Strict):
     startup: float = 60.0  # a service answering its first call
     call: float = 30.0  # any one call, and each background operation
@@ -63,15 +75,23 @@ class RunConfig(_Strict):
     name: str = "run"
     orchestrator: OrchestratorSpec
     agents: list[AgentSpec] = Field(min_length=1)
-    episodes: list[EpisodeBlock] = Field(default_factory=lambda: [EpisodeBlock()])
+    episodes: Optional[list[EpisodeBlock]] = None  # default: one episode (no training)
+    training: Optional[TrainingSpec] = None
     token: Optional[str] = None  # default: $MISTK_RL_TOKEN
     timeouts: Timeouts = Field(default_factory=Timeouts)
 
     @model_validator(mode="after")
-    def _unique_names(self) -> "RunConfig":
+    def _check(self) -> "RunConfig":
         names = [a.name for a in self.agents]
         if len(set(names)) != len(names):
             raise ValueError(f"agent names must be unique, got {names}")
+        if self.training is not None and self.episodes is not None:
+            raise ValueError("give 'episodes' (play) or 'training' (train and evaluate), "
+                             "not both")
+        if self.training is not None and len(self.agents) != 1:
+            raise ValueError("training drives exactly one agent")
+        if self.training is None and self.episodes is None:
+            self.episodes = [EpisodeBlock()]
         return self
 
 

@@ -18,6 +18,7 @@ from typing import Callable, Optional
 import yaml
 
 from harness.config import ConfigError, RunConfig, load_config
+from harness.training import first_success, train
 from mistk_rl.client import (AgentClient, OrchestratorClient, ServiceError, ServiceFailed,
                              WaitTimeout)
 from mistk_rl.files import atomic_write_json
@@ -72,15 +73,21 @@ def run(config: RunConfig, run_dir: Path, say: Callable[[str], None] = print) ->
                                                       timeout=timeouts.call))
         agents = {name: stack.enter_context(AgentClient(url, token=token, timeout=timeouts.call))
                   for name, url in agent_urls.items()}
-        episodes = _sequence(config, orch, agents, agent_urls, say)
+        episodes, evals = _sequence(config, orch, agents, agent_urls, run_dir, say)
     results = {"name": config.name, "episodes": episodes,
                "wall_s": round(time.monotonic() - started, 3)}
+    if config.training is not None:
+        results["evals"] = evals
+        success = first_success(evals, config.training.stop_value)
+        results["first_success"] = success and {k: success[k] for k in
+                                                ("env_steps", "wall_s", "mean_return")}
     atomic_write_json(run_dir / "results.json", results)
     return results
 
 
 def _sequence(config: RunConfig, orch: OrchestratorClient, agents: dict[str, AgentClient],
-              agent_urls: dict[str, str], say: Callable[[str], None]) -> list[dict]:
+              agent_urls: dict[str, str], run_dir: Path,
+              say: Callable[[str], None]) -> tuple[list[dict], list[dict]]:
     call_timeout = config.timeouts.call
     with _step("orchestrator initialize"):
         orch.initialize(config.orchestrator.env.model_dump(), agents_needed=len(agents),
@@ -93,6 +100,28 @@ def _sequence(config: RunConfig, orch: OrchestratorClient, agents: dict[str, Age
             agent.build_model(spec.model_path, timeout=call_timeout)
         with _step(f"registerAgent {spec.name}"):
             orch.register_agent(spec.name, agent_urls[spec.name], skip_train=not spec.train)
+    evals: list[dict] = []
+    if config.training is not None:
+        with _step("training"):
+            evals = train(orch, config.training, run_dir, config.timeouts.episodes, say)
+    else:
+        _play_blocks(config, orch, say)
+    with _step("getResults"):
+        episodes = [e.model_dump(by_alias=True, exclude_none=True)
+                    for e in orch.get_results().episodes]
+    for spec in config.agents:
+        if spec.save_path:
+            with _step(f"agent {spec.name} saveModel"):
+                agents[spec.name].save_model(spec.save_path, timeout=call_timeout)
+    with _step("reset"):
+        orch.reset(timeout=call_timeout)  # resets the registered agents too
+        for agent in agents.values():
+            agent.terminate()
+        orch.terminate()
+    return episodes, evals
+
+
+def _play_blocks(config: RunConfig, orch: OrchestratorClient, say: Callable[[str], None]) -> None:
     printed = 0
     for i, block in enumerate(config.episodes):
         episode_config = EpisodeConfig(num_episodes=block.num_episodes, seed=block.seed,
@@ -106,19 +135,6 @@ def _sequence(config: RunConfig, orch: OrchestratorClient, agents: dict[str, Age
                 orch.save_episode(block.save_path)
         with _step(f"episode block {i} stopEpisode"):
             orch.stop_episode()
-    with _step("getResults"):
-        episodes = [e.model_dump(by_alias=True, exclude_none=True)
-                    for e in orch.get_results().episodes]
-    for spec in config.agents:
-        if spec.save_path:
-            with _step(f"agent {spec.name} saveModel"):
-                agents[spec.name].save_model(spec.save_path, timeout=call_timeout)
-    with _step("reset"):
-        orch.reset(timeout=call_timeout)  # resets the registered agents too
-        for agent in agents.values():
-            agent.terminate()
-        orch.terminate()
-    return episodes
 
 
 def _follow(orch: OrchestratorClient, version: int, printed: int, timeout: float,

@@ -51,6 +51,10 @@ class AbstractAgent(ServiceImplementation, ABC):
         self.train: bool = True
 
     # ---- hooks ---------------------------------------------------------------------------
+    def validate_initialize(self, props: dict[str, Any], hparams: dict[str, Any]) -> None:
+        """Raise `mistk_rl.errors.InvalidRequest` to refuse initialize with 400 (runs before
+        any state change, so keep it quick): e.g. an unknown hyperparameter."""
+
     def do_initialize(self, props: dict[str, Any], hparams: dict[str, Any]) -> None:
         """Read model properties and hyperparameters."""
 

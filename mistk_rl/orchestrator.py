@@ -30,13 +30,15 @@ class AbstractOrchestrator(ServiceImplementation, ABC):
         self.agents: dict[str, RegisteredAgent] = {}
         self.agents_needed: int = 1
         self.results: list[dict[str, Any]] = []
+        self.env_steps = 0  # since initialize; implementations add the steps they take
 
     # ---- for implementations -------------------------------------------------------------
     def record_episode(self, agent: str, episode_return: float, length: int,
                        **extra: Any) -> dict[str, Any]:
         """Append one finished episode to the results (and the status payload)."""
         result = {"episode": len(self.results), "agent": agent,
-                  "return": float(episode_return), "length": int(length), **extra}
+                  "return": float(episode_return), "length": int(length),
+                  "envSteps": self.env_steps, **extra}
         self.results.append(result)
         self.update_status({"episodesDone": len(self.results), "lastEpisode": result})
         return result

@@ -110,10 +110,19 @@ class OrchestratorInitParams(Body):
 
 
 class EpisodeConfig(Body):
-    num_episodes: int = Field(default=1, ge=1)
+    """What one startEpisode runs: `num_episodes` episodes (default 1), or episodes until
+    `num_steps` env steps were taken (then `num_episodes` is an optional cap)."""
+
+    num_episodes: Optional[int] = Field(default=None, ge=1)
+    num_steps: Optional[int] = Field(default=None, ge=1)
     seed: Optional[int] = Field(default=None, ge=0)
     max_steps: Optional[int] = Field(default=None, ge=1)
     train: bool = True
+
+    def episode_limit(self) -> Optional[int]:
+        if self.num_episodes is not None:
+            return self.num_episodes
+        return None if self.num_steps is not None else 1
 
 
 class EpisodeResult(Body):
@@ -122,6 +131,7 @@ class EpisodeResult(Body):
     agent: str
     return_: float = Field(alias="return")
     length: int
+    env_steps: Optional[int] = None
     seed: Optional[int] = None
     terminated: Optional[bool] = None
     truncated: Optional[bool] = None

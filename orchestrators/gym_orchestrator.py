@@ -46,11 +46,15 @@ class GymOrchestrator(AbstractOrchestrator):
 
     def do_start_episode(self, config: EpisodeConfig) -> None:
         (agent,) = self.agents.values()
-        for i in range(config.num_episodes):
-            if self.should_stop:
+        limit, start_steps = config.episode_limit(), self.env_steps
+        i = 0
+        while limit is None or i < limit:
+            if self.should_stop or (config.num_steps is not None
+                                    and self.env_steps - start_steps >= config.num_steps):
                 return
             seed = None if config.seed is None else config.seed + i
             self._play(agent, config, seed)
+            i += 1
 
     def _play(self, agent: RegisteredAgent, config: EpisodeConfig, seed: Optional[int]) -> None:
         env, name = self.env, agent.name
@@ -69,6 +73,7 @@ class GymOrchestrator(AbstractOrchestrator):
                 new_obs, reward, terminated, truncated, info = env.step(
                     coerce_action(env.action_space, action))
                 length += 1
+                self.env_steps += 1
                 episode_return += float(reward)
                 truncated = truncated or (config.max_steps is not None
                                           and length >= config.max_steps)

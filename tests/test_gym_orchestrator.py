@@ -96,3 +96,13 @@ def test_random_agent_respects_masks_in_process(tmp_path):
     unmasked = {service.getAction({"obs": {"p": 0}})[0]["actions"]["p"] for _ in range(200)}
     assert unmasked == set(range(6))
     assert np.all(np.isin(list(picks), np.flatnonzero(mask)))
+
+
+def test_num_steps_runs_whole_episodes_until_the_budget(launch):
+    orch, _ = _pair(launch, "CartPole-v1")
+    episodes = _play(orch, numSteps=100, seed=0)
+    lengths = [e.length for e in episodes]
+    assert sum(lengths) >= 100 and sum(lengths[:-1]) < 100  # no episode started past it
+    assert [e.env_steps for e in episodes] == list(np.cumsum(lengths))
+    capped = _play(orch, numSteps=10_000, numEpisodes=2, seed=0)
+    assert len(capped) == 2

@@ -79,6 +79,7 @@ class AgentService(_Service):
 
     def initialize(self, body: dict[str, Any]) -> Response:
         props, hparams = body.get("modelProperties", {}), body.get("hyperparameters", {})
+        self.agent.validate_initialize(props, hparams)
 
         def hook() -> None:
             self.agent.do_initialize(props, hparams)
@@ -177,6 +178,7 @@ class OrchestratorService(_Service):
         def hook() -> None:
             self.orchestrator.agents_needed = agents_needed
             self.orchestrator.results = []
+            self.orchestrator.env_steps = 0
             self.orchestrator.do_initialize(env, agents_needed)
         return self.lifecycle.run("initialize", hook), 202, JSON
 
@@ -231,6 +233,7 @@ class OrchestratorService(_Service):
             errors = self._reset_agents()
             self.orchestrator.agents.clear()
             self.orchestrator.results = []
+            self.orchestrator.env_steps = 0
             if errors:
                 log.warning("orchestrator reset: %s", "; ".join(errors))
         return self.lifecycle.run("reset", hook), 202, JSON

@@ -1,0 +1,62 @@
+"""FIFO replay with uniform sampling: the baseline buffer for off-policy learners."""
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from mistk_rl.rl.data.buffers.base import ReplayBuffer, Ring, as_transitions
+
+
+class NaiveReplayBuffer(ReplayBuffer):
+    """A ring of ``replay_buffer_size`` transitions; the oldest is overwritten first.
+
+    ``sample(size)`` draws ``size`` distinct items uniformly (without replacement, so a batch
+    never holds the same transition twice) and returns None when fewer than ``size`` are
+    stored; collect more data (e.g. a random warm-up) before training.
+    """
+
+    @classmethod
+    def default_config(cls) -> dict:
+        return {"replay_buffer_size": 10000}
+
+    def __init__(self, config: dict | None = None, seed: int | None = None) -> None:
+        super().__init__(config, seed)
+        self._ring = Ring(self.config["replay_buffer_size"])
+
+    def push(self, data: dict | list[dict], collect_iter: int = 0) -> bool:
+        """Store one transition dict or a list of them; never refuses."""
+        self._ring.put(as_transitions(data))
+        return True
+
+    def update(self, info: dict) -> None:
+        """Nothing to update: sampling ignores priorities."""
+
+    def sample(self, size: int, learner_iter: int = 0) -> list[Any] | None:
+        slots = self._uniform_slots(size)
+        return None if slots is None else [self._tagged(slot) for slot in slots.tolist()]
+
+    def clear(self) -> None:
+        self._ring.clear()
+
+    def count(self) -> int:
+        return self._ring.count()
+
+    def state_dict(self) -> dict:
+        return {"ring": self._ring.state_dict(), "rng": self._rng_state()}
+
+    def load_state_dict(self, state: dict) -> None:
+        self._ring.load_state_dict(state["ring"])
+        self._load_rng_state(state["rng"])
+
+    def _uniform_slots(self, size: int) -> np.ndarray | None:
+        if size < 1:
+            raise ValueError(f"sample size must be >= 1, got {size}")
+        valid = self._ring.valid_slots()
+        if size > len(valid):
+            return None
+        return self._rng.choice(valid, size, replace=False)
+
+    def _tagged(self, slot: int) -> Any:
+        """A shallow copy of the stored item with its meta keys (subclasses store other items)."""
+        return {**self._ring.items[slot], **self._ring.meta(slot)}

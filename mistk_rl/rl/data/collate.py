@@ -1,0 +1,108 @@
+"""Turn a list of samples into one batch of tensors (and back), keeping the nesting.
+
+Rules, applied recursively with the first item deciding the structure:
+- dict: collated key by key (all items must have the same keys);
+- tuple / namedtuple: collated position by position, same tuple type back;
+- torch tensors, numpy arrays / scalars, python bools / ints / floats, and lists of numbers:
+  stacked along a new dim 0 (floats -> float32, bools -> bool, ints -> int64 except uint8,
+  kept so image observations stay 8-bit);
+- anything else (str, None, objects, lists that are not numeric): left as a list of values.
+``default_decollate`` inverts it: tensors are split along dim 0 into per-item tensors.
+"""
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+import torch
+
+_NUMERIC_KINDS = "biufc"
+
+
+def _normalise_dtype(tensor: torch.Tensor) -> torch.Tensor:
+    if tensor.dtype == torch.bool or tensor.dtype == torch.uint8:
+        return tensor
+    if tensor.is_floating_point():
+        return tensor.to(torch.float32)
+    if tensor.is_complex():
+        return tensor
+    return tensor.to(torch.int64)
+
+
+def _stack(values: list, path: str) -> torch.Tensor | list:
+    """Stack leaves into a tensor, or keep them as a list when they are not numeric."""
+    if isinstance(values[0], torch.Tensor):
+        try:
+            return _normalise_dtype(torch.stack(values))
+        except (RuntimeError, TypeError) as exc:
+            raise ValueError(f"cannot stack field {path or '<root>'}: {exc}") from exc
+    try:
+        array = np.asarray(values)
+    except ValueError as exc:  # ragged shapes
+        raise ValueError(f"cannot stack field {path or '<root>'}: {exc}") from exc
+    if array.dtype.kind not in _NUMERIC_KINDS:
+        return list(values)
+    return _normalise_dtype(torch.from_numpy(np.ascontiguousarray(array)))
+
+
+def _collate(batch: list, path: str) -> Any:
+    first = batch[0]
+    if isinstance(first, Mapping):
+        keys = list(first)
+        for item in batch:
+            if not isinstance(item, Mapping) or set(item) != set(keys):
+                raise ValueError(f"items differ at {path or '<root>'}: expected keys "
+                                 f"{sorted(map(str, keys))}, got {item!r:.200}")
+        return {key: _collate([item[key] for item in batch], f"{path}.{key}".lstrip("."))
+                for key in keys}
+    if isinstance(first, tuple):
+        if any(not isinstance(item, tuple) or len(item) != len(first) for item in batch):
+            raise ValueError(f"items differ at {path or '<root>'}: tuples of unequal length")
+        columns = [_collate(list(column), f"{path}[{i}]") for i, column in enumerate(zip(*batch))]
+        return type(first)(*columns) if hasattr(first, "_fields") else tuple(columns)
+    return _stack(batch, path)
+
+
+def default_collate(batch: list) -> Any:
+    """A list of samples -> the same structure with a batch dim (see the module doc)."""
+    if not isinstance(batch, (list, tuple)) or not batch:
+        raise ValueError("default_collate needs a non-empty list of samples")
+    return _collate(list(batch), "")
+
+
+def _batch_size(collated: Any) -> int | None:
+    if isinstance(collated, torch.Tensor):
+        return collated.shape[0]
+    if isinstance(collated, list):
+        return len(collated)
+    if isinstance(collated, Mapping):
+        values = collated.values()
+    elif isinstance(collated, tuple):
+        values = collated
+    else:
+        return None
+    return next((n for n in map(_batch_size, values) if n is not None), None)
+
+
+def _decollate(collated: Any, size: int) -> list:
+    if isinstance(collated, torch.Tensor):
+        return list(collated.unbind(0))
+    if isinstance(collated, Mapping):
+        columns = {key: _decollate(value, size) for key, value in collated.items()}
+        return [{key: column[i] for key, column in columns.items()} for i in range(size)]
+    if isinstance(collated, tuple):
+        columns = [_decollate(value, size) for value in collated]
+        make = (lambda row: type(collated)(*row)) if hasattr(collated, "_fields") else tuple
+        return [make(row) for row in zip(*columns)] if columns else [collated] * size
+    if isinstance(collated, list):
+        return list(collated)
+    raise TypeError(f"cannot decollate a {type(collated).__name__}")
+
+
+def default_decollate(batch: Any) -> list:
+    """The inverse of ``default_collate``: a batch -> a list of per-item samples."""
+    size = _batch_size(batch)
+    if size is None:
+        raise ValueError("default_decollate found no tensor or list to take the batch size from")
+    return _decollate(batch, size)

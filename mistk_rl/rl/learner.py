@@ -1,0 +1,175 @@
+"""The learner: runs `learn_mode.forward` on batches and calls hooks around it.
+
+Hooks run at four positions (before_run, after_run, before_iter, after_iter), so that
+checkpointing and logging are pluggable instead of baked into the training loop. Two built-in
+hooks: `CheckpointHook` (atomic torch checkpoints every N iterations and at the end) and
+`LogHook` (TensorBoard event files plus a CSV of the same scalars).
+"""
+from __future__ import annotations
+
+import csv
+import io
+import math
+from pathlib import Path
+from typing import Any, Callable, Optional
+
+import torch
+
+from mistk_rl.files import atomic_write_bytes
+from mistk_rl.rl.policies.base import LearnMode
+
+POSITIONS = ("before_run", "after_run", "before_iter", "after_iter")
+
+
+class Hook:
+    """Called as `hook(learner)` at `position`, every `every` iterations (iter hooks)."""
+
+    def __init__(self, position: str, every: int = 1) -> None:
+        if position not in POSITIONS:
+            raise ValueError(f"hook position {position!r}; valid: {', '.join(POSITIONS)}")
+        self.position, self.every = position, max(1, every)
+
+    def __call__(self, learner: "Learner") -> None:
+        raise NotImplementedError
+
+
+class FunctionHook(Hook):
+    def __init__(self, position: str, fn: Callable[["Learner"], None], every: int = 1) -> None:
+        super().__init__(position, every)
+        self.fn = fn
+
+    def __call__(self, learner: "Learner") -> None:
+        self.fn(learner)
+
+
+class Learner:
+    """Counts iterations, keeps the last info, runs hooks."""
+
+    def __init__(self, learn_mode: LearnMode, hooks: Optional[list[Hook]] = None) -> None:
+        self.learn_mode = learn_mode
+        self.train_iter = 0
+        self.env_steps = 0  # kept by the caller: hooks log against it too
+        self.last_info: dict[str, Any] = {}
+        self.hooks: dict[str, list[Hook]] = {p: [] for p in POSITIONS}
+        self._running = False
+        for hook in hooks or []:
+            self.register_hook(hook)
+
+    def register_hook(self, hook: Hook) -> None:
+        self.hooks[hook.position].append(hook)
+
+    def start(self) -> None:
+        if not self._running:
+            self._running = True
+            self._call("before_run")
+
+    def close(self) -> None:
+        if self._running:
+            self._call("after_run")
+            self._running = False
+        for hook in (h for hooks in self.hooks.values() for h in hooks):
+            if hasattr(hook, "close"):
+                hook.close()
+
+    def train(self, batch: dict) -> dict[str, Any]:
+        """One update; returns the policy's info (loss, ... and maybe per-sample priority)."""
+        self.start()
+        self._call("before_iter")
+        info = self.learn_mode.forward(batch)
+        self.train_iter += 1
+        self.last_info = info
+        self._call("after_iter")
+        return info
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"policy": self.learn_mode.state_dict(), "train_iter": self.train_iter,
+                "env_steps": self.env_steps}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.learn_mode.load_state_dict(state["policy"])
+        self.train_iter = int(state.get("train_iter", 0))
+        self.env_steps = int(state.get("env_steps", 0))
+
+    def _call(self, position: str) -> None:
+        for hook in self.hooks[position]:
+            if position.endswith("_iter") and self.train_iter % hook.every:
+                continue
+            hook(self)
+
+
+def save_checkpoint(state: dict[str, Any], path: Path) -> None:
+    """torch.save into memory, then an atomic write: a crash never leaves half a file."""
+    buffer = io.BytesIO()
+    torch.save(state, buffer)
+    atomic_write_bytes(Path(path), buffer.getvalue())
+
+
+def load_checkpoint(path: Path) -> dict[str, Any]:
+    """`weights_only` loading: a checkpoint can hold tensors and plain data, never code."""
+    return torch.load(Path(path), map_location="cpu", weights_only=True)
+
+
+class CheckpointHook(Hook):
+    """Saves `learner.state_dict()` (plus `extra()`) every `every` iterations."""
+
+    def __init__(self, path: Path, every: int = 10000, position: str = "after_iter",
+                 extra: Optional[Callable[[], dict]] = None) -> None:
+        super().__init__(position, every)
+        self.path, self.extra = Path(path), extra
+
+    def __call__(self, learner: Learner) -> None:
+        state = learner.state_dict()
+        if self.extra is not None:
+            state.update(self.extra())
+        save_checkpoint(state, self.path)
+
+
+class LogHook(Hook):
+    """Writes the policy's scalar info every `every` iterations to TensorBoard and a CSV.
+
+    The x axis is the learner iteration; `env_steps` is a column so curves can be plotted
+    against collected experience as well.
+    """
+
+    def __init__(self, log_dir: Path, every: int = 100) -> None:
+        super().__init__("after_iter", every)
+        self.log_dir = Path(log_dir)
+        self._writer = None
+        self._csv: Optional[io.TextIOBase] = None
+        self._columns: list[str] = []
+
+    def __call__(self, learner: Learner) -> None:
+        scalars = {k: float(v) for k, v in learner.last_info.items()
+                   if isinstance(v, (int, float)) and math.isfinite(float(v))}
+        if not scalars:
+            return
+        self._write_tensorboard(learner, scalars)
+        self._write_csv(learner, scalars)
+
+    def close(self) -> None:
+        if self._writer is not None:
+            self._writer.close()
+            self._writer = None
+        if self._csv is not None:
+            self._csv.close()
+            self._csv = None
+
+    def _write_tensorboard(self, learner: Learner, scalars: dict[str, float]) -> None:
+        if self._writer is None:
+            from torch.utils.tensorboard import SummaryWriter  # imports tensorboard: lazily
+
+            self._writer = SummaryWriter(log_dir=str(self.log_dir))
+        for key, value in scalars.items():
+            self._writer.add_scalar(f"learner/{key}", value, learner.train_iter)
+        self._writer.add_scalar("learner/env_steps", learner.env_steps, learner.train_iter)
+        self._writer.flush()
+
+    def _write_csv(self, learner: Learner, scalars: dict[str, float]) -> None:
+        if self._csv is None:
+            self.log_dir.mkdir(parents=True, exist_ok=True)
+            self._columns = ["train_iter", "env_steps", *sorted(scalars)]
+            self._csv = open(self.log_dir / "learner.csv", "w", newline="")
+            csv.writer(self._csv).writerow(self._columns)
+        row = {"train_iter": learner.train_iter, "env_steps": learner.env_steps, **scalars}
+        csv.writer(self._csv).writerow([row.get(c, "") for c in self._columns])
+        self._csv.flush()

@@ -1,0 +1,215 @@
+"""Torch models for discrete-action agents, and the glue from gymnasium spaces to tensors.
+
+Models follow DI-engine's convention: `forward` returns a dict, and its "logit" entry holds Q
+values or policy logits. The wrappers in `mistk_rl.rl.wrappers` turn that into actions, so one
+model serves learning, collection and evaluation.
+"""
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from gymnasium import spaces
+from torch import nn
+
+Activation = str | type[nn.Module]
+ACTIVATIONS: dict[str, type[nn.Module]] = {
+    "relu": nn.ReLU, "tanh": nn.Tanh, "elu": nn.ELU, "gelu": nn.GELU, "silu": nn.SiLU,
+}
+
+
+def activation_class(activation: Activation) -> type[nn.Module]:
+    """An activation class from its config name ("relu", "tanh", ...) or the class itself."""
+    if isinstance(activation, str):
+        try:
+            return ACTIVATIONS[activation.lower()]
+        except KeyError:
+            raise ValueError(f"unknown activation {activation!r}; valid: "
+                             f"{', '.join(ACTIVATIONS)}") from None
+    return activation
+
+
+def layer_init(layer: nn.Linear, gain: float = math.sqrt(2), bias: float = 0.0) -> nn.Linear:
+    """Orthogonal weights and constant bias: the initialisation CleanRL's PPO relies on."""
+    nn.init.orthogonal_(layer.weight, gain)
+    nn.init.constant_(layer.bias, bias)
+    return layer
+
+
+# ---- spaces -> tensors ----------------------------------------------------------------------
+
+def obs_dim_of(space: spaces.Space) -> int:
+    """Width of `encode_obs(space, ...)`: prod(shape) for Box/MultiBinary, n for Discrete."""
+    if isinstance(space, spaces.Discrete):
+        return int(space.n)
+    if isinstance(space, (spaces.Box, spaces.MultiBinary)):
+        return int(np.prod(space.shape))
+    raise TypeError(f"no flat encoding for observation space {space}")
+
+
+def action_n_of(space: spaces.Space) -> int:
+    """Number of actions; the heads here emit one logit per action of a Discrete space."""
+    if isinstance(space, spaces.Discrete):
+        return int(space.n)
+    raise TypeError(f"discrete-action models need a Discrete action space, got {space}")
+
+
+def encode_obs(space: spaces.Space, obs: torch.Tensor | np.ndarray) -> torch.Tensor:
+    """A batch of observations [B, *shape] as float features [B, obs_dim_of(space)].
+
+    Discrete observations are one-hot encoded (an index is a category, not a magnitude);
+    the others are flattened and cast to float32.
+    """
+    obs = torch.as_tensor(obs)
+    if isinstance(space, spaces.Discrete):
+        index = obs.long().reshape(-1) - int(space.start)
+        return F.one_hot(index, int(space.n)).float()
+    obs_dim_of(space)  # raises for spaces without a flat encoding
+    return obs.reshape(obs.shape[0], -1).float()
+
+
+# ---- building blocks ------------------------------------------------------------------------
+
+class MLP(nn.Module):
+    """Linear layers with an activation after each hidden one; `out_dim` adds a final linear
+    layer without activation (logits, values). `output_dim` is the width of the output."""
+
+    def __init__(self, in_dim: int, hidden_sizes: Sequence[int],
+                 activation: Activation = nn.ReLU, out_dim: int | None = None) -> None:
+        super().__init__()
+        act = activation_class(activation)
+        layers: list[nn.Module] = []
+        width = in_dim
+        for size in hidden_sizes:
+            layers += [nn.Linear(width, size), act()]
+            width = size
+        if out_dim is not None:
+            layers.append(nn.Linear(width, out_dim))
+            width = out_dim
+        self.net = nn.Sequential(*layers)
+        self.output_dim = width
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.net(x)
+
+
+class MLPEncoder(nn.Module):
+    """Flattens observations [B, *obs_shape] and encodes them to `output_dim` features."""
+
+    def __init__(self, obs_dim: int, hidden_sizes: Sequence[int] = (64, 64),
+                 activation: Activation = "relu") -> None:
+        super().__init__()
+        self.mlp = MLP(obs_dim, hidden_sizes, activation)
+        self.output_dim = self.mlp.output_dim
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        weight = next(self.parameters(), None)  # cast to the model's dtype: numpy gives float64
+        dtype = torch.float32 if weight is None else weight.dtype
+        return self.mlp(obs.flatten(start_dim=1).to(dtype))
+
+
+class QHead(nn.Module):
+    """Q values [B, action_n] from features.
+
+    Plain: one linear layer (after an optional hidden one) gives Q. Dueling (Wang et al. 2016)
+    adds a state-value stream V, reads `out` as advantages A and returns
+    Q = V + A - mean(A): subtracting the mean makes V and A identifiable.
+    """
+
+    def __init__(self, in_dim: int, action_n: int, dueling: bool = False,
+                 hidden_size: int | None = None, activation: Activation = "relu") -> None:
+        super().__init__()
+        hidden = [hidden_size] if hidden_size else []
+        self.dueling = dueling
+        self.out = MLP(in_dim, hidden, activation, out_dim=action_n)
+        self.value = MLP(in_dim, hidden, activation, out_dim=1) if dueling else None
+
+    def streams(self, features: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(V [B, 1], A [B, action_n]) of the dueling head."""
+        if not self.dueling:
+            raise RuntimeError("streams() needs a dueling head")
+        return self.value(features), self.out(features)
+
+    def forward(self, features: torch.Tensor) -> torch.Tensor:
+        if not self.dueling:
+            return self.out(features)
+        value, advantage = self.streams(features)
+        return value + advantage - advantage.mean(dim=-1, keepdim=True)
+
+
+class QNetwork(nn.Module):
+    """MLP encoder + Q head: `forward(obs) -> {"logit": Q [B, action_n]}`."""
+
+    def __init__(self, obs_dim: int, action_n: int, hidden_sizes: Sequence[int] = (64, 64),
+                 dueling: bool = False, activation: Activation = "relu") -> None:
+        super().__init__()
+        self.encoder = MLPEncoder(obs_dim, hidden_sizes, activation)
+        self.head = QHead(self.encoder.output_dim, action_n, dueling, activation=activation)
+
+    def forward(self, obs: torch.Tensor) -> dict[str, torch.Tensor]:
+        return {"logit": self.head(self.encoder(obs))}
+
+
+class ActorCriticHead(nn.Module):
+    """Policy logits and a state value; small policy init (gain 0.01) starts near-uniform."""
+
+    def __init__(self, in_dim: int, action_n: int) -> None:
+        super().__init__()
+        self.policy = layer_init(nn.Linear(in_dim, action_n), gain=0.01)
+        self.value = layer_init(nn.Linear(in_dim, 1), gain=1.0)
+
+    def forward(self, actor_features: torch.Tensor,
+                critic_features: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
+        """Logits from `actor_features`, value [B] from `critic_features` (default: same)."""
+        if critic_features is None:
+            critic_features = actor_features
+        return {"logit": self.policy(actor_features),
+                "value": self.value(critic_features).squeeze(-1)}
+
+
+class ActorCritic(nn.Module):
+    """PPO/A2C model: `forward(obs) -> {"logit": [B, action_n], "value": [B]}`.
+
+    Actor and critic get separate encoders by default (CleanRL's PPO: the value loss does not
+    disturb the policy features); `share_encoder=True` uses one. Hidden layers are
+    orthogonally initialised with gain sqrt(2).
+    """
+
+    def __init__(self, obs_dim: int, action_n: int, hidden_sizes: Sequence[int] = (64, 64),
+                 activation: Activation = "tanh", share_encoder: bool = False) -> None:
+        super().__init__()
+        self.actor_encoder = self._encoder(obs_dim, hidden_sizes, activation)
+        self.critic_encoder = (None if share_encoder
+                               else self._encoder(obs_dim, hidden_sizes, activation))
+        self.head = ActorCriticHead(self.actor_encoder.output_dim, action_n)
+
+    @staticmethod
+    def _encoder(obs_dim: int, hidden_sizes: Sequence[int], activation: Activation) -> MLPEncoder:
+        encoder = MLPEncoder(obs_dim, hidden_sizes, activation)
+        for module in encoder.modules():
+            if isinstance(module, nn.Linear):
+                layer_init(module)
+        return encoder
+
+    @property
+    def share_encoder(self) -> bool:
+        return self.critic_encoder is None
+
+    def _critic_features(self, obs: torch.Tensor) -> torch.Tensor:
+        encoder = self.actor_encoder if self.critic_encoder is None else self.critic_encoder
+        return encoder(obs)
+
+    def compute_actor(self, obs: torch.Tensor) -> dict[str, torch.Tensor]:
+        return {"logit": self.head.policy(self.actor_encoder(obs))}
+
+    def compute_critic(self, obs: torch.Tensor) -> dict[str, torch.Tensor]:
+        return {"value": self.head.value(self._critic_features(obs)).squeeze(-1)}
+
+    def forward(self, obs: torch.Tensor) -> dict[str, torch.Tensor]:
+        actor_features = self.actor_encoder(obs)
+        if self.share_encoder:
+            return self.head(actor_features)  # encode once
+        return self.head(actor_features, self.critic_encoder(obs))

@@ -1,0 +1,110 @@
+"""`Policy`: one model, three modes.
+
+`learn_mode`, `collect_mode` and `eval_mode` are plain interface collections (namedtuples of
+bound methods), as in DI-engine: a learner only ever sees `learn_mode`, a collector only
+`collect_mode`. That keeps exploration out of evaluation and the optimiser out of collection,
+while the modes share one set of weights.
+"""
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from typing import Any, Callable, NamedTuple, Optional
+
+import numpy as np
+import torch
+from gymnasium import spaces
+
+from mistk_rl.rl.config import deep_merge
+
+
+class LearnMode(NamedTuple):
+    forward: Callable[[dict], dict]  # one update on a collated batch -> scalars (+ priority)
+    state_dict: Callable[[], dict]
+    load_state_dict: Callable[[dict], None]
+    monitor_vars: Callable[[], list[str]]
+
+
+class CollectMode(NamedTuple):
+    forward: Callable[..., dict]  # (obs, mask, env_step) -> {"action", ...} with exploration
+    process_transition: Callable[..., dict]  # model output + env feedback -> a transition
+    reset: Callable[[], None]
+
+
+class EvalMode(NamedTuple):
+    forward: Callable[..., dict]  # (obs, mask) -> {"action", ...}, greedy
+    reset: Callable[[], None]
+
+
+class Policy(ABC):
+    """Base of DQN, PPO and the random policy. Subclasses declare `default_config()` and
+    implement the `_forward_*` methods; `self.config` is the merged config."""
+
+    on_policy: bool = False
+
+    @classmethod
+    def default_config(cls) -> dict:
+        return {}
+
+    def __init__(self, config: Optional[dict], observation_space: spaces.Space,
+                 action_space: spaces.Space, *, seed: Optional[int] = None) -> None:
+        if not isinstance(action_space, spaces.Discrete):
+            raise ValueError(f"{type(self).__name__} needs a Discrete action space, "
+                             f"got {action_space}")
+        self.config = deep_merge(self.default_config(), config)
+        self.observation_space, self.action_space = observation_space, action_space
+        self.rng = np.random.default_rng(seed)
+        if seed is not None:
+            torch.manual_seed(seed)
+        self._init()
+
+    @abstractmethod
+    def _init(self) -> None:
+        """Build the model, wrappers and optimiser from `self.config`."""
+
+    # ---- the modes --------------------------------------------------------------------
+    @property
+    def learn_mode(self) -> LearnMode:
+        return LearnMode(self._forward_learn, self._state_dict, self._load_state_dict,
+                         self._monitor_vars)
+
+    @property
+    def collect_mode(self) -> CollectMode:
+        return CollectMode(self._forward_collect, self._process_transition, self._reset)
+
+    @property
+    def eval_mode(self) -> EvalMode:
+        return EvalMode(self._forward_eval, self._reset)
+
+    # ---- to implement -----------------------------------------------------------------
+    @abstractmethod
+    def _forward_learn(self, batch: dict) -> dict:
+        ...
+
+    @abstractmethod
+    def _forward_collect(self, obs: torch.Tensor, mask: Optional[torch.Tensor],
+                         env_step: int) -> dict:
+        ...
+
+    @abstractmethod
+    def _forward_eval(self, obs: torch.Tensor, mask: Optional[torch.Tensor]) -> dict:
+        ...
+
+    def _process_transition(self, obs: Any, output: dict, reward: float, next_obs: Any,
+                            terminated: bool, truncated: bool) -> dict:
+        """The transition to store: env feedback plus what the model said when acting."""
+        return {"obs": obs, "action": output["action"], "reward": reward,
+                "next_obs": next_obs, "terminated": terminated, "truncated": truncated}
+
+    def _reset(self) -> None:
+        """Per-episode state (none for feed-forward policies)."""
+
+    @abstractmethod
+    def _state_dict(self) -> dict:
+        ...
+
+    @abstractmethod
+    def _load_state_dict(self, state: dict) -> None:
+        ...
+
+    def _monitor_vars(self) -> list[str]:
+        return ["loss"]

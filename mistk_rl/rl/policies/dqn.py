@@ -1,0 +1,116 @@
+"""DQN with the usual improvements, each a config switch: double Q-learning, a dueling head,
+n-step returns (`gamma_n` in the batch), prioritized replay (IS weights in when the batch
+has them, new priorities out) and a hard or soft target network.
+
+    learn:   TD target  r + gamma_n * (1 - terminated) * Q_target(s', argmax_a Q(s', a))
+             loss       IS-weighted Huber (or MSE) of Q(s, a) against that target
+    collect: epsilon-greedy, epsilon from a schedule of env steps
+    eval:    argmax
+"""
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+import torch.nn.functional as F
+
+from mistk_rl.rl.models import QNetwork, encode_obs, obs_dim_of
+from mistk_rl.rl.policies.base import Policy
+from mistk_rl.rl.schedules import make_schedule
+from mistk_rl.rl.wrappers import ArgmaxSample, EpsGreedySample, TargetNetwork
+
+
+class DQNPolicy(Policy):
+    on_policy = False
+
+    @classmethod
+    def default_config(cls) -> dict:
+        return {
+            "model": {"hidden_sizes": [256, 256], "dueling": False, "activation": "relu"},
+            "learn": {
+                "lr": 2.3e-3,
+                "batch_size": 64,
+                "gamma": 0.99,
+                "double": True,
+                "loss": "huber",  # or "mse"
+                "grad_clip": 10.0,  # max grad norm; null disables
+                "target": {"update": "hard", "every": 128, "tau": 0.005},
+            },
+            "nstep": 1,
+            "collect": {"eps": {"type": "linear", "start": 1.0, "end": 0.04,
+                                "duration": 8000}},
+        }
+
+    def _init(self) -> None:
+        cfg = self.config
+        self.model = QNetwork(obs_dim_of(self.observation_space), int(self.action_space.n),
+                              hidden_sizes=tuple(cfg["model"]["hidden_sizes"]),
+                              dueling=cfg["model"]["dueling"],
+                              activation=cfg["model"]["activation"])
+        target = cfg["learn"]["target"]
+        self.target = TargetNetwork(self.model, update=target["update"], every=target["every"],
+                                    tau=target["tau"])
+        self.optimizer = torch.optim.Adam(self.model.parameters(), lr=cfg["learn"]["lr"])
+        self.collect_model = EpsGreedySample(self.model, rng=self.rng)
+        self.eval_model = ArgmaxSample(self.model)
+        self.epsilon = make_schedule(cfg["collect"]["eps"])
+        if cfg["learn"]["loss"] not in ("huber", "mse"):
+            raise ValueError(f"learn.loss must be 'huber' or 'mse', not {cfg['learn']['loss']!r}")
+
+    def _encode(self, obs: torch.Tensor) -> torch.Tensor:
+        return encode_obs(self.observation_space, obs)
+
+    def _forward_learn(self, batch: dict) -> dict:
+        cfg = self.config["learn"]
+        obs, next_obs = self._encode(batch["obs"]), self._encode(batch["next_obs"])
+        action = batch["action"].long().view(-1)
+        reward = batch["reward"].float().view(-1)
+        not_done = 1.0 - batch["terminated"].float().view(-1)
+        gamma_n = (batch["gamma_n"].float().view(-1) if "gamma_n" in batch
+                   else torch.full_like(reward, cfg["gamma"]))
+        self.model.train()
+        q = self.model(obs)["logit"].gather(1, action[:, None]).squeeze(1)
+        with torch.no_grad():
+            target_q = self.target(next_obs)["logit"]
+            if cfg["double"]:
+                best = self.model(next_obs)["logit"].argmax(dim=1, keepdim=True)
+                next_q = target_q.gather(1, best).squeeze(1)
+            else:
+                next_q = target_q.max(dim=1).values
+            td_target = reward + gamma_n * not_done * next_q
+        td_error = q - td_target
+        per_sample = (F.smooth_l1_loss(q, td_target, reduction="none") if cfg["loss"] == "huber"
+                      else td_error.pow(2))
+        # prioritized replay: weight by importance sampling; new priorities go back out
+        weight = batch["IS"].float().view(-1) if "IS" in batch else 1.0
+        loss = (per_sample * weight).mean()
+        self.optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        grad_norm = (torch.nn.utils.clip_grad_norm_(self.model.parameters(), cfg["grad_clip"])
+                     if cfg["grad_clip"] else torch.tensor(0.0))
+        self.optimizer.step()
+        self.target.step()
+        return {"loss": loss.item(), "q_mean": q.mean().item(),
+                "td_abs_mean": td_error.abs().mean().item(), "grad_norm": float(grad_norm),
+                "priority": td_error.detach().abs().numpy()}
+
+    def _forward_collect(self, obs: torch.Tensor, mask: Optional[torch.Tensor],
+                         env_step: int) -> dict:
+        with torch.no_grad():
+            return self.collect_model(self._encode(obs), eps=self.epsilon(env_step), mask=mask)
+
+    def _forward_eval(self, obs: torch.Tensor, mask: Optional[torch.Tensor]) -> dict:
+        with torch.no_grad():
+            return self.eval_model(self._encode(obs), mask=mask)
+
+    def _state_dict(self) -> dict:
+        return {"model": self.model.state_dict(), "target": self.target.state_dict(),
+                "optimizer": self.optimizer.state_dict()}
+
+    def _load_state_dict(self, state: dict) -> None:
+        self.model.load_state_dict(state["model"])
+        self.target.load_state_dict(state["target"])
+        self.optimizer.load_state_dict(state["optimizer"])
+
+    def _monitor_vars(self) -> list[str]:
+        return ["loss", "q_mean", "td_abs_mean", "grad_norm"]

@@ -1,0 +1,144 @@
+"""PPO (clipped objective) for discrete actions.
+
+    collect: sample from the policy; remember log-prob and value with each transition
+    learn:   one call per rollout (advantages already computed with GAE by the trainer):
+             `epochs` passes of shuffled minibatches, advantage normalisation per minibatch,
+             loss = -min(r A, clip(r, 1-eps, 1+eps) A) + c_v (V - R)^2 - c_e H, grad clipping;
+             lr and clip range optionally annealed linearly to 0 over `anneal_env_steps`
+    eval:    argmax of the policy logits
+"""
+from __future__ import annotations
+
+from typing import Any, Optional
+
+import numpy as np
+import torch
+
+from mistk_rl.rl.models import ActorCritic, encode_obs, obs_dim_of
+from mistk_rl.rl.policies.base import Policy
+from mistk_rl.rl.wrappers import ArgmaxSample, MultinomialSample
+
+
+class PPOPolicy(Policy):
+    on_policy = True
+
+    @classmethod
+    def default_config(cls) -> dict:
+        return {
+            "model": {"hidden_sizes": [64, 64], "activation": "tanh", "share_encoder": False},
+            "learn": {
+                "lr": 1e-3,
+                "epochs": 20,
+                "batch_size": 256,
+                "clip": 0.2,
+                "value_coef": 0.5,
+                "entropy_coef": 0.0,
+                "gamma": 0.98,
+                "gae_lambda": 0.8,
+                "adv_norm": True,
+                "grad_clip": 0.5,
+                "anneal_env_steps": None,  # linear decay of lr and clip to 0 (rl-zoo's lin_)
+            },
+        }
+
+    def _init(self) -> None:
+        cfg = self.config
+        self.model = ActorCritic(obs_dim_of(self.observation_space), int(self.action_space.n),
+                                 hidden_sizes=tuple(cfg["model"]["hidden_sizes"]),
+                                 activation=cfg["model"]["activation"],
+                                 share_encoder=cfg["model"]["share_encoder"])
+        self.optimizer = torch.optim.Adam(self.model.parameters(), lr=cfg["learn"]["lr"],
+                                          eps=1e-5)
+        self.collect_model = MultinomialSample(self.model)
+        self.eval_model = ArgmaxSample(self.model)
+        self.torch_rng = torch.Generator().manual_seed(int(self.rng.integers(2**31)))
+
+    def _encode(self, obs: torch.Tensor) -> torch.Tensor:
+        return encode_obs(self.observation_space, obs)
+
+    def value(self, obs: torch.Tensor) -> torch.Tensor:
+        """V(obs), for bootstrapping at the end of a rollout or at a truncation."""
+        with torch.no_grad():
+            return self.model.compute_critic(self._encode(obs))["value"]
+
+    def _progress_left(self, env_steps: int) -> float:
+        horizon = self.config["learn"]["anneal_env_steps"]
+        return 1.0 if not horizon else max(0.0, 1.0 - env_steps / horizon)
+
+    def _forward_learn(self, batch: dict) -> dict:
+        cfg = self.config["learn"]
+        left = self._progress_left(int(batch.get("env_steps", 0)))
+        for group in self.optimizer.param_groups:
+            group["lr"] = cfg["lr"] * left
+        clip = cfg["clip"] * left if cfg["anneal_env_steps"] else cfg["clip"]
+        obs = self._encode(batch["obs"])
+        n = obs.shape[0]
+        stats: dict[str, list[float]] = {}
+        self.model.train()
+        for _ in range(cfg["epochs"]):
+            order = torch.randperm(n, generator=self.torch_rng)
+            for start in range(0, n, cfg["batch_size"]):
+                idx = order[start:start + cfg["batch_size"]]
+                for key, value in self._minibatch_step(batch, obs, idx, clip).items():
+                    stats.setdefault(key, []).append(value)
+        info = {key: float(np.mean(values)) for key, values in stats.items()}
+        info.update(lr=cfg["lr"] * left, clip=clip)
+        return info
+
+    def _minibatch_step(self, batch: dict, obs: torch.Tensor, idx: torch.Tensor,
+                        clip: float) -> dict[str, float]:
+        cfg = self.config["learn"]
+        advantage = batch["advantage"][idx].float()
+        if cfg["adv_norm"] and len(idx) > 1:
+            advantage = (advantage - advantage.mean()) / (advantage.std() + 1e-8)
+        mask = batch["action_mask"][idx] if "action_mask" in batch else None
+        out = self.collect_model(obs[idx], mask=mask, action=batch["action"][idx].long())
+        log_ratio = out["log_prob"] - batch["log_prob"][idx].float()
+        ratio = log_ratio.exp()
+        policy_loss = -torch.min(ratio * advantage,
+                                 ratio.clamp(1 - clip, 1 + clip) * advantage).mean()
+        value = out["value"] if "value" in out else self.model.compute_critic(obs[idx])["value"]
+        value_loss = (value - batch["return"][idx].float()).pow(2).mean()
+        entropy = out["entropy"].mean()
+        loss = policy_loss + cfg["value_coef"] * value_loss - cfg["entropy_coef"] * entropy
+        self.optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        if cfg["grad_clip"]:
+            torch.nn.utils.clip_grad_norm_(self.model.parameters(), cfg["grad_clip"])
+        self.optimizer.step()
+        with torch.no_grad():
+            approx_kl = ((ratio - 1) - log_ratio).mean().item()
+            clip_frac = ((ratio - 1).abs() > clip).float().mean().item()
+        return {"loss": loss.item(), "policy_loss": policy_loss.item(),
+                "value_loss": value_loss.item(), "entropy": entropy.item(),
+                "approx_kl": approx_kl, "clip_frac": clip_frac}
+
+    def _forward_collect(self, obs: torch.Tensor, mask: Optional[torch.Tensor],
+                         env_step: int) -> dict:
+        encoded = self._encode(obs)
+        with torch.no_grad():
+            out = self.collect_model(encoded, mask=mask)
+            if "value" not in out:
+                out["value"] = self.model.compute_critic(encoded)["value"]
+        return out
+
+    def _forward_eval(self, obs: torch.Tensor, mask: Optional[torch.Tensor]) -> dict:
+        with torch.no_grad():
+            return self.eval_model(self._encode(obs), mask=mask)
+
+    def _process_transition(self, obs: Any, output: dict, reward: float, next_obs: Any,
+                            terminated: bool, truncated: bool) -> dict:
+        transition = super()._process_transition(obs, output, reward, next_obs, terminated,
+                                                  truncated)
+        transition.update(log_prob=output["log_prob"], value=output["value"])
+        return transition
+
+    def _state_dict(self) -> dict:
+        return {"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict()}
+
+    def _load_state_dict(self, state: dict) -> None:
+        self.model.load_state_dict(state["model"])
+        self.optimizer.load_state_dict(state["optimizer"])
+
+    def _monitor_vars(self) -> list[str]:
+        return ["loss", "policy_loss", "value_loss", "entropy", "approx_kl", "clip_frac"]

@@ -1,0 +1,35 @@
+"""Uniformly random actions among the allowed ones: the warm-up policy that fills a replay
+buffer before learning starts (and a baseline)."""
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+
+from mistk_rl.rl.policies.base import Policy
+
+
+class RandomPolicy(Policy):
+    def _init(self) -> None:
+        self.generator = torch.Generator().manual_seed(int(self.rng.integers(2**31)))
+
+    def _sample(self, obs: torch.Tensor, mask: Optional[torch.Tensor]) -> dict:
+        n = int(self.action_space.n)
+        weights = torch.ones(obs.shape[0], n) if mask is None else mask.float()
+        return {"action": torch.multinomial(weights, 1, generator=self.generator).view(-1)}
+
+    def _forward_collect(self, obs: torch.Tensor, mask: Optional[torch.Tensor],
+                         env_step: int) -> dict:
+        return self._sample(obs, mask)
+
+    def _forward_eval(self, obs: torch.Tensor, mask: Optional[torch.Tensor]) -> dict:
+        return self._sample(obs, mask)
+
+    def _forward_learn(self, batch: dict) -> dict:
+        return {}
+
+    def _state_dict(self) -> dict:
+        return {}
+
+    def _load_state_dict(self, state: dict) -> None:
+        pass

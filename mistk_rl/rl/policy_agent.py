@@ -1,0 +1,243 @@
+"""`PolicyAgent`: an agent service around a `Policy`, a `Learner` and a trainer.
+
+How the MISTK calls map onto RL:
+
+- initialize(hyperparameters): the agent config (seed, policy, train, buffer, logging),
+  deep-merged over the defaults; an unknown key is a 400 naming it. The merged config is
+  written to ``<data dir>/config.yaml``.
+- buildModel(path): load a checkpoint (``weights_only``), or build fresh once the spaces are
+  known (at registration, or now if modelProperties carries them).
+- episodeStarted(mode): "collect" explores and learns, "eval" acts greedily and never learns.
+- getAction: one batched forward pass for all entities in the request.
+- replayAction: transitions into the trainer, which updates on its schedule.
+- saveModel(path): model + optimizer + counters + config + spaces, written atomically.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Optional
+
+import numpy as np
+import torch
+from gymnasium import spaces
+
+from mistk_rl.agent import AbstractAgent, EpisodeInfo, Observations, ReplayBatch
+from mistk_rl.errors import InvalidRequest
+from mistk_rl.rl.config import ConfigError, deep_merge, save_config
+from mistk_rl.rl.data.buffers import AdvancedReplayBuffer, NaiveReplayBuffer
+from mistk_rl.rl.learner import (CheckpointHook, Learner, LogHook, load_checkpoint,
+                                 save_checkpoint)
+from mistk_rl.rl.policies.base import Policy
+from mistk_rl.rl.policies.random import RandomPolicy
+from mistk_rl.rl.trainers import OffPolicyTrainer, OnPolicyTrainer
+from mistk_rl.spaces import space_from_dict, space_to_dict
+
+BUFFERS = {"naive": NaiveReplayBuffer, "advanced": AdvancedReplayBuffer}
+CHECKPOINT_FORMAT = 1
+
+
+class PolicyAgent(AbstractAgent):
+    """Subclasses set `policy_cls` (and may override `default_config`)."""
+
+    policy_cls: type[Policy]
+
+    # ---- config ------------------------------------------------------------------------
+    @classmethod
+    def default_config(cls, buffer_type: str = "naive") -> dict:
+        on_policy = cls.policy_cls.on_policy
+        config: dict[str, Any] = {
+            "seed": None,
+            "policy": cls.policy_cls.default_config(),
+            "train": (OnPolicyTrainer if on_policy else OffPolicyTrainer).default_config(),
+            "log_every": 100,  # learner iterations between TensorBoard/CSV rows; 0: off
+            "checkpoint_every": 0,  # learner iterations between checkpoints; 0: off
+        }
+        if not on_policy:
+            if buffer_type not in BUFFERS:
+                raise ConfigError(f"buffer.type {buffer_type!r} is not one of "
+                                  f"{', '.join(BUFFERS)}")
+            config["buffer"] = {"type": buffer_type,
+                                **BUFFERS[buffer_type].default_config()}
+            config["buffer"]["replay_buffer_size"] = 100_000
+        return config
+
+    @classmethod
+    def compile_config(cls, hparams: Optional[dict]) -> dict:
+        hparams = hparams or {}
+        buffer_type = (hparams.get("buffer") or {}).get("type", "naive")
+        return deep_merge(cls.default_config(buffer_type), hparams)
+
+    # ---- lifecycle hooks -----------------------------------------------------------------
+    def __init__(self) -> None:
+        super().__init__()
+        self.config: dict[str, Any] = {}
+        self.properties: dict[str, Any] = {}
+        self.policy: Optional[Policy] = None
+        self.learner: Optional[Learner] = None
+        self.trainer: Any = None
+        self.warmup: Optional[RandomPolicy] = None
+        self.mode = "collect"
+        self._checkpoint: Optional[dict] = None
+        self._pending: dict[str, dict] = {}
+
+    def validate_initialize(self, props: dict[str, Any], hparams: dict[str, Any]) -> None:
+        try:
+            self.compile_config(hparams)
+        except ConfigError as exc:
+            raise InvalidRequest(f"hyperparameters: {exc}") from exc
+
+    def do_initialize(self, props: dict[str, Any], hparams: dict[str, Any]) -> None:
+        self.config = self.compile_config(hparams)
+        self.properties = dict(props)
+        save_config(self.config, self.data_dir / "config.yaml")
+
+    def do_build_model(self, path: Optional[Path]) -> None:
+        self._drop_model()
+        if path is not None:
+            self._checkpoint = load_checkpoint(path)
+            expected = type(self).__name__
+            if self._checkpoint.get("agent") != expected:
+                raise ValueError(f"{path.name} is a {self._checkpoint.get('agent')} checkpoint, "
+                                 f"not a {expected} one")
+            obs_space, act_space = (space_from_dict(self._checkpoint["spaces"][k])
+                                    for k in ("observation", "action"))
+            self._build(obs_space, act_space)
+        elif "observationSpace" in self.properties and "actionSpace" in self.properties:
+            self._build(space_from_dict(self.properties["observationSpace"]),
+                        space_from_dict(self.properties["actionSpace"]))
+
+    def do_agent_registered(self, config: dict[str, Any]) -> None:
+        if self.observation_space is None or self.action_space is None:
+            raise ValueError(f"{type(self).__name__} needs observationSpace and actionSpace "
+                             "at registration")
+        if self.policy is None:
+            self._build(self.observation_space, self.action_space)
+            return
+        built = (space_to_dict(self.policy.observation_space),
+                 space_to_dict(self.policy.action_space))
+        given = (space_to_dict(self.observation_space), space_to_dict(self.action_space))
+        if built != given:
+            raise ValueError(f"the model was built for spaces {built}, the orchestrator "
+                             f"offers {given}")
+
+    def do_episode_started(self, episode: EpisodeInfo) -> None:
+        self._require_model()
+        self.mode = episode.mode
+        self._pending.clear()
+        (self.policy.eval_mode if self.mode == "eval" else self.policy.collect_mode).reset()
+
+    def do_get_action(self, obs: Observations,
+                      action_mask: Optional[Observations] = None) -> dict[str, Any]:
+        self._require_model()
+        names = list(obs)
+        batch = torch.as_tensor(np.stack([np.asarray(obs[n]) for n in names]))
+        mask = (torch.as_tensor(np.stack([np.asarray(action_mask[n]) for n in names])).bool()
+                if action_mask else None)
+        if self.mode == "eval":
+            out = self.policy.eval_mode.forward(batch, mask)
+        else:
+            actor = self.warmup if self.trainer.warming_up and self.warmup else self.policy
+            out = actor.collect_mode.forward(batch, mask, self.learner.env_steps)
+            self._pending = {name: {key: value[i] for key, value in out.items()
+                                    if isinstance(value, torch.Tensor) and value.dim() > 0}
+                             for i, name in enumerate(names)}
+        actions = out["action"].tolist()
+        return {name: int(actions[i]) for i, name in enumerate(names)}
+
+    def do_replay_action(self, batch: ReplayBatch) -> None:
+        self._require_model()
+        if self.mode == "eval":
+            return  # evaluation episodes never train the agent
+        for entity, action in batch.actions.items():
+            output = self._output_for(entity, int(np.asarray(action).reshape(())))
+            transition = self.policy.collect_mode.process_transition(
+                batch.prev_obs[entity], output, float(batch.rewards[entity]),
+                batch.new_obs[entity], bool(batch.terminated[entity]),
+                bool(batch.truncated[entity]))
+            self.learner.env_steps += 1
+            self.trainer.observe(entity, transition)
+        self.trainer.maybe_train()
+        self.update_status(self.progress())
+
+    def do_episode_stopped(self) -> None:
+        if self.trainer is not None and self.mode == "collect":
+            for entity in list(self._pending) or [self.name or ""]:
+                self.trainer.end_episode(entity)
+        self._pending.clear()
+
+    def do_save_model(self, path: Path) -> None:
+        self._require_model()
+        save_checkpoint(self._checkpoint_state(), path)
+
+    def do_reset(self, unload_model: bool) -> None:
+        if unload_model:
+            self._drop_model()
+            self.config = {}
+        self._pending.clear()
+
+    def do_terminate(self) -> None:
+        self._drop_model()
+
+    # ---- pieces --------------------------------------------------------------------------
+    def progress(self) -> dict[str, Any]:
+        """What the status payload shows about training."""
+        info = self.learner.last_info
+        progress = {"algorithm": type(self.policy).__name__, "envSteps": self.learner.env_steps,
+                    "updates": self.learner.train_iter, "mode": self.mode,
+                    "loss": info.get("loss")}
+        if hasattr(self.policy, "epsilon"):
+            progress["epsilon"] = float(self.policy.epsilon(self.learner.env_steps))
+        if hasattr(self.trainer, "buffer"):
+            progress["bufferSize"] = self.trainer.buffer.count()
+        return progress
+
+    def _build(self, obs_space: spaces.Space, act_space: spaces.Space) -> None:
+        seed = self.config["seed"]
+        self.policy = self.policy_cls(self.config["policy"], obs_space, act_space, seed=seed)
+        hooks = []
+        if self.config["log_every"]:
+            hooks.append(LogHook(self.data_dir / "logs", every=self.config["log_every"]))
+        if self.config["checkpoint_every"]:
+            hooks.append(CheckpointHook(self.data_dir / "checkpoints" / "latest.pt",
+                                        every=self.config["checkpoint_every"],
+                                        extra=self._checkpoint_extra))
+        self.learner = Learner(self.policy.learn_mode, hooks)
+        if self.policy.on_policy:
+            self.trainer = OnPolicyTrainer(self.policy, self.learner, self.config["train"])
+        else:
+            buffer_cfg = {k: v for k, v in self.config["buffer"].items() if k != "type"}
+            buffer = BUFFERS[self.config["buffer"]["type"]](buffer_cfg, seed=seed)
+            self.trainer = OffPolicyTrainer(self.policy, self.learner, buffer,
+                                            self.config["train"])
+            self.warmup = RandomPolicy(None, obs_space, act_space, seed=seed)
+        if self._checkpoint is not None:
+            self.learner.load_state_dict(self._checkpoint["learner"])
+
+    def _output_for(self, entity: str, action: int) -> dict:
+        """What the model said when it chose `action` (PPO needs its log-prob and value)."""
+        pending = self._pending.pop(entity, None)
+        if pending is not None and int(pending["action"]) == action:
+            return pending
+        if self.policy.on_policy:
+            raise ValueError(f"replayAction for {entity!r} with action {action} that this "
+                             "agent did not choose: an on-policy learner cannot use it")
+        return {"action": torch.tensor(action)}
+
+    def _checkpoint_extra(self) -> dict:
+        return {"agent": type(self).__name__, "format": CHECKPOINT_FORMAT,
+                "config": self.config,
+                "spaces": {"observation": space_to_dict(self.policy.observation_space),
+                           "action": space_to_dict(self.policy.action_space)}}
+
+    def _checkpoint_state(self) -> dict:
+        return {"learner": self.learner.state_dict(), **self._checkpoint_extra()}
+
+    def _require_model(self) -> None:
+        if self.policy is None:
+            raise RuntimeError("no model yet: call buildModel, then register the agent")
+
+    def _drop_model(self) -> None:
+        if self.learner is not None:
+            self.learner.close()
+        self.policy = self.learner = self.trainer = self.warmup = None
+        self._checkpoint = None

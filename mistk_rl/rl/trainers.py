@@ -1,0 +1,128 @@
+"""Trainers: what to do with transitions as they stream in from the environment.
+
+An agent service does not own its environment loop: transitions arrive one replayAction at a
+time, for one or more entities. A trainer turns that stream into learner updates.
+
+- `OffPolicyTrainer` (DQN): per-entity n-step accumulation into a replay buffer, then
+  `gradient_steps` updates every `train_freq` env steps once `learning_starts` is reached,
+  feeding new priorities back to a prioritized buffer.
+- `OnPolicyTrainer` (PPO): per-entity rollouts; every `n_steps` transitions, GAE and one
+  learner call on the whole rollout.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+
+from mistk_rl.rl.data.collate import default_collate
+from mistk_rl.rl.data.returns import NStepAccumulator, gae
+from mistk_rl.rl.learner import Learner
+
+META_KEYS = ("replay_unique_id", "replay_buffer_idx", "priority", "IS", "use", "staleness")
+
+
+class OffPolicyTrainer:
+    @classmethod
+    def default_config(cls) -> dict:
+        return {"learning_starts": 1000, "train_freq": 256, "gradient_steps": 128}
+
+    def __init__(self, policy: Any, learner: Learner, buffer: Any, config: dict) -> None:
+        self.policy, self.learner, self.buffer, self.config = policy, learner, buffer, config
+        self.batch_size = policy.config["learn"]["batch_size"]
+        self._nstep: dict[str, NStepAccumulator] = {}
+        self._last_train = 0
+
+    @property
+    def warming_up(self) -> bool:
+        return self.learner.env_steps < self.config["learning_starts"]
+
+    def observe(self, entity: str, transition: dict) -> None:
+        acc = self._nstep.get(entity)
+        if acc is None:
+            acc = self._nstep[entity] = NStepAccumulator(self.policy.config["nstep"],
+                                                         self.policy.config["learn"]["gamma"])
+        self._push(acc.push(transition))
+
+    def end_episode(self, entity: str) -> None:
+        """The episode was cut off without a done flag: emit what the n-step window holds."""
+        if entity in self._nstep:
+            self._push(self._nstep[entity].flush())
+
+    def maybe_train(self) -> int:
+        """Run the updates due at the current env step; returns how many ran."""
+        steps = self.learner.env_steps
+        if self.warming_up or steps - self._last_train < self.config["train_freq"]:
+            return 0
+        self._last_train = steps
+        done = 0
+        for _ in range(self.config["gradient_steps"]):
+            items = self.buffer.sample(self.batch_size, learner_iter=self.learner.train_iter)
+            if items is None:
+                break
+            info = self.learner.train(self._collate(items))
+            if "priority" in info:
+                self.buffer.update({"replay_unique_id": [i["replay_unique_id"] for i in items],
+                                    "replay_buffer_idx": [i["replay_buffer_idx"] for i in items],
+                                    "priority": np.asarray(info["priority"]).tolist()})
+            done += 1
+        return done
+
+    def _push(self, transitions: list[dict]) -> None:
+        if transitions:
+            self.buffer.push(transitions, collect_iter=self.learner.train_iter)
+
+    @staticmethod
+    def _collate(items: list[dict]) -> dict:
+        """Stack the transitions; of the buffer's meta keys only the IS weight is needed."""
+        return default_collate([{k: v for k, v in item.items()
+                                 if k not in META_KEYS or k == "IS"} for item in items])
+
+
+class OnPolicyTrainer:
+    @classmethod
+    def default_config(cls) -> dict:
+        return {"n_steps": 256}
+
+    def __init__(self, policy: Any, learner: Learner, config: dict) -> None:
+        self.policy, self.learner, self.config = policy, learner, config
+        self._rollout: dict[str, list[dict]] = {}
+        self._count = 0
+
+    warming_up = False
+
+    def observe(self, entity: str, transition: dict) -> None:
+        self._rollout.setdefault(entity, []).append(transition)
+        self._count += 1
+
+    def end_episode(self, entity: str) -> None:
+        """Nothing to do: transitions carry their own terminated/truncated flags, and a
+        rollout bootstraps from the value of its last next_obs."""
+
+    def maybe_train(self) -> int:
+        if self._count < self.config["n_steps"]:
+            return 0
+        self.learner.train(self._rollout_batch())
+        self._rollout.clear()
+        self._count = 0
+        return 1
+
+    def _rollout_batch(self) -> dict:
+        learn = self.policy.config["learn"]
+        pieces = []
+        for steps in self._rollout.values():
+            batch = default_collate(steps)
+            next_values = self.policy.value(batch["next_obs"]).numpy()
+            terminated = batch["terminated"].numpy().astype(np.float32)
+            dones = np.maximum(terminated, batch["truncated"].numpy().astype(np.float32))
+            advantage, returns = gae(batch["reward"].numpy().astype(np.float32),
+                                     batch["value"].numpy().astype(np.float32), next_values,
+                                     terminated, dones, learn["gamma"], learn["gae_lambda"])
+            batch["advantage"] = torch.as_tensor(advantage, dtype=torch.float32)
+            batch["return"] = torch.as_tensor(returns, dtype=torch.float32)
+            pieces.append(batch)
+        merged = {key: torch.cat([p[key] for p in pieces])
+                  for key in pieces[0] if isinstance(pieces[0][key], torch.Tensor)}
+        merged["env_steps"] = self.learner.env_steps
+        return merged

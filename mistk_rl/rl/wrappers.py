@@ -1,0 +1,203 @@
+"""Model wrappers: one shared model, a different behaviour per policy mode.
+
+A policy builds one model and wraps it per mode (DI-engine's `model_wrap`): DQN acts with
+`EpsGreedySample` when collecting, `ArgmaxSample` when evaluating, and learns against a
+`TargetNetwork`; PPO collects with `MultinomialSample`. Wrappers hold a reference to the model,
+not a copy, so an update made through one is seen by all (only `TargetNetwork` copies, on
+purpose). The model's `forward(obs)` must return a dict whose "logit" entry holds Q values or
+policy logits [B, action_n]; wrappers add "action" and pass the other entries through.
+
+Every wrapper takes an optional action mask [B, action_n] (bool or 0/1; true = allowed).
+Masked actions get logit -inf and are never chosen. Wrappers do not switch off gradients:
+call them under `torch.no_grad()` when acting, and with gradients for PPO's evaluation of
+stored actions.
+"""
+from __future__ import annotations
+
+import copy
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+TensorDict = dict[str, torch.Tensor]
+
+
+def apply_mask(logits: torch.Tensor, mask: torch.Tensor | np.ndarray | None) -> torch.Tensor:
+    """`logits` with disallowed actions set to -inf; ValueError if a row allows none."""
+    if mask is None:
+        return logits
+    allowed = torch.as_tensor(mask, device=logits.device).bool()
+    if allowed.shape != logits.shape:
+        raise ValueError(f"action mask shape {tuple(allowed.shape)} does not match logits "
+                         f"{tuple(logits.shape)}")
+    if not allowed.any(dim=-1).all():
+        raise ValueError("the action mask allows no action for some batch row")
+    return logits.masked_fill(~allowed, float("-inf"))
+
+
+class ModelWrapper:
+    """Base: calling the wrapper runs `forward`; parameters, state and train/eval mode are
+    those of `module` (the wrapped model itself, unless a subclass says otherwise)."""
+
+    def __init__(self, model: nn.Module) -> None:
+        self.model = model
+
+    @property
+    def module(self) -> nn.Module:
+        """The network this wrapper runs and whose parameters, state and mode it exposes."""
+        return self.model
+
+    def forward(self, obs: torch.Tensor, *args: Any, **kwargs: Any) -> TensorDict:
+        raise NotImplementedError
+
+    def __call__(self, *args: Any, **kwargs: Any) -> TensorDict:
+        return self.forward(*args, **kwargs)
+
+    def _masked_output(self, obs: torch.Tensor, mask: torch.Tensor | None) -> TensorDict:
+        output = dict(self.module(obs))
+        output["logit"] = apply_mask(output["logit"], mask)
+        return output
+
+    def parameters(self, recurse: bool = True) -> Iterator[nn.Parameter]:
+        return self.module.parameters(recurse)
+
+    def state_dict(self) -> dict[str, Any]:
+        return self.module.state_dict()
+
+    def load_state_dict(self, state: dict[str, Any], strict: bool = True) -> Any:
+        return self.module.load_state_dict(state, strict=strict)
+
+    def train(self, mode: bool = True) -> ModelWrapper:
+        self.module.train(mode)
+        return self
+
+    def eval(self) -> ModelWrapper:
+        return self.train(False)
+
+    @property
+    def training(self) -> bool:
+        return self.module.training
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.model!r})"
+
+
+class ArgmaxSample(ModelWrapper):
+    """Greedy: the allowed action with the highest logit (evaluation)."""
+
+    def forward(self, obs: torch.Tensor, mask: torch.Tensor | None = None) -> TensorDict:
+        output = self._masked_output(obs, mask)
+        return {**output, "action": output["logit"].argmax(dim=-1)}
+
+
+class EpsGreedySample(ModelWrapper):
+    """With probability `eps` a uniformly random allowed action, else the greedy one.
+
+    `rng` (a numpy or torch generator) makes exploration reproducible; None uses torch's
+    global generator.
+    """
+
+    def __init__(self, model: nn.Module,
+                 rng: np.random.Generator | torch.Generator | None = None) -> None:
+        super().__init__(model)
+        self.rng = rng
+
+    def _uniform(self, *shape: int) -> torch.Tensor:
+        if isinstance(self.rng, np.random.Generator):
+            return torch.from_numpy(self.rng.random(shape, dtype=np.float32))
+        return torch.rand(shape, generator=self.rng)
+
+    def forward(self, obs: torch.Tensor, eps: float,
+                mask: torch.Tensor | None = None) -> TensorDict:
+        if not 0.0 <= eps <= 1.0:
+            raise ValueError(f"eps must be in [0, 1], got {eps}")
+        output = self._masked_output(obs, mask)
+        logits = output["logit"]
+        greedy = logits.argmax(dim=-1)
+        # A random allowed action: the argmax of uniform scores over the allowed actions.
+        scores = self._uniform(*logits.shape).to(logits.device)
+        explore_action = scores.masked_fill(torch.isneginf(logits), -1.0).argmax(dim=-1)
+        explore = self._uniform(logits.shape[0]).to(logits.device) < eps
+        return {**output, "action": torch.where(explore, explore_action, greedy)}
+
+
+class MultinomialSample(ModelWrapper):
+    """Samples from softmax(logits) over the allowed actions (on-policy collection).
+
+    Also returns "log_prob" and "entropy". Given `action=`, it evaluates those actions
+    instead of sampling, with gradients, as PPO's update needs.
+    """
+
+    def __init__(self, model: nn.Module, generator: torch.Generator | None = None) -> None:
+        super().__init__(model)
+        self.generator = generator
+
+    def forward(self, obs: torch.Tensor, mask: torch.Tensor | None = None,
+                action: torch.Tensor | None = None) -> TensorDict:
+        output = self._masked_output(obs, mask)
+        dist = torch.distributions.Categorical(logits=output["logit"])
+        if action is None:
+            action = torch.multinomial(dist.probs, 1, generator=self.generator).squeeze(-1)
+        action = torch.as_tensor(action, device=dist.logits.device).long()
+        return {**output, "action": action, "log_prob": dist.log_prob(action),
+                "entropy": dist.entropy()}
+
+
+class TargetNetwork(ModelWrapper):
+    """A frozen copy of the model for TD targets, kept in step with the online model.
+
+    Call `step()` after each learner update. "hard" copies the online weights every `every`
+    steps (DQN); "soft" moves them toward the online ones on every step by
+    θ' ← τθ + (1 − τ)θ' (Polyak averaging). Parameters, state and mode are the copy's; the
+    state also holds the step counter, so a resumed run copies on the same schedule.
+    """
+
+    def __init__(self, model: nn.Module, update: str = "hard", every: int = 100,
+                 tau: float = 0.005) -> None:
+        if update not in ("hard", "soft"):
+            raise ValueError(f"update must be 'hard' or 'soft', got {update!r}")
+        if every < 1:
+            raise ValueError(f"every must be >= 1, got {every}")
+        if not 0.0 < tau <= 1.0:
+            raise ValueError(f"tau must be in (0, 1], got {tau}")
+        super().__init__(model)
+        self.update, self.every, self.tau = update, every, tau
+        self.target = copy.deepcopy(model).eval().requires_grad_(False)
+        self.steps = 0
+
+    @property
+    def module(self) -> nn.Module:
+        return self.target
+
+    def forward(self, obs: torch.Tensor, mask: torch.Tensor | None = None) -> TensorDict:
+        with torch.no_grad():
+            return self._masked_output(obs, mask)
+
+    def step(self) -> None:
+        """Count one learner update and refresh the target when the schedule says so."""
+        self.steps += 1
+        if self.update == "soft":
+            self._soft_update()
+        elif self.steps % self.every == 0:
+            self.sync()
+
+    def sync(self) -> None:
+        """Copy the online weights into the target now."""
+        self.target.load_state_dict(self.model.state_dict())
+
+    @torch.no_grad()
+    def _soft_update(self) -> None:
+        for target, online in zip(self.target.parameters(), self.model.parameters()):
+            target.lerp_(online, self.tau)
+        for target, online in zip(self.target.buffers(), self.model.buffers()):
+            target.copy_(online)  # running statistics are not averaged (as in SB3)
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"model": self.target.state_dict(), "steps": self.steps}
+
+    def load_state_dict(self, state: dict[str, Any], strict: bool = True) -> Any:
+        self.steps = int(state["steps"])
+        return self.target.load_state_dict(state["model"], strict=strict)

@@ -1,0 +1,100 @@
+"""Collate a list of nested samples into tensors and back."""
+from __future__ import annotations
+
+from collections import namedtuple
+
+import numpy as np
+import pytest
+import torch
+
+from mistk_rl.rl.data.collate import default_collate, default_decollate
+
+Pair = namedtuple("Pair", "left right")
+
+
+def sample(i: int) -> dict:
+    return {
+        "obs": np.full((2, 3), i, dtype=np.float64),
+        "frame": np.full(4, i, dtype=np.uint8),
+        "action": i,
+        "reward": i / 2,
+        "done": i % 2 == 0,
+        "flag": np.bool_(i > 0),
+        "logit": torch.full((2,), float(i), dtype=torch.float64),
+        "nested": {"h": np.int32(i), "pair": (np.arange(2) + i, f"name{i}")},
+        "named": Pair(left=float(i), right=None),
+        "vec": [i, i + 1],
+        "id": f"item{i}",
+        "info": None,
+    }
+
+
+def test_collate_structure_and_dtypes():
+    batch = default_collate([sample(i) for i in range(3)])
+    assert batch["obs"].shape == (3, 2, 3) and batch["obs"].dtype == torch.float32
+    assert batch["frame"].dtype == torch.uint8  # images stay 8-bit
+    assert batch["action"].dtype == torch.int64 and batch["action"].tolist() == [0, 1, 2]
+    assert batch["reward"].dtype == torch.float32 and batch["reward"].tolist() == [0, .5, 1]
+    assert batch["done"].dtype == torch.bool and batch["done"].tolist() == [True, False, True]
+    assert batch["flag"].dtype == torch.bool
+    assert batch["logit"].dtype == torch.float32 and batch["logit"].shape == (3, 2)
+    assert batch["nested"]["h"].dtype == torch.int64
+    pair = batch["nested"]["pair"]
+    assert isinstance(pair, tuple) and pair[0].shape == (3, 2)
+    assert pair[1] == ["name0", "name1", "name2"]
+    assert isinstance(batch["named"], Pair) and batch["named"].right == [None, None, None]
+    assert batch["vec"].tolist() == [[0, 1], [1, 2], [2, 3]]
+    assert batch["id"] == ["item0", "item1", "item2"] and batch["info"] == [None] * 3
+
+
+def as_tensor_tree(value):
+    """The expected decollated form: numeric leaves as tensors with collate's dtypes."""
+    if isinstance(value, dict):
+        return {k: as_tensor_tree(v) for k, v in value.items()}
+    if isinstance(value, tuple):
+        items = [as_tensor_tree(v) for v in value]
+        return type(value)(*items) if hasattr(value, "_fields") else tuple(items)
+    if value is None or isinstance(value, str):
+        return value
+    leaf = value.clone() if isinstance(value, torch.Tensor) else torch.as_tensor(np.array(value))
+    if leaf.dtype in (torch.bool, torch.uint8):
+        return leaf
+    return leaf.to(torch.float32 if leaf.is_floating_point() else torch.int64)
+
+
+def assert_same(a, b):
+    assert type(a) is type(b)
+    if isinstance(a, torch.Tensor):
+        assert a.dtype == b.dtype and torch.equal(a, b)
+    elif isinstance(a, dict):
+        assert a.keys() == b.keys()
+        for key in a:
+            assert_same(a[key], b[key])
+    elif isinstance(a, (tuple, list)):
+        assert len(a) == len(b)
+        for x, y in zip(a, b):
+            assert_same(x, y)
+    else:
+        assert a == b
+
+
+def test_round_trip():
+    items = [sample(i) for i in range(4)]
+    batch = default_collate(items)
+    back = default_decollate(batch)
+    assert len(back) == 4
+    for item, restored in zip(items, back):
+        assert_same(restored, as_tensor_tree(item))
+        np.testing.assert_array_equal(restored["obs"].numpy(), item["obs"])
+    assert_same(default_collate(back), batch)  # and the batch survives the trip exactly
+
+
+def test_collate_errors():
+    with pytest.raises(ValueError, match="non-empty"):
+        default_collate([])
+    with pytest.raises(ValueError, match="keys"):
+        default_collate([{"a": 1}, {"b": 1}])
+    with pytest.raises(ValueError, match="obs"):
+        default_collate([{"obs": np.zeros(2)}, {"obs": np.zeros(3)}])
+    with pytest.raises(ValueError, match="batch size"):
+        default_decollate({"a": None})
