@@ -49,7 +49,9 @@ class PolicyAgent(AbstractAgent):
             "seed": None,
             "policy": cls.policy_cls.default_config(),
             "train": (OnPolicyTrainer if on_policy else OffPolicyTrainer).default_config(),
-            "log_every": 100,  # learner iterations between TensorBoard/CSV rows; 0: off
+            # learner iterations between TensorBoard/CSV rows (0: off); a PPO iteration is a
+            # whole rollout, a DQN one a single minibatch
+            "log_every": 1 if on_policy else 100,
             "checkpoint_every": 0,  # learner iterations between checkpoints; 0: off
         }
         if not on_policy:
@@ -71,6 +73,7 @@ class PolicyAgent(AbstractAgent):
     def __init__(self) -> None:
         super().__init__()
         self.config: dict[str, Any] = {}
+        self.hparams: dict[str, Any] = {}  # as given: re-applied over a checkpoint's config
         self.properties: dict[str, Any] = {}
         self.policy: Optional[Policy] = None
         self.learner: Optional[Learner] = None
@@ -88,7 +91,7 @@ class PolicyAgent(AbstractAgent):
 
     def do_initialize(self, props: dict[str, Any], hparams: dict[str, Any]) -> None:
         self.config = self.compile_config(hparams)
-        self.properties = dict(props)
+        self.hparams, self.properties = dict(hparams), dict(props)
         save_config(self.config, self.data_dir / "config.yaml")
 
     def do_build_model(self, path: Optional[Path]) -> None:
@@ -99,6 +102,9 @@ class PolicyAgent(AbstractAgent):
             if self._checkpoint.get("agent") != expected:
                 raise ValueError(f"{path.name} is a {self._checkpoint.get('agent')} checkpoint, "
                                  f"not a {expected} one")
+            # the checkpoint fixes the architecture; what initialize gave explicitly wins
+            self.config = deep_merge(self._checkpoint["config"], self.hparams)
+            save_config(self.config, self.data_dir / "config.yaml")
             obs_space, act_space = (space_from_dict(self._checkpoint["spaces"][k])
                                     for k in ("observation", "action"))
             self._build(obs_space, act_space)
@@ -125,6 +131,7 @@ class PolicyAgent(AbstractAgent):
         self.mode = episode.mode
         self._pending.clear()
         (self.policy.eval_mode if self.mode == "eval" else self.policy.collect_mode).reset()
+        self.update_status({"mode": self.mode})
 
     def do_get_action(self, obs: Observations,
                       action_mask: Optional[Observations] = None) -> dict[str, Any]:
@@ -212,6 +219,7 @@ class PolicyAgent(AbstractAgent):
             self.warmup = RandomPolicy(None, obs_space, act_space, seed=seed)
         if self._checkpoint is not None:
             self.learner.load_state_dict(self._checkpoint["learner"])
+        self.update_status(self.progress())
 
     def _output_for(self, entity: str, action: int) -> dict:
         """What the model said when it chose `action` (PPO needs its log-prob and value)."""

@@ -1,0 +1,163 @@
+"""Learner hooks, the two trainers' schedules, and the episode-balanced evaluator."""
+from __future__ import annotations
+
+import csv
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch
+from gymnasium import spaces
+
+from mistk_rl.rl.data.buffers import AdvancedReplayBuffer, NaiveReplayBuffer
+from mistk_rl.rl.evaluator import EpisodeQuota, Evaluator
+from mistk_rl.rl.learner import (CheckpointHook, FunctionHook, Learner, LogHook,
+                                 load_checkpoint)
+from mistk_rl.rl.policies.base import LearnMode
+from mistk_rl.rl.policies.dqn import DQNPolicy
+from mistk_rl.rl.policies.ppo import PPOPolicy
+from mistk_rl.rl.trainers import OffPolicyTrainer, OnPolicyTrainer
+
+OBS = spaces.Box(-1.0, 1.0, shape=(4,), dtype=np.float32)
+ACT = spaces.Discrete(2)
+
+
+def _fake_learn_mode(calls: list) -> LearnMode:
+    weights = {"w": torch.zeros(3)}
+
+    def forward(batch):
+        calls.append(batch)
+        weights["w"] += 1
+        return {"loss": float(len(calls)), "vector": np.ones(2)}
+    return LearnMode(forward, lambda: {"w": weights["w"].clone()},
+                     lambda s: weights.update(w=s["w"]), lambda: ["loss"])
+
+
+def test_hooks_run_at_their_positions_and_frequency():
+    calls, seen = [], []
+    learner = Learner(_fake_learn_mode(calls), [
+        FunctionHook("before_run", lambda lr: seen.append("before_run")),
+        FunctionHook("after_iter", lambda lr: seen.append(f"iter{lr.train_iter}"), every=2),
+        FunctionHook("after_run", lambda lr: seen.append("after_run"))])
+    for _ in range(5):
+        learner.train({})
+    learner.close()
+    assert seen == ["before_run", "iter2", "iter4", "after_run"]
+    with pytest.raises(ValueError, match="valid: before_run"):
+        FunctionHook("sometimes", print)
+
+
+def test_checkpoint_and_log_hooks(tmp_path):
+    calls = []
+    learner = Learner(_fake_learn_mode(calls), [
+        CheckpointHook(tmp_path / "ckpt.pt", every=3, extra=lambda: {"note": "x"}),
+        LogHook(tmp_path / "logs", every=2)])
+    learner.env_steps = 7
+    for _ in range(6):
+        learner.train({})
+    learner.close()
+    state = load_checkpoint(tmp_path / "ckpt.pt")  # weights_only
+    assert state["train_iter"] == 6 and state["note"] == "x"
+    assert torch.equal(state["policy"]["w"], torch.full((3,), 6.0))
+    rows = list(csv.DictReader(open(tmp_path / "logs" / "learner.csv")))
+    assert [r["train_iter"] for r in rows] == ["2", "4", "6"]
+    assert rows[0]["env_steps"] == "7" and "vector" not in rows[0]
+    assert list((tmp_path / "logs").glob("events.out.tfevents.*"))
+
+
+def _transition(i: int, done: bool = False) -> dict:
+    return {"obs": np.full(4, i, np.float32), "action": torch.tensor(i % 2), "reward": 1.0,
+            "next_obs": np.full(4, i + 1, np.float32), "terminated": done, "truncated": False}
+
+
+def test_off_policy_trainer_schedule():
+    policy = DQNPolicy({"learn": {"batch_size": 4}}, OBS, ACT, seed=0)
+    learner = Learner(policy.learn_mode)
+    buffer = NaiveReplayBuffer({"replay_buffer_size": 100}, seed=0)
+    trainer = OffPolicyTrainer(policy, learner, buffer,
+                               {"learning_starts": 10, "train_freq": 5, "gradient_steps": 3})
+    updates = []
+    for i in range(30):
+        learner.env_steps += 1
+        trainer.observe("e", _transition(i, done=(i % 9 == 8)))
+        updates.append(trainer.maybe_train())
+    assert buffer.count() == 30
+    # nothing before learning_starts, then 3 updates every 5 env steps
+    assert [i + 1 for i, u in enumerate(updates) if u] == [10, 15, 20, 25, 30]
+    assert learner.train_iter == 15 and set(updates) == {0, 3}
+
+
+def test_off_policy_trainer_feeds_priorities_back():
+    policy = DQNPolicy({"learn": {"batch_size": 8}}, OBS, ACT, seed=0)
+    learner = Learner(policy.learn_mode)
+    buffer = AdvancedReplayBuffer({"replay_buffer_size": 64}, seed=0)
+    trainer = OffPolicyTrainer(policy, learner, buffer,
+                               {"learning_starts": 1, "train_freq": 1, "gradient_steps": 1})
+    for i in range(32):
+        learner.env_steps += 1
+        trainer.observe("e", _transition(i))
+        trainer.maybe_train()
+    # the buffer refuses to sample until it holds a full batch (sample_min_limit_ratio 1)
+    assert learner.train_iter == 32 - 7
+    assert buffer.stats()["max_priority"] != 1.0  # TD errors replaced the initial priority
+
+
+def test_nstep_reaches_the_buffer():
+    policy = DQNPolicy({"nstep": 3, "learn": {"batch_size": 2, "gamma": 0.5}}, OBS, ACT, seed=0)
+    learner = Learner(policy.learn_mode)
+    buffer = NaiveReplayBuffer({"replay_buffer_size": 10}, seed=0)
+    trainer = OffPolicyTrainer(policy, learner, buffer,
+                               {"learning_starts": 100, "train_freq": 1, "gradient_steps": 1})
+    for i in range(4):
+        trainer.observe("e", _transition(i))
+    first = min(buffer.sample(2), key=lambda t: t["obs"][0])
+    assert first["reward"] == pytest.approx(1 + 0.5 + 0.25) and first["gamma_n"] == 0.125
+
+
+def test_on_policy_trainer_trains_every_n_steps_with_bootstrapped_gae():
+    policy = PPOPolicy({"learn": {"epochs": 1, "batch_size": 8}}, OBS, ACT, seed=0)
+    batches = []
+    learner = Learner(policy.learn_mode, [FunctionHook("before_iter", lambda lr: None)])
+    original = learner.learn_mode.forward
+    learner.learn_mode = learner.learn_mode._replace(
+        forward=lambda b: batches.append(b) or original(b))
+    trainer = OnPolicyTrainer(policy, learner, {"n_steps": 8})
+    obs = torch.zeros(1, 4)
+    for i in range(16):
+        out = policy.collect_mode.forward(obs, None, i)
+        item = {k: v[0] for k, v in out.items() if isinstance(v, torch.Tensor) and v.dim()}
+        t = policy.collect_mode.process_transition(np.zeros(4, np.float32), item, 1.0,
+                                                   np.zeros(4, np.float32), False, i == 5)
+        learner.env_steps += 1
+        trainer.observe("e", t)
+        trainer.maybe_train()
+    assert len(batches) == 2 and all(len(b["advantage"]) == 8 for b in batches)
+    batch = batches[0]
+    value = batch["value"]
+    # no termination: every delta bootstraps from V(next_obs) (same obs here, so V(s))
+    delta = batch["reward"] + 0.98 * value - value
+    # step 5 is truncated: its advantage is its delta alone (the recursion stops there)
+    assert batch["advantage"][5].item() == pytest.approx(delta[5].item(), rel=1e-5)
+    assert batch["return"][5].item() == pytest.approx(
+        (batch["advantage"][5] + value[5]).item(), rel=1e-5)
+
+
+def test_episode_quota_balances_envs():
+    quota = EpisodeQuota(n_episodes=5, n_envs=2)
+    assert quota.quota == [3, 2]
+    for r in (1, 1, 1):  # env 1 finishes short episodes fast...
+        quota.add(1, r)
+    assert not quota.add(1, 1.0) or len(quota.returns[1]) <= 2
+    for r in (100, 100, 100, 100):  # ...env 0's long ones still count
+        quota.add(0, r)
+    assert quota.done and sorted(quota.all_returns()) == [1, 1, 100, 100, 100]
+    with pytest.raises(ValueError):
+        EpisodeQuota(1, 2)
+
+
+def test_evaluator_reports_stop():
+    policy = DQNPolicy(None, gym.make("CartPole-v1").observation_space, ACT, seed=0)
+    evaluator = Evaluator([lambda: gym.make("CartPole-v1")] * 2, n_episodes=4, stop_value=1e9)
+    result = evaluator.eval(policy.eval_mode.forward, seed=0)
+    evaluator.close()
+    assert len(result.returns) == 4 and not result.stop and result.mean_return > 0
