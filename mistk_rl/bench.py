@@ -55,12 +55,24 @@ def bench_getaction(n: int = 2000, warmup: int = 200) -> dict:
             "calls_per_s": round(float(n / times.sum()), 1)}
 
 
-BENCHES = {"getaction": bench_getaction}
+def bench_sb3(algo: str, seed: int, eval_every: int) -> dict:
+    from mistk_rl.bench_sb3 import run_sb3
+
+    record = run_sb3(algo, seed=seed, eval_every=eval_every)
+    for e in record["evals"]:
+        print(f"  eval at {e['env_steps']:7d} env steps ({e['wall_s']:7.1f} s): "
+              f"mean return {e['mean_return']:7.2f}")
+    return record
 
 
-def run_bench(what: str, n: int = 2000, json_out: Optional[Path] = None) -> int:
-    record = BENCHES[what](n=n)
-    print("  ".join(f"{k}={v}" for k, v in record.items()))
+def run_bench(what: str, n: int = 2000, json_out: Optional[Path] = None, seed: int = 0,
+              eval_every: Optional[int] = None) -> int:
+    if what == "getaction":
+        record = bench_getaction(n=n)
+    else:
+        algo = what.split("-")[1]
+        record = bench_sb3(algo, seed, eval_every or (2500 if algo == "dqn" else 5000))
+    print("  ".join(f"{k}={v}" for k, v in record.items() if k != "evals"))
     if json_out is not None:
         payload = {"machine": {"python": platform.python_version(),
                                "processor": platform.machine()},
