@@ -2,8 +2,8 @@
 
 Every call has a timeout; every error the service answers becomes a typed exception carrying
 the problem details; background operations (202) wait for their outcome by long-polling
-``GET status`` unless called with ``wait=False``. One `requests.Session` per client keeps the
-connection alive across calls.
+``GET status`` unless called with ``wait=False``. Connections are kept alive (a small pool per client,
+`mistk_rl.transport`), so a step costs one round trip and no handshake.
 
     agent = AgentClient("http://127.0.0.1:8081")
     agent.initialize(hyperparameters={"lr": 1e-3})   # waits until 'initialized'
@@ -11,16 +11,16 @@ connection alive across calls.
 """
 from __future__ import annotations
 
+import json
 import time
 from typing import Any, Iterable, Mapping, Optional, Union
 from urllib.parse import urlsplit
-
-import requests
 
 from mistk_rl.jsonable import to_jsonable
 from mistk_rl.schemas import (AgentConfig, AgentInitParams, ApiVersion, EpisodeConfig,
                               EpisodeStart, OrchestratorInitParams, Problem, Replay, Results,
                               Status)
+from mistk_rl.transport import Transport, TransportError
 
 DEFAULT_TIMEOUT = 30.0
 LONG_POLL_CHUNK = 25.0  # seconds per status long-poll while waiting
@@ -104,17 +104,16 @@ class _ServiceClient:
     base_path = ""
 
     def __init__(self, url: str, *, token: Optional[str] = None,
-                 timeout: float = DEFAULT_TIMEOUT, session: Optional[requests.Session] = None):
+                 timeout: float = DEFAULT_TIMEOUT) -> None:
         """`url` is the service's root (``http://host:port``) or its full base path."""
         url = url.rstrip("/")
         self.base_url = url if urlsplit(url).path not in ("", "/") else url + self.base_path
         self.timeout = timeout
-        self.session = session or requests.Session()
-        if token:
-            self.session.headers["Authorization"] = f"Bearer {token}"
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        self.transport = Transport(self.base_url, headers=headers)
 
     def close(self) -> None:
-        self.session.close()
+        self.transport.close()
 
     def __enter__(self):  # noqa: D105
         return self
@@ -123,35 +122,34 @@ class _ServiceClient:
         self.close()
 
     # -- plumbing --
-    def _call(self, method: str, path: str, *, json: Any = None,
+    def _call(self, method: str, path: str, *, json_body: Any = None,
               params: Optional[Mapping[str, Any]] = None, timeout: Optional[float] = None) -> Any:
-        url = self.base_url + path
         if params:
             params = {k: (str(v).lower() if isinstance(v, bool) else v)
                       for k, v in params.items() if v is not None}
+        body = None if json_body is None else json.dumps(json_body).encode()
+        timeout = timeout or self.timeout
         try:
-            response = self.session.request(method, url, json=json, params=params,
-                                            timeout=timeout or self.timeout)
-        except requests.Timeout as exc:
-            raise ServiceUnavailable(f"{method} {url}: no answer within "
-                                     f"{timeout or self.timeout} s") from exc
-        except requests.ConnectionError as exc:
-            raise ServiceUnavailable(f"{method} {url}: cannot connect ({exc})") from exc
-        if response.status_code < 400:
-            return response.json() if response.content else None
+            response = self.transport.request(method, path, body=body, params=params,
+                                              timeout=timeout)
+        except TransportError as exc:
+            what = f"no answer within {timeout} s" if exc.timed_out else f"cannot connect ({exc})"
+            raise ServiceUnavailable(f"{method} {self.base_url}{path}: {what}") from exc
+        if response.status < 400:
+            return json.loads(response.body) if response.body else None
         try:
-            body = response.json()
-            problem = Problem.model_validate({"status": response.status_code,
-                                             "title": body.get("title") or response.reason,
-                                             **{k: v for k, v in body.items()
+            data = json.loads(response.body)
+            problem = Problem.model_validate({"status": response.status,
+                                             "title": data.get("title") or response.reason,
+                                             **{k: v for k, v in data.items()
                                                 if k not in ("status", "title")}})
         except (ValueError, AttributeError):
-            problem = Problem(status=response.status_code, title=response.reason or "error",
-                              detail=response.text[:500])
-        cls = _ERRORS.get(response.status_code,
-                          ServerError if response.status_code >= 500 else ServiceError)
-        raise cls(f"{method} {path} -> {response.status_code} {problem.title}: "
-                  f"{problem.detail or ''}".rstrip(": "), response.status_code, problem)
+            problem = Problem(status=response.status, title=response.reason or "error",
+                              detail=response.body[:500].decode(errors="replace"))
+        cls = _ERRORS.get(response.status,
+                          ServerError if response.status >= 500 else ServiceError)
+        raise cls(f"{method} {path} -> {response.status} {problem.title}: "
+                  f"{problem.detail or ''}".rstrip(": "), response.status, problem)
 
     def _status_call(self, method: str, path: str, **kw: Any) -> Status:
         return Status.model_validate(self._call(method, path, **kw))
@@ -217,7 +215,7 @@ class AgentClient(_ServiceClient):
                    timeout: Optional[float] = None) -> Status:
         body = AgentInitParams(model_properties=model_properties or {},
                                hyperparameters=hyperparameters or {})
-        return self._finish(self._status_call("POST", "/initialize", json=body.wire()),
+        return self._finish(self._status_call("POST", "/initialize", json_body=body.wire()),
                             wait, timeout)
 
     def build_model(self, model_path: Optional[str] = None, *, wait: bool = True,
@@ -232,14 +230,14 @@ class AgentClient(_ServiceClient):
 
     def agent_registered(self, config: Union[AgentConfig, dict]) -> Status:
         config = AgentConfig.model_validate(config)
-        return self._status_call("POST", "/agentRegistered", json=config.wire())
+        return self._status_call("POST", "/agentRegistered", json_body=config.wire())
 
     def episode_started(self, obs: Mapping[str, Any], *, mode: str = "collect",
                         action_mask: Optional[Mapping[str, Any]] = None,
                         episode: Optional[int] = None) -> Status:
         body = EpisodeStart(obs=to_jsonable(obs), mode=mode, episode=episode,
                             action_mask=to_jsonable(action_mask) if action_mask else None)
-        return self._status_call("POST", "/episodeStarted", json=body.wire())
+        return self._status_call("POST", "/episodeStarted", json_body=body.wire())
 
     def get_action(self, obs: Mapping[str, Any],
                    action_mask: Optional[Mapping[str, Any]] = None) -> dict[str, Any]:
@@ -247,14 +245,14 @@ class AgentClient(_ServiceClient):
         body: dict[str, Any] = {"obs": to_jsonable(obs)}
         if action_mask:
             body["actionMask"] = to_jsonable(action_mask)
-        return self._call("POST", "/getAction", json=body)["actions"]
+        return self._call("POST", "/getAction", json_body=body)["actions"]
 
     def replay_action(self, replay: Union[Replay, dict]) -> Status:
         if isinstance(replay, Replay):
             body = replay.wire()
         else:  # hot path: skip pydantic, the service validates against the spec
             body = to_jsonable(replay)
-        return self._status_call("POST", "/replayAction", json=body)
+        return self._status_call("POST", "/replayAction", json_body=body)
 
     def episode_stopped(self) -> Status:
         return self._status_call("POST", "/episodeStopped")
@@ -275,7 +273,7 @@ class OrchestratorClient(_ServiceClient):
         """`env` is ``{"id": ..., "kwargs": {...}}`` or just the id."""
         env = {"id": env} if isinstance(env, str) else env
         body = OrchestratorInitParams(env=env, agents_needed=agents_needed)
-        return self._finish(self._status_call("POST", "/initialize", json=body.wire()),
+        return self._finish(self._status_call("POST", "/initialize", json_body=body.wire()),
                             wait, timeout)
 
     def register_agent(self, agent_name: str, agent_url: str, skip_train: bool = False) -> Status:
@@ -286,7 +284,7 @@ class OrchestratorClient(_ServiceClient):
                       wait: bool = False, timeout: Optional[float] = None) -> Status:
         """Start running episodes; with ``wait=True``, return once they completed."""
         config = EpisodeConfig.model_validate(config or {})
-        accepted = self._status_call("POST", "/startEpisode", json=config.wire())
+        accepted = self._status_call("POST", "/startEpisode", json_body=config.wire())
         return self._finish(accepted, wait, timeout)
 
     def save_episode(self, path: str) -> Status:

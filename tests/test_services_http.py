@@ -208,7 +208,7 @@ def test_token_is_required_when_configured(launch):
         anonymous.status()
     with pytest.raises(Unauthorized):
         AgentClient(agent_service.url, token="wrong").initialize()
-    assert anonymous.session.get(f"{anonymous.base_url}/status", timeout=10).status_code == 401
+    assert requests.get(f"{anonymous.base_url}/status", timeout=10).status_code == 401
     agent = AgentClient(agent_service.url, token=token)
     orch = OrchestratorClient(orch_service.url, token=token)
     orch.initialize("CartPole-v1")
