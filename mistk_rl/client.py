@@ -2,8 +2,8 @@
 
 Every call has a timeout; every error the service answers becomes a typed exception carrying
 the problem details; background operations (202) wait for their outcome by long-polling
-``GET status`` unless called with ``wait=False``. Connections are kept alive (a small pool per client,
-`mistk_rl.transport`), so a step costs one round trip and no handshake.
+``GET status`` unless called with ``wait=False``. Connections are kept alive (a small pool
+per client, `mistk_rl.transport`), so a step costs one round trip and no handshake.
 
     agent = AgentClient("http://127.0.0.1:8081")
     agent.initialize(hyperparameters={"lr": 1e-3})   # waits until 'initialized'
@@ -253,6 +253,16 @@ class AgentClient(_ServiceClient):
         else:  # hot path: skip pydantic, the service validates against the spec
             body = to_jsonable(replay)
         return self._status_call("POST", "/replayAction", json_body=body)
+
+    def step(self, obs: Mapping[str, Any], *, replay: Union[Replay, dict, None] = None,
+             action_mask: Optional[Mapping[str, Any]] = None) -> dict[str, Any]:
+        """replayAction (when `replay` is given) then getAction, in one round trip."""
+        body: dict[str, Any] = {"obs": to_jsonable(obs)}
+        if replay:
+            body["replay"] = replay.wire() if isinstance(replay, Replay) else to_jsonable(replay)
+        if action_mask:
+            body["actionMask"] = to_jsonable(action_mask)
+        return self._call("POST", "/step", json_body=body)["actions"]
 
     def episode_stopped(self) -> Status:
         return self._status_call("POST", "/episodeStopped")

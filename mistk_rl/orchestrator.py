@@ -20,6 +20,7 @@ class RegisteredAgent:
     url: str
     skip_train: bool
     client: AgentClient
+    capabilities: frozenset[str] = frozenset()  # from the agent's apiVersion, e.g. "step"
 
 
 class AbstractOrchestrator(ServiceImplementation, ABC):

@@ -32,6 +32,7 @@ class Status(Body):
 class ApiVersion(Body):
     version: str
     role: Literal["agent", "orchestrator"]
+    capabilities: list[str] = Field(default_factory=list)
 
 
 class Problem(Body):
@@ -97,6 +98,12 @@ class Replay(Body):
     new_obs: dict[str, Tensor]
     terminated: dict[str, bool]
     truncated: Optional[dict[str, bool]] = None
+
+
+class StepRequest(Body):
+    replay: Optional[Replay] = None
+    obs: dict[str, Tensor]
+    action_mask: Optional[dict[str, Tensor]] = None
 
 
 class EnvSpec(Body):

@@ -64,12 +64,18 @@ class GymOrchestrator(AbstractOrchestrator):
                                      action_mask=_mask(name, info), episode=len(self.results))
         episode_return, length = 0.0, 0
         terminated = truncated = cancelled = False
+        combined = "step" in agent.capabilities  # replay rides along with the next getAction
+        replay = None
         try:
             while not (terminated or truncated):
                 if self.should_stop:
                     cancelled = True
                     break
-                action = agent.client.get_action({name: obs}, _mask(name, info))[name]
+                mask = _mask(name, info)
+                if combined:
+                    action = agent.client.step({name: obs}, replay=replay, action_mask=mask)[name]
+                else:
+                    action = agent.client.get_action({name: obs}, mask)[name]
                 new_obs, reward, terminated, truncated, info = env.step(
                     coerce_action(env.action_space, action))
                 length += 1
@@ -77,13 +83,17 @@ class GymOrchestrator(AbstractOrchestrator):
                 episode_return += float(reward)
                 truncated = truncated or (config.max_steps is not None
                                           and length >= config.max_steps)
-                if learn:
-                    agent.client.replay_action({
-                        "prevObs": {name: obs}, "actions": {name: action},
-                        "rewards": {name: float(reward)}, "newObs": {name: new_obs},
-                        "terminated": {name: bool(terminated)},
-                        "truncated": {name: bool(truncated)}})
+                replay = None if not learn else {
+                    "prevObs": {name: obs}, "actions": {name: action},
+                    "rewards": {name: float(reward)}, "newObs": {name: new_obs},
+                    "terminated": {name: bool(terminated)},
+                    "truncated": {name: bool(truncated)}}
+                if replay is not None and not combined:
+                    agent.client.replay_action(replay)
+                    replay = None
                 obs = new_obs
+            if replay is not None:  # the last transition, which no next step carried
+                agent.client.replay_action(replay)
         finally:
             agent.client.episode_stopped()
         self.record_episode(name, episode_return, length, seed=seed, terminated=bool(terminated),

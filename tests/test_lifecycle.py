@@ -21,6 +21,7 @@ AGENT_EXPECTED = {
     "episode_started": {"ready": "in_episode"},
     "get_action": {"in_episode": "in_episode"},
     "replay_action": {"in_episode": "in_episode"},
+    "step": {"in_episode": "in_episode"},
     "episode_stopped": {"in_episode": "ready"},
 }
 ORCHESTRATOR_EXPECTED = {

@@ -73,7 +73,7 @@ AGENT = _build(
     resting=["started", "initialized", "ready", "in_episode"],
     busy=["initializing", "building_model", "saving_model_initialized", "saving_model_ready",
           "agent_registering", "episode_starting", "getting_action", "replaying_action",
-          "episode_stopping", "resetting"],
+          "stepping", "episode_stopping", "resetting"],
     rows=[
         _t("initialize", "started", "initializing"),
         _t("finish", "initializing", "initialized"),
@@ -91,6 +91,8 @@ AGENT = _build(
         _t("finish", "getting_action", "in_episode"),
         _t("replay_action", "in_episode", "replaying_action"),
         _t("finish", "replaying_action", "in_episode"),
+        _t("step", "in_episode", "stepping"),  # replay_action + get_action in one call
+        _t("finish", "stepping", "in_episode"),
         _t("episode_stopped", "in_episode", "episode_stopping"),
         _t("finish", "episode_stopping", "ready"),
         # reset keeps the model (-> initialized) only when asked to and one was initialized
@@ -105,6 +107,7 @@ AGENT = _build(
         Operation("episode_started"),
         Operation("get_action"),
         Operation("replay_action"),
+        Operation("step"),
         Operation("episode_stopped"),
     ],
 )

@@ -27,6 +27,7 @@ from connexion.security import BearerSecurityHandler
 from starlette.exceptions import HTTPException
 
 from mistk_rl.errors import MistkError
+from mistk_rl.service.fastpath import StepPath, send_problem
 from mistk_rl.service.handlers import AgentService, OrchestratorService
 
 log = logging.getLogger(__name__)
@@ -52,6 +53,10 @@ def create_app(service: Union[AgentService, OrchestratorService], *,
     else:  # no token configured: the operations are open (services bind loopback by default)
         spec.pop("security", None)
     app = FlaskApp(__name__)
+    if service.role == "agent":  # the per-step operations skip connexion's stack
+        app.add_middleware(StepPath, position=MiddlewarePosition.BEFORE_EXCEPTION,
+                           service=service, spec=spec, base_path=BASE_PATHS[service.role],
+                           token=token, max_body_bytes=max_body_bytes)
     app.add_middleware(BodySizeLimit, position=MiddlewarePosition.BEFORE_EXCEPTION,
                        max_bytes=max_body_bytes)
     app.add_api(spec,
@@ -126,13 +131,8 @@ class BodySizeLimit:
                 await self._refuse(send)
 
     async def _refuse(self, send: Any) -> None:
-        body = json.dumps({"type": "about:blank", "title": "Payload Too Large", "status": 413,
-                           "detail": f"request body is larger than {self.max_bytes} bytes"}
-                          ).encode()
-        await send({"type": "http.response.start", "status": 413,
-                    "headers": [(b"content-type", b"application/problem+json"),
-                                (b"content-length", str(len(body)).encode())]})
-        await send({"type": "http.response.body", "body": body})
+        await send_problem(send, 413, "Payload Too Large",
+                           f"request body is larger than {self.max_bytes} bytes")
 
 
 class _TooLarge(HTTPException):

@@ -51,8 +51,11 @@ class _Service:
             return self.lifecycle.status(), 200, JSON
         return self.lifecycle.wait(resource_version, min(timeout, MAX_LONG_POLL_S)), 200, JSON
 
+    capabilities: tuple[str, ...] = ()
+
     def apiVersion(self) -> Response:  # noqa: N802 - named by the spec's operationId
-        return {"version": API_VERSION, "role": self.role}, 200, JSON
+        return {"version": API_VERSION, "role": self.role,
+                "capabilities": list(self.capabilities)}, 200, JSON
 
     def terminate(self) -> Response:
         self.lifecycle.run("terminate", self.impl.do_terminate)
@@ -69,8 +72,28 @@ def _arrays(values: dict[str, Any]) -> dict[str, np.ndarray]:
     return {key: np.asarray(value) for key, value in values.items()}
 
 
+def _entities(obs: dict[str, Any]) -> dict[str, Any]:
+    if not obs:
+        raise InvalidRequest("obs is empty: give one observation per entity")
+    return obs
+
+
+def _replay_batch(body: dict[str, Any]) -> ReplayBatch:
+    """A replay body as arrays, after checking every field names the same entities."""
+    entities = set(body["actions"])
+    for key in ("prevObs", "rewards", "newObs", "terminated"):
+        if set(body[key]) != entities:
+            raise InvalidRequest(f"{key} names entities {sorted(body[key])}, "
+                                 f"actions names {sorted(entities)}")
+    return ReplayBatch(prev_obs=_arrays(body["prevObs"]), actions=_arrays(body["actions"]),
+                       rewards=dict(body["rewards"]), new_obs=_arrays(body["newObs"]),
+                       terminated=dict(body["terminated"]),
+                       truncated={k: body.get("truncated", {}).get(k, False) for k in entities})
+
+
 class AgentService(_Service):
     role = "agent"
+    capabilities = ("step",)
 
     def __init__(self, agent: AbstractAgent, data_dir: Path) -> None:
         super().__init__(agent, Lifecycle(AGENT), data_dir)
@@ -123,26 +146,26 @@ class AgentService(_Service):
         return self._done()
 
     def getAction(self, body: dict[str, Any]) -> Response:  # noqa: N802
-        if not body["obs"]:
-            raise InvalidRequest("obs is empty: give one observation per entity")
-        obs = _arrays(body["obs"])
+        obs = _arrays(_entities(body["obs"]))
         mask = _arrays(body["actionMask"]) if body.get("actionMask") else None
         actions = self.lifecycle.run("get_action", lambda: self.agent.do_get_action(obs, mask))
         return {"actions": to_jsonable(actions)}, 200, JSON
 
     def replayAction(self, body: dict[str, Any]) -> Response:  # noqa: N802
-        entities = set(body["actions"])
-        for key in ("prevObs", "rewards", "newObs", "terminated"):
-            if set(body[key]) != entities:
-                raise InvalidRequest(f"{key} names entities {sorted(body[key])}, "
-                                     f"actions names {sorted(entities)}")
-        batch = ReplayBatch(prev_obs=_arrays(body["prevObs"]), actions=_arrays(body["actions"]),
-                            rewards=dict(body["rewards"]), new_obs=_arrays(body["newObs"]),
-                            terminated=dict(body["terminated"]),
-                            truncated={k: body.get("truncated", {}).get(k, False)
-                                       for k in entities})
+        batch = _replay_batch(body)
         self.lifecycle.run("replay_action", lambda: self.agent.do_replay_action(batch))
         return self._done()
+
+    def step(self, body: dict[str, Any]) -> Response:
+        batch = _replay_batch(body["replay"]) if body.get("replay") else None
+        obs = _arrays(_entities(body["obs"]))
+        mask = _arrays(body["actionMask"]) if body.get("actionMask") else None
+
+        def hook() -> Any:
+            if batch is not None:
+                self.agent.do_replay_action(batch)
+            return self.agent.do_get_action(obs, mask)
+        return {"actions": to_jsonable(self.lifecycle.run("step", hook))}, 200, JSON
 
     def episodeStopped(self) -> Response:  # noqa: N802
         self.lifecycle.run("episode_stopped", self.agent.do_episode_stopped)
@@ -194,13 +217,14 @@ class OrchestratorService(_Service):
                       **self.orchestrator.agent_config(agent_name)}
             try:
                 client.agent_registered(config)
+                capabilities = frozenset(client.api_version().capabilities)
             except ServiceError as exc:
                 client.close()
                 status = 409 if exc.status == 409 else 400
                 raise Rejected(f"agent {agent_name!r} at {agent_url} refused registration: "
                                f"{exc.detail}", status=status) from exc
             self.orchestrator.agents[agent_name] = RegisteredAgent(
-                agent_name, agent_url, skip_train, client)
+                agent_name, agent_url, skip_train, client, capabilities)
             self.orchestrator.do_register_agent(agent_name, agent_url, skip_train)
 
         def facts() -> dict[str, bool]:

@@ -49,9 +49,11 @@ class PPOPolicy(Policy):
                                  share_encoder=cfg["model"]["share_encoder"])
         self.optimizer = torch.optim.Adam(self.model.parameters(), lr=cfg["learn"]["lr"],
                                           eps=1e-5)
-        self.collect_model = MultinomialSample(self.model)
-        self.eval_model = ArgmaxSample(self.model)
+        # the policy's own generators: seeded runs never depend on torch's global RNG
         self.torch_rng = torch.Generator().manual_seed(int(self.rng.integers(2**31)))
+        sampling = torch.Generator().manual_seed(int(self.rng.integers(2**31)))
+        self.collect_model = MultinomialSample(self.model, generator=sampling)
+        self.eval_model = ArgmaxSample(self.model)
 
     def _encode(self, obs: torch.Tensor) -> torch.Tensor:
         return encode_obs(self.observation_space, obs)

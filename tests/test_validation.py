@@ -1,0 +1,70 @@
+"""The step path's compiled validator accepts exactly what jsonschema accepts on the spec."""
+from __future__ import annotations
+
+import jsonschema
+import pytest
+from connexion.json_schema import resolve_refs
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from mistk_rl.errors import InvalidRequest
+from mistk_rl.service.app import load_spec
+from mistk_rl.service.fastpath import STEP_OPERATIONS
+from mistk_rl.service.validation import compile_schema
+
+SPEC = resolve_refs(load_spec("agent"))
+SCHEMAS = {op["post"]["operationId"]: op["post"]["requestBody"]["content"]["application/json"]
+           ["schema"] for op in SPEC["paths"].values()
+           if "post" in op and op["post"]["operationId"] in STEP_OPERATIONS}
+KEYS = st.sampled_from(["obs", "actionMask", "prevObs", "actions", "rewards", "newObs",
+                        "terminated", "truncated", "replay", "p", "q", "extra"])
+numbers = st.one_of(st.integers(-5, 5), st.floats(allow_nan=False, allow_infinity=False))
+json_values = st.recursive(
+    st.one_of(st.none(), st.booleans(), numbers, st.text(max_size=3)),
+    lambda inner: st.one_of(st.lists(inner, max_size=4),
+                            st.dictionaries(KEYS, inner, max_size=4)), max_leaves=25)
+tensors = st.recursive(numbers, lambda inner: st.lists(inner, max_size=3), max_leaves=12)
+tensor_maps = st.dictionaries(st.sampled_from(["p", "q"]), tensors, max_size=2)
+plausible = st.fixed_dictionaries({"obs": tensor_maps},
+                                  optional={"actionMask": tensor_maps, "extra": json_values})
+
+
+def _agree(name: str, value) -> None:
+    expected = jsonschema.Draft4Validator(SCHEMAS[name]).is_valid(value)
+    try:
+        compile_schema(SCHEMAS[name])(value, "")
+        got = True
+    except InvalidRequest:
+        got = False
+    assert got == expected, (name, value)
+
+
+def test_the_step_operations_are_in_the_spec():
+    assert set(SCHEMAS) == set(STEP_OPERATIONS)
+
+
+@settings(max_examples=300, deadline=None)
+@given(name=st.sampled_from(sorted(SCHEMAS)), value=st.one_of(json_values, plausible))
+def test_compiled_validator_agrees_with_jsonschema(name, value):
+    _agree(name, value)
+
+
+@pytest.mark.parametrize("value, fragment", [
+    ({"obs": {"p": [1, [2, 3]]}}, None),  # ragged is a valid Tensor
+    ({"obs": {"p": [[[[[1]]]]]}}, "obs.p"),  # rank 5
+    ({"obs": {"p": [True]}}, "obs.p"),  # booleans are not numbers
+    ({}, "'obs' is a required property"),
+    ({"obs": {}, "more": 1}, "'more' was unexpected"),
+])
+def test_examples(value, fragment):
+    check = compile_schema(SCHEMAS["getAction"])
+    if fragment is None:
+        check(value, "")
+        return
+    with pytest.raises(InvalidRequest, match=fragment.replace(".", r"\.")):
+        check(value, "")
+
+
+def test_unsupported_keywords_are_refused_at_compile_time():
+    with pytest.raises(ValueError, match="allOf"):
+        compile_schema({"allOf": [{"type": "number"}]})
