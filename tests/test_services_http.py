@@ -208,6 +208,11 @@ def test_token_is_required_when_configured(launch):
         anonymous.status()
     with pytest.raises(Unauthorized):
         AgentClient(agent_service.url, token="wrong").initialize()
+    for client in (anonymous, AgentClient(agent_service.url, token="wrong")):
+        with pytest.raises(Unauthorized):  # the step path checks the token too
+            client.get_action({"p": [0.0]})
+        with pytest.raises(Unauthorized):
+            client.step({"p": [0.0]})
     assert requests.get(f"{anonymous.base_url}/status", timeout=10).status_code == 401
     agent = AgentClient(agent_service.url, token=token)
     orch = OrchestratorClient(orch_service.url, token=token)
@@ -241,6 +246,8 @@ def test_oversized_body_gets_413(launch):
     agent = launch("agent", RANDOM_AGENT, extra_args=["--max-body-bytes", "2048"]).client()
     with pytest.raises(PayloadTooLarge):
         agent.initialize(hyperparameters={"blob": "x" * 4096})
+    with pytest.raises(PayloadTooLarge):  # on the step path as well
+        agent.get_action({"p": [0.5] * 1000})
     assert agent.status().state == "started"
 
 

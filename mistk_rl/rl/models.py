@@ -104,10 +104,13 @@ class MLPEncoder(nn.Module):
         super().__init__()
         self.mlp = MLP(obs_dim, hidden_sizes, activation)
         self.output_dim = self.mlp.output_dim
+        # kept so forward need not walk the module tree (it runs once per env step)
+        self._first_layer = next((m for m in self.mlp.modules() if isinstance(m, nn.Linear)),
+                                 None)
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
-        weight = next(self.parameters(), None)  # cast to the model's dtype: numpy gives float64
-        dtype = torch.float32 if weight is None else weight.dtype
+        # cast to the model's dtype: numpy observations arrive as float64
+        dtype = torch.float32 if self._first_layer is None else self._first_layer.weight.dtype
         return self.mlp(obs.flatten(start_dim=1).to(dtype))
 
 

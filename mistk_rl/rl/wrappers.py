@@ -138,7 +138,8 @@ class MultinomialSample(ModelWrapper):
     def forward(self, obs: torch.Tensor, mask: torch.Tensor | None = None,
                 action: torch.Tensor | None = None) -> TensorDict:
         output = self._masked_output(obs, mask)
-        dist = torch.distributions.Categorical(logits=output["logit"])
+        # no argument validation: it costs more than the sampling on the per-step path
+        dist = torch.distributions.Categorical(logits=output["logit"], validate_args=False)
         if action is None:
             action = torch.multinomial(dist.probs, 1, generator=self.generator).squeeze(-1)
         action = torch.as_tensor(action, device=dist.logits.device).long()

@@ -1,0 +1,61 @@
+"""GymOrchestrator's step loop in-process, with a recording stand-in for the agent client."""
+from __future__ import annotations
+
+from orchestrators.gym_orchestrator import GymOrchestrator
+from mistk_rl.orchestrator import RegisteredAgent
+from mistk_rl.schemas import EpisodeConfig
+
+
+class RecordingClient:
+    """Answers like an agent that always pushes the cart left; records every call."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, bool]] = []
+
+    def episode_started(self, obs, **kw):
+        self.calls.append(("episode_started", False))
+
+    def get_action(self, obs, action_mask=None):
+        self.calls.append(("get_action", False))
+        return {name: 0 for name in obs}
+
+    def step(self, obs, replay=None, action_mask=None):
+        self.calls.append(("step", replay is not None))
+        return {name: 0 for name in obs}
+
+    def replay_action(self, replay):
+        self.calls.append(("replay_action", True))
+
+    def episode_stopped(self):
+        self.calls.append(("episode_stopped", False))
+
+
+def _play(capabilities: frozenset, train: bool = True):
+    orch = GymOrchestrator()
+    orch.do_initialize({"id": "CartPole-v1", "kwargs": {}}, 1)
+    client = RecordingClient()
+    orch.agents["p"] = RegisteredAgent("p", "http://127.0.0.1:1", False, client, capabilities)
+    orch.do_start_episode(EpisodeConfig(num_episodes=1, seed=0, train=train))
+    return client.calls, orch.results[0]["length"]
+
+
+def test_without_step_capability_every_step_is_get_action_then_replay():
+    calls, length = _play(frozenset())
+    names = [name for name, _ in calls]
+    assert names.count("get_action") == names.count("replay_action") == length
+    assert names[1:3] == ["get_action", "replay_action"] and names[-1] == "episode_stopped"
+
+
+def test_with_step_capability_replays_ride_along():
+    calls, length = _play(frozenset({"step"}))
+    steps = [carries for name, carries in calls if name == "step"]
+    assert len(steps) == length
+    assert steps[0] is False and all(steps[1:])  # every step but the first carries a replay
+    # the last transition has no next step to ride on: it goes alone, once
+    assert [name for name, _ in calls][-2:] == ["replay_action", "episode_stopped"]
+    assert sum(name == "replay_action" for name, _ in calls) == 1
+
+
+def test_eval_episodes_send_no_replay():
+    calls, _ = _play(frozenset({"step"}), train=False)
+    assert not any(carries for _, carries in calls)
