@@ -1,0 +1,63 @@
+"""The loop each subprocess env runs: commands over a pipe, observations in shared memory.
+
+The pipe carries only small things (reward, flags, info, and the final observation when an
+episode ends); the observation itself is written into the env's shared-memory block, which the
+parent reads without a copy through the pipe. Episodes reset here, in the child, so an episode
+end costs no extra round trip.
+"""
+from __future__ import annotations
+
+import traceback
+from typing import Any, Callable, Optional
+
+import numpy as np
+
+
+def run_worker(env_fn: Callable, conn: Any, shared: Any, shape: tuple, dtype: str) -> None:
+    try:
+        import torch
+
+        torch.set_num_threads(1)
+    except ImportError:
+        pass
+    view: Optional[np.ndarray] = (None if shared is None else
+                                  np.frombuffer(shared, dtype=np.dtype(dtype)).reshape(shape))
+    env = None
+    try:
+        env = env_fn()
+        while True:
+            command, arg = conn.recv()
+            try:
+                if command == "step":
+                    conn.send(("ok", _step(env, view, arg)))
+                elif command == "reset":
+                    obs, _ = env.reset(seed=arg)
+                    conn.send(("ok", _publish(view, obs)))
+                elif command == "close":
+                    break
+                else:
+                    raise ValueError(f"unknown command {command!r}")
+            except Exception:  # noqa: BLE001 - the parent restarts this env
+                conn.send(("error", traceback.format_exc(limit=5)))
+    except (EOFError, KeyboardInterrupt, BrokenPipeError):
+        pass  # the parent went away: exit quietly
+    finally:
+        if env is not None:
+            env.close()
+        conn.close()
+
+
+def _step(env: Any, view: Optional[np.ndarray], action: Any) -> tuple:
+    obs, reward, terminated, truncated, info = env.step(action)
+    final = None
+    if terminated or truncated:
+        final, (obs, _) = obs, env.reset()
+    return float(reward), bool(terminated), bool(truncated), info, final, _publish(view, obs)
+
+
+def _publish(view: Optional[np.ndarray], obs: Any) -> Any:
+    """Write obs into shared memory (returns None), or return it to send through the pipe."""
+    if view is None:
+        return obs
+    view[...] = obs
+    return None
