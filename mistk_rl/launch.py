@@ -50,6 +50,7 @@ class ServiceProcess:
                 _signal_group(self.process, signal.SIGKILL)
                 self.process.wait(timeout)
         _signal_group(self.process, signal.SIGKILL)  # stragglers (a wedged worker)
+        wait_until_gone(self.process.pid, timeout)
         return self.process.returncode
 
     def log_tail(self, lines: int = 30) -> str:
@@ -117,6 +118,30 @@ def _wait_ready(service: ServiceProcess, timeout: float) -> None:
                     f"{service.process.returncode}:\n{service.log_tail()}") from exc
     finally:
         client.close()
+
+
+def group_members(pgid: int) -> list[int]:
+    """Live (not zombie) processes in process group `pgid`, read from /proc."""
+    members = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue  # the process is gone already
+        if int(fields[2]) == pgid and fields[0] != "Z":
+            members.append(int(stat.parent.name))
+    return members
+
+
+def wait_until_gone(pgid: int, timeout: float) -> bool:
+    """Wait (bounded) until no live process is left in group `pgid`: killed children of a
+    killed parent need a moment to be reaped. True if the group emptied in time."""
+    deadline = time.monotonic() + timeout
+    while group_members(pgid):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.02)
+    return True
 
 
 def _signal_group(process: subprocess.Popen, sig: int) -> None:

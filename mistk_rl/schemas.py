@@ -125,6 +125,9 @@ class EpisodeConfig(Body):
     seed: Optional[int] = Field(default=None, ge=0)
     max_steps: Optional[int] = Field(default=None, ge=1)
     train: bool = True
+    num_envs: int = Field(default=1, ge=1, le=1024)
+    env_manager: Literal["base", "subprocess", "async"] = "base"
+    step_timeout: Optional[float] = Field(default=None, ge=0.01)
 
     def episode_limit(self) -> Optional[int]:
         if self.num_episodes is not None:
@@ -143,6 +146,8 @@ class EpisodeResult(Body):
     terminated: Optional[bool] = None
     truncated: Optional[bool] = None
     cancelled: Optional[bool] = None
+    abnormal: Optional[bool] = None
+    env_index: Optional[int] = None
     train: Optional[bool] = None
 
 

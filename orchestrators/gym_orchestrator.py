@@ -1,12 +1,19 @@
-"""GymOrchestrator: plays any single-agent gymnasium env against one registered agent.
+"""GymOrchestrator: plays any single-agent gymnasium env, as `numEnvs` copies, against one
+registered agent.
 
-Each episode: reset (seeded ``seed + i`` when a seed is given), episodeStarted, then
-getAction / env.step / replayAction until the env terminates or truncates (or maxSteps),
-episodeStopped, and the return and length are recorded. replayAction is skipped in eval
-episodes (``train: false``) and for agents registered with skipTrain.
+One startEpisode is one agent episode (episodeStarted ... episodeStopped) in which the env
+copies run their own episodes and reset themselves. Every step sends all ready copies'
+observations in one request (entity ``name`` for one copy, ``name:i`` for several), so the
+agent answers with one batched forward pass; with the agent's ``step`` capability the previous
+transitions ride along in the same request. Per-env accounting records each finished episode
+exactly once. Env copies live in an env manager (``envManager``: base, subprocess, async)
+that supervises them: a copy that raises, dies or hangs is restarted, its episode is recorded
+as abnormal, and the others go on.
 """
 from __future__ import annotations
 
+import importlib
+from dataclasses import dataclass
 from typing import Any, Optional
 
 import gymnasium as gym
@@ -14,104 +21,199 @@ import numpy as np
 
 from mistk_rl.errors import InvalidRequest
 from mistk_rl.orchestrator import AbstractOrchestrator, RegisteredAgent
+from mistk_rl.rl.envs import MANAGERS, EnvManager, Timestep, make_env_fns
 from mistk_rl.schemas import EpisodeConfig
 from mistk_rl.spaces import SUPPORTED, coerce_action, space_to_dict
+
+
+@dataclass
+class _Running:
+    """One env copy's episode in progress."""
+
+    seed: Optional[int] = None
+    episode_return: float = 0.0
+    length: int = 0
 
 
 class GymOrchestrator(AbstractOrchestrator):
     def __init__(self) -> None:
         super().__init__()
-        self.env: Optional[gym.Env] = None
+        self.env_spec: dict[str, Any] = {}
+        self.observation_space: Optional[gym.Space] = None
+        self.action_space: Optional[gym.Space] = None
+        self.manager: Optional[EnvManager] = None
+        self._manager_key: Optional[tuple] = None
 
     def validate_initialize(self, env: dict[str, Any], agents_needed: int) -> None:
         if agents_needed != 1:
             raise InvalidRequest("GymOrchestrator plays single-agent envs: agentsNeeded "
                                  f"must be 1, not {agents_needed}")
-        try:
-            gym.spec(env["id"])
-        except gym.error.Error as exc:
+        module, _, name = env["id"].rpartition(":")
+        try:  # "module:EnvId-v0" imports the module that registers the env, as gym.make does
+            if module:
+                importlib.import_module(module)
+            gym.spec(name)
+        except (ImportError, gym.error.Error) as exc:
             raise InvalidRequest(f"unknown gymnasium env {env['id']!r}: {exc}") from exc
 
     def do_initialize(self, env: dict[str, Any], agents_needed: int) -> None:
-        self._close_env()
-        self.env = gym.make(env["id"], **env.get("kwargs", {}))
-        for name, space in (("observation", self.env.observation_space),
-                            ("action", self.env.action_space)):
-            if not isinstance(space, SUPPORTED):
-                raise ValueError(f"{env['id']} has a {name} space {space} that is not supported")
+        self._close_manager()
+        probe = gym.make(env["id"], **env.get("kwargs", {}))
+        try:
+            for name, space in (("observation", probe.observation_space),
+                                ("action", probe.action_space)):
+                if not isinstance(space, SUPPORTED):
+                    raise ValueError(f"{env['id']} has a {name} space {space} that is not "
+                                     "supported")
+            self.observation_space, self.action_space = (probe.observation_space,
+                                                          probe.action_space)
+        finally:
+            probe.close()
+        self.env_spec = env
 
     def agent_config(self, name: str) -> dict[str, Any]:
-        return {"observationSpace": space_to_dict(self.env.observation_space),
-                "actionSpace": space_to_dict(self.env.action_space)}
+        return {"observationSpace": space_to_dict(self.observation_space),
+                "actionSpace": space_to_dict(self.action_space)}
 
+    # ---- running episodes ------------------------------------------------------------------
     def do_start_episode(self, config: EpisodeConfig) -> None:
         (agent,) = self.agents.values()
-        limit, start_steps = config.episode_limit(), self.env_steps
-        i = 0
-        while limit is None or i < limit:
-            if self.should_stop or (config.num_steps is not None
-                                    and self.env_steps - start_steps >= config.num_steps):
-                return
-            seed = None if config.seed is None else config.seed + i
-            self._play(agent, config, seed)
-            i += 1
-
-    def _play(self, agent: RegisteredAgent, config: EpisodeConfig, seed: Optional[int]) -> None:
-        env, name = self.env, agent.name
+        manager = self._manager(config)
+        n = manager.env_num
+        live = [i for i in range(n) if i not in manager.retired]
+        manager.reset(live, seeds={i: None if config.seed is None else config.seed + i
+                                   for i in live})
+        quotas = _quotas(config.episode_limit(), n)
+        finished = [0] * n
+        running = {i: _Running(None if config.seed is None else config.seed + i) for i in live}
+        active = {i for i in live if quotas[i] > 0}
+        entity = (lambda i: agent.name) if n == 1 else (lambda i: f"{agent.name}:{i}")
         learn = config.train and not agent.skip_train
-        obs, info = env.reset(seed=seed)
-        agent.client.episode_started({name: obs}, mode="collect" if learn else "eval",
-                                     action_mask=_mask(name, info), episode=len(self.results))
-        episode_return, length = 0.0, 0
-        terminated = truncated = cancelled = False
-        combined = "step" in agent.capabilities  # replay rides along with the next getAction
-        replay = None
+        start_steps = self.env_steps
+        ready = {i: obs for i, obs in manager.ready_obs.items() if i in active}
+        agent.client.episode_started({entity(i): o for i, o in ready.items()},
+                                     mode="collect" if learn else "eval",
+                                     action_mask=_masks(manager, ready, entity),
+                                     episode=len(self.results))
+        replay: dict[str, dict] = {}
+        sent: dict[int, tuple[Any, Any]] = {}  # env -> (obs, action) of its step in flight
         try:
-            while not (terminated or truncated):
-                if self.should_stop:
-                    cancelled = True
-                    break
-                mask = _mask(name, info)
-                if combined:
-                    action = agent.client.step({name: obs}, replay=replay, action_mask=mask)[name]
-                else:
-                    action = agent.client.get_action({name: obs}, mask)[name]
-                new_obs, reward, terminated, truncated, info = env.step(
-                    coerce_action(env.action_space, action))
-                length += 1
-                self.env_steps += 1
-                episode_return += float(reward)
-                truncated = truncated or (config.max_steps is not None
-                                          and length >= config.max_steps)
-                replay = None if not learn else {
-                    "prevObs": {name: obs}, "actions": {name: action},
-                    "rewards": {name: float(reward)}, "newObs": {name: new_obs},
-                    "terminated": {name: bool(terminated)},
-                    "truncated": {name: bool(truncated)}}
-                if replay is not None and not combined:
-                    agent.client.replay_action(replay)
-                    replay = None
-                obs = new_obs
-            if replay is not None:  # the last transition, which no next step carried
-                agent.client.replay_action(replay)
+            while active and not self.should_stop:
+                ready = {i: obs for i, obs in manager.ready_obs.items() if i in active}
+                actions = (self._act(agent, {entity(i): o for i, o in ready.items()}, replay,
+                                     _masks(manager, ready, entity)) if ready else {})
+                for i in ready:
+                    sent[i] = (ready[i], actions[entity(i)])
+                timesteps = manager.step({i: coerce_action(self.action_space,
+                                                           actions[entity(i)])
+                                          for i in ready})
+                replay = {}
+                to_reset = []
+                for i, ts in timesteps.items():
+                    episode = running[i]
+                    episode.episode_return += ts.reward
+                    episode.length += 1
+                    self.env_steps += 1
+                    capped = config.max_steps is not None and episode.length >= config.max_steps
+                    if learn:
+                        replay[entity(i)] = _transition(*sent.pop(i), ts, truncated=capped)
+                    if not (ts.done or capped or ts.abnormal):
+                        continue
+                    self._finish(agent.name, i, episode, ts, capped, learn)
+                    running[i] = _Running()
+                    if capped and not ts.done and not ts.abnormal:
+                        to_reset.append(i)
+                    finished[i] += 1
+                    budget_spent = (config.num_steps is not None
+                                    and self.env_steps - start_steps >= config.num_steps)
+                    if budget_spent or finished[i] >= quotas[i] or i in manager.retired:
+                        active.discard(i)
+                if to_reset:
+                    manager.reset(to_reset)
+                self.update_status({"envSteps": self.env_steps,
+                                    "envRestarts": manager.stats["restarts"]})
+            if replay:  # the last transitions, which no next step carried
+                agent.client.replay_action(_batch(replay))
+            if self.should_stop:  # stopped mid-run: the episodes in progress end here
+                for i in sorted(active):
+                    if running[i].length:
+                        self.record_episode(agent.name, running[i].episode_return,
+                                            running[i].length, seed=running[i].seed,
+                                            cancelled=True, train=learn, envIndex=i)
         finally:
             agent.client.episode_stopped()
-        self.record_episode(name, episode_return, length, seed=seed, terminated=bool(terminated),
-                            truncated=bool(truncated), cancelled=cancelled, train=learn)
+
+    def _act(self, agent: RegisteredAgent, obs: dict[str, Any], replay: dict[str, dict],
+             masks: Optional[dict[str, Any]]) -> dict[str, Any]:
+        """One request for all ready envs: `step` (with the last transitions) when the agent
+        offers it, else replayAction then getAction."""
+        if "step" in agent.capabilities:
+            return agent.client.step(obs, replay=_batch(replay) if replay else None,
+                                     action_mask=masks)
+        if replay:
+            agent.client.replay_action(_batch(replay))
+        return agent.client.get_action(obs, masks)
+
+    def _finish(self, name: str, i: int, episode: _Running, ts: Timestep, capped: bool,
+                learn: bool) -> None:
+        self.record_episode(name, episode.episode_return, episode.length, seed=episode.seed,
+                            terminated=ts.terminated and not ts.abnormal,
+                            truncated=(ts.truncated or capped) and not ts.abnormal,
+                            abnormal=ts.abnormal, cancelled=False, train=learn, envIndex=i)
+
+    def _manager(self, config: EpisodeConfig) -> EnvManager:
+        """The env manager for this config: kept across startEpisode calls while the number
+        of envs, the kind and the timeout stay the same."""
+        key = (config.num_envs, config.env_manager, config.step_timeout)
+        if self.manager is not None and self._manager_key == key and not self.manager.done:
+            return self.manager
+        self._close_manager()
+        fns = make_env_fns(self.env_spec["id"], self.env_spec.get("kwargs"), config.num_envs)
+        manager_config = {} if config.step_timeout is None else {
+            "step_timeout": config.step_timeout}
+        self.manager = MANAGERS[config.env_manager](fns, manager_config)
+        self._manager_key = key
+        self.manager.launch()
+        return self.manager
 
     def do_reset(self) -> None:
-        self._close_env()
+        self._close_manager()
 
     def do_terminate(self) -> None:
-        self._close_env()
+        self._close_manager()
 
-    def _close_env(self) -> None:
-        if self.env is not None:
-            self.env.close()
-            self.env = None
+    def _close_manager(self) -> None:
+        if self.manager is not None:
+            self.manager.close()
+            self.manager = None
 
 
-def _mask(name: str, info: dict[str, Any]) -> Optional[dict[str, np.ndarray]]:
-    """gymnasium envs with masks (e.g. Taxi) put them in info["action_mask"]."""
-    mask = info.get("action_mask")
-    return None if mask is None else {name: np.asarray(mask)}
+def _transition(obs: Any, action: Any, ts: Timestep, truncated: bool) -> dict:
+    """One entity's replay entry; an abnormal step ends its episode as a truncation."""
+    return {"prevObs": obs, "actions": action, "rewards": float(ts.reward), "newObs": ts.obs,
+            "terminated": bool(ts.terminated and not ts.abnormal),
+            "truncated": bool(ts.truncated or truncated or ts.abnormal)}
+
+
+def _batch(replay: dict[str, dict]) -> dict[str, dict]:
+    """Per-entity transitions -> the spec's Replay (one map per field)."""
+    fields = ("prevObs", "actions", "rewards", "newObs", "terminated", "truncated")
+    return {f: {entity: t[f] for entity, t in replay.items()} for f in fields}
+
+
+def _quotas(limit: Optional[int], n: int) -> list[float]:
+    """Episodes each env plays: `limit` split evenly (the remainder to the first envs), so
+    envs with short episodes cannot crowd out the others; unlimited without a limit."""
+    if limit is None:
+        return [float("inf")] * n
+    base, extra = divmod(limit, n)
+    return [base + (1 if i < extra else 0) for i in range(n)]
+
+
+def _masks(manager: EnvManager, ready: dict[int, Any], entity) -> Optional[dict[str, Any]]:
+    """Action masks of the ready envs (gymnasium envs such as Taxi put them in
+    info["action_mask"]); None when the env has none."""
+    info = manager.ready_info
+    masks = {entity(i): np.asarray(info[i]["action_mask"]) for i in ready
+             if "action_mask" in info.get(i, {})}
+    return masks or None

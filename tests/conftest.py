@@ -1,13 +1,12 @@
 """Fixtures that start real services (gunicorn on 127.0.0.1, free ports) and stop them."""
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Callable, Optional, Sequence
 
 import pytest
 
-from mistk_rl.launch import ServiceProcess, start_service
+from mistk_rl.launch import ServiceProcess, group_members, start_service
 
 RANDOM_AGENT = "agents.random_agent:RandomAgent"
 GYM_ORCHESTRATOR = "orchestrators.gym_orchestrator:GymOrchestrator"
@@ -15,11 +14,8 @@ REPO = Path(__file__).resolve().parent.parent
 
 
 def group_alive(pgid: int) -> bool:
-    try:
-        os.killpg(pgid, 0)
-    except ProcessLookupError:
-        return False
-    return True
+    """Any live process left in the service's process group (zombies do not count)."""
+    return bool(group_members(pgid))
 
 
 @pytest.fixture

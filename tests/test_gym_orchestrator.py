@@ -35,7 +35,7 @@ def test_replay_only_when_training(launch):
     _play(orch, numEpisodes=2, seed=0, train=False)  # evaluation: no replay
     payload = agent.status().payload
     assert payload["replayed"] == sum(e.length for e in trained)
-    assert payload["modes"] == ["collect", "collect", "eval", "eval"]
+    assert payload["modes"] == ["collect", "eval"]  # one agent episode per startEpisode
 
 
 def test_skip_train_agent_never_replays(launch):
@@ -43,14 +43,15 @@ def test_skip_train_agent_never_replays(launch):
     episodes = _play(orch, numEpisodes=2, seed=0, train=True)
     assert sum(e.length for e in episodes) > 0
     payload = agent.status().payload
-    assert payload.get("replayed", 0) == 0 and payload["modes"] == ["eval", "eval"]
+    assert payload.get("replayed", 0) == 0 and payload["modes"] == ["eval"]
 
 
 def test_results_accumulate_across_runs(launch):
     orch, _ = _pair(launch, "CartPole-v1")
     first = _play(orch, numEpisodes=2, seed=11)
     second = _play(orch, numEpisodes=1, seed=11)
-    assert [e.seed for e in first + second] == [11, 12, 11]
+    # the first episode of each run is seeded; later ones continue the env's random stream
+    assert [e.seed for e in first + second] == [11, None, 11]
     assert [e.episode for e in orch.get_results().episodes] == [0, 1, 2]
 
 
@@ -106,3 +107,34 @@ def test_num_steps_runs_whole_episodes_until_the_budget(launch):
     assert [e.env_steps for e in episodes] == list(np.cumsum(lengths))
     capped = _play(orch, numSteps=10_000, numEpisodes=2, seed=0)
     assert len(capped) == 2
+
+
+@pytest.mark.parametrize("manager", ["base", "subprocess", "async"])
+def test_vectorized_episodes_are_counted_once_per_env(launch, manager):
+    orch, agent = _pair(launch, "CartPole-v1")
+    episodes = _play(orch, numEpisodes=8, numEnvs=4, envManager=manager, seed=0, train=True)
+    assert len(episodes) == 8
+    assert sorted(e.env_index for e in episodes) == [0, 0, 1, 1, 2, 2, 3, 3]  # quota 2 each
+    assert sorted(e.seed for e in episodes if e.seed is not None) == [0, 1, 2, 3]
+    payload = agent.status().payload
+    assert payload["replayed"] >= sum(e.length for e in episodes)  # every step learned from
+
+
+def test_same_seed_same_vectorized_run_across_managers(launch):
+    runs = [_play(_pair(launch, "CartPole-v1")[0], numEpisodes=4, numEnvs=2, envManager=m,
+                  seed=5, train=False) for m in ("base", "subprocess")]
+    assert [(e.env_index, e.length) for e in runs[0]] == [(e.env_index, e.length)
+                                                          for e in runs[1]]
+
+
+def test_a_crashing_env_costs_only_its_episode(launch, tmp_path):
+    env = {"id": "tests.rl.faulty_env:FaultyCartPole-v0",
+           "kwargs": {"mode": "exit", "at": 5, "marker": str(tmp_path / "crashed")}}
+    orch, _ = _pair(launch, env)
+    episodes = _play(orch, numEpisodes=6, numEnvs=3, envManager="subprocess", seed=0,
+                     train=False)
+    assert len(episodes) == 6
+    assert [e.abnormal for e in episodes].count(True) == 1
+    normal = [e for e in episodes if not e.abnormal]
+    assert all(e.terminated or e.truncated for e in normal)
+    assert orch.status().payload["envRestarts"] == 1

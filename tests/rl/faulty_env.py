@@ -20,8 +20,7 @@ class FaultyCartPole(gym.Wrapper):
 
     def step(self, action):
         self.steps += 1
-        if self.steps == self.at and (self.always or not self.marker.exists()):
-            self.marker.touch()
+        if self.steps == self.at and (self.always or self._first_to_fail()):
             if self.mode == "raise":
                 raise RuntimeError("injected env failure")
             if self.mode == "exit":
@@ -31,6 +30,15 @@ class FaultyCartPole(gym.Wrapper):
             if self.mode == "hang-short":  # overruns a 0.2 s timeout, then returns
                 time.sleep(0.5)
         return self.env.step(action)
+
+
+    def _first_to_fail(self) -> bool:
+        """Atomic across processes: only one env (of many stepping at once) fails."""
+        try:
+            os.close(os.open(self.marker, os.O_CREAT | os.O_EXCL))
+            return True
+        except FileExistsError:
+            return False
 
 
 class SlowCartPole(gym.Wrapper):
@@ -62,3 +70,8 @@ class Slow:
 
     def __call__(self):
         return SlowCartPole(self.delay)
+
+
+# importable id for services and their env workers: "tests.rl.faulty_env:FaultyCartPole-v0"
+if "FaultyCartPole-v0" not in gym.registry:
+    gym.register("FaultyCartPole-v0", entry_point=FaultyCartPole)

@@ -41,6 +41,11 @@ class Timestep:
     abnormal: bool = False  # the env failed and was restarted: this episode is cut here
 
     @property
+    def ready_info(self) -> dict[int, dict]:
+        """The info dict that came with each ready observation (e.g. an action mask)."""
+        return {i: self._info.get(i, {}) for i in self._ready}
+
+    @property
     def done(self) -> bool:
         return self.terminated or self.truncated
 
@@ -74,6 +79,7 @@ class EnvManager(ABC):
         self.config = deep_merge(self.default_config(), config)
         self.env_num = len(self.env_fns)
         self._ready: dict[int, Any] = {}
+        self._info: dict[int, dict] = {}  # info that came with each ready observation
         self._last_obs: dict[int, Any] = {}
         self.restarts = [0] * self.env_num
         self._failures_in_a_row = [0] * self.env_num
@@ -85,8 +91,14 @@ class EnvManager(ABC):
     # ---- the interface -------------------------------------------------------------------
     @property
     def ready_obs(self) -> dict[int, Any]:
-        """Observations of the envs waiting for an action (a copy)."""
-        return dict(self._ready)
+        """Observations of the envs waiting for an action, in env order (so what is built
+        from them does not depend on which worker answered first)."""
+        return dict(sorted(self._ready.items()))
+
+    @property
+    def ready_info(self) -> dict[int, dict]:
+        """The info dict that came with each ready observation (e.g. an action mask)."""
+        return {i: self._info.get(i, {}) for i in self._ready}
 
     @property
     def done(self) -> bool:
@@ -111,8 +123,9 @@ class EnvManager(ABC):
         self._check_launched()
         ids = [i for i in (range(self.env_num) if env_ids is None else env_ids)
                if i not in self.retired]
-        for i, obs in self._reset(ids, seeds or {}).items():
+        for i, (obs, info) in self._reset(ids, seeds or {}).items():
             self._ready[i] = self._last_obs[i] = obs
+            self._info[i] = info
 
     def step(self, actions: dict[int, Any]) -> dict[int, Timestep]:
         """Step the envs named in `actions` (each must be ready); see the module docstring."""
@@ -123,7 +136,7 @@ class EnvManager(ABC):
                              f"(ready: {sorted(self._ready)})")
         for i in actions:
             del self._ready[i]
-        timesteps = self._step(actions)
+        timesteps = dict(sorted(self._step(actions).items()))
         for i, ts in timesteps.items():
             if not ts.abnormal:
                 self._failures_in_a_row[i] = 0
@@ -147,7 +160,9 @@ class EnvManager(ABC):
     def _launch(self) -> None: ...
 
     @abstractmethod
-    def _reset(self, ids: list[int], seeds: dict[int, Optional[int]]) -> dict[int, Any]: ...
+    def _reset(self, ids: list[int],
+               seeds: dict[int, Optional[int]]) -> dict[int, tuple[Any, dict]]:
+        """(obs, info) of each env reset; subclasses also set `_ready`/`_info` on steps."""
 
     @abstractmethod
     def _step(self, actions: dict[int, Any]) -> dict[int, Timestep]: ...

@@ -17,16 +17,17 @@ class BaseEnvManager(EnvManager):
     def _launch(self) -> None:
         self.envs = [fn() for fn in self.env_fns]
 
-    def _reset(self, ids: list[int], seeds: dict[int, Optional[int]]) -> dict[int, Any]:
+    def _reset(self, ids: list[int],
+               seeds: dict[int, Optional[int]]) -> dict[int, tuple[Any, dict]]:
         out = {}
         for i in ids:
             try:
                 out[i] = self._reset_one(i, seeds.get(i))
             except Exception as exc:  # noqa: BLE001 - a broken env is restarted, not fatal
                 self._abnormal(i, f"reset failed: {type(exc).__name__}: {exc}")
-                obs = self._restart(i)
-                if obs is not None:
-                    out[i] = obs
+                restarted = self._restart(i)
+                if restarted is not None:
+                    out[i] = restarted
         return out
 
     def _step(self, actions: dict[int, Any]) -> dict[int, Timestep]:
@@ -40,26 +41,27 @@ class BaseEnvManager(EnvManager):
                                        f"step_timeout {self.config['step_timeout']} s")
             except Exception as exc:  # noqa: BLE001
                 out[i] = self._abnormal(i, f"{type(exc).__name__}: {exc}")
-                obs = self._restart(i)
-                if obs is not None:
-                    self._ready[i] = obs
+                restarted = self._restart(i)
+                if restarted is not None:
+                    self._ready[i], self._info[i] = restarted
                 continue
             out[i] = Timestep(obs, float(reward), bool(terminated), bool(truncated), info)
             if terminated or truncated:
-                obs = self._reset([i], {}).get(i)  # auto-reset; a failure restarts the env
-                if obs is None:
+                restarted = self._reset([i], {}).get(i)  # auto-reset; failure restarts the env
+                if restarted is None:
                     continue
-            self._ready[i] = obs
+                obs, info = restarted
+            self._ready[i], self._info[i] = obs, info
         return out
 
-    def _reset_one(self, i: int, seed: Optional[int]) -> Any:
+    def _reset_one(self, i: int, seed: Optional[int]) -> tuple[Any, dict]:
         started = time.monotonic()
-        obs, _ = self.envs[i].reset(seed=seed)
+        obs, info = self.envs[i].reset(seed=seed)
         if overran(started, self.config["reset_timeout"]):
             raise TimeoutError(f"reset took {time.monotonic() - started:.2f} s")
-        return obs
+        return obs, info
 
-    def _restart(self, i: int) -> Optional[Any]:
+    def _restart(self, i: int) -> Optional[tuple[Any, dict]]:
         """Replace env i with a new copy and reset it; None if it was retired instead."""
         while not self._give_up(i):
             try:
@@ -68,9 +70,9 @@ class BaseEnvManager(EnvManager):
                 pass
             try:
                 self.envs[i] = self.env_fns[i]()
-                obs = self._reset_one(i, self._env_seed(i))
+                obs, info = self._reset_one(i, self._env_seed(i))
                 self._last_obs[i] = obs
-                return obs
+                return obs, info
             except Exception as exc:  # noqa: BLE001
                 self._abnormal(i, f"restart failed: {type(exc).__name__}: {exc}")
         return None

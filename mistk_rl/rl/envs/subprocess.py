@@ -55,17 +55,24 @@ class SubprocessEnvManager(EnvManager):
         return [p.pid for p in self._procs if p is not None]
 
     # ---- commands ------------------------------------------------------------------------
-    def _reset(self, ids: list[int], seeds: dict[int, Optional[int]]) -> dict[int, Any]:
+    def _reset(self, ids: list[int],
+               seeds: dict[int, Optional[int]]) -> dict[int, tuple[Any, dict]]:
+        stepping = [i for i in ids if i in self._in_flight]
+        if stepping:  # answers still on the way would be read as the reset's: drain them
+            self._collect(stepping, len(stepping), self.config["step_timeout"])
+        for i in ids:
+            self._ready.pop(i, None)
         sent = [i for i in ids if self._send(i, "reset", seeds.get(i))]
-        out: dict[int, Any] = {}
+        out: dict[int, tuple[Any, dict]] = {}
         for i, (status, payload) in self._gather(sent, self.config["reset_timeout"]).items():
             if status == "ok":
-                out[i] = self._read(i, payload)
+                published, info = payload
+                out[i] = self._read(i, published), info
                 continue
             self._abnormal(i, f"reset failed: {payload}")
-            obs = self._restart(i)
-            if obs is not None:
-                out[i] = obs
+            restarted = self._restart(i)
+            if restarted is not None:
+                out[i] = restarted
         return out
 
     def _step(self, actions: dict[int, Any]) -> dict[int, Timestep]:
@@ -87,16 +94,16 @@ class SubprocessEnvManager(EnvManager):
         for i, (status, payload) in self._gather(ids, timeout, wait_num).items():
             del self._in_flight[i]
             if status == "ok":
-                reward, terminated, truncated, info, final, obs = payload
-                next_obs = self._read(i, obs)
+                reward, terminated, truncated, info, final, published, next_info = payload
+                next_obs = self._read(i, published)
                 out[i] = Timestep(next_obs if final is None else final, reward, terminated,
                                   truncated, info)
-                self._ready[i] = next_obs
+                self._ready[i], self._info[i] = next_obs, next_info
                 continue
             out[i] = self._abnormal(i, payload)
-            obs = self._restart(i)
-            if obs is not None:
-                self._ready[i] = obs
+            restarted = self._restart(i)
+            if restarted is not None:
+                self._ready[i], self._info[i] = restarted
         return out
 
     def _gather(self, ids: list[int], timeout: float,
@@ -152,7 +159,7 @@ class SubprocessEnvManager(EnvManager):
             proc.join(5)
         self._procs[i] = self._conns[i] = None
 
-    def _restart(self, i: int) -> Optional[Any]:
+    def _restart(self, i: int) -> Optional[tuple[Any, dict]]:
         """A fresh worker for env i, reset; None if env i was retired instead."""
         self._in_flight.pop(i, None)
         while not self._give_up(i):
@@ -161,9 +168,9 @@ class SubprocessEnvManager(EnvManager):
             if self._send(i, "reset", self._env_seed(i)):
                 status, payload = self._gather([i], self.config["reset_timeout"])[i]
                 if status == "ok":
-                    obs = self._read(i, payload)
+                    obs = self._read(i, payload[0])
                     self._last_obs[i] = obs
-                    return obs
+                    return obs, payload[1]
             else:
                 payload = "the new worker died at once"
             self._abnormal(i, f"restart failed: {payload}")

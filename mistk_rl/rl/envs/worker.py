@@ -31,8 +31,8 @@ def run_worker(env_fn: Callable, conn: Any, shared: Any, shape: tuple, dtype: st
                 if command == "step":
                     conn.send(("ok", _step(env, view, arg)))
                 elif command == "reset":
-                    obs, _ = env.reset(seed=arg)
-                    conn.send(("ok", _publish(view, obs)))
+                    obs, info = env.reset(seed=arg)
+                    conn.send(("ok", (_publish(view, obs), info)))
                 elif command == "close":
                     break
                 else:
@@ -49,10 +49,11 @@ def run_worker(env_fn: Callable, conn: Any, shared: Any, shape: tuple, dtype: st
 
 def _step(env: Any, view: Optional[np.ndarray], action: Any) -> tuple:
     obs, reward, terminated, truncated, info = env.step(action)
-    final = None
+    final, next_info = None, info
     if terminated or truncated:
-        final, (obs, _) = obs, env.reset()
-    return float(reward), bool(terminated), bool(truncated), info, final, _publish(view, obs)
+        final, (obs, next_info) = obs, env.reset()
+    return (float(reward), bool(terminated), bool(truncated), info, final,
+            _publish(view, obs), next_info)
 
 
 def _publish(view: Optional[np.ndarray], obs: Any) -> Any:
