@@ -63,6 +63,8 @@ class TrainingSpec(_Strict):
     seed: int = Field(default=0, ge=0)  # training episode i is reset with seed + i
     eval_seed: int = Field(default=10_000, ge=0)  # every evaluation uses the same seeds
     max_steps: Optional[int] = Field(default=None, ge=1)  # per-episode cap
+    num_envs: int = Field(default=1, ge=1)  # env copies stepped together (one request)
+    env_manager: str = "base"  # base | subprocess | async
 
 
 class Timeouts(_Strict):

@@ -32,15 +32,17 @@ def train(orch: OrchestratorClient, spec: TrainingSpec, run_dir: Path, timeout: 
         while train_steps < spec.env_steps:
             budget = min(spec.eval_every - train_steps % spec.eval_every,
                          spec.env_steps - train_steps)
-            episodes = _run(orch, EpisodeConfig(num_steps=budget, seed=spec.seed + train_episodes,
-                                                max_steps=spec.max_steps, train=True), timeout)
+            episodes = _run(orch, EpisodeConfig(
+                num_steps=budget, seed=spec.seed + train_episodes, max_steps=spec.max_steps,
+                train=True, num_envs=spec.num_envs, env_manager=spec.env_manager), timeout)
             train_steps += sum(e.length for e in episodes)
             train_episodes += len(episodes)
             for e in episodes:
                 writer.add_scalar("train/episode_return", e.return_, train_steps)
             result = summarize([e.return_ for e in _run(orch, EpisodeConfig(
                 num_episodes=spec.eval_episodes, seed=spec.eval_seed, max_steps=spec.max_steps,
-                train=False), timeout)], spec.stop_value)
+                train=False, num_envs=spec.num_envs, env_manager=spec.env_manager), timeout)
+                if not e.abnormal], spec.stop_value)
             record = {"env_steps": train_steps, "wall_s": round(time.monotonic() - started, 3),
                       "mean_return": result.mean_return, "std_return": result.std_return,
                       "returns": result.returns, "train_episodes": train_episodes}

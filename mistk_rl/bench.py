@@ -6,6 +6,7 @@ loopback, one kept-alive connection, a CartPole-sized observation), after a warm
 from __future__ import annotations
 
 import json
+import os
 import platform
 import statistics
 import tempfile
@@ -66,7 +67,17 @@ def bench_sb3(algo: str, seed: int, eval_every: int) -> dict:
 
 
 def run_bench(what: str, n: int = 2000, json_out: Optional[Path] = None, seed: int = 0,
-              eval_every: Optional[int] = None) -> int:
+              eval_every: Optional[int] = None, env_counts: Optional[list[int]] = None,
+              steps: int = 20000) -> int:
+    from mistk_rl.bench_step import bench_envs, bench_transport
+
+    counts = env_counts or [1, 16, 64, 256]
+    if what in ("transport", "envs"):
+        bench = bench_transport if what == "transport" else bench_envs
+        records = bench(counts, steps)
+        if json_out is not None:
+            _write(json_out, records)
+        return 0
     if what == "getaction":
         record = bench_getaction(n=n)
     else:
@@ -74,9 +85,14 @@ def run_bench(what: str, n: int = 2000, json_out: Optional[Path] = None, seed: i
         record = bench_sb3(algo, seed, eval_every or (2500 if algo == "dqn" else 5000))
     print("  ".join(f"{k}={v}" for k, v in record.items() if k != "evals"))
     if json_out is not None:
-        payload = {"machine": {"python": platform.python_version(),
-                               "processor": platform.machine()},
-                   "records": [record]}
-        json_out.parent.mkdir(parents=True, exist_ok=True)
-        json_out.write_text(json.dumps(payload, indent=2) + "\n")
+        _write(json_out, [record])
     return 0
+
+
+def _write(path: Path, records: list[dict]) -> None:
+    """`{"machine": ..., "records": [...]}`: records comparable across runs by a script."""
+    payload = {"machine": {"python": platform.python_version(), "processor": platform.machine(),
+                           "cpus": os.cpu_count()},
+               "records": records}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(payload, indent=2) + "\n")

@@ -31,8 +31,10 @@ def _run(args: argparse.Namespace) -> int:
 def _bench(args: argparse.Namespace) -> int:
     from mistk_rl.bench import run_bench
 
+    counts = [int(x) for x in args.envs.split(",")] if args.envs else None
     return run_bench(args.what, n=args.n, json_out=Path(args.json) if args.json else None,
-                     seed=args.seed, eval_every=args.eval_every)
+                     seed=args.seed, eval_every=args.eval_every, env_counts=counts,
+                     steps=args.steps)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -67,13 +69,20 @@ def build_parser() -> argparse.ArgumentParser:
     run.set_defaults(func=_run)
 
     bench = sub.add_parser("bench", help="measure the services")
-    bench.add_argument("what", choices=["getaction", "sb3-dqn", "sb3-ppo"],
+    bench.add_argument("what", choices=["getaction", "transport", "envs", "sb3-dqn",
+                                        "sb3-ppo"],
                        help="getaction: round-trip time of getAction to a local agent; "
+                            "transport: env steps/s in-process vs over HTTP; "
+                            "envs: env managers vs gymnasium's vector envs; "
                             "sb3-dqn / sb3-ppo: Stable-Baselines3 in-process on CartPole-v1 "
                             "with rl-zoo hyperparameters and our eval protocol (the bar for "
                             "`mistk-rl run configs/cartpole_{dqn,ppo}.yaml`)")
     bench.add_argument("--n", type=int, default=2000, help="getaction: calls to time")
     bench.add_argument("--seed", type=int, default=0, help="sb3-*: training seed")
+    bench.add_argument("--envs", default=None,
+                       help="transport/envs: env counts, comma-separated (default 1,16,64,256)")
+    bench.add_argument("--steps", type=int, default=20000,
+                       help="transport/envs: env steps timed per configuration")
     bench.add_argument("--eval-every", type=int, default=None,
                        help="sb3-*: env steps between evaluations (dqn 2500, ppo 5000)")
     bench.add_argument("--json", default=None, help="also write the figures here")

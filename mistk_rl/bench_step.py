@@ -1,0 +1,158 @@
+"""Step-path benchmarks (`mistk-rl bench transport` and `mistk-rl bench envs`).
+
+transport: env steps per second on CartPole-v1 with the random agent, driving the same loop
+(ready observations -> one `step` call carrying the last transitions -> env manager step) with
+the agent called in-process (its service object, no HTTP) and over HTTP (a real gunicorn
+service on loopback), at each env count, in the same run.
+
+envs: env steps per second of each env manager and of gymnasium's SyncVectorEnv and
+AsyncVectorEnv at the same env counts, with constant actions, on CartPole-v1 and on a
+CartPole whose step costs 1 ms (`SlowCartPole-v0`, registered here).
+"""
+from __future__ import annotations
+
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+import gymnasium as gym
+import numpy as np
+
+from mistk_rl.jsonable import to_jsonable
+from mistk_rl.rl.envs import MANAGERS, EnvManager, make_env_fns
+from mistk_rl.spaces import space_to_dict
+
+SLOW_ENV = "mistk_rl.bench_step:SlowCartPole-v0"
+
+
+class SlowCartPole(gym.Wrapper):
+    """CartPole whose step takes `delay` seconds: an env with real per-step cost."""
+
+    def __init__(self, delay: float = 0.001) -> None:
+        super().__init__(gym.make("CartPole-v1"))
+        self.delay = delay
+
+    def step(self, action):
+        time.sleep(self.delay)
+        return self.env.step(action)
+
+
+if "SlowCartPole-v0" not in gym.registry:
+    gym.register("SlowCartPole-v0", entry_point=SlowCartPole)
+
+
+def _drive(act: Callable[[dict, Any], dict], manager: EnvManager, steps: int) -> float:
+    """Run the orchestrator's step loop for at least `steps` env steps; steps per second."""
+    replay = None
+    done_steps, started = 0, time.perf_counter()
+    while done_steps < steps:
+        ready = manager.ready_obs
+        obs = {f"e{i}": o for i, o in ready.items()}
+        actions = act(obs, replay)
+        timesteps = manager.step({i: int(actions[f"e{i}"]) for i in ready})
+        replay = {"prevObs": obs, "actions": actions,
+                  "rewards": {f"e{i}": ts.reward for i, ts in timesteps.items()},
+                  "newObs": {f"e{i}": ts.obs for i, ts in timesteps.items()},
+                  "terminated": {f"e{i}": ts.terminated for i, ts in timesteps.items()},
+                  "truncated": {f"e{i}": ts.truncated for i, ts in timesteps.items()}}
+        done_steps += len(timesteps)
+    return done_steps / (time.perf_counter() - started)
+
+
+def _registered_agent_config() -> dict:
+    env = gym.make("CartPole-v1")
+    return {"name": "bench", "observationSpace": space_to_dict(env.observation_space),
+            "actionSpace": space_to_dict(env.action_space)}
+
+
+def bench_transport(env_counts: list[int], steps: int) -> list[dict]:
+    from agents.random_agent import RandomAgent
+    from mistk_rl.launch import start_service
+    from mistk_rl.service.handlers import AgentService
+
+    records = []
+    with tempfile.TemporaryDirectory(prefix="mistk-bench-") as tmp:
+        service = AgentService(RandomAgent(), Path(tmp) / "inprocess")
+        service.initialize({"hyperparameters": {"seed": 0}})
+        service.lifecycle.wait_for_state("initialized", 30)
+        service.agentRegistered(_registered_agent_config())
+        served = start_service("agent", "agents.random_agent:RandomAgent",
+                               data_dir=Path(tmp) / "served", log_path=Path(tmp) / "agent.log")
+        try:
+            client = served.client()
+            client.initialize(hyperparameters={"seed": 0})
+            client.build_model()
+            client.agent_registered(_registered_agent_config())
+
+            def inprocess(obs: dict, replay: Any) -> dict:
+                body = {"obs": to_jsonable(obs)}
+                if replay:
+                    body["replay"] = to_jsonable(replay)
+                return service.step(body)[0]["actions"]
+
+            def http(obs: dict, replay: Any) -> dict:
+                return client.step(obs, replay=replay)
+
+            for n in env_counts:
+                for mode, act, start in (("inprocess", inprocess, service.episodeStarted),
+                                         ("http", http, None)):
+                    with MANAGERS["base"](make_env_fns("CartPole-v1", None, n)) as manager:
+                        manager.launch(seed=0)
+                        first = {"obs": to_jsonable({f"e{i}": o for i, o in
+                                                     manager.ready_obs.items()})}
+                        if start is not None:
+                            start(first)
+                        else:
+                            client.episode_started(first["obs"])
+                        _drive(act, manager, max(n * 5, 100))  # warm-up
+                        rate = _drive(act, manager, max(steps, n * 20))
+                        if start is not None:
+                            service.episodeStopped()
+                        else:
+                            client.episode_stopped()
+                    records.append({"bench": "transport", "mode": mode, "envs": n,
+                                    "steps_per_s": round(rate, 1)})
+                    print(f"  transport {mode:9s} envs {n:4d}: {rate:10.1f} env steps/s")
+            client.close()
+        finally:
+            served.stop()
+    return records
+
+
+def bench_envs(env_counts: list[int], steps: int) -> list[dict]:
+    records = []
+    for env_id, label in (("CartPole-v1", "CartPole-v1"), (SLOW_ENV, "SlowCartPole-1ms")):
+        for n in env_counts:
+            total = max(steps, n * 20) if label == "CartPole-v1" else max(steps // 10, n * 10)
+            runs: dict[str, Callable[[], float]] = {
+                name: (lambda cls=cls: _manager_rate(cls, env_id, n, total))
+                for name, cls in MANAGERS.items()}
+            runs["gym_sync"] = lambda: _vector_rate(gym.vector.SyncVectorEnv, env_id, n, total)
+            runs["gym_async"] = lambda: _vector_rate(gym.vector.AsyncVectorEnv, env_id, n, total)
+            for mode, run in runs.items():
+                rate = run()
+                records.append({"bench": "envs", "env": label, "mode": mode, "envs": n,
+                                "steps_per_s": round(rate, 1)})
+                print(f"  envs {label:16s} {mode:10s} envs {n:4d}: {rate:10.1f} env steps/s")
+    return records
+
+
+def _manager_rate(cls: type, env_id: str, n: int, total: int) -> float:
+    with cls(make_env_fns(env_id, None, n)) as manager:
+        manager.launch(seed=0)
+        return _drive(lambda obs, _: {k: 0 for k in obs}, manager, total)
+
+
+def _vector_rate(cls: type, env_id: str, n: int, total: int) -> float:
+    envs = cls([lambda: gym.make(env_id)] * n)
+    try:
+        envs.reset(seed=0)
+        actions = np.zeros(n, dtype=np.int64)
+        done, started = 0, time.perf_counter()
+        while done < total:
+            envs.step(actions)
+            done += n
+        return done / (time.perf_counter() - started)
+    finally:
+        envs.close()
