@@ -13,6 +13,7 @@ as abnormal, and the others go on.
 from __future__ import annotations
 
 import importlib
+import time
 from dataclasses import dataclass
 from typing import Any, Optional
 
@@ -24,6 +25,9 @@ from mistk_rl.orchestrator import AbstractOrchestrator, RegisteredAgent
 from mistk_rl.rl.envs import MANAGERS, EnvManager, Timestep, make_env_fns
 from mistk_rl.schemas import EpisodeConfig
 from mistk_rl.spaces import SUPPORTED, coerce_action, space_to_dict
+
+
+PROGRESS_EVERY_S = 1.0
 
 
 @dataclass
@@ -97,6 +101,7 @@ class GymOrchestrator(AbstractOrchestrator):
                                      episode=len(self.results))
         replay: dict[str, dict] = {}
         sent: dict[int, tuple[Any, Any]] = {}  # env -> (obs, action) of its step in flight
+        next_report = time.monotonic() + PROGRESS_EVERY_S
         try:
             while active and not self.should_stop:
                 ready = {i: obs for i, obs in manager.ready_obs.items() if i in active}
@@ -130,8 +135,9 @@ class GymOrchestrator(AbstractOrchestrator):
                         active.discard(i)
                 if to_reset:
                     manager.reset(to_reset)
-                self.update_status({"envSteps": self.env_steps,
-                                    "envRestarts": manager.stats["restarts"]})
+                if time.monotonic() >= next_report:  # progress at most every PROGRESS_EVERY_S:
+                    next_report = time.monotonic() + PROGRESS_EVERY_S  # each wakes long-polls
+                    self._report(manager)
             if replay:  # the last transitions, which no next step carried
                 agent.client.replay_action(_batch(replay))
             if self.should_stop:  # stopped mid-run: the episodes in progress end here
@@ -141,7 +147,12 @@ class GymOrchestrator(AbstractOrchestrator):
                                             running[i].length, seed=running[i].seed,
                                             cancelled=True, train=learn, envIndex=i)
         finally:
+            self._report(manager)
             agent.client.episode_stopped()
+
+    def _report(self, manager: EnvManager) -> None:
+        self.update_status({"envSteps": self.env_steps,
+                            "envRestarts": manager.stats["restarts"]})
 
     def _act(self, agent: RegisteredAgent, obs: dict[str, Any], replay: dict[str, dict],
              masks: Optional[dict[str, Any]]) -> dict[str, Any]:

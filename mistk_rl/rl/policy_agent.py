@@ -168,8 +168,7 @@ class PolicyAgent(AbstractAgent):
 
     def do_episode_stopped(self) -> None:
         if self.trainer is not None and self.mode == "collect":
-            for entity in list(self._pending) or [self.name or ""]:
-                self.trainer.end_episode(entity)
+            self.trainer.end_all_episodes()
         self._pending.clear()
 
     def do_save_model(self, path: Path) -> None:

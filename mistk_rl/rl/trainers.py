@@ -50,6 +50,11 @@ class OffPolicyTrainer:
         if entity in self._nstep:
             self._push(self._nstep[entity].flush())
 
+    def end_all_episodes(self) -> None:
+        """The agent's episode ended (e.g. a run of several env copies): flush every entity."""
+        for entity in list(self._nstep):
+            self.end_episode(entity)
+
     def maybe_train(self) -> int:
         """Run the updates due at the current env step; returns how many ran."""
         steps = self.learner.env_steps
@@ -99,6 +104,9 @@ class OnPolicyTrainer:
     def end_episode(self, entity: str) -> None:
         """Nothing to do: transitions carry their own terminated/truncated flags, and a
         rollout bootstraps from the value of its last next_obs."""
+
+    def end_all_episodes(self) -> None:
+        """As `end_episode`, for every entity."""
 
     def maybe_train(self) -> int:
         if self._count < self.config["n_steps"]:

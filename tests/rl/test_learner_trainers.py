@@ -161,3 +161,17 @@ def test_evaluator_reports_stop():
     result = evaluator.eval(policy.eval_mode.forward, seed=0)
     evaluator.close()
     assert len(result.returns) == 4 and not result.stop and result.mean_return > 0
+
+
+def test_end_of_agent_episode_flushes_every_entity():
+    policy = DQNPolicy({"nstep": 3, "learn": {"batch_size": 2}}, OBS, ACT, seed=0)
+    learner = Learner(policy.learn_mode)
+    buffer = NaiveReplayBuffer({"replay_buffer_size": 10}, seed=0)
+    trainer = OffPolicyTrainer(policy, learner, buffer,
+                               {"learning_starts": 100, "train_freq": 1, "gradient_steps": 1})
+    for entity in ("a:0", "a:1"):
+        for i in range(2):  # shorter than the n-step window: nothing emitted yet
+            trainer.observe(entity, _transition(i))
+    assert buffer.count() == 0
+    trainer.end_all_episodes()
+    assert buffer.count() == 4
