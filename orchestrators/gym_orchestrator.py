@@ -105,14 +105,16 @@ class GymOrchestrator(AbstractOrchestrator):
         try:
             while active and not self.should_stop:
                 ready = {i: obs for i, obs in manager.ready_obs.items() if i in active}
-                actions = (self._act(agent, {entity(i): o for i, o in ready.items()}, replay,
-                                     _masks(manager, ready, entity)) if ready else {})
+                actions: dict[str, Any] = {}
+                if ready:  # (async: all may still be in flight; the replay then waits)
+                    actions = self._act(agent, {entity(i): o for i, o in ready.items()},
+                                        replay, _masks(manager, ready, entity))
+                    replay = {}
                 for i in ready:
                     sent[i] = (ready[i], actions[entity(i)])
                 timesteps = manager.step({i: coerce_action(self.action_space,
                                                            actions[entity(i)])
                                           for i in ready})
-                replay = {}
                 to_reset = []
                 for i, ts in timesteps.items():
                     episode = running[i]
