@@ -3,7 +3,7 @@
 transport: env steps per second on CartPole-v1 with the random agent, driving the same loop
 (ready observations -> one `step` call carrying the last transitions -> env manager step) with
 the agent called in-process (its service object, no HTTP) and over HTTP (a real gunicorn
-service on loopback), at each env count, in the same run.
+service on loopback; JSON, and the binary tensor encoding), at each env count, in one run.
 
 envs: env steps per second of each env manager and of gymnasium's SyncVectorEnv and
 AsyncVectorEnv at the same env counts, with constant actions, on CartPole-v1 and on a
@@ -92,11 +92,17 @@ def bench_transport(env_counts: list[int], steps: int) -> list[dict]:
                 return service.step(body)[0]["actions"]
 
             def http(obs: dict, replay: Any) -> dict:
+                client.binary = False
+                return client.step(obs, replay=replay)
+
+            def http_binary(obs: dict, replay: Any) -> dict:
+                client.binary = True
                 return client.step(obs, replay=replay)
 
             for n in env_counts:
                 for mode, act, start in (("inprocess", inprocess, service.episodeStarted),
-                                         ("http", http, None)):
+                                         ("http", http, None),
+                                         ("http-binary", http_binary, None)):
                     with MANAGERS["base"](make_env_fns("CartPole-v1", None, n)) as manager:
                         manager.launch(seed=0)
                         first = {"obs": to_jsonable({f"e{i}": o for i, o in

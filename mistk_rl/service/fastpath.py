@@ -5,7 +5,8 @@ security, jsonschema validation, a WSGI thread hop into Flask) costs about 0.8 m
 several times the work itself. `StepPath` answers those operations directly: same spec, same
 handlers, same bearer token, same 413/400/401/409/500 problem bodies, with validation compiled
 from the spec (`validation.py`) and the handler run on a small thread pool (a hop of ~40 us).
-Every other request, and any step-path request that is not JSON, goes on to connexion.
+Bodies may be JSON or the binary tensor encoding (`mistk_rl.codec`, which the answer also
+uses when the request's Accept names it). Every other request goes on to connexion.
 """
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from typing import Any, Awaitable, Callable, Optional
 
 from connexion.json_schema import resolve_refs
 
+from mistk_rl import codec
 from mistk_rl.errors import InvalidRequest, MistkError
 from mistk_rl.service.validation import compile_schema
 
@@ -28,7 +30,10 @@ Send = Callable[[dict], Awaitable[None]]
 
 async def send_json(send: Send, status: int, body: Any,
                     content_type: bytes = b"application/json") -> None:
-    payload = json.dumps(body).encode()
+    await send_bytes(send, status, json.dumps(body).encode(), content_type)
+
+
+async def send_bytes(send: Send, status: int, payload: bytes, content_type: bytes) -> None:
     await send({"type": "http.response.start", "status": status,
                 "headers": [(b"content-type", content_type),
                             (b"content-length", str(len(payload)).encode())]})
@@ -66,8 +71,9 @@ class StepPath:
         route = (self.routes.get(scope["path"]) if scope["type"] == "http"
                  and scope["method"] == "POST" else None)
         headers = dict(scope.get("headers") or []) if route else {}
-        if route is None or not headers.get(b"content-type", b"").startswith(
-                b"application/json"):
+        content_type = headers.get(b"content-type", b"")
+        binary = content_type.startswith(codec.CONTENT_TYPE.encode())
+        if route is None or not (binary or content_type.startswith(b"application/json")):
             return await self.app(scope, receive, send)
         validate, handler = route
         if self.token and not _authorized(headers.get(b"authorization", b""), self.token):
@@ -78,7 +84,7 @@ class StepPath:
             return await send_problem(send, 413, "Payload Too Large",
                                       f"request body is larger than {self.max_body_bytes} bytes")
         try:
-            request = json.loads(body)
+            request = codec.decode(body) if binary else json.loads(body)
             validate(request, "")
         except json.JSONDecodeError as exc:
             return await send_problem(send, 400, "Bad Request", str(exc))
@@ -95,6 +101,9 @@ class StepPath:
             log.exception("step path %s", scope["path"])
             return await send_problem(send, 500, "Internal Server Error",
                                       f"{type(exc).__name__}: {exc}")
+        if "actions" in result and codec.CONTENT_TYPE.encode() in headers.get(b"accept", b""):
+            return await send_bytes(send, status, codec.encode(result),
+                                    codec.CONTENT_TYPE.encode())
         await send_json(send, status, result)
 
     async def _read_body(self, headers: dict, receive: Any) -> Optional[bytes]:

@@ -93,7 +93,7 @@ def _replay_batch(body: dict[str, Any]) -> ReplayBatch:
 
 class AgentService(_Service):
     role = "agent"
-    capabilities = ("step",)
+    capabilities = ("step", "tensors")  # tensors: the binary encoding on the step path
 
     def __init__(self, agent: AbstractAgent, data_dir: Path) -> None:
         super().__init__(agent, Lifecycle(AGENT), data_dir)
@@ -218,6 +218,7 @@ class OrchestratorService(_Service):
             try:
                 client.agent_registered(config)
                 capabilities = frozenset(client.api_version().capabilities)
+                client.binary = "tensors" in capabilities
             except ServiceError as exc:
                 client.close()
                 status = 409 if exc.status == 409 else 400

@@ -6,12 +6,16 @@ schema once into plain Python checks instead. Schemas marked ``x-tensor: true`` 
 recursive check that means exactly the same as their `oneOf`; the few other keywords our specs
 use are supported one by one, and any other keyword is refused at compile time, so the spec
 cannot silently use something this validator ignores. Error messages follow jsonschema's
-wording (``<problem> - '<path>'``) so both routes read the same.
+wording (``<problem> - '<path>'``) so both routes read the same. Bodies decoded from the binary
+encoding (`mistk_rl.codec`) hold numpy values where JSON has numbers and lists; they pass the
+same checks (a Tensor is then a numeric array of rank <= 4).
 """
 from __future__ import annotations
 
 import re
 from typing import Any, Callable
+
+import numpy as np
 
 from mistk_rl.errors import InvalidRequest
 
@@ -22,10 +26,16 @@ _TYPES: dict[str, Callable[[Any], bool]] = {
     "object": lambda v: isinstance(v, dict),
     "array": lambda v: isinstance(v, list),
     "string": lambda v: isinstance(v, str),
-    "boolean": lambda v: isinstance(v, bool),
-    "integer": lambda v: type(v) is int,
-    "number": lambda v: type(v) in (int, float),
+    "boolean": lambda v: isinstance(v, (bool, np.bool_)),
+    "integer": lambda v: type(v) is int or _numpy_kind(v, "iu", 0),
+    "number": lambda v: type(v) in (int, float) or _numpy_kind(v, "iuf", 0),
 }
+
+
+def _numpy_kind(value: Any, kinds: str, max_rank: int) -> bool:
+    """A numpy value (from a binary body) of one of `kinds`, rank <= `max_rank`."""
+    return (isinstance(value, (np.ndarray, np.generic)) and value.dtype.kind in kinds
+            and np.ndim(value) <= max_rank)
 
 
 def compile_schema(schema: dict) -> Check:
@@ -161,7 +171,7 @@ def _object(schema: dict) -> Check:
 def _tensor(value: Any, path: str, rank: int = MAX_TENSOR_RANK) -> None:
     """Exactly the spec's Tensor: a number, or a list whose items are Tensors of one rank
     less (innermost items numbers); booleans are not numbers."""
-    if type(value) in (int, float):
+    if type(value) in (int, float) or _numpy_kind(value, "iuf", rank):
         return
     if rank > 0 and type(value) is list:
         for element in value:

@@ -1,0 +1,69 @@
+"""The binary tensor encoding: round trips, refusal of malformed bodies, and the same answers
+as JSON over a real service."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from mistk_rl import codec
+from mistk_rl.errors import InvalidRequest
+from tests.conftest import RANDOM_AGENT
+
+
+def test_round_trip_keeps_arrays_and_structure():
+    body = {"obs": {"a": np.arange(4, dtype=np.float32), "b": np.ones(4, np.float32)},
+            "replay": {"prevObs": {"a": [0.5, 1, 2, 3]}, "actions": {"a": 1},
+                       "rewards": {"a": 1.0}, "newObs": {"a": np.zeros(4)},
+                       "terminated": {"a": False}, "truncated": {"a": True}},
+            "mode": "collect"}
+    back = codec.decode(codec.encode(body))
+    assert back["mode"] == "collect"
+    assert set(back["obs"]) == {"a", "b"} and back["obs"]["a"].dtype == np.float32
+    np.testing.assert_array_equal(back["obs"]["a"], body["obs"]["a"])
+    assert back["replay"]["actions"]["a"] == 1 and back["replay"]["truncated"]["a"]
+    np.testing.assert_array_equal(back["replay"]["prevObs"]["a"], [0.5, 1, 2, 3])
+
+
+def test_binary_and_json_carry_the_same_arrays():
+    rng = np.random.default_rng(0)
+    obs = {f"e{i}": rng.normal(size=(3, 2)) for i in range(5)}
+    back = codec.decode(codec.encode({"obs": obs}))["obs"]
+    for key, value in obs.items():
+        np.testing.assert_array_equal(back[key], np.asarray(value.tolist()))
+
+
+@pytest.mark.parametrize("data", [b"", b"\x05\x00\x00\x00{}", b"\xff\xff\x00\x00{}",
+                                  codec.encode({"obs": {"a": [1.0, 2.0]}})[:-4]])
+def test_malformed_bodies_are_invalid_requests(data):
+    with pytest.raises(InvalidRequest, match="malformed"):
+        codec.decode(data)
+
+
+def test_ragged_or_text_values_cannot_be_encoded():
+    with pytest.raises(ValueError):
+        codec.encode({"obs": {"a": "text"}})
+
+
+def test_binary_step_path_over_http(launch):
+    service = launch("agent", RANDOM_AGENT)
+    agent = service.client()
+    assert "tensors" in agent.api_version().capabilities
+    agent.initialize(hyperparameters={"seed": 1})
+    agent.build_model()
+    agent.agent_registered({"name": "p", "actionSpace": {"type": "Discrete", "n": 3}})
+    obs = {f"p:{i}": np.full(4, i, np.float32) for i in range(64)}
+    agent.episode_started(obs)
+    agent.binary = True
+    actions = agent.step(obs)
+    assert set(actions) == set(obs) and all(0 <= int(a) < 3 for a in actions.values())
+    replay = {"prevObs": obs, "actions": actions, "rewards": {k: 1.0 for k in obs},
+              "newObs": obs, "terminated": {k: False for k in obs},
+              "truncated": {k: False for k in obs}}
+    assert set(agent.step(obs, replay=replay)) == set(obs)
+    assert agent.replay_action(replay).state == "in_episode"
+    masked = agent.get_action({"p:0": obs["p:0"]}, action_mask={"p:0": [0, 0, 1]})
+    assert int(masked["p:0"]) == 2
+    bad = dict(replay, rewards={k: 1.0 for k in list(obs)[:3]})  # entities do not match
+    with pytest.raises(Exception, match="rewards names entities"):
+        agent.step(obs, replay=bad)
+    assert agent.status().state == "in_episode"
