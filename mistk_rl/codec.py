@@ -26,6 +26,13 @@ CONTENT_TYPE = "application/vnd.mistk.tensors"
 _LENGTH = struct.Struct("<I")
 
 
+class StackedMap(dict):
+    """entity -> array, all rows of one stacked `array`: one dtype and one shape, so a
+    validator may check a single entry for all of them."""
+
+    array: np.ndarray
+
+
 def encode(body: Mapping[str, Any]) -> bytes:
     """`body` (maps of entity -> array-like, nested dicts allowed) as one binary message."""
     maps: dict[str, dict] = {}
@@ -70,7 +77,9 @@ def decode(data: bytes) -> dict[str, Any]:
                     shape[0] if shape else 0):
                 raise ValueError(f"{path}: shape {shape} does not fit the message")
             array = np.frombuffer(data, dtype=dtype, count=count, offset=start).reshape(shape)
-            _put(body, path, dict(zip(meta["entities"], array)))
+            stacked = StackedMap(zip(meta["entities"], array))
+            stacked.array = array
+            _put(body, path, stacked)
         return body
     except (ValueError, KeyError, TypeError, struct.error, json.JSONDecodeError) as exc:
         raise InvalidRequest(f"malformed {CONTENT_TYPE} body: {exc}") from exc

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import jsonschema
+import numpy as np
 import pytest
 from connexion.json_schema import resolve_refs
 from hypothesis import given, settings
@@ -68,3 +69,16 @@ def test_examples(value, fragment):
 def test_unsupported_keywords_are_refused_at_compile_time():
     with pytest.raises(ValueError, match="allOf"):
         compile_schema({"allOf": [{"type": "number"}]})
+
+
+def test_binary_maps_are_checked_through_one_entry():
+    from mistk_rl import codec
+
+    check = compile_schema(SCHEMAS["getAction"])
+    check(codec.decode(codec.encode({"obs": {f"e{i}": [0.0, 1.0] for i in range(8)}})), "")
+    as_bools = codec.decode(codec.encode({"obs": {f"e{i}": [True, False] for i in range(8)}}))
+    with pytest.raises(InvalidRequest, match="obs.e0"):  # booleans are not numbers
+        check(as_bools, "")
+    rank5 = codec.decode(codec.encode({"obs": {"e0": np.zeros((1, 1, 1, 1, 1))}}))
+    with pytest.raises(InvalidRequest):
+        check(rank5, "")

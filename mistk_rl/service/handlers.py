@@ -218,7 +218,6 @@ class OrchestratorService(_Service):
             try:
                 client.agent_registered(config)
                 capabilities = frozenset(client.api_version().capabilities)
-                client.binary = "tensors" in capabilities
             except ServiceError as exc:
                 client.close()
                 status = 409 if exc.status == 409 else 400

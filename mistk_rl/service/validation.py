@@ -17,6 +17,7 @@ from typing import Any, Callable
 
 import numpy as np
 
+from mistk_rl.codec import StackedMap
 from mistk_rl.errors import InvalidRequest
 
 Check = Callable[[Any, str], None]
@@ -158,7 +159,10 @@ def _object(schema: dict) -> Check:
         for key in required:
             if key not in value:
                 _fail(f"'{key}' is a required property", path)
-        for key, element in value.items():
+        entries = value.items()
+        if type(value) is StackedMap and not properties:  # one dtype and shape: check one
+            entries = list(entries)[:1]
+        for key, element in entries:
             if key in properties:
                 properties[key](element, _join(path, key))
             elif extra_check is not None:

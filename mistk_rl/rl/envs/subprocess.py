@@ -34,6 +34,8 @@ class SubprocessEnvManager(EnvManager):
 
     def _launch(self) -> None:
         self._ctx = mp.get_context(self.config["context"])
+        if self.config["context"] == "forkserver":  # workers fork with these imported already
+            self._ctx.set_forkserver_preload(["numpy", "gymnasium", "mistk_rl.rl.envs.worker"])
         probe = self.env_fns[0]()
         space = probe.observation_space
         probe.close()
