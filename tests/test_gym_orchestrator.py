@@ -127,12 +127,13 @@ def test_same_seed_same_vectorized_run_across_managers(launch):
                                                           for e in runs[1]]
 
 
-def test_a_crashing_env_costs_only_its_episode(launch, tmp_path):
+@pytest.mark.parametrize("mode", ["exit", "hang"])
+def test_a_crashing_or_hanging_env_costs_only_its_episode(launch, tmp_path, mode):
     env = {"id": "tests.rl.faulty_env:FaultyCartPole-v0",
-           "kwargs": {"mode": "exit", "at": 5, "marker": str(tmp_path / "crashed")}}
+           "kwargs": {"mode": mode, "at": 5, "marker": str(tmp_path / "failed")}}
     orch, _ = _pair(launch, env)
     episodes = _play(orch, numEpisodes=6, numEnvs=3, envManager="subprocess", seed=0,
-                     train=False)
+                     train=False, stepTimeout=1.0)
     assert len(episodes) == 6
     assert [e.abnormal for e in episodes].count(True) == 1
     normal = [e for e in episodes if not e.abnormal]
