@@ -16,25 +16,17 @@ from typing import Optional
 
 import numpy as np
 
-from mistk_rl.launch import start_service
-from mistk_rl.spaces import space_to_dict
 
 
 def bench_getaction(n: int = 2000, warmup: int = 200) -> dict:
     import gymnasium as gym
 
-    env = gym.make("CartPole-v1")
-    obs, _ = env.reset(seed=0)
+    from mistk_rl.bench_step import start_random_agent
+
+    obs, _ = gym.make("CartPole-v1").reset(seed=0)
     with tempfile.TemporaryDirectory(prefix="mistk-bench-") as tmp:
-        service = start_service("agent", "agents.random_agent:RandomAgent",
-                                data_dir=Path(tmp) / "data", log_path=Path(tmp) / "agent.log")
+        service, agent = start_random_agent(Path(tmp), name="player")
         try:
-            agent = service.client()
-            agent.initialize(hyperparameters={"seed": 0})
-            agent.build_model()
-            agent.agent_registered({"name": "player",
-                                    "observationSpace": space_to_dict(env.observation_space),
-                                    "actionSpace": space_to_dict(env.action_space)})
             agent.episode_started({"player": obs})
             request = {"player": obs}
             for _ in range(warmup):

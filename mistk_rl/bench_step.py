@@ -60,15 +60,29 @@ def _drive(act: Callable[[dict, Any], dict], manager: EnvManager, steps: int) ->
     return done_steps / (time.perf_counter() - started)
 
 
-def _registered_agent_config() -> dict:
+def cartpole_agent_config(name: str = "bench") -> dict:
+    """What an orchestrator tells an agent about CartPole-v1 at registration."""
     env = gym.make("CartPole-v1")
-    return {"name": "bench", "observationSpace": space_to_dict(env.observation_space),
+    return {"name": name, "observationSpace": space_to_dict(env.observation_space),
             "actionSpace": space_to_dict(env.action_space)}
+
+
+def start_random_agent(tmp: Path, name: str = "bench"):
+    """A RandomAgent service on loopback, initialized and registered for CartPole-v1;
+    returns (service process, client). The caller stops the service."""
+    from mistk_rl.launch import start_service
+
+    service = start_service("agent", "agents.random_agent:RandomAgent",
+                            data_dir=tmp / "served", log_path=tmp / "agent.log")
+    client = service.client()
+    client.initialize(hyperparameters={"seed": 0})
+    client.build_model()
+    client.agent_registered(cartpole_agent_config(name))
+    return service, client
 
 
 def bench_transport(env_counts: list[int], steps: int) -> list[dict]:
     from agents.random_agent import RandomAgent
-    from mistk_rl.launch import start_service
     from mistk_rl.service.handlers import AgentService
 
     records = []
@@ -76,14 +90,9 @@ def bench_transport(env_counts: list[int], steps: int) -> list[dict]:
         service = AgentService(RandomAgent(), Path(tmp) / "inprocess")
         service.initialize({"hyperparameters": {"seed": 0}})
         service.lifecycle.wait_for_state("initialized", 30)
-        service.agentRegistered(_registered_agent_config())
-        served = start_service("agent", "agents.random_agent:RandomAgent",
-                               data_dir=Path(tmp) / "served", log_path=Path(tmp) / "agent.log")
+        service.agentRegistered(cartpole_agent_config())
+        served, client = start_random_agent(Path(tmp))
         try:
-            client = served.client()
-            client.initialize(hyperparameters={"seed": 0})
-            client.build_model()
-            client.agent_registered(_registered_agent_config())
 
             def inprocess(obs: dict, replay: Any) -> dict:
                 body = {"obs": to_jsonable(obs)}
