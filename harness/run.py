@@ -168,7 +168,7 @@ class _step:
     def __enter__(self) -> None:
         return None
 
-    def __exit__(self, exc_type, exc, _tb) -> bool:
+    def __exit__(self, _exc_type, exc, _tb) -> bool:
         if exc is not None and isinstance(exc, ServiceError):
             raise HarnessError(f"{self.name} failed: {exc}") from exc
         return False

@@ -167,15 +167,6 @@ class Lifecycle:
             return accepted
         return self._execute(task, hook, facts, False)
 
-    def fail(self, reason: str) -> None:
-        """Move to failed from outside a hook (e.g. a watchdog noticed a dead resource)."""
-        with self._lock:
-            if self.state in ("failed", "terminating", "terminated"):
-                return
-            self.reason = reason
-            self._task = None
-            self._model.trigger("fail")
-
     def _execute(self, task: Task, hook: Callable[[], T], facts: Facts, background: bool) -> Any:
         self._local.task = task
         try:

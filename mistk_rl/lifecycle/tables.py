@@ -32,15 +32,6 @@ class Table:
     operations: dict[str, Operation] = field(default_factory=dict)
     busy_states: frozenset[str] = frozenset()
 
-    def legal_sources(self, trigger: str) -> set[str]:
-        """Every state from which `trigger` has a transition."""
-        sources: set[str] = set()
-        for t in self.transitions:
-            if t["trigger"] == trigger:
-                src = t["source"]
-                sources.update([src] if isinstance(src, str) else src)
-        return sources
-
 
 def _t(trigger: str, source: str | list[str], dest: str, when: str | None = None) -> dict:
     """One transition; `when` names a fact that must be true (passed when ``finish`` fires)."""

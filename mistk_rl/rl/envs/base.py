@@ -20,7 +20,6 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Optional, Sequence
 
 import gymnasium as gym
-import numpy as np
 
 from mistk_rl.rl.config import deep_merge
 
@@ -207,6 +206,3 @@ class EnvManager(ABC):
 def overran(started: float, timeout: Optional[float]) -> bool:
     return timeout is not None and time.monotonic() - started > timeout
 
-
-def as_array(obs: Any) -> np.ndarray:
-    return np.asarray(obs)
