@@ -23,6 +23,7 @@ import numpy as np
 from mistk_rl.errors import InvalidRequest
 from mistk_rl.orchestrator import AbstractOrchestrator, RegisteredAgent
 from mistk_rl.rl.envs import MANAGERS, EnvManager, Timestep, make_env_fns
+from mistk_rl.rl.evaluator import split_episodes
 from mistk_rl.schemas import EpisodeConfig
 from mistk_rl.spaces import SUPPORTED, coerce_action, space_to_dict
 
@@ -219,10 +220,7 @@ def _batch(replay: dict[str, dict]) -> dict[str, dict]:
 def _quotas(limit: Optional[int], n: int) -> list[float]:
     """Episodes each env plays: `limit` split evenly (the remainder to the first envs), so
     envs with short episodes cannot crowd out the others; unlimited without a limit."""
-    if limit is None:
-        return [float("inf")] * n
-    base, extra = divmod(limit, n)
-    return [base + (1 if i < extra else 0) for i in range(n)]
+    return [float("inf")] * n if limit is None else split_episodes(limit, n)
 
 
 def _masks(manager: EnvManager, ready: dict[int, Any], entity) -> Optional[dict[str, Any]]:

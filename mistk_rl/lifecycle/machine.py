@@ -155,7 +155,9 @@ class Lifecycle:
             task = Task(next(self._ids), operation, origin=self.state)
             self._task = task
             self._model.trigger(operation)
-            accepted = self.status()  # shows the busy state: callers wait until it changes
+            # a 202 answer shows the busy state (callers wait until it changes); foreground
+            # operations, the per-step ones among them, need no snapshot
+            accepted = self.status() if op.background else None
         if op.preempts and previous is not None and not previous.done.is_set():
             previous.cancel.set()
             if not previous.done.wait(self.preempt_grace_s):

@@ -19,6 +19,12 @@ import torch
 from mistk_rl.rl.models import encode_obs
 
 
+def split_episodes(n_episodes: int, n_envs: int) -> list[int]:
+    """`n_episodes` spread evenly over `n_envs` (the remainder to the first envs)."""
+    base, extra = divmod(n_episodes, n_envs)
+    return [base + (1 if i < extra else 0) for i in range(n_envs)]
+
+
 class EpisodeQuota:
     """Which finished episodes count towards an evaluation of `n_episodes` over `n_envs`."""
 
@@ -26,8 +32,7 @@ class EpisodeQuota:
         if n_episodes < n_envs:
             raise ValueError(f"{n_episodes} eval episodes cannot cover {n_envs} envs: "
                              "use at least one episode per env")
-        base, extra = divmod(n_episodes, n_envs)
-        self.quota = [base + (1 if i < extra else 0) for i in range(n_envs)]
+        self.quota = split_episodes(n_episodes, n_envs)
         self.returns: list[list[float]] = [[] for _ in range(n_envs)]
 
     def add(self, env_id: int, episode_return: float) -> bool:
