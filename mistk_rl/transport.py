@@ -3,7 +3,9 @@
 `requests` costs about 0.4 ms per call on loopback, several times the server's own work on
 the step path (one call per env step). `http.client` costs about 0.1 ms. The price is handling
 keep-alive ourselves: an idle connection the server closed is noticed *before* a request is
-written (the socket reads as at EOF), so a request is never sent twice.
+written (the socket reads as at EOF), so a request is never sent twice. A server may still close
+a kept-alive connection just as a request goes out; then only an idempotent GET is sent again
+(once, on a fresh connection, RFC 9112 9.3.1), and any other method reports the error.
 """
 from __future__ import annotations
 
@@ -14,6 +16,10 @@ import threading
 from dataclasses import dataclass
 from typing import Mapping, Optional
 from urllib.parse import urlencode, urlsplit
+
+
+# The server closed a kept-alive connection as the request went out: nothing was answered.
+_CLOSED_BEFORE_ANSWER = (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError)
 
 
 class TransportError(ConnectionError):
@@ -57,7 +63,17 @@ class Transport:
         headers = {**self.headers, "Accept": accept}
         if body is not None:
             headers["Content-Type"] = content_type
-        conn = self._take(timeout)
+        conn, reused = self._take(timeout)
+        try:
+            return self._exchange(conn, method, url, body, headers, timeout)
+        except TransportError as exc:
+            if not (reused and method == "GET"
+                    and isinstance(exc.__cause__, _CLOSED_BEFORE_ANSWER)):
+                raise
+        return self._exchange(self._connect(timeout), method, url, body, headers, timeout)
+
+    def _exchange(self, conn: http.client.HTTPConnection, method: str, url: str,
+                  body: Optional[bytes], headers: dict[str, str], timeout: float) -> Response:
         try:
             conn.request(method, url, body=body, headers=headers)
             response = conn.getresponse()
@@ -80,17 +96,21 @@ class Transport:
         for conn in idle:
             conn.close()
 
-    def _take(self, timeout: float) -> http.client.HTTPConnection:
+    def _take(self, timeout: float) -> tuple[http.client.HTTPConnection, bool]:
+        """A connection for one request, and whether it was kept alive from an earlier one."""
         while True:
             with self._lock:
                 conn = self._idle.pop() if self._idle else None
             if conn is None:
-                return self._connection_cls(self.host, self.port, timeout=timeout)
+                return self._connect(timeout), False
             if _still_open(conn):
                 conn.timeout = timeout
                 conn.sock.settimeout(timeout)
-                return conn
+                return conn, True
             conn.close()
+
+    def _connect(self, timeout: float) -> http.client.HTTPConnection:
+        return self._connection_cls(self.host, self.port, timeout=timeout)
 
     def _give_back(self, conn: http.client.HTTPConnection) -> None:
         with self._lock:

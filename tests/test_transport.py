@@ -12,12 +12,31 @@ from mistk_rl.transport import Transport, TransportError
 class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     posts: list[bytes] = []
-    connections: set[int] = set()
+    gets: list[str] = []
+    connections: set[tuple] = set()
+
+    def do_GET(self):  # noqa: N802
+        """The first GET on a connection is answered; a later one finds it dropped unanswered."""
+        type(self).gets.append(self.path)
+        if self.path == "/dropped" and self.connection_requests > 1:
+            self.close_connection = True
+            return
+        self._reply(b"")
 
     def do_POST(self):  # noqa: N802
         body = self.rfile.read(int(self.headers["Content-Length"]))
         type(self).posts.append(body)
-        type(self).connections.add(id(self.connection))
+        if body == b"drop-unanswered":
+            self.close_connection = True
+            return
+        self._reply(body)
+
+    def handle_one_request(self):
+        self.connection_requests = getattr(self, "connection_requests", 0) + 1
+        super().handle_one_request()
+
+    def _reply(self, body: bytes) -> None:
+        type(self).connections.add(self.client_address)  # one source port per connection
         reply = b'{"ok": true}'
         self.send_response(200)
         self.send_header("Content-Type", "application/json")
@@ -31,15 +50,32 @@ class _Handler(BaseHTTPRequestHandler):
         pass
 
 
+class _Server(ThreadingHTTPServer):
+    """Counts the connections it has closed, so a test can wait for a close (no sleeps)."""
+
+    def __init__(self, *args) -> None:
+        super().__init__(*args)
+        self.closed = threading.Semaphore(0)
+
+    def shutdown_request(self, request) -> None:
+        super().shutdown_request(request)
+        self.closed.release()
+
+
 @pytest.fixture
-def server():
-    _Handler.posts, _Handler.connections = [], set()
-    httpd = ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
+def httpd():
+    _Handler.posts, _Handler.gets, _Handler.connections = [], [], set()
+    httpd = _Server(("127.0.0.1", 0), _Handler)
     thread = threading.Thread(target=httpd.serve_forever, daemon=True)
     thread.start()
-    yield f"http://127.0.0.1:{httpd.server_address[1]}"
+    yield httpd
     httpd.shutdown()
     httpd.server_close()
+
+
+@pytest.fixture
+def server(httpd):
+    return f"http://127.0.0.1:{httpd.server_address[1]}"
 
 
 def test_connection_is_reused(server):
@@ -50,13 +86,32 @@ def test_connection_is_reused(server):
     transport.close()
 
 
-def test_reconnects_after_the_server_closed_and_never_sends_twice(server):
+def test_reconnects_after_the_server_closed_and_never_sends_twice(httpd, server):
     transport = Transport(server)
     transport.request("POST", "/x", body=b"close-after")
-    # the idle connection is closed by now; the next POST must go out exactly once
+    assert httpd.closed.acquire(timeout=10), "the server never closed the connection"
+    # the idle connection is closed now; the next POST must go out exactly once
     assert transport.request("POST", "/x", body=b"second").status == 200
     assert _Handler.posts == [b"close-after", b"second"]
     assert len(_Handler.connections) == 2
+    transport.close()
+
+
+def test_a_post_the_server_dropped_unanswered_is_an_error_not_a_resend(server):
+    transport = Transport(server)
+    transport.request("POST", "/x", body=b"first")
+    with pytest.raises(TransportError, match="RemoteDisconnected"):
+        transport.request("POST", "/x", body=b"drop-unanswered")
+    assert _Handler.posts == [b"first", b"drop-unanswered"]
+    transport.close()
+
+
+def test_a_get_the_server_dropped_on_a_kept_alive_connection_is_sent_again_once(server):
+    transport = Transport(server)
+    assert transport.request("GET", "/dropped").status == 200
+    # the kept-alive connection is dropped unanswered; GET is idempotent: one fresh retry
+    assert transport.request("GET", "/dropped").status == 200
+    assert _Handler.gets == ["/dropped"] * 3
     transport.close()
 
 
