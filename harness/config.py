@@ -64,6 +64,9 @@ class TrainingSpec(_Strict):
     eval_seed: int = Field(default=10_000, ge=0)  # every evaluation uses the same seeds
     max_steps: Optional[int] = Field(default=None, ge=1)  # per-episode cap
     num_envs: int = Field(default=1, ge=1)  # env copies stepped together (one request)
+    # env copies for evaluation; default: one per eval episode, so the whole evaluation is
+    # one batched request per step (episodes are split evenly when there are fewer copies)
+    eval_envs: Optional[int] = Field(default=None, ge=1)
     env_manager: str = "base"  # base | subprocess | async
 
 

@@ -2,7 +2,8 @@
 
 Training continues in whole episodes until each eval point (`eval_every` env steps of
 training), then `eval_episodes` episodes run with ``train: false`` (the agent acts in eval
-mode and does not learn) on fixed seeds, so successive evaluations are comparable. Wall time is
+mode and does not learn) on fixed seeds, so successive evaluations are comparable. They run on
+`eval_envs` env copies at once (default: one copy per episode), one request per step for all. Wall time is
 counted from the first training step. The learning curve goes to ``evals.csv``,
 ``learning_curve.png`` and TensorBoard (``tensorboard/``) in the run directory.
 """
@@ -41,7 +42,8 @@ def train(orch: OrchestratorClient, spec: TrainingSpec, run_dir: Path, timeout: 
                 writer.add_scalar("train/episode_return", e.return_, train_steps)
             result = summarize([e.return_ for e in _run(orch, EpisodeConfig(
                 num_episodes=spec.eval_episodes, seed=spec.eval_seed, max_steps=spec.max_steps,
-                train=False, num_envs=spec.num_envs, env_manager=spec.env_manager), timeout)
+                train=False, num_envs=spec.eval_envs or spec.eval_episodes,
+                env_manager=spec.env_manager), timeout)
                 if not e.abnormal], spec.stop_value)
             record = {"env_steps": train_steps, "wall_s": round(time.monotonic() - started, 3),
                       "mean_return": result.mean_return, "std_return": result.std_return,

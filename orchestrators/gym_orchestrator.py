@@ -47,8 +47,10 @@ class GymOrchestrator(AbstractOrchestrator):
         self.env_spec: dict[str, Any] = {}
         self.observation_space: Optional[gym.Space] = None
         self.action_space: Optional[gym.Space] = None
-        self.manager: Optional[EnvManager] = None
-        self._manager_key: Optional[tuple] = None
+        # one manager per (numEnvs, envManager, stepTimeout): a training run that alternates
+        # 1-env training and 10-env evaluation keeps both sets of env copies alive
+        self.managers: dict[tuple, EnvManager] = {}
+        self._restarts_before = 0  # env restarts counted by managers since replaced
 
     def validate_initialize(self, env: dict[str, Any], agents_needed: int) -> None:
         if agents_needed != 1:
@@ -63,7 +65,7 @@ class GymOrchestrator(AbstractOrchestrator):
             raise InvalidRequest(f"unknown gymnasium env {env['id']!r}: {exc}") from exc
 
     def do_initialize(self, env: dict[str, Any], agents_needed: int) -> None:
-        self._close_manager()
+        self._close_managers()
         probe = gym.make(env["id"], **env.get("kwargs", {}))
         try:
             for name, space in (("observation", probe.observation_space),
@@ -142,7 +144,7 @@ class GymOrchestrator(AbstractOrchestrator):
                     manager.reset(to_reset)
                 if time.monotonic() >= next_report:  # progress at most every PROGRESS_EVERY_S:
                     next_report = time.monotonic() + PROGRESS_EVERY_S  # each wakes long-polls
-                    self._report(manager)
+                    self._report()
             if replay:  # the last transitions, which no next step carried
                 agent.client.replay_action(_batch(replay))
             if self.should_stop:  # stopped mid-run: the episodes in progress end here
@@ -152,12 +154,13 @@ class GymOrchestrator(AbstractOrchestrator):
                                             running[i].length, seed=running[i].seed,
                                             cancelled=True, train=learn, envIndex=i)
         finally:
-            self._report(manager)
+            self._report()
             agent.client.episode_stopped()
 
-    def _report(self, manager: EnvManager) -> None:
-        self.update_status({"envSteps": self.env_steps,
-                            "envRestarts": manager.stats["restarts"]})
+    def _report(self) -> None:
+        restarts = self._restarts_before + sum(m.stats["restarts"]
+                                               for m in self.managers.values())
+        self.update_status({"envSteps": self.env_steps, "envRestarts": restarts})
 
     def _act(self, agent: RegisteredAgent, obs: dict[str, Any], replay: dict[str, dict],
              masks: Optional[dict[str, Any]]) -> dict[str, Any]:
@@ -178,30 +181,33 @@ class GymOrchestrator(AbstractOrchestrator):
                             abnormal=ts.abnormal, cancelled=False, train=learn, envIndex=i)
 
     def _manager(self, config: EpisodeConfig) -> EnvManager:
-        """The env manager for this config: kept across startEpisode calls while the number
-        of envs, the kind and the timeout stay the same."""
+        """The env manager for this config, kept across startEpisode calls with the same
+        number of envs, kind and timeout (until it is done: all its envs retired)."""
         key = (config.num_envs, config.env_manager, config.step_timeout)
-        if self.manager is not None and self._manager_key == key and not self.manager.done:
-            return self.manager
-        self._close_manager()
+        manager = self.managers.get(key)
+        if manager is not None and not manager.done:
+            return manager
+        if manager is not None:
+            self._restarts_before += manager.stats["restarts"]
+            manager.close()
         fns = make_env_fns(self.env_spec["id"], self.env_spec.get("kwargs"), config.num_envs)
         manager_config = {} if config.step_timeout is None else {
             "step_timeout": config.step_timeout}
-        self.manager = MANAGERS[config.env_manager](fns, manager_config)
-        self._manager_key = key
-        self.manager.launch()
-        return self.manager
+        manager = self.managers[key] = MANAGERS[config.env_manager](fns, manager_config)
+        manager.launch()
+        return manager
 
     def do_reset(self) -> None:
-        self._close_manager()
+        self._close_managers()
+        self._restarts_before = 0
 
     def do_terminate(self) -> None:
-        self._close_manager()
+        self._close_managers()
 
-    def _close_manager(self) -> None:
-        if self.manager is not None:
-            self.manager.close()
-            self.manager = None
+    def _close_managers(self) -> None:
+        managers, self.managers = list(self.managers.values()), {}
+        for manager in managers:
+            manager.close()
 
 
 def _transition(obs: Any, action: Any, ts: Timestep, truncated: bool) -> dict:

@@ -134,6 +134,13 @@ def test_learning_smoke_over_http(tmp_path, monkeypatch, target, hparams, steps)
     random_mean = _random_mean(5, 500)
     best = max(e["mean_return"] for e in results["evals"])
     assert best > 2 * random_mean, (best, random_mean, results["evals"])
+    # each evaluation played its 5 episodes on 5 env copies at once, one per copy and seed
+    played = [e for e in results["episodes"] if not e["train"]]
+    assert len(played) == 5 * len(results["evals"])
+    for first in range(0, len(played), 5):
+        batch = played[first:first + 5]
+        assert sorted((e["envIndex"], e["seed"]) for e in batch) == [(i, 500 + i)
+                                                                     for i in range(5)]
     for name in ("evals.csv", "learning_curve.png", "results.json", "config.yaml"):
         assert (tmp_path / "run" / name).exists()
     assert list((tmp_path / "run" / "tensorboard").glob("events.out.tfevents.*"))

@@ -81,8 +81,8 @@ class OffPolicyTrainer:
     @staticmethod
     def _collate(items: list[dict]) -> dict:
         """Stack the transitions; of the buffer's meta keys only the IS weight is needed."""
-        return default_collate([{k: v for k, v in item.items()
-                                 if k not in META_KEYS or k == "IS"} for item in items])
+        return default_collate(items, keys=[k for k in items[0]
+                                            if k not in META_KEYS or k == "IS"])
 
 
 class OnPolicyTrainer:

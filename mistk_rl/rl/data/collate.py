@@ -46,16 +46,20 @@ def _stack(values: list, path: str) -> torch.Tensor | list:
     return _normalise_dtype(torch.from_numpy(np.ascontiguousarray(array)))
 
 
-def _collate(batch: list, path: str) -> Any:
+def _is_mapping(value: Any) -> bool:
+    return type(value) is dict or isinstance(value, Mapping)  # the cheap check first
+
+
+def _collate(batch: list, path: str, keys: Any = None) -> Any:
     first = batch[0]
-    if isinstance(first, Mapping):
-        keys = list(first)
+    if _is_mapping(first):
+        first_keys = first.keys()
         for item in batch:
-            if not isinstance(item, Mapping) or set(item) != set(keys):
+            if not _is_mapping(item) or item.keys() != first_keys:
                 raise ValueError(f"items differ at {path or '<root>'}: expected keys "
-                                 f"{sorted(map(str, keys))}, got {item!r:.200}")
+                                 f"{sorted(map(str, first_keys))}, got {item!r:.200}")
         return {key: _collate([item[key] for item in batch], f"{path}.{key}".lstrip("."))
-                for key in keys}
+                for key in (first_keys if keys is None else keys)}
     if isinstance(first, tuple):
         if any(not isinstance(item, tuple) or len(item) != len(first) for item in batch):
             raise ValueError(f"items differ at {path or '<root>'}: tuples of unequal length")
@@ -64,11 +68,14 @@ def _collate(batch: list, path: str) -> Any:
     return _stack(batch, path)
 
 
-def default_collate(batch: list) -> Any:
-    """A list of samples -> the same structure with a batch dim (see the module doc)."""
+def default_collate(batch: list, keys: Any = None) -> Any:
+    """A list of samples -> the same structure with a batch dim (see the module doc).
+
+    For samples that are dicts, `keys` picks the top-level keys to collate (default: all).
+    """
     if not isinstance(batch, (list, tuple)) or not batch:
         raise ValueError("default_collate needs a non-empty list of samples")
-    return _collate(list(batch), "")
+    return _collate(list(batch), "", keys)
 
 
 def _batch_size(collated: Any) -> int | None:

@@ -15,7 +15,7 @@ import torch
 import torch.nn.functional as F
 
 from mistk_rl.rl.models import QNetwork, encode_obs, obs_dim_of
-from mistk_rl.rl.policies.base import Policy
+from mistk_rl.rl.policies.base import Policy, adam
 from mistk_rl.rl.schedules import make_schedule
 from mistk_rl.rl.wrappers import ArgmaxSample, EpsGreedySample, TargetNetwork
 
@@ -50,7 +50,7 @@ class DQNPolicy(Policy):
         target = cfg["learn"]["target"]
         self.target = TargetNetwork(self.model, update=target["update"], every=target["every"],
                                     tau=target["tau"])
-        self.optimizer = torch.optim.Adam(self.model.parameters(), lr=cfg["learn"]["lr"])
+        self.optimizer = adam(self.model.parameters(), lr=cfg["learn"]["lr"])
         self.collect_model = EpsGreedySample(self.model, rng=self.rng)
         self.eval_model = ArgmaxSample(self.model)
         self.epsilon = make_schedule(cfg["collect"]["eps"])

@@ -15,7 +15,7 @@ import numpy as np
 import torch
 
 from mistk_rl.rl.models import ActorCritic, encode_obs, obs_dim_of
-from mistk_rl.rl.policies.base import Policy
+from mistk_rl.rl.policies.base import Policy, adam
 from mistk_rl.rl.wrappers import ArgmaxSample, MultinomialSample
 
 
@@ -47,8 +47,7 @@ class PPOPolicy(Policy):
                                  hidden_sizes=tuple(cfg["model"]["hidden_sizes"]),
                                  activation=cfg["model"]["activation"],
                                  share_encoder=cfg["model"]["share_encoder"])
-        self.optimizer = torch.optim.Adam(self.model.parameters(), lr=cfg["learn"]["lr"],
-                                          eps=1e-5)
+        self.optimizer = adam(self.model.parameters(), lr=cfg["learn"]["lr"], eps=1e-5)
         # the policy's own generators: seeded runs never depend on torch's global RNG
         self.torch_rng = torch.Generator().manual_seed(int(self.rng.integers(2**31)))
         sampling = torch.Generator().manual_seed(int(self.rng.integers(2**31)))

@@ -52,10 +52,13 @@ class NaiveReplayBuffer(ReplayBuffer):
     def _uniform_slots(self, size: int) -> np.ndarray | None:
         if size < 1:
             raise ValueError(f"sample size must be >= 1, got {size}")
-        valid = self._ring.valid_slots()
-        if size > len(valid):
+        # nothing here invalidates single items, so the valid ones are the newest `count`
+        # ids: draw offsets among them instead of listing every valid slot per sample
+        count = self._ring.count()
+        if size > count:
             return None
-        return self._rng.choice(valid, size, replace=False)
+        offsets = self._rng.choice(count, size, replace=False)
+        return (self._ring.next_id - count + offsets) % self._ring.size
 
     def _tagged(self, slot: int) -> Any:
         """A shallow copy of the stored item with its meta keys (subclasses store other items)."""
