@@ -3,8 +3,8 @@
 Training continues in whole episodes until each eval point (`eval_every` env steps of
 training), then `eval_episodes` episodes run with ``train: false`` (the agent acts in eval
 mode and does not learn) on fixed seeds, so successive evaluations are comparable. They run on
-`eval_envs` env copies at once (default: one copy per episode), one request per step for all. Wall time is
-counted from the first training step. The learning curve goes to ``evals.csv``,
+`eval_envs` env copies at once (default: one copy per episode), one request per step for all.
+Wall time is counted from the first training step. The learning curve goes to ``evals.csv``,
 ``learning_curve.png`` and TensorBoard (``tensorboard/``) in the run directory.
 """
 from __future__ import annotations

@@ -35,6 +35,8 @@ def test_unknown_hyperparameter_is_a_400_naming_it(launch, target):
         agent.initialize(hyperparameters={"policy": {"learn": {"batchsize": 32}}})
     with pytest.raises(BadRequest, match="buffer"):
         agent.initialize(hyperparameters={"buffer": {"type": "fancy"}})
+    with pytest.raises(BadRequest, match="torch_threads must be a positive integer"):
+        agent.initialize(hyperparameters={"torch_threads": 0})
     assert agent.status().state == "started"
 
 

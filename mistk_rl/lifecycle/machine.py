@@ -68,6 +68,11 @@ class Lifecycle:
             send_event=True,
             after_state_change=self._on_change,
         )
+        # the public operations legal in each state, computed once: this is asked on every
+        # call (the per-step ones included), and only the internal `finish` has conditions
+        self._allowed = {state: [name for name in table.operations
+                                 if name in self._machine.get_triggers(state)]
+                         for state in table.states}
         self._ids = itertools.count(1)
         self._task: Task | None = None
         self._local = threading.local()
@@ -82,8 +87,7 @@ class Lifecycle:
 
     def allowed(self) -> list[str]:
         """The operations legal in the current state (trigger names)."""
-        triggers = set(self._machine.get_triggers(self.state))
-        return [name for name in self.table.operations if name in triggers]
+        return list(self._allowed[self.state])
 
     def allowed_api(self) -> list[str]:
         """The same, named as the API names them (operationIds: buildModel, ...)."""
@@ -148,7 +152,7 @@ class Lifecycle:
         with self._lock:
             if operation == "terminate" and self.state in ("terminating", "terminated"):
                 return self.status()  # terminate is idempotent
-            if operation not in self.allowed():
+            if operation not in self._allowed[self.state]:
                 raise IllegalState(api_name(operation), self.state, self.allowed_api(),
                                    busy=self.state in self.table.busy_states)
             previous = self._task

@@ -40,11 +40,6 @@ class Timestep:
     abnormal: bool = False  # the env failed and was restarted: this episode is cut here
 
     @property
-    def ready_info(self) -> dict[int, dict]:
-        """The info dict that came with each ready observation (e.g. an action mask)."""
-        return {i: self._info.get(i, {}) for i in self._ready}
-
-    @property
     def done(self) -> bool:
         return self.terminated or self.truncated
 

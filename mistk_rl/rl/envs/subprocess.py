@@ -120,7 +120,12 @@ class SubprocessEnvManager(EnvManager):
                 answers[i] = ("error", "the worker process was gone")
                 pending.discard(i)
         deadline = time.monotonic() + timeout
-        while pending and len(answers) < wanted:
+        if wanted == len(ids):  # all of them: one poll per pipe, in order
+            for i in sorted(pending):
+                if self._conns[i].poll(max(0.0, deadline - time.monotonic())):
+                    answers[i] = self._receive(i)
+                    pending.discard(i)
+        while pending and len(answers) < wanted:  # the first `wanted` to answer
             by_conn = {self._conns[i]: i for i in pending}
             remaining = deadline - time.monotonic()
             if remaining <= 0:
@@ -128,11 +133,7 @@ class SubprocessEnvManager(EnvManager):
             for conn in wait(list(by_conn), timeout=remaining):
                 i = by_conn[conn]
                 pending.discard(i)
-                try:
-                    answers[i] = conn.recv()
-                except (EOFError, OSError):
-                    code = self._procs[i].exitcode if self._procs[i] else None
-                    answers[i] = ("error", f"the worker process died (exit code {code})")
+                answers[i] = self._receive(i)
         now = time.monotonic()
         for i in pending:  # no answer yet: an env past the step timeout is hung
             started = self._in_flight.get(i, now - timeout)
@@ -140,6 +141,14 @@ class SubprocessEnvManager(EnvManager):
                 answers[i] = ("error", f"no answer within {self.config['step_timeout']} s "
                               "(hung)")
         return answers
+
+    def _receive(self, i: int) -> tuple[str, Any]:
+        """The answer waiting on env i's pipe; a closed pipe means the worker died."""
+        try:
+            return self._conns[i].recv()
+        except (EOFError, OSError):
+            code = self._procs[i].exitcode if self._procs[i] else None
+            return ("error", f"the worker process died (exit code {code})")
 
     # ---- processes -----------------------------------------------------------------------
     def _spawn(self, i: int) -> None:

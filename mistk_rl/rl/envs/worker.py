@@ -7,6 +7,8 @@ end costs no extra round trip.
 """
 from __future__ import annotations
 
+import os
+import sys
 import traceback
 from typing import Any, Callable, Optional
 
@@ -14,12 +16,7 @@ import numpy as np
 
 
 def run_worker(env_fn: Callable, conn: Any, shared: Any, shape: tuple, dtype: str) -> None:
-    try:
-        import torch
-
-        torch.set_num_threads(1)
-    except ImportError:
-        pass
+    _one_thread()
     view: Optional[np.ndarray] = (None if shared is None else
                                   np.frombuffer(shared, dtype=np.dtype(dtype)).reshape(shape))
     env = None
@@ -45,6 +42,17 @@ def run_worker(env_fn: Callable, conn: Any, shared: Any, shape: tuple, dtype: st
         if env is not None:
             env.close()
         conn.close()
+
+
+def _one_thread() -> None:
+    """Many env processes share the cores: keep each to one math thread. Importing torch
+    here just to say so would cost each worker a second or more (256 workers: minutes), so
+    a library imported later reads the environment, and one already imported is told."""
+    for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
+        os.environ[var] = "1"
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        torch.set_num_threads(1)
 
 
 def _step(env: Any, view: Optional[np.ndarray], action: Any) -> tuple:
