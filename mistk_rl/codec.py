@@ -15,6 +15,7 @@ copy) as values, so handlers do not care which encoding arrived.
 from __future__ import annotations
 
 import json
+import math
 import struct
 from typing import Any, Mapping
 
@@ -40,7 +41,7 @@ def encode(body: Mapping[str, Any]) -> bytes:
     chunks: list[bytes] = []
     offset = 0
     for path, value in _flatten(body):
-        if isinstance(value, Mapping):
+        if _is_mapping(value):
             entities = list(value)
             array = (np.stack([np.asarray(value[e]) for e in entities]) if entities
                      else np.zeros((0,)))
@@ -71,7 +72,7 @@ def decode(data: bytes) -> dict[str, Any]:
             if dtype.kind not in "biuf":
                 raise ValueError(f"dtype {dtype} is not numeric")
             shape = tuple(int(n) for n in meta["shape"])
-            count = int(np.prod(shape)) if shape else 1
+            count = math.prod(shape)
             start = base + int(meta["offset"])
             if start + count * dtype.itemsize > len(data) or len(meta["entities"]) != (
                     shape[0] if shape else 0):
@@ -89,11 +90,14 @@ def _flatten(body: Mapping[str, Any], prefix: str = ""):
     """(dotted path, value) pairs; a dict whose values are all dicts is descended into."""
     for key, value in body.items():
         path = f"{prefix}{key}"
-        if isinstance(value, Mapping) and value and all(isinstance(v, Mapping)
-                                                        for v in value.values()):
+        if _is_mapping(value) and value and all(_is_mapping(v) for v in value.values()):
             yield from _flatten(value, path + ".")
         else:
             yield path, value
+
+
+def _is_mapping(value: Any) -> bool:
+    return type(value) is dict or isinstance(value, Mapping)  # the cheap check first
 
 
 def _put(body: dict, path: str, value: Any) -> None:

@@ -86,7 +86,7 @@ class PolicyAgent(AbstractAgent):
         self.warmup: Optional[RandomPolicy] = None
         self.mode = "collect"
         self._checkpoint: Optional[dict] = None
-        self._pending: dict[str, dict] = {}
+        self._pending: dict[str, tuple[dict, int]] = {}  # entity -> (batch output, row)
 
     def validate_initialize(self, props: dict[str, Any], hparams: dict[str, Any]) -> None:
         try:
@@ -156,9 +156,11 @@ class PolicyAgent(AbstractAgent):
         else:
             actor = self.warmup if self.trainer.warming_up and self.warmup else self.policy
             out = actor.collect_mode.forward(batch, mask, self.learner.env_steps)
-            self._pending = {name: {key: value[i] for key, value in out.items()
-                                    if isinstance(value, torch.Tensor) and value.dim() > 0}
-                             for i, name in enumerate(names)}
+            # what the model said, per entity, for the replay that follows: a row index into
+            # the batch's arrays (slicing every tensor per entity cost more than the forward)
+            rows = {key: value.numpy() for key, value in out.items()
+                    if isinstance(value, torch.Tensor) and value.dim() > 0}
+            self._pending = {name: (rows, i) for i, name in enumerate(names)}
         actions = out["action"].tolist()
         return {name: int(actions[i]) for i, name in enumerate(names)}
 
@@ -234,8 +236,10 @@ class PolicyAgent(AbstractAgent):
     def _output_for(self, entity: str, action: int) -> dict:
         """What the model said when it chose `action` (PPO needs its log-prob and value)."""
         pending = self._pending.pop(entity, None)
-        if pending is not None and int(pending["action"]) == action:
-            return pending
+        if pending is not None:
+            rows, i = pending
+            if int(rows["action"][i]) == action:
+                return {key: values[i] for key, values in rows.items()}
         if self.policy.on_policy:
             raise ValueError(f"replayAction for {entity!r} with action {action} that this "
                              "agent did not choose: an on-policy learner cannot use it")
