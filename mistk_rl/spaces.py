@@ -49,6 +49,11 @@ def coerce_action(space: spaces.Space, action: Any) -> Any:
 
     Raises ValueError naming the space when the action does not belong to it.
     """
+    if (type(action) is int or isinstance(action, np.integer)) and isinstance(
+            space, spaces.Discrete):  # the common case, once per env step: no arrays
+        if space.start <= action < space.start + space.n:
+            return np.int64(action)
+        raise ValueError(f"action {action!r} is not in the action space {space}")
     try:
         if isinstance(space, spaces.Discrete):
             value = np.asarray(action)

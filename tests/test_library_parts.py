@@ -44,9 +44,11 @@ def test_unsupported_space_is_refused():
 def test_coerce_action():
     assert coerce_action(spaces.Discrete(3), 2) == 2
     assert coerce_action(spaces.Discrete(3), [1]) == 1
+    assert coerce_action(spaces.Discrete(3, start=-1), np.int32(-1)) == -1
     box = spaces.Box(-1, 1, shape=(2,), dtype=np.float32)
     assert coerce_action(box, [0.5, -0.5]).dtype == np.float32
-    for space, bad in ((spaces.Discrete(3), 3), (spaces.Discrete(3), 1.5),
+    for space, bad in ((spaces.Discrete(3), 3), (spaces.Discrete(3), -1),
+                       (spaces.Discrete(3), np.int64(7)), (spaces.Discrete(3), 1.5),
                        (box, [2.0, 0.0]), (box, [0.0]), (spaces.Discrete(2), "a")):
         with pytest.raises(ValueError, match="not in the action space"):
             coerce_action(space, bad)
