@@ -67,7 +67,7 @@ class OffPolicyTrainer:
             if items is None:
                 break
             info = self.learner.train(self._collate(items))
-            if "priority" in info:
+            if "priority" in info and self.buffer.takes_priority_feedback:
                 self.buffer.update({"replay_unique_id": [i["replay_unique_id"] for i in items],
                                     "replay_buffer_idx": [i["replay_buffer_idx"] for i in items],
                                     "priority": np.asarray(info["priority"]).tolist()})

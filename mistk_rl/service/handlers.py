@@ -18,6 +18,7 @@ import numpy as np
 from mistk_rl import API_VERSION
 from mistk_rl.agent import AbstractAgent, EpisodeInfo, ReplayBatch
 from mistk_rl.client import AgentClient, ServiceError
+from mistk_rl.codec import StackedMap
 from mistk_rl.errors import InvalidRequest, Rejected
 from mistk_rl.files import resolve_in
 from mistk_rl.jsonable import to_jsonable
@@ -69,6 +70,11 @@ class _Service:
 
 
 def _arrays(values: dict[str, Any]) -> dict[str, np.ndarray]:
+    """entity -> array. The binary encoding's rows are views into the request body: they are
+    copied (once per field) so an agent that keeps them (a replay buffer) does not keep every
+    request body alive with them."""
+    if isinstance(values, StackedMap):
+        return dict(zip(values, values.array.copy()))
     return {key: np.asarray(value) for key, value in values.items()}
 
 

@@ -68,7 +68,8 @@ class DQNPolicy(Policy):
         not_done = 1.0 - batch["terminated"].float().view(-1)
         gamma_n = (batch["gamma_n"].float().view(-1) if "gamma_n" in batch
                    else torch.full_like(reward, cfg["gamma"]))
-        self.model.train()
+        if not self.model.training:  # (a module-tree walk per update otherwise)
+            self.model.train()
         q = self.model(obs)["logit"].gather(1, action[:, None]).squeeze(1)
         with torch.no_grad():
             target_q = self.target(next_obs)["logit"]

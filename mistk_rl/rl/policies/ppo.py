@@ -75,7 +75,8 @@ class PPOPolicy(Policy):
         obs = self._encode(batch["obs"])
         n = obs.shape[0]
         stats: dict[str, list[float]] = {}
-        self.model.train()
+        if not self.model.training:  # (a module-tree walk per update otherwise)
+            self.model.train()
         for _ in range(cfg["epochs"]):
             order = torch.randperm(n, generator=self.torch_rng)
             for start in range(0, n, cfg["batch_size"]):

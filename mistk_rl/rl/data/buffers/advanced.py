@@ -53,6 +53,7 @@ class AdvancedReplayBuffer(ReplayBuffer):
     def __init__(self, config: dict | None = None, seed: int | None = None,
                  clock: Callable[[], float] = time.monotonic) -> None:
         super().__init__(config, seed)
+        self.takes_priority_feedback = bool(self.config["priority"])
         self._ring = Ring(self.config["replay_buffer_size"])
         self._thruput = ThroughputController(self.config["thruput_controller"], clock)
         self._counters = dict.fromkeys(_COUNTERS, 0)

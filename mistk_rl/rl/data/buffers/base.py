@@ -39,6 +39,9 @@ class ReplayBuffer(abc.ABC):
     ``state_dict``, so a restored buffer draws exactly the samples the original would have.
     """
 
+    # whether `update` uses the priorities a learner computes (callers skip it otherwise)
+    takes_priority_feedback = False
+
     def __init__(self, config: dict | None = None, seed: int | None = None) -> None:
         self.config = merge_config(self.default_config(), config)
         self._rng = np.random.default_rng(seed)

@@ -62,4 +62,5 @@ class NaiveReplayBuffer(ReplayBuffer):
 
     def _tagged(self, slot: int) -> Any:
         """A shallow copy of the stored item with its meta keys (subclasses store other items)."""
-        return {**self._ring.items[slot], **self._ring.meta(slot)}
+        return {**self._ring.items[slot], "replay_unique_id": int(self._ring.ids[slot]),
+                "replay_buffer_idx": slot}  # Ring.meta's keys, without the extra dict
