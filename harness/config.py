@@ -60,7 +60,7 @@ class TrainingSpec(_Strict):
     eval_every: int = Field(default=5000, ge=1)
     eval_episodes: int = Field(default=10, ge=1)
     stop_value: Optional[float] = None  # stop once an evaluation's mean reaches it
-    seed: int = Field(default=0, ge=0)  # training episode i is reset with seed + i
+    seed: int = Field(default=0, ge=0)  # training env i first resets with seed + i
     eval_seed: int = Field(default=10_000, ge=0)  # every evaluation uses the same seeds
     max_steps: Optional[int] = Field(default=None, ge=1)  # per-episode cap
     num_envs: int = Field(default=1, ge=1)  # env copies stepped together (one request)

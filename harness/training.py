@@ -1,8 +1,9 @@
 """Training runs: alternate training episodes and evaluation episodes through the orchestrator.
 
-Training continues in whole episodes until each eval point (`eval_every` env steps of
-training), then `eval_episodes` episodes run with ``train: false`` (the agent acts in eval
-mode and does not learn) on fixed seeds, so successive evaluations are comparable. They run on
+Training runs to exactly each eval point (`eval_every` env steps of training; the episodes
+in progress then are continued afterwards, not cut), then `eval_episodes` episodes run with
+``train: false`` (the agent acts in eval mode and does not learn) on fixed seeds, so
+successive evaluations are comparable. They run on
 `eval_envs` env copies at once (default: one copy per episode), one request per step for all.
 Wall time is counted from the first training step. The learning curve goes to ``evals.csv``,
 ``learning_curve.png`` and TensorBoard (``tensorboard/``) in the run directory.
@@ -33,10 +34,13 @@ def train(orch: OrchestratorClient, spec: TrainingSpec, run_dir: Path, timeout: 
         while train_steps < spec.env_steps:
             budget = min(spec.eval_every - train_steps % spec.eval_every,
                          spec.env_steps - train_steps)
+            # resume: the block stops at exactly `budget` env steps and the next one continues
+            # its episodes, so evaluating never cuts or restarts a training episode
+            steps_before = orch.status().payload.get("envSteps", 0)
             episodes = _run(orch, EpisodeConfig(
-                num_steps=budget, seed=spec.seed + train_episodes, max_steps=spec.max_steps,
-                train=True, num_envs=spec.num_envs, env_manager=spec.env_manager), timeout)
-            train_steps += sum(e.length for e in episodes)
+                num_steps=budget, seed=spec.seed, max_steps=spec.max_steps, train=True,
+                num_envs=spec.num_envs, env_manager=spec.env_manager, resume=True), timeout)
+            train_steps += orch.status().payload.get("envSteps", 0) - steps_before
             train_episodes += len(episodes)
             for e in episodes:
                 writer.add_scalar("train/episode_return", e.return_, train_steps)

@@ -128,6 +128,7 @@ class EpisodeConfig(Body):
     num_envs: int = Field(default=1, ge=1, le=1024)
     env_manager: Literal["base", "subprocess", "async"] = "base"
     step_timeout: Optional[float] = Field(default=None, ge=0.01)
+    resume: bool = False  # with num_steps: cut at the budget, continue in the next call
 
     def episode_limit(self) -> Optional[int]:
         if self.num_episodes is not None:

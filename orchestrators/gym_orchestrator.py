@@ -41,6 +41,15 @@ class _Running:
     length: int = 0
 
 
+@dataclass
+class _Carried:
+    """Episodes a `resume` run left in progress, for the next one on the same manager."""
+
+    manager: EnvManager
+    running: dict[int, _Running]
+    sent: dict[int, tuple[Any, Any]]  # async managers: steps still in flight
+
+
 class GymOrchestrator(AbstractOrchestrator):
     def __init__(self) -> None:
         super().__init__()
@@ -51,6 +60,7 @@ class GymOrchestrator(AbstractOrchestrator):
         # 1-env training and 10-env evaluation keeps both sets of env copies alive
         self.managers: dict[tuple, EnvManager] = {}
         self._restarts_before = 0  # env restarts counted by managers since replaced
+        self._carried: dict[tuple, _Carried] = {}  # manager key -> what `resume` left running
 
     def validate_initialize(self, env: dict[str, Any], agents_needed: int) -> None:
         if agents_needed != 1:
@@ -90,11 +100,18 @@ class GymOrchestrator(AbstractOrchestrator):
         n = manager.env_num
         agent.client.binary = "tensors" in agent.capabilities and n >= BINARY_FROM_ENVS
         live = [i for i in range(n) if i not in manager.retired]
-        manager.reset(live, seeds={i: None if config.seed is None else config.seed + i
-                                   for i in live})
+        carried = self._carried.pop(_key(config), None)
+        sent: dict[int, tuple[Any, Any]] = {}  # env -> (obs, action) of its step in flight
+        if config.resume and carried is not None and carried.manager is manager:
+            running = {i: carried.running.get(i, _Running()) for i in live}
+            sent = {i: step for i, step in carried.sent.items() if i in running}
+        else:
+            manager.reset(live, seeds={i: None if config.seed is None else config.seed + i
+                                       for i in live})
+            running = {i: _Running(None if config.seed is None else config.seed + i)
+                       for i in live}
         quotas = _quotas(config.episode_limit(), n)
         finished = [0] * n
-        running = {i: _Running(None if config.seed is None else config.seed + i) for i in live}
         active = {i for i in live if quotas[i] > 0}
         entity = (lambda i: agent.name) if n == 1 else (lambda i: f"{agent.name}:{i}")
         learn = config.train and not agent.skip_train
@@ -105,10 +122,10 @@ class GymOrchestrator(AbstractOrchestrator):
                                      action_mask=_masks(manager, ready, entity),
                                      episode=len(self.results))
         replay: dict[str, dict] = {}
-        sent: dict[int, tuple[Any, Any]] = {}  # env -> (obs, action) of its step in flight
+        cut = False  # resume: the step budget ran out with episodes in progress
         next_report = time.monotonic() + PROGRESS_EVERY_S
         try:
-            while active and not self.should_stop:
+            while active and not self.should_stop and not cut:
                 ready = {i: obs for i, obs in manager.ready_obs.items() if i in active}
                 actions: dict[str, Any] = {}
                 if ready:  # (async: all may still be in flight; the replay then waits)
@@ -142,12 +159,17 @@ class GymOrchestrator(AbstractOrchestrator):
                         active.discard(i)
                 if to_reset:
                     manager.reset(to_reset)
+                cut = (config.resume and config.num_steps is not None
+                       and self.env_steps - start_steps >= config.num_steps)
                 if time.monotonic() >= next_report:  # progress at most every PROGRESS_EVERY_S:
                     next_report = time.monotonic() + PROGRESS_EVERY_S  # each wakes long-polls
                     self._report()
             if replay:  # the last transitions, which no next step carried
                 agent.client.replay_action(_batch(replay))
-            if self.should_stop:  # stopped mid-run: the episodes in progress end here
+            if cut and not self.should_stop:  # kept for the next resume run
+                self._carried[_key(config)] = _Carried(
+                    manager, {i: running[i] for i in active}, sent)
+            elif self.should_stop:  # stopped mid-run: the episodes in progress end here
                 for i in sorted(active):
                     if running[i].length:
                         self.record_episode(agent.name, running[i].episode_return,
@@ -182,8 +204,10 @@ class GymOrchestrator(AbstractOrchestrator):
 
     def _manager(self, config: EpisodeConfig) -> EnvManager:
         """The env manager for this config, kept across startEpisode calls with the same
-        number of envs, kind and timeout (until it is done: all its envs retired)."""
-        key = (config.num_envs, config.env_manager, config.step_timeout)
+        number of envs, kind, timeout and train flag (until it is done: all its envs
+        retired). Training and evaluation get separate env copies, so an evaluation never
+        disturbs training episodes that a `resume` run left in progress."""
+        key = _key(config)
         manager = self.managers.get(key)
         if manager is not None and not manager.done:
             return manager
@@ -205,9 +229,14 @@ class GymOrchestrator(AbstractOrchestrator):
         self._close_managers()
 
     def _close_managers(self) -> None:
+        self._carried.clear()
         managers, self.managers = list(self.managers.values()), {}
         for manager in managers:
             manager.close()
+
+
+def _key(config: EpisodeConfig) -> tuple:
+    return (config.num_envs, config.env_manager, config.step_timeout, config.train)
 
 
 def _transition(obs: Any, action: Any, ts: Timestep, truncated: bool) -> dict:

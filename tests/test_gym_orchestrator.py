@@ -109,6 +109,40 @@ def test_num_steps_runs_whole_episodes_until_the_budget(launch):
     assert len(capped) == 2
 
 
+@pytest.mark.parametrize("manager", ["base", "subprocess"])  # (async: timing decides)
+def test_resumed_blocks_play_exactly_the_continuous_run(launch, manager):
+    """Blocks of numSteps with resume stop at the budget and continue their episodes, so
+    they add up to one uninterrupted run."""
+    config = dict(numEnvs=3, envManager=manager, seed=5, train=True, resume=True)
+    orch, _ = _pair(launch, "CartPole-v1")
+    whole = _play(orch, numSteps=150, **config)
+    assert orch.status().payload["envSteps"] == 150  # cut at the budget (50 steps of 3 envs)
+    orch, agent = _pair(launch, "CartPole-v1")
+    blocks = [e for _ in range(5) for e in _play(orch, numSteps=30, **config)]
+    key = [(e.env_index, e.length, e.return_) for e in whole]
+    assert [(e.env_index, e.length, e.return_) for e in blocks] == key
+    assert sum(e.length for e in blocks) < 150  # the episodes in progress are not recorded
+    assert agent.status().payload["replayed"] == 150  # every training step replayed once
+
+
+@pytest.mark.parametrize("manager", ["base", "async"])
+def test_an_evaluation_between_resumed_blocks_leaves_training_episodes_alone(launch, manager):
+    orch, agent = _pair(launch, "CartPole-v1")
+    trained, steps = [], 0
+    for _ in range(5):
+        trained += _play(orch, numSteps=30, numEnvs=3, seed=5, train=True, resume=True,
+                         envManager=manager)
+        taken = orch.status().payload["envSteps"] - steps
+        assert 30 <= taken < 33  # cut at the budget (async: within one batch of it)
+        evaluated = _play(orch, numEpisodes=3, numEnvs=3, seed=9, train=False,
+                          envManager=manager)  # the same number of envs
+        steps += taken + sum(e.length for e in evaluated)
+    # had an evaluation reset the training envs, each block would reseed them
+    assert sorted(e.seed for e in trained if e.seed is not None) == [5, 6, 7]
+    assert agent.status().payload["replayed"] == steps - sum(  # every training step, once
+        e.length for e in orch.get_results().episodes if not e.train)
+
+
 @pytest.mark.parametrize("manager", ["base", "subprocess", "async"])
 def test_vectorized_episodes_are_counted_once_per_env(launch, manager):
     orch, agent = _pair(launch, "CartPole-v1")
