@@ -28,12 +28,14 @@ def _alive(pid: int) -> bool:
 
 
 def _trajectories(manager, steps: int = 120) -> dict[int, list]:
-    """Per-env (obs, reward, done) sequences under a fixed action rule."""
+    """Per-env (obs, reward, done) sequences, each env acting on its own step count, so a
+    trajectory does not depend on which envs a step returns together (the async manager
+    groups them by arrival, which varies with load)."""
     out: dict[int, list] = {i: [] for i in range(manager.env_num)}
-    for t in range(steps):
-        ready = manager.ready_obs
-        timesteps = manager.step({i: int((t + i) % 3 == 0) for i in ready})
-        for i, ts in timesteps.items():
+    while min(map(len, out.values())) < steps:
+        actions = {i: int((len(out[i]) + i) % 3 == 0) for i in manager.ready_obs
+                   if len(out[i]) < steps}
+        for i, ts in manager.step(actions).items():
             out[i].append((np.round(ts.obs, 6).tolist(), ts.reward, ts.done))
     return out
 
@@ -41,7 +43,7 @@ def _trajectories(manager, steps: int = 120) -> dict[int, list]:
 def test_managers_give_identical_trajectories_for_the_same_seed():
     results = {}
     for name, cls in MANAGERS.items():
-        with cls([CARTPOLE] * 3, {"wait_num": 3} if name == "async" else None) as manager:
+        with cls([CARTPOLE] * 3, {"wait_num": 2} if name == "async" else None) as manager:
             manager.launch(seed=7)
             results[name] = _trajectories(manager)
     assert results["base"] == results["subprocess"] == results["async"]
