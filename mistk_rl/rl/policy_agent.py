@@ -168,14 +168,16 @@ class PolicyAgent(AbstractAgent):
         self._require_model()
         if self.mode == "eval":
             return  # evaluation episodes never train the agent
+        process = self.policy.collect_mode.process_transition
+        transitions = {}
         for entity, action in batch.actions.items():
             output = self._output_for(entity, int(np.asarray(action).reshape(())))
-            transition = self.policy.collect_mode.process_transition(
+            transitions[entity] = process(
                 batch.prev_obs[entity], output, float(batch.rewards[entity]),
                 batch.new_obs[entity], bool(batch.terminated[entity]),
                 bool(batch.truncated[entity]))
-            self.learner.env_steps += 1
-            self.trainer.observe(entity, transition)
+        self.learner.env_steps += len(transitions)
+        self.trainer.observe_all(transitions)
         self.trainer.maybe_train()
         self.update_status(self.progress())
 

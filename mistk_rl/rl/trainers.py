@@ -11,7 +11,7 @@ time, for one or more entities. A trainer turns that stream into learner updates
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Mapping
 
 import numpy as np
 import torch
@@ -39,11 +39,19 @@ class OffPolicyTrainer:
         return self.learner.env_steps < self.config["learning_starts"]
 
     def observe(self, entity: str, transition: dict) -> None:
-        acc = self._nstep.get(entity)
-        if acc is None:
-            acc = self._nstep[entity] = NStepAccumulator(self.policy.config["nstep"],
-                                                         self.policy.config["learn"]["gamma"])
-        self._push(acc.push(transition))
+        self.observe_all({entity: transition})
+
+    def observe_all(self, transitions: Mapping[str, dict]) -> None:
+        """One env step's transition per entity; what completes an n-step window goes to the
+        buffer in one push (one write per column for all entities)."""
+        done: list[dict] = []
+        for entity, transition in transitions.items():
+            acc = self._nstep.get(entity)
+            if acc is None:
+                acc = self._nstep[entity] = NStepAccumulator(
+                    self.policy.config["nstep"], self.policy.config["learn"]["gamma"])
+            done += acc.push(transition)
+        self._push(done)
 
     def end_episode(self, entity: str) -> None:
         """The episode was cut off without a done flag: emit what the n-step window holds."""
@@ -63,26 +71,21 @@ class OffPolicyTrainer:
         self._last_train = steps
         done = 0
         for _ in range(self.config["gradient_steps"]):
-            items = self.buffer.sample(self.batch_size, learner_iter=self.learner.train_iter)
-            if items is None:
+            batch = self.buffer.sample_batch(self.batch_size, learner_iter=self.learner.train_iter)
+            if batch is None:
                 break
-            info = self.learner.train(self._collate(items))
+            # of the buffer's meta keys the learner needs only the IS weight
+            info = self.learner.train({key: value for key, value in batch.items()
+                                       if key not in META_KEYS or key == "IS"})
             if "priority" in info and self.buffer.takes_priority_feedback:
-                self.buffer.update({"replay_unique_id": [i["replay_unique_id"] for i in items],
-                                    "replay_buffer_idx": [i["replay_buffer_idx"] for i in items],
-                                    "priority": np.asarray(info["priority"]).tolist()})
+                self.buffer.update({"replay_unique_id": batch["replay_unique_id"].numpy(),
+                                    "priority": np.asarray(info["priority"])})
             done += 1
         return done
 
     def _push(self, transitions: list[dict]) -> None:
         if transitions:
             self.buffer.push(transitions, collect_iter=self.learner.train_iter)
-
-    @staticmethod
-    def _collate(items: list[dict]) -> dict:
-        """Stack the transitions; of the buffer's meta keys only the IS weight is needed."""
-        return default_collate(items, keys=[k for k in items[0]
-                                            if k not in META_KEYS or k == "IS"])
 
 
 class OnPolicyTrainer:
@@ -100,6 +103,11 @@ class OnPolicyTrainer:
     def observe(self, entity: str, transition: dict) -> None:
         self._rollout.setdefault(entity, []).append(transition)
         self._count += 1
+
+    def observe_all(self, transitions: Mapping[str, dict]) -> None:
+        """One env step's transition per entity."""
+        for entity, transition in transitions.items():
+            self.observe(entity, transition)
 
     def end_episode(self, entity: str) -> None:
         """Nothing to do: transitions carry their own terminated/truncated flags, and a

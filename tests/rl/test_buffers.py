@@ -87,6 +87,64 @@ def test_sampled_items_are_copies():
         buffer.push([1, 2])
 
 
+# ---------------------------------------------------------------- column storage, batches
+def rich(n: int, start: int = 0) -> list[dict]:
+    """Transitions with every kind of leaf the agents store."""
+    return [{"obs": np.full(3, i, np.float32), "action": np.int64(i % 2), "reward": float(i),
+             "terminated": i % 4 == 0, "next_obs": np.full(3, i + 1, np.float32)}
+            for i in range(start, start + n)]
+
+
+@pytest.mark.parametrize("make", [lambda: NaiveReplayBuffer({"replay_buffer_size": 16}, seed=4),
+                                  lambda: per(size=16, seed=4, max_use=2)])
+def test_sample_batch_is_the_collated_sample(make):
+    from mistk_rl.rl.data.collate import default_collate
+
+    items, batches = make(), make()
+    for buffer in (items, batches):
+        buffer.push(rich(20))  # wraps: ids 4..19 remain
+    for _ in range(5):  # the same draws, use counts and removals in both
+        expected, got = items.sample(6, learner_iter=1), batches.sample_batch(6, learner_iter=1)
+        if expected is None:
+            assert got is None
+            continue
+        expected = default_collate(expected)
+        assert got.keys() == expected.keys()
+        for key in expected:
+            assert got[key].dtype == expected[key].dtype, key
+            torch.testing.assert_close(got[key], expected[key], msg=key)
+    assert got is None or got["obs"].shape == (6, 3)
+
+
+def test_column_storage_widens_dtypes_and_falls_back_to_objects():
+    buffer = NaiveReplayBuffer({"replay_buffer_size": 8}, seed=0)
+    buffer.push([{"obs": np.zeros(2, np.float32), "reward": 1}])  # an int reward first
+    buffer.push([{"obs": np.ones(2), "reward": 0.5}])  # float64 obs, float reward
+    batch = buffer.sample_batch(2)
+    assert sorted(batch["reward"].tolist()) == [0.5, 1.0]  # 0.5 was not cut to an int
+    assert sorted(batch["obs"].sum(dim=1).tolist()) == [0.0, 2.0]
+    # an item of another layout switches to object storage; everything stays sampleable
+    buffer.push({"obs": np.full(3, 7.0), "reward": 2.0, "note": "odd"})
+    assert sorted(item["reward"] for item in buffer.sample(3)) == [0.5, 1.0, 2.0]
+    odd = next(item for item in buffer.sample(3) if item["reward"] == 2.0)
+    assert odd["note"] == "odd" and odd["obs"].tolist() == [7.0] * 3
+    with pytest.raises(ValueError, match="items differ"):
+        buffer.sample_batch(3)  # mixed items: the error default_collate gives
+    buffer.clear()  # a fresh start may use columns again
+    buffer.push(rich(3))
+    assert buffer.sample_batch(3)["next_obs"].shape == (3, 3)
+
+
+def test_episode_sample_batch_stacks_windows():
+    buffer = EpisodeReplayBuffer(seed=0)
+    buffer.push_episodes([episode(3, tag=0), episode(6, tag=1)])
+    batch = buffer.sample_batch(5, unroll_len=4)
+    assert batch["obs"].shape == (5, 4, 2) and batch["mask"].shape == (5, 4)
+    assert batch["mask"].dtype == torch.bool
+    with pytest.raises(ValueError, match="unroll_len"):
+        buffer.sample_batch(2)
+
+
 # ---------------------------------------------------------------- prioritized sampling
 def test_per_frequencies_follow_priority_power_alpha():
     buffer = per(size=8, seed=3)

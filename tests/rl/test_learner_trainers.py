@@ -175,3 +175,23 @@ def test_end_of_agent_episode_flushes_every_entity():
     assert buffer.count() == 0
     trainer.end_all_episodes()
     assert buffer.count() == 4
+
+
+def test_observe_all_stores_what_observing_one_by_one_stores():
+    def filled(batched: bool) -> list:
+        policy = DQNPolicy({"nstep": 2, "learn": {"batch_size": 2}}, OBS, ACT, seed=0)
+        buffer = NaiveReplayBuffer({"replay_buffer_size": 50}, seed=0)
+        trainer = OffPolicyTrainer(policy, Learner(policy.learn_mode), buffer,
+                                   {"learning_starts": 100, "train_freq": 1, "gradient_steps": 1})
+        for i in range(7):
+            step = {"a:0": _transition(i, done=i == 3), "a:1": _transition(10 + i)}
+            if batched:
+                trainer.observe_all(step)
+            else:
+                for entity, transition in step.items():
+                    trainer.observe(entity, transition)
+        return sorted((float(t["obs"][0]), t["reward"], t["gamma_n"])
+                      for t in buffer.sample(buffer.count()))
+    assert filled(batched=True) == filled(batched=False)
+    # a:0: its first episode (4), then 2 full windows of the next; a:1: 6 full windows
+    assert len(filled(batched=True)) == 4 + 2 + 6

@@ -30,6 +30,11 @@ def _normalise_dtype(tensor: torch.Tensor) -> torch.Tensor:
     return tensor.to(torch.int64)
 
 
+def to_batch_tensor(array: np.ndarray) -> torch.Tensor:
+    """A stacked numeric array as a batch tensor, with the dtype rules above."""
+    return _normalise_dtype(torch.from_numpy(np.ascontiguousarray(array)))
+
+
 def _stack(values: list, path: str) -> torch.Tensor | list:
     """Stack leaves into a tensor, or keep them as a list when they are not numeric."""
     if isinstance(values[0], torch.Tensor):
@@ -43,7 +48,7 @@ def _stack(values: list, path: str) -> torch.Tensor | list:
         raise ValueError(f"cannot stack field {path or '<root>'}: {exc}") from exc
     if array.dtype.kind not in _NUMERIC_KINDS:
         return list(values)
-    return _normalise_dtype(torch.from_numpy(np.ascontiguousarray(array)))
+    return to_batch_tensor(array)
 
 
 def _is_mapping(value: Any) -> bool:

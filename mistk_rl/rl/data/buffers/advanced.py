@@ -6,7 +6,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from mistk_rl.rl.data.buffers.base import ReplayBuffer, Ring, as_transitions
+from mistk_rl.rl.data.buffers.base import Meta, TransitionReplayBuffer, as_transitions
 from mistk_rl.rl.data.buffers.throughput import ThroughputController
 from mistk_rl.rl.data.segment_tree import MinSegmentTree, SumSegmentTree, last_occurrence
 
@@ -14,7 +14,7 @@ _COUNTERS = ("pushed", "sampled", "removed_by_use", "removed_by_staleness", "ref
              "refused_sample", "sample_calls")
 
 
-class AdvancedReplayBuffer(ReplayBuffer):
+class AdvancedReplayBuffer(TransitionReplayBuffer):
     """FIFO ring with prioritized experience replay (Schaul et al. 2016) and data-quality rules.
 
     Sampling: item i is drawn with probability P(i) = p_i^alpha / sum_j p_j^alpha by stratified
@@ -54,7 +54,6 @@ class AdvancedReplayBuffer(ReplayBuffer):
                  clock: Callable[[], float] = time.monotonic) -> None:
         super().__init__(config, seed)
         self.takes_priority_feedback = bool(self.config["priority"])
-        self._ring = Ring(self.config["replay_buffer_size"])
         self._thruput = ThroughputController(self.config["thruput_controller"], clock)
         self._counters = dict.fromkeys(_COUNTERS, 0)
         self._reset_storage()
@@ -103,23 +102,21 @@ class AdvancedReplayBuffer(ReplayBuffer):
         Meta keys: replay_unique_id, replay_buffer_idx, priority, IS, use (times sampled,
         this batch included), staleness (learner_iter - collect_iter).
         """
+        return super().sample(size, learner_iter)
+
+    def _draw(self, size: int, learner_iter: int) -> tuple[np.ndarray, Meta] | None:
         if size < 1:
             raise ValueError(f"sample size must be >= 1, got {size}")
         self._remove_stale(learner_iter)
         if not self._thruput.can_sample(size, self.count()):
             self._counters["refused_sample"] += 1
             return None
-        slots = self._draw(size)
-        weights = self._importance_weights(slots)
+        slots = self._stratified_slots(size)
+        meta = {"replay_unique_id": self._ring.ids[slots], "replay_buffer_idx": slots,
+                "priority": self._priority[slots], "IS": self._importance_weights(slots)}
         np.add.at(self._use, slots, 1)
-        use = self._use[slots]
-        staleness = learner_iter - self._collect_iter[slots]
-        batch = [
-            {**self._ring.items[slot], **self._ring.meta(slot), "priority": prio, "IS": w,
-             "use": u, "staleness": s}
-            for slot, prio, w, u, s in zip(slots.tolist(), self._priority[slots].tolist(),
-                                           weights.tolist(), use.tolist(), staleness.tolist())
-        ]
+        meta["use"] = use = self._use[slots]
+        meta["staleness"] = staleness = learner_iter - self._collect_iter[slots]
         self._remove_used(slots)
         self._thruput.record_sample(size)
         self._counters["sampled"] += size
@@ -127,7 +124,7 @@ class AdvancedReplayBuffer(ReplayBuffer):
         if self.config["monitor_statistics"]:
             self._last_sample = {"mean_use": float(use.mean()),
                                  "mean_staleness": float(staleness.mean())}
-        return batch
+        return slots, meta
 
     def clear(self) -> None:
         """Drop all data and priorities; counters, beta schedule and rate history remain."""
@@ -205,7 +202,7 @@ class AdvancedReplayBuffer(ReplayBuffer):
         self._sum_tree[slots] = 0.0
         self._min_tree[slots] = np.inf
 
-    def _draw(self, size: int) -> np.ndarray:
+    def _stratified_slots(self, size: int) -> np.ndarray:
         """Stratified: one uniform point in each of ``size`` equal slices of the total mass."""
         total = self._sum_tree.reduce()
         points = (np.arange(size) + self._rng.random(size)) * (total / size)

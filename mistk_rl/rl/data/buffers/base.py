@@ -1,4 +1,5 @@
-"""The replay-buffer interface and the pieces every buffer shares: config merge, ring storage."""
+"""The replay-buffer interface and the pieces every buffer shares: config merge, sampling
+from ring storage (`storage.py`) as items or as one collated batch."""
 from __future__ import annotations
 
 import abc
@@ -6,6 +7,9 @@ import copy
 from typing import Any
 
 import numpy as np
+
+from mistk_rl.rl.data.buffers.storage import Ring, TransitionRing
+from mistk_rl.rl.data.collate import default_collate, to_batch_tensor
 
 
 def merge_config(defaults: dict, config: dict | None, path: str = "") -> dict:
@@ -63,6 +67,13 @@ class ReplayBuffer(abc.ABC):
     def sample(self, size: int, learner_iter: int = 0) -> list | None:
         """``size`` items with meta keys added, or None when there is not enough valid data."""
 
+    def sample_batch(self, size: int, learner_iter: int = 0) -> dict[str, Any] | None:
+        """The same draw as `sample`, collated: what ``default_collate(sample(...))`` gives
+        (tensors with a batch dim, meta keys included). Learners call this: buffers that
+        store columns build it without a dict per item."""
+        items = self.sample(size, learner_iter)
+        return None if items is None else default_collate(items)
+
     @abc.abstractmethod
     def clear(self) -> None:
         """Drop all data (unique ids keep counting, so old ids never come back)."""
@@ -86,67 +97,40 @@ class ReplayBuffer(abc.ABC):
         self._rng.bit_generator.state = copy.deepcopy(state)
 
 
-class Ring:
-    """Fixed-size FIFO storage in which the item with unique id k always lives in slot k % size.
+Meta = dict[str, np.ndarray]  # meta key -> one value per drawn slot
 
-    Ids grow forever (``clear`` keeps counting), so the slot of an id needs no lookup table and
-    comparing a slot's current id with a remembered one tells whether the reference is stale.
-    """
 
-    def __init__(self, size: int) -> None:
-        if size < 1:
-            raise ValueError(f"replay_buffer_size must be >= 1, got {size}")
-        self.size = int(size)
-        self.items: list[Any] = [None] * self.size
-        self.ids = np.full(self.size, -1, dtype=np.int64)
-        self.valid = np.zeros(self.size, dtype=bool)
-        self.next_id = 0
+class TransitionReplayBuffer(ReplayBuffer):
+    """A buffer of single transitions in a `TransitionRing`: subclasses only choose the slots
+    (`_draw`) and the meta keys that go with them; items and batches are built here."""
 
-    def put(self, items: list) -> np.ndarray:
-        """Store items at the tail and return their slots.
+    _ring_cls: type[Ring] = TransitionRing
 
-        Only the newest ``size`` items are kept when more are given (the rest would be
-        overwritten at once); the returned slots line up with ``items[-len(slots):]``.
-        """
-        items = items[-self.size:]
-        ids = np.arange(self.next_id, self.next_id + len(items), dtype=np.int64)
-        slots = ids % self.size
-        for slot, item in zip(slots.tolist(), items):
-            self.items[slot] = item
-        self.ids[slots] = ids
-        self.valid[slots] = True
-        self.next_id += len(items)
-        return slots
+    def __init__(self, config: dict | None = None, seed: int | None = None) -> None:
+        super().__init__(config, seed)
+        self._ring = self._ring_cls(self.config["replay_buffer_size"])
 
-    def slots_of(self, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Slots of ``ids`` and a mask of those that still hold that id and valid data."""
-        ids = np.asarray(ids, dtype=np.int64)
-        slots = ids % self.size
-        return slots, (self.ids[slots] == ids) & self.valid[slots]
+    @abc.abstractmethod
+    def _draw(self, size: int, learner_iter: int) -> tuple[np.ndarray, Meta] | None:
+        """The slots of the next sample and their meta values, or None (refused / too few)."""
 
-    def meta(self, slot: int) -> dict:
-        return {"replay_unique_id": int(self.ids[slot]), "replay_buffer_idx": int(slot)}
+    def sample(self, size: int, learner_iter: int = 0) -> list[dict] | None:
+        drawn = self._draw(size, learner_iter)
+        return None if drawn is None else self._items(*drawn)
 
-    def valid_slots(self) -> np.ndarray:
-        return np.flatnonzero(self.valid)
+    def sample_batch(self, size: int, learner_iter: int = 0) -> dict[str, Any] | None:
+        drawn = self._draw(size, learner_iter)
+        if drawn is None:
+            return None
+        slots, meta = drawn
+        columns = self._ring.columns(slots)
+        if columns is None:  # object storage: collate the items
+            return default_collate(self._items(slots, meta))
+        columns.update(meta)
+        return {key: to_batch_tensor(value) for key, value in columns.items()}
 
-    def count(self) -> int:
-        return int(np.count_nonzero(self.valid))
-
-    def clear(self) -> None:
-        self.items = [None] * self.size
-        self.ids.fill(-1)
-        self.valid.fill(False)
-
-    def state_dict(self) -> dict:
-        return {"items": list(self.items), "ids": self.ids.copy(), "valid": self.valid.copy(),
-                "next_id": self.next_id}
-
-    def load_state_dict(self, state: dict) -> None:
-        if len(state["items"]) != self.size:
-            raise ValueError(f"state holds {len(state['items'])} slots, this buffer has "
-                             f"replay_buffer_size {self.size}")
-        self.items = list(state["items"])
-        self.ids = np.array(state["ids"], dtype=np.int64)
-        self.valid = np.array(state["valid"], dtype=bool)
-        self.next_id = int(state["next_id"])
+    def _items(self, slots: np.ndarray, meta: Meta) -> list[dict]:
+        """Each drawn item (a copy) with its meta keys."""
+        rows = zip(*(values.tolist() for values in meta.values()))
+        return [{**self._ring.row(slot), **dict(zip(meta, values))}
+                for slot, values in zip(slots.tolist(), rows)]

@@ -7,6 +7,8 @@ import numpy as np
 import torch
 
 from mistk_rl.rl.data.buffers.naive import NaiveReplayBuffer
+from mistk_rl.rl.data.collate import default_collate
+from mistk_rl.rl.data.buffers.storage import Ring
 
 Episode = list[dict]
 
@@ -47,6 +49,8 @@ class EpisodeReplayBuffer(NaiveReplayBuffer):
     and not used.
     """
 
+    _ring_cls = Ring  # episodes are lists: object storage
+
     @classmethod
     def default_config(cls) -> dict:
         return {"replay_buffer_size": 1000}
@@ -75,7 +79,8 @@ class EpisodeReplayBuffer(NaiveReplayBuffer):
         its last step; every step of a window carries ``"mask"`` (True for real steps).
         """
         if unroll_len is None:
-            return super().sample(size, learner_iter)
+            slots = self._uniform_slots(size)
+            return None if slots is None else [self._tagged(slot) for slot in slots.tolist()]
         if size < 1 or unroll_len < 1:
             raise ValueError(f"size and unroll_len must be >= 1, got {size}, {unroll_len}")
         starts = np.where(self._ring.valid, np.maximum(self._lengths - unroll_len + 1, 1), 0)
@@ -96,6 +101,16 @@ class EpisodeReplayBuffer(NaiveReplayBuffer):
         super().load_state_dict(state)
         self._lengths = np.array([len(ep) if ep is not None else 0 for ep in self._ring.items],
                                  dtype=np.int64)
+
+    def sample_batch(self, size: int, learner_iter: int = 0,
+                     unroll_len: int | None = None) -> dict[str, Any] | None:
+        """``sample(size, unroll_len=L)`` collated to tensors [size, L, ...] (whole episodes
+        differ in length, so L is required)."""
+        if unroll_len is None:
+            raise ValueError("EpisodeReplayBuffer.sample_batch needs unroll_len: whole "
+                             "episodes differ in length")
+        windows = self.sample(size, learner_iter, unroll_len)
+        return None if windows is None else default_collate([default_collate(w) for w in windows])
 
     def _tagged(self, slot: int) -> Episode:
         meta = self._ring.meta(slot)

@@ -1,14 +1,12 @@
 """FIFO replay with uniform sampling: the baseline buffer for off-policy learners."""
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 
-from mistk_rl.rl.data.buffers.base import ReplayBuffer, Ring, as_transitions
+from mistk_rl.rl.data.buffers.base import Meta, TransitionReplayBuffer, as_transitions
 
 
-class NaiveReplayBuffer(ReplayBuffer):
+class NaiveReplayBuffer(TransitionReplayBuffer):
     """A ring of ``replay_buffer_size`` transitions; the oldest is overwritten first.
 
     ``sample(size)`` draws ``size`` distinct items uniformly (without replacement, so a batch
@@ -20,10 +18,6 @@ class NaiveReplayBuffer(ReplayBuffer):
     def default_config(cls) -> dict:
         return {"replay_buffer_size": 10000}
 
-    def __init__(self, config: dict | None = None, seed: int | None = None) -> None:
-        super().__init__(config, seed)
-        self._ring = Ring(self.config["replay_buffer_size"])
-
     def push(self, data: dict | list[dict], collect_iter: int = 0) -> bool:
         """Store one transition dict or a list of them; never refuses."""
         self._ring.put(as_transitions(data))
@@ -31,10 +25,6 @@ class NaiveReplayBuffer(ReplayBuffer):
 
     def update(self, info: dict) -> None:
         """Nothing to update: sampling ignores priorities."""
-
-    def sample(self, size: int, learner_iter: int = 0) -> list[Any] | None:
-        slots = self._uniform_slots(size)
-        return None if slots is None else [self._tagged(slot) for slot in slots.tolist()]
 
     def clear(self) -> None:
         self._ring.clear()
@@ -49,6 +39,12 @@ class NaiveReplayBuffer(ReplayBuffer):
         self._ring.load_state_dict(state["ring"])
         self._load_rng_state(state["rng"])
 
+    def _draw(self, size: int, learner_iter: int) -> tuple[np.ndarray, Meta] | None:
+        slots = self._uniform_slots(size)
+        if slots is None:
+            return None
+        return slots, {"replay_unique_id": self._ring.ids[slots], "replay_buffer_idx": slots}
+
     def _uniform_slots(self, size: int) -> np.ndarray | None:
         if size < 1:
             raise ValueError(f"sample size must be >= 1, got {size}")
@@ -59,8 +55,3 @@ class NaiveReplayBuffer(ReplayBuffer):
             return None
         offsets = self._rng.choice(count, size, replace=False)
         return (self._ring.next_id - count + offsets) % self._ring.size
-
-    def _tagged(self, slot: int) -> Any:
-        """A shallow copy of the stored item with its meta keys (subclasses store other items)."""
-        return {**self._ring.items[slot], "replay_unique_id": int(self._ring.ids[slot]),
-                "replay_buffer_idx": slot}  # Ring.meta's keys, without the extra dict
