@@ -100,6 +100,22 @@ class RunConfig(_Strict):
         return self
 
 
+def with_seed(config: RunConfig, seed: int) -> RunConfig:
+    """The config with one seed for the whole run: every agent's ``hyperparameters.seed``,
+    ``training.seed`` and each episode block's seed. Evaluation seeds (``eval_seed``) stay, so
+    evaluations of runs with different seeds play the same episodes."""
+    if seed < 0:
+        raise ConfigError(f"seed must be >= 0, got {seed}")
+    data = config.model_dump()
+    for agent in data["agents"]:
+        agent["hyperparameters"]["seed"] = seed
+    if data["training"] is not None:
+        data["training"]["seed"] = seed
+    for block in data["episodes"] or []:
+        block["seed"] = seed
+    return RunConfig.model_validate(data)
+
+
 class ConfigError(ValueError):
     """The config file is missing, not YAML, or does not match the schema."""
 

@@ -17,7 +17,7 @@ from typing import Callable, Optional
 
 import yaml
 
-from harness.config import ConfigError, RunConfig, load_config
+from harness.config import ConfigError, RunConfig, load_config, with_seed
 from harness.training import first_success, train
 from mistk_rl.client import (AgentClient, OrchestratorClient, ServiceError, ServiceFailed,
                              WaitTimeout)
@@ -30,11 +30,15 @@ class HarnessError(RuntimeError):
     """A step of the run failed; the message says which and why."""
 
 
-def run_from_file(config_path: Path, out: Optional[Path] = None, quiet: bool = False) -> int:
-    """CLI entry: run, print a summary, return the exit code."""
+def run_from_file(config_path: Path, out: Optional[Path] = None, quiet: bool = False,
+                  seed: Optional[int] = None) -> int:
+    """CLI entry: run (with `seed` for every seed in the config, if given), print a summary,
+    return the exit code."""
     say = (lambda *_: None) if quiet else (lambda msg: print(msg, flush=True))
     try:
         config = load_config(config_path)
+        if seed is not None:
+            config = with_seed(config, seed)
         run_dir = out or Path("runs") / f"{config.name}-{datetime.now():%Y%m%d-%H%M%S}"
         results = run(config, run_dir, say=say)
     except (ConfigError, HarnessError) as exc:

@@ -25,7 +25,7 @@ def _run(args: argparse.Namespace) -> int:
     from harness.run import run_from_file
 
     return run_from_file(Path(args.config), out=Path(args.out) if args.out else None,
-                         quiet=args.quiet)
+                         quiet=args.quiet, seed=args.seed)
 
 
 def _bench(args: argparse.Namespace) -> int:
@@ -66,6 +66,10 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("config")
     run.add_argument("--out", default=None, help="run directory (default runs/NAME-TIME)")
     run.add_argument("--quiet", action="store_true", help="no progress output")
+    run.add_argument("--seed", type=int, default=None,
+                     help="one seed for the run: every agent's hyperparameters.seed, "
+                          "training.seed and each episode block's seed (evaluation seeds "
+                          "stay fixed)")
     run.set_defaults(func=_run)
 
     bench = sub.add_parser("bench", help="measure the services")

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from gymnasium import spaces
 
-from harness.config import ConfigError, load_config
+from harness.config import ConfigError, load_config, with_seed
 from mistk_rl.errors import InvalidRequest
 from mistk_rl.files import atomic_write_json, resolve_in
 from mistk_rl.jsonable import to_jsonable
@@ -79,6 +79,17 @@ def test_to_jsonable():
 def test_example_config_loads():
     config = load_config(REPO / "configs" / "cartpole_random.yaml")
     assert config.orchestrator.env.id == "CartPole-v1" and config.agents[0].name == "player"
+
+
+def test_with_seed_sets_every_seed_but_the_evaluation_ones():
+    dqn = with_seed(load_config(REPO / "configs" / "cartpole_dqn.yaml"), 7)
+    assert dqn.agents[0].hyperparameters["seed"] == 7 and dqn.training.seed == 7
+    assert dqn.training.eval_seed == 10_000  # evaluations stay comparable across seeds
+    assert dqn.agents[0].hyperparameters["policy"]["nstep"] == 5  # the rest is kept
+    play = with_seed(load_config(REPO / "configs" / "cartpole_random.yaml"), 3)
+    assert [block.seed for block in play.episodes] == [3] * len(play.episodes)
+    with pytest.raises(ConfigError, match="seed"):
+        with_seed(play, -1)
 
 
 @pytest.mark.parametrize("text, message", [
