@@ -1,4 +1,5 @@
 """`mistk-rl bench`: measurements of the services, printed and optionally saved as JSON.
+(transport/envs: `bench_step`; sb3-*: `bench_sb3`; learning-*: `bench_learning`.)
 
 getaction: the round-trip time of getAction against a local RandomAgent service (gunicorn on
 loopback, one kept-alive connection, a CartPole-sized observation), after a warm-up.
@@ -15,7 +16,6 @@ from pathlib import Path
 from typing import Optional
 
 import numpy as np
-
 
 
 def bench_getaction(n: int = 2000, warmup: int = 200) -> dict:
@@ -60,10 +60,20 @@ def bench_sb3(algo: str, seed: int, eval_every: int) -> dict:
 
 def run_bench(what: str, n: int = 2000, json_out: Optional[Path] = None, seed: int = 0,
               eval_every: Optional[int] = None, env_counts: Optional[list[int]] = None,
-              steps: int = 20000) -> int:
+              steps: int = 20000, seeds: Optional[list[int]] = None,
+              config: Optional[Path] = None) -> int:
     from mistk_rl.bench_step import bench_envs, bench_transport
 
     counts = env_counts or [1, 16, 64, 256]
+    if what.startswith("learning-"):
+        from mistk_rl.bench_learning import bench_learning
+
+        algo = what.split("-")[1]
+        records = bench_learning(algo, seeds or [0, 1, 2],
+                                 config or Path("configs") / f"cartpole_{algo}.yaml")
+        if json_out is not None:
+            _write(json_out, records)
+        return 0
     if what in ("transport", "envs"):
         bench = bench_transport if what == "transport" else bench_envs
         records = bench(counts, steps)

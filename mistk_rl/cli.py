@@ -32,9 +32,11 @@ def _bench(args: argparse.Namespace) -> int:
     from mistk_rl.bench import run_bench
 
     counts = [int(x) for x in args.envs.split(",")] if args.envs else None
+    seeds = [int(x) for x in args.seeds.split(",")] if args.seeds else None
     return run_bench(args.what, n=args.n, json_out=Path(args.json) if args.json else None,
                      seed=args.seed, eval_every=args.eval_every, env_counts=counts,
-                     steps=args.steps)
+                     steps=args.steps, seeds=seeds,
+                     config=Path(args.config) if args.config else None)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -74,13 +76,15 @@ def build_parser() -> argparse.ArgumentParser:
 
     bench = sub.add_parser("bench", help="measure the services")
     bench.add_argument("what", choices=["getaction", "transport", "envs", "sb3-dqn",
-                                        "sb3-ppo"],
+                                        "sb3-ppo", "learning-dqn", "learning-ppo"],
                        help="getaction: round-trip time of getAction to a local agent; "
                             "transport: env steps/s in-process vs over HTTP; "
                             "envs: env managers vs gymnasium's vector envs; "
                             "sb3-dqn / sb3-ppo: Stable-Baselines3 in-process on CartPole-v1 "
                             "with rl-zoo hyperparameters and our eval protocol (the bar for "
-                            "`mistk-rl run configs/cartpole_{dqn,ppo}.yaml`)")
+                            "`mistk-rl run configs/cartpole_{dqn,ppo}.yaml`); "
+                            "learning-dqn / learning-ppo: that config over HTTP and SB3, "
+                            "alternating per seed, with time to the stop value side by side")
     bench.add_argument("--n", type=int, default=2000, help="getaction: calls to time")
     bench.add_argument("--seed", type=int, default=0, help="sb3-*: training seed")
     bench.add_argument("--envs", default=None,
@@ -89,6 +93,11 @@ def build_parser() -> argparse.ArgumentParser:
                        help="transport/envs: env steps timed per configuration")
     bench.add_argument("--eval-every", type=int, default=None,
                        help="sb3-*: env steps between evaluations (dqn 2500, ppo 5000)")
+    bench.add_argument("--seeds", default=None,
+                       help="learning-*: seeds, comma-separated (default 0,1,2)")
+    bench.add_argument("--config", default=None,
+                       help="learning-*: our training config "
+                            "(default configs/cartpole_{dqn,ppo}.yaml)")
     bench.add_argument("--json", default=None, help="also write the figures here")
     bench.set_defaults(func=_bench)
     return parser
