@@ -30,6 +30,10 @@ class AdvancedReplayBuffer(TransitionReplayBuffer):
     - staleness: at ``sample(size, learner_iter)`` every item whose
       ``learner_iter - collect_iter > max_staleness`` (strictly greater) is removed first.
 
+    ``sample`` returns None when refused or short of data. Sampled items (and the columns of
+    ``sample_batch``) carry meta keys: replay_unique_id, replay_buffer_idx, priority, IS, use
+    (times sampled, this batch included), staleness (learner_iter - collect_iter).
+
     ``update`` finds an item's slot from its unique id alone (id k lives in slot k % size), so
     lookups are O(1); an update for an id that was overwritten or removed is ignored.
     """
@@ -95,14 +99,6 @@ class AdvancedReplayBuffer(TransitionReplayBuffer):
             priority = priority[keep] + self.EPSILON
             self._max_priority = max(self._max_priority, float(priority.max()))
             self._set_priority(slots[keep], priority)
-
-    def sample(self, size: int, learner_iter: int = 0) -> list[dict] | None:
-        """``size`` prioritized draws with meta keys, or None when refused / not enough data.
-
-        Meta keys: replay_unique_id, replay_buffer_idx, priority, IS, use (times sampled,
-        this batch included), staleness (learner_iter - collect_iter).
-        """
-        return super().sample(size, learner_iter)
 
     def _draw(self, size: int, learner_iter: int) -> tuple[np.ndarray, Meta] | None:
         if size < 1:
