@@ -135,6 +135,19 @@ def test_column_storage_widens_dtypes_and_falls_back_to_objects():
     assert buffer.sample_batch(3)["next_obs"].shape == (3, 3)
 
 
+@pytest.mark.parametrize("make", [lambda: NaiveReplayBuffer({"replay_buffer_size": 4}, seed=0),
+                                  lambda: per(size=4, seed=0)])
+def test_pushing_nothing_changes_nothing(make):
+    buffer = make()
+    buffer.push([])
+    assert buffer.count() == 0 and buffer.sample(1) is None
+    buffer.push(rich(2))
+    buffer.push([])
+    assert buffer.count() == 2
+    assert sorted(buffer.sample_batch(2)["reward"].tolist()) == sorted(
+        float(item["reward"]) for item in rich(2))
+
+
 def test_episode_sample_batch_stacks_windows():
     buffer = EpisodeReplayBuffer(seed=0)
     buffer.push_episodes([episode(3, tag=0), episode(6, tag=1)])

@@ -33,6 +33,8 @@ class Ring:
         overwritten at once); the returned slots line up with ``items[-len(slots):]``.
         """
         items = items[-self.size:]
+        if not items:
+            return np.empty(0, dtype=np.int64)
         ids = np.arange(self.next_id, self.next_id + len(items), dtype=np.int64)
         slots = ids % self.size
         self._store(slots, items)
