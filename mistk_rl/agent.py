@@ -65,6 +65,12 @@ class AbstractAgent(ServiceImplementation, ABC):
     def do_save_model(self, path: Path) -> None:
         """Save a checkpoint to `path` (inside the data dir); write it atomically."""
 
+    def validate_registration(self, observation_space: Optional[spaces.Space],
+                              action_space: Optional[spaces.Space]) -> None:
+        """Raise `mistk_rl.errors.InvalidRequest` to refuse agentRegistered with 400 before
+        any state change: e.g. an action space the agent cannot act in, or a model that
+        would be over ``self.limits.max_model_params``."""
+
     def do_agent_registered(self, config: dict[str, Any]) -> None:
         """Registered with an orchestrator; `self.name` and the spaces are already set."""
 

@@ -2,22 +2,34 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import sys
 from pathlib import Path
 from typing import Optional, Sequence
+
+from mistk_rl.limits import Limits
 
 
 def _serve(args: argparse.Namespace) -> int:
     from mistk_rl.service.server import ServeOptions, serve
 
     hosts = [h for h in os.environ.get("MISTK_RL_AGENT_HOSTS", "").split(",") if h]
+    limits = list(args.limit)
+    if args.max_body_bytes is not None:
+        limits.append(f"max_body_bytes={args.max_body_bytes}")
+    try:
+        parsed = Limits.parse(limits)
+    except ValueError as exc:
+        print(f"mistk-rl serve: {exc}", file=sys.stderr)
+        return 2
     serve(ServeOptions(
         role=args.role, target=args.target, host=args.host,
         port=args.port if args.port is not None else (8081 if args.role == "agent" else 8080),
         data_dir=Path(args.data_dir), token=args.token or os.environ.get("MISTK_RL_TOKEN"),
         fd=args.fd, allow_agent_hosts=hosts + list(args.allow_agent_host),
-        max_body_bytes=args.max_body_bytes, log_level=args.log_level))
+        env_modules=list(args.env_module), agent_timeout=args.agent_timeout,
+        limits=parsed, log_level=args.log_level))
     return 0
 
 
@@ -58,8 +70,19 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--allow-agent-host", action="append", default=[],
                        help="orchestrator: a non-loopback host agents may be registered at "
                             "(repeatable; also $MISTK_RL_AGENT_HOSTS, comma-separated)")
-    serve.add_argument("--max-body-bytes", type=int, default=16 * 1024 * 1024,
-                       help="larger request bodies get 413")
+    serve.add_argument("--env-module", action="append", default=[],
+                       help="orchestrator: a module to import at start whose envs may be "
+                            "used (as their registered ids, or MODULE:ID); repeatable. "
+                            "Without it only envs registered with gymnasium are accepted")
+    serve.add_argument("--agent-timeout", type=float, default=20.0,
+                       help="orchestrator: seconds to wait for one agent call before the "
+                            "episode fails naming the agent and the call")
+    serve.add_argument("--limit", action="append", default=[], metavar="NAME=VALUE",
+                       help="raise or lower a limit (repeatable): " + ", ".join(
+                           f"{f.name} (default {f.default:,})"
+                           for f in dataclasses.fields(Limits)))
+    serve.add_argument("--max-body-bytes", type=int, default=None,
+                       help="larger request bodies get 413 (= --limit max_body_bytes=N)")
     serve.add_argument("--log-level", default="info")
     serve.add_argument("--fd", type=int, default=None, help=argparse.SUPPRESS)
     serve.set_defaults(func=_serve)

@@ -24,7 +24,11 @@ from mistk_rl.schemas import (AgentConfig, AgentInitParams, ApiVersion, EpisodeC
 from mistk_rl.transport import Transport, TransportError
 
 DEFAULT_TIMEOUT = 30.0
-LONG_POLL_CHUNK = 25.0  # seconds per status long-poll while waiting
+# a wait long-polls in chunks; each may take its chunk plus a grace before the service counts
+# as hung, so a service that stops answering is noticed within 25 s of any wait
+LONG_POLL_CHUNK = 15.0
+LONG_POLL_GRACE = 10.0
+INSTANCE_HEADER = "Mistk-Instance"
 
 
 # ---- errors ------------------------------------------------------------------------------
@@ -88,6 +92,16 @@ class ServiceFailed(ServiceError):
         self.service_status = status
 
 
+class ServiceRestarted(ServiceError):
+    """The service answering is not the one this client talked to: it restarted (a new
+    worker process) and lost its state. `.previous` and `.current` are the instance ids."""
+
+    def __init__(self, base_url: str, previous: str, current: str) -> None:
+        super().__init__(f"{base_url} restarted and lost its state (instance {previous} is "
+                         f"gone, {current} answers): start over from initialize")
+        self.previous, self.current = previous, current
+
+
 class WaitTimeout(ServiceError, TimeoutError):
     """A wait for a state ran out of time; `.last` is the last status seen."""
 
@@ -112,6 +126,9 @@ class _ServiceClient:
         self.timeout = timeout
         headers = {"Authorization": f"Bearer {token}"} if token else {}
         self.transport = Transport(self.base_url, headers=headers)
+        # the service instance this client talks to, from its first answer; an answer from
+        # another instance raises ServiceRestarted (set it to None to accept a new one)
+        self.instance: Optional[str] = None
 
     def close(self) -> None:
         self.transport.close()
@@ -145,6 +162,11 @@ class _ServiceClient:
         except TransportError as exc:
             what = f"no answer within {timeout} s" if exc.timed_out else f"cannot connect ({exc})"
             raise ServiceUnavailable(f"{method} {self.base_url}{path}: {what}") from exc
+        instance = response.headers.get(INSTANCE_HEADER)
+        if instance != self.instance and instance is not None:
+            if self.instance is not None:
+                raise ServiceRestarted(self.base_url, self.instance, instance)
+            self.instance = instance
         if response.status < 400:
             if response.headers.get("Content-Type", "").startswith(codec.CONTENT_TYPE):
                 return codec.decode(response.body)
@@ -174,7 +196,8 @@ class _ServiceClient:
                timeout: Optional[float] = None) -> Status:
         """The status now; with `resource_version`, once it moves past that (long-poll)."""
         params = {"resourceVersion": resource_version, "timeout": timeout}
-        http_timeout = (timeout or 0) + self.timeout
+        http_timeout = (self.timeout if resource_version is None
+                        else (timeout or 0) + min(self.timeout, LONG_POLL_GRACE))
         return self._status_call("GET", "/status", params=params, timeout=http_timeout)
 
     def api_version(self) -> ApiVersion:

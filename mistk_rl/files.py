@@ -10,12 +10,26 @@ from typing import Any
 from mistk_rl.errors import InvalidRequest
 
 
+MAX_NAME_BYTES = 255  # one path component, on the file systems Linux uses
+
+
 def resolve_in(root: Path, path: str) -> Path:
-    """`path` resolved inside `root`; raises InvalidRequest (400) if it would escape it."""
+    """`path` as a file inside `root`; raises InvalidRequest (400) when it would escape it,
+    name `root` itself or a directory, or could not be a file name at all (NUL, a component
+    longer than the file system takes), so a save never fails half-way for a bad name."""
+    if "\x00" in path:
+        raise InvalidRequest(f"path {path!r} contains a NUL character")
+    long = next((part for part in Path(path).parts
+                 if len(part.encode("utf-8", "surrogateescape")) > MAX_NAME_BYTES), None)
+    if long is not None:
+        raise InvalidRequest(f"path {path!r}: the name {long[:40]!r}... is longer than "
+                             f"{MAX_NAME_BYTES} bytes")
     base = Path(root).resolve()
     candidate = (base / path).resolve()
     if candidate != base and base not in candidate.parents:
         raise InvalidRequest(f"path {path!r} resolves outside the service's data dir")
+    if candidate.is_dir():
+        raise InvalidRequest(f"path {path!r} is a directory, not a file")
     return candidate
 
 

@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from mistk_rl.lifecycle import Lifecycle
+from mistk_rl.limits import Limits
 
 
 class ServiceImplementation:
@@ -13,6 +14,7 @@ class ServiceImplementation:
 
     def __init__(self) -> None:
         self.data_dir: Path = Path.cwd()  # the service sets its --data-dir here
+        self.limits = Limits()  # and the limits it was started with
         self._lifecycle: Optional[Lifecycle] = None
 
     def update_status(self, payload: dict[str, Any]) -> None:

@@ -6,6 +6,7 @@ worker is up, so readiness is one apiVersion call with a timeout, not a sleep-an
 """
 from __future__ import annotations
 
+import ctypes
 import os
 import signal
 import socket
@@ -19,6 +20,7 @@ from typing import Optional, Sequence
 from mistk_rl.client import AgentClient, OrchestratorClient, ServiceUnavailable
 
 _CLIENTS = {"agent": AgentClient, "orchestrator": OrchestratorClient}
+_PR_SET_PDEATHSIG = 1  # linux/prctl.h
 
 
 class ServiceStartError(RuntimeError):
@@ -83,7 +85,7 @@ def start_service(role: str, target: str, *, data_dir: Path, log_path: Path,
     with open(log_path, "ab") as log:
         process = subprocess.Popen(cmd, pass_fds=(fd,), stdout=log, stderr=subprocess.STDOUT,
                                    stdin=subprocess.DEVNULL, env=child_env,
-                                   start_new_session=True)
+                                   start_new_session=True, preexec_fn=_end_with_parent)
     listener.close()
     service = ServiceProcess(role, target, f"http://{host}:{port}", process, log_path,
                              Path(data_dir))
@@ -93,6 +95,14 @@ def start_service(role: str, target: str, *, data_dir: Path, log_path: Path,
         service.stop()
         raise
     return service
+
+
+def _end_with_parent() -> None:
+    """In the child before exec: SIGTERM it when the process that started it dies, even by
+    SIGKILL (which runs no clean-up), so a killed harness leaves no service behind."""
+    if sys.platform.startswith("linux"):
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
 
 
 def _wait_ready(service: ServiceProcess, timeout: float) -> None:

@@ -32,6 +32,9 @@ class AbstractOrchestrator(ServiceImplementation, ABC):
         self.agents_needed: int = 1
         self.results: list[dict[str, Any]] = []
         self.env_steps = 0  # since initialize; implementations add the steps they take
+        # modules envs may be imported from (`mistk-rl serve --env-module`); any other env
+        # must be registered already (importing a module a caller names runs its code)
+        self.env_modules: frozenset[str] = frozenset()
 
     # ---- for implementations -------------------------------------------------------------
     def record_episode(self, agent: str, episode_return: float, length: int,
@@ -48,6 +51,10 @@ class AbstractOrchestrator(ServiceImplementation, ABC):
     def validate_initialize(self, env: dict[str, Any], agents_needed: int) -> None:
         """Raise `mistk_rl.errors.InvalidRequest` to refuse initialize with 400 (runs before
         any state change, so keep it quick)."""
+
+    def validate_start_episode(self, config: EpisodeConfig) -> None:
+        """Raise `mistk_rl.errors.InvalidRequest` to refuse startEpisode with 400 before any
+        state change (e.g. more env processes than ``self.limits`` allows)."""
 
     @abstractmethod
     def do_initialize(self, env: dict[str, Any], agents_needed: int) -> None:

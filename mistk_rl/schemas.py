@@ -27,6 +27,7 @@ class Status(Body):
     payload: dict[str, Any] = Field(default_factory=dict)
     reason: Optional[str] = None
     allowed: list[str] = Field(default_factory=list)
+    instance: Optional[str] = None  # changes when the service restarts
 
 
 class ApiVersion(Body):

@@ -1,10 +1,14 @@
-"""gymnasium spaces <-> the spec's ``Space`` objects, and actions coerced into a space."""
+"""gymnasium spaces <-> the spec's ``Space`` objects, actions coerced into a space, and the
+checks that observations and actions a caller sends belong to the registered spaces."""
 from __future__ import annotations
 
-from typing import Any
+import math
+from typing import Any, Callable, Mapping, Optional
 
 import numpy as np
 from gymnasium import spaces
+
+from mistk_rl.errors import InvalidRequest
 
 SUPPORTED = (spaces.Box, spaces.Discrete, spaces.MultiDiscrete, spaces.MultiBinary)
 
@@ -76,3 +80,99 @@ def _finite(bound: np.ndarray) -> Any:
     if limit is not None:
         values = np.clip(values, -limit, limit)
     return values.tolist()
+
+
+def space_elements(data: dict[str, Any]) -> int:
+    """The numbers one value of the space described by `data` holds, computed from the
+    description alone (so a limit can refuse a huge space before anything is allocated)."""
+    if data.get("type") == "Discrete":
+        return 1
+    shape = data.get("shape")
+    if shape is None and data.get("nvec") is not None:
+        shape = np.shape(data["nvec"])
+    return math.prod(int(n) for n in (shape or ()))
+
+
+ValueCheck = Callable[[Mapping[str, Any], str], None]
+
+
+def value_check(space: Optional[spaces.Space], what: str) -> ValueCheck:
+    """A check that every entity's value (numpy arrays, as handlers hold them) belongs to
+    `space`: shape, kind of number, finite, inside finite bounds. Raises InvalidRequest
+    naming the field, the entity and what is wrong. A stacked binary map is checked in one
+    pass over its array. No space (an agent registered without one): no check."""
+    if space is None:
+        return lambda values, field: None
+    shape, test = _rule(space)
+
+    def check(values: Mapping[str, Any], field: str) -> None:
+        stacked = getattr(values, "array", None)
+        if stacked is not None:  # a binary map: every row at once
+            problem = _problem(stacked, shape, test, stacked=True)
+            if problem:
+                raise InvalidRequest(f"{field}: {problem} ({what} {space})", field=field)
+            return
+        for entity, value in values.items():
+            problem = _problem(np.asarray(value), shape, test, stacked=False)
+            if problem:
+                raise InvalidRequest(f"{field}[{entity!r}]: {problem} ({what} {space})",
+                                     field=field, entity=entity)
+    return check
+
+
+def mask_check(space: Optional[spaces.Space]) -> ValueCheck:
+    """Action masks: one flag per action of a Discrete space."""
+    if not isinstance(space, spaces.Discrete):
+        return lambda values, field: None
+    return value_check(spaces.MultiBinary(int(space.n)), "a mask for")
+
+
+def _rule(space: spaces.Space) -> tuple[tuple[int, ...], Callable[[np.ndarray], str]]:
+    """(shape, test): the test returns what is wrong with an array of the right shape."""
+    if isinstance(space, spaces.Discrete):
+        low, high = int(space.start), int(space.start + space.n - 1)
+        return (), lambda a: _integers(a, low, high)
+    if isinstance(space, spaces.MultiDiscrete):
+        low = getattr(space, "start", np.zeros_like(space.nvec))
+        return space.shape, lambda a: _integers(a, low, low + space.nvec - 1)
+    if isinstance(space, spaces.MultiBinary):
+        return tuple(space.shape), lambda a: _integers(a, 0, 1)
+    if isinstance(space, spaces.Box):
+        integral = space.dtype.kind in "iu"
+        low = np.where(np.isfinite(space.low), space.low, -np.inf).astype(np.float64)
+        high = np.where(np.isfinite(space.high), space.high, np.inf).astype(np.float64)
+        bounded = bool(np.isfinite(low).any() or np.isfinite(high).any())
+
+        def test(a: np.ndarray) -> str:
+            if integral:
+                return _integers(a, low, high)
+            if a.dtype.kind not in "biuf":
+                return f"{_kind(a)} is not a number"
+            if a.dtype.kind == "f" and not np.isfinite(a).all():
+                return "not every number is finite"
+            if bounded and ((a < low).any() or (a > high).any()):
+                return "a value is outside the bounds"
+            return ""
+        return space.shape, test
+    raise ValueError(f"unsupported space {space!r}")
+
+
+def _problem(a: np.ndarray, shape: tuple[int, ...], test: Callable[[np.ndarray], str],
+             stacked: bool) -> str:
+    got = a.shape[1:] if stacked else a.shape
+    if got != tuple(shape) and not (shape == () and got == (1,)):
+        return f"shape {got} is not {tuple(shape)}"
+    return test(a)
+
+
+def _integers(a: np.ndarray, low: Any, high: Any) -> str:
+    if a.dtype.kind not in "biu":
+        if a.dtype.kind != "f" or not np.isfinite(a).all() or (a != np.round(a)).any():
+            return f"{_kind(a)} is not integral"
+    if (a < low).any() or (a > high).any():
+        return "a value is outside the space"
+    return ""
+
+
+def _kind(a: np.ndarray) -> str:
+    return "a value of dtype " + str(a.dtype)

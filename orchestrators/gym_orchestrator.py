@@ -13,6 +13,7 @@ as abnormal, and the others go on.
 from __future__ import annotations
 
 import importlib
+import sys
 import time
 from dataclasses import dataclass
 from typing import Any, Optional
@@ -20,6 +21,7 @@ from typing import Any, Optional
 import gymnasium as gym
 import numpy as np
 
+from mistk_rl.client import ServiceError
 from mistk_rl.errors import InvalidRequest
 from mistk_rl.orchestrator import AbstractOrchestrator, RegisteredAgent
 from mistk_rl.rl.envs import MANAGERS, EnvManager, Timestep, make_env_fns
@@ -67,12 +69,25 @@ class GymOrchestrator(AbstractOrchestrator):
             raise InvalidRequest("GymOrchestrator plays single-agent envs: agentsNeeded "
                                  f"must be 1, not {agents_needed}")
         module, _, name = env["id"].rpartition(":")
-        try:  # "module:EnvId-v0" imports the module that registers the env, as gym.make does
+        if module and module not in self.env_modules:  # checked before anything is imported
+            raise InvalidRequest(
+                f"env {env['id']!r}: module {module!r} is not one this orchestrator may "
+                "import; its operator can allow it with --env-module "
+                f"{module} (allowed now: {', '.join(sorted(self.env_modules)) or 'none'})")
+        try:  # "module:EnvId-v0": the module registers the env, as gym.make does
             if module:
                 importlib.import_module(module)
             gym.spec(name)
         except (ImportError, gym.error.Error) as exc:
             raise InvalidRequest(f"unknown gymnasium env {env['id']!r}: {exc}") from exc
+
+    def validate_start_episode(self, config: EpisodeConfig) -> None:
+        if config.env_manager == "base" or _key(config) in self.managers:
+            return
+        running = sum(m.env_num for k, m in self.managers.items() if k[1] != "base")
+        self.limits.check("max_env_processes", running + config.num_envs,
+                          f"env worker processes (the {running} running and numEnvs "
+                          f"{config.num_envs} more)")
 
     def do_initialize(self, env: dict[str, Any], agents_needed: int) -> None:
         self._close_managers()
@@ -177,7 +192,11 @@ class GymOrchestrator(AbstractOrchestrator):
                                             cancelled=True, train=learn, envIndex=i)
         finally:
             self._report()
-            agent.client.episode_stopped()
+            try:
+                agent.client.episode_stopped()
+            except ServiceError:
+                if sys.exc_info()[1] is None:  # else the error that ended the run is the news
+                    raise
 
     def _report(self) -> None:
         restarts = self._restarts_before + sum(m.stats["restarts"]

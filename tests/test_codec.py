@@ -27,13 +27,13 @@ def test_round_trip_keeps_arrays_and_structure():
 def test_replayed_rows_are_copies_not_views_into_the_request_body():
     """An agent keeps replayed observations (a replay buffer): a view would keep each whole
     request body alive with it."""
-    from mistk_rl.service.handlers import _replay_batch
+    from mistk_rl.service.handlers import _replay_batch, _SpaceChecks
 
     replay = {"prevObs": {"a": np.zeros(4), "b": np.ones(4)}, "actions": {"a": 0, "b": 1},
               "rewards": {"a": 1.0, "b": 0.0}, "newObs": {"a": np.ones(4), "b": np.zeros(4)},
               "terminated": {"a": False, "b": True}}
     wire = codec.decode(codec.encode({"replay": replay}))["replay"]
-    batch = _replay_batch(wire)
+    batch = _replay_batch(wire, _SpaceChecks.of(None, None))
     for entity in ("a", "b"):
         np.testing.assert_array_equal(batch.prev_obs[entity], replay["prevObs"][entity])
         assert not np.shares_memory(batch.prev_obs[entity], wire["prevObs"].array)

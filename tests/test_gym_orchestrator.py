@@ -10,7 +10,8 @@ COUNTING = "tests.service_fixtures:CountingAgent"
 
 
 def _pair(launch, env, skip_train=False):
-    orch_service = launch("orchestrator", GYM_ORCHESTRATOR)
+    orch_service = launch("orchestrator", GYM_ORCHESTRATOR,
+                          extra_args=["--env-module", "tests.rl.faulty_env"])
     agent_service = launch("agent", COUNTING)
     orch, agent = orch_service.client(), agent_service.client()
     orch.initialize(env)

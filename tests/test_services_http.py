@@ -237,9 +237,14 @@ def test_register_reports_an_agent_that_is_not_ready(launch):
     orch = launch("orchestrator", GYM_ORCHESTRATOR).client()
     agent_service = launch("agent", RANDOM_AGENT)
     orch.initialize("CartPole-v1")
-    with pytest.raises(Conflict, match="refused registration"):
+    before = orch.status()
+    with pytest.raises(Conflict, match="cannot be registered in its state 'started'") as info:
         orch.register_agent("player", agent_service.url)  # agent never initialized
-    assert orch.status().state == "waiting_for_agents"
+    assert info.value.state == "waiting_for_agents"
+    assert "registerAgent" in info.value.allowed
+    assert info.value.problem.agentState == "started"
+    after = orch.status()  # a refusal changes nothing, not even the version
+    assert (after.state, after.resource_version) == (before.state, before.resource_version)
 
 
 def test_oversized_body_gets_413(launch):

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from mistk_rl.errors import InvalidRequest
 from mistk_rl.service.app import load_spec
-from mistk_rl.service.fastpath import STEP_OPERATIONS
+from mistk_rl.service.pipeline import STEP_OPERATIONS
 from mistk_rl.service.validation import compile_schema
 
 SPEC = resolve_refs(load_spec("agent"))

@@ -9,10 +9,12 @@ in a hook moves the service to ``failed`` with the reason in status.
 """
 from __future__ import annotations
 
+import asyncio
 import itertools
 import logging
 import threading
 import time
+import uuid
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, TypeVar
 
@@ -76,6 +78,10 @@ class Lifecycle:
         self._ids = itertools.count(1)
         self._task: Task | None = None
         self._local = threading.local()
+        self._watchers: set[Callable[[], None]] = set()  # async long-polls waiting
+        # names this process's state: a service that restarts (a new worker) starts over at
+        # version 0 with a new instance, so a caller can never take it for the old one
+        self.instance = uuid.uuid4().hex[:16]
         self.version = 0
         self.payload: dict[str, Any] = {}
         self.reason: str | None = None
@@ -97,18 +103,55 @@ class Lifecycle:
         with self._lock:
             return {"state": self.state, "resourceVersion": self.version,
                     "payload": dict(self.payload), "reason": self.reason,
-                    "allowed": self.allowed_api()}
+                    "allowed": self.allowed_api(), "instance": self.instance}
 
     def wait(self, after_version: int, timeout: float) -> dict[str, Any]:
-        """Block until the version is past `after_version` or `timeout` seconds passed."""
+        """Block until the version is past `after_version` or `timeout` seconds passed.
+
+        A version ahead of this service's (the caller saw another instance) answers at once.
+        """
         deadline = time.monotonic() + max(0.0, timeout)
         with self._changed:
+            if after_version > self.version:
+                return self.status()
             while self.version <= after_version:
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     break
                 self._changed.wait(remaining)
             return self.status()
+
+    async def wait_async(self, after_version: int, timeout: float) -> dict[str, Any]:
+        """`wait` for an event loop: holds no thread while it waits."""
+        loop = asyncio.get_running_loop()
+        changed = asyncio.Event()
+
+        def wake() -> None:
+            try:
+                loop.call_soon_threadsafe(changed.set)
+            except RuntimeError:  # the loop is closing: nobody is waiting any more
+                pass
+        with self._lock:
+            if after_version > self.version:
+                return self.status()
+            self._watchers.add(wake)
+        try:
+            deadline = loop.time() + max(0.0, timeout)
+            while self.version <= after_version:
+                remaining = deadline - loop.time()
+                if remaining <= 0:
+                    break
+                changed.clear()
+                if self.version > after_version:
+                    break
+                try:
+                    await asyncio.wait_for(changed.wait(), remaining)
+                except asyncio.TimeoutError:
+                    break
+        finally:
+            with self._lock:
+                self._watchers.discard(wake)
+        return self.status()
 
     def wait_for_state(self, states: set[str] | str, timeout: float) -> dict[str, Any]:
         """In-process counterpart of the SDK's wait_for_state (for tests and embedding)."""
@@ -142,6 +185,14 @@ class Lifecycle:
         return task.cancel if task is not None else None
 
     # ---- running operations --------------------------------------------------------------
+    def check(self, operation: str) -> None:
+        """Raise IllegalState if `operation` is not legal now; changes nothing. For a handler
+        that must do slow or remote checks before `run` (which checks again, atomically)."""
+        with self._lock:
+            if operation not in self._allowed[self.state]:
+                raise IllegalState(api_name(operation), self.state, self.allowed_api(),
+                                   busy=self.state in self.table.busy_states)
+
     def run(self, operation: str, hook: Callable[[], T], *, facts: Facts = None) -> T | dict:
         """Fire `operation`'s trigger, run `hook`, then fire ``finish`` (or ``fail``).
 
@@ -187,7 +238,7 @@ class Lifecycle:
                 return None
             raise
         except Exception as exc:  # noqa: BLE001 - any hook error is reported, not propagated
-            reason = f"{task.operation} raised {type(exc).__name__}: {exc}"
+            reason = f"{api_name(task.operation)} raised {type(exc).__name__}: {exc}"
             log.exception("%s: %s", self.table.role, reason)
             with self._lock:
                 if self._task is task:
@@ -217,3 +268,5 @@ class Lifecycle:
         with self._changed:
             self.version += 1
             self._changed.notify_all()
+            for wake in self._watchers:
+                wake()

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import ipaddress
 import logging
+import math
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Optional
 from urllib.parse import urlsplit
@@ -17,15 +19,17 @@ import numpy as np
 
 from mistk_rl import API_VERSION
 from mistk_rl.agent import AbstractAgent, EpisodeInfo, ReplayBatch
-from mistk_rl.client import AgentClient, ServiceError
+from mistk_rl.client import AgentClient, Conflict, ServiceError, ServiceUnavailable
 from mistk_rl.codec import StackedMap
-from mistk_rl.errors import InvalidRequest, Rejected
+from mistk_rl.errors import IllegalState, InvalidRequest
 from mistk_rl.files import resolve_in
 from mistk_rl.jsonable import to_jsonable
 from mistk_rl.lifecycle import AGENT, ORCHESTRATOR, Lifecycle
+from mistk_rl.limits import Limits
 from mistk_rl.orchestrator import AbstractOrchestrator, RegisteredAgent
 from mistk_rl.schemas import EpisodeConfig
-from mistk_rl.spaces import space_from_dict
+from mistk_rl.spaces import (ValueCheck, mask_check, space_elements, space_from_dict,
+                             value_check)
 
 log = logging.getLogger(__name__)
 Response = tuple[dict[str, Any], int, dict[str, str]]
@@ -38,19 +42,25 @@ class _Service:
 
     role = ""
 
-    def __init__(self, impl: Any, lifecycle: Lifecycle, data_dir: Path) -> None:
+    def __init__(self, impl: Any, lifecycle: Lifecycle, data_dir: Path,
+                 limits: Limits) -> None:
         self.impl = impl
         self.lifecycle = lifecycle
+        self.limits = limits
         self.data_dir = Path(data_dir)
         self.data_dir.mkdir(parents=True, exist_ok=True)
         impl.data_dir = self.data_dir
+        impl.limits = limits
         impl._lifecycle = lifecycle
 
-    def status(self, resource_version: Optional[int] = None,
-               timeout: float = 30.0) -> Response:
+    async def status(self, resource_version: Optional[int] = None,
+                     timeout: float = 30.0) -> Response:
+        """A coroutine: a long-poll waits on the event loop, holding no thread."""
         if resource_version is None:
             return self.lifecycle.status(), 200, JSON
-        return self.lifecycle.wait(resource_version, min(timeout, MAX_LONG_POLL_S)), 200, JSON
+        status = await self.lifecycle.wait_async(resource_version,
+                                                 min(timeout, MAX_LONG_POLL_S))
+        return status, 200, JSON
 
     capabilities: tuple[str, ...] = ()
 
@@ -69,13 +79,31 @@ class _Service:
         return self.lifecycle.status(), 200, JSON
 
 
-def _arrays(values: dict[str, Any]) -> dict[str, np.ndarray]:
-    """entity -> array. The binary encoding's rows are views into the request body: they are
-    copied (once per field) so an agent that keeps them (a replay buffer) does not keep every
-    request body alive with them."""
+def _arrays(values: dict[str, Any], check: ValueCheck, field: str) -> dict[str, np.ndarray]:
+    """entity -> array, each checked against its space (`check`). The binary encoding's rows
+    are views into the request body: they are copied (once per field) so an agent that keeps
+    them (a replay buffer) does not keep every request body alive with them."""
     if isinstance(values, StackedMap):
+        check(values, field)
         return dict(zip(values, values.array.copy()))
-    return {key: np.asarray(value) for key, value in values.items()}
+    try:
+        arrays = {key: np.asarray(value) for key, value in values.items()}
+    except ValueError as exc:  # ragged nested lists
+        raise InvalidRequest(f"{field}: every value must be a rectangular array of numbers "
+                             f"({exc})", field=field) from exc
+    check(arrays, field)
+    return arrays
+
+
+def _finite(values: dict[str, Any], field: str) -> dict[str, float]:
+    """Rewards: one finite number per entity."""
+    out = {key: float(np.asarray(value).reshape(-1)[0]) if np.size(value) == 1 else None
+           for key, value in values.items()}
+    bad = next((k for k, v in out.items() if v is None or not math.isfinite(v)), None)
+    if bad is not None:
+        raise InvalidRequest(f"{field}[{bad!r}]: one finite number per entity", field=field,
+                             entity=bad)
+    return out
 
 
 def _entities(obs: dict[str, Any]) -> dict[str, Any]:
@@ -84,15 +112,32 @@ def _entities(obs: dict[str, Any]) -> dict[str, Any]:
     return obs
 
 
-def _replay_batch(body: dict[str, Any]) -> ReplayBatch:
-    """A replay body as arrays, after checking every field names the same entities."""
+@dataclass(frozen=True)
+class _SpaceChecks:
+    """What the registered spaces allow, compiled once per registration."""
+
+    obs: ValueCheck
+    action: ValueCheck
+    mask: ValueCheck
+
+    @classmethod
+    def of(cls, obs_space: Any, act_space: Any) -> "_SpaceChecks":
+        return cls(value_check(obs_space, "the observation space is"),
+                   value_check(act_space, "the action space is"), mask_check(act_space))
+
+
+def _replay_batch(body: dict[str, Any], checks: _SpaceChecks, prefix: str = "") -> ReplayBatch:
+    """A replay body as arrays, after checking every field names the same entities and
+    every value belongs to its space."""
     entities = set(body["actions"])
     for key in ("prevObs", "rewards", "newObs", "terminated"):
         if set(body[key]) != entities:
-            raise InvalidRequest(f"{key} names entities {sorted(body[key])}, "
-                                 f"actions names {sorted(entities)}")
-    return ReplayBatch(prev_obs=_arrays(body["prevObs"]), actions=_arrays(body["actions"]),
-                       rewards=dict(body["rewards"]), new_obs=_arrays(body["newObs"]),
+            raise InvalidRequest(f"{prefix}{key} names entities {sorted(body[key])}, "
+                                 f"{prefix}actions names {sorted(entities)}")
+    return ReplayBatch(prev_obs=_arrays(body["prevObs"], checks.obs, prefix + "prevObs"),
+                       actions=_arrays(body["actions"], checks.action, prefix + "actions"),
+                       rewards=_finite(body["rewards"], prefix + "rewards"),
+                       new_obs=_arrays(body["newObs"], checks.obs, prefix + "newObs"),
                        terminated=dict(body["terminated"]),
                        truncated={k: body.get("truncated", {}).get(k, False) for k in entities})
 
@@ -101,10 +146,12 @@ class AgentService(_Service):
     role = "agent"
     capabilities = ("step", "tensors")  # tensors: the binary encoding on the step path
 
-    def __init__(self, agent: AbstractAgent, data_dir: Path) -> None:
-        super().__init__(agent, Lifecycle(AGENT), data_dir)
+    def __init__(self, agent: AbstractAgent, data_dir: Path,
+                 limits: Limits = Limits()) -> None:
+        super().__init__(agent, Lifecycle(AGENT), data_dir, limits)
         self.agent = agent
         self._initialized = False
+        self._checks = _SpaceChecks.of(None, None)  # until an orchestrator gives spaces
 
     def initialize(self, body: dict[str, Any]) -> Response:
         props, hparams = body.get("modelProperties", {}), body.get("hyperparameters", {})
@@ -128,50 +175,67 @@ class AgentService(_Service):
         return accepted, 202, JSON
 
     def agentRegistered(self, body: dict[str, Any]) -> Response:  # noqa: N802
-        try:
-            obs_space = (space_from_dict(body["observationSpace"])
-                         if "observationSpace" in body else None)
-            act_space = space_from_dict(body["actionSpace"]) if "actionSpace" in body else None
-        except (ValueError, TypeError, KeyError) as exc:
-            raise InvalidRequest(f"invalid space: {exc}") from exc
+        obs_space, act_space = (self._space(body, key) for key in ("observationSpace",
+                                                                    "actionSpace"))
+        self.lifecycle.check("agent_registered")  # before the agent's own (costly) check
+        self.agent.validate_registration(obs_space, act_space)
 
         def hook() -> None:
             self.agent.name = body["name"]
             self.agent.observation_space, self.agent.action_space = obs_space, act_space
             self.agent.train = body.get("train", True)
             self.agent.do_agent_registered(body)
+            self._checks = _SpaceChecks.of(obs_space, act_space)
         self.lifecycle.run("agent_registered", hook)
         return self._done()
 
+    def _space(self, body: dict[str, Any], key: str) -> Any:
+        if key not in body:
+            return None
+        self.limits.check("max_space_elements", space_elements(body[key]),
+                          f"{key}: one value of this space has {space_elements(body[key]):,} "
+                          "numbers, which")
+        try:
+            return space_from_dict(body[key])
+        except (ValueError, TypeError, KeyError, OverflowError) as exc:
+            raise InvalidRequest(f"{key} is not a valid space: {exc}") from exc
+
     def episodeStarted(self, body: dict[str, Any]) -> Response:  # noqa: N802
-        info = EpisodeInfo(obs=_arrays(body["obs"]), mode=body.get("mode", "collect"),
-                           episode=body.get("episode"),
-                           action_mask=_arrays(body["actionMask"]) if "actionMask" in body
-                           else None)
+        checks = self._checks
+        info = EpisodeInfo(obs=_arrays(body["obs"], checks.obs, "obs"),
+                           mode=body.get("mode", "collect"), episode=body.get("episode"),
+                           action_mask=_arrays(body["actionMask"], checks.mask, "actionMask")
+                           if "actionMask" in body else None)
         self.lifecycle.run("episode_started", lambda: self.agent.do_episode_started(info))
         return self._done()
 
     def getAction(self, body: dict[str, Any]) -> Response:  # noqa: N802
-        obs = _arrays(_entities(body["obs"]))
-        mask = _arrays(body["actionMask"]) if body.get("actionMask") else None
+        obs, mask = self._observations(body)
         actions = self.lifecycle.run("get_action", lambda: self.agent.do_get_action(obs, mask))
         return {"actions": to_jsonable(actions)}, 200, JSON
 
     def replayAction(self, body: dict[str, Any]) -> Response:  # noqa: N802
-        batch = _replay_batch(body)
+        batch = _replay_batch(body, self._checks)
         self.lifecycle.run("replay_action", lambda: self.agent.do_replay_action(batch))
         return self._done()
 
     def step(self, body: dict[str, Any]) -> Response:
-        batch = _replay_batch(body["replay"]) if body.get("replay") else None
-        obs = _arrays(_entities(body["obs"]))
-        mask = _arrays(body["actionMask"]) if body.get("actionMask") else None
+        batch = _replay_batch(body["replay"], self._checks, "replay.") if body.get(
+            "replay") else None
+        obs, mask = self._observations(body)
 
         def hook() -> Any:
             if batch is not None:
                 self.agent.do_replay_action(batch)
             return self.agent.do_get_action(obs, mask)
         return {"actions": to_jsonable(self.lifecycle.run("step", hook))}, 200, JSON
+
+    def _observations(self, body: dict[str, Any]) -> tuple[dict, Optional[dict]]:
+        """A request's observations and action masks, checked against the spaces."""
+        obs = _arrays(_entities(body["obs"]), self._checks.obs, "obs")
+        mask = (_arrays(body["actionMask"], self._checks.mask, "actionMask")
+                if body.get("actionMask") else None)
+        return obs, mask
 
     def episodeStopped(self) -> Response:  # noqa: N802
         self.lifecycle.run("episode_stopped", self.agent.do_episode_stopped)
@@ -192,12 +256,14 @@ class OrchestratorService(_Service):
 
     def __init__(self, orchestrator: AbstractOrchestrator, data_dir: Path, *,
                  agent_token: Optional[str] = None, allowed_agent_hosts: Iterable[str] = (),
-                 agent_timeout: float = 30.0) -> None:
-        super().__init__(orchestrator, Lifecycle(ORCHESTRATOR), data_dir)
+                 agent_timeout: float = 20.0, env_modules: Iterable[str] = (),
+                 limits: Limits = Limits()) -> None:
+        super().__init__(orchestrator, Lifecycle(ORCHESTRATOR), data_dir, limits)
         self.orchestrator = orchestrator
         self.agent_token = agent_token
         self.allowed_agent_hosts = {h.lower() for h in allowed_agent_hosts}
         self.agent_timeout = agent_timeout
+        orchestrator.env_modules = frozenset(env_modules)
 
     def initialize(self, body: dict[str, Any]) -> Response:
         env = {"id": body["env"]["id"], "kwargs": body["env"].get("kwargs", {})}
@@ -216,19 +282,17 @@ class OrchestratorService(_Service):
         self._check_agent_url(agent_url)
         if agent_name in self.orchestrator.agents:
             raise InvalidRequest(f"an agent named {agent_name!r} is registered already")
+        # the agent is asked before the trigger fires, so a refusal changes nothing here
+        # (not even resourceVersion); `run` checks the state again, atomically
+        self.lifecycle.check("register_agent")
+        client = AgentClient(agent_url, token=self.agent_token, timeout=self.agent_timeout)
+        try:
+            capabilities = self._handshake(client, agent_name, agent_url, skip_train)
+        except BaseException:
+            client.close()
+            raise
 
         def hook() -> None:
-            client = AgentClient(agent_url, token=self.agent_token, timeout=self.agent_timeout)
-            config = {"name": agent_name, "train": not skip_train,
-                      **self.orchestrator.agent_config(agent_name)}
-            try:
-                client.agent_registered(config)
-                capabilities = frozenset(client.api_version().capabilities)
-            except ServiceError as exc:
-                client.close()
-                status = 409 if exc.status == 409 else 400
-                raise Rejected(f"agent {agent_name!r} at {agent_url} refused registration: "
-                               f"{exc.detail}", status=status) from exc
             self.orchestrator.agents[agent_name] = RegisteredAgent(
                 agent_name, agent_url, skip_train, client, capabilities)
             self.orchestrator.do_register_agent(agent_name, agent_url, skip_train)
@@ -240,7 +304,12 @@ class OrchestratorService(_Service):
         return self._done()
 
     def startEpisode(self, body: dict[str, Any]) -> Response:  # noqa: N802
-        config = EpisodeConfig.model_validate(body)
+        try:
+            config = EpisodeConfig.model_validate(body)
+        except ValueError as exc:
+            raise InvalidRequest(f"invalid episode config: {exc}") from exc
+        self.limits.check("max_envs", config.num_envs, "numEnvs")
+        self.orchestrator.validate_start_episode(config)
         accepted = self.lifecycle.run("start_episode",
                                       lambda: self.orchestrator.do_start_episode(config))
         return accepted, 202, JSON
@@ -290,8 +359,46 @@ class OrchestratorService(_Service):
                 agent.client.close()
         return errors
 
+    def _handshake(self, client: AgentClient, name: str, url: str,
+                   skip_train: bool) -> frozenset[str]:
+        """Tell the agent it is registered; returns its capabilities. Whatever answers at
+        `url` is remote content: only status codes and our own words go back to the caller
+        (echoing a body would let a caller read any loopback server through us)."""
+        where = f"agent {name!r} at {url}"
+        try:
+            version = client.api_version()
+        except ServiceUnavailable as exc:
+            raise InvalidRequest(f"{where} cannot be reached: {exc}") from exc
+        except (ServiceError, ValueError) as exc:
+            raise InvalidRequest(f"{where} does not answer apiVersion as a mistk-rl agent "
+                                 f"({_what_answered(exc)})") from exc
+        if version.role != "agent":
+            raise InvalidRequest(f"{where} is a mistk-rl {version.role}, not an agent")
+        config = {"name": name, "train": not skip_train,
+                  **self.orchestrator.agent_config(name)}
+        try:
+            client.agent_registered(config)
+        except Conflict as exc:
+            agent_state = exc.state if exc.state in AGENT.states else "unknown"
+            error = IllegalState("registerAgent", self.lifecycle.state,
+                                 self.lifecycle.allowed_api(),
+                                 detail=f"{where} cannot be registered in its state "
+                                        f"'{agent_state}': initialize it (and buildModel) "
+                                        "or reset it first")
+            error.extra["agentState"] = agent_state
+            raise error from exc
+        except (ServiceError, ValueError) as exc:
+            log.warning("registerAgent: %s refused: %s", where, exc)
+            raise InvalidRequest(f"{where} refused registration ({_what_answered(exc)}); "
+                                 "the agent's log says why") from exc
+        return frozenset(version.capabilities)
+
     def _check_agent_url(self, url: str) -> None:
         parts = urlsplit(url)
+        try:
+            parts.port  # noqa: B018 - parsing the port raises on ':99999' or ':abc'
+        except ValueError as exc:
+            raise InvalidRequest(f"agentUrl {url!r} has an invalid port: {exc}") from exc
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise InvalidRequest(f"agentUrl {url!r} is not an http(s) URL")
         host = parts.hostname.lower()
@@ -305,3 +412,8 @@ class OrchestratorService(_Service):
         raise InvalidRequest(f"agentUrl host {host!r} is not allowed: use a loopback address "
                              "or start the orchestrator with --allow-agent-host "
                              f"{host}")
+
+
+def _what_answered(exc: Exception) -> str:
+    status = getattr(exc, "status", None)
+    return f"it answered HTTP {status}" if status else "its answer is not a mistk-rl one"

@@ -17,6 +17,7 @@ from typing import Any, Optional
 from gunicorn.app.base import BaseApplication
 
 from mistk_rl.agent import AbstractAgent
+from mistk_rl.limits import Limits
 from mistk_rl.orchestrator import AbstractOrchestrator
 
 ROLES = {"agent": AbstractAgent, "orchestrator": AbstractOrchestrator}
@@ -32,7 +33,9 @@ class ServeOptions:
     token: Optional[str] = None
     fd: Optional[int] = None  # serve on an inherited listening socket instead of host:port
     allow_agent_hosts: list[str] = field(default_factory=list)
-    max_body_bytes: int = 16 * 1024 * 1024
+    env_modules: list[str] = field(default_factory=list)  # modules envs may come from
+    agent_timeout: float = 20.0  # seconds an orchestrator waits for one agent call
+    limits: Limits = field(default_factory=Limits)
     log_level: str = "info"
     worker_class: str = "uvicorn_worker.UvicornWorker"
 
@@ -59,11 +62,13 @@ def build_app(options: ServeOptions, cls: type):
     _one_thread_for_math()
     impl = cls()
     if options.role == "agent":
-        service: Any = AgentService(impl, options.data_dir)
+        service: Any = AgentService(impl, options.data_dir, limits=options.limits)
     else:
         service = OrchestratorService(impl, options.data_dir, agent_token=options.token,
-                                      allowed_agent_hosts=options.allow_agent_hosts)
-    return create_app(service, token=options.token, max_body_bytes=options.max_body_bytes)
+                                      allowed_agent_hosts=options.allow_agent_hosts,
+                                      agent_timeout=options.agent_timeout,
+                                      env_modules=options.env_modules, limits=options.limits)
+    return create_app(service, token=options.token, limits=options.limits)
 
 
 def _one_thread_for_math() -> None:
@@ -97,6 +102,8 @@ def serve(options: ServeOptions) -> None:
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("transitions").setLevel(logging.WARNING)  # one line per callback
     cls = import_implementation(options.role, options.target)
+    for module in options.env_modules:  # importing registers their envs; a typo fails here
+        importlib.import_module(module)
     options.data_dir = Path(options.data_dir).resolve()
     options.data_dir.mkdir(parents=True, exist_ok=True)
     _Gunicorn(options, cls).run()

@@ -1,17 +1,18 @@
-"""Request validation compiled from the spec, for the step path.
+"""Request validation compiled from the spec, for every operation (`pipeline.py`).
 
 jsonschema checks the spec's ``Tensor`` (a number or nested lists of numbers, as a `oneOf` per
-level) at about 20 ms for 256 four-number observations, so the step path compiles each request
-schema once into plain Python checks instead. Schemas marked ``x-tensor: true`` get a direct
+level) at about 20 ms for 256 four-number observations, so each request schema is compiled
+once into plain Python checks instead. Schemas marked ``x-tensor: true`` get a direct
 recursive check that means exactly the same as their `oneOf`; the few other keywords our specs
 use are supported one by one, and any other keyword is refused at compile time, so the spec
 cannot silently use something this validator ignores. Error messages follow jsonschema's
-wording (``<problem> - '<path>'``) so both routes read the same. Bodies decoded from the binary
+wording (``<problem> - '<path>'``). Bodies decoded from the binary
 encoding (`mistk_rl.codec`) hold numpy values where JSON has numbers and lists; they pass the
 same checks (a Tensor is then a numeric array of rank <= 4).
 """
 from __future__ import annotations
 
+import math
 import re
 from typing import Any, Callable
 
@@ -29,7 +30,8 @@ _TYPES: dict[str, Callable[[Any], bool]] = {
     "string": lambda v: isinstance(v, str),
     "boolean": lambda v: isinstance(v, (bool, np.bool_)),
     "integer": lambda v: type(v) is int or _numpy_kind(v, "iu", 0),
-    "number": lambda v: type(v) in (int, float) or _numpy_kind(v, "iuf", 0),
+    "number": lambda v: type(v) is int or (type(v) is float and math.isfinite(v))
+    or _numpy_kind(v, "iuf", 0),
 }
 
 
@@ -112,11 +114,11 @@ def _bounds(schema: dict) -> list[Check]:
 def _string(schema: dict) -> list[Check]:
     checks = []
     if "minLength" in schema:
-        n = schema["minLength"]
-        checks.append(lambda v, p: len(v) < n and _fail(f"{v!r} is too short", p))
+        shortest = schema["minLength"]
+        checks.append(lambda v, p: len(v) < shortest and _fail(f"{v!r} is too short", p))
     if "maxLength" in schema:
-        n = schema["maxLength"]
-        checks.append(lambda v, p: len(v) > n and _fail(f"{v!r} is too long", p))
+        longest = schema["maxLength"]
+        checks.append(lambda v, p: len(v) > longest and _fail(f"{v!r} is too long", p))
     if "pattern" in schema:
         regex = re.compile(schema["pattern"])
         checks.append(lambda v, p: not regex.search(v) and _fail(

@@ -1,0 +1,344 @@
+"""The serving pipeline: every spec operation passes through this one ASGI layer.
+
+Each cross-cutting rule lives here once and holds for every operation: the bearer token, the
+body size limit (413, by Content-Length or while streaming), decoding (JSON, strict: valid
+UTF-8, no NaN/Infinity, bounded nesting; or the binary tensor encoding where the spec lists
+it), validation of the body and the query parameters against the spec (compiled once by
+`validation.py`), a typed error for every failure rendered as ``application/problem+json``,
+and where the handler runs:
+
+- the per-step operations (getAction, replayAction, step) on a small pool of their own, so a
+  burst of control calls never delays a step;
+- every other operation on the control pool;
+- a status long-poll as an async wait on the event loop, holding no thread, so any number of
+  waiting callers cannot starve reset, terminate or stopEpisode; past `max_long_polls` at
+  once a long-poll gets 429.
+
+Requests that name no operation (the Swagger UI, ``openapi.json``, unknown paths) go on to
+connexion, which serves the docs and answers 404/405.
+"""
+from __future__ import annotations
+
+import asyncio
+import hmac
+import inspect
+import json
+import logging
+import math
+import re
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any, Awaitable, Callable, Optional
+from urllib.parse import parse_qsl
+
+from connexion.json_schema import resolve_refs
+
+from mistk_rl import codec
+from mistk_rl.errors import InvalidRequest, MistkError
+from mistk_rl.limits import Limits
+from mistk_rl.service.validation import Check, compile_schema
+
+log = logging.getLogger(__name__)
+Send = Callable[[dict], Awaitable[None]]
+STEP_OPERATIONS = frozenset({"getAction", "replayAction", "step"})
+JSON_TYPE = "application/json"
+
+
+class Refused(MistkError):
+    """A request the pipeline refuses before any handler runs (status set per case)."""
+
+    def __init__(self, status: int, title: str, detail: str, **extra: object) -> None:
+        super().__init__(detail, **extra)
+        self.status = status
+        self.title = title
+
+
+@dataclass
+class Parameter:
+    """One query parameter of an operation, as the spec declares it."""
+
+    name: str
+    argument: str  # the handler's keyword (snake_case)
+    kind: str  # the schema's type
+    check: Check
+    required: bool
+    default: Any = None
+
+
+@dataclass
+class Operation:
+    """One spec operation, ready to serve."""
+
+    id: str
+    handler: Callable[..., Any]
+    secured: bool
+    params: dict[str, Parameter] = field(default_factory=dict)
+    body: Optional[Check] = None  # the JSON body's check; None: the operation takes no body
+    body_required: bool = False
+    binary: bool = False  # the spec lists the binary tensor encoding for the body
+    step: bool = False
+
+
+class Pipeline:
+    """ASGI middleware in front of one service's connexion app."""
+
+    def __init__(self, app: Any, *, service: Any, spec: dict, base_path: str,
+                 token: Optional[str], limits: Limits = Limits(),
+                 control_threads: int = 16, step_threads: int = 8) -> None:
+        self.app = app
+        self.token = token
+        self.limits = limits
+        self.routes = _operations(resolve_refs(spec), service, base_path)
+        # every answer names the instance (the SDK notices a restarted service by it)
+        self.instance = (b"mistk-instance", service.lifecycle.instance.encode())
+        self.control = ThreadPoolExecutor(control_threads, thread_name_prefix="control")
+        self.steps = ThreadPoolExecutor(step_threads, thread_name_prefix="step")
+        self.long_polls = 0
+
+    async def __call__(self, scope: dict, receive: Any, send: Send) -> None:
+        operation = (self.routes.get((scope["method"], scope["path"]))
+                     if scope["type"] == "http" else None)
+        if operation is None:
+            return await self.app(scope, receive, send)
+        headers = dict(scope.get("headers") or [])
+        wants_binary = codec.CONTENT_TYPE.encode() in headers.get(b"accept", b"")
+        try:
+            result, status = await self._serve(operation, scope, headers, receive)
+        except MistkError as exc:
+            if exc.status >= 500:
+                log.error("%s: %s", operation.id, exc.detail)
+            return await send_problem(send, exc.status, exc.title, exc.detail, exc.extra,
+                                      self.instance)
+        except Exception as exc:  # noqa: BLE001 - a bug: say so, keep serving
+            log.exception("%s", operation.id)
+            return await send_problem(send, 500, "Internal Server Error",
+                                      f"{operation.id}: {type(exc).__name__}: {exc}",
+                                      None, self.instance)
+        if wants_binary and operation.step and "actions" in result:
+            return await send_bytes(send, status, codec.encode(result),
+                                    codec.CONTENT_TYPE.encode(), (self.instance,))
+        await send_bytes(send, status, _dumps(result), JSON_TYPE.encode(), (self.instance,))
+
+    async def _serve(self, op: Operation, scope: dict, headers: dict,
+                     receive: Any) -> tuple[Any, int]:
+        if op.secured and self.token and not _authorized(headers.get(b"authorization", b""),
+                                                         self.token):
+            raise Refused(401, "Unauthorized",
+                          "No authorization token provided, or it is not valid")
+        kwargs = _query(op, scope.get("query_string", b""))
+        if op.body is not None:
+            raw = await self._read_body(headers, receive)
+            if raw or op.body_required:
+                kwargs["body"] = self._decode(op, headers, raw)
+        if inspect.iscoroutinefunction(op.handler):  # a long-poll: waits on the loop
+            return await self._long_poll(op, kwargs)
+        pool = self.steps if op.step else self.control
+        result, status, _ = await asyncio.get_running_loop().run_in_executor(
+            pool, lambda: op.handler(**kwargs))
+        return result, status
+
+    async def _long_poll(self, op: Operation, kwargs: dict) -> tuple[Any, int]:
+        if self.long_polls >= self.limits.max_long_polls:
+            raise Refused(429, "Too Many Requests",
+                          f"{self.limits.max_long_polls} status long-polls are waiting "
+                          "already; retry later or poll without resourceVersion",
+                          retryAfter=1)
+        self.long_polls += 1
+        try:
+            result, status, _ = await op.handler(**kwargs)
+        finally:
+            self.long_polls -= 1
+        return result, status
+
+    async def _read_body(self, headers: dict, receive: Any) -> bytes:
+        limit = self.limits.max_body_bytes
+        length = headers.get(b"content-length")
+        if length is not None and length.isdigit() and int(length) > limit:
+            raise _too_large(limit)
+        chunks, size = [], 0
+        while True:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                raise Refused(400, "Bad Request", "the client went away mid-body")
+            chunk = message.get("body", b"")
+            size += len(chunk)
+            if size > limit:
+                raise _too_large(limit)
+            chunks.append(chunk)
+            if not message.get("more_body"):
+                return b"".join(chunks)
+
+    def _decode(self, op: Operation, headers: dict, raw: bytes) -> Any:
+        content_type = headers.get(b"content-type", b"").split(b";")[0].strip().decode(
+            "latin-1").lower()
+        if op.binary and content_type == codec.CONTENT_TYPE:
+            body = codec.decode(raw)
+        elif content_type == JSON_TYPE or (not raw and op.body_required):
+            # step bodies are checked against strict, shallow schemas (Tensor has rank <= 4),
+            # so only the free-form control bodies need the nesting check
+            body = parse_json(raw, None if op.step else self.limits.max_json_depth)
+        else:
+            accepted = [JSON_TYPE] + ([codec.CONTENT_TYPE] if op.binary else [])
+            raise Refused(415, "Unsupported Media Type",
+                          f"Content-Type {content_type or '(none)'!r} is not accepted here: "
+                          f"use {' or '.join(accepted)}")
+        op.body(body, "")
+        return body
+
+
+# ---- decoding -------------------------------------------------------------------------------
+def parse_json(raw: bytes, max_depth: Optional[int]) -> Any:
+    """Strict JSON: UTF-8, no NaN or Infinity (JSON has none; Python accepts them), nesting
+    at most `max_depth` deep (a deep free-form object would make later code recurse)."""
+    if not raw:
+        raise InvalidRequest("the request body is empty: this operation needs a JSON body")
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise InvalidRequest(f"the request body is not valid UTF-8: {exc}") from exc
+    if max_depth is not None and _depth(text) > max_depth:
+        raise InvalidRequest(f"the request body nests deeper than {max_depth} levels")
+    try:
+        return json.loads(text, parse_constant=_no_constant)
+    except json.JSONDecodeError as exc:
+        raise InvalidRequest(f"the request body is not valid JSON: {exc}") from exc
+    except RecursionError as exc:
+        raise InvalidRequest("the request body nests too deeply") from exc
+
+
+def _no_constant(name: str) -> None:
+    raise InvalidRequest(f"{name} is not a JSON number: send finite numbers only")
+
+
+_BRACKETS = re.compile(r'[\[\]{}]|"(?:[^"\\]|\\.)*"')
+
+
+def _depth(text: str) -> int:
+    """The deepest nesting of brackets outside strings."""
+    depth = deepest = 0
+    for match in _BRACKETS.finditer(text):
+        token = match.group()
+        if token in "[{":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif token in "]}":
+            depth -= 1
+    return deepest
+
+
+def _query(op: Operation, query_string: bytes) -> dict[str, Any]:
+    """The handler's keyword arguments from the query string, checked against the spec."""
+    try:
+        pairs = parse_qsl(query_string.decode("utf-8"), keep_blank_values=True,
+                          strict_parsing=False)
+    except UnicodeDecodeError as exc:
+        raise InvalidRequest("the query string is not valid UTF-8") from exc
+    kwargs: dict[str, Any] = {}
+    for name, text in pairs:
+        param = op.params.get(name)
+        if param is None:
+            raise InvalidRequest(f"unknown query parameter {name!r}; this operation takes "
+                                 f"{', '.join(op.params) or 'none'}")
+        if param.argument in kwargs:
+            raise InvalidRequest(f"query parameter {name!r} is given more than once")
+        value = _convert(param, text)
+        param.check(value, name)
+        kwargs[param.argument] = value
+    for param in op.params.values():
+        if param.argument not in kwargs:
+            if param.required:
+                raise InvalidRequest(f"missing query parameter {param.name!r}")
+            if param.default is not None:
+                kwargs[param.argument] = param.default
+    return kwargs
+
+
+def _convert(param: Parameter, text: str) -> Any:
+    if "\x00" in text:
+        raise InvalidRequest(f"query parameter {param.name!r} contains a NUL character")
+    try:
+        if param.kind == "integer":
+            if not re.fullmatch(r"[+-]?\d{1,18}", text):
+                raise ValueError
+            return int(text)
+        if param.kind == "number":
+            value = float(text)
+            if not math.isfinite(value):
+                raise ValueError
+            return value
+        if param.kind == "boolean":
+            return {"true": True, "false": False}[text.lower()]
+    except (ValueError, KeyError):
+        raise InvalidRequest(f"query parameter {param.name!r}: {text!r} is not "
+                             f"{_EXPECTED[param.kind]}") from None
+    return text
+
+
+_EXPECTED = {"integer": "an integer", "number": "a finite number", "boolean": "true or false"}
+
+
+# ---- building the routes --------------------------------------------------------------------
+def _operations(spec: dict, service: Any, base_path: str) -> dict[tuple[str, str], Operation]:
+    secured_default = bool(spec.get("security"))
+    routes = {}
+    for path, methods in spec["paths"].items():
+        for method, op in methods.items():
+            op_id = op["operationId"]
+            params = {}
+            for p in op.get("parameters", []):
+                if p["in"] != "query":
+                    raise ValueError(f"{op_id}: only query parameters are supported")
+                schema = p.get("schema", {})
+                params[p["name"]] = Parameter(p["name"], _snake(p["name"]),
+                                              schema.get("type", "string"),
+                                              compile_schema(schema), p.get("required", False),
+                                              schema.get("default"))
+            secured = bool(op["security"]) if "security" in op else secured_default
+            operation = Operation(op_id, getattr(service, op_id), secured, params,
+                                  step=op_id in STEP_OPERATIONS)
+            body = op.get("requestBody")
+            if body:
+                content = body["content"]
+                operation.body = compile_schema(content[JSON_TYPE]["schema"])
+                operation.body_required = body.get("required", False)
+                operation.binary = codec.CONTENT_TYPE in content
+            routes[(method.upper(), base_path + path)] = operation
+    return routes
+
+
+def _snake(name: str) -> str:
+    return re.sub(r"(?<!^)(?=[A-Z])", "_", name).lower()
+
+
+# ---- answering ------------------------------------------------------------------------------
+def _dumps(body: Any) -> bytes:
+    return json.dumps(body, separators=(",", ":")).encode()
+
+
+async def send_bytes(send: Send, status: int, payload: bytes, content_type: bytes,
+                     extra_headers: tuple = ()) -> None:
+    await send({"type": "http.response.start", "status": status,
+                "headers": [(b"content-type", content_type),
+                            (b"content-length", str(len(payload)).encode()), *extra_headers]})
+    await send({"type": "http.response.body", "body": payload})
+
+
+async def send_problem(send: Send, status: int, title: str, detail: str,
+                       extra: Optional[dict], instance: tuple[bytes, bytes]) -> None:
+    """An ``application/problem+json`` answer (RFC 9457)."""
+    body = {"type": "about:blank", "title": title, "detail": detail, "status": status,
+            **(extra or {})}
+    headers = [instance]
+    if extra and "retryAfter" in extra:
+        headers.append((b"retry-after", str(extra["retryAfter"]).encode()))
+    await send_bytes(send, status, _dumps(body), b"application/problem+json", tuple(headers))
+
+
+def _too_large(limit: int) -> Refused:
+    return Refused(413, "Payload Too Large", f"request body is larger than {limit} bytes")
+
+
+def _authorized(header: bytes, token: str) -> bool:
+    scheme, _, value = header.decode("latin-1").partition(" ")
+    return scheme.lower() == "bearer" and hmac.compare_digest(
+        value.strip().encode("latin-1"), token.encode("utf-8"))
