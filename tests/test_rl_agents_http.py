@@ -56,8 +56,11 @@ def _greedy(agent, observations):
     return actions
 
 
-def test_checkpoint_round_trip_through_the_service(launch):
-    service, agent = _registered(launch, {**FAST_DQN, "train": {
+@pytest.mark.parametrize("source", ["saveModel", "checkpoint_every"])
+def test_checkpoint_round_trip_through_the_service(launch, source):
+    # checkpoint_every 10: after each burst of 10 updates, the last one at env step 120
+    periodic = {"checkpoint_every": 10} if source == "checkpoint_every" else {}
+    service, agent = _registered(launch, {**FAST_DQN, **periodic, "train": {
         "learning_starts": 50, "train_freq": 10, "gradient_steps": 10}})
     assert (service.data_dir / "config.yaml").exists()
     merged = yaml.safe_load((service.data_dir / "config.yaml").read_text())
@@ -79,14 +82,17 @@ def test_checkpoint_round_trip_through_the_service(launch):
     assert progress["bufferSize"] > 0 and 0.04 < progress["epsilon"] < 1.0
     observations = [env.observation_space.sample() * 0.1 for _ in range(25)]
     before = _greedy(agent, observations)
-    agent.save_model("ckpt/dqn.pt")
+    path = "ckpt/dqn.pt" if source == "saveModel" else "checkpoints/latest.pt"
+    if source == "saveModel":
+        agent.save_model(path)
 
     other, fresh = _registered(launch, {"seed": 123})
-    (other.data_dir / "ckpt").mkdir()
-    shutil.copy(service.data_dir / "ckpt" / "dqn.pt", other.data_dir / "ckpt" / "dqn.pt")
+    (other.data_dir / path).parent.mkdir()
+    shutil.copy(service.data_dir / path, other.data_dir / path)
     fresh.reset(unload_model=True)
     fresh.initialize(hyperparameters={"seed": 123})
-    fresh.build_model("ckpt/dqn.pt")
+    fresh.build_model(path)
+    assert fresh.status().state == "initialized"  # not failed
     fresh.agent_registered({"name": "p", **SPACES})
     assert _greedy(fresh, observations) == before
     fresh.episode_started({"p": observations[0]})

@@ -2,8 +2,8 @@
 
 Hooks run at four positions (before_run, after_run, before_iter, after_iter), so that
 checkpointing and logging are pluggable instead of baked into the training loop. Two built-in
-hooks: `CheckpointHook` (atomic torch checkpoints every N iterations and at the end) and
-`LogHook` (TensorBoard event files plus a CSV of the same scalars).
+hooks: `CheckpointHook` (atomic torch checkpoints every N iterations) and `LogHook`
+(TensorBoard event files plus a CSV of the same scalars).
 """
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ import math
 from pathlib import Path
 from typing import Any, Callable, Optional
 
+import numpy as np
 import torch
 
 from mistk_rl.files import atomic_write_bytes
@@ -104,36 +105,50 @@ def save_checkpoint(state: dict[str, Any], path: Path) -> None:
     atomic_write_bytes(Path(path), buffer.getvalue())
 
 
+# What `weights_only` loading lets through besides tensors and plain data: numeric numpy
+# arrays and scalars (replay buffers, rollouts and RNG states are numpy). Each is data that
+# numpy rebuilds from bytes; an object array would still need its items' classes, so no code.
+_NUMPY_DATA = [np.zeros(1).__reduce__()[0], np.ndarray, np.dtype,  # _reconstruct
+               np.float64(0).__reduce__()[0],  # numpy's scalar constructor
+               *{type(np.dtype(code)) for code in
+                 "?" + np.typecodes["AllInteger"] + np.typecodes["AllFloat"]}]
+
+
 def load_checkpoint(path: Path) -> dict[str, Any]:
-    """`weights_only` loading: a checkpoint can hold tensors and plain data, never code."""
-    return torch.load(Path(path), map_location="cpu", weights_only=True)
+    """`weights_only` loading: a checkpoint can hold tensors, numeric numpy arrays and plain
+    data, never code."""
+    with torch.serialization.safe_globals(_NUMPY_DATA):
+        return torch.load(Path(path), map_location="cpu", weights_only=True)
 
 
 class CheckpointHook(Hook):
-    """Saves `learner.state_dict()` (plus `extra()`) every `every` iterations."""
+    """Saves `state()` (default: `learner.state_dict()`) every `every` iterations. An agent
+    passes the same function its saveModel uses, so every checkpoint it writes loads the same
+    way."""
 
     def __init__(self, path: Path, every: int = 10000, position: str = "after_iter",
-                 extra: Optional[Callable[[], dict]] = None) -> None:
+                 state: Optional[Callable[[], dict]] = None) -> None:
         super().__init__(position, every)
-        self.path, self.extra = Path(path), extra
+        self.path, self.state = Path(path), state
 
     def __call__(self, learner: Learner) -> None:
-        state = learner.state_dict()
-        if self.extra is not None:
-            state.update(self.extra())
-        save_checkpoint(state, self.path)
+        save_checkpoint(self.state() if self.state else learner.state_dict(), self.path)
 
 
 class LogHook(Hook):
     """Writes the policy's scalar info every `every` iterations to TensorBoard and a CSV.
 
     The x axis is the learner iteration; `env_steps` is a column so curves can be plotted
-    against collected experience as well.
+    against collected experience as well. `resumed_at` (a learner resumed from a checkpoint
+    taken at that iteration) keeps the earlier rows up to it and drops the later ones, which
+    the run before the crash wrote and this one writes again (TensorBoard's `purge_step`).
     """
 
-    def __init__(self, log_dir: Path, every: int = 100) -> None:
+    def __init__(self, log_dir: Path, every: int = 100,
+                 resumed_at: Optional[int] = None) -> None:
         super().__init__("after_iter", every)
         self.log_dir = Path(log_dir)
+        self.resumed_at = resumed_at
         self._writer = None
         self._csv: Optional[io.TextIOBase] = None
         self._columns: list[str] = []
@@ -158,7 +173,8 @@ class LogHook(Hook):
         if self._writer is None:
             from torch.utils.tensorboard import SummaryWriter  # imports tensorboard: lazily
 
-            self._writer = SummaryWriter(log_dir=str(self.log_dir))
+            purge = None if self.resumed_at is None else self.resumed_at + 1
+            self._writer = SummaryWriter(log_dir=str(self.log_dir), purge_step=purge)
         for key, value in scalars.items():
             self._writer.add_scalar(f"learner/{key}", value, learner.train_iter)
         self._writer.add_scalar("learner/env_steps", learner.env_steps, learner.train_iter)
@@ -166,10 +182,22 @@ class LogHook(Hook):
 
     def _write_csv(self, learner: Learner, scalars: dict[str, float]) -> None:
         if self._csv is None:
-            self.log_dir.mkdir(parents=True, exist_ok=True)
-            self._columns = ["train_iter", "env_steps", *sorted(scalars)]
-            self._csv = open(self.log_dir / "learner.csv", "w", newline="")
-            csv.writer(self._csv).writerow(self._columns)
+            self._open_csv(scalars)
         row = {"train_iter": learner.train_iter, "env_steps": learner.env_steps, **scalars}
         csv.writer(self._csv).writerow([row.get(c, "") for c in self._columns])
         self._csv.flush()
+
+    def _open_csv(self, scalars: dict[str, float]) -> None:
+        path = self.log_dir / "learner.csv"
+        self._columns = ["train_iter", "env_steps", *sorted(scalars)]
+        kept: list[list[str]] = []
+        if self.resumed_at is not None and path.exists():
+            with open(path, newline="") as fh:
+                rows = list(csv.reader(fh))
+            if rows:
+                self._columns = rows[0]
+                kept = [r for r in rows[1:] if r and int(r[0]) <= self.resumed_at]
+        text = io.StringIO()
+        csv.writer(text).writerows([self._columns, *kept])
+        atomic_write_bytes(path, text.getvalue().encode())
+        self._csv = open(path, "a", newline="")

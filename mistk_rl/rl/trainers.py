@@ -8,6 +8,12 @@ time, for one or more entities. A trainer turns that stream into learner updates
   feeding new priorities back to a prioritized buffer.
 - `OnPolicyTrainer` (PPO): per-entity rollouts; every `n_steps` transitions, GAE and one
   learner call on the whole rollout.
+
+Both save what they hold between updates (`state_dict`) for an agent's checkpoint. A
+checkpoint outlives the env episodes that were in progress when it was taken (an
+orchestrator cannot restore those), so `load_state_dict` ends them as cut episodes, as
+gymnasium's truncation does: n-step windows go to the buffer as they stand, and a rollout's
+last step per entity bootstraps from the value of its next observation.
 """
 from __future__ import annotations
 
@@ -28,9 +34,11 @@ class OffPolicyTrainer:
     def default_config(cls) -> dict:
         return {"learning_starts": 1000, "train_freq": 256, "gradient_steps": 128}
 
-    def __init__(self, policy: Any, learner: Learner, buffer: Any, config: dict) -> None:
+    def __init__(self, policy: Any, learner: Learner, buffer: Any, config: dict,
+                 save_buffer: bool = True) -> None:
         self.policy, self.learner, self.buffer, self.config = policy, learner, buffer, config
         self.batch_size = policy.config["learn"]["batch_size"]
+        self.save_buffer = save_buffer  # the replay buffer goes into `state_dict`
         self._nstep: dict[str, NStepAccumulator] = {}
         self._last_train = 0
 
@@ -46,11 +54,7 @@ class OffPolicyTrainer:
         buffer in one push (one write per column for all entities)."""
         done: list[dict] = []
         for entity, transition in transitions.items():
-            acc = self._nstep.get(entity)
-            if acc is None:
-                acc = self._nstep[entity] = NStepAccumulator(
-                    self.policy.config["nstep"], self.policy.config["learn"]["gamma"])
-            done += acc.push(transition)
+            done += self._accumulator(entity).push(transition)
         self._push(done)
 
     def end_episode(self, entity: str) -> None:
@@ -82,6 +86,33 @@ class OffPolicyTrainer:
                                     "priority": np.asarray(info["priority"])})
             done += 1
         return done
+
+    def state_dict(self) -> dict:
+        """The train schedule's position, the n-step windows in progress and, with
+        `save_buffer`, the replay buffer (contents, priorities and its RNG)."""
+        return {"last_train": self._last_train,
+                "nstep": {entity: acc.pending() for entity, acc in self._nstep.items()
+                          if len(acc)},
+                "buffer": self.buffer.state_dict() if self.save_buffer else None}
+
+    def load_state_dict(self, state: dict) -> None:
+        """Restore `state_dict`; its n-step windows end as cut episodes (module doc)."""
+        self._last_train = int(state["last_train"])
+        if state["buffer"] is not None:
+            self.buffer.load_state_dict(state["buffer"])
+        self._nstep.clear()
+        for entity, steps in state["nstep"].items():
+            acc = self._accumulator(entity)
+            for step in steps:  # fewer than n steps, none ending an episode: nothing emitted
+                acc.push(step)
+            self.end_episode(entity)
+
+    def _accumulator(self, entity: str) -> NStepAccumulator:
+        acc = self._nstep.get(entity)
+        if acc is None:
+            acc = self._nstep[entity] = NStepAccumulator(
+                self.policy.config["nstep"], self.policy.config["learn"]["gamma"])
+        return acc
 
     def _push(self, transitions: list[dict]) -> None:
         if transitions:
@@ -115,6 +146,17 @@ class OnPolicyTrainer:
 
     def end_all_episodes(self) -> None:
         """As `end_episode`, for every entity."""
+
+    def state_dict(self) -> dict:
+        """The rollout collected so far (it was collected with the current weights)."""
+        return {"rollout": {entity: list(steps) for entity, steps in self._rollout.items()},
+                "count": self._count}
+
+    def load_state_dict(self, state: dict) -> None:
+        """Restore `state_dict`; each entity's episode in progress ends as a cut one."""
+        self._rollout = {entity: [*steps[:-1], {**steps[-1], "truncated": True}]
+                         for entity, steps in state["rollout"].items() if steps}
+        self._count = int(state["count"])
 
     def maybe_train(self) -> int:
         if self._count < self.config["n_steps"]:

@@ -50,15 +50,18 @@ def test_hooks_run_at_their_positions_and_frequency():
 def test_checkpoint_and_log_hooks(tmp_path):
     calls = []
     learner = Learner(_fake_learn_mode(calls), [
-        CheckpointHook(tmp_path / "ckpt.pt", every=3, extra=lambda: {"note": "x"}),
+        CheckpointHook(tmp_path / "ckpt.pt", every=3),
+        CheckpointHook(tmp_path / "agent.pt", every=3,
+                       state=lambda: {"learner": learner.state_dict(), "note": "x"}),
         LogHook(tmp_path / "logs", every=2)])
     learner.env_steps = 7
     for _ in range(6):
         learner.train({})
     learner.close()
     state = load_checkpoint(tmp_path / "ckpt.pt")  # weights_only
-    assert state["train_iter"] == 6 and state["note"] == "x"
+    assert state["train_iter"] == 6
     assert torch.equal(state["policy"]["w"], torch.full((3,), 6.0))
+    assert load_checkpoint(tmp_path / "agent.pt")["learner"]["train_iter"] == 6
     rows = list(csv.DictReader(open(tmp_path / "logs" / "learner.csv")))
     assert [r["train_iter"] for r in rows] == ["2", "4", "6"]
     assert rows[0]["env_steps"] == "7" and "vector" not in rows[0]

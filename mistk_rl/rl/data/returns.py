@@ -84,6 +84,10 @@ class NStepAccumulator:
             return [item]
         return []
 
+    def pending(self) -> list[dict]:
+        """The steps whose items are not complete yet (oldest first)."""
+        return list(self._pending)
+
     def flush(self) -> list[dict]:
         """Emit every pending item (windows end at the last pending step) and start afresh."""
         items = []

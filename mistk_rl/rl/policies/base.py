@@ -114,3 +114,19 @@ class Policy(ABC):
 
     def _monitor_vars(self) -> list[str]:
         return ["loss"]
+
+    # ---- random state -------------------------------------------------------------------
+    def rng_state(self) -> dict:
+        """The policy's random generators (exploration, sampling, minibatch order), so that a
+        policy restored from a checkpoint draws what the original would have drawn next."""
+        return {"numpy": self.rng.bit_generator.state,
+                "torch": {name: gen.get_state() for name, gen in self._generators().items()}}
+
+    def load_rng_state(self, state: dict) -> None:
+        self.rng.bit_generator.state = state["numpy"]
+        for name, gen in self._generators().items():
+            gen.set_state(state["torch"][name])
+
+    def _generators(self) -> dict[str, torch.Generator]:
+        """The torch generators the policy draws from besides `self.rng`."""
+        return {}

@@ -142,5 +142,8 @@ class PPOPolicy(Policy):
         self.model.load_state_dict(state["model"])
         self.optimizer.load_state_dict(state["optimizer"])
 
+    def _generators(self) -> dict[str, torch.Generator]:
+        return {"minibatch": self.torch_rng, "sampling": self.collect_model.generator}
+
     def _monitor_vars(self) -> list[str]:
         return ["loss", "policy_loss", "value_loss", "entropy", "approx_kl", "clip_frac"]

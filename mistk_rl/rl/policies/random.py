@@ -28,6 +28,9 @@ class RandomPolicy(Policy):
     def _forward_learn(self, batch: dict) -> dict:
         return {}
 
+    def _generators(self) -> dict[str, torch.Generator]:
+        return {"sampling": self.generator}
+
     def _state_dict(self) -> dict:
         return {}
 
