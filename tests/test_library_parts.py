@@ -105,3 +105,13 @@ def test_config_errors_name_the_problem(tmp_path, text, message):
     path.write_text(text)
     with pytest.raises(ConfigError, match=message):
         load_config(path)
+
+
+def test_atomic_writes_get_the_mode_open_would_give(tmp_path):
+    """mkstemp makes 0600 files; results and checkpoints must be readable as usual."""
+    import os
+    from mistk_rl.files import _UMASK
+
+    atomic_write_json(tmp_path / "r.json", {"a": 1})
+    assert (tmp_path / "r.json").stat().st_mode & 0o777 == 0o666 & ~_UMASK
+    assert _UMASK == os.umask(_UMASK)  # read without changing it

@@ -1,0 +1,226 @@
+"""Bad input gets a 4xx that names what is wrong and changes nothing (state, version, files).
+
+Handlers are driven in-process (they are plain methods); registerAgent meets real loopback
+servers that answer as no agent would.
+"""
+from __future__ import annotations
+
+import http.server
+import json
+import sys
+import threading
+
+import gymnasium as gym
+import numpy as np
+import pytest
+
+from agents.random_agent import RandomAgent
+from mistk_rl import codec
+from mistk_rl.errors import IllegalState, InvalidRequest
+from mistk_rl.limits import Limits
+from mistk_rl.service.handlers import AgentService, OrchestratorService
+from mistk_rl.spaces import space_to_dict
+from orchestrators.gym_orchestrator import GymOrchestrator
+
+CARTPOLE = gym.make("CartPole-v1")
+SPACES = {"observationSpace": space_to_dict(CARTPOLE.observation_space),
+          "actionSpace": space_to_dict(CARTPOLE.action_space)}
+OBS = [0.01, -0.02, 0.03, 0.04]
+
+
+def _agent(tmp_path, limits=Limits(), first_obs=OBS, **spaces) -> AgentService:
+    service = AgentService(RandomAgent(), tmp_path / "agent", limits=limits)
+    service.initialize({"hyperparameters": {"seed": 0}})
+    service.lifecycle.wait_for_state("initialized", 10)
+    service.buildModel()
+    service.lifecycle.wait_for_state("initialized", 10)
+    service.agentRegistered({"name": "p", **(spaces or SPACES)})
+    service.episodeStarted({"obs": {"p": first_obs}})
+    return service
+
+
+def _refused(service, call, *args, match: str) -> InvalidRequest:
+    before = service.lifecycle.status()
+    with pytest.raises(InvalidRequest, match=match) as info:
+        call(*args)
+    after = service.lifecycle.status()
+    assert (after["state"], after["resourceVersion"]) == (before["state"],
+                                                          before["resourceVersion"])
+    return info.value
+
+
+def _replay(**override):
+    replay = {"prevObs": {"p": OBS}, "actions": {"p": 1}, "rewards": {"p": 1.0},
+              "newObs": {"p": OBS}, "terminated": {"p": False}, "truncated": {"p": False}}
+    replay.update(override)
+    return replay
+
+
+# ---- observations and actions against the registered spaces ---------------------------------
+@pytest.mark.parametrize("obs, match", [
+    ([0.0] * 5, r"obs\['p'\]: shape \(5,\) is not \(4,\)"),
+    ([[0.0, 1.0], [2.0]], "rectangular"),  # ragged
+    ([0.0, 0.0, 9.9, 0.0], "outside the bounds"),  # the pole angle's bound is 0.42 rad
+    ([1e308 * 10, 0, 0, 0], "finite"),
+])
+def test_observations_must_belong_to_the_observation_space(tmp_path, obs, match):
+    service = _agent(tmp_path)
+    _refused(service, service.getAction, {"obs": {"p": obs}}, match=match)
+    _refused(service, service.step, {"obs": {"p": obs}}, match=match)
+    service.getAction({"obs": {"p": OBS}})  # and the agent still acts on good input
+
+
+@pytest.mark.parametrize("field, value, match", [
+    ("actions", {"p": 2}, r"replay.actions\['p'\]: a value is outside the space"),
+    ("actions", {"p": 0.5}, "not integral"),
+    ("newObs", {"p": [0.0] * 3}, r"replay.newObs\['p'\]: shape"),
+    ("rewards", {"p": [1.0, 2.0]}, "one finite number"),
+])
+def test_replayed_transitions_must_belong_to_the_spaces(tmp_path, field, value, match):
+    service = _agent(tmp_path)
+    body = {"obs": {"p": OBS}, "replay": _replay(**{field: value})}
+    _refused(service, service.step, body, match=match)
+    _refused(service, service.replayAction, _replay(**{field: value}),
+             match=match.replace("replay.", ""))
+
+
+def test_binary_bodies_are_checked_in_one_pass(tmp_path):
+    service = _agent(tmp_path)
+    for bad, match in ((np.full((3, 4), np.nan), "finite"), (np.zeros((3, 5)), "shape")):
+        body = codec.decode(codec.encode({"obs": {f"p:{i}": row for i, row in
+                                                  enumerate(bad)}}))
+        _refused(service, service.getAction, body, match=match)
+
+
+def test_action_masks_have_one_flag_per_action(tmp_path):
+    service = _agent(tmp_path)
+    _refused(service, service.getAction, {"obs": {"p": OBS}, "actionMask": {"p": [1, 0, 1]}},
+             match=r"actionMask\['p'\]: shape \(3,\) is not \(2,\)")
+
+
+def test_integer_image_spaces_refuse_fractions(tmp_path):
+    image = gym.spaces.Box(0, 255, (2, 2), np.uint8)
+    service = _agent(tmp_path, first_obs=[[0, 0], [0, 0]], observationSpace=space_to_dict(image),
+                     actionSpace=SPACES["actionSpace"])
+    _refused(service, service.getAction, {"obs": {"p": [[0.5, 1], [2, 3]]}},
+             match="not integral")
+    _refused(service, service.getAction, {"obs": {"p": [[0, 1], [2, 300]]}}, match="outside")
+    service.getAction({"obs": {"p": [[0, 1], [2, 255]]}})
+
+
+# ---- limits ---------------------------------------------------------------------------------
+def test_a_huge_space_is_refused_before_anything_is_allocated(tmp_path):
+    service = AgentService(RandomAgent(), tmp_path / "agent")
+    service.initialize({})
+    service.lifecycle.wait_for_state("initialized", 10)
+    error = _refused(service, service.agentRegistered,
+                     {"name": "p", "observationSpace": SPACES["observationSpace"],
+                      "actionSpace": {"type": "MultiBinary", "shape": [200_000, 200_000]}},
+                     match="max_space_elements")
+    assert error.extra["limit"] == "max_space_elements"
+
+
+def _orchestrator(tmp_path, limits=Limits(), env_modules=()) -> OrchestratorService:
+    service = OrchestratorService(GymOrchestrator(), tmp_path / "orch", limits=limits,
+                                  env_modules=env_modules)
+    return service
+
+
+def test_env_copies_and_processes_are_limited(tmp_path):
+    service = _orchestrator(tmp_path, Limits(max_envs=8, max_env_processes=4))
+    service.initialize({"env": {"id": "CartPole-v1"}})
+    service.lifecycle.wait_for_state("waiting_for_agents", 10)
+    _refused(service, service.startEpisode, {"numEnvs": 9}, match="max_envs=8")
+    _refused(service, service.startEpisode, {"numEnvs": 5, "envManager": "subprocess"},
+             match="max_env_processes=4")
+    with pytest.raises(IllegalState):  # within the limits: on to the state check
+        service.startEpisode({"numEnvs": 8})
+
+
+def test_limits_parse_names_and_refuse_unknown_ones():
+    assert Limits.parse(["max_envs=9", "max-space-elements=10"]) == Limits(
+        max_envs=9, max_space_elements=10)
+    for bad in (["max_env=1"], ["max_envs=x"], ["max_envs=0"]):
+        with pytest.raises(ValueError):
+            Limits.parse(bad)
+
+
+# ---- env ids --------------------------------------------------------------------------------
+def test_env_modules_are_imported_only_when_allowed(tmp_path):
+    assert "this" not in sys.modules
+    service = _orchestrator(tmp_path)
+    _refused(service, service.initialize, {"env": {"id": "this:CartPole-v1"}},
+             match="--env-module this")
+    assert "this" not in sys.modules  # refused before any import
+    _refused(service, service.initialize, {"env": {"id": "NoSuchEnv-v0"}},
+             match="unknown gymnasium env")
+    allowed = _orchestrator(tmp_path, env_modules=["tests.rl.faulty_env"])
+    allowed.initialize({"env": {"id": "tests.rl.faulty_env:FaultyCartPole-v0", "kwargs": {
+        "mode": "exit", "at": 5, "marker": str(tmp_path / "marker")}}})
+    assert allowed.lifecycle.wait_for_state("waiting_for_agents", 10)
+
+
+# ---- registerAgent against things that are not agents ---------------------------------------
+class _Impostor(http.server.BaseHTTPRequestHandler):
+    """A loopback server that is no agent: answers every request with `reply`."""
+
+    reply = (200, b"{}")
+
+    def _answer(self) -> None:
+        status, body = self.reply
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    do_GET = do_POST = _answer
+
+    def log_message(self, *args) -> None:  # quiet
+        pass
+
+
+@pytest.fixture
+def impostor():
+    servers = []
+
+    def start(status: int, body: bytes) -> str:
+        handler = type("Reply", (_Impostor,), {"reply": (status, body)})
+        server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        servers.append(server)
+        return f"http://127.0.0.1:{server.server_port}"
+    yield start
+    for server in servers:
+        server.shutdown()
+        server.server_close()
+
+
+def test_register_agent_refuses_what_is_not_an_agent_and_echoes_nothing(tmp_path, impostor):
+    service = _orchestrator(tmp_path)
+    service.initialize({"env": {"id": "CartPole-v1"}})
+    service.lifecycle.wait_for_state("waiting_for_agents", 10)
+    secret = b'{"title": "SECRET-PAGE", "detail": "SECRET-CONTENT"}'
+    cases = {"http://127.0.0.1:99999": "invalid port", "http://127.0.0.1:abc": "invalid port",
+             impostor(200, b"<html>hello</html>"): "not a mistk-rl one",
+             impostor(302, b""): "not a mistk-rl one",
+             impostor(200, json.dumps({"version": "1", "role": "orchestrator"}).encode()):
+                 "not an agent",
+             impostor(404, secret): "HTTP 404",
+             impostor(500, secret): "HTTP 500"}
+    for url, match in cases.items():
+        error = _refused(service, service.registerAgent, "p", url, match=match)
+        assert "SECRET" not in error.detail
+    assert service.lifecycle.state == "waiting_for_agents"
+
+
+# ---- paths in the data dir ------------------------------------------------------------------
+@pytest.mark.parametrize("path, match", [
+    ("a\x00b", "NUL"), ("x" * 300, "longer than 255 bytes"), (".", "is a directory"),
+    ("sub/..", "is a directory"), ("../../etc/x", "outside")])
+def test_bad_file_names_are_refused_before_any_write(tmp_path, path, match):
+    service = _agent(tmp_path)
+    service.episodeStopped()
+    before = set(tmp_path.rglob("*"))
+    _refused(service, service.saveModel, path, match=match)
+    assert set(tmp_path.rglob("*")) == before  # no temp file anywhere, not in the parent
