@@ -68,6 +68,11 @@ class TrainingSpec(_Strict):
     # one batched request per step (episodes are split evenly when there are fewer copies)
     eval_envs: Optional[int] = Field(default=None, ge=1)
     env_manager: str = "base"  # base | subprocess | async
+    # after each evaluation every agent saves checkpoints/step-<env steps>.pt in its data dir
+    # and progress.json in the run dir says where the run stands: what `mistk-rl run
+    # --resume RUN_DIR` continues. This many are kept: the one progress.json names and the
+    # one before it, to go back to by hand. 0: no checkpoints, no resume
+    checkpoints: int = Field(default=2, ge=0)
 
 
 class Timeouts(_Strict):
@@ -118,6 +123,42 @@ def with_seed(config: RunConfig, seed: int) -> RunConfig:
 
 class ConfigError(ValueError):
     """The config file is missing, not YAML, or does not match the schema."""
+
+
+def resume_config(run_dir: Path, config_path: Optional[Path] = None,
+                  seed: Optional[int] = None) -> RunConfig:
+    """The config the run in `run_dir` ran with (its saved ``config.yaml``), to resume it.
+
+    `config_path` (with `seed`, as the run was started) may be given to check that it is the
+    same run: any difference is an error naming the keys, since resuming continues the saved
+    run as it was (to change it, edit ``RUN_DIR/config.yaml``). The token is never taken from
+    the saved file: it comes from `config_path` or ``$MISTK_RL_TOKEN``, as in a new run.
+    """
+    saved = load_config(Path(run_dir) / "config.yaml")
+    given = load_config(config_path) if config_path is not None else saved
+    if seed is not None:
+        given = with_seed(given, seed)
+    differ = sorted({key for key, _ in _flat(given.model_dump(exclude={"token"})).items()
+                     ^ _flat(saved.model_dump(exclude={"token"})).items()})
+    if differ:
+        raise ConfigError(f"{config_path or '--seed'} differs from {run_dir}/config.yaml in "
+                          f"{', '.join(differ)}: --resume continues the saved run (edit that "
+                          "file to change it)")
+    return saved.model_copy(update={"token": given.token if config_path else None})
+
+
+def _flat(data: Any, prefix: str = "") -> dict[str, Any]:
+    """{dotted.key: leaf value} of nested dicts and lists."""
+    if isinstance(data, dict):
+        items = data.items()
+    elif isinstance(data, list):
+        items = enumerate(data)
+    else:
+        return {prefix: repr(data)}
+    flat = {}
+    for key, value in items:
+        flat.update(_flat(value, f"{prefix}.{key}" if prefix else str(key)))
+    return flat
 
 
 def load_config(path: Path) -> RunConfig:

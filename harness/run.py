@@ -17,8 +17,8 @@ from typing import Callable, Optional
 
 import yaml
 
-from harness.config import ConfigError, RunConfig, load_config, with_seed
-from harness.training import first_success, train
+from harness.config import ConfigError, RunConfig, load_config, resume_config, with_seed
+from harness.training import Checkpoints, Progress, first_success, run_episodes, train
 from mistk_rl.client import (AgentClient, OrchestratorClient, ServiceError, ServiceFailed,
                              WaitTimeout)
 from mistk_rl.files import atomic_write_json
@@ -30,17 +30,25 @@ class HarnessError(RuntimeError):
     """A step of the run failed; the message says which and why."""
 
 
-def run_from_file(config_path: Path, out: Optional[Path] = None, quiet: bool = False,
-                  seed: Optional[int] = None) -> int:
-    """CLI entry: run (with `seed` for every seed in the config, if given), print a summary,
-    return the exit code."""
+def run_from_file(config_path: Optional[Path], out: Optional[Path] = None, quiet: bool = False,
+                  seed: Optional[int] = None, resume: Optional[Path] = None) -> int:
+    """CLI entry: run (with `seed` for every seed in the config, if given), or continue the
+    run in `resume` from its last checkpoint; print a summary, return the exit code."""
     say = (lambda *_: None) if quiet else (lambda msg: print(msg, flush=True))
     try:
-        config = load_config(config_path)
-        if seed is not None:
-            config = with_seed(config, seed)
-        run_dir = out or Path("runs") / f"{config.name}-{datetime.now():%Y%m%d-%H%M%S}"
-        results = run(config, run_dir, say=say)
+        progress = None
+        if resume is not None:
+            if out is not None:
+                raise ConfigError("--resume continues the run in its own directory: "
+                                  "--out does not apply")
+            config, run_dir = resume_config(resume, config_path, seed), resume
+            progress = Progress.load(resume)
+        else:
+            config = load_config(config_path)
+            if seed is not None:
+                config = with_seed(config, seed)
+            run_dir = out or Path("runs") / f"{config.name}-{datetime.now():%Y%m%d-%H%M%S}"
+        results = run(config, run_dir, say=say, resume=progress)
     except (ConfigError, HarnessError) as exc:
         print(f"mistk-rl run: {exc}", file=sys.stderr)
         return 1
@@ -51,8 +59,11 @@ def run_from_file(config_path: Path, out: Optional[Path] = None, quiet: bool = F
     return 0
 
 
-def run(config: RunConfig, run_dir: Path, say: Callable[[str], None] = print) -> dict:
-    """Run the whole sequence; returns what it writes to ``run_dir/results.json``."""
+def run(config: RunConfig, run_dir: Path, say: Callable[[str], None] = print,
+        resume: Optional[Progress] = None) -> dict:
+    """Run the whole sequence, or continue a training run from `resume` (its progress file:
+    agents load their checkpoints, training goes on from its schedule); returns what it
+    writes to ``run_dir/results.json``."""
     started = time.monotonic()
     run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / "config.yaml").write_text(yaml.safe_dump(config.model_dump(), sort_keys=False))
@@ -61,7 +72,7 @@ def run(config: RunConfig, run_dir: Path, say: Callable[[str], None] = print) ->
     with ExitStack() as stack:
         def launch(role: str, name: str, target: str, extra: tuple[str, ...] = ()) -> str:
             try:
-                service = start_service(role, target, data_dir=run_dir / "data" / name,
+                service = start_service(role, target, data_dir=data_dir(run_dir, name),
                                         log_path=run_dir / "logs" / f"{name}.log", token=token,
                                         extra_args=extra, startup_timeout=timeouts.startup)
             except ServiceStartError as exc:
@@ -77,11 +88,13 @@ def run(config: RunConfig, run_dir: Path, say: Callable[[str], None] = print) ->
                                                       timeout=timeouts.call))
         agents = {name: stack.enter_context(AgentClient(url, token=token, timeout=timeouts.call))
                   for name, url in agent_urls.items()}
-        episodes, evals = _sequence(config, orch, agents, agent_urls, run_dir, say)
+        episodes, progress = _sequence(config, orch, agents, agent_urls, run_dir, say, resume)
     results = {"name": config.name, "episodes": episodes,
                "wall_s": round(time.monotonic() - started, 3)}
     if config.training is not None:
-        results["evals"] = evals
+        results["evals"] = evals = progress.evals
+        if progress.resumed_at:
+            results["resumed_at"] = progress.resumed_at  # env steps of each resume
         success = first_success(evals, config.training.stop_value)
         results["first_success"] = success and {k: success[k] for k in
                                                 ("env_steps", "wall_s", "mean_return")}
@@ -90,9 +103,10 @@ def run(config: RunConfig, run_dir: Path, say: Callable[[str], None] = print) ->
 
 
 def _sequence(config: RunConfig, orch: OrchestratorClient, agents: dict[str, AgentClient],
-              agent_urls: dict[str, str], run_dir: Path,
-              say: Callable[[str], None]) -> tuple[list[dict], list[dict]]:
+              agent_urls: dict[str, str], run_dir: Path, say: Callable[[str], None],
+              resume: Optional[Progress]) -> tuple[list[dict], Optional[Progress]]:
     call_timeout = config.timeouts.call
+    episodes_before = resume.episodes if resume else []  # (train moves resume on)
     with _step("orchestrator initialize"):
         orch.initialize(config.orchestrator.env.model_dump(), agents_needed=len(agents),
                         timeout=call_timeout)
@@ -101,18 +115,23 @@ def _sequence(config: RunConfig, orch: OrchestratorClient, agents: dict[str, Age
         with _step(f"agent {spec.name} initialize"):
             agent.initialize(spec.properties, spec.hyperparameters, timeout=call_timeout)
         with _step(f"agent {spec.name} buildModel"):
-            agent.build_model(spec.model_path, timeout=call_timeout)
+            checkpoint = resume.checkpoints.get(spec.name) if resume else None
+            agent.build_model(checkpoint or spec.model_path, timeout=call_timeout)
         with _step(f"registerAgent {spec.name}"):
             orch.register_agent(spec.name, agent_urls[spec.name], skip_train=not spec.train)
-    evals: list[dict] = []
+    progress = None
     if config.training is not None:
+        checkpoints = None
+        if config.training.checkpoints:  # pruned where this harness started the agent
+            local = {a.name: data_dir(run_dir, a.name) for a in config.agents if a.target}
+            checkpoints = Checkpoints(agents, config.training.checkpoints, local, call_timeout)
         with _step("training"):
-            evals = train(orch, config.training, run_dir, config.timeouts.episodes, say)
+            progress = train(orch, config.training, run_dir, config.timeouts.episodes, say,
+                             checkpoints, resume)
     else:
         _play_blocks(config, orch, say)
     with _step("getResults"):
-        episodes = [e.model_dump(by_alias=True, exclude_none=True)
-                    for e in orch.get_results().episodes]
+        episodes = run_episodes(orch, episodes_before)
     for spec in config.agents:
         if spec.save_path:
             with _step(f"agent {spec.name} saveModel"):
@@ -122,7 +141,12 @@ def _sequence(config: RunConfig, orch: OrchestratorClient, agents: dict[str, Age
         for agent in agents.values():
             agent.terminate()
         orch.terminate()
-    return episodes, evals
+    return episodes, progress
+
+
+def data_dir(run_dir: Path, name: str) -> Path:
+    """The data dir of a service the harness starts (a resumed run starts it on the same)."""
+    return run_dir / "data" / name
 
 
 def _play_blocks(config: RunConfig, orch: OrchestratorClient, say: Callable[[str], None]) -> None:

@@ -7,65 +7,168 @@ successive evaluations are comparable. They run on
 `eval_envs` env copies at once (default: one copy per episode), one request per step for all.
 Wall time is counted from the first training step. The learning curve goes to ``evals.csv``,
 ``learning_curve.png`` and TensorBoard (``tensorboard/``) in the run directory.
+
+Resuming: after each evaluation every agent saves a checkpoint (``checkpoints/step-<N>.pt`` in
+its data dir; the last `checkpoints` are kept) and then ``progress.json`` records where the
+run stands (`Progress`), both atomically: an evaluation is the one point where the agent's
+state and the harness's schedule agree. `train(..., progress=...)` continues from there. What
+cannot be restored is the training envs' episodes in progress (an orchestrator cannot save a
+live env): a resumed run starts new ones, seeded from the run's seed and the number of
+evaluations done, so resuming the same run dir twice plays the same episodes.
 """
 from __future__ import annotations
 
 import csv
+import json
 import time
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable, Optional
 
-from harness.config import TrainingSpec
-from mistk_rl.client import OrchestratorClient
-from mistk_rl.rl.evaluator import summarize
+import numpy as np
+
+from harness.config import ConfigError, TrainingSpec
+from mistk_rl.client import AgentClient, OrchestratorClient
+from mistk_rl.files import atomic_write_json
+from mistk_rl.rl.evaluator import EvalResult, summarize
 from mistk_rl.schemas import EpisodeConfig, EpisodeResult
 
 Say = Callable[[str], None]
+PROGRESS = "progress.json"
+
+
+@dataclass
+class Progress:
+    """A training run after its last evaluation: what ``mistk-rl run --resume`` continues."""
+
+    train_steps: int = 0
+    train_episodes: int = 0
+    wall_s: float = 0.0  # training wall time so far (the time lost to a crash not counted)
+    evals: list[dict] = field(default_factory=list)
+    episodes: list[dict] = field(default_factory=list)  # results.json's, up to this point
+    checkpoints: dict[str, str] = field(default_factory=dict)  # agent -> path in its data dir
+    resumed_at: list[int] = field(default_factory=list)  # train_steps of each resume
+    done: bool = False  # an evaluation reached stop_value
+
+    def save(self, run_dir: Path) -> None:
+        atomic_write_json(run_dir / PROGRESS, asdict(self))
+
+    @classmethod
+    def load(cls, run_dir: Path) -> "Progress":
+        path = run_dir / PROGRESS
+        if not path.exists():
+            raise ConfigError(f"{run_dir} has no {PROGRESS}: the run saved no checkpoint "
+                              "(it stopped before its first evaluation, or checkpoints are off)")
+        return cls(**json.loads(path.read_text()))
+
+
+class Checkpoints:
+    """Saves each agent's checkpoint at an evaluation and keeps the last `keep` of those in
+    the data dirs this harness can reach (`local_dirs`: the agents it started)."""
+
+    def __init__(self, agents: dict[str, AgentClient], keep: int,
+                 local_dirs: dict[str, Path], timeout: float) -> None:
+        self.agents, self.keep, self.local_dirs, self.timeout = agents, keep, local_dirs, timeout
+
+    def save(self, train_steps: int) -> dict[str, str]:
+        path = f"checkpoints/step-{train_steps}.pt"
+        for agent in self.agents.values():
+            agent.save_model(path, timeout=self.timeout)
+        return dict.fromkeys(self.agents, path)
+
+    def prune(self) -> None:
+        """Delete all but the newest `keep` (by env steps); call once progress points at the
+        newest, so that the checkpoint it names always exists."""
+        for data_dir in self.local_dirs.values():
+            saved = sorted((data_dir / "checkpoints").glob("step-*.pt"),
+                           key=lambda p: int(p.stem.removeprefix("step-")))
+            for old in saved[:-self.keep]:
+                old.unlink(missing_ok=True)
+
+
+def resumed_seed(seed: int, evals_done: int) -> int:
+    """The training envs' seed after a resume: a fresh stream per resume point, the same
+    every time that point is resumed."""
+    return int(np.random.SeedSequence([seed, evals_done]).generate_state(1)[0])
 
 
 def train(orch: OrchestratorClient, spec: TrainingSpec, run_dir: Path, timeout: float,
-          say: Say) -> list[dict]:
-    """Run the training loop; returns the evaluations (also written to disk)."""
-    writer = _tensorboard(run_dir / "tensorboard")
-    evals: list[dict] = []
-    train_steps = train_episodes = 0
-    started = time.monotonic()
+          say: Say, checkpoints: Optional[Checkpoints] = None,
+          progress: Optional[Progress] = None) -> Progress:
+    """Run the training loop, from the start or from `progress`; returns where it ended (the
+    evaluations are also written to disk)."""
+    resumed = progress is not None
+    progress = progress or Progress()
+    if resumed:
+        progress.resumed_at.append(progress.train_steps)
+    seed = resumed_seed(spec.seed, len(progress.evals)) if resumed else spec.seed
+    writer = _tensorboard(run_dir / "tensorboard",
+                          purge_step=progress.train_steps + 1 if resumed else None)
+    episodes_before = progress.episodes
+    started = time.monotonic() - progress.wall_s
     try:
-        while train_steps < spec.env_steps:
-            budget = min(spec.eval_every - train_steps % spec.eval_every,
-                         spec.env_steps - train_steps)
-            # resume: the block stops at exactly `budget` env steps and the next one continues
-            # its episodes, so evaluating never cuts or restarts a training episode
-            steps_before = orch.status().payload.get("envSteps", 0)
-            episodes = _run(orch, EpisodeConfig(
-                num_steps=budget, seed=spec.seed, max_steps=spec.max_steps, train=True,
-                num_envs=spec.num_envs, env_manager=spec.env_manager, resume=True), timeout)
-            train_steps += orch.status().payload.get("envSteps", 0) - steps_before
-            train_episodes += len(episodes)
+        while progress.train_steps < spec.env_steps and not progress.done:
+            done = progress.train_steps
+            budget = min(spec.eval_every - done % spec.eval_every, spec.env_steps - done)
+            steps, episodes = _train_block(orch, spec, budget, seed, timeout)
+            progress.train_steps += steps
+            progress.train_episodes += len(episodes)
             for e in episodes:
-                writer.add_scalar("train/episode_return", e.return_, train_steps)
-            result = summarize([e.return_ for e in _run(orch, EpisodeConfig(
-                num_episodes=spec.eval_episodes, seed=spec.eval_seed, max_steps=spec.max_steps,
-                train=False, num_envs=spec.eval_envs or spec.eval_episodes,
-                env_manager=spec.env_manager), timeout)
-                if not e.abnormal], spec.stop_value)
-            record = {"env_steps": train_steps, "wall_s": round(time.monotonic() - started, 3),
+                writer.add_scalar("train/episode_return", e.return_, progress.train_steps)
+            result = _evaluate(orch, spec, timeout)
+            record = {"env_steps": progress.train_steps,
+                      "wall_s": round(time.monotonic() - started, 3),
                       "mean_return": result.mean_return, "std_return": result.std_return,
-                      "returns": result.returns, "train_episodes": train_episodes}
-            evals.append(record)
-            writer.add_scalar("eval/mean_return", result.mean_return, train_steps)
-            writer.add_scalar("eval/wall_s", record["wall_s"], train_steps)
+                      "returns": result.returns, "train_episodes": progress.train_episodes}
+            progress.evals.append(record)
+            progress.done = result.stop
+            writer.add_scalar("eval/mean_return", result.mean_return, progress.train_steps)
+            writer.add_scalar("eval/wall_s", record["wall_s"], progress.train_steps)
             writer.flush()
-            say(f"  eval at {train_steps:7d} env steps ({record['wall_s']:7.1f} s): "
+            if checkpoints is not None:  # agents first: progress must name saved checkpoints
+                progress.checkpoints = checkpoints.save(progress.train_steps)
+                progress.episodes = run_episodes(orch, episodes_before)
+                progress.wall_s = round(time.monotonic() - started, 3)
+                progress.save(run_dir)
+                checkpoints.prune()
+            say(f"  eval at {progress.train_steps:7d} env steps ({record['wall_s']:7.1f} s): "
                 f"mean return {result.mean_return:7.2f} ± {result.std_return:.2f} "
                 f"over {len(result.returns)} episodes")
             if result.stop:
                 say(f"  reached stop_value {spec.stop_value}: stopping")
-                break
     finally:
         writer.close()
-        write_curve(evals, run_dir)
-    return evals
+        write_curve(progress.evals, run_dir)
+    return progress
+
+
+def _train_block(orch: OrchestratorClient, spec: TrainingSpec, budget: int, seed: int,
+                 timeout: float) -> tuple[int, list[EpisodeResult]]:
+    """Train for exactly `budget` env steps; returns the steps taken and episodes finished.
+    `resume`: the block stops at the budget and the next one continues its episodes, so
+    evaluating never cuts or restarts a training episode (`seed` seeds the envs' first
+    episodes only)."""
+    steps_before = orch.status().payload.get("envSteps", 0)
+    episodes = _run(orch, EpisodeConfig(
+        num_steps=budget, seed=seed, max_steps=spec.max_steps, train=True,
+        num_envs=spec.num_envs, env_manager=spec.env_manager, resume=True), timeout)
+    return orch.status().payload.get("envSteps", 0) - steps_before, episodes
+
+
+def _evaluate(orch: OrchestratorClient, spec: TrainingSpec, timeout: float) -> EvalResult:
+    """`eval_episodes` greedy episodes on the fixed evaluation seeds."""
+    episodes = _run(orch, EpisodeConfig(
+        num_episodes=spec.eval_episodes, seed=spec.eval_seed, max_steps=spec.max_steps,
+        train=False, num_envs=spec.eval_envs or spec.eval_episodes,
+        env_manager=spec.env_manager), timeout)
+    return summarize([e.return_ for e in episodes if not e.abnormal], spec.stop_value)
+
+
+def run_episodes(orch: OrchestratorClient, before: list[dict]) -> list[dict]:
+    """results.json's episodes: `before` (what a resumed run had played up to its checkpoint),
+    then the orchestrator's, numbered on from there."""
+    return before + [{**e.model_dump(by_alias=True, exclude_none=True),
+                      "episode": e.episode + len(before)} for e in orch.get_results().episodes]
 
 
 def _run(orch: OrchestratorClient, config: EpisodeConfig, timeout: float) -> list[EpisodeResult]:
@@ -111,12 +214,13 @@ class _NullWriter:
     def close(self) -> None: ...
 
 
-def _tensorboard(log_dir: Path) -> "object":
+def _tensorboard(log_dir: Path, purge_step: Optional[int] = None) -> "object":
+    """A writer; `purge_step` hides what a crashed run logged from that step on."""
     try:
         from torch.utils.tensorboard import SummaryWriter
     except ImportError:  # tensorboard not installed: the CSV and PNG still get written
         return _NullWriter()
-    return SummaryWriter(log_dir=str(log_dir))
+    return SummaryWriter(log_dir=str(log_dir), purge_step=purge_step)
 
 
 def first_success(evals: list[dict], stop_value: Optional[float]) -> Optional[dict]:

@@ -36,8 +36,12 @@ def _serve(args: argparse.Namespace) -> int:
 def _run(args: argparse.Namespace) -> int:
     from harness.run import run_from_file
 
-    return run_from_file(Path(args.config), out=Path(args.out) if args.out else None,
-                         quiet=args.quiet, seed=args.seed)
+    if args.config is None and args.resume is None:
+        print("mistk-rl run: give CONFIG, or --resume RUN_DIR", file=sys.stderr)
+        return 2
+    return run_from_file(Path(args.config) if args.config else None,
+                         out=Path(args.out) if args.out else None, quiet=args.quiet,
+                         seed=args.seed, resume=Path(args.resume) if args.resume else None)
 
 
 def _bench(args: argparse.Namespace) -> int:
@@ -88,13 +92,18 @@ def build_parser() -> argparse.ArgumentParser:
     serve.set_defaults(func=_serve)
 
     run = sub.add_parser("run", help="drive agents and an orchestrator from a YAML config")
-    run.add_argument("config")
+    run.add_argument("config", nargs="?",
+                     help="the run's YAML config (with --resume: optional, checked against "
+                          "the run's saved config)")
     run.add_argument("--out", default=None, help="run directory (default runs/NAME-TIME)")
     run.add_argument("--quiet", action="store_true", help="no progress output")
     run.add_argument("--seed", type=int, default=None,
                      help="one seed for the run: every agent's hyperparameters.seed, "
                           "training.seed and each episode block's seed (evaluation seeds "
                           "stay fixed)")
+    run.add_argument("--resume", default=None, metavar="RUN_DIR",
+                     help="continue the training run in RUN_DIR (crashed or stopped) from its "
+                          "last checkpoint, with the config saved there")
     run.set_defaults(func=_run)
 
     bench = sub.add_parser("bench", help="measure the services")
