@@ -106,12 +106,6 @@ def _finite(values: dict[str, Any], field: str) -> dict[str, float]:
     return out
 
 
-def _entities(obs: dict[str, Any]) -> dict[str, Any]:
-    if not obs:
-        raise InvalidRequest("obs is empty: give one observation per entity")
-    return obs
-
-
 @dataclass(frozen=True)
 class _SpaceChecks:
     """What the registered spaces allow, compiled once per registration."""
@@ -232,7 +226,7 @@ class AgentService(_Service):
 
     def _observations(self, body: dict[str, Any]) -> tuple[dict, Optional[dict]]:
         """A request's observations and action masks, checked against the spaces."""
-        obs = _arrays(_entities(body["obs"]), self._checks.obs, "obs")
+        obs = _arrays(body["obs"], self._checks.obs, "obs")
         mask = (_arrays(body["actionMask"], self._checks.mask, "actionMask")
                 if body.get("actionMask") else None)
         return obs, mask

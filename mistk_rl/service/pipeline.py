@@ -258,7 +258,7 @@ def _convert(param: Parameter, text: str) -> Any:
         raise InvalidRequest(f"query parameter {param.name!r} contains a NUL character")
     try:
         if param.kind == "integer":
-            if not re.fullmatch(r"[+-]?\d{1,18}", text):
+            if not re.fullmatch(r"[+-]?\d{1,30}", text):  # the spec's maximum is checked next
                 raise ValueError
             return int(text)
         if param.kind == "number":

@@ -48,7 +48,7 @@ def compile_schema(schema: dict) -> Check:
     unknown = set(schema) - IGNORED - {"type", "properties", "required",
                                        "additionalProperties", "items", "oneOf", "enum",
                                        "minimum", "maximum", "minLength", "maxLength",
-                                       "pattern", "x-tensor"}
+                                       "pattern", "minProperties", "x-tensor"}
     if unknown:
         raise ValueError(f"schema keywords not supported by the step-path validator: "
                          f"{sorted(unknown)}")
@@ -155,9 +155,13 @@ def _object(schema: dict) -> Check:
     extra = schema.get("additionalProperties", True)
     extra_check = compile_schema(extra) if isinstance(extra, dict) else None
 
+    fewest = schema.get("minProperties", 0)
+
     def check(value: Any, path: str) -> None:
         if not isinstance(value, dict):
             return
+        if len(value) < fewest:
+            _fail(f"{value!r} does not have enough properties", path)
         for key in required:
             if key not in value:
                 _fail(f"'{key}' is a required property", path)

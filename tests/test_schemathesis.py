@@ -1,0 +1,84 @@
+"""Schemathesis (`st run --checks all`) against both live services, in several lifecycle states:
+no server error, no answer outside the spec (status, content type, headers, body schema), auth
+never ignored, schema-invalid data always refused. `schemathesis.toml` holds the one setting
+that differs from the defaults, with the reason."""
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+
+import pytest
+
+from tests.conftest import GYM_ORCHESTRATOR, RANDOM_AGENT, REPO
+
+TOKEN = "fuzz-token"
+EXAMPLES = 15  # per operation and phase: bounded, so the whole file takes about a minute
+CARTPOLE_SPACES = {"observationSpace": {"type": "Box", "shape": [4], "dtype": "float32",
+                                        "low": [-4.8, -1e38, -0.42, -1e38],
+                                        "high": [4.8, 1e38, 0.42, 1e38]},
+                   "actionSpace": {"type": "Discrete", "n": 2}}
+
+
+def fuzz(service, *, keep_state: bool = True) -> int:
+    """Run st on the service's spec; returns the number of cases it generated."""
+    role = service.role
+    cmd = [sys.executable, "-c", "from schemathesis.cli import schemathesis; schemathesis()",
+           "run", f"{service.url}/v1/mistk/{role}/openapi.json", "--checks", "all",
+           "--max-examples", str(EXAMPLES), "--workers", "1", "--seed", "1", "--no-color",
+           "--request-timeout", "30", "-H", f"Authorization: Bearer {TOKEN}"]
+    if keep_state:  # the lifecycle state is what this run is about: do not end it
+        cmd += ["--exclude-operation-id", "terminate"]
+    done = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=300)
+    summary = done.stdout[-3000:]
+    assert done.returncode == 0, summary
+    generated = re.search(r"(\d+) generated", done.stdout)
+    assert generated, summary
+    print(f"{role}: {generated.group(0)}")
+    return int(generated.group(1))
+
+
+def _agent(launch):
+    return launch("agent", RANDOM_AGENT, token=TOKEN, extra_args=["--log-level", "warning"])
+
+
+def test_agent_in_every_resting_state(launch):
+    service = _agent(launch)
+    agent = service.client(token=TOKEN)
+    cases = fuzz(service)  # started
+    agent.reset()
+    agent.initialize()
+    agent.build_model()
+    cases += fuzz(service)  # initialized (unless the fuzzing moved it on)
+    agent.reset()
+    agent.initialize()
+    agent.build_model()
+    agent.agent_registered({"name": "p", **CARTPOLE_SPACES})
+    agent.episode_started({"p": [0.0, 0.0, 0.0, 0.0]})
+    cases += fuzz(service, keep_state=False)  # in_episode, then anything, terminate too
+    assert cases > 1000
+
+
+def test_orchestrator_in_every_resting_state(launch):
+    service = launch("orchestrator", GYM_ORCHESTRATOR, token=TOKEN,
+                     extra_args=["--agent-timeout", "2", "--log-level", "warning"])
+    agent_service = _agent(launch)
+    orch = service.client(token=TOKEN)
+    cases = fuzz(service)  # uninitialized
+    orch.reset()
+    orch.initialize("CartPole-v1")
+    cases += fuzz(service)  # waiting_for_agents
+    orch.reset()
+    orch.initialize("CartPole-v1")
+    agent = agent_service.client(token=TOKEN)
+    agent.reset()
+    agent.initialize()
+    agent.build_model()
+    orch.register_agent("player", agent_service.url)
+    cases += fuzz(service, keep_state=False)  # ready (episodes may start), then anything
+    assert cases > 1000
+
+
+@pytest.fixture(autouse=True)
+def _st_available():
+    pytest.importorskip("schemathesis", reason="schemathesis is in the test extra")
