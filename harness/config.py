@@ -17,6 +17,9 @@ class ServiceSpec(_Strict):
 
     target: Optional[str] = None
     url: Optional[str] = None
+    # more `mistk-rl serve` options for a service the harness starts, e.g.
+    # ["--env-module", "my_envs", "--agent-timeout", "60", "--limit", "max_envs=512"]
+    args: list[str] = Field(default_factory=list)
 
     @model_validator(mode="after")
     def _one_of(self) -> "ServiceSpec":

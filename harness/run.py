@@ -8,7 +8,9 @@ saveModel -> reset and terminate everything -> results.json. Services the config
 from __future__ import annotations
 
 import os
+import signal
 import sys
+import threading
 import time
 from contextlib import ExitStack
 from datetime import datetime
@@ -19,8 +21,8 @@ import yaml
 
 from harness.config import ConfigError, RunConfig, load_config, resume_config, with_seed
 from harness.training import Checkpoints, Progress, first_success, run_episodes, train
-from mistk_rl.client import (AgentClient, OrchestratorClient, ServiceError, ServiceFailed,
-                             WaitTimeout)
+from mistk_rl.client import (LONG_POLL_CHUNK, AgentClient, OrchestratorClient, ServiceError,
+                             ServiceFailed, WaitTimeout)
 from mistk_rl.files import atomic_write_json
 from mistk_rl.launch import ServiceProcess, ServiceStartError, start_service
 from mistk_rl.schemas import EpisodeConfig
@@ -30,11 +32,28 @@ class HarnessError(RuntimeError):
     """A step of the run failed; the message says which and why."""
 
 
+class Stopped(BaseException):
+    """The harness got SIGTERM or SIGHUP: unwind (stopping every service it started)."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(f"stopped by {signal.Signals(signum).name}")
+        self.signum = signum
+
+
+def _raise_stopped(signum: int, _frame: object) -> None:
+    raise Stopped(signum)
+
+
 def run_from_file(config_path: Optional[Path], out: Optional[Path] = None, quiet: bool = False,
                   seed: Optional[int] = None, resume: Optional[Path] = None) -> int:
     """CLI entry: run (with `seed` for every seed in the config, if given), or continue the
     run in `resume` from its last checkpoint; print a summary, return the exit code."""
     say = (lambda *_: None) if quiet else (lambda msg: print(msg, flush=True))
+    # SIGINT already unwinds (KeyboardInterrupt); SIGTERM and SIGHUP do the same, so the
+    # services this run started are stopped whichever way it is ended
+    previous = ({sig: signal.signal(sig, _raise_stopped) for sig in (signal.SIGTERM,
+                                                                     signal.SIGHUP)}
+                if threading.current_thread() is threading.main_thread() else {})
     try:
         progress = None
         if resume is not None:
@@ -52,6 +71,12 @@ def run_from_file(config_path: Optional[Path], out: Optional[Path] = None, quiet
     except (ConfigError, HarnessError) as exc:
         print(f"mistk-rl run: {exc}", file=sys.stderr)
         return 1
+    except Stopped as exc:
+        print(f"mistk-rl run: {exc}; the services it started are stopped", file=sys.stderr)
+        return 128 + exc.signum
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
     returns = [e["return"] for e in results["episodes"]]
     if returns:
         say(f"{len(returns)} episodes, mean return {sum(returns) / len(returns):.2f}; "
@@ -66,7 +91,10 @@ def run(config: RunConfig, run_dir: Path, say: Callable[[str], None] = print,
     writes to ``run_dir/results.json``."""
     started = time.monotonic()
     run_dir.mkdir(parents=True, exist_ok=True)
-    (run_dir / "config.yaml").write_text(yaml.safe_dump(config.model_dump(), sort_keys=False))
+    saved = config.model_dump()
+    if saved.get("token"):  # never on disk: a resumed run takes it from the environment
+        saved["token"] = None
+    (run_dir / "config.yaml").write_text(yaml.safe_dump(saved, sort_keys=False))
     token = config.token or os.environ.get("MISTK_RL_TOKEN")
     timeouts = config.timeouts
     with ExitStack() as stack:
@@ -82,8 +110,10 @@ def run(config: RunConfig, run_dir: Path, say: Callable[[str], None] = print,
             return service.url
 
         orch_spec = config.orchestrator
-        orch_url = orch_spec.url or launch("orchestrator", "orchestrator", orch_spec.target)
-        agent_urls = {a.name: a.url or launch("agent", a.name, a.target) for a in config.agents}
+        orch_url = orch_spec.url or launch("orchestrator", "orchestrator", orch_spec.target,
+                                           tuple(orch_spec.args))
+        agent_urls = {a.name: a.url or launch("agent", a.name, a.target, tuple(a.args))
+                      for a in config.agents}
         orch = stack.enter_context(OrchestratorClient(orch_url, token=token,
                                                       timeout=timeouts.call))
         agents = {name: stack.enter_context(AgentClient(url, token=token, timeout=timeouts.call))
@@ -184,7 +214,7 @@ def _follow(orch: OrchestratorClient, version: int, printed: int, timeout: float
         remaining = deadline - time.monotonic()
         if remaining <= 0:
             raise WaitTimeout(f"episodes still running after {timeout} s", status)
-        status = orch.status(status.resource_version, min(25.0, remaining))
+        status = orch.status(status.resource_version, min(LONG_POLL_CHUNK, remaining))
 
 
 class _step:

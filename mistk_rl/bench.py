@@ -1,5 +1,6 @@
 """`mistk-rl bench`: measurements of the services, printed and optionally saved as JSON.
-(transport/envs: `bench_step`; sb3-*: `bench_sb3`; learning-*: `bench_learning`.)
+(transport/envs: `bench_step`; sb3-*: `bench_sb3`; learning-*: `bench_learning`;
+faults: `bench_faults`.)
 
 getaction: the round-trip time of getAction against a local RandomAgent service (gunicorn on
 loopback, one kept-alive connection, a CartPole-sized observation), after a warm-up.
@@ -48,6 +49,39 @@ def bench_getaction(n: int = 2000, warmup: int = 200) -> dict:
             "calls_per_s": round(float(n / times.sum()), 1)}
 
 
+def bench_long_polls(polls: int = 64) -> dict:
+    """reset and terminate of an agent while `polls` callers long-poll its status (each on
+    its own connection, waiting for the version it has): the control path's latency under
+    a crowd of waiting observers."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from mistk_rl.bench_step import start_random_agent
+
+    with tempfile.TemporaryDirectory(prefix="mistk-bench-") as tmp:
+        service, agent = start_random_agent(Path(tmp), name="player")
+        clients = [service.client(timeout=30) for _ in range(polls)]
+        try:
+            with ThreadPoolExecutor(polls) as pool:
+                version = agent.status().resource_version
+                waits = [pool.submit(c.status, version, 60) for c in clients]
+                time.sleep(1.0)  # a bench, not a test: let every poll reach the service
+                timings = {}
+                for name, call in (("reset", lambda: agent.reset(unload_model=False)),
+                                   ("terminate", agent.terminate)):
+                    start = time.perf_counter()
+                    call()
+                    timings[name] = time.perf_counter() - start
+                woken = sum(w.result(timeout=30).resource_version > version for w in waits)
+        finally:
+            for c in clients:
+                c.close()
+            agent.close()
+            service.stop()
+    return {"bench": "longpolls", "long_polls": polls, "woken_by_reset": woken,
+            "reset_ms": round(timings["reset"] * 1e3, 1),
+            "terminate_ms": round(timings["terminate"] * 1e3, 1)}
+
+
 def bench_sb3(algo: str, seed: int, eval_every: int) -> dict:
     from mistk_rl.bench_sb3 import run_sb3
 
@@ -80,8 +114,17 @@ def run_bench(what: str, n: int = 2000, json_out: Optional[Path] = None, seed: i
         if json_out is not None:
             _write(json_out, records)
         return 0
+    if what == "faults":
+        from mistk_rl.bench_faults import bench_faults
+
+        records = bench_faults()
+        if json_out is not None:
+            _write(json_out, records)
+        return 0
     if what == "getaction":
         record = bench_getaction(n=n)
+    elif what == "longpolls":
+        record = bench_long_polls()
     else:
         algo = what.split("-")[1]
         record = bench_sb3(algo, seed, eval_every or (2500 if algo == "dqn" else 5000))

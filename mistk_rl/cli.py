@@ -107,11 +107,16 @@ def build_parser() -> argparse.ArgumentParser:
     run.set_defaults(func=_run)
 
     bench = sub.add_parser("bench", help="measure the services")
-    bench.add_argument("what", choices=["getaction", "transport", "envs", "sb3-dqn",
-                                        "sb3-ppo", "learning-dqn", "learning-ppo"],
+    bench.add_argument("what", choices=["getaction", "longpolls", "transport", "envs",
+                                        "faults", "sb3-dqn", "sb3-ppo", "learning-dqn",
+                                        "learning-ppo"],
                        help="getaction: round-trip time of getAction to a local agent; "
+                            "longpolls: reset/terminate latency with 64 status long-polls "
+                            "waiting; "
                             "transport: env steps/s in-process vs over HTTP; "
                             "envs: env managers vs gymnasium's vector envs; "
+                            "faults: how fast a run ends, and what it leaves, when a service "
+                            "dies, restarts or hangs; "
                             "sb3-dqn / sb3-ppo: Stable-Baselines3 in-process on CartPole-v1 "
                             "with rl-zoo hyperparameters and our eval protocol (the bar for "
                             "`mistk-rl run configs/cartpole_{dqn,ppo}.yaml`); "

@@ -46,6 +46,7 @@ class ServiceProcess:
         """SIGTERM the service's process group, SIGKILL it after `timeout`; returns the code."""
         if self.process.poll() is None:
             _signal_group(self.process, signal.SIGTERM)
+            _signal_group(self.process, signal.SIGCONT)  # a stopped service handles it too
             try:
                 self.process.wait(timeout)
             except subprocess.TimeoutExpired:

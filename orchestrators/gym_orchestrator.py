@@ -21,7 +21,7 @@ from typing import Any, Optional
 import gymnasium as gym
 import numpy as np
 
-from mistk_rl.client import ServiceError
+from mistk_rl.client import ServiceError, ServiceUnavailable
 from mistk_rl.errors import InvalidRequest
 from mistk_rl.orchestrator import AbstractOrchestrator, RegisteredAgent
 from mistk_rl.rl.envs import MANAGERS, EnvManager, Timestep, make_env_fns
@@ -192,11 +192,13 @@ class GymOrchestrator(AbstractOrchestrator):
                                             cancelled=True, train=learn, envIndex=i)
         finally:
             self._report()
-            try:
-                agent.client.episode_stopped()
-            except ServiceError:
-                if sys.exc_info()[1] is None:  # else the error that ended the run is the news
-                    raise
+            ending = sys.exc_info()[1]  # the error that ended the run, if one did
+            if not isinstance(ending, ServiceUnavailable):  # (an agent that did not answer
+                try:                                        # would not answer this either)
+                    agent.client.episode_stopped()
+                except ServiceError:
+                    if ending is None:  # else that error is the news, not this one
+                        raise
 
     def _report(self) -> None:
         restarts = self._restarts_before + sum(m.stats["restarts"]

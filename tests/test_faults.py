@@ -3,33 +3,15 @@ end in a known state with a reason, never in a hang and never with processes lef
 from __future__ import annotations
 
 import os
-import queue
 import signal
-import subprocess
-import sys
-import threading
 import time
-from pathlib import Path
 
 import pytest
-import yaml
 
+from mistk_rl.bench_faults import HarnessProcess, long_run_config, restart_worker
 from mistk_rl.client import ServiceRestarted, ServiceUnavailable
-from mistk_rl.launch import group_members, wait_until_gone
+from mistk_rl.launch import wait_until_gone
 from tests.conftest import GYM_ORCHESTRATOR, RANDOM_AGENT, REPO
-
-
-def workers(master: int) -> list[int]:
-    """The gunicorn workers of a service: the master's children."""
-    return [pid for pid in group_members(master)
-            if Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1] ==
-            str(master)]
-
-
-def restart_worker(master: int) -> None:
-    """SIGKILL the worker: gunicorn starts a fresh one, which has lost all state."""
-    (worker,) = workers(master)
-    os.kill(worker, signal.SIGKILL)
 
 
 def test_a_restarted_service_is_never_taken_for_the_old_one(launch):
@@ -79,57 +61,9 @@ def test_a_hung_agent_fails_the_episode_naming_the_agent_and_the_call(launch):
 
 
 # ---- the harness, run as a user runs it -----------------------------------------------------
-class Harness:
-    """`mistk-rl run` in a subprocess, its output read line by line as it comes."""
-
-    def __init__(self, config: dict, run_dir: Path) -> None:
-        self.run_dir = run_dir
-        path = run_dir.parent / "config.yaml"
-        path.write_text(yaml.safe_dump(config))
-        self.process = subprocess.Popen(
-            [sys.executable, "-m", "mistk_rl", "run", str(path), "--out", str(run_dir)],
-            cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        self.lines: queue.Queue[str] = queue.Queue()
-        threading.Thread(target=self._read, daemon=True).start()
-
-    def _read(self) -> None:
-        for line in self.process.stdout:
-            self.lines.put(line)
-
-    def wait_for_line(self, fragment: str, timeout: float = 60) -> None:
-        deadline = time.monotonic() + timeout
-        while True:
-            try:
-                line = self.lines.get(timeout=max(0.0, deadline - time.monotonic()))
-            except queue.Empty:
-                self.process.kill()
-                raise AssertionError(f"no line with {fragment!r} within {timeout} s") from None
-            if fragment in line:
-                return
-
-    def master(self, name: str) -> int:
-        """The pid of a service the harness started (from its log's first line)."""
-        for line in (self.run_dir / "logs" / f"{name}.log").read_text().splitlines():
-            if "Starting gunicorn" in line:
-                return int(line.split("[")[2].split("]")[0])
-        raise AssertionError(f"no gunicorn master in {name}'s log")
-
-    def finish(self, timeout: float = 60) -> tuple[int, str, float]:
-        started = time.monotonic()
-        code = self.process.wait(timeout)
-        return code, self.process.stderr.read(), time.monotonic() - started
-
-
-def _long_run() -> dict:
-    return {"name": "long", "orchestrator": {"target": GYM_ORCHESTRATOR,
-                                             "env": {"id": "CartPole-v1"}},
-            "agents": [{"name": "player", "target": RANDOM_AGENT}],
-            "episodes": [{"num_episodes": 1_000_000, "max_steps": 500}]}
-
-
 @pytest.fixture
 def harness(tmp_path):
-    run = Harness(_long_run(), tmp_path / "run")
+    run = HarnessProcess(long_run_config(), tmp_path / "run", REPO)
     run.wait_for_line("episode")  # episodes are being played
     masters = {name: run.master(name) for name in ("orchestrator", "player")}
     yield run, masters
@@ -143,7 +77,7 @@ def harness(tmp_path):
 def test_the_harness_stops_naming_the_orchestrator_when_its_worker_restarts(harness):
     run, masters = harness
     restart_worker(masters["orchestrator"])
-    code, stderr, _ = run.finish()
+    code, stderr = run.finish()
     assert code == 1
     assert "restarted and lost its state" in stderr and "episode block 0" in stderr
 
@@ -151,7 +85,7 @@ def test_the_harness_stops_naming_the_orchestrator_when_its_worker_restarts(harn
 def test_the_harness_stops_naming_the_agent_when_it_dies(harness):
     run, masters = harness
     os.killpg(masters["player"], signal.SIGKILL)
-    code, stderr, _ = run.finish()
+    code, stderr = run.finish()
     assert code == 1
     assert "episode block 0" in stderr and "/v1/mistk/agent/step" in stderr
 
@@ -160,7 +94,7 @@ def test_the_harness_stops_naming_the_agent_when_it_dies(harness):
 def test_a_signalled_harness_stops_every_service_it_started(harness, sig):
     run, _ = harness
     run.process.send_signal(sig)
-    code, stderr, _ = run.finish()
+    code, stderr = run.finish()
     assert code != 0
     # the fixture checks that no service process is left
 
@@ -169,3 +103,4 @@ def test_a_killed_harness_leaves_no_service_behind(harness):
     run, _ = harness
     run.process.kill()  # SIGKILL: no clean-up runs in the harness; the services follow it
     run.process.wait(10)
+

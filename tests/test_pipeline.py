@@ -202,3 +202,24 @@ def test_long_polls_over_the_cap_get_429(served):
 
 def _long_polls(s: Served) -> int:
     return len(s.service.lifecycle._watchers)
+
+
+def test_64_waiting_long_polls_do_not_delay_reset_or_terminate(served):
+    s = served("agent")
+
+    async def scenario():
+        def call(method, path, query=""):
+            return _asgi(s.app, method, s.base + path, query,
+                         [(b"authorization", f"Bearer {TOKEN}".encode())], [b""])
+        polls = [asyncio.create_task(call("GET", "/status", "resourceVersion=0&timeout=60"))
+                 for _ in range(64)]
+        while _long_polls(s) < 64:
+            await asyncio.sleep(0)
+        reset = await call("POST", "/reset")  # on the control pool, not behind the polls
+        terminate = await call("POST", "/terminate")
+        return reset, terminate, await asyncio.gather(*polls)
+    reset, terminate, polls = asyncio.run(scenario())
+    assert (reset[0], terminate[0]) == (202, 200)
+    # every poll was answered by reset's change, not by its 60 s timeout: reset ran while all
+    # 64 were waiting (with a thread per poll it would have queued behind them)
+    assert all(p[0] == 200 and json.loads(p[2])["resourceVersion"] > 0 for p in polls)
