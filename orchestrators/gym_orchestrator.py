@@ -80,6 +80,7 @@ class GymOrchestrator(AbstractOrchestrator):
             gym.spec(name)
         except (ImportError, gym.error.Error) as exc:
             raise InvalidRequest(f"unknown gymnasium env {env['id']!r}: {exc}") from exc
+        _probe(env)  # bad kwargs or unsupported spaces: 400 now, not a failed service later
 
     def validate_start_episode(self, config: EpisodeConfig) -> None:
         if config.env_manager == "base" or _key(config) in self.managers:
@@ -91,17 +92,7 @@ class GymOrchestrator(AbstractOrchestrator):
 
     def do_initialize(self, env: dict[str, Any], agents_needed: int) -> None:
         self._close_managers()
-        probe = gym.make(env["id"], **env.get("kwargs", {}))
-        try:
-            for name, space in (("observation", probe.observation_space),
-                                ("action", probe.action_space)):
-                if not isinstance(space, SUPPORTED):
-                    raise ValueError(f"{env['id']} has a {name} space {space} that is not "
-                                     "supported")
-            self.observation_space, self.action_space = (probe.observation_space,
-                                                          probe.action_space)
-        finally:
-            probe.close()
+        self.observation_space, self.action_space = _probe(env)
         self.env_spec = env
 
     def agent_config(self, name: str) -> dict[str, Any]:
@@ -254,6 +245,26 @@ class GymOrchestrator(AbstractOrchestrator):
         managers, self.managers = list(self.managers.values()), {}
         for manager in managers:
             manager.close()
+
+
+def _probe(env: dict[str, Any]) -> tuple[gym.Space, gym.Space]:
+    """The env's (observation, action) spaces, from one instance made and closed; raises
+    InvalidRequest when it cannot be made with these kwargs or has unsupported spaces."""
+    try:
+        probe = gym.make(env["id"], **env.get("kwargs", {}))
+    except Exception as exc:  # noqa: BLE001 - whatever the env's constructor raises
+        raise InvalidRequest(f"env {env['id']!r} cannot be made with kwargs "
+                             f"{env.get('kwargs', {})}: {type(exc).__name__}: {exc}") from exc
+    try:
+        for name, space in (("observation", probe.observation_space),
+                            ("action", probe.action_space)):
+            if not isinstance(space, SUPPORTED):
+                raise InvalidRequest(f"{env['id']} has a {name} space {space} that is not "
+                                     "supported: use Box, Discrete, MultiDiscrete or "
+                                     "MultiBinary")
+        return probe.observation_space, probe.action_space
+    finally:
+        probe.close()
 
 
 def _key(config: EpisodeConfig) -> tuple:

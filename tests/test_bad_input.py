@@ -224,3 +224,46 @@ def test_bad_file_names_are_refused_before_any_write(tmp_path, path, match):
     before = set(tmp_path.rglob("*"))
     _refused(service, service.saveModel, path, match=match)
     assert set(tmp_path.rglob("*")) == before  # no temp file anywhere, not in the parent
+
+
+def _policy_agent(tmp_path, cls, limits=Limits()):
+    service = AgentService(cls(), tmp_path / cls.__name__, limits=limits)
+    service.initialize({"hyperparameters": {"seed": 0}})
+    service.lifecycle.wait_for_state("initialized", 10)
+    service.buildModel()
+    service.lifecycle.wait_for_state("initialized", 10)
+    return service
+
+
+@pytest.mark.parametrize("agent", ["DQNAgent", "PPOAgent"])
+def test_a_model_over_the_parameter_limit_is_refused_before_it_is_built(tmp_path, agent):
+    import importlib
+
+    cls = getattr(importlib.import_module(f"agents.{agent[:3].lower()}_agent"), agent)
+    service = _policy_agent(tmp_path, cls)
+    wide = gym.spaces.Box(-1, 1, (1000, 1000), np.float32)  # 1e6 inputs: ~64M weights
+    error = _refused(service, service.agentRegistered,
+                     {"name": "p", "observationSpace": space_to_dict(wide),
+                      "actionSpace": SPACES["actionSpace"]}, match="max_model_params")
+    assert error.extra["limit"] == "max_model_params"
+    assert service.agent.policy is None  # nothing was built
+    service.agentRegistered({"name": "p", **SPACES})  # the same agent, spaces that fit
+    assert service.agent.policy is not None
+
+
+def test_dqn_refuses_a_box_action_space_at_registration(tmp_path):
+    from agents.dqn_agent import DQNAgent
+
+    service = _policy_agent(tmp_path, DQNAgent)
+    _refused(service, service.agentRegistered,
+             {"name": "p", "observationSpace": SPACES["observationSpace"],
+              "actionSpace": space_to_dict(gym.spaces.Box(-1, 1, (1,), np.float32))},
+             match="cannot act in these spaces")
+
+
+def test_env_kwargs_the_env_refuses_get_400_not_a_failed_orchestrator(tmp_path):
+    service = _orchestrator(tmp_path)
+    _refused(service, service.initialize,
+             {"env": {"id": "CartPole-v1", "kwargs": {"no_such_option": 1}}},
+             match="cannot be made with kwargs")
+    assert service.lifecycle.state == "uninitialized"

@@ -103,6 +103,44 @@ class PolicyAgent(AbstractAgent):
         if threads is not None and (type(threads) is not int or threads < 1):
             raise InvalidRequest(f"hyperparameters: torch_threads must be a positive integer "
                                  f"or null, not {threads!r}")
+        if "observationSpace" in props and "actionSpace" in props:  # built at buildModel
+            try:
+                obs_space, act_space = (space_from_dict(props[k]) for k in ("observationSpace",
+                                                                          "actionSpace"))
+            except (ValueError, TypeError, KeyError) as exc:
+                raise InvalidRequest(f"modelProperties: not a valid space: {exc}") from exc
+            self._check_model(config, obs_space, act_space)
+
+    def validate_registration(self, observation_space: Optional[spaces.Space],
+                              action_space: Optional[spaces.Space]) -> None:
+        if observation_space is None or action_space is None:
+            raise InvalidRequest(f"{type(self).__name__} needs observationSpace and "
+                                 "actionSpace at registration")
+        if self.policy is None:
+            self._check_model(self.config, observation_space, action_space)
+            return
+        built = (space_to_dict(self.policy.observation_space),
+                 space_to_dict(self.policy.action_space))
+        given = (space_to_dict(observation_space), space_to_dict(action_space))
+        if built != given:
+            raise InvalidRequest(f"the model was built for spaces {built}, the orchestrator "
+                                 f"offers {given}")
+
+    def _check_model(self, config: dict, obs_space: spaces.Space,
+                     act_space: spaces.Space) -> None:
+        """Refuse spaces the policy cannot act in, or whose model would be over the
+        max_model_params limit, before anything is allocated: the policy is built on torch's
+        meta device (shapes only, no memory, no random numbers drawn)."""
+        try:
+            with torch.device("meta"):
+                policy = self.policy_cls(config["policy"], obs_space, act_space, seed=None)
+        except (ValueError, TypeError) as exc:
+            raise InvalidRequest(f"{type(self).__name__} cannot act in these spaces: "
+                                 f"{exc}") from exc
+        params = {id(p): p.numel() for module in vars(policy).values()
+                  if isinstance(module, torch.nn.Module) for p in module.parameters()}
+        self.limits.check("max_model_params", sum(params.values()),
+                          "the parameter count of the model these spaces need")
 
     def do_initialize(self, props: dict[str, Any], hparams: dict[str, Any]) -> None:
         self.config = self.compile_config(hparams)
@@ -133,18 +171,8 @@ class PolicyAgent(AbstractAgent):
                         space_from_dict(self.properties["actionSpace"]))
 
     def do_agent_registered(self, config: dict[str, Any]) -> None:
-        if self.observation_space is None or self.action_space is None:
-            raise ValueError(f"{type(self).__name__} needs observationSpace and actionSpace "
-                             "at registration")
-        if self.policy is None:
+        if self.policy is None:  # (validate_registration checked the spaces)
             self._build(self.observation_space, self.action_space)
-            return
-        built = (space_to_dict(self.policy.observation_space),
-                 space_to_dict(self.policy.action_space))
-        given = (space_to_dict(self.observation_space), space_to_dict(self.action_space))
-        if built != given:
-            raise ValueError(f"the model was built for spaces {built}, the orchestrator "
-                             f"offers {given}")
 
     def do_episode_started(self, episode: EpisodeInfo) -> None:
         self._require_model()
