@@ -267,3 +267,13 @@ def test_env_kwargs_the_env_refuses_get_400_not_a_failed_orchestrator(tmp_path):
              {"env": {"id": "CartPole-v1", "kwargs": {"no_such_option": 1}}},
              match="cannot be made with kwargs")
     assert service.lifecycle.state == "uninitialized"
+
+
+def test_many_entities_are_checked_together_and_the_bad_one_is_named(tmp_path):
+    service = _agent(tmp_path)
+    obs = {f"p:{i}": list(OBS) for i in range(8)}
+    service.getAction({"obs": obs})
+    obs["p:5"] = [0.0, float("1e400"), 0.0, 0.0]  # inf, as a JSON parser could make it
+    _refused(service, service.getAction, {"obs": obs}, match=r"obs\['p:5'\]: not every")
+    obs["p:5"] = [0.0] * 3
+    _refused(service, service.getAction, {"obs": obs}, match=r"obs\['p:5'\]: shape")

@@ -86,6 +86,16 @@ def _arrays(values: dict[str, Any], check: ValueCheck, field: str) -> dict[str, 
     if isinstance(values, StackedMap):
         check(values, field)
         return dict(zip(values, values.array.copy()))
+    if len(values) > 4:  # many entities: one array for all (one numpy call, one check)
+        try:
+            array = np.asarray(list(values.values()))
+        except ValueError:  # ragged: the entity-by-entity path below says where
+            array = None
+        if array is not None and array.dtype.kind in "biuf" and array.ndim >= 1:
+            stacked = StackedMap(zip(values, array))
+            stacked.array = array
+            check(stacked, field)
+            return stacked
     try:
         arrays = {key: np.asarray(value) for key, value in values.items()}
     except ValueError as exc:  # ragged nested lists
@@ -97,13 +107,17 @@ def _arrays(values: dict[str, Any], check: ValueCheck, field: str) -> dict[str, 
 
 def _finite(values: dict[str, Any], field: str) -> dict[str, float]:
     """Rewards: one finite number per entity."""
-    out = {key: float(np.asarray(value).reshape(-1)[0]) if np.size(value) == 1 else None
+    out = {key: float(value) if type(value) in (float, int) else _one_number(value)
            for key, value in values.items()}
     bad = next((k for k, v in out.items() if v is None or not math.isfinite(v)), None)
     if bad is not None:
         raise InvalidRequest(f"{field}[{bad!r}]: one finite number per entity", field=field,
                              entity=bad)
     return out
+
+
+def _one_number(value: Any) -> Optional[float]:
+    return float(np.asarray(value).reshape(-1)[0]) if np.size(value) == 1 else None
 
 
 @dataclass(frozen=True)

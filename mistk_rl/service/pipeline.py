@@ -77,6 +77,7 @@ class Operation:
     body_required: bool = False
     binary: bool = False  # the spec lists the binary tensor encoding for the body
     step: bool = False
+    waits: bool = False  # the handler is a coroutine (a long-poll): awaited on the loop
 
 
 class Pipeline:
@@ -125,12 +126,13 @@ class Pipeline:
                                                          self.token):
             raise Refused(401, "Unauthorized",
                           "No authorization token provided, or it is not valid")
-        kwargs = _query(op, scope.get("query_string", b""))
+        query = scope.get("query_string", b"")
+        kwargs = _query(op, query) if query or op.params else {}
         if op.body is not None:
             raw = await self._read_body(headers, receive)
             if raw or op.body_required:
                 kwargs["body"] = self._decode(op, headers, raw)
-        if inspect.iscoroutinefunction(op.handler):  # a long-poll: waits on the loop
+        if op.waits:
             return await self._long_poll(op, kwargs)
         pool = self.steps if op.step else self.control
         result, status, _ = await asyncio.get_running_loop().run_in_executor(
@@ -199,7 +201,7 @@ def parse_json(raw: bytes, max_depth: Optional[int]) -> Any:
     if max_depth is not None and _depth(text) > max_depth:
         raise InvalidRequest(f"the request body nests deeper than {max_depth} levels")
     try:
-        return json.loads(text, parse_constant=_no_constant)
+        return _DECODER.decode(text)
     except json.JSONDecodeError as exc:
         raise InvalidRequest(f"the request body is not valid JSON: {exc}") from exc
     except RecursionError as exc:
@@ -208,6 +210,9 @@ def parse_json(raw: bytes, max_depth: Optional[int]) -> Any:
 
 def _no_constant(name: str) -> None:
     raise InvalidRequest(f"{name} is not a JSON number: send finite numbers only")
+
+
+_DECODER = json.JSONDecoder(parse_constant=_no_constant)  # json.loads(..., **kw) makes one per call
 
 
 _BRACKETS = re.compile(r'[\[\]{}]|"(?:[^"\\]|\\.)*"')
@@ -294,8 +299,10 @@ def _operations(spec: dict, service: Any, base_path: str) -> dict[tuple[str, str
                                               compile_schema(schema), p.get("required", False),
                                               schema.get("default"))
             secured = bool(op["security"]) if "security" in op else secured_default
-            operation = Operation(op_id, getattr(service, op_id), secured, params,
-                                  step=op_id in STEP_OPERATIONS)
+            handler = getattr(service, op_id)
+            operation = Operation(op_id, handler, secured, params,
+                                  step=op_id in STEP_OPERATIONS,
+                                  waits=inspect.iscoroutinefunction(handler))
             body = op.get("requestBody")
             if body:
                 content = body["content"]
