@@ -5,6 +5,7 @@ derived from `mistk_rl.lifecycle.tables`, so a wrong row in the implementation f
 """
 from __future__ import annotations
 
+import asyncio
 import threading
 
 import pytest
@@ -175,7 +176,7 @@ def test_terminate_preempts_and_late_completion_is_ignored():
     lifecycle.run("terminate", lambda: None)
     assert lifecycle.state == "terminated"
     release.set()  # the cancelled build finishing late must not move the state
-    assert lifecycle.wait(lifecycle.version, timeout=0.2)["state"] == "terminated"
+    assert _wait(lifecycle, lifecycle.version, timeout=0.2)["state"] == "terminated"
     with pytest.raises(IllegalState):
         lifecycle.run("reset", lambda: None)
 
@@ -194,13 +195,23 @@ def test_failing_terminate_still_terminates():
 def test_long_poll_returns_on_change_and_at_timeout():
     lifecycle = _at(AGENT, "ready")
     version = lifecycle.version
-    unchanged = lifecycle.wait(version, timeout=0.05)
+    unchanged = _wait(lifecycle, version, timeout=0.05)
     assert unchanged["resourceVersion"] == version
     timer = threading.Timer(0.05, lifecycle.update_payload, args=({"step": 1},))
     timer.start()
-    changed = lifecycle.wait(version, timeout=10)
+    changed = _wait(lifecycle, version, timeout=10)
     timer.join()
     assert changed["resourceVersion"] > version and changed["payload"] == {"step": 1}
+
+
+def test_long_poll_for_a_version_never_seen_answers_at_once():
+    lifecycle = _at(AGENT, "ready")
+    ahead = _wait(lifecycle, lifecycle.version + 5, timeout=60)  # another instance's version
+    assert ahead["resourceVersion"] == lifecycle.version and ahead["instance"]
+
+
+def _wait(lifecycle, version: int, timeout: float) -> dict:
+    return asyncio.run(lifecycle.wait_async(version, timeout))
 
 
 def test_status_names_operations_as_the_api_does():

@@ -105,24 +105,10 @@ class Lifecycle:
                     "payload": dict(self.payload), "reason": self.reason,
                     "allowed": self.allowed_api(), "instance": self.instance}
 
-    def wait(self, after_version: int, timeout: float) -> dict[str, Any]:
-        """Block until the version is past `after_version` or `timeout` seconds passed.
-
-        A version ahead of this service's (the caller saw another instance) answers at once.
-        """
-        deadline = time.monotonic() + max(0.0, timeout)
-        with self._changed:
-            if after_version > self.version:
-                return self.status()
-            while self.version <= after_version:
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    break
-                self._changed.wait(remaining)
-            return self.status()
-
     async def wait_async(self, after_version: int, timeout: float) -> dict[str, Any]:
-        """`wait` for an event loop: holds no thread while it waits."""
+        """Wait until the version is past `after_version` or `timeout` seconds passed, on the
+        event loop (holding no thread). A version ahead of this service's (the caller saw
+        another instance) answers at once."""
         loop = asyncio.get_running_loop()
         changed = asyncio.Event()
 
