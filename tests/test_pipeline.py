@@ -192,6 +192,9 @@ def test_long_polls_over_the_cap_get_429(served):
         while _long_polls(s) < 2:
             await asyncio.sleep(0)  # let both reach their wait (no time passes: yields only)
         refused = await poll()
+        plain = await _asgi(s.app, "GET", s.base + "/status", "",
+                            [(b"authorization", f"Bearer {TOKEN}".encode())], [b""])
+        assert plain[0] == 200  # a status without resourceVersion is never refused
         s.service.lifecycle.update_payload({"x": 1})  # wakes the waiting two
         return refused, await asyncio.gather(*waiting)
     refused, answered = asyncio.run(scenario())

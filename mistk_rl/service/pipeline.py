@@ -140,6 +140,9 @@ class Pipeline:
         return result, status
 
     async def _long_poll(self, op: Operation, kwargs: dict) -> tuple[Any, int]:
+        if "resource_version" not in kwargs:  # a plain status answers at once: never capped
+            result, status, _ = await op.handler(**kwargs)
+            return result, status
         if self.long_polls >= self.limits.max_long_polls:
             raise Refused(429, "Too Many Requests",
                           f"{self.limits.max_long_polls} status long-polls are waiting "
