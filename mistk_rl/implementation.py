@@ -17,11 +17,12 @@ class ServiceImplementation:
         self.limits = Limits()  # and the limits it was started with
         self._lifecycle: Optional[Lifecycle] = None
 
-    def update_status(self, payload: dict[str, Any]) -> None:
+    def update_status(self, payload: dict[str, Any], every_s: float = 0.0) -> None:
         """Merge progress (e.g. {"updates": 120, "loss": 0.3}) into the status payload; wakes
-        every long-poll on status."""
+        every long-poll on status, at most once every `every_s` seconds (for progress
+        reported per step: status still shows the latest values)."""
         if self._lifecycle is not None:
-            self._lifecycle.update_payload(payload)
+            self._lifecycle.update_payload(payload, every_s)
 
     @property
     def should_stop(self) -> bool:

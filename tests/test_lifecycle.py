@@ -217,3 +217,14 @@ def _wait(lifecycle, version: int, timeout: float) -> dict:
 def test_status_names_operations_as_the_api_does():
     status = _at(AGENT, "initialized").status()
     assert "buildModel" in status["allowed"] and "agentRegistered" in status["allowed"]
+
+
+def test_per_step_progress_wakes_long_polls_at_most_once_a_period():
+    lifecycle = _at(AGENT, "in_episode")
+    version = lifecycle.version
+    for step in range(100):
+        lifecycle.update_payload({"step": step}, every_s=3600)
+    assert lifecycle.version == version + 1  # the first woke them; the rest only updated
+    assert lifecycle.status()["payload"]["step"] == 99
+    lifecycle.update_payload({"done": True})  # an unthrottled update always wakes them
+    assert lifecycle.version == version + 2

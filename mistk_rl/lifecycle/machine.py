@@ -83,6 +83,7 @@ class Lifecycle:
         # version 0 with a new instance, so a caller can never take it for the old one
         self.instance = uuid.uuid4().hex[:16]
         self.version = 0
+        self._next_wake = 0.0  # update_payload's throttle
         self.payload: dict[str, Any] = {}
         self.reason: str | None = None
 
@@ -153,11 +154,16 @@ class Lifecycle:
             return self.status()
 
     # ---- progress and cancellation for hooks ----------------------------------------------
-    def update_payload(self, payload: Mapping[str, Any]) -> None:
-        """Merge progress into the status payload; wakes long-polls."""
+    def update_payload(self, payload: Mapping[str, Any], every_s: float = 0.0) -> None:
+        """Merge progress into the status payload and wake long-polls, at most once every
+        `every_s` seconds: status always shows the latest values, but progress reported per
+        env step must not cost every long-polling caller a round trip per step."""
         with self._lock:
             self.payload.update(payload)
-            self._bump()
+            now = time.monotonic()
+            if every_s <= 0 or now >= self._next_wake:
+                self._next_wake = now + every_s if every_s > 0 else self._next_wake
+                self._bump()
 
     @property
     def cancel_requested(self) -> bool:

@@ -16,7 +16,6 @@ import gymnasium as gym
 import numpy as np
 import torch
 
-from mistk_rl.rl.models import encode_obs
 
 
 def split_episodes(n_episodes: int, n_envs: int) -> list[int]:
@@ -78,10 +77,9 @@ class Evaluator:
         quota = EpisodeQuota(self.n_episodes, self.envs.num_envs)
         obs, _ = self.envs.reset(seed=seed)
         running = np.zeros(self.envs.num_envs)
-        space = self.envs.single_observation_space
         for _ in range(self.max_steps):
-            with torch.no_grad():
-                out = eval_forward(encode_obs(space, torch.as_tensor(obs)), None)
+            with torch.no_grad():  # raw observations: the policy encodes them itself
+                out = eval_forward(torch.as_tensor(obs), None)
             obs, rewards, terminated, truncated, _ = self.envs.step(out["action"].numpy())
             running += rewards
             for env_id in np.flatnonzero(terminated | truncated):

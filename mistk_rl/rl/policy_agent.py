@@ -35,6 +35,7 @@ from mistk_rl.spaces import space_from_dict, space_to_dict
 
 BUFFERS = {"naive": NaiveReplayBuffer, "advanced": AdvancedReplayBuffer}
 CHECKPOINT_FORMAT = 2  # 2: + trainer and rng (format 1 restores weights and counters)
+PROGRESS_EVERY_S = 1.0  # long-polls wake at most this often for per-step progress
 
 
 class PolicyAgent(AbstractAgent):
@@ -216,7 +217,7 @@ class PolicyAgent(AbstractAgent):
         self.learner.env_steps += len(transitions)
         self.trainer.observe_all(transitions)
         self.trainer.maybe_train()
-        self.update_status(self.progress())
+        self.update_status(self.progress(), every_s=PROGRESS_EVERY_S)
 
     def do_episode_stopped(self) -> None:
         if self.trainer is not None and self.mode == "collect":

@@ -166,6 +166,18 @@ def test_evaluator_reports_stop():
     assert len(result.returns) == 4 and not result.stop and result.mean_return > 0
 
 
+def test_evaluator_on_discrete_observations():
+    """FrozenLake's observations are indices: encoded once, by the policy (the evaluator
+    used to one-hot them first, and the policy then failed on the one-hot rows)."""
+    make = lambda: gym.make("FrozenLake-v1", is_slippery=False)  # noqa: E731
+    env = make()
+    policy = DQNPolicy(None, env.observation_space, env.action_space, seed=0)
+    evaluator = Evaluator([make] * 2, n_episodes=4, max_steps=400)
+    result = evaluator.eval(policy.eval_mode.forward, seed=0)
+    evaluator.close()
+    assert len(result.returns) == 4 and set(result.returns) <= {0.0, 1.0}
+
+
 def test_end_of_agent_episode_flushes_every_entity():
     policy = DQNPolicy({"nstep": 3, "learn": {"batch_size": 2}}, OBS, ACT, seed=0)
     learner = Learner(policy.learn_mode)
