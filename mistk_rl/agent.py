@@ -37,6 +37,7 @@ class ReplayBatch:
     new_obs: Observations
     terminated: dict[str, bool]
     truncated: dict[str, bool]
+    new_action_mask: Optional[dict[str, np.ndarray]] = None  # legal actions in new_obs
 
 
 class AbstractAgent(ServiceImplementation, ABC):

@@ -99,6 +99,7 @@ class Replay(Body):
     new_obs: dict[str, Tensor]
     terminated: dict[str, bool]
     truncated: Optional[dict[str, bool]] = None
+    new_action_mask: Optional[dict[str, Tensor]] = None  # legal actions in new_obs
 
 
 class StepRequest(Body):

@@ -272,15 +272,25 @@ def _key(config: EpisodeConfig) -> tuple:
 
 
 def _transition(obs: Any, action: Any, ts: Timestep, truncated: bool) -> dict:
-    """One entity's replay entry; an abnormal step ends its episode as a truncation."""
-    return {"prevObs": obs, "actions": action, "rewards": float(ts.reward), "newObs": ts.obs,
-            "terminated": bool(ts.terminated and not ts.abnormal),
-            "truncated": bool(ts.truncated or truncated or ts.abnormal)}
+    """One entity's replay entry; an abnormal step ends its episode as a truncation. Envs
+    that put the legal actions in info["action_mask"] send those of the new observation,
+    so a learner bootstraps from legal actions only."""
+    entry = {"prevObs": obs, "actions": action, "rewards": float(ts.reward), "newObs": ts.obs,
+             "terminated": bool(ts.terminated and not ts.abnormal),
+             "truncated": bool(ts.truncated or truncated or ts.abnormal)}
+    if "action_mask" in ts.info:
+        entry["newActionMask"] = np.asarray(ts.info["action_mask"])
+    return entry
+
+
+REPLAY_FIELDS = ("prevObs", "actions", "rewards", "newObs", "terminated", "truncated")
 
 
 def _batch(replay: dict[str, dict]) -> dict[str, dict]:
-    """Per-entity transitions -> the spec's Replay (one map per field)."""
-    fields = ("prevObs", "actions", "rewards", "newObs", "terminated", "truncated")
+    """Per-entity transitions -> the spec's Replay (one map per field); the next masks only
+    when every entity has one."""
+    fields = REPLAY_FIELDS + (("newActionMask",) if all(
+        "newActionMask" in t for t in replay.values()) else ())
     return {f: {entity: t[f] for entity, t in replay.items()} for f in fields}
 
 

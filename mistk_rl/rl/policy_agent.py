@@ -207,6 +207,7 @@ class PolicyAgent(AbstractAgent):
         if self.mode == "eval":
             return  # evaluation episodes never train the agent
         process = self.policy.collect_mode.process_transition
+        next_masks = batch.new_action_mask if self.policy.masks_next_actions else None
         transitions = {}
         for entity, action in batch.actions.items():
             output = self._output_for(entity, int(np.asarray(action).reshape(())))
@@ -214,6 +215,9 @@ class PolicyAgent(AbstractAgent):
                 batch.prev_obs[entity], output, float(batch.rewards[entity]),
                 batch.new_obs[entity], bool(batch.terminated[entity]),
                 bool(batch.truncated[entity]))
+            if next_masks is not None:
+                transitions[entity]["next_action_mask"] = np.asarray(next_masks[entity],
+                                                                     dtype=bool)
         self.learner.env_steps += len(transitions)
         self.trainer.observe_all(transitions)
         self.trainer.maybe_train()

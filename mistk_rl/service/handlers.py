@@ -138,8 +138,8 @@ def _replay_batch(body: dict[str, Any], checks: _SpaceChecks, prefix: str = "") 
     """A replay body as arrays, after checking every field names the same entities and
     every value belongs to its space."""
     entities = set(body["actions"])
-    for key in ("prevObs", "rewards", "newObs", "terminated"):
-        if set(body[key]) != entities:
+    for key in ("prevObs", "rewards", "newObs", "terminated", "newActionMask"):
+        if key in body and set(body[key]) != entities:
             raise InvalidRequest(f"{prefix}{key} names entities {sorted(body[key])}, "
                                  f"{prefix}actions names {sorted(entities)}")
     return ReplayBatch(prev_obs=_arrays(body["prevObs"], checks.obs, prefix + "prevObs"),
@@ -147,7 +147,10 @@ def _replay_batch(body: dict[str, Any], checks: _SpaceChecks, prefix: str = "") 
                        rewards=_finite(body["rewards"], prefix + "rewards"),
                        new_obs=_arrays(body["newObs"], checks.obs, prefix + "newObs"),
                        terminated=dict(body["terminated"]),
-                       truncated={k: body.get("truncated", {}).get(k, False) for k in entities})
+                       truncated={k: body.get("truncated", {}).get(k, False) for k in entities},
+                       new_action_mask=_arrays(body["newActionMask"], checks.mask,
+                                               prefix + "newActionMask")
+                       if body.get("newActionMask") else None)
 
 
 class AgentService(_Service):

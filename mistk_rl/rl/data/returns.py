@@ -23,9 +23,12 @@ def _nstep_item(first: dict, last: dict, reward: float, m: int, gamma: float) ->
     ``terminated`` / ``truncated`` come from the window's last step: an episode end can only
     be there, since a window never crosses one.
     """
-    return {**first, "reward": float(reward), "next_obs": last["next_obs"],
+    item = {**first, "reward": float(reward), "next_obs": last["next_obs"],
             "terminated": bool(last["terminated"]), "truncated": bool(last["truncated"]),
             "gamma_n": float(gamma ** m)}
+    if "next_action_mask" in last:  # the legal actions belong to next_obs, the window's end
+        item["next_action_mask"] = last["next_action_mask"]
+    return item
 
 
 def _ends_episode(step: dict) -> bool:

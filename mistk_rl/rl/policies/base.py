@@ -46,6 +46,9 @@ class Policy(ABC):
     implement the `_forward_*` methods; `self.config` is the merged config."""
 
     on_policy: bool = False
+    # transitions keep the legal actions of next_obs ("next_action_mask") when the env gives
+    # them, for learners that bootstrap from the next state's best action
+    masks_next_actions: bool = False
 
     @classmethod
     def default_config(cls) -> dict:

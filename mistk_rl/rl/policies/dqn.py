@@ -2,7 +2,8 @@
 n-step returns (`gamma_n` in the batch), prioritized replay (IS weights in when the batch
 has them, new priorities out) and a hard or soft target network.
 
-    learn:   TD target  r + gamma_n * (1 - terminated) * Q_target(s', argmax_a Q(s', a))
+    learn:   TD target  r + gamma_n * (1 - terminated) * Q_target(s', argmax_a Q(s', a)),
+             a ranging over the legal actions of s' when transitions carry next_action_mask
              loss       IS-weighted Huber (or MSE) of Q(s, a) against that target
     collect: epsilon-greedy, epsilon from a schedule of env steps
     eval:    argmax
@@ -22,6 +23,7 @@ from mistk_rl.rl.wrappers import ArgmaxSample, EpsGreedySample, TargetNetwork
 
 class DQNPolicy(Policy):
     on_policy = False
+    masks_next_actions = True
 
     @classmethod
     def default_config(cls) -> dict:
@@ -71,14 +73,8 @@ class DQNPolicy(Policy):
         if not self.model.training:  # (a module-tree walk per update otherwise)
             self.model.train()
         q = self.model(obs)["logit"].gather(1, action[:, None]).squeeze(1)
-        with torch.no_grad():
-            target_q = self.target(next_obs)["logit"]
-            if cfg["double"]:
-                best = self.model(next_obs)["logit"].argmax(dim=1, keepdim=True)
-                next_q = target_q.gather(1, best).squeeze(1)
-            else:
-                next_q = target_q.max(dim=1).values
-            td_target = reward + gamma_n * not_done * next_q
+        td_target = self._td_target(next_obs, reward, not_done, gamma_n,
+                                    batch.get("next_action_mask"))
         td_error = q - td_target
         per_sample = (F.smooth_l1_loss(q, td_target, reduction="none") if cfg["loss"] == "huber"
                       else td_error.pow(2))
@@ -94,6 +90,20 @@ class DQNPolicy(Policy):
         return {"loss": loss.item(), "q_mean": q.mean().item(),
                 "td_abs_mean": td_error.abs().mean().item(), "grad_norm": float(grad_norm),
                 "priority": td_error.detach().abs().numpy()}
+
+    @torch.no_grad()
+    def _td_target(self, next_obs: torch.Tensor, reward: torch.Tensor, not_done: torch.Tensor,
+                   gamma_n: torch.Tensor, legal: Optional[torch.Tensor]) -> torch.Tensor:
+        """r + gamma_n * (1 - terminated) * Q_target(s', a*), a* the best legal action."""
+        target_q = self.target(next_obs)["logit"]
+        if self.config["learn"]["double"]:
+            best = _masked(self.model(next_obs)["logit"], legal).argmax(dim=1, keepdim=True)
+            next_q = target_q.gather(1, best).squeeze(1)
+        else:
+            next_q = _masked(target_q, legal).max(dim=1).values
+        if legal is not None:  # no legal action (the episode is over): nothing to add
+            next_q = torch.where(legal.bool().any(dim=1), next_q, torch.zeros_like(next_q))
+        return reward + gamma_n * not_done * next_q
 
     def _forward_collect(self, obs: torch.Tensor, mask: Optional[torch.Tensor],
                          env_step: int) -> dict:
@@ -115,3 +125,9 @@ class DQNPolicy(Policy):
 
     def _monitor_vars(self) -> list[str]:
         return ["loss", "q_mean", "td_abs_mean", "grad_norm"]
+
+
+def _masked(q: torch.Tensor, legal: Optional[torch.Tensor]) -> torch.Tensor:
+    """Q values with illegal actions at -inf, so max and argmax range over legal ones: in
+    turn-based games the max over all actions bootstraps from moves that cannot be made."""
+    return q if legal is None else q.masked_fill(~legal.bool(), float("-inf"))
