@@ -144,12 +144,14 @@ class QHead(nn.Module):
 
 
 class QNetwork(nn.Module):
-    """MLP encoder + Q head: `forward(obs) -> {"logit": Q [B, action_n]}`."""
+    """Encoder + Q head: `forward(obs) -> {"logit": Q [B, action_n]}`. The encoder (any module
+    with an `output_dim`; `mistk_rl.rl.encoders.make_encoder` picks one by observation space)
+    takes the raw observations."""
 
-    def __init__(self, obs_dim: int, action_n: int, hidden_sizes: Sequence[int] = (64, 64),
-                 dueling: bool = False, activation: Activation = "relu") -> None:
+    def __init__(self, encoder: nn.Module, action_n: int, dueling: bool = False,
+                 activation: Activation = "relu") -> None:
         super().__init__()
-        self.encoder = MLPEncoder(obs_dim, hidden_sizes, activation)
+        self.encoder = encoder
         self.head = QHead(self.encoder.output_dim, action_n, dueling, activation=activation)
 
     def forward(self, obs: torch.Tensor) -> dict[str, torch.Tensor]:

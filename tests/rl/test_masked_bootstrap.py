@@ -19,11 +19,11 @@ ACT = gym.spaces.Discrete(4)
 def test_a_mask_that_hides_the_max_action_changes_the_target(double):
     policy = DQNPolicy({"learn": {"double": double}}, OBS, ACT, seed=0)
     next_obs = torch.rand(8, 3)
-    q_next = policy.target(policy._encode(next_obs))["logit"]
+    q_next = policy.target(next_obs)["logit"]
     best = q_next.argmax(dim=1)
     hide_best = torch.ones(8, 4, dtype=torch.bool)
     hide_best[torch.arange(8), best] = False
-    args = (policy._encode(next_obs), torch.zeros(8), torch.ones(8), torch.ones(8))
+    args = (next_obs, torch.zeros(8), torch.ones(8), torch.ones(8))
     unmasked = policy._td_target(*args, None)
     masked = policy._td_target(*args, hide_best)
     all_legal = policy._td_target(*args, torch.ones(8, 4, dtype=torch.bool))
@@ -33,7 +33,7 @@ def test_a_mask_that_hides_the_max_action_changes_the_target(double):
         expected = q_next.masked_fill(~hide_best, float("-inf")).max(dim=1).values
         assert torch.allclose(masked, expected)
     else:  # double Q: the online argmax must be legal, so it is not the hidden action
-        online_best = policy.model(policy._encode(next_obs))["logit"].masked_fill(
+        online_best = policy.model(next_obs)["logit"].masked_fill(
             ~hide_best, float("-inf")).argmax(dim=1)
         assert hide_best[torch.arange(8), online_best].all()
         assert torch.allclose(masked, q_next.gather(1, online_best[:, None]).squeeze(1))
@@ -42,7 +42,7 @@ def test_a_mask_that_hides_the_max_action_changes_the_target(double):
 def test_no_legal_action_adds_nothing():
     policy = DQNPolicy({"learn": {"double": False}}, OBS, ACT, seed=0)
     none = torch.zeros(2, 4, dtype=torch.bool)
-    target = policy._td_target(policy._encode(torch.rand(2, 3)), torch.ones(2), torch.ones(2),
+    target = policy._td_target(torch.rand(2, 3), torch.ones(2), torch.ones(2),
                                torch.ones(2), none)
     assert torch.equal(target, torch.ones(2))
 

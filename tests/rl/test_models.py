@@ -7,6 +7,7 @@ import torch
 from gymnasium import spaces
 from torch import nn
 
+from mistk_rl.rl.encoders import make_encoder
 from mistk_rl.rl.models import (MLP, ActorCritic, MLPEncoder, QHead, QNetwork, action_n_of,
                                 encode_obs, obs_dim_of)
 from mistk_rl.rl.wrappers import (ArgmaxSample, EpsGreedySample, MultinomialSample,
@@ -48,6 +49,12 @@ def test_mlp_widths_and_activation_names():
         MLP(4, [8], activation="sigmoidal")
 
 
+BOX4 = spaces.Box(-1.0, 1.0, shape=(4,), dtype=np.float32)
+
+
+def _qnet() -> QNetwork:
+    return QNetwork(make_encoder(BOX4), 3)
+
 def test_encoder_flattens_and_casts():
     encoder = MLPEncoder(6, hidden_sizes=(16, 8))
     assert encoder.output_dim == 8
@@ -57,7 +64,7 @@ def test_encoder_flattens_and_casts():
 
 @pytest.mark.parametrize("dueling", [False, True])
 def test_q_network_shapes(dueling):
-    net = QNetwork(obs_dim=4, action_n=3, hidden_sizes=(32, 16), dueling=dueling)
+    net = QNetwork(make_encoder(BOX4, (32, 16)), action_n=3, dueling=dueling)
     out = net(torch.randn(7, 4))
     assert set(out) == {"logit"} and out["logit"].shape == (7, 3)
     assert (net.head.value is not None) == dueling
@@ -218,7 +225,7 @@ def test_multinomial_evaluates_given_actions_with_gradients():
 # ---- wrappers: sharing and the target network ----------------------------------------------
 
 def test_wrappers_share_the_model_instead_of_copying():
-    model = QNetwork(4, 3)
+    model = _qnet()
     wrappers = [ArgmaxSample(model), EpsGreedySample(model), MultinomialSample(model)]
     for wrapper in wrappers:
         assert all(a is b for a, b in zip(wrapper.parameters(), model.parameters()))
@@ -234,7 +241,7 @@ def test_wrappers_share_the_model_instead_of_copying():
 
 
 def test_target_network_is_a_frozen_copy():
-    model = QNetwork(4, 3)
+    model = _qnet()
     target = TargetNetwork(model)
     assert not any(a is b for a, b in zip(target.parameters(), model.parameters()))
     assert all(not p.requires_grad for p in target.parameters())
@@ -254,7 +261,7 @@ def perturb(model: nn.Module) -> None:
 
 
 def test_hard_target_copies_only_every_n_steps():
-    model = QNetwork(4, 3)
+    model = _qnet()
     target = TargetNetwork(model, update="hard", every=3)
     for step in range(1, 7):
         perturb(model)
@@ -265,7 +272,7 @@ def test_hard_target_copies_only_every_n_steps():
 
 
 def test_soft_target_moves_by_tau_every_step():
-    model = QNetwork(4, 3)
+    model = _qnet()
     target = TargetNetwork(model, update="soft", tau=0.1)
     for _ in range(2):
         before = [p.clone() for p in target.parameters()]
@@ -276,12 +283,12 @@ def test_soft_target_moves_by_tau_every_step():
 
 
 def test_target_state_round_trip_keeps_weights_and_step_counter():
-    model = QNetwork(4, 3)
+    model = _qnet()
     target = TargetNetwork(model, every=10)
     perturb(model)
     for _ in range(14):
         target.step()
-    restored = TargetNetwork(QNetwork(4, 3), every=10)
+    restored = TargetNetwork(_qnet(), every=10)
     restored.load_state_dict(target.state_dict())
     assert restored.steps == 14 and weights_equal(restored.target, target.target)
 
@@ -293,4 +300,4 @@ def test_target_state_round_trip_keeps_weights_and_step_counter():
 ])
 def test_target_rejects_bad_settings(kwargs, match):
     with pytest.raises(ValueError, match=match):
-        TargetNetwork(QNetwork(4, 3), **kwargs)
+        TargetNetwork(_qnet(), **kwargs)

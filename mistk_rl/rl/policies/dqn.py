@@ -15,7 +15,8 @@ from typing import Optional
 import torch
 import torch.nn.functional as F
 
-from mistk_rl.rl.models import QNetwork, encode_obs, obs_dim_of
+from mistk_rl.rl.encoders import make_encoder
+from mistk_rl.rl.models import QNetwork
 from mistk_rl.rl.policies.base import Policy, adam
 from mistk_rl.rl.schedules import make_schedule
 from mistk_rl.rl.wrappers import ArgmaxSample, EpsGreedySample, TargetNetwork
@@ -45,10 +46,11 @@ class DQNPolicy(Policy):
 
     def _init(self) -> None:
         cfg = self.config
-        self.model = QNetwork(obs_dim_of(self.observation_space), int(self.action_space.n),
-                              hidden_sizes=tuple(cfg["model"]["hidden_sizes"]),
-                              dueling=cfg["model"]["dueling"],
-                              activation=cfg["model"]["activation"])
+        model = cfg["model"]
+        encoder = make_encoder(self.observation_space, tuple(model["hidden_sizes"]),
+                               model["activation"])
+        self.model = QNetwork(encoder, int(self.action_space.n), dueling=model["dueling"],
+                              activation=model["activation"])
         target = cfg["learn"]["target"]
         self.target = TargetNetwork(self.model, update=target["update"], every=target["every"],
                                     tau=target["tau"])
@@ -59,12 +61,9 @@ class DQNPolicy(Policy):
         if cfg["learn"]["loss"] not in ("huber", "mse"):
             raise ValueError(f"learn.loss must be 'huber' or 'mse', not {cfg['learn']['loss']!r}")
 
-    def _encode(self, obs: torch.Tensor) -> torch.Tensor:
-        return encode_obs(self.observation_space, obs)
-
     def _forward_learn(self, batch: dict) -> dict:
         cfg = self.config["learn"]
-        obs, next_obs = self._encode(batch["obs"]), self._encode(batch["next_obs"])
+        obs, next_obs = batch["obs"], batch["next_obs"]  # raw: the model's encoder encodes
         action = batch["action"].long().view(-1)
         reward = batch["reward"].float().view(-1)
         not_done = 1.0 - batch["terminated"].float().view(-1)
@@ -108,11 +107,11 @@ class DQNPolicy(Policy):
     def _forward_collect(self, obs: torch.Tensor, mask: Optional[torch.Tensor],
                          env_step: int) -> dict:
         with torch.no_grad():
-            return self.collect_model(self._encode(obs), eps=self.epsilon(env_step), mask=mask)
+            return self.collect_model(obs, eps=self.epsilon(env_step), mask=mask)
 
     def _forward_eval(self, obs: torch.Tensor, mask: Optional[torch.Tensor]) -> dict:
         with torch.no_grad():
-            return self.eval_model(self._encode(obs), mask=mask)
+            return self.eval_model(obs, mask=mask)
 
     def _state_dict(self) -> dict:
         return {"model": self.model.state_dict(), "target": self.target.state_dict(),
