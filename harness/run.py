@@ -67,7 +67,7 @@ def run_from_file(config_path: Optional[Path], out: Optional[Path] = None, quiet
             if seed is not None:
                 config = with_seed(config, seed)
             run_dir = out or Path("runs") / f"{config.name}-{datetime.now():%Y%m%d-%H%M%S}"
-        results = run(config, run_dir, say=say, resume=progress)
+        results = run(config, run_dir, say=say, resume=progress, quiet=quiet)
     except (ConfigError, HarnessError) as exc:
         print(f"mistk-rl run: {exc}", file=sys.stderr)
         return 1
@@ -85,7 +85,7 @@ def run_from_file(config_path: Optional[Path], out: Optional[Path] = None, quiet
 
 
 def run(config: RunConfig, run_dir: Path, say: Callable[[str], None] = print,
-        resume: Optional[Progress] = None) -> dict:
+        resume: Optional[Progress] = None, quiet: bool = False) -> dict:
     """Run the whole sequence, or continue a training run from `resume` (its progress file:
     agents load their checkpoints, training goes on from its schedule); returns what it
     writes to ``run_dir/results.json``."""
@@ -118,7 +118,8 @@ def run(config: RunConfig, run_dir: Path, say: Callable[[str], None] = print,
                                                       timeout=timeouts.call))
         agents = {name: stack.enter_context(AgentClient(url, token=token, timeout=timeouts.call))
                   for name, url in agent_urls.items()}
-        episodes, progress = _sequence(config, orch, agents, agent_urls, run_dir, say, resume)
+        episodes, progress = _sequence(config, orch, agents, agent_urls, run_dir, say, resume,
+                                       quiet)
     results = {"name": config.name, "episodes": episodes,
                "wall_s": round(time.monotonic() - started, 3)}
     if config.training is not None:
@@ -134,7 +135,7 @@ def run(config: RunConfig, run_dir: Path, say: Callable[[str], None] = print,
 
 def _sequence(config: RunConfig, orch: OrchestratorClient, agents: dict[str, AgentClient],
               agent_urls: dict[str, str], run_dir: Path, say: Callable[[str], None],
-              resume: Optional[Progress]) -> tuple[list[dict], Optional[Progress]]:
+              resume: Optional[Progress], quiet: bool) -> tuple[list[dict], Optional[Progress]]:
     call_timeout = config.timeouts.call
     episodes_before = resume.episodes if resume else []  # (train moves resume on)
     with _step("orchestrator initialize"):
@@ -157,7 +158,7 @@ def _sequence(config: RunConfig, orch: OrchestratorClient, agents: dict[str, Age
             checkpoints = Checkpoints(agents, config.training.checkpoints, local, call_timeout)
         with _step("training"):
             progress = train(orch, config.training, run_dir, config.timeouts.episodes, say,
-                             checkpoints, resume)
+                             checkpoints, resume, quiet=quiet, title=config.name)
     else:
         _play_blocks(config, orch, say)
     with _step("getResults"):

@@ -23,7 +23,7 @@ import json
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Callable, Optional
+from typing import Callable, Optional, Sequence
 
 import numpy as np
 
@@ -31,9 +31,10 @@ from harness.config import ConfigError, TrainingSpec
 from mistk_rl.client import AgentClient, OrchestratorClient
 from mistk_rl.files import atomic_write_json
 from mistk_rl.rl.evaluator import EvalResult, summarize
-from mistk_rl.schemas import EpisodeConfig, EpisodeResult
+from harness.progress import TrainingProgress
+from mistk_rl.schemas import EpisodeConfig, EpisodeResult, Status
 
-Say = Callable[[str], None]
+ROLLING = 20  # training episodes averaged in the learning curve
 PROGRESS = "progress.json"
 
 
@@ -48,6 +49,7 @@ class Progress:
     episodes: list[dict] = field(default_factory=list)  # results.json's, up to this point
     checkpoints: dict[str, str] = field(default_factory=dict)  # agent -> path in its data dir
     resumed_at: list[int] = field(default_factory=list)  # train_steps of each resume
+    train_returns: list[list[float]] = field(default_factory=list)  # [env steps, return]
     done: bool = False  # an evaluation reached stop_value
 
     def save(self, run_dir: Path) -> None:
@@ -93,10 +95,12 @@ def resumed_seed(seed: int, evals_done: int) -> int:
 
 
 def train(orch: OrchestratorClient, spec: TrainingSpec, run_dir: Path, timeout: float,
-          say: Say, checkpoints: Optional[Checkpoints] = None,
-          progress: Optional[Progress] = None) -> Progress:
+          say: Callable[[str], None], checkpoints: Optional[Checkpoints] = None,
+          progress: Optional[Progress] = None, quiet: bool = False,
+          title: str = "") -> Progress:
     """Run the training loop, from the start or from `progress`; returns where it ended (the
-    evaluations are also written to disk)."""
+    evaluations are also written to disk). Shows a progress bar on a terminal, plain lines
+    otherwise, nothing when `quiet`."""
     resumed = progress is not None
     progress = progress or Progress()
     if resumed:
@@ -106,16 +110,24 @@ def train(orch: OrchestratorClient, spec: TrainingSpec, run_dir: Path, timeout: 
                           purge_step=progress.train_steps + 1 if resumed else None)
     episodes_before = progress.episodes
     started = time.monotonic() - progress.wall_s
+    shown = TrainingProgress(spec.env_steps, progress.train_steps, quiet=quiet, say=say)
+    if progress.evals:
+        shown.evaluated(progress.evals[-1]["mean_return"])
+    say = shown.write
     try:
         while progress.train_steps < spec.env_steps and not progress.done:
             done = progress.train_steps
             budget = min(spec.eval_every - done % spec.eval_every, spec.env_steps - done)
-            steps, episodes = _train_block(orch, spec, budget, seed, timeout)
+            steps, episodes = _train_block(orch, spec, budget, seed, timeout,
+                                           lambda block_steps: shown.update(done + block_steps))
             progress.train_steps += steps
             progress.train_episodes += len(episodes)
-            for e in episodes:
-                writer.add_scalar("train/episode_return", e.return_, progress.train_steps)
+            shown.update(progress.train_steps)
+            for at, e in episodes:
+                writer.add_scalar("train/episode_return", e.return_, done + at)
+                progress.train_returns.append([done + at, e.return_])
             result = _evaluate(orch, spec, timeout)
+            shown.evaluated(result.mean_return)
             record = {"env_steps": progress.train_steps,
                       "wall_s": round(time.monotonic() - started, 3),
                       "mean_return": result.mean_return, "std_return": result.std_return,
@@ -137,22 +149,29 @@ def train(orch: OrchestratorClient, spec: TrainingSpec, run_dir: Path, timeout: 
             if result.stop:
                 say(f"  reached stop_value {spec.stop_value}: stopping")
     finally:
+        shown.close()
         writer.close()
-        write_curve(progress.evals, run_dir)
+        write_curve(progress.evals, run_dir, spec.stop_value, progress.train_returns, title)
     return progress
 
 
 def _train_block(orch: OrchestratorClient, spec: TrainingSpec, budget: int, seed: int,
-                 timeout: float) -> tuple[int, list[EpisodeResult]]:
-    """Train for exactly `budget` env steps; returns the steps taken and episodes finished.
+                 timeout: float, on_steps: Callable[[int], None] = lambda steps: None
+                 ) -> tuple[int, list[tuple[int, EpisodeResult]]]:
+    """Train for exactly `budget` env steps; returns the steps taken and the episodes
+    finished, each with the block's env steps when it ended (`on_steps` hears the block's
+    steps as the orchestrator reports them).
     `resume`: the block stops at the budget and the next one continues its episodes, so
     evaluating never cuts or restarts a training episode (`seed` seeds the envs' first
     episodes only)."""
     steps_before = orch.status().payload.get("envSteps", 0)
     episodes = _run(orch, EpisodeConfig(
         num_steps=budget, seed=seed, max_steps=spec.max_steps, train=True,
-        num_envs=spec.num_envs, env_manager=spec.env_manager, resume=True), timeout)
-    return orch.status().payload.get("envSteps", 0) - steps_before, episodes
+        num_envs=spec.num_envs, env_manager=spec.env_manager, resume=True), timeout,
+        lambda status: on_steps(status.payload.get("envSteps", steps_before) - steps_before))
+    steps = orch.status().payload.get("envSteps", 0) - steps_before
+    return steps, [(steps if e.env_steps is None else e.env_steps - steps_before, e)
+                   for e in episodes]
 
 
 def _evaluate(orch: OrchestratorClient, spec: TrainingSpec, timeout: float) -> EvalResult:
@@ -171,16 +190,19 @@ def run_episodes(orch: OrchestratorClient, before: list[dict]) -> list[dict]:
                       "episode": e.episode + len(before)} for e in orch.get_results().episodes]
 
 
-def _run(orch: OrchestratorClient, config: EpisodeConfig, timeout: float) -> list[EpisodeResult]:
+def _run(orch: OrchestratorClient, config: EpisodeConfig, timeout: float,
+         on_status: Optional[Callable[[Status], None]] = None) -> list[EpisodeResult]:
     """One startEpisode to completion; returns the episodes it played."""
     before = len(orch.get_results().episodes)
-    orch.start_episode(config, wait=True, timeout=timeout)
+    orch.start_episode(config, wait=True, timeout=timeout, on_status=on_status)
     orch.stop_episode()
     return orch.get_results().episodes[before:]
 
 
-def write_curve(evals: list[dict], run_dir: Path) -> None:
-    """``evals.csv`` and ``learning_curve.png`` (mean ± std eval return vs env steps)."""
+def write_curve(evals: list[dict], run_dir: Path, stop_value: Optional[float] = None,
+                train_returns: Sequence[Sequence[float]] = (), title: str = "") -> None:
+    """``evals.csv`` and ``learning_curve.png``: mean ± std eval return vs training env
+    steps, the training episodes' returns (rolling mean of `ROLLING`), the stop value."""
     with open(run_dir / "evals.csv", "w", newline="") as fh:
         out = csv.writer(fh)
         out.writerow(["env_steps", "wall_s", "mean_return", "std_return"])
@@ -196,12 +218,24 @@ def write_curve(evals: list[dict], run_dir: Path) -> None:
     steps = [e["env_steps"] for e in evals]
     mean = [e["mean_return"] for e in evals]
     std = [e["std_return"] for e in evals]
-    fig, ax = plt.subplots(figsize=(6, 4))
-    ax.plot(steps, mean, marker="o")
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    if len(train_returns):
+        at, returns = np.asarray(train_returns, dtype=float).T
+        window = min(ROLLING, len(returns))
+        rolling = np.convolve(returns, np.ones(window) / window, mode="valid")
+        ax.plot(at, returns, ".", color="tab:gray", alpha=0.25, markersize=3)
+        ax.plot(at[window - 1:], rolling, color="tab:gray",
+                label=f"training episodes (mean of {window})")
+    ax.plot(steps, mean, marker="o", color="tab:blue", label="evaluation mean ± std")
     ax.fill_between(steps, [m - s for m, s in zip(mean, std)],
-                    [m + s for m, s in zip(mean, std)], alpha=0.2)
-    ax.set_xlabel("env steps")
-    ax.set_ylabel("eval mean return")
+                    [m + s for m, s in zip(mean, std)], alpha=0.2, color="tab:blue")
+    if stop_value is not None:
+        ax.axhline(stop_value, color="tab:green", linestyle="--",
+                   label=f"stop value {stop_value:g}")
+    ax.set_xlabel("training env steps")
+    ax.set_ylabel("episode return")
+    ax.set_title(title or run_dir.name)
+    ax.legend(loc="best", fontsize="small")
     ax.grid(alpha=0.3)
     fig.tight_layout()
     fig.savefig(run_dir / "learning_curve.png", dpi=100)

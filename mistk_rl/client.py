@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 import time
-from typing import Any, Iterable, Mapping, Optional, Union
+from typing import Any, Callable, Iterable, Mapping, Optional, Union
 from urllib.parse import urlsplit
 
 from mistk_rl import codec
@@ -218,17 +218,21 @@ class _ServiceClient:
         return self._wait(lambda s: s.state in wanted, f"state in {sorted(wanted)}",
                           timeout, after_version, failed_ok="failed" in wanted)
 
-    def wait_until_done(self, accepted: Status, timeout: Optional[float] = None) -> Status:
-        """Wait until the service leaves the busy state a 202 answer showed."""
+    def wait_until_done(self, accepted: Status, timeout: Optional[float] = None,
+                        on_status: Optional[Callable[[Status], None]] = None) -> Status:
+        """Wait until the service leaves the busy state a 202 answer showed; `on_status` sees
+        every status on the way (progress as the service reports it)."""
         return self._wait(lambda s: s.state != accepted.state,
                           f"leaving '{accepted.state}'", timeout or 600.0,
-                          accepted.resource_version, failed_ok=False)
+                          accepted.resource_version, failed_ok=False, on_status=on_status)
 
     def _wait(self, done, what: str, timeout: float, after_version: int,
-              failed_ok: bool) -> Status:
+              failed_ok: bool, on_status: Optional[Callable[[Status], None]] = None) -> Status:
         deadline = time.monotonic() + timeout
         status = self.status()
         while True:
+            if on_status is not None:
+                on_status(status)
             if status.state == "failed" and not failed_ok:
                 raise ServiceFailed(status)
             if status.resource_version > after_version and done(status):
@@ -331,11 +335,13 @@ class OrchestratorClient(_ServiceClient):
         return self._status_call("POST", "/registerAgent", params=params)
 
     def start_episode(self, config: Union[EpisodeConfig, dict, None] = None, *,
-                      wait: bool = False, timeout: Optional[float] = None) -> Status:
-        """Start running episodes; with ``wait=True``, return once they completed."""
+                      wait: bool = False, timeout: Optional[float] = None,
+                      on_status: Optional[Callable[[Status], None]] = None) -> Status:
+        """Start running episodes; with ``wait=True``, return once they completed
+        (`on_status` sees each status meanwhile: envSteps, episodesDone, ...)."""
         config = EpisodeConfig.model_validate(config or {})
         accepted = self._status_call("POST", "/startEpisode", json_body=config.wire())
-        return self._finish(accepted, wait, timeout)
+        return self.wait_until_done(accepted, timeout, on_status) if wait else accepted
 
     def save_episode(self, path: str) -> Status:
         return self._status_call("POST", "/saveEpisode", params={"path": path})
