@@ -1,6 +1,6 @@
 """`mistk-rl bench`: measurements of the services, printed and optionally saved as JSON.
-(transport/envs: `bench_step`; sb3-*: `bench_sb3`; learning-*: `bench_learning`;
-faults: `bench_faults`.)
+(transport/envs: `bench_step`; sb3-*: `bench_sb3`; parity and its aliases learning-*:
+`bench_parity`; faults: `bench_faults`.)
 
 getaction: the round-trip time of getAction against a local RandomAgent service (gunicorn on
 loopback, one kept-alive connection, a CartPole-sized observation), after a warm-up.
@@ -82,32 +82,57 @@ def bench_long_polls(polls: int = 64) -> dict:
             "terminate_ms": round(timings["terminate"] * 1e3, 1)}
 
 
-def bench_sb3(algo: str, seed: int, eval_every: int) -> dict:
+def bench_sb3(algo: str, seed: int, eval_every: Optional[int],
+              config_path: Optional[Path] = None) -> dict:
+    """SB3 alone on a training config (default: the suite's CartPole entry for `algo`)."""
+    from harness.config import load_config
+    from mistk_rl.bench_parity import entry_path
     from mistk_rl.bench_sb3 import run_sb3
 
-    record = run_sb3(algo, seed=seed, eval_every=eval_every)
+    config = load_config(config_path or entry_path(f"{algo}_cartpole"))
+    if eval_every is not None:
+        config = config.model_copy(update={"training": config.training.model_copy(
+            update={"eval_every": eval_every})})
+    record = run_sb3(config, seed=seed)
     for e in record["evals"]:
         print(f"  eval at {e['env_steps']:7d} env steps ({e['wall_s']:7.1f} s): "
               f"mean return {e['mean_return']:7.2f}")
     return record
 
 
+def bench_parity(suite: str = "classic", seeds: Optional[list[int]] = None,
+                 entries: Optional[list[str]] = None, config: Optional[Path] = None,
+                 json_out: Optional[Path] = None) -> int:
+    from mistk_rl.bench_parity import DEFAULT_SEEDS, SUITES
+    from mistk_rl.bench_parity import bench_parity as run_parity
+
+    if config is not None:
+        names = [config.stem]
+    else:
+        names = entries or SUITES[suite]
+        known = {n for suite_entries in SUITES.values() for n in suite_entries}
+        unknown = [n for n in names if n not in known]
+        if unknown:
+            raise SystemExit(f"unknown suite entries {unknown}; known: {sorted(known)}")
+    records, summaries = run_parity(names, seeds or DEFAULT_SEEDS[suite], config)
+    if json_out is not None:
+        _write(json_out, records, summaries=summaries)
+    return 0
+
+
 def run_bench(what: str, n: int = 2000, json_out: Optional[Path] = None, seed: int = 0,
               eval_every: Optional[int] = None, env_counts: Optional[list[int]] = None,
               steps: int = 20000, seeds: Optional[list[int]] = None,
-              config: Optional[Path] = None) -> int:
+              config: Optional[Path] = None, suite: str = "classic",
+              entries: Optional[list[str]] = None) -> int:
     from mistk_rl.bench_step import bench_envs, bench_transport
 
     counts = env_counts or [1, 16, 64, 256]
-    if what.startswith("learning-"):
-        from mistk_rl.bench_learning import bench_learning
-
+    if what == "parity":
+        return bench_parity(suite, seeds, entries, config, json_out)
+    if what.startswith("learning-"):  # the suite's CartPole entry (or --config) for the algo
         algo = what.split("-")[1]
-        records = bench_learning(algo, seeds or [0, 1, 2],
-                                 config or Path("configs") / f"cartpole_{algo}.yaml")
-        if json_out is not None:
-            _write(json_out, records)
-        return 0
+        return bench_parity("classic", seeds, [f"{algo}_cartpole"], config, json_out)
     if what in ("transport", "envs"):
         bench = bench_transport if what == "transport" else bench_envs
         records = bench(counts, steps)
@@ -126,18 +151,18 @@ def run_bench(what: str, n: int = 2000, json_out: Optional[Path] = None, seed: i
     elif what == "longpolls":
         record = bench_long_polls()
     else:
-        algo = what.split("-")[1]
-        record = bench_sb3(algo, seed, eval_every or (2500 if algo == "dqn" else 5000))
+        record = bench_sb3(what.split("-")[1], seed, eval_every, config)
     print("  ".join(f"{k}={v}" for k, v in record.items() if k != "evals"))
     if json_out is not None:
         _write(json_out, [record])
     return 0
 
 
-def _write(path: Path, records: list[dict]) -> None:
-    """`{"machine": ..., "records": [...]}`: records comparable across runs by a script."""
+def _write(path: Path, records: list[dict], **extra: list[dict]) -> None:
+    """`{"machine": ..., "records": [...], **extra}`: records comparable across runs by a
+    script."""
     payload = {"machine": {"python": platform.python_version(), "processor": platform.machine(),
                            "cpus": os.cpu_count()},
-               "records": records}
+               "records": records, **extra}
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(payload, indent=2) + "\n")

@@ -1,88 +1,302 @@
-"""The in-process bar: Stable-Baselines3 with rl-baselines3-zoo's CartPole-v1 hyperparameters,
-evaluated exactly as `mistk-rl run` evaluates (greedy, `eval_episodes` episodes on seeds
-eval_seed, eval_seed+1, ..., every `eval_every` env steps, stop at `stop_value`), timed from the
-first training step. Needs the `bench` extra (``pip install -e .[bench]``).
+"""Stable-Baselines3 in-process, configured from one of our training configs and evaluated
+exactly as `mistk-rl run` evaluates it (greedy, `eval_episodes` episodes on seeds eval_seed,
+eval_seed+1, ..., every `eval_every` env steps, stop at `stop_value` or at `env_steps`), timed
+from the first training step, on the CPU. Needs the `bench` extra (``pip install -e .[bench]``).
+
+`sb3_setup` is the one place our config keys become SB3's: it reads the agent's *merged*
+config (our defaults included), so every value our agent trains with is handed to SB3, and a
+value SB3 cannot express (double Q, a dueling head, ...) is an error naming it rather than a
+silent difference.
 """
 from __future__ import annotations
 
+import importlib
 import time
-from typing import Any, Optional
+from dataclasses import dataclass, field
+from typing import Any, Callable, Optional
 
 import gymnasium as gym
 import numpy as np
 import torch
 
-# rl-baselines3-zoo hyperparams/{dqn,ppo}.yml, CartPole-v1
-ZOO = {
-    "dqn": {"n_timesteps": 50_000, "learning_rate": 2.3e-3, "batch_size": 64,
-            "buffer_size": 100_000, "learning_starts": 1000, "gamma": 0.99,
-            "target_update_interval": 10, "train_freq": 256, "gradient_steps": 128,
-            "exploration_fraction": 0.16, "exploration_final_eps": 0.04,
-            "policy_kwargs": {"net_arch": [256, 256]}},
-    "ppo": {"n_timesteps": 100_000, "n_envs": 8, "n_steps": 32, "batch_size": 256,
-            "gae_lambda": 0.8, "gamma": 0.98, "n_epochs": 20, "ent_coef": 0.0,
-            "learning_rate": "lin_0.001", "clip_range": "lin_0.2"},
-}
+from harness.config import RunConfig
+from mistk_rl.rl.config import ConfigError
+
+# the agents' keys with no bearing on what is learned (logging, checkpoints, threads)
+NOT_LEARNING = {"seed", "log_every", "checkpoint_every", "checkpoint_buffer", "torch_threads"}
+# `normalize` keys (VecNormalize's semantics) -> VecNormalize kwargs
+NORMALIZE = {"obs": "norm_obs", "reward": "norm_reward", "clip_obs": "clip_obs",
+             "clip_reward": "clip_reward", "epsilon": "epsilon", "gamma": "gamma"}
+ACTIVATIONS = {"relu": torch.nn.ReLU, "tanh": torch.nn.Tanh}
 
 
-def evaluate(policy_predict, episodes: int, seed: int, env_id: str = "CartPole-v1") -> list:
-    env = gym.make(env_id)
+class Unmappable(ValueError):
+    """A config value that SB3 cannot express."""
+
+
+@dataclass
+class Sb3Setup:
+    """What SB3 is built from: the algorithm, the env, the constructor's kwargs."""
+
+    algo: str  # "dqn" | "ppo"
+    env_id: str
+    env_kwargs: dict[str, Any]
+    n_envs: int
+    budget: int
+    kwargs: dict[str, Any]
+    normalize: Optional[dict[str, Any]] = None  # VecNormalize kwargs, or None
+    pending: Optional[str] = None  # why our agent cannot take this config yet
+    agent_config: dict[str, Any] = field(default_factory=dict)
+
+
+def agent_class(target: str) -> type:
+    module, _, name = target.partition(":")
+    return getattr(importlib.import_module(module), name)
+
+
+def merged_agent_config(config: RunConfig) -> tuple[dict, Optional[str]]:
+    """The training agent's config merged over its defaults, and why our agent cannot take
+    it yet (None when it can). A `normalize` section our agent does not know yet is kept as
+    written, so SB3's side can still be set up."""
+    spec = config.agents[0]
+    cls = agent_class(spec.target)
+    hp = dict(spec.hyperparameters)
+    try:
+        return cls.compile_config(hp), None
+    except ConfigError as exc:
+        if "normalize" not in hp:
+            raise
+        normalize = hp.pop("normalize")
+        merged = cls.compile_config(hp)
+        merged["normalize"] = normalize
+        return merged, f"our agent does not take the config yet: {exc}"
+
+
+def sb3_setup(config: RunConfig) -> Sb3Setup:
+    """SB3's algorithm and kwargs for a training config (module doc)."""
+    spec = config.training
+    if spec is None:
+        raise ConfigError(f"config {config.name!r} has no training section")
+    merged, pending = merged_agent_config(config)
+    algo = agent_class(config.agents[0].target).policy_cls.__name__.removesuffix("Policy")
+    algo = algo.lower()
+    if algo not in ("dqn", "ppo"):
+        raise Unmappable(f"no SB3 counterpart for {algo}")
+    cfg = dict(merged)
+    for key in NOT_LEARNING:
+        cfg.pop(key, None)
+    normalize = _normalize(cfg.pop("normalize", None), merged["policy"]["learn"]["gamma"])
+    mapper = _dqn_kwargs if algo == "dqn" else _ppo_kwargs
+    kwargs = mapper(cfg, spec.num_envs, spec.env_steps)
+    env = config.orchestrator.env
+    return Sb3Setup(algo, env.id, dict(env.kwargs), spec.num_envs, spec.env_steps, kwargs,
+                    normalize, pending, merged)
+
+
+def _take(tree: dict, path: str) -> Any:
+    """Remove and return tree[a][b]... for "a.b..."; `_done` then checks nothing is left."""
+    *parents, leaf = path.split(".")
+    node = tree
+    for key in parents:
+        node = node[key]
+    return node.pop(leaf)
+
+
+def _done(tree: dict, prefix: str = "") -> None:
+    """Every key of the merged config must have been mapped (an empty mapping is done)."""
+    for key, value in tree.items():
+        path = f"{prefix}.{key}" if prefix else key
+        if isinstance(value, dict):
+            _done(value, path)
+        else:
+            raise Unmappable(f"{path} = {value!r} has no SB3 mapping in bench_sb3")
+
+
+def _require(value: Any, wanted: Any, path: str, why: str) -> None:
+    if value != wanted:
+        raise Unmappable(f"{path} = {value!r}: SB3 {why} (use {wanted!r} for a parity run)")
+
+
+def _net(model: dict, algo: str) -> dict:
+    activation = model.pop("activation")
+    if activation not in ACTIVATIONS:
+        raise Unmappable(f"policy.model.activation = {activation!r}: no SB3 mapping")
+    sizes = list(model.pop("hidden_sizes"))
+    return {"net_arch": sizes if algo == "dqn" else {"pi": sizes, "vf": sizes},
+            "activation_fn": ACTIVATIONS[activation]}
+
+
+def _dqn_kwargs(cfg: dict, n_envs: int, budget: int) -> dict:
+    learn = cfg["policy"]["learn"]
+    _require(_take(cfg, "policy.model.dueling"), False, "policy.model.dueling",
+             "DQN has no dueling head")
+    _require(_take(cfg, "policy.learn.double"), False, "policy.learn.double",
+             "DQN is not double Q-learning")
+    _require(_take(cfg, "policy.learn.loss"), "huber", "policy.learn.loss",
+             "DQN's loss is Huber")
+    _require(_take(cfg, "policy.learn.target.update"), "hard", "policy.learn.target.update",
+             "DQN's target sync is mapped for hard updates only")
+    _take(cfg, "policy.learn.target.tau")  # soft updates only
+    _require(_take(cfg, "buffer.type"), "naive", "buffer.type", "replay is uniform")
+    buffer_size = _take(cfg, "buffer.replay_buffer_size")
+    for key in list(cfg["buffer"]):  # the advanced buffer's keys are refused above
+        _take(cfg, f"buffer.{key}")
+    eps = cfg["policy"]["collect"]["eps"]
+    _require(eps.pop("type"), "linear", "policy.collect.eps.type",
+             "decays epsilon linearly")
+    train_freq, gradient_steps = _take(cfg, "train.train_freq"), _take(cfg, "train.gradient_steps")
+    if train_freq % n_envs:
+        raise Unmappable(f"train.train_freq {train_freq} is not a multiple of num_envs "
+                         f"{n_envs}: SB3 counts it in steps of all env copies")
+    grad_clip = learn.pop("grad_clip")
+    kwargs = {
+        "learning_rate": learn.pop("lr"), "batch_size": learn.pop("batch_size"),
+        "gamma": learn.pop("gamma"), "buffer_size": buffer_size,
+        "learning_starts": _take(cfg, "train.learning_starts"),
+        # SB3: train_freq in steps of the vector env, gradient_steps per train
+        "train_freq": train_freq // n_envs, "gradient_steps": gradient_steps,
+        # ours counts target syncs in updates, SB3 in env steps
+        "target_update_interval": max(1, round(learn["target"].pop("every") * train_freq
+                                               / gradient_steps)),
+        "exploration_initial_eps": eps.pop("start"), "exploration_final_eps": eps.pop("end"),
+        "exploration_fraction": eps.pop("duration") / budget,
+        "max_grad_norm": float("inf") if grad_clip is None else grad_clip,
+        "policy_kwargs": _net(cfg["policy"]["model"], "dqn"),
+    }
+    nstep = _take(cfg, "policy.nstep")
+    if nstep != 1:  # SB3 >= 2.6
+        kwargs["n_steps"] = nstep
+    _done(cfg)
+    return kwargs
+
+
+def _ppo_kwargs(cfg: dict, n_envs: int, budget: int) -> dict:
+    learn = cfg["policy"]["learn"]
+    _require(_take(cfg, "policy.model.share_encoder"), False, "policy.model.share_encoder",
+             "PPO's MlpPolicy keeps separate actor and critic networks")
+    rollout = _take(cfg, "train.n_steps")
+    if rollout % n_envs:
+        raise Unmappable(f"train.n_steps {rollout} is not a multiple of num_envs {n_envs}: "
+                         "SB3's n_steps is per env copy")
+    lr, clip, anneal = learn.pop("lr"), learn.pop("clip"), learn.pop("anneal_env_steps")
+    kwargs = {
+        "n_steps": rollout // n_envs, "batch_size": learn.pop("batch_size"),
+        "n_epochs": learn.pop("epochs"), "gamma": learn.pop("gamma"),
+        "gae_lambda": learn.pop("gae_lambda"), "ent_coef": learn.pop("entropy_coef"),
+        "vf_coef": learn.pop("value_coef"), "normalize_advantage": learn.pop("adv_norm"),
+        "max_grad_norm": learn.pop("grad_clip"),
+        "learning_rate": _annealed(lr, anneal, budget),
+        "clip_range": _annealed(clip, anneal, budget),
+        "policy_kwargs": _net(cfg["policy"]["model"], "ppo"),
+    }
+    if "log_std_init" in cfg["policy"]["model"]:  # the Gaussian's (Box actions only)
+        kwargs["policy_kwargs"]["log_std_init"] = _take(cfg, "policy.model.log_std_init")
+    _done(cfg)
+    return kwargs
+
+
+def _annealed(value: float, horizon: Optional[int], budget: int) -> Any:
+    """Ours: value * max(0, 1 - env_steps / horizon); SB3 passes the progress remaining,
+    1 - env_steps / budget."""
+    if not horizon:
+        return value
+    return lambda left: value * max(0.0, 1.0 - (1.0 - left) * budget / horizon)
+
+
+def _normalize(section: Any, gamma: float) -> Optional[dict]:
+    if not section:
+        return None
+    if section is True:
+        section = {"obs": True, "reward": True}
+    unknown = set(section) - set(NORMALIZE)
+    if unknown:
+        raise Unmappable(f"normalize.{sorted(unknown)[0]} has no VecNormalize mapping")
+    kwargs = {"gamma": gamma, "norm_obs": False, "norm_reward": False}
+    kwargs.update({NORMALIZE[k]: v for k, v in section.items()})
+    return kwargs if kwargs["norm_obs"] or kwargs["norm_reward"] else None
+
+
+def evaluate(predict: Callable[[np.ndarray], Any], episodes: int, seed: int, env_id: str,
+             env_kwargs: Optional[dict] = None, max_steps: Optional[int] = None) -> list:
+    """`episodes` episodes, episode i reset with seed + i; `predict` maps an observation to
+    an action (greedy)."""
+    make_kwargs = dict(env_kwargs or {})
+    if max_steps is not None:
+        make_kwargs["max_episode_steps"] = max_steps
+    env = gym.make(env_id, **make_kwargs)
+    discrete = isinstance(env.action_space, gym.spaces.Discrete)
     returns = []
     for i in range(episodes):
         obs, _ = env.reset(seed=seed + i)
         done, total = False, 0.0
         while not done:
-            action = policy_predict(obs)
-            obs, reward, terminated, truncated, _ = env.step(action)
+            action = predict(obs)
+            obs, reward, terminated, truncated, _ = env.step(int(action) if discrete
+                                                             else action)
             total, done = total + float(reward), terminated or truncated
         returns.append(total)
     env.close()
     return returns
 
 
-def run_sb3(algo: str, seed: int, eval_every: int, eval_episodes: int = 10,
-            eval_seed: int = 10_000, stop_value: float = 475.0,
-            env_steps: Optional[int] = None) -> dict[str, Any]:
+def run_sb3(config: RunConfig, seed: int, setup: Optional[Sb3Setup] = None) -> dict[str, Any]:
+    """Train SB3 as `config` says with `seed`, under `config.training`'s eval protocol;
+    returns {"bench", "seed", "evals", "wall_s", "first_success"}."""
     try:
         from stable_baselines3 import DQN, PPO
         from stable_baselines3.common.callbacks import BaseCallback
         from stable_baselines3.common.env_util import make_vec_env
+        from stable_baselines3.common.vec_env import VecNormalize
     except ImportError as exc:
-        raise SystemExit("bench sb3 needs stable-baselines3: pip install -e '.[bench]'") from exc
+        raise SystemExit("bench needs stable-baselines3: pip install -e '.[bench]'") from exc
 
     torch.set_num_threads(1)  # as our services run; the machines have 2 cores
-    hp = dict(ZOO[algo])
-    budget = env_steps or hp.pop("n_timesteps")
-    hp.pop("n_timesteps", None)
+    spec = config.training
+    setup = setup or sb3_setup(config)
     evals: list[dict] = []
+    wrapper_kwargs = {"max_episode_steps": spec.max_steps} if spec.max_steps else None
+    env = make_vec_env(setup.env_id, n_envs=setup.n_envs, seed=seed,
+                       env_kwargs=setup.env_kwargs or None,
+                       wrapper_class=gym.wrappers.TimeLimit if wrapper_kwargs else None,
+                       wrapper_kwargs=wrapper_kwargs)
+    if setup.normalize:
+        env = VecNormalize(env, **setup.normalize)
+    cls = DQN if setup.algo == "dqn" else PPO
+    # device="cpu": SB3 would pick CUDA when present, and its small MLPs run slower there
+    model = cls("MlpPolicy", env, seed=seed, verbose=0, device="cpu", **setup.kwargs)
     started = time.monotonic()
 
+    def predict(obs: np.ndarray) -> Any:
+        if setup.normalize:  # frozen statistics, as our agent's eval mode
+            obs = env.normalize_obs(obs)
+        return model.predict(obs, deterministic=True)[0]
+
     class EvalEvery(BaseCallback):
-        next_eval = eval_every
+        next_eval = spec.eval_every
 
         def _on_step(self) -> bool:
             if self.num_timesteps < self.next_eval:
                 return True
-            self.next_eval += eval_every
-            returns = evaluate(lambda o: int(self.model.predict(o, deterministic=True)[0]),
-                               eval_episodes, eval_seed)
-            evals.append({"env_steps": int(self.num_timesteps),
-                          "wall_s": round(time.monotonic() - started, 3),
-                          "mean_return": float(np.mean(returns)), "returns": returns})
-            return evals[-1]["mean_return"] < stop_value
+            self.next_eval += spec.eval_every
+            return record() < (np.inf if spec.stop_value is None else spec.stop_value)
 
-    if algo == "dqn":
-        model = DQN("MlpPolicy", gym.make("CartPole-v1"), seed=seed, verbose=0, **hp)
-    else:
-        n_envs = hp.pop("n_envs")
-        lr, clip = (float(hp.pop(k).split("_")[1]) for k in ("learning_rate", "clip_range"))
-        model = PPO("MlpPolicy", make_vec_env("CartPole-v1", n_envs=n_envs, seed=seed),
-                    seed=seed, verbose=0, learning_rate=lambda p: p * lr,
-                    clip_range=lambda p: p * clip, **hp)
+    def record() -> float:
+        returns = evaluate(predict, spec.eval_episodes, spec.eval_seed, setup.env_id,
+                           setup.env_kwargs, spec.max_steps)
+        evals.append({"env_steps": int(model.num_timesteps),
+                      "wall_s": round(time.monotonic() - started, 3),
+                      "mean_return": float(np.mean(returns)), "returns": returns})
+        return evals[-1]["mean_return"]
+
     started = time.monotonic()
-    model.learn(total_timesteps=budget, callback=EvalEvery())
+    model.learn(total_timesteps=setup.budget, callback=EvalEvery())
+    reached = spec.stop_value is not None and evals and evals[-1]["mean_return"] >= spec.stop_value
+    if not reached and (not evals or evals[-1]["env_steps"] < setup.budget):
+        record()  # as the harness, which evaluates once more at the end of the budget
     wall = time.monotonic() - started
-    success = next((e for e in evals if e["mean_return"] >= stop_value), None)
-    return {"bench": f"sb3_{algo}", "seed": seed, "evals": evals, "wall_s": round(wall, 3),
+    env.close()
+    success = next((e for e in evals if spec.stop_value is not None
+                    and e["mean_return"] >= spec.stop_value), None)
+    return {"bench": f"sb3_{setup.algo}", "seed": seed, "evals": evals, "wall_s": round(wall, 3),
             "first_success": success and {k: success[k] for k in
                                           ("env_steps", "wall_s", "mean_return")}}

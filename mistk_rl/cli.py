@@ -52,7 +52,8 @@ def _bench(args: argparse.Namespace) -> int:
     return run_bench(args.what, n=args.n, json_out=Path(args.json) if args.json else None,
                      seed=args.seed, eval_every=args.eval_every, env_counts=counts,
                      steps=args.steps, seeds=seeds,
-                     config=Path(args.config) if args.config else None)
+                     config=Path(args.config) if args.config else None, suite=args.suite,
+                     entries=args.entries.split(",") if args.entries else None)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -108,8 +109,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     bench = sub.add_parser("bench", help="measure the services")
     bench.add_argument("what", choices=["getaction", "longpolls", "transport", "envs",
-                                        "faults", "sb3-dqn", "sb3-ppo", "learning-dqn",
-                                        "learning-ppo"],
+                                        "faults", "sb3-dqn", "sb3-ppo", "parity",
+                                        "learning-dqn", "learning-ppo"],
                        help="getaction: round-trip time of getAction to a local agent; "
                             "longpolls: reset/terminate latency with 64 status long-polls "
                             "waiting; "
@@ -117,24 +118,31 @@ def build_parser() -> argparse.ArgumentParser:
                             "envs: env managers vs gymnasium's vector envs; "
                             "faults: how fast a run ends, and what it leaves, when a service "
                             "dies, restarts or hangs; "
-                            "sb3-dqn / sb3-ppo: Stable-Baselines3 in-process on CartPole-v1 "
-                            "with rl-zoo hyperparameters and our eval protocol (the bar for "
-                            "`mistk-rl run configs/cartpole_{dqn,ppo}.yaml`); "
-                            "learning-dqn / learning-ppo: that config over HTTP and SB3, "
-                            "alternating per seed, with time to the stop value side by side")
+                            "sb3-dqn / sb3-ppo: Stable-Baselines3 alone, in-process, on a "
+                            "training config (default configs/suite/{dqn,ppo}_cartpole.yaml) "
+                            "with our eval protocol; "
+                            "parity: per suite entry (configs/suite/), our agent over HTTP and "
+                            "SB3 with the same hyperparameters, back to back per seed; "
+                            "learning-dqn / learning-ppo: parity on the CartPole entry")
     bench.add_argument("--n", type=int, default=2000, help="getaction: calls to time")
     bench.add_argument("--seed", type=int, default=0, help="sb3-*: training seed")
+    bench.add_argument("--suite", default="classic", choices=["classic", "extended"],
+                       help="parity: which entries (classic: CartPole, Acrobot, MountainCar, "
+                            "Pendulum; extended: LunarLander, needs box2d)")
+    bench.add_argument("--entries", default=None,
+                       help="parity: only these entries, comma-separated (e.g. dqn_cartpole)")
     bench.add_argument("--envs", default=None,
                        help="transport/envs: env counts, comma-separated (default 1,16,64,256)")
     bench.add_argument("--steps", type=int, default=20000,
                        help="transport/envs: env steps timed per configuration")
     bench.add_argument("--eval-every", type=int, default=None,
-                       help="sb3-*: env steps between evaluations (dqn 2500, ppo 5000)")
+                       help="sb3-*: env steps between evaluations (default: the config's)")
     bench.add_argument("--seeds", default=None,
-                       help="learning-*: seeds, comma-separated (default 0,1,2)")
+                       help="parity, learning-*: seeds, comma-separated (default 0,1,2; "
+                            "extended suite 0)")
     bench.add_argument("--config", default=None,
-                       help="learning-*: our training config "
-                            "(default configs/cartpole_{dqn,ppo}.yaml)")
+                       help="parity, learning-*, sb3-*: run this training config instead of "
+                            "the suite's entries (SB3 takes the same hyperparameters)")
     bench.add_argument("--json", default=None, help="also write the figures here")
     bench.set_defaults(func=_bench)
     return parser

@@ -28,8 +28,8 @@ def test_bench_transport_and_envs_write_records(tmp_path):
             assert record["steps_per_s"] > 0
 
 
-def test_learning_outcome_and_comparison():
-    from mistk_rl.bench_learning import compare, outcome
+def test_parity_outcome_and_comparison():
+    from mistk_rl.bench_parity import compare, meets_targets, outcome
 
     evals = [{"env_steps": 2500, "wall_s": 2.0, "mean_return": 200.0},
              {"env_steps": 5000, "wall_s": 4.5, "mean_return": 480.0},
@@ -44,23 +44,84 @@ def test_learning_outcome_and_comparison():
     summary = compare(records)
     assert summary["both_reached"] == 2 and summary["ours_reached"] == 2
     assert summary["ratio_of_means"] == 1.0 and summary["max_seed_ratio"] == round(7 / 4.5, 2)
+    assert summary["steps_ratio"] == 1.0
+    assert meets_targets(summary, thresholded=True) is False  # 2 of 3 seeds against 3
+    assert meets_targets({**summary, "ours_reached": 3}, thresholded=True) is True
+    # no threshold (Pendulum): final means, within 10% of SB3's
+    assert meets_targets({"ours_final_mean": -220.0, "sb3_final_mean": -200.0}, False) is True
+    assert meets_targets({"ours_final_mean": -230.0, "sb3_final_mean": -200.0}, False) is False
 
 
-def test_bench_learning_runs_both_sides(tmp_path):
+def test_suite_configs_load_and_map_to_sb3():
+    """Every config under configs/suite/ is a valid harness config in exactly one suite, and
+    maps to SB3 kwargs with no key left over (and, with SB3 installed, none SB3 lacks)."""
+    import inspect
+
+    from harness.config import load_config
+    from mistk_rl.bench_parity import SUITE_DIR, SUITES
+    from mistk_rl.bench_sb3 import sb3_setup
+
+    files = sorted(p.stem for p in SUITE_DIR.glob("*.yaml"))
+    listed = sorted(name for names in SUITES.values() for name in names)
+    assert files == listed
+    try:
+        from stable_baselines3 import DQN, PPO
+        params = {"dqn": set(inspect.signature(DQN.__init__).parameters),
+                  "ppo": set(inspect.signature(PPO.__init__).parameters)}
+    except ImportError:
+        params = None
+    for name in files:
+        config = load_config(SUITE_DIR / f"{name}.yaml")
+        assert config.training is not None and config.training.checkpoints == 0, name
+        setup = sb3_setup(config)
+        assert setup.algo == name.split("_")[0] and setup.budget == config.training.env_steps
+        if params is not None:
+            assert set(setup.kwargs) <= params[setup.algo], name
+
+
+def test_sb3_mapping_refuses_what_sb3_cannot_express():
+    from harness.config import load_config
+    from mistk_rl.bench_parity import entry_path
+    from mistk_rl.bench_sb3 import Unmappable, sb3_setup
+
+    config = load_config(entry_path("dqn_cartpole"))
+    data = config.model_dump()
+    data["agents"][0]["hyperparameters"]["policy"]["learn"]["double"] = True
+    with pytest.raises(Unmappable, match="policy.learn.double"):
+        sb3_setup(type(config).model_validate(data))
+    kwargs = sb3_setup(config).kwargs  # ours counts target syncs in updates, SB3 in steps
+    assert kwargs["target_update_interval"] == 256 and kwargs["exploration_fraction"] == 0.16
+
+
+def test_learning_aliases_run_the_cartpole_entry(monkeypatch):
+    from mistk_rl import bench
+
+    calls = []
+    monkeypatch.setattr(bench, "bench_parity", lambda *args: calls.append(args) or 0)
+    assert bench.run_bench("learning-dqn", seeds=[4]) == 0
+    assert calls == [("classic", [4], ["dqn_cartpole"], None, None)]
+
+
+def test_bench_parity_runs_both_sides(tmp_path):
     pytest.importorskip("stable_baselines3")
-    config = tmp_path / "tiny.yaml"
-    config.write_text((REPO / "configs" / "cartpole_ppo.yaml").read_text()
-                      .replace("env_steps: 100000", "env_steps: 512")
-                      .replace("eval_every: 5000", "eval_every: 512")
-                      .replace("eval_episodes: 10", "eval_episodes: 2")
-                      .replace("stop_value: 475", "stop_value: 1"))
-    out = tmp_path / "learning.json"
-    proc = subprocess.run([sys.executable, "-m", "mistk_rl", "bench", "learning-ppo", "--seeds",
-                           "3", "--config", str(config), "--json", str(out)], cwd=REPO,
+    import yaml
+
+    config = yaml.safe_load((REPO / "configs" / "suite" / "ppo_cartpole.yaml").read_text())
+    config["training"].update(env_steps=512, eval_every=512, eval_episodes=2, stop_value=1)
+    path = tmp_path / "tiny.yaml"
+    path.write_text(yaml.safe_dump(config))
+    out = tmp_path / "parity.json"
+    proc = subprocess.run([sys.executable, "-m", "mistk_rl", "bench", "parity", "--seeds", "3",
+                           "--config", str(path), "--json", str(out)], cwd=REPO,
                           capture_output=True, text=True, timeout=240)
-    assert proc.returncode == 0, proc.stderr
-    record, summary = json.loads(out.read_text())["records"]
-    assert record["seed"] == 3
-    for side in ("ours", "sb3"):  # a stop value of 1 is reached at the first evaluation
-        assert record[side]["env_steps"] == 512 and record[side]["evals"] == 1
-    assert summary["summary"]["both_reached"] == 1
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    result = json.loads(out.read_text())
+    records = {r["system"]: r for r in result["records"]}
+    assert set(records) == {"ours", "sb3"}
+    for record in records.values():  # a stop value of 1 is reached at the first evaluation
+        assert record["status"] == "ok" and record["seed"] == 3 and record["budget"] == 512
+        assert record["env_steps_to_threshold"] == 512 and len(record["evals"]) == 1
+        assert record["algo"] == "ppo" and record["env"] == "CartPole-v1"
+    summary, = result["summaries"]
+    assert summary["both_reached"] == 1 and summary["meets_targets"] is not None
+    assert "tiny" in proc.stdout  # the summary table names the entry

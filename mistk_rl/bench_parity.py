@@ -1,0 +1,235 @@
+"""`mistk-rl bench parity`: our agents over HTTP against Stable-Baselines3 in-process, with the
+same hyperparameters and the same evaluation protocol, on a suite of tasks.
+
+Each suite entry is one training config under ``configs/suite/`` (rl-baselines3-zoo's tuned
+values; each file says where a value has no equivalent here). Per entry and seed, the config
+runs as ``mistk-rl run CONFIG --seed N`` would (services on loopback), then SB3 runs from the
+same file (`bench_sb3.sb3_setup` maps the keys), one right after the other so both meet the
+same machine: on shared machines the speed drifts by 2x within an hour, so only figures from
+one sitting compare. Each side reports env steps and seconds to its first evaluation >=
+stop_value and its final evaluation mean; an entry without a stop value (Pendulum) runs its
+whole budget and compares final means. An entry our agent cannot take yet (a config key or
+an action space it does not support) is reported as such and skipped, not fatal.
+
+`bench learning-dqn|learning-ppo` are the CartPole entries of the classic suite. Needs the
+`bench` extra.
+"""
+from __future__ import annotations
+
+import statistics
+import tempfile
+import traceback
+from pathlib import Path
+from typing import Optional
+
+from harness.config import RunConfig, load_config, with_seed
+
+SUITE_DIR = Path(__file__).resolve().parent.parent / "configs" / "suite"
+SUITES = {
+    "classic": ["ppo_cartpole", "dqn_cartpole", "ppo_acrobot", "dqn_acrobot",
+                "dqn_mountaincar", "ppo_pendulum"],
+    "extended": ["ppo_lunarlander", "dqn_lunarlander"],
+}
+DEFAULT_SEEDS = {"classic": [0, 1, 2], "extended": [0]}
+# issue 10's bar for the classic entries: ours / SB3
+TARGETS = {"steps_ratio": 1.25, "wall_ratio": 1.5, "final_within": 0.10}
+
+
+def entry_path(name: str) -> Path:
+    return SUITE_DIR / f"{name}.yaml"
+
+
+def outcome(evals: list[dict], stop_value: Optional[float]) -> dict:
+    """Env steps and seconds to the first evaluation >= stop_value (None if never), and the
+    last evaluation's mean."""
+    hit = next((e for e in evals if stop_value is not None and e["mean_return"] >= stop_value),
+               None)
+    return {"env_steps": hit and hit["env_steps"], "wall_s": hit and hit["wall_s"],
+            "final_mean": evals[-1]["mean_return"] if evals else None, "evals": len(evals)}
+
+
+def compare(records: list[dict]) -> dict:
+    """Per-seed ratios and the means over seeds (steps and seconds only where both reached
+    the stop), final means over the seeds both finished."""
+    both = [r for r in records if r["ours"]["wall_s"] and r["sb3"]["wall_s"]]
+    ratios = [r["ours"]["wall_s"] / r["sb3"]["wall_s"] for r in both]
+    summary = {"seeds": len(records), "both_reached": len(both),
+               "ours_reached": sum(r["ours"]["wall_s"] is not None for r in records),
+               "sb3_reached": sum(r["sb3"]["wall_s"] is not None for r in records)}
+    if both:
+        ours = statistics.fmean(r["ours"]["wall_s"] for r in both)
+        sb3 = statistics.fmean(r["sb3"]["wall_s"] for r in both)
+        ours_steps = statistics.fmean(r["ours"]["env_steps"] for r in both)
+        sb3_steps = statistics.fmean(r["sb3"]["env_steps"] for r in both)
+        summary.update(ours_mean_s=round(ours, 2), sb3_mean_s=round(sb3, 2),
+                       ratio_of_means=round(ours / sb3, 2), max_seed_ratio=round(max(ratios), 2),
+                       ours_mean_steps=ours_steps, sb3_mean_steps=sb3_steps,
+                       steps_ratio=round(ours_steps / sb3_steps, 2))
+    finals = [r for r in records
+              if r["ours"]["final_mean"] is not None and r["sb3"]["final_mean"] is not None]
+    if finals:
+        summary.update(
+            ours_final_mean=round(statistics.fmean(r["ours"]["final_mean"] for r in finals), 2),
+            sb3_final_mean=round(statistics.fmean(r["sb3"]["final_mean"] for r in finals), 2))
+    return summary
+
+
+def meets_targets(summary: dict, thresholded: bool) -> Optional[bool]:
+    """Issue 10's bar (`TARGETS`); None when there is nothing to judge."""
+    if thresholded:
+        if summary["ours_reached"] < summary["sb3_reached"]:
+            return False
+        if not summary["both_reached"]:
+            return None if not summary["sb3_reached"] else False
+        return (summary["steps_ratio"] <= TARGETS["steps_ratio"]
+                and summary["ratio_of_means"] <= TARGETS["wall_ratio"])
+    if "ours_final_mean" not in summary:
+        return None
+    ours, sb3 = summary["ours_final_mean"], summary["sb3_final_mean"]
+    return ours >= sb3 - TARGETS["final_within"] * abs(sb3)
+
+
+def preflight(config: RunConfig) -> Optional[str]:
+    """Why our agent cannot run this config yet (None when it can): a key its config does
+    not know, or a policy that refuses the env's spaces. Builds the policy in-process, which
+    takes well under a second, instead of starting services to find out."""
+    import gymnasium as gym
+
+    from mistk_rl.bench_sb3 import agent_class, merged_agent_config
+
+    merged, pending = merged_agent_config(config)
+    if pending:
+        return pending
+    env_spec = config.orchestrator.env
+    env = gym.make(env_spec.id, **env_spec.kwargs)
+    try:
+        agent_class(config.agents[0].target).policy_cls(
+            merged["policy"], env.observation_space, env.action_space, seed=0)
+    except (ValueError, TypeError, NotImplementedError) as exc:
+        return f"our agent cannot take {env_spec.id} yet: {exc}"
+    finally:
+        env.close()
+    return None
+
+
+def _records(name: str, config: RunConfig, algo: str, seed: int, system: str, result: dict,
+             status: str = "ok", reason: Optional[str] = None) -> dict:
+    """One JSON record: `{algo, env, seed, system, env_steps_to_threshold,
+    wall_s_to_threshold, final_eval, budget}` plus the entry, status and the evaluations."""
+    spec = config.training
+    o = outcome(result.get("evals", []), spec.stop_value)
+    record = {"entry": name, "algo": algo, "env": config.orchestrator.env.id, "seed": seed,
+              "system": system, "env_steps_to_threshold": o["env_steps"],
+              "wall_s_to_threshold": o["wall_s"], "final_eval": o["final_mean"],
+              "budget": spec.env_steps, "threshold": spec.stop_value, "status": status}
+    if reason:
+        record["reason"] = reason
+    record["evals"] = [{k: e[k] for k in ("env_steps", "wall_s", "mean_return")}
+                       for e in result.get("evals", [])]
+    return record
+
+
+def run_entry(name: str, seeds: list[int], config_path: Optional[Path] = None
+              ) -> tuple[list[dict], dict]:
+    """Both sides of one entry, seed by seed; returns its records and its summary."""
+    from harness.run import run
+    from mistk_rl.bench_sb3 import Unmappable, run_sb3, sb3_setup
+
+    config = load_config(config_path or entry_path(name))
+    spec = config.training
+    if spec is None:
+        raise SystemExit(f"{config_path or entry_path(name)} has no training section")
+    env_id = config.orchestrator.env.id
+    print(f"\n== {name}: {env_id}, budget {spec.env_steps} env steps, "
+          f"threshold {spec.stop_value}", flush=True)
+    try:
+        setup = sb3_setup(config)
+    except Unmappable as exc:  # e.g. a key our agent gained that the mapping does not know
+        reason = f"SB3 cannot take the same config: {exc}"
+        print(f"   cannot run: {reason}", flush=True)
+        return [], {"entry": name, "status": "cannot_run_yet", "reason": reason}
+    reason = preflight(config)
+    if reason:
+        print(f"   cannot run yet: {reason}", flush=True)
+        records = [_records(name, config, setup.algo, seed, system, {}, "cannot_run_yet", reason)
+                   for seed in seeds for system in ("ours", "sb3")]
+        return records, {"entry": name, "status": "cannot_run_yet", "reason": reason}
+    records, pairs = [], []
+    print(f"   {'seed':>4}  {'ours: steps':>11} {'s':>7} {'final':>8}   "
+          f"{'sb3: steps':>10} {'s':>7} {'final':>8}   s ratio", flush=True)
+    for seed in seeds:
+        pair = {}
+        for system in ("ours", "sb3"):
+            try:
+                if system == "ours":
+                    with tempfile.TemporaryDirectory(prefix="mistk-parity-") as tmp:
+                        result = run(with_seed(config, seed), Path(tmp), say=lambda _m: None,
+                                     quiet=True)
+                else:
+                    result = run_sb3(config, seed, setup)
+                records.append(_records(name, config, setup.algo, seed, system, result))
+            except Exception as exc:  # one failed run must not lose the rest of the bench
+                print(f"   {system} seed {seed} failed: {exc}", flush=True)
+                traceback.print_exc()
+                result = {}
+                records.append(_records(name, config, setup.algo, seed, system, result,
+                                        "failed", f"{type(exc).__name__}: {exc}"))
+            pair[system] = outcome(result.get("evals", []), spec.stop_value)
+        pair["seed"] = seed
+        pairs.append(pair)
+        print("   " + _row(pair), flush=True)
+    summary = {"entry": name, "algo": setup.algo, "env": env_id, "status": "ok",
+               **compare(pairs)}
+    summary["meets_targets"] = meets_targets(summary, spec.stop_value is not None)
+    return records, summary
+
+
+def bench_parity(entries: list[str], seeds: list[int],
+                 config_path: Optional[Path] = None) -> tuple[list[dict], list[dict]]:
+    """Every entry in turn (or the one config at `config_path`); prints a row per seed and a
+    summary table; returns (records, summaries)."""
+    records, summaries = [], []
+    for name in entries:
+        entry_records, summary = run_entry(name, seeds, config_path)
+        records += entry_records
+        summaries.append(summary)
+    print("\n" + summary_table(summaries), flush=True)
+    return records, summaries
+
+
+def summary_table(summaries: list[dict]) -> str:
+    """One line per entry: seeds reaching the threshold, ours / SB3 in env steps and in wall
+    time (ratio of means over the seeds both reached it), final eval means, issue 10's bar."""
+    head = (f"{'entry':<16} {'reached':>9} {'steps ours/sb3':>22} {'steps':>5} "
+            f"{'wall s ours/sb3':>17} {'wall':>5} {'final ours/sb3':>17}  bar")
+    lines = [head, "-" * len(head)]
+    for s in summaries:
+        if s["status"] != "ok":
+            lines.append(f"{s['entry']:<16} cannot run yet: {s['reason'][:90]}")
+            continue
+
+        def num(key: str, fmt: str = "{:.0f}") -> str:
+            return "-" if s.get(key) is None else fmt.format(s[key])
+
+        reached = f"{s['ours_reached']}/{s['sb3_reached']} of {s['seeds']}"
+        steps = f"{num('ours_mean_steps')}/{num('sb3_mean_steps')}"
+        wall = f"{num('ours_mean_s', '{:.1f}')}/{num('sb3_mean_s', '{:.1f}')}"
+        final = f"{num('ours_final_mean', '{:.1f}')}/{num('sb3_final_mean', '{:.1f}')}"
+        bar = {True: "met", False: "MISSED", None: "-"}[s["meets_targets"]]
+        lines.append(f"{s['entry']:<16} {reached:>9} {steps:>22} "
+                     f"{num('steps_ratio', '{:.2f}'):>5} {wall:>17} "
+                     f"{num('ratio_of_means', '{:.2f}'):>5} {final:>17}  {bar}")
+    return "\n".join(lines)
+
+
+def _row(pair: dict) -> str:
+    def side(o: dict) -> str:
+        steps = "-" if o["env_steps"] is None else str(o["env_steps"])
+        secs = "-" if o["wall_s"] is None else f"{o['wall_s']:.1f}"
+        final = "-" if o["final_mean"] is None else f"{o['final_mean']:.1f}"
+        return f"{steps:>11} {secs:>7} {final:>8}"
+
+    ours, sb3 = pair["ours"], pair["sb3"]
+    ratio = (f"{ours['wall_s'] / sb3['wall_s']:.2f}" if ours["wall_s"] and sb3["wall_s"]
+             else "-")
+    return f"{pair['seed']:>4}  {side(ours)}   {side(sb3)[1:]}   {ratio:>5}"
