@@ -212,7 +212,7 @@ def _normalize(section: Any, gamma: float) -> Optional[dict]:
     if unknown:
         raise Unmappable(f"normalize.{sorted(unknown)[0]} has no VecNormalize mapping")
     kwargs = {"gamma": gamma, "norm_obs": False, "norm_reward": False}
-    kwargs.update({NORMALIZE[k]: v for k, v in section.items()})
+    kwargs.update({NORMALIZE[k]: v for k, v in section.items() if v is not None})
     return kwargs if kwargs["norm_obs"] or kwargs["norm_reward"] else None
 
 
