@@ -159,24 +159,43 @@ class QNetwork(nn.Module):
 
 
 class ActorCriticHead(nn.Module):
-    """Policy logits and a state value; small policy init (gain 0.01) starts near-uniform."""
+    """Policy and state value from features; small policy init (gain 0.01) starts near-uniform
+    (discrete) or near-zero mean (continuous).
 
-    def __init__(self, in_dim: int, action_n: int) -> None:
+    Discrete: `actor` gives {"logit": [B, action_n]}. Continuous (`continuous=True`,
+    `action_n` = action dims): a diagonal Gaussian, {"mu": [B, action_n], "log_std":
+    [B, action_n]}, the log-std a state-independent parameter starting at `log_std_init`
+    (SB3's and CleanRL's PPO: exploration noise learnt, not predicted).
+    """
+
+    def __init__(self, in_dim: int, action_n: int, continuous: bool = False,
+                 log_std_init: float = 0.0) -> None:
         super().__init__()
+        self.continuous = continuous
         self.policy = layer_init(nn.Linear(in_dim, action_n), gain=0.01)
         self.value = layer_init(nn.Linear(in_dim, 1), gain=1.0)
+        self.log_std = (nn.Parameter(torch.full((action_n,), float(log_std_init)))
+                        if continuous else None)
+
+    def actor(self, features: torch.Tensor) -> dict[str, torch.Tensor]:
+        out = self.policy(features)
+        if not self.continuous:
+            return {"logit": out}
+        # a sum, not expand_as: a view of the parameter would require grad under no_grad too
+        return {"mu": out, "log_std": self.log_std + torch.zeros_like(out)}
 
     def forward(self, actor_features: torch.Tensor,
                 critic_features: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
-        """Logits from `actor_features`, value [B] from `critic_features` (default: same)."""
+        """Policy outputs from `actor_features`, value [B] from `critic_features` (default:
+        the same)."""
         if critic_features is None:
             critic_features = actor_features
-        return {"logit": self.policy(actor_features),
-                "value": self.value(critic_features).squeeze(-1)}
+        return {**self.actor(actor_features), "value": self.value(critic_features).squeeze(-1)}
 
 
 class ActorCritic(nn.Module):
-    """PPO/A2C model: `forward(obs) -> {"logit": [B, action_n], "value": [B]}`.
+    """PPO/A2C model: `forward(obs) -> {"logit": [B, action_n], "value": [B]}`, or with
+    `continuous=True` {"mu", "log_std": [B, action_n], "value"} (see `ActorCriticHead`).
 
     Actor and critic get separate encoders by default (CleanRL's PPO: the value loss does not
     disturb the policy features); `share_encoder=True` uses one. Hidden layers are
@@ -184,12 +203,14 @@ class ActorCritic(nn.Module):
     """
 
     def __init__(self, obs_dim: int, action_n: int, hidden_sizes: Sequence[int] = (64, 64),
-                 activation: Activation = "tanh", share_encoder: bool = False) -> None:
+                 activation: Activation = "tanh", share_encoder: bool = False,
+                 continuous: bool = False, log_std_init: float = 0.0) -> None:
         super().__init__()
         self.actor_encoder = self._encoder(obs_dim, hidden_sizes, activation)
         self.critic_encoder = (None if share_encoder
                                else self._encoder(obs_dim, hidden_sizes, activation))
-        self.head = ActorCriticHead(self.actor_encoder.output_dim, action_n)
+        self.head = ActorCriticHead(self.actor_encoder.output_dim, action_n, continuous,
+                                    log_std_init)
 
     @staticmethod
     def _encoder(obs_dim: int, hidden_sizes: Sequence[int], activation: Activation) -> MLPEncoder:
@@ -208,7 +229,7 @@ class ActorCritic(nn.Module):
         return encoder(obs)
 
     def compute_actor(self, obs: torch.Tensor) -> dict[str, torch.Tensor]:
-        return {"logit": self.head.policy(self.actor_encoder(obs))}
+        return self.head.actor(self.actor_encoder(obs))
 
     def compute_critic(self, obs: torch.Tensor) -> dict[str, torch.Tensor]:
         return {"value": self.head.value(self._critic_features(obs)).squeeze(-1)}

@@ -12,6 +12,18 @@ How the MISTK calls map onto RL:
 - replayAction: transitions into the trainer, which updates on its schedule.
 - saveModel(path): everything training needs to continue (see `_checkpoint_state`), written
   atomically; the periodic checkpoint (`checkpoint_every`) writes the same.
+
+Normalisation (`normalize` in the config, `mistk_rl.rl.normalize`) happens here, at the
+service boundary, so the policies never know about it. The policy always acts on normalised
+observations; the statistics move only in collect mode (observations at getAction, returns at
+replayAction). What is stored follows SB3:
+- on-policy (PPO): the rollout stores the normalised observations the policy acted on and the
+  scaled rewards. The importance ratio compares log-probs of the same input, and a rollout is
+  used once, right after it was collected, so its normalisation is never stale.
+- off-policy (DQN): the replay buffer stores raw observations and rewards; the trainer
+  normalises each sampled batch with the current statistics. A transition lives through many
+  statistics updates: normalised once at storage it would mix scales across the buffer, and
+  the checkpointed buffer stays valid whatever the statistics.
 """
 from __future__ import annotations
 
@@ -28,6 +40,7 @@ from mistk_rl.rl.config import ConfigError, deep_merge, save_config
 from mistk_rl.rl.data.buffers import AdvancedReplayBuffer, NaiveReplayBuffer
 from mistk_rl.rl.learner import (CheckpointHook, Learner, LogHook, load_checkpoint,
                                  save_checkpoint)
+from mistk_rl.rl.normalize import Normalizer
 from mistk_rl.rl.policies.base import Policy
 from mistk_rl.rl.policies.random import RandomPolicy
 from mistk_rl.rl.trainers import OffPolicyTrainer, OnPolicyTrainer
@@ -62,6 +75,11 @@ class PolicyAgent(AbstractAgent):
             # the same cores (measured: PPO's step 30% slower with 2 on 2 cores, and 8x slower
             # when the cores are busy). null: torch's default (one per core)
             "torch_threads": 1,
+            # observation and reward normalisation (SB3's VecNormalize; module doc): off by
+            # default. gamma: the discount of the return whose std scales rewards (null: the
+            # policy's learn.gamma)
+            "normalize": {"obs": False, "reward": False, "clip_obs": 10.0, "clip_reward": 10.0,
+                          "gamma": None, "epsilon": 1e-8},
         }
         if not on_policy:
             if buffer_type not in BUFFERS:
@@ -92,6 +110,7 @@ class PolicyAgent(AbstractAgent):
         self.learner: Optional[Learner] = None
         self.trainer: Any = None
         self.warmup: Optional[RandomPolicy] = None
+        self.normalizer: Optional[Normalizer] = None
         self.mode = "collect"
         self._pending: dict[str, tuple[dict, int]] = {}  # entity -> (batch output, row)
 
@@ -138,6 +157,9 @@ class PolicyAgent(AbstractAgent):
         except (ValueError, TypeError) as exc:
             raise InvalidRequest(f"{type(self).__name__} cannot act in these spaces: "
                                  f"{exc}") from exc
+        if config["normalize"]["obs"] and not isinstance(obs_space, spaces.Box):
+            raise InvalidRequest(f"hyperparameters: normalize.obs needs a Box observation "
+                                 f"space, not {obs_space}")
         params = {id(p): p.numel() for module in vars(policy).values()
                   if isinstance(module, torch.nn.Module) for p in module.parameters()}
         self.limits.check("max_model_params", sum(params.values()),
@@ -162,7 +184,10 @@ class PolicyAgent(AbstractAgent):
                 raise ValueError(f"{path.name} holds no learner state (a periodic checkpoint "
                                  "written before format 2 cannot be loaded)")
             # the checkpoint fixes the architecture; what initialize gave explicitly wins
-            self.config = deep_merge(checkpoint["config"], self.hparams)
+            saved = checkpoint["config"]
+            # checkpoints from before normalisation existed: their runs had it off
+            saved.setdefault("normalize", self.default_config()["normalize"])
+            self.config = deep_merge(saved, self.hparams)
             save_config(self.config, self.data_dir / "config.yaml")
             obs_space, act_space = (space_from_dict(checkpoint["spaces"][k])
                                     for k in ("observation", "action"))
@@ -179,6 +204,8 @@ class PolicyAgent(AbstractAgent):
         self._require_model()
         self.mode = episode.mode
         self._pending.clear()
+        if self.normalizer is not None:
+            self.normalizer.end_episodes()
         (self.policy.eval_mode if self.mode == "eval" else self.policy.collect_mode).reset()
         self.update_status({"mode": self.mode})
 
@@ -189,6 +216,11 @@ class PolicyAgent(AbstractAgent):
         batch = torch.as_tensor(np.stack([np.asarray(obs[n]) for n in names]))
         mask = (torch.as_tensor(np.stack([np.asarray(action_mask[n]) for n in names])).bool()
                 if action_mask else None)
+        normalizer = self.normalizer
+        if normalizer is not None and normalizer.norm_obs:
+            if self.mode != "eval":  # eval mode: frozen statistics
+                normalizer.update_obs(batch.numpy())
+            batch = normalizer.obs(batch)
         if self.mode == "eval":
             out = self.policy.eval_mode.forward(batch, mask)
         else:
@@ -198,9 +230,14 @@ class PolicyAgent(AbstractAgent):
             # the batch's arrays (slicing every tensor per entity cost more than the forward)
             rows = {key: value.numpy() for key, value in out.items()
                     if isinstance(value, torch.Tensor) and value.dim() > 0}
+            if normalizer is not None and normalizer.norm_obs and self.policy.on_policy:
+                rows["obs"] = batch.numpy()  # what the rollout stores (module doc)
             self._pending = {name: (rows, i) for i, name in enumerate(names)}
-        actions = out["action"].tolist()
-        return {name: int(actions[i]) for i, name in enumerate(names)}
+        # Box actions: "env_action" is the sample clipped to the bounds, "action" the sample
+        actions = out.get("env_action", out["action"]).tolist()
+        if isinstance(self.policy.action_space, spaces.Discrete):
+            return {name: int(actions[i]) for i, name in enumerate(names)}
+        return {name: actions[i] for i, name in enumerate(names)}
 
     def do_replay_action(self, batch: ReplayBatch) -> None:
         self._require_model()
@@ -208,13 +245,25 @@ class PolicyAgent(AbstractAgent):
             return  # evaluation episodes never train the agent
         process = self.policy.collect_mode.process_transition
         next_masks = batch.new_action_mask if self.policy.masks_next_actions else None
+        # on-policy: normalised obs and scaled rewards go into the rollout; off-policy: raw
+        # ones into the buffer, normalised when sampled (module doc)
+        normalizer = self.normalizer if self.policy.on_policy else None
+        if self.normalizer is not None:
+            self.normalizer.update_rewards(
+                batch.rewards, {e: bool(batch.terminated[e]) or bool(batch.truncated[e])
+                                for e in batch.rewards})
         transitions = {}
         for entity, action in batch.actions.items():
-            output = self._output_for(entity, int(np.asarray(action).reshape(())))
+            output = self._output_for(entity, action)
+            prev_obs, reward = output.pop("obs", None), float(batch.rewards[entity])
+            new_obs = batch.new_obs[entity]
+            if normalizer is not None:
+                if prev_obs is None:
+                    prev_obs = normalizer.obs(batch.prev_obs[entity])
+                new_obs, reward = normalizer.obs(new_obs), float(normalizer.reward(reward))
             transitions[entity] = process(
-                batch.prev_obs[entity], output, float(batch.rewards[entity]),
-                batch.new_obs[entity], bool(batch.terminated[entity]),
-                bool(batch.truncated[entity]))
+                batch.prev_obs[entity] if prev_obs is None else prev_obs, output, reward,
+                new_obs, bool(batch.terminated[entity]), bool(batch.truncated[entity]))
             if next_masks is not None:
                 transitions[entity]["next_action_mask"] = np.asarray(next_masks[entity],
                                                                      dtype=bool)
@@ -226,6 +275,8 @@ class PolicyAgent(AbstractAgent):
     def do_episode_stopped(self) -> None:
         if self.trainer is not None and self.mode == "collect":
             self.trainer.end_all_episodes()
+        if self.normalizer is not None:
+            self.normalizer.end_episodes()
         self._pending.clear()
 
     def do_save_model(self, path: Path) -> None:
@@ -258,6 +309,9 @@ class PolicyAgent(AbstractAgent):
                checkpoint: Optional[dict] = None) -> None:
         seed = self.config["seed"]
         self.policy = self.policy_cls(self.config["policy"], obs_space, act_space, seed=seed)
+        norm = self.config["normalize"]
+        self.normalizer = (Normalizer(norm, obs_space.shape, self.policy.config["learn"]["gamma"])
+                           if norm["obs"] or norm["reward"] else None)
         hooks = []
         if self.config["log_every"]:
             hooks.append(LogHook(self.data_dir / "logs", every=self.config["log_every"],
@@ -274,30 +328,41 @@ class PolicyAgent(AbstractAgent):
             buffer = BUFFERS[self.config["buffer"]["type"]](buffer_cfg, seed=seed)
             self.trainer = OffPolicyTrainer(self.policy, self.learner, buffer,
                                             self.config["train"],
-                                            save_buffer=self.config["checkpoint_buffer"])
+                                            save_buffer=self.config["checkpoint_buffer"],
+                                            normalizer=self.normalizer)
             self.warmup = RandomPolicy(None, obs_space, act_space, seed=seed)
         if checkpoint is not None:
             self._restore(checkpoint)
         self.update_status(self.progress())
 
-    def _output_for(self, entity: str, action: int) -> dict:
-        """What the model said when it chose `action` (PPO needs its log-prob and value)."""
+    def _output_for(self, entity: str, action: Any) -> dict:
+        """What the model said when it chose the replayed `action` (PPO needs its log-prob and
+        value). A Box action comes back as sent, clipped to the bounds; the output holds the
+        sample behind it ("action"), which is what the learner evaluates."""
+        discrete = isinstance(self.policy.action_space, spaces.Discrete)
+        action = int(np.asarray(action).reshape(())) if discrete else np.asarray(action)
         pending = self._pending.pop(entity, None)
         if pending is not None:
             rows, i = pending
-            if int(rows["action"][i]) == action:
+            if discrete:
+                chosen = int(rows["action"][i]) == action
+            else:
+                sent = rows["env_action"][i] if "env_action" in rows else rows["action"][i]
+                chosen = np.allclose(sent.reshape(-1), action.reshape(-1).astype(sent.dtype),
+                                     rtol=1e-6, atol=1e-6)
+            if chosen:
                 return {key: values[i] for key, values in rows.items()}
         if self.policy.on_policy:
             raise ValueError(f"replayAction for {entity!r} with action {action} that this "
                              "agent did not choose: an on-policy learner cannot use it")
-        return {"action": torch.tensor(action)}
+        return {"action": torch.as_tensor(action)}
 
     def _checkpoint_state(self) -> dict:
         """What saveModel and the periodic hook write and buildModel(path) reads: weights,
         optimizer and counters (learner), what the trainer holds between updates (trainer:
         schedule position, n-step windows or the PPO rollout so far, the replay buffer when
         `checkpoint_buffer`), the random generators, and the config and spaces to rebuild
-        the model. An observation normaliser's statistics belong here too, once there is one.
+        the model, and the normaliser's statistics.
         """
         return {"agent": type(self).__name__, "format": CHECKPOINT_FORMAT,
                 "config": self.config,
@@ -306,13 +371,16 @@ class PolicyAgent(AbstractAgent):
                 "learner": self.learner.state_dict(),
                 "trainer": self.trainer.state_dict(),
                 "rng": {"policy": self.policy.rng_state(),
-                        "warmup": self.warmup.rng_state() if self.warmup else None}}
+                        "warmup": self.warmup.rng_state() if self.warmup else None},
+                "normalizer": self.normalizer.state_dict() if self.normalizer else None}
 
     def _restore(self, checkpoint: dict) -> None:
         self.learner.load_state_dict(checkpoint["learner"])  # first: the trainer's pushes
         if "trainer" not in checkpoint:  # format 1: weights and counters only
             return
         self.trainer.load_state_dict(checkpoint["trainer"])
+        if self.normalizer is not None:
+            self.normalizer.load_state_dict(checkpoint.get("normalizer"))
         self.policy.load_rng_state(checkpoint["rng"]["policy"])
         if self.warmup is not None:
             self.warmup.load_rng_state(checkpoint["rng"]["warmup"])
@@ -324,4 +392,4 @@ class PolicyAgent(AbstractAgent):
     def _drop_model(self) -> None:
         if self.learner is not None:
             self.learner.close()
-        self.policy = self.learner = self.trainer = self.warmup = None
+        self.policy = self.learner = self.trainer = self.warmup = self.normalizer = None

@@ -5,7 +5,10 @@ time, for one or more entities. A trainer turns that stream into learner updates
 
 - `OffPolicyTrainer` (DQN): per-entity n-step accumulation into a replay buffer, then
   `gradient_steps` updates every `train_freq` env steps once `learning_starts` is reached,
-  feeding new priorities back to a prioritized buffer.
+  feeding new priorities back to a prioritized buffer. With a `Normalizer`, the buffer holds
+  raw observations and rewards and each sampled batch is normalised with the statistics of
+  the moment (SB3's off-policy handling of VecNormalize; an n-step reward, a discounted sum,
+  is scaled as a whole, and clipped as a whole).
 - `OnPolicyTrainer` (PPO): per-entity rollouts; every `n_steps` transitions, GAE and one
   learner call on the whole rollout.
 
@@ -17,7 +20,7 @@ last step per entity bootstraps from the value of its next observation.
 """
 from __future__ import annotations
 
-from typing import Any, Mapping
+from typing import Any, Mapping, Optional
 
 import numpy as np
 import torch
@@ -25,6 +28,7 @@ import torch
 from mistk_rl.rl.data.collate import default_collate
 from mistk_rl.rl.data.returns import NStepAccumulator, gae
 from mistk_rl.rl.learner import Learner
+from mistk_rl.rl.normalize import Normalizer
 
 META_KEYS = ("replay_unique_id", "replay_buffer_idx", "priority", "IS", "use", "staleness")
 
@@ -35,8 +39,9 @@ class OffPolicyTrainer:
         return {"learning_starts": 1000, "train_freq": 256, "gradient_steps": 128}
 
     def __init__(self, policy: Any, learner: Learner, buffer: Any, config: dict,
-                 save_buffer: bool = True) -> None:
+                 save_buffer: bool = True, normalizer: Optional[Normalizer] = None) -> None:
         self.policy, self.learner, self.buffer, self.config = policy, learner, buffer, config
+        self.normalizer = normalizer
         self.batch_size = policy.config["learn"]["batch_size"]
         self.save_buffer = save_buffer  # the replay buffer goes into `state_dict`
         self._nstep: dict[str, NStepAccumulator] = {}
@@ -78,6 +83,8 @@ class OffPolicyTrainer:
             batch = self.buffer.sample_batch(self.batch_size, learner_iter=self.learner.train_iter)
             if batch is None:
                 break
+            if self.normalizer is not None:
+                batch = self._normalized(batch)
             # of the buffer's meta keys the learner needs only the IS weight
             info = self.learner.train({key: value for key, value in batch.items()
                                        if key not in META_KEYS or key == "IS"})
@@ -86,6 +93,11 @@ class OffPolicyTrainer:
                                     "priority": np.asarray(info["priority"])})
             done += 1
         return done
+
+    def _normalized(self, batch: dict) -> dict:
+        norm = self.normalizer
+        return {**batch, "obs": norm.obs(batch["obs"]), "next_obs": norm.obs(batch["next_obs"]),
+                "reward": norm.reward(batch["reward"])}
 
     def state_dict(self) -> dict:
         """The train schedule's position, the n-step windows in progress and, with

@@ -2,12 +2,13 @@
 
 A policy builds one model and wraps it per mode (DI-engine's `model_wrap`): DQN acts with
 `EpsGreedySample` when collecting, `ArgmaxSample` when evaluating, and learns against a
-`TargetNetwork`; PPO collects with `MultinomialSample`. Wrappers hold a reference to the model,
-not a copy, so an update made through one is seen by all (only `TargetNetwork` copies, on
-purpose). The model's `forward(obs)` must return a dict whose "logit" entry holds Q values or
-policy logits [B, action_n]; wrappers add "action" and pass the other entries through.
+`TargetNetwork`; PPO collects with `MultinomialSample` (discrete) or `GaussianSample` (Box).
+Wrappers hold a reference to the model, not a copy, so an update made through one is seen by
+all (only `TargetNetwork` copies, on purpose). The model's `forward(obs)` must return a dict whose "logit" entry holds Q values or
+policy logits [B, action_n] (`GaussianSample`: "mu" and "log_std" instead); wrappers add
+"action" and pass the other entries through.
 
-Every wrapper takes an optional action mask [B, action_n] (bool or 0/1; true = allowed).
+Every discrete wrapper takes an optional action mask [B, action_n] (bool or 0/1; true = allowed).
 Masked actions get logit -inf and are never chosen. Wrappers do not switch off gradients:
 call them under `torch.no_grad()` when acting, and with gradients for PPO's evaluation of
 stored actions.
@@ -15,6 +16,7 @@ stored actions.
 from __future__ import annotations
 
 import copy
+import math
 from collections.abc import Iterator
 from typing import Any
 
@@ -145,6 +147,53 @@ class MultinomialSample(ModelWrapper):
         action = torch.as_tensor(action, device=dist.logits.device).long()
         return {**output, "action": action, "log_prob": dist.log_prob(action),
                 "entropy": dist.entropy()}
+
+
+LOG_SQRT_2PI = 0.5 * math.log(2 * math.pi)
+
+
+def gaussian_log_prob_entropy(mu: torch.Tensor, log_std: torch.Tensor,
+                              action: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Log-density of `action` [B, d] under the diagonal Gaussian N(mu, exp(log_std)^2) and
+    its entropy, each summed over the d action dimensions -> [B]. Written out rather than
+    through `torch.distributions.Normal`, whose construction costs more than the arithmetic
+    on the per-step path; the tests check it against Normal."""
+    z = (action - mu) * torch.exp(-log_std)
+    log_prob = (-0.5 * z.pow(2) - log_std - LOG_SQRT_2PI).sum(-1)
+    entropy = (0.5 + LOG_SQRT_2PI + log_std).sum(-1)
+    return log_prob, entropy
+
+
+class GaussianSample(ModelWrapper):
+    """Samples a ~ N(mu, std^2) from a model returning "mu" and "log_std" [B, d] (continuous
+    on-policy collection); `deterministic=True` takes the mean (evaluation).
+
+    Also returns "log_prob" and "entropy" (summed over action dims). The action is the
+    unbounded sample: clipping it to the action space's bounds is the env's side (the policy
+    sends the clipped one, the log-prob stays the sample's, as SB3 and CleanRL do). Given
+    `action=`, it evaluates those actions with gradients, as PPO's update needs. Action masks
+    mean nothing for continuous actions: passing one is an error.
+    """
+
+    def __init__(self, model: nn.Module, generator: torch.Generator | None = None) -> None:
+        super().__init__(model)
+        self.generator = generator
+
+    def forward(self, obs: torch.Tensor, mask: torch.Tensor | None = None,
+                action: torch.Tensor | None = None, deterministic: bool = False) -> TensorDict:
+        if mask is not None:
+            raise ValueError("action masks apply to discrete actions only")
+        output = dict(self.module(obs))
+        mu, log_std = output["mu"], output["log_std"]
+        if action is None:
+            if deterministic:
+                action = mu
+            else:
+                noise = torch.randn(mu.shape, generator=self.generator, dtype=mu.dtype)
+                action = mu + noise.to(mu.device) * log_std.exp()
+        action = torch.as_tensor(action, dtype=mu.dtype, device=mu.device).reshape(mu.shape)
+        log_prob, entropy = gaussian_log_prob_entropy(mu, log_std, action)
+        return {**output, "action": action, "log_prob": log_prob, "entropy": entropy}
 
 
 class TargetNetwork(ModelWrapper):

@@ -124,7 +124,7 @@ def test_periodic_checkpoint_is_what_save_model_writes(tmp_path):
     Envs(0).play(original, 65)  # the last burst of 4 updates ends at env step 130
     latest = tmp_path / "a" / "checkpoints" / "latest.pt"
     assert load_checkpoint(latest).keys() == {
-        "agent", "format", "config", "spaces", "learner", "trainer", "rng"}
+        "agent", "format", "config", "spaces", "learner", "trainer", "rng", "normalizer"}
     restored = _agent(DQNAgent, DQN_HP, tmp_path / "b", latest)
     assert _counters(restored) == _counters(original)
     assert _counters(restored)["envSteps"] == 130

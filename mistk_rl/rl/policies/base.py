@@ -49,6 +49,9 @@ class Policy(ABC):
     # transitions keep the legal actions of next_obs ("next_action_mask") when the env gives
     # them, for learners that bootstrap from the next state's best action
     masks_next_actions: bool = False
+    # the action spaces the policy can act in; anything else is a ValueError at construction
+    # (the agent's registration check turns it into a 400)
+    action_spaces: tuple[type[spaces.Space], ...] = (spaces.Discrete,)
 
     @classmethod
     def default_config(cls) -> dict:
@@ -56,8 +59,9 @@ class Policy(ABC):
 
     def __init__(self, config: Optional[dict], observation_space: spaces.Space,
                  action_space: spaces.Space, *, seed: Optional[int] = None) -> None:
-        if not isinstance(action_space, spaces.Discrete):
-            raise ValueError(f"{type(self).__name__} needs a Discrete action space, "
+        if not isinstance(action_space, self.action_spaces):
+            kinds = " or ".join(kind.__name__ for kind in self.action_spaces)
+            raise ValueError(f"{type(self).__name__} needs a {kinds} action space, "
                              f"got {action_space}")
         self.config = deep_merge(self.default_config(), config)
         self.observation_space, self.action_space = observation_space, action_space

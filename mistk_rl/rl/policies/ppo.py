@@ -1,11 +1,17 @@
-"""PPO (clipped objective) for discrete actions.
+"""PPO (clipped objective) for Discrete and Box action spaces.
 
-    collect: sample from the policy; remember log-prob and value with each transition
+Discrete actions come from a categorical over the policy logits; Box actions from a diagonal
+Gaussian with a state-independent log-std (SB3, CleanRL), flattened to prod(shape) dims.
+
+    collect: sample from the policy; remember log-prob and value with each transition. A Box
+             action is sent to the env clipped to the space's bounds ("env_action") while the
+             transition keeps the sampled one and its log-prob (SB3 and CleanRL do the same:
+             the ratio is then taken between densities of the same unbounded sample)
     learn:   one call per rollout (advantages already computed with GAE by the trainer):
              `epochs` passes of shuffled minibatches, advantage normalisation per minibatch,
              loss = -min(r A, clip(r, 1-eps, 1+eps) A) + c_v (V - R)^2 - c_e H, grad clipping;
              lr and clip range optionally annealed linearly to 0 over `anneal_env_steps`
-    eval:    argmax of the policy logits
+    eval:    argmax of the policy logits; the Gaussian's mean (clipped) for Box
 """
 from __future__ import annotations
 
@@ -13,19 +19,23 @@ from typing import Any, Optional
 
 import numpy as np
 import torch
+from gymnasium import spaces
 
 from mistk_rl.rl.models import ActorCritic, encode_obs, obs_dim_of
 from mistk_rl.rl.policies.base import Policy, adam
-from mistk_rl.rl.wrappers import ArgmaxSample, MultinomialSample
+from mistk_rl.rl.wrappers import ArgmaxSample, GaussianSample, MultinomialSample
 
 
 class PPOPolicy(Policy):
     on_policy = True
+    action_spaces = (spaces.Discrete, spaces.Box)
 
     @classmethod
     def default_config(cls) -> dict:
         return {
-            "model": {"hidden_sizes": [64, 64], "activation": "tanh", "share_encoder": False},
+            # log_std_init: the Gaussian's initial log-std (Box action spaces only)
+            "model": {"hidden_sizes": [64, 64], "activation": "tanh", "share_encoder": False,
+                      "log_std_init": 0.0},
             "learn": {
                 "lr": 1e-3,
                 "epochs": 20,
@@ -43,16 +53,30 @@ class PPOPolicy(Policy):
 
     def _init(self) -> None:
         cfg = self.config
-        self.model = ActorCritic(obs_dim_of(self.observation_space), int(self.action_space.n),
+        self.continuous = isinstance(self.action_space, spaces.Box)
+        if self.continuous:
+            self.action_n = int(np.prod(self.action_space.shape))
+            # float32 bounds as tensors, once: clipping runs on every step
+            self._low, self._high = (torch.as_tensor(b, dtype=torch.float32).reshape(-1)
+                                     for b in (self.action_space.low, self.action_space.high))
+        else:
+            self.action_n = int(self.action_space.n)
+        self.model = ActorCritic(obs_dim_of(self.observation_space), self.action_n,
                                  hidden_sizes=tuple(cfg["model"]["hidden_sizes"]),
                                  activation=cfg["model"]["activation"],
-                                 share_encoder=cfg["model"]["share_encoder"])
+                                 share_encoder=cfg["model"]["share_encoder"],
+                                 continuous=self.continuous,
+                                 log_std_init=cfg["model"]["log_std_init"])
         self.optimizer = adam(self.model.parameters(), lr=cfg["learn"]["lr"], eps=1e-5)
         # the policy's own generators: seeded runs never depend on torch's global RNG
         self.torch_rng = torch.Generator().manual_seed(int(self.rng.integers(2**31)))
         sampling = torch.Generator().manual_seed(int(self.rng.integers(2**31)))
-        self.collect_model = MultinomialSample(self.model, generator=sampling)
-        self.eval_model = ArgmaxSample(self.model)
+        if self.continuous:
+            self.collect_model = GaussianSample(self.model, generator=sampling)
+            self.eval_model = GaussianSample(self.model)
+        else:
+            self.collect_model = MultinomialSample(self.model, generator=sampling)
+            self.eval_model = ArgmaxSample(self.model)
 
     def _encode(self, obs: torch.Tensor) -> torch.Tensor:
         return encode_obs(self.observation_space, obs)
@@ -94,7 +118,7 @@ class PPOPolicy(Policy):
         if cfg["adv_norm"] and len(idx) > 1:
             advantage = (advantage - advantage.mean()) / (advantage.std() + 1e-8)
         mask = batch["action_mask"][idx] if "action_mask" in batch else None
-        out = self.collect_model(obs[idx], mask=mask, action=batch["action"][idx].long())
+        out = self.collect_model(obs[idx], mask=mask, action=batch["action"][idx])
         log_ratio = out["log_prob"] - batch["log_prob"][idx].float()
         ratio = log_ratio.exp()
         policy_loss = -torch.min(ratio * advantage,
@@ -122,11 +146,22 @@ class PPOPolicy(Policy):
             out = self.collect_model(encoded, mask=mask)
             if "value" not in out:
                 out["value"] = self.model.compute_critic(encoded)["value"]
+        if self.continuous:
+            out["env_action"] = self._clip(out["action"])
         return out
 
     def _forward_eval(self, obs: torch.Tensor, mask: Optional[torch.Tensor]) -> dict:
         with torch.no_grad():
-            return self.eval_model(self._encode(obs), mask=mask)
+            if not self.continuous:
+                return self.eval_model(self._encode(obs), mask=mask)
+            out = self.eval_model(self._encode(obs), mask=mask, deterministic=True)
+        out["action"] = out["env_action"] = self._clip(out["action"])  # nothing to learn from
+        return out
+
+    def _clip(self, action: torch.Tensor) -> torch.Tensor:
+        """Sampled actions [B, d] clipped to the Box's bounds, in the space's shape."""
+        clipped = torch.maximum(torch.minimum(action, self._high), self._low)
+        return clipped.reshape(action.shape[0], *self.action_space.shape)
 
     def _process_transition(self, obs: Any, output: dict, reward: float, next_obs: Any,
                             terminated: bool, truncated: bool) -> dict:
