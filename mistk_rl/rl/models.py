@@ -197,12 +197,14 @@ class ActorCritic(nn.Module):
     """PPO/A2C model: `forward(obs) -> {"logit": [B, action_n], "value": [B]}`, or with
     `continuous=True` {"mu", "log_std": [B, action_n], "value"} (see `ActorCriticHead`).
 
+    `obs_dim`: the observation space (the encoder `mistk_rl.rl.encoders.make_encoder` picks for
+    it takes raw observations) or, for flat features already encoded, their width (an MLP).
     Actor and critic get separate encoders by default (CleanRL's PPO: the value loss does not
-    disturb the policy features); `share_encoder=True` uses one. Hidden layers are
-    orthogonally initialised with gain sqrt(2).
+    disturb the policy features); `share_encoder=True` uses one. Hidden layers (linear and
+    convolutional) are orthogonally initialised with gain sqrt(2).
     """
 
-    def __init__(self, obs_dim: int, action_n: int, hidden_sizes: Sequence[int] = (64, 64),
+    def __init__(self, obs_dim: int | spaces.Space, action_n: int, hidden_sizes: Sequence[int] = (64, 64),
                  activation: Activation = "tanh", share_encoder: bool = False,
                  continuous: bool = False, log_std_init: float = 0.0) -> None:
         super().__init__()
@@ -213,10 +215,15 @@ class ActorCritic(nn.Module):
                                     log_std_init)
 
     @staticmethod
-    def _encoder(obs_dim: int, hidden_sizes: Sequence[int], activation: Activation) -> MLPEncoder:
-        encoder = MLPEncoder(obs_dim, hidden_sizes, activation)
+    def _encoder(obs_dim: int | spaces.Space, hidden_sizes: Sequence[int],
+                 activation: Activation) -> nn.Module:
+        if isinstance(obs_dim, spaces.Space):
+            from mistk_rl.rl.encoders import make_encoder  # (encoders builds on this module)
+            encoder = make_encoder(obs_dim, hidden_sizes, activation)
+        else:
+            encoder = MLPEncoder(obs_dim, hidden_sizes, activation)
         for module in encoder.modules():
-            if isinstance(module, nn.Linear):
+            if isinstance(module, (nn.Linear, nn.Conv2d)):
                 layer_init(module)
         return encoder
 

@@ -1,4 +1,4 @@
-"""PPO's Gaussian policy for Box action spaces: densities, clipping, the agent's bookkeeping."""
+"""PPO for Box action spaces (Gaussian densities, clipping) and its model (encoders)."""
 from __future__ import annotations
 
 import numpy as np
@@ -83,3 +83,27 @@ def test_dqn_refuses_box_actions_and_ppo_accepts_them():
         DQNPolicy(None, OBS, ACT)
     with torch.device("meta"):  # as the agent's registration check builds it
         PPOPolicy(None, OBS, ACT)
+
+
+@pytest.mark.parametrize("obs_space, encoder", [
+    (spaces.Box(0, 255, (10, 10, 3), np.uint8), "ImageEncoder"),
+    (spaces.Discrete(5), "FlatEncoder")])
+def test_ppo_encoders_follow_the_observation_space(obs_space, encoder):
+    policy = PPOPolicy({"learn": {"epochs": 1, "batch_size": 4}}, obs_space, ACT, seed=0)
+    assert type(policy.model.actor_encoder).__name__ == encoder
+    obs = torch.as_tensor(np.stack([obs_space.sample() for _ in range(8)]))
+    out = policy.collect_mode.forward(obs, None, 0)
+    info = policy.learn_mode.forward({"obs": obs, "action": out["action"],
+                                      "log_prob": out["log_prob"],
+                                      "advantage": torch.randn(8), "return": torch.randn(8)})
+    assert np.isfinite(info["loss"])
+
+
+def test_ppo_loads_weights_saved_with_the_flat_mlp_encoder():
+    old = ActorCritic(3, 2, continuous=True)  # an int: the MLPEncoder path, "_first_layer" keys
+    assert any("_first_layer" in key for key in old.state_dict())
+    policy = PPOPolicy(None, OBS, ACT, seed=0)
+    policy.learn_mode.load_state_dict({"model": old.state_dict(),
+                                       "optimizer": policy.optimizer.state_dict()})
+    obs = torch.randn(4, 3)
+    assert torch.allclose(policy.model(obs)["mu"], old(obs)["mu"])

@@ -21,7 +21,7 @@ import numpy as np
 import torch
 from gymnasium import spaces
 
-from mistk_rl.rl.models import ActorCritic, encode_obs, obs_dim_of
+from mistk_rl.rl.models import ActorCritic
 from mistk_rl.rl.policies.base import Policy, adam
 from mistk_rl.rl.wrappers import ArgmaxSample, GaussianSample, MultinomialSample
 
@@ -61,7 +61,7 @@ class PPOPolicy(Policy):
                                      for b in (self.action_space.low, self.action_space.high))
         else:
             self.action_n = int(self.action_space.n)
-        self.model = ActorCritic(obs_dim_of(self.observation_space), self.action_n,
+        self.model = ActorCritic(self.observation_space, self.action_n,
                                  hidden_sizes=tuple(cfg["model"]["hidden_sizes"]),
                                  activation=cfg["model"]["activation"],
                                  share_encoder=cfg["model"]["share_encoder"],
@@ -79,7 +79,9 @@ class PPOPolicy(Policy):
             self.eval_model = ArgmaxSample(self.model)
 
     def _encode(self, obs: torch.Tensor) -> torch.Tensor:
-        return encode_obs(self.observation_space, obs)
+        """Raw observations as a tensor: the model's encoders (chosen by the observation
+        space) do the encoding."""
+        return torch.as_tensor(obs)
 
     def value(self, obs: torch.Tensor) -> torch.Tensor:
         """V(obs), for bootstrapping at the end of a rollout or at a truncation."""
@@ -174,7 +176,10 @@ class PPOPolicy(Policy):
         return {"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict()}
 
     def _load_state_dict(self, state: dict) -> None:
-        self.model.load_state_dict(state["model"])
+        # checkpoints from the flat MLPEncoder also list its first layer as "_first_layer"
+        # (an alias of mlp.net.0): the same tensors, dropped
+        self.model.load_state_dict({key: value for key, value in state["model"].items()
+                                    if "._first_layer." not in key})
         self.optimizer.load_state_dict(state["optimizer"])
 
     def _generators(self) -> dict[str, torch.Generator]:
