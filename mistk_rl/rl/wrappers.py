@@ -4,9 +4,9 @@ A policy builds one model and wraps it per mode (DI-engine's `model_wrap`): DQN 
 `EpsGreedySample` when collecting, `ArgmaxSample` when evaluating, and learns against a
 `TargetNetwork`; PPO collects with `MultinomialSample` (discrete) or `GaussianSample` (Box).
 Wrappers hold a reference to the model, not a copy, so an update made through one is seen by
-all (only `TargetNetwork` copies, on purpose). The model's `forward(obs)` must return a dict whose "logit" entry holds Q values or
-policy logits [B, action_n] (`GaussianSample`: "mu" and "log_std" instead); wrappers add
-"action" and pass the other entries through.
+all (only `TargetNetwork` copies, on purpose). The model's `forward(obs)` must return a dict
+whose "logit" entry holds Q values or policy logits [B, action_n] (`GaussianSample`: "mu" and
+"log_std" instead); wrappers add "action" and pass the other entries through.
 
 Every discrete wrapper takes an optional action mask [B, action_n] (bool or 0/1; true = allowed).
 Masked actions get logit -inf and are never chosen. Wrappers do not switch off gradients:
