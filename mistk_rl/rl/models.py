@@ -206,7 +206,8 @@ class ActorCritic(nn.Module):
 
     def __init__(self, obs_dim: int | spaces.Space, action_n: int,
                  hidden_sizes: Sequence[int] = (64, 64), activation: Activation = "tanh",
-                 share_encoder: bool = False, continuous: bool = False, log_std_init: float = 0.0) -> None:
+                 share_encoder: bool = False, continuous: bool = False,
+                 log_std_init: float = 0.0) -> None:
         super().__init__()
         self.actor_encoder = self._encoder(obs_dim, hidden_sizes, activation)
         self.critic_encoder = (None if share_encoder
