@@ -13,6 +13,7 @@ arrays, or a dict of those) and returns features [B, output_dim]:
 """
 from __future__ import annotations
 
+import math
 from typing import Mapping, Sequence
 
 import numpy as np
@@ -21,7 +22,53 @@ import torch.nn.functional as F
 from gymnasium import spaces
 from torch import nn
 
-from mistk_rl.rl.models import MLP, Activation, activation_class
+
+Activation = str | type[nn.Module]
+ACTIVATIONS: dict[str, type[nn.Module]] = {
+    "relu": nn.ReLU, "tanh": nn.Tanh, "elu": nn.ELU, "gelu": nn.GELU, "silu": nn.SiLU,
+}
+
+
+def activation_class(activation: Activation) -> type[nn.Module]:
+    """An activation class from its config name ("relu", "tanh", ...) or the class itself."""
+    if isinstance(activation, str):
+        try:
+            return ACTIVATIONS[activation.lower()]
+        except KeyError:
+            raise ValueError(f"unknown activation {activation!r}; valid: "
+                             f"{', '.join(ACTIVATIONS)}") from None
+    return activation
+
+
+def layer_init(layer: nn.Linear, gain: float = math.sqrt(2), bias: float = 0.0) -> nn.Linear:
+    """Orthogonal weights and constant bias: the initialisation CleanRL's PPO relies on."""
+    nn.init.orthogonal_(layer.weight, gain)
+    nn.init.constant_(layer.bias, bias)
+    return layer
+
+
+class MLP(nn.Module):
+    """Linear layers with an activation after each hidden one; `out_dim` adds a final linear
+    layer without activation (logits, values). `output_dim` is the width of the output."""
+
+    def __init__(self, in_dim: int, hidden_sizes: Sequence[int],
+                 activation: Activation = nn.ReLU, out_dim: int | None = None) -> None:
+        super().__init__()
+        act = activation_class(activation)
+        layers: list[nn.Module] = []
+        width = in_dim
+        for size in hidden_sizes:
+            layers += [nn.Linear(width, size), act()]
+            width = size
+        if out_dim is not None:
+            layers.append(nn.Linear(width, out_dim))
+            width = out_dim
+        self.net = nn.Sequential(*layers)
+        self.output_dim = width
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.net(x)
+
 
 ACTION_MASK_KEY = "action_mask"
 IMAGE_CHANNELS = (1, 3, 4)

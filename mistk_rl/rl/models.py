@@ -1,4 +1,5 @@
-"""Torch models for discrete-action agents, and the glue from gymnasium spaces to tensors.
+"""Torch models for the agents: Q networks (DQN) and actor-critics (PPO), each an encoder
+chosen by the observation space (`mistk_rl.rl.encoders`) plus a head.
 
 Models follow DI-engine's convention: `forward` returns a dict, and its "logit" entry holds Q
 values or policy logits. The wrappers in `mistk_rl.rl.wrappers` turn that into actions, so one
@@ -6,113 +7,14 @@ model serves learning, collection and evaluation.
 """
 from __future__ import annotations
 
-import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
-import numpy as np
 import torch
-import torch.nn.functional as F
 from gymnasium import spaces
 from torch import nn
 
-Activation = str | type[nn.Module]
-ACTIVATIONS: dict[str, type[nn.Module]] = {
-    "relu": nn.ReLU, "tanh": nn.Tanh, "elu": nn.ELU, "gelu": nn.GELU, "silu": nn.SiLU,
-}
-
-
-def activation_class(activation: Activation) -> type[nn.Module]:
-    """An activation class from its config name ("relu", "tanh", ...) or the class itself."""
-    if isinstance(activation, str):
-        try:
-            return ACTIVATIONS[activation.lower()]
-        except KeyError:
-            raise ValueError(f"unknown activation {activation!r}; valid: "
-                             f"{', '.join(ACTIVATIONS)}") from None
-    return activation
-
-
-def layer_init(layer: nn.Linear, gain: float = math.sqrt(2), bias: float = 0.0) -> nn.Linear:
-    """Orthogonal weights and constant bias: the initialisation CleanRL's PPO relies on."""
-    nn.init.orthogonal_(layer.weight, gain)
-    nn.init.constant_(layer.bias, bias)
-    return layer
-
-
-# ---- spaces -> tensors ----------------------------------------------------------------------
-
-def obs_dim_of(space: spaces.Space) -> int:
-    """Width of `encode_obs(space, ...)`: prod(shape) for Box/MultiBinary, n for Discrete."""
-    if isinstance(space, spaces.Discrete):
-        return int(space.n)
-    if isinstance(space, (spaces.Box, spaces.MultiBinary)):
-        return int(np.prod(space.shape))
-    raise TypeError(f"no flat encoding for observation space {space}")
-
-
-def action_n_of(space: spaces.Space) -> int:
-    """Number of actions; the heads here emit one logit per action of a Discrete space."""
-    if isinstance(space, spaces.Discrete):
-        return int(space.n)
-    raise TypeError(f"discrete-action models need a Discrete action space, got {space}")
-
-
-def encode_obs(space: spaces.Space, obs: torch.Tensor | np.ndarray) -> torch.Tensor:
-    """A batch of observations [B, *shape] as float features [B, obs_dim_of(space)].
-
-    Discrete observations are one-hot encoded (an index is a category, not a magnitude);
-    the others are flattened and cast to float32.
-    """
-    obs = torch.as_tensor(obs)
-    if isinstance(space, spaces.Discrete):
-        index = obs.long().reshape(-1) - int(space.start)
-        return F.one_hot(index, int(space.n)).float()
-    obs_dim_of(space)  # raises for spaces without a flat encoding
-    return obs.reshape(obs.shape[0], -1).float()
-
-
-# ---- building blocks ------------------------------------------------------------------------
-
-class MLP(nn.Module):
-    """Linear layers with an activation after each hidden one; `out_dim` adds a final linear
-    layer without activation (logits, values). `output_dim` is the width of the output."""
-
-    def __init__(self, in_dim: int, hidden_sizes: Sequence[int],
-                 activation: Activation = nn.ReLU, out_dim: int | None = None) -> None:
-        super().__init__()
-        act = activation_class(activation)
-        layers: list[nn.Module] = []
-        width = in_dim
-        for size in hidden_sizes:
-            layers += [nn.Linear(width, size), act()]
-            width = size
-        if out_dim is not None:
-            layers.append(nn.Linear(width, out_dim))
-            width = out_dim
-        self.net = nn.Sequential(*layers)
-        self.output_dim = width
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.net(x)
-
-
-class MLPEncoder(nn.Module):
-    """Flattens observations [B, *obs_shape] and encodes them to `output_dim` features."""
-
-    def __init__(self, obs_dim: int, hidden_sizes: Sequence[int] = (64, 64),
-                 activation: Activation = "relu") -> None:
-        super().__init__()
-        self.mlp = MLP(obs_dim, hidden_sizes, activation)
-        self.output_dim = self.mlp.output_dim
-        # kept so forward need not walk the module tree (it runs once per env step)
-        self._first_layer = next((m for m in self.mlp.modules() if isinstance(m, nn.Linear)),
-                                 None)
-
-    def forward(self, obs: torch.Tensor) -> torch.Tensor:
-        # cast to the model's dtype: numpy observations arrive as float64
-        dtype = torch.float32 if self._first_layer is None else self._first_layer.weight.dtype
-        return self.mlp(obs.flatten(start_dim=1).to(dtype))
-
+from mistk_rl.rl.encoders import MLP, Activation, layer_init, make_encoder
 
 class QHead(nn.Module):
     """Q values [B, action_n] from features.
@@ -144,14 +46,14 @@ class QHead(nn.Module):
 
 
 class QNetwork(nn.Module):
-    """Encoder + Q head: `forward(obs) -> {"logit": Q [B, action_n]}`. The encoder (any module
-    with an `output_dim`; `mistk_rl.rl.encoders.make_encoder` picks one by observation space)
-    takes the raw observations."""
+    """Encoder + Q head: `forward(obs) -> {"logit": Q [B, action_n]}`, from raw observations
+    of `observation_space`."""
 
-    def __init__(self, encoder: nn.Module, action_n: int, dueling: bool = False,
+    def __init__(self, observation_space: spaces.Space, action_n: int,
+                 hidden_sizes: Sequence[int] = (64, 64), dueling: bool = False,
                  activation: Activation = "relu") -> None:
         super().__init__()
-        self.encoder = encoder
+        self.encoder = make_encoder(observation_space, hidden_sizes, activation)
         self.head = QHead(self.encoder.output_dim, action_n, dueling, activation=activation)
 
     def forward(self, obs: torch.Tensor) -> dict[str, torch.Tensor]:
@@ -197,32 +99,26 @@ class ActorCritic(nn.Module):
     """PPO/A2C model: `forward(obs) -> {"logit": [B, action_n], "value": [B]}`, or with
     `continuous=True` {"mu", "log_std": [B, action_n], "value"} (see `ActorCriticHead`).
 
-    `obs_dim`: the observation space (the encoder `mistk_rl.rl.encoders.make_encoder` picks for
-    it takes raw observations) or, for flat features already encoded, their width (an MLP).
     Actor and critic get separate encoders by default (CleanRL's PPO: the value loss does not
     disturb the policy features); `share_encoder=True` uses one. Hidden layers (linear and
     convolutional) are orthogonally initialised with gain sqrt(2).
     """
 
-    def __init__(self, obs_dim: int | spaces.Space, action_n: int,
+    def __init__(self, observation_space: spaces.Space, action_n: int,
                  hidden_sizes: Sequence[int] = (64, 64), activation: Activation = "tanh",
                  share_encoder: bool = False, continuous: bool = False,
                  log_std_init: float = 0.0) -> None:
         super().__init__()
-        self.actor_encoder = self._encoder(obs_dim, hidden_sizes, activation)
-        self.critic_encoder = (None if share_encoder
-                               else self._encoder(obs_dim, hidden_sizes, activation))
+        self.actor_encoder = self._encoder(observation_space, hidden_sizes, activation)
+        self.critic_encoder = (None if share_encoder else
+                               self._encoder(observation_space, hidden_sizes, activation))
         self.head = ActorCriticHead(self.actor_encoder.output_dim, action_n, continuous,
                                     log_std_init)
 
     @staticmethod
-    def _encoder(obs_dim: int | spaces.Space, hidden_sizes: Sequence[int],
+    def _encoder(space: spaces.Space, hidden_sizes: Sequence[int],
                  activation: Activation) -> nn.Module:
-        if isinstance(obs_dim, spaces.Space):
-            from mistk_rl.rl.encoders import make_encoder  # (encoders builds on this module)
-            encoder = make_encoder(obs_dim, hidden_sizes, activation)
-        else:
-            encoder = MLPEncoder(obs_dim, hidden_sizes, activation)
+        encoder = make_encoder(space, hidden_sizes, activation)
         for module in encoder.modules():
             if isinstance(module, (nn.Linear, nn.Conv2d)):
                 layer_init(module)
@@ -247,3 +143,10 @@ class ActorCritic(nn.Module):
         if self.share_encoder:
             return self.head(actor_features)  # encode once
         return self.head(actor_features, self.critic_encoder(obs))
+
+
+def without_aliases(weights: Mapping[str, Any]) -> dict[str, Any]:
+    """A model's saved weights without the aliases of checkpoints written before encoders
+    followed the observation space: their flat encoder listed its first layer twice (as
+    "_first_layer", the same tensors as mlp.net.0)."""
+    return {key: value for key, value in weights.items() if "._first_layer." not in key}

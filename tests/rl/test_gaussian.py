@@ -26,7 +26,7 @@ def test_log_prob_and_entropy_match_torch_normal():
 
 
 def test_gaussian_sample_draws_around_the_mean_and_evaluates_given_actions():
-    model = ActorCritic(3, 2, hidden_sizes=(8,), continuous=True, log_std_init=-1.0)
+    model = ActorCritic(OBS, 2, hidden_sizes=(8,), continuous=True, log_std_init=-1.0)
     obs = torch.randn(4000, 3)
     out = GaussianSample(model, torch.Generator().manual_seed(1))(obs)
     noise = out["action"] - out["mu"]
@@ -100,10 +100,13 @@ def test_ppo_encoders_follow_the_observation_space(obs_space, encoder):
 
 
 def test_ppo_loads_weights_saved_with_the_flat_mlp_encoder():
-    old = ActorCritic(3, 2, continuous=True)  # an int: the MLPEncoder path, "_first_layer" keys
-    assert any("_first_layer" in key for key in old.state_dict())
+    old_policy = PPOPolicy(None, OBS, ACT, seed=1)
+    old = dict(old_policy.model.state_dict())  # as the flat MLPEncoder saved it: + an alias
+    for encoder in ("actor_encoder", "critic_encoder"):
+        for kind in ("weight", "bias"):
+            old[f"{encoder}._first_layer.{kind}"] = old[f"{encoder}.mlp.net.0.{kind}"]
     policy = PPOPolicy(None, OBS, ACT, seed=0)
-    policy.learn_mode.load_state_dict({"model": old.state_dict(),
+    policy.learn_mode.load_state_dict({"model": old,
                                        "optimizer": policy.optimizer.state_dict()})
     obs = torch.randn(4, 3)
-    assert torch.allclose(policy.model(obs)["mu"], old(obs)["mu"])
+    assert torch.allclose(policy.model(obs)["mu"], old_policy.model(obs)["mu"])

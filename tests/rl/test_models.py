@@ -7,9 +7,8 @@ import torch
 from gymnasium import spaces
 from torch import nn
 
-from mistk_rl.rl.encoders import make_encoder
-from mistk_rl.rl.models import (MLP, ActorCritic, MLPEncoder, QHead, QNetwork, action_n_of,
-                                encode_obs, obs_dim_of)
+from mistk_rl.rl.encoders import MLP
+from mistk_rl.rl.models import ActorCritic, QHead, QNetwork, without_aliases
 from mistk_rl.rl.wrappers import (ArgmaxSample, EpsGreedySample, MultinomialSample,
                                   TargetNetwork, apply_mask)
 
@@ -53,18 +52,11 @@ BOX4 = spaces.Box(-1.0, 1.0, shape=(4,), dtype=np.float32)
 
 
 def _qnet() -> QNetwork:
-    return QNetwork(make_encoder(BOX4), 3)
-
-def test_encoder_flattens_and_casts():
-    encoder = MLPEncoder(6, hidden_sizes=(16, 8))
-    assert encoder.output_dim == 8
-    obs = np.zeros((5, 2, 3))  # float64, unflattened
-    assert encoder(torch.as_tensor(obs)).shape == (5, 8)
-
+    return QNetwork(BOX4, 3)
 
 @pytest.mark.parametrize("dueling", [False, True])
 def test_q_network_shapes(dueling):
-    net = QNetwork(make_encoder(BOX4, (32, 16)), action_n=3, dueling=dueling)
+    net = QNetwork(BOX4, action_n=3, hidden_sizes=(32, 16), dueling=dueling)
     out = net(torch.randn(7, 4))
     assert set(out) == {"logit"} and out["logit"].shape == (7, 3)
     assert (net.head.value is not None) == dueling
@@ -90,7 +82,7 @@ def test_plain_head_has_no_streams():
 
 @pytest.mark.parametrize("share", [False, True])
 def test_actor_critic_outputs(share):
-    net = ActorCritic(obs_dim=4, action_n=3, hidden_sizes=(16, 16), share_encoder=share)
+    net = ActorCritic(BOX4, action_n=3, hidden_sizes=(16, 16), share_encoder=share)
     obs = torch.randn(5, 4)
     out = net(obs)
     assert out["logit"].shape == (5, 3) and out["value"].shape == (5,)
@@ -100,7 +92,7 @@ def test_actor_critic_outputs(share):
 
 
 def test_actor_critic_sharing_halves_the_encoder_and_init_follows_cleanrl():
-    separate, shared = ActorCritic(4, 3), ActorCritic(4, 3, share_encoder=True)
+    separate, shared = ActorCritic(BOX4, 3), ActorCritic(BOX4, 3, share_encoder=True)
     encoder_params = sum(p.numel() for p in separate.actor_encoder.parameters())
     n_params = [sum(p.numel() for p in m.parameters()) for m in (separate, shared)]
     assert n_params[0] - n_params[1] == encoder_params
@@ -112,25 +104,19 @@ def test_actor_critic_sharing_halves_the_encoder_and_init_follows_cleanrl():
     assert torch.all(shared.head.policy.bias == 0)
 
 
-def test_space_helpers_and_discrete_one_hot():
-    box = spaces.Box(-1.0, 1.0, shape=(2, 3), dtype=np.float64)
-    discrete = spaces.Discrete(4, start=2)
-    assert obs_dim_of(box) == 6 and obs_dim_of(discrete) == 4
-    assert obs_dim_of(spaces.MultiBinary(5)) == 5
-    assert action_n_of(spaces.Discrete(3)) == 3
-    encoded = encode_obs(discrete, torch.tensor([2, 5, 3]))
-    assert torch.equal(encoded, torch.tensor([[1., 0, 0, 0], [0, 0, 0, 1], [0, 1, 0, 0]]))
-    flat = encode_obs(box, np.ones((3, 2, 3)))
-    assert flat.shape == (3, 6) and flat.dtype == torch.float32
-
-
-def test_space_helpers_reject_unsupported_spaces():
-    with pytest.raises(TypeError, match="Discrete action space"):
-        action_n_of(spaces.Box(-1, 1, shape=(2,)))
-    with pytest.raises(TypeError, match="no flat encoding"):
-        obs_dim_of(spaces.Text(5))
-    with pytest.raises(TypeError, match="no flat encoding"):
-        encode_obs(spaces.Text(5), torch.zeros(1))
+def test_weights_of_old_checkpoints_load_without_their_first_layer_alias():
+    """Checkpoints written before encoders followed the space listed the flat encoder's
+    first layer twice ("_first_layer"); the same tensors, so dropping the alias loads them."""
+    net = _qnet()
+    old = dict(net.state_dict())
+    old["encoder._first_layer.weight"] = old["encoder.mlp.net.0.weight"]
+    old["encoder._first_layer.bias"] = old["encoder.mlp.net.0.bias"]
+    with pytest.raises(RuntimeError, match="_first_layer"):
+        _qnet().load_state_dict(old)
+    fresh = _qnet()
+    fresh.load_state_dict(without_aliases(old))
+    obs = torch.randn(3, 4)
+    assert torch.equal(fresh(obs)["logit"], net(obs)["logit"])
 
 
 # ---- wrappers: masks and sampling -----------------------------------------------------------
@@ -209,7 +195,7 @@ def test_multinomial_log_prob_and_entropy_match_categorical():
 
 
 def test_multinomial_evaluates_given_actions_with_gradients():
-    model = ActorCritic(4, 3)
+    model = ActorCritic(BOX4, 3)
     obs, mask = torch.randn(8, 4), random_mask(8, 3)
     action = mask.float().argmax(-1)  # the first allowed action of each row
     out = MultinomialSample(model)(obs, mask, action=action)

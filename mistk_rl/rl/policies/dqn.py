@@ -15,8 +15,7 @@ from typing import Optional
 import torch
 import torch.nn.functional as F
 
-from mistk_rl.rl.encoders import make_encoder
-from mistk_rl.rl.models import QNetwork
+from mistk_rl.rl.models import QNetwork, without_aliases
 from mistk_rl.rl.policies.base import Policy, adam
 from mistk_rl.rl.schedules import make_schedule
 from mistk_rl.rl.wrappers import ArgmaxSample, EpsGreedySample, TargetNetwork
@@ -47,10 +46,9 @@ class DQNPolicy(Policy):
     def _init(self) -> None:
         cfg = self.config
         model = cfg["model"]
-        encoder = make_encoder(self.observation_space, tuple(model["hidden_sizes"]),
-                               model["activation"])
-        self.model = QNetwork(encoder, int(self.action_space.n), dueling=model["dueling"],
-                              activation=model["activation"])
+        self.model = QNetwork(self.observation_space, int(self.action_space.n),
+                              hidden_sizes=tuple(model["hidden_sizes"]),
+                              dueling=model["dueling"], activation=model["activation"])
         target = cfg["learn"]["target"]
         self.target = TargetNetwork(self.model, update=target["update"], every=target["every"],
                                     tau=target["tau"])
@@ -118,8 +116,9 @@ class DQNPolicy(Policy):
                 "optimizer": self.optimizer.state_dict()}
 
     def _load_state_dict(self, state: dict) -> None:
-        self.model.load_state_dict(state["model"])
-        self.target.load_state_dict(state["target"])
+        self.model.load_state_dict(without_aliases(state["model"]))
+        self.target.load_state_dict({**state["target"],
+                                     "model": without_aliases(state["target"]["model"])})
         self.optimizer.load_state_dict(state["optimizer"])
 
     def _monitor_vars(self) -> list[str]:

@@ -21,7 +21,7 @@ import numpy as np
 import torch
 from gymnasium import spaces
 
-from mistk_rl.rl.models import ActorCritic
+from mistk_rl.rl.models import ActorCritic, without_aliases
 from mistk_rl.rl.policies.base import Policy, adam
 from mistk_rl.rl.wrappers import ArgmaxSample, GaussianSample, MultinomialSample
 
@@ -176,10 +176,7 @@ class PPOPolicy(Policy):
         return {"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict()}
 
     def _load_state_dict(self, state: dict) -> None:
-        # checkpoints from the flat MLPEncoder also list its first layer as "_first_layer"
-        # (an alias of mlp.net.0): the same tensors, dropped
-        self.model.load_state_dict({key: value for key, value in state["model"].items()
-                                    if "._first_layer." not in key})
+        self.model.load_state_dict(without_aliases(state["model"]))
         self.optimizer.load_state_dict(state["optimizer"])
 
     def _generators(self) -> dict[str, torch.Generator]:
