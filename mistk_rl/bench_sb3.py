@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import importlib
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Callable, Optional
 
 import gymnasium as gym
@@ -46,7 +46,6 @@ class Sb3Setup:
     kwargs: dict[str, Any]
     normalize: Optional[dict[str, Any]] = None  # VecNormalize kwargs, or None
     pending: Optional[str] = None  # why our agent cannot take this config yet
-    agent_config: dict[str, Any] = field(default_factory=dict)
 
 
 def agent_class(target: str) -> type:
@@ -90,7 +89,7 @@ def sb3_setup(config: RunConfig) -> Sb3Setup:
     kwargs = mapper(cfg, spec.num_envs, spec.env_steps)
     env = config.orchestrator.env
     return Sb3Setup(algo, env.id, dict(env.kwargs), spec.num_envs, spec.env_steps, kwargs,
-                    normalize, pending, merged)
+                    normalize, pending)
 
 
 def _take(tree: dict, path: str) -> Any:
@@ -264,7 +263,6 @@ def run_sb3(config: RunConfig, seed: int, setup: Optional[Sb3Setup] = None) -> d
     cls = DQN if setup.algo == "dqn" else PPO
     # device="cpu": SB3 would pick CUDA when present, and its small MLPs run slower there
     model = cls("MlpPolicy", env, seed=seed, verbose=0, device="cpu", **setup.kwargs)
-    started = time.monotonic()
 
     def predict(obs: np.ndarray) -> Any:
         if setup.normalize:  # frozen statistics, as our agent's eval mode
