@@ -21,11 +21,10 @@ import yaml
 
 from harness.config import ConfigError, RunConfig, load_config, resume_config, with_seed
 from harness.training import Checkpoints, Progress, first_success, run_episodes, train
-from mistk_rl.client import (LONG_POLL_CHUNK, AgentClient, OrchestratorClient, ServiceError,
-                             ServiceFailed, WaitTimeout)
+from mistk_rl.client import AgentClient, OrchestratorClient, ServiceError
 from mistk_rl.files import atomic_write_json
 from mistk_rl.launch import ServiceProcess, ServiceStartError, start_service
-from mistk_rl.schemas import EpisodeConfig
+from mistk_rl.schemas import EpisodeConfig, Status
 
 
 class HarnessError(RuntimeError):
@@ -182,40 +181,27 @@ def data_dir(run_dir: Path, name: str) -> Path:
 
 def _play_blocks(config: RunConfig, orch: OrchestratorClient, say: Callable[[str], None]) -> None:
     printed = 0
-    for i, block in enumerate(config.episodes):
-        episode_config = EpisodeConfig(num_episodes=block.num_episodes, seed=block.seed,
-                                       max_steps=block.max_steps, train=block.train)
-        with _step(f"episode block {i} startEpisode"):
-            accepted = orch.start_episode(episode_config)
-            printed = _follow(orch, accepted.resource_version, printed,
-                              config.timeouts.episodes, say)
-        if block.save_path:
-            with _step(f"episode block {i} saveEpisode"):
-                orch.save_episode(block.save_path)
-        with _step(f"episode block {i} stopEpisode"):
-            orch.stop_episode()
 
-
-def _follow(orch: OrchestratorClient, version: int, printed: int, timeout: float,
-            say: Callable[[str], None]) -> int:
-    """Print each episode as it finishes, until the run leaves 'running'; returns how many
-    episodes have been printed in all."""
-    deadline = time.monotonic() + timeout
-    status = orch.status()
-    while True:
+    def show_new_episodes(status: Status) -> None:
+        """Print each episode as it finishes (the wait's long-polls bring the news)."""
+        nonlocal printed
         if status.payload.get("episodesDone", 0) > printed:
             for episode in orch.get_results().episodes[printed:]:
                 say(f"  episode {episode.episode:4d}  agent {episode.agent}  "
                     f"return {episode.return_:9.2f}  length {episode.length}")
                 printed += 1
-        if status.state == "failed":
-            raise ServiceFailed(status)
-        if status.state != "running" and status.resource_version > version:
-            return printed
-        remaining = deadline - time.monotonic()
-        if remaining <= 0:
-            raise WaitTimeout(f"episodes still running after {timeout} s", status)
-        status = orch.status(status.resource_version, min(LONG_POLL_CHUNK, remaining))
+
+    for i, block in enumerate(config.episodes):
+        episode_config = EpisodeConfig(num_episodes=block.num_episodes, seed=block.seed,
+                                       max_steps=block.max_steps, train=block.train)
+        with _step(f"episode block {i} startEpisode"):
+            orch.start_episode(episode_config, wait=True, timeout=config.timeouts.episodes,
+                               on_status=show_new_episodes)
+        if block.save_path:
+            with _step(f"episode block {i} saveEpisode"):
+                orch.save_episode(block.save_path)
+        with _step(f"episode block {i} stopEpisode"):
+            orch.stop_episode()
 
 
 class _step:

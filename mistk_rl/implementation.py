@@ -8,6 +8,10 @@ from typing import Any, Optional
 from mistk_rl.lifecycle import Lifecycle
 from mistk_rl.limits import Limits
 
+# per-step progress (env steps, updates) wakes status long-polls at most this often: each
+# wake costs every long-polling caller a round trip
+PROGRESS_EVERY_S = 1.0
+
 
 class ServiceImplementation:
     """Base of `AbstractAgent` and `AbstractOrchestrator` (not used directly)."""

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import importlib
 import sys
-import time
 from dataclasses import dataclass
 from typing import Any, Optional
 
@@ -23,6 +22,7 @@ import numpy as np
 
 from mistk_rl.client import ServiceError, ServiceUnavailable
 from mistk_rl.errors import InvalidRequest
+from mistk_rl.implementation import PROGRESS_EVERY_S
 from mistk_rl.orchestrator import AbstractOrchestrator, RegisteredAgent
 from mistk_rl.rl.envs import MANAGERS, EnvManager, Timestep, make_env_fns
 from mistk_rl.rl.evaluator import split_episodes
@@ -30,7 +30,6 @@ from mistk_rl.schemas import EpisodeConfig
 from mistk_rl.spaces import SUPPORTED, coerce_action, space_to_dict
 
 
-PROGRESS_EVERY_S = 1.0
 BINARY_FROM_ENVS = 8  # measured: JSON is faster for one env, the binary encoding from 16 up
 
 
@@ -129,7 +128,6 @@ class GymOrchestrator(AbstractOrchestrator):
                                      episode=len(self.results))
         replay: dict[str, dict] = {}
         cut = False  # resume: the step budget ran out with episodes in progress
-        next_report = time.monotonic() + PROGRESS_EVERY_S
         try:
             while active and not self.should_stop and not cut:
                 ready = {i: obs for i, obs in manager.ready_obs.items() if i in active}
@@ -167,9 +165,7 @@ class GymOrchestrator(AbstractOrchestrator):
                     manager.reset(to_reset)
                 cut = (config.resume and config.num_steps is not None
                        and self.env_steps - start_steps >= config.num_steps)
-                if time.monotonic() >= next_report:  # progress at most every PROGRESS_EVERY_S:
-                    next_report = time.monotonic() + PROGRESS_EVERY_S  # each wakes long-polls
-                    self._report()
+                self._report(every_s=PROGRESS_EVERY_S)
             if replay:  # the last transitions, which no next step carried
                 agent.client.replay_action(_batch(replay))
             if cut and not self.should_stop:  # kept for the next resume run
@@ -191,10 +187,10 @@ class GymOrchestrator(AbstractOrchestrator):
                     if ending is None:  # else that error is the news, not this one
                         raise
 
-    def _report(self) -> None:
+    def _report(self, every_s: float = 0.0) -> None:
         restarts = self._restarts_before + sum(m.stats["restarts"]
                                                for m in self.managers.values())
-        self.update_status({"envSteps": self.env_steps, "envRestarts": restarts})
+        self.update_status({"envSteps": self.env_steps, "envRestarts": restarts}, every_s)
 
     def _act(self, agent: RegisteredAgent, obs: dict[str, Any], replay: dict[str, dict],
              masks: Optional[dict[str, Any]]) -> dict[str, Any]:

@@ -36,6 +36,7 @@ from gymnasium import spaces
 
 from mistk_rl.agent import AbstractAgent, EpisodeInfo, Observations, ReplayBatch
 from mistk_rl.errors import InvalidRequest
+from mistk_rl.implementation import PROGRESS_EVERY_S
 from mistk_rl.rl.config import ConfigError, deep_merge, save_config
 from mistk_rl.rl.data.buffers import AdvancedReplayBuffer, NaiveReplayBuffer
 from mistk_rl.rl.learner import (CheckpointHook, Learner, LogHook, load_checkpoint,
@@ -48,7 +49,6 @@ from mistk_rl.spaces import space_from_dict, space_to_dict
 
 BUFFERS = {"naive": NaiveReplayBuffer, "advanced": AdvancedReplayBuffer}
 CHECKPOINT_FORMAT = 2  # 2: + trainer and rng (format 1 restores weights and counters)
-PROGRESS_EVERY_S = 1.0  # long-polls wake at most this often for per-step progress
 
 
 class PolicyAgent(AbstractAgent):

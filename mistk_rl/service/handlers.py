@@ -204,8 +204,7 @@ class AgentService(_Service):
         if key not in body:
             return None
         self.limits.check("max_space_elements", space_elements(body[key]),
-                          f"{key}: one value of this space has {space_elements(body[key]):,} "
-                          "numbers, which")
+                          f"{key}: the count of numbers in one value")
         try:
             return space_from_dict(body[key])
         except (ValueError, TypeError, KeyError, OverflowError) as exc:
