@@ -1,6 +1,7 @@
 """The SDK's keep-alive transport: reuse, reconnect after the server closed, no double POST."""
 from __future__ import annotations
 
+import socket
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
@@ -21,7 +22,34 @@ class _Handler(BaseHTTPRequestHandler):
         if self.path == "/dropped" and self.connection_requests > 1:
             self.close_connection = True
             return
+        if self.path in _FRAMINGS:
+            return _FRAMINGS[self.path](self)
         self._reply(b"")
+
+    def _chunked(self):
+        self.send_response(200)
+        self.send_header("Transfer-Encoding", "chunked")
+        self.send_header("X-Mixed-Case", "yes")
+        self.end_headers()
+        for piece in (b'{"a": ', b"[1, 2, 3]", b"}"):
+            self.wfile.write(b"%x;ext=1\r\n%s\r\n" % (len(piece), piece))
+        self.wfile.write(b"0\r\nTrailer: t\r\n\r\n")
+
+    def _until_close(self):
+        """HTTP/1.0 style: no length, the body ends with the connection."""
+        self.send_response(200)
+        self.send_header("Content-Type", "text/plain")
+        self.end_headers()
+        self.wfile.write(b"to the end")
+        self.close_connection = True
+
+    def _continue_then_answer(self):
+        self.wfile.write(b"HTTP/1.1 100 Continue\r\n\r\n")
+        self._reply(b"")
+
+    def _no_content(self):
+        self.send_response(204)
+        self.end_headers()
 
     def do_POST(self):  # noqa: N802
         body = self.rfile.read(int(self.headers["Content-Length"]))
@@ -48,6 +76,10 @@ class _Handler(BaseHTTPRequestHandler):
 
     def log_message(self, *args):
         pass
+
+
+_FRAMINGS = {"/chunked": _Handler._chunked, "/until-close": _Handler._until_close,
+             "/continue": _Handler._continue_then_answer, "/no-content": _Handler._no_content}
 
 
 class _Server(ThreadingHTTPServer):
@@ -113,6 +145,47 @@ def test_a_get_the_server_dropped_on_a_kept_alive_connection_is_sent_again_once(
     assert transport.request("GET", "/dropped").status == 200
     assert _Handler.gets == ["/dropped"] * 3
     transport.close()
+
+
+def test_bodies_in_every_framing_are_read_whole_and_the_connection_kept_when_it_can(server):
+    transport = Transport(server)
+    chunked = transport.request("GET", "/chunked")
+    assert (chunked.status, chunked.body) == (200, b'{"a": [1, 2, 3]}')
+    assert chunked.headers["x-mixed-case"] == chunked.headers.get("X-MIXED-CASE") == "yes"
+    assert transport.request("GET", "/continue").status == 200  # the 100 is skipped
+    assert transport.request("GET", "/no-content").body == b""
+    assert len(_Handler.connections) == 1  # one connection served all three
+    to_end = transport.request("GET", "/until-close")
+    assert (to_end.body, to_end.headers["Content-Type"]) == (b"to the end", "text/plain")
+    assert transport.request("GET", "/x").status == 200  # a fresh connection after the close
+    assert len(_Handler.connections) == 2
+    transport.close()
+
+
+def test_an_answer_that_is_not_http_is_a_transport_error():
+    listener = socket.create_server(("127.0.0.1", 0))
+
+    def answer_garbage():
+        conn, _ = listener.accept()
+        conn.recv(65536)
+        conn.sendall(b"SSH-2.0-OpenSSH\r\n\r\n")
+        conn.close()
+    thread = threading.Thread(target=answer_garbage, daemon=True)
+    thread.start()
+    transport = Transport(f"http://127.0.0.1:{listener.getsockname()[1]}")
+    with pytest.raises(TransportError, match="not an HTTP/1.x status line"):
+        transport.request("POST", "/x", body=b"{}", timeout=5)
+    thread.join(timeout=5)
+    listener.close()
+
+
+def test_a_header_or_url_with_a_line_break_is_refused_before_anything_is_sent(server):
+    with pytest.raises(ValueError, match="line break"):
+        Transport(server, headers={"Authorization": "Bearer x\r\nX-Evil: 1"})
+    transport = Transport(server)
+    with pytest.raises(ValueError, match="line break"):
+        transport.request("GET", "/x\r\nX-Evil: 1")
+    assert _Handler.gets == []
 
 
 def test_unreachable_service_is_a_transport_error():
