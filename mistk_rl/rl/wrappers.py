@@ -99,31 +99,52 @@ class EpsGreedySample(ModelWrapper):
     """With probability `eps` a uniformly random allowed action, else the greedy one.
 
     `rng` (a numpy or torch generator) makes exploration reproducible; None uses torch's
-    global generator.
+    global generator. Given `action_n` (or a mask, whose width says it), a call in which every
+    row explores skips the forward pass, as SB3's DQN does: early in training, when eps is
+    near 1, that is most calls (the output then holds only "action").
     """
 
     def __init__(self, model: nn.Module,
-                 rng: np.random.Generator | torch.Generator | None = None) -> None:
+                 rng: np.random.Generator | torch.Generator | None = None,
+                 action_n: int | None = None) -> None:
         super().__init__(model)
         self.rng = rng
+        self.action_n = action_n
 
     def _uniform(self, *shape: int) -> torch.Tensor:
         if isinstance(self.rng, np.random.Generator):
             return torch.from_numpy(self.rng.random(shape, dtype=np.float32))
         return torch.rand(shape, generator=self.rng)
 
-    def forward(self, obs: torch.Tensor, eps: float,
+    def _random_allowed(self, allowed: torch.Tensor) -> torch.Tensor:
+        """A uniformly random allowed action per row: the argmax of uniform scores."""
+        scores = self._uniform(*allowed.shape).to(allowed.device)
+        return scores.masked_fill(~allowed, -1.0).argmax(dim=-1)
+
+    def forward(self, obs: torch.Tensor | dict, eps: float,
                 mask: torch.Tensor | None = None) -> TensorDict:
         if not 0.0 <= eps <= 1.0:
             raise ValueError(f"eps must be in [0, 1], got {eps}")
+        batch = _batch_size(obs)
+        explore = self._uniform(batch) < eps
+        width = mask.shape[-1] if mask is not None else self.action_n
+        if width is not None and bool(explore.all()):
+            allowed = ~torch.isneginf(apply_mask(torch.zeros(batch, width), mask))  # checked
+            return {"action": self._random_allowed(allowed)}
         output = self._masked_output(obs, mask)
         logits = output["logit"]
-        greedy = logits.argmax(dim=-1)
-        # A random allowed action: the argmax of uniform scores over the allowed actions.
-        scores = self._uniform(*logits.shape).to(logits.device)
-        explore_action = scores.masked_fill(torch.isneginf(logits), -1.0).argmax(dim=-1)
-        explore = self._uniform(logits.shape[0]).to(logits.device) < eps
-        return {**output, "action": torch.where(explore, explore_action, greedy)}
+        action = logits.argmax(dim=-1)
+        if bool(explore.any()):  # (most calls explore nowhere once eps has decayed)
+            random_action = self._random_allowed(~torch.isneginf(logits))
+            action = torch.where(explore.to(logits.device), random_action, action)
+        return {**output, "action": action}
+
+
+def _batch_size(obs: torch.Tensor | dict) -> int:
+    """Rows in a batch of observations (a dict for Dict spaces: its arrays share the rows)."""
+    if isinstance(obs, dict):
+        return int(next(iter(obs.values())).shape[0])
+    return int(obs.shape[0])
 
 
 class MultinomialSample(ModelWrapper):

@@ -173,6 +173,26 @@ def test_eps_greedy_explores_at_rate_eps_and_is_reproducible():
         sample(obs, 1.5)
 
 
+class _Refuses(torch.nn.Module):
+    def forward(self, obs):
+        raise AssertionError("the model ran although every row explores")
+
+
+def test_eps_greedy_that_explores_everywhere_skips_the_model_and_still_obeys_masks():
+    obs = torch.zeros(3000, 4)
+    sample = EpsGreedySample(_Refuses(), np.random.default_rng(0), action_n=4)
+    counts = torch.bincount(sample(obs, 1.0)["action"], minlength=4)
+    assert counts.min() > 650  # uniform over the 4 actions (750 each expected)
+    mask = torch.tensor([[False, True, False, True]]).expand(3000, 4)
+    assert set(sample(obs, 1.0, mask)["action"].tolist()) == {1, 3}
+    with pytest.raises(ValueError, match="allows no action"):
+        sample(obs[:2], 1.0, torch.tensor([[True, False, False, False], [False] * 4]))
+    dict_obs = {"a": torch.zeros(5, 2), "b": torch.zeros(5, 3)}
+    assert sample(dict_obs, 1.0)["action"].shape == (5,)
+    with pytest.raises(AssertionError, match="the model ran"):
+        sample(obs[:500], 0.5)  # some rows are greedy: the model must run
+
+
 def test_multinomial_never_picks_masked_and_follows_softmax():
     batch = 4000
     logits = torch.tensor([[0.0, 1.0, 2.0, 3.0]]).expand(batch, 4)

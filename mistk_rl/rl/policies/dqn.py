@@ -53,7 +53,8 @@ class DQNPolicy(Policy):
         self.target = TargetNetwork(self.model, update=target["update"], every=target["every"],
                                     tau=target["tau"])
         self.optimizer = adam(self.model.parameters(), lr=cfg["learn"]["lr"])
-        self.collect_model = EpsGreedySample(self.model, rng=self.rng)
+        self.collect_model = EpsGreedySample(self.model, rng=self.rng,
+                                             action_n=int(self.action_space.n))
         self.eval_model = ArgmaxSample(self.model)
         self.epsilon = make_schedule(cfg["collect"]["eps"])
         if cfg["learn"]["loss"] not in ("huber", "mse"):
@@ -104,11 +105,11 @@ class DQNPolicy(Policy):
 
     def _forward_collect(self, obs: torch.Tensor, mask: Optional[torch.Tensor],
                          env_step: int) -> dict:
-        with torch.no_grad():
+        with torch.inference_mode():
             return self.collect_model(obs, eps=self.epsilon(env_step), mask=mask)
 
     def _forward_eval(self, obs: torch.Tensor, mask: Optional[torch.Tensor]) -> dict:
-        with torch.no_grad():
+        with torch.inference_mode():
             return self.eval_model(obs, mask=mask)
 
     def _state_dict(self) -> dict:

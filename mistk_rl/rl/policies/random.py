@@ -14,9 +14,10 @@ class RandomPolicy(Policy):
         self.generator = torch.Generator().manual_seed(int(self.rng.integers(2**31)))
 
     def _sample(self, obs: torch.Tensor, mask: Optional[torch.Tensor]) -> dict:
-        n = int(self.action_space.n)
-        weights = torch.ones(obs.shape[0], n) if mask is None else mask.float()
-        return {"action": torch.multinomial(weights, 1, generator=self.generator).view(-1)}
+        if mask is None:  # (multinomial over equal weights cost 29 us a call, randint 2)
+            return {"action": torch.randint(int(self.action_space.n), (obs.shape[0],),
+                                            generator=self.generator)}
+        return {"action": torch.multinomial(mask.float(), 1, generator=self.generator).view(-1)}
 
     def _forward_collect(self, obs: torch.Tensor, mask: Optional[torch.Tensor],
                          env_step: int) -> dict:
