@@ -96,14 +96,23 @@ def space_elements(data: dict[str, Any]) -> int:
 ValueCheck = Callable[[Mapping[str, Any], str], None]
 
 
-def value_check(space: Optional[spaces.Space], what: str) -> ValueCheck:
+def value_check(space: Optional[spaces.Space], what: str,
+                float_bounds: bool = True) -> ValueCheck:
     """A check that every entity's value (numpy arrays, as handlers hold them) belongs to
     `space`: shape, kind of number, finite, inside finite bounds. Raises InvalidRequest
     naming the field, the entity and what is wrong. A stacked map (the binary encoding's, or
     many entities stacked) is checked in one pass over its array. No space (an agent
-    registered without one): no check."""
+    registered without one): no check.
+
+    `float_bounds=False` skips the bounds of a float Box (still finite): for observations,
+    whose bounds envs do not keep (LunarLander-v3's velocities leave theirs; gymnasium's
+    checker only warns). Integer Boxes and discrete spaces keep their ranges: a value outside
+    cannot be cast to the dtype or used as an index."""
     if space is None:
         return lambda values, field: None
+    if (not float_bounds and isinstance(space, spaces.Box)
+            and space.dtype.kind not in "iu"):
+        space = spaces.Box(-np.inf, np.inf, space.shape, space.dtype)
     shape, test = _rule(space)
 
     def check(values: Mapping[str, Any], field: str) -> None:

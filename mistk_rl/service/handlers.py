@@ -130,7 +130,7 @@ class _SpaceChecks:
 
     @classmethod
     def of(cls, obs_space: Any, act_space: Any) -> "_SpaceChecks":
-        return cls(value_check(obs_space, "the observation space is"),
+        return cls(value_check(obs_space, "the observation space is", float_bounds=False),
                    value_check(act_space, "the action space is"), mask_check(act_space))
 
 
