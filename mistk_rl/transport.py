@@ -108,8 +108,8 @@ class _Connection:
             status, reason, version, headers = self._read_head()
             if not 100 <= status < 200:
                 break
-        closes = (version == "HTTP/1.0" and "keep-alive" not in _tokens(headers, "connection")
-                  or "close" in _tokens(headers, "connection"))
+        connection = _tokens(headers, "connection")
+        closes = "close" in connection or (version == "HTTP/1.0" and "keep-alive" not in connection)
         if head_only or status in (204, 304):
             body = b""
         elif "chunked" in _tokens(headers, "transfer-encoding"):
@@ -223,11 +223,10 @@ class Transport:
         self.host = parts.hostname
         self.port = parts.port or (443 if self._tls else 80)
         self.prefix = parts.path.rstrip("/")
-        self.headers = dict(headers or {})
         host = f"[{self.host}]" if ":" in self.host else self.host
         default_port = self.port == (443 if self._tls else 80)
         fixed = {"Host": host if default_port else f"{host}:{self.port}",
-                 "Accept-Encoding": "identity", **self.headers}
+                 "Accept-Encoding": "identity", **(headers or {})}
         # the header lines every request carries, encoded once
         self._fixed_head = "".join(f"{_safe(k, 'a header name')}: {_safe(v, 'a header')}\r\n"
                                    for k, v in fixed.items()).encode("latin-1")
@@ -246,14 +245,15 @@ class Transport:
         elif method not in ("GET", "HEAD"):
             head += "Content-Length: 0\r\n"
         request = head.encode("latin-1") + self._fixed_head + b"\r\n" + (body or b"")
+        head_only = method == "HEAD"
         conn, reused = self._take(timeout)
         try:
-            return self._exchange(conn, request, method == "HEAD", timeout)
+            return self._exchange(conn, request, head_only, timeout)
         except TransportError as exc:
             if not (reused and method == "GET"
                     and isinstance(exc.__cause__, _CLOSED_BEFORE_ANSWER)):
                 raise
-        return self._exchange(self._connect(timeout), request, False, timeout)
+        return self._exchange(self._connect(timeout), request, head_only, timeout)
 
     def _exchange(self, conn: _Connection, request: bytes, head_only: bool,
                   timeout: float) -> Response:
