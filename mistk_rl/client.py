@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 import time
-from typing import Any, Callable, Iterable, Mapping, Optional, Union
+from typing import Any, Callable, Iterable, Mapping, Optional, Sequence, Union
 from urllib.parse import urlsplit
 
 from mistk_rl import codec
@@ -330,8 +330,13 @@ class OrchestratorClient(_ServiceClient):
         return self._finish(self._status_call("POST", "/initialize", json_body=body.wire()),
                             wait, timeout)
 
-    def register_agent(self, agent_name: str, agent_url: str, skip_train: bool = False) -> Status:
+    def register_agent(self, agent_name: str, agent_url: str, skip_train: bool = False,
+                       seats: Optional[Sequence[str]] = None) -> Status:
+        """Register the agent at `agent_url`; for games, `seats` it holds (default: the
+        orchestrator binds them)."""
         params = {"agentName": agent_name, "agentUrl": agent_url, "skipTrain": skip_train}
+        if seats:
+            params["seats"] = ",".join(seats)
         return self._status_call("POST", "/registerAgent", params=params)
 
     def start_episode(self, config: Union[EpisodeConfig, dict, None] = None, *,

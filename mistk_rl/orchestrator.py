@@ -6,11 +6,13 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Optional
 
 from mistk_rl.client import AgentClient
+from mistk_rl.errors import InvalidRequest
 from mistk_rl.files import atomic_write_json
 from mistk_rl.implementation import ServiceImplementation
+from mistk_rl.rl.evaluator import split_episodes
 from mistk_rl.schemas import EpisodeConfig
 
 
@@ -21,6 +23,7 @@ class RegisteredAgent:
     skip_train: bool
     client: AgentClient
     capabilities: frozenset[str] = frozenset()  # from the agent's apiVersion, e.g. "step"
+    seats: tuple[str, ...] = ()  # games: the seats it holds (GameOrchestrator)
 
 
 class AbstractOrchestrator(ServiceImplementation, ABC):
@@ -37,15 +40,55 @@ class AbstractOrchestrator(ServiceImplementation, ABC):
         self.env_modules: frozenset[str] = frozenset()
 
     # ---- for implementations -------------------------------------------------------------
+    def play_settings(self, config: EpisodeConfig, agent: RegisteredAgent) -> tuple[str, bool]:
+        """(mode, train) of `agent` in this call: its entry in ``config.agents`` over the
+        call's defaults. A skipTrain agent never trains; an agent in eval mode never does."""
+        settings = config.agents.get(agent.name)
+        train = config.train if settings is None or settings.train is None else settings.train
+        train = train and not agent.skip_train
+        mode = settings.mode if settings is not None and settings.mode else (
+            "collect" if train else "eval")
+        return mode, train and mode == "collect"
+
+    def validate_agent_settings(self, config: EpisodeConfig) -> None:
+        """Refuse ``config.agents`` entries naming no registered agent, or asking an agent
+        to train while acting greedily (eval mode never learns)."""
+        unknown = sorted(set(config.agents) - set(self.agents))
+        if unknown:
+            raise InvalidRequest(f"agents: {', '.join(map(repr, unknown))} "
+                                 f"{'is' if len(unknown) == 1 else 'are'} not registered "
+                                 f"(registered: {', '.join(sorted(self.agents)) or 'none'})")
+        for name, settings in config.agents.items():
+            if settings.mode == "eval" and settings.train:
+                raise InvalidRequest(f"agents[{name!r}]: mode eval never learns; "
+                                     "train needs mode collect")
     def record_episode(self, agent: str, episode_return: float, length: int,
-                       **extra: Any) -> dict[str, Any]:
-        """Append one finished episode to the results (and the status payload)."""
+                       every_s: float = 0.0, **extra: Any) -> dict[str, Any]:
+        """Append one finished episode to the results (and the status payload, waking
+        long-polls at most every `every_s` seconds: games end thousands of times a second)."""
         result = {"episode": len(self.results), "agent": agent,
                   "return": float(episode_return), "length": int(length),
                   "envSteps": self.env_steps, **extra}
         self.results.append(result)
-        self.update_status({"episodesDone": len(self.results), "lastEpisode": result})
+        self.update_status({"episodesDone": len(self.results), "lastEpisode": result},
+                           every_s)
         return result
+
+    def act(self, agent: RegisteredAgent, obs: dict[str, Any], replay: dict[str, dict],
+            masks: Optional[dict[str, Any]]) -> dict[str, Any]:
+        """One request for all of `agent`'s entities that must act: `step` (with the
+        transitions in `replay`, entity -> REPLAY_FIELDS) when the agent offers it, else
+        replayAction then getAction."""
+        if "step" in agent.capabilities:
+            return agent.client.step(obs, replay=replay_batch(replay) if replay else None,
+                                     action_mask=masks)
+        if replay:
+            agent.client.replay_action(replay_batch(replay))
+        return agent.client.get_action(obs, masks)
+
+    def extra_results(self) -> dict[str, Any]:
+        """getResults' fields beyond the episodes (games: totals, evaluations)."""
+        return {}
 
     # ---- hooks ---------------------------------------------------------------------------
     def validate_initialize(self, env: dict[str, Any], agents_needed: int) -> None:
@@ -60,9 +103,17 @@ class AbstractOrchestrator(ServiceImplementation, ABC):
     def do_initialize(self, env: dict[str, Any], agents_needed: int) -> None:
         """Create the environment from `env` (``{"id": ..., "kwargs": {...}}``)."""
 
-    def agent_config(self, name: str) -> dict[str, Any]:
-        """What to tell agent `name` at registration (its spaces), in the spec's AgentConfig
-        keys: observationSpace, actionSpace, properties."""
+    def validate_register_agent(self, name: str, seats: tuple[str, ...]) -> tuple[str, ...]:
+        """Check registerAgent's `seats` (empty: not given) before the agent is asked;
+        return the seats the agent will hold. Raise InvalidRequest to refuse with 400."""
+        if seats:
+            raise InvalidRequest(f"{type(self).__name__} has no seats: registerAgent takes "
+                                 "seats only for games")
+        return ()
+
+    def agent_config(self, name: str, seats: tuple[str, ...] = ()) -> dict[str, Any]:
+        """What to tell agent `name` (holding `seats`) at registration, in the spec's
+        AgentConfig keys: observationSpace, actionSpace, properties."""
         return {}
 
     def do_register_agent(self, agent_name: str, agent_url: str, skip_train: bool) -> None:
@@ -84,3 +135,20 @@ class AbstractOrchestrator(ServiceImplementation, ABC):
 
     def do_terminate(self) -> None:
         """Release resources (close the environment)."""
+
+
+REPLAY_FIELDS = ("prevObs", "actions", "rewards", "newObs", "terminated", "truncated")
+
+
+def replay_batch(replay: dict[str, dict]) -> dict[str, dict]:
+    """Per-entity transitions -> the spec's Replay (one map per field); the next masks only
+    when every entity has one."""
+    fields = REPLAY_FIELDS + (("newActionMask",) if all(
+        "newActionMask" in t for t in replay.values()) else ())
+    return {f: {entity: t[f] for entity, t in replay.items()} for f in fields}
+
+
+def episode_quotas(limit: Optional[int], n: int) -> list[float]:
+    """Episodes each env copy plays: `limit` split evenly (the remainder to the first), so
+    copies with short episodes cannot crowd out the others; unlimited without a limit."""
+    return [float("inf")] * n if limit is None else split_episodes(limit, n)

@@ -118,6 +118,21 @@ class OrchestratorInitParams(Body):
     agents_needed: int = Field(default=1, ge=1, le=64)
 
 
+class AgentSettings(Body):
+    """How one agent plays in one startEpisode call (None: the call's default)."""
+
+    mode: Optional[Literal["collect", "eval"]] = None
+    train: Optional[bool] = None
+
+
+class ExhaustiveSpec(Body):
+    """Games: enumerate every game of `agent` (greedy) against all of `opponent`'s replies."""
+
+    agent: str
+    opponent: Literal["random", "tictactoe_perfect", "connect4_winblock"]
+    max_positions: int = Field(default=200_000, ge=1)
+
+
 class EpisodeConfig(Body):
     """What one startEpisode runs: `num_episodes` episodes (default 1), or episodes until
     `num_steps` env steps were taken (then `num_episodes` is an optional cap)."""
@@ -131,6 +146,10 @@ class EpisodeConfig(Body):
     env_manager: Literal["base", "subprocess", "async"] = "base"
     step_timeout: Optional[float] = Field(default=None, ge=0.01)
     resume: bool = False  # with num_steps: cut at the budget, continue in the next call
+    # games (GameOrchestrator)
+    seat_assignment: Literal["fixed", "alternate", "random"] = "fixed"
+    agents: dict[str, AgentSettings] = Field(default_factory=dict)
+    exhaustive: Optional[ExhaustiveSpec] = None
 
     def episode_limit(self) -> Optional[int]:
         if self.num_episodes is not None:
@@ -156,3 +175,5 @@ class EpisodeResult(Body):
 
 class Results(Body):
     episodes: list[EpisodeResult] = Field(default_factory=list)
+    totals: Optional[dict[str, Any]] = None  # games: per agent and seat
+    evaluations: Optional[list[dict[str, Any]]] = None  # games: exhaustive evaluations

@@ -23,9 +23,8 @@ import numpy as np
 from mistk_rl.client import ServiceError, ServiceUnavailable
 from mistk_rl.errors import InvalidRequest
 from mistk_rl.implementation import PROGRESS_EVERY_S
-from mistk_rl.orchestrator import AbstractOrchestrator, RegisteredAgent
+from mistk_rl.orchestrator import AbstractOrchestrator, episode_quotas, replay_batch
 from mistk_rl.rl.envs import MANAGERS, EnvManager, Timestep, make_env_fns
-from mistk_rl.rl.evaluator import split_episodes
 from mistk_rl.schemas import EpisodeConfig
 from mistk_rl.spaces import SUPPORTED, coerce_action, space_to_dict
 
@@ -82,6 +81,9 @@ class GymOrchestrator(AbstractOrchestrator):
         _probe(env)  # bad kwargs or unsupported spaces: 400 now, not a failed service later
 
     def validate_start_episode(self, config: EpisodeConfig) -> None:
+        if config.seat_assignment != "fixed" or config.exhaustive is not None:
+            raise InvalidRequest("seatAssignment and exhaustive are for games "
+                                 "(GameOrchestrator); a gymnasium env has one agent")
         if config.env_manager == "base" or _key(config) in self.managers:
             return
         running = sum(m.env_num for k, m in self.managers.items() if k[1] != "base")
@@ -94,7 +96,7 @@ class GymOrchestrator(AbstractOrchestrator):
         self.observation_space, self.action_space = _probe(env)
         self.env_spec = env
 
-    def agent_config(self, name: str) -> dict[str, Any]:
+    def agent_config(self, name: str, seats: tuple[str, ...] = ()) -> dict[str, Any]:
         return {"observationSpace": space_to_dict(self.observation_space),
                 "actionSpace": space_to_dict(self.action_space)}
 
@@ -115,15 +117,15 @@ class GymOrchestrator(AbstractOrchestrator):
                                        for i in live})
             running = {i: _Running(None if config.seed is None else config.seed + i)
                        for i in live}
-        quotas = _quotas(config.episode_limit(), n)
+        quotas = episode_quotas(config.episode_limit(), n)
         finished = [0] * n
         active = {i for i in live if quotas[i] > 0}
         entity = (lambda i: agent.name) if n == 1 else (lambda i: f"{agent.name}:{i}")
-        learn = config.train and not agent.skip_train
+        mode, learn = self.play_settings(config, agent)
         start_steps = self.env_steps
         ready = {i: obs for i, obs in manager.ready_obs.items() if i in active}
         agent.client.episode_started({entity(i): o for i, o in ready.items()},
-                                     mode="collect" if learn else "eval",
+                                     mode=mode,
                                      action_mask=_masks(manager, ready, entity),
                                      episode=len(self.results))
         replay: dict[str, dict] = {}
@@ -133,7 +135,7 @@ class GymOrchestrator(AbstractOrchestrator):
                 ready = {i: obs for i, obs in manager.ready_obs.items() if i in active}
                 actions: dict[str, Any] = {}
                 if ready:  # (async: all may still be in flight; the replay then waits)
-                    actions = self._act(agent, {entity(i): o for i, o in ready.items()},
+                    actions = self.act(agent, {entity(i): o for i, o in ready.items()},
                                         replay, _masks(manager, ready, entity))
                     replay = {}
                 for i in ready:
@@ -167,7 +169,7 @@ class GymOrchestrator(AbstractOrchestrator):
                        and self.env_steps - start_steps >= config.num_steps)
                 self._report(every_s=PROGRESS_EVERY_S)
             if replay:  # the last transitions, which no next step carried
-                agent.client.replay_action(_batch(replay))
+                agent.client.replay_action(replay_batch(replay))
             if cut and not self.should_stop:  # kept for the next resume run
                 self._carried[_key(config)] = _Carried(
                     manager, {i: running[i] for i in active}, sent)
@@ -191,17 +193,6 @@ class GymOrchestrator(AbstractOrchestrator):
         restarts = self._restarts_before + sum(m.stats["restarts"]
                                                for m in self.managers.values())
         self.update_status({"envSteps": self.env_steps, "envRestarts": restarts}, every_s)
-
-    def _act(self, agent: RegisteredAgent, obs: dict[str, Any], replay: dict[str, dict],
-             masks: Optional[dict[str, Any]]) -> dict[str, Any]:
-        """One request for all ready envs: `step` (with the last transitions) when the agent
-        offers it, else replayAction then getAction."""
-        if "step" in agent.capabilities:
-            return agent.client.step(obs, replay=_batch(replay) if replay else None,
-                                     action_mask=masks)
-        if replay:
-            agent.client.replay_action(_batch(replay))
-        return agent.client.get_action(obs, masks)
 
     def _finish(self, name: str, i: int, episode: _Running, ts: Timestep, capped: bool,
                 learn: bool) -> None:
@@ -277,23 +268,6 @@ def _transition(obs: Any, action: Any, ts: Timestep, truncated: bool) -> dict:
     if "action_mask" in ts.info:
         entry["newActionMask"] = np.asarray(ts.info["action_mask"])
     return entry
-
-
-REPLAY_FIELDS = ("prevObs", "actions", "rewards", "newObs", "terminated", "truncated")
-
-
-def _batch(replay: dict[str, dict]) -> dict[str, dict]:
-    """Per-entity transitions -> the spec's Replay (one map per field); the next masks only
-    when every entity has one."""
-    fields = REPLAY_FIELDS + (("newActionMask",) if all(
-        "newActionMask" in t for t in replay.values()) else ())
-    return {f: {entity: t[f] for entity, t in replay.items()} for f in fields}
-
-
-def _quotas(limit: Optional[int], n: int) -> list[float]:
-    """Episodes each env plays: `limit` split evenly (the remainder to the first envs), so
-    envs with short episodes cannot crowd out the others; unlimited without a limit."""
-    return [float("inf")] * n if limit is None else split_episodes(limit, n)
 
 
 def _masks(manager: EnvManager, ready: dict[int, Any], entity) -> Optional[dict[str, Any]]:

@@ -232,7 +232,9 @@ class PolicyAgent(AbstractAgent):
                     if isinstance(value, torch.Tensor) and value.dim() > 0}
             if normalizer is not None and normalizer.norm_obs and self.policy.on_policy:
                 rows["obs"] = batch.numpy()  # what the rollout stores (module doc)
-            self._pending = {name: (rows, i) for i, name in enumerate(names)}
+            # (updated, not replaced: in a turn-based game an entity's transition completes
+            # only after requests for other entities, its opponent's moves, came between)
+            self._pending.update((name, (rows, i)) for i, name in enumerate(names))
         # Box actions: "env_action" is the sample clipped to the bounds, "action" the sample
         actions = out.get("env_action", out["action"]).tolist()
         if isinstance(self.policy.action_space, spaces.Discrete):

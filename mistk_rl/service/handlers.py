@@ -288,23 +288,25 @@ class OrchestratorService(_Service):
         return self.lifecycle.run("initialize", hook), 202, JSON
 
     def registerAgent(self, agent_name: str, agent_url: str,  # noqa: N802
-                      skip_train: bool = False) -> Response:
+                      skip_train: bool = False, seats: Optional[str] = None) -> Response:
         self._check_agent_url(agent_url)
         if agent_name in self.orchestrator.agents:
             raise InvalidRequest(f"an agent named {agent_name!r} is registered already")
         # the agent is asked before the trigger fires, so a refusal changes nothing here
         # (not even resourceVersion); `run` checks the state again, atomically
         self.lifecycle.check("register_agent")
+        held = self.orchestrator.validate_register_agent(
+            agent_name, tuple(seats.split(",")) if seats else ())
         client = AgentClient(agent_url, token=self.agent_token, timeout=self.agent_timeout)
         try:
-            capabilities = self._handshake(client, agent_name, agent_url, skip_train)
+            capabilities = self._handshake(client, agent_name, agent_url, skip_train, held)
         except BaseException:
             client.close()
             raise
 
         def hook() -> None:
             self.orchestrator.agents[agent_name] = RegisteredAgent(
-                agent_name, agent_url, skip_train, client, capabilities)
+                agent_name, agent_url, skip_train, client, capabilities, held)
             self.orchestrator.do_register_agent(agent_name, agent_url, skip_train)
 
         def facts() -> dict[str, bool]:
@@ -319,6 +321,7 @@ class OrchestratorService(_Service):
         except ValueError as exc:
             raise InvalidRequest(f"invalid episode config: {exc}") from exc
         self.limits.check("max_envs", config.num_envs, "numEnvs")
+        self.orchestrator.validate_agent_settings(config)
         self.orchestrator.validate_start_episode(config)
         accepted = self.lifecycle.run("start_episode",
                                       lambda: self.orchestrator.do_start_episode(config))
@@ -334,7 +337,8 @@ class OrchestratorService(_Service):
         return self._done()
 
     def getResults(self) -> Response:  # noqa: N802
-        return {"episodes": list(self.orchestrator.results)}, 200, JSON
+        return {"episodes": list(self.orchestrator.results),
+                **self.orchestrator.extra_results()}, 200, JSON
 
     def reset(self) -> Response:
         def hook() -> None:
@@ -369,8 +373,8 @@ class OrchestratorService(_Service):
                 agent.client.close()
         return errors
 
-    def _handshake(self, client: AgentClient, name: str, url: str,
-                   skip_train: bool) -> frozenset[str]:
+    def _handshake(self, client: AgentClient, name: str, url: str, skip_train: bool,
+                   seats: tuple[str, ...]) -> frozenset[str]:
         """Tell the agent it is registered; returns its capabilities. Whatever answers at
         `url` is remote content: only status codes and our own words go back to the caller
         (echoing a body would let a caller read any loopback server through us)."""
@@ -385,7 +389,7 @@ class OrchestratorService(_Service):
         if version.role != "agent":
             raise InvalidRequest(f"{where} is a mistk-rl {version.role}, not an agent")
         config = {"name": name, "train": not skip_train,
-                  **self.orchestrator.agent_config(name)}
+                  **self.orchestrator.agent_config(name, seats)}
         try:
             client.agent_registered(config)
         except Conflict as exc:

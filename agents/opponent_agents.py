@@ -1,0 +1,109 @@
+"""Agent services for the built-in game opponents (`mistk_rl.games.opponents`): fixed,
+seeded sparring partners and evaluation baselines for two-player PettingZoo classic games.
+
+They read the board from the "observation" array of a PettingZoo classic observation (the
+orchestrator sends its "action_mask" separately), so they register with that Box as their
+observation space. Like RandomAgent they have no model: a "checkpoint" is their settings.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, ClassVar, Optional
+
+import numpy as np
+from gymnasium import spaces
+
+from mistk_rl.agent import AbstractAgent, Observations
+from mistk_rl.errors import InvalidRequest
+from mistk_rl.files import atomic_write_json
+from mistk_rl.games.opponents import (ConnectFourWinBlock, MaskedRandom, TicTacToePerfect,
+                                      UniformOpponent)
+
+
+class OpponentAgent(AbstractAgent):
+    """Plays `opponent_cls`. Hyperparameters: ``seed`` (non-negative int or null) for
+    reproducible choices among equally good moves."""
+
+    opponent_cls: ClassVar[type[UniformOpponent]]
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.seed: Optional[int] = None
+        self.opponent: Optional[UniformOpponent] = None
+        self.rng = np.random.default_rng()
+        self.actions_taken = 0
+
+    def validate_initialize(self, props: dict[str, Any], hparams: dict[str, Any]) -> None:
+        unknown = sorted(set(hparams) - {"seed"})
+        if unknown:
+            raise InvalidRequest(f"hyperparameters: {type(self).__name__} takes only seed, "
+                                 f"not {unknown}")
+        seed = hparams.get("seed")
+        if seed is not None and (type(seed) is not int or seed < 0):
+            raise InvalidRequest(f"hyperparameters: seed must be a non-negative int or null, "
+                                 f"not {seed!r}")
+
+    def do_initialize(self, props: dict[str, Any], hparams: dict[str, Any]) -> None:
+        self.seed = hparams.get("seed")
+
+    def do_build_model(self, path: Optional[Path]) -> None:
+        if path is not None:  # a saved opponent: restore its seed
+            saved = json.loads(path.read_text())
+            if saved.get("agent") != type(self).__name__:
+                raise ValueError(f"{path.name} is a {saved.get('agent')} file, "
+                                 f"not a {type(self).__name__} one")
+            self.seed = saved.get("seed", self.seed)
+        self.actions_taken = 0
+
+    def validate_registration(self, observation_space: Optional[spaces.Space],
+                              action_space: Optional[spaces.Space]) -> None:
+        if observation_space is None or action_space is None:
+            raise InvalidRequest(f"{type(self).__name__} needs observationSpace and "
+                                 "actionSpace at registration")
+        try:
+            self.opponent_cls.check_spaces(observation_space, action_space)
+        except ValueError as exc:
+            raise InvalidRequest(f"{type(self).__name__} cannot play in these spaces: "
+                                 f"{exc}") from exc
+
+    def do_agent_registered(self, config: dict[str, Any]) -> None:
+        self.opponent = self.opponent_cls(self.observation_space, self.action_space)
+        self.rng = np.random.default_rng(self.seed)
+
+    def do_get_action(self, obs: Observations,
+                      action_mask: Optional[Observations] = None) -> dict[str, Any]:
+        if self.opponent is None:
+            raise RuntimeError("no opponent: register the agent first")
+        names = list(obs)
+        masks = action_mask or {}
+        all_legal = np.ones(self.opponent.n, dtype=np.int8)
+        actions = self.opponent.act(
+            np.stack([np.asarray(obs[n]) for n in names]),
+            np.stack([np.asarray(masks.get(n, all_legal)) for n in names]), self.rng)
+        self.actions_taken += len(names)
+        self.update_status({"actionsTaken": self.actions_taken})
+        return dict(zip(names, actions.tolist()))
+
+    def do_save_model(self, path: Path) -> None:
+        atomic_write_json(path, {"agent": type(self).__name__,
+                                 "opponent": self.opponent_cls.name, "seed": self.seed,
+                                 "actionsTaken": self.actions_taken})
+
+
+class MaskedRandomAgent(OpponentAgent):
+    """Any legal move, for any Discrete action space (RandomAgent also covers other spaces)."""
+
+    opponent_cls = MaskedRandom
+
+
+class TicTacToePerfectAgent(OpponentAgent):
+    """Perfect tic-tac-toe: never loses."""
+
+    opponent_cls = TicTacToePerfect
+
+
+class ConnectFourWinBlockAgent(OpponentAgent):
+    """Connect four: takes an immediate win, else blocks one, else plays at random."""
+
+    opponent_cls = ConnectFourWinBlock

@@ -1,0 +1,100 @@
+"""Built-in opponents for two-player games: fixed rules that pick uniformly among the replies
+they allow, so they are reproducible from a seed and their strength is exactly computable."""
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from typing import ClassVar, Optional, Protocol
+
+import numpy as np
+from gymnasium import spaces
+
+from mistk_rl.games import connect_four, tictactoe
+
+
+class Opponent(Protocol):
+    name: str
+
+    def replies(self, obs: np.ndarray, mask: Optional[np.ndarray]) -> list[int]:
+        """The moves this opponent chooses among, uniformly, in this position."""
+
+    def act(self, obs: np.ndarray, masks: Optional[np.ndarray],
+            rng: np.random.Generator) -> np.ndarray:
+        """One move per row of a batch (obs [B, ...], masks [B, n]), uniform among replies."""
+
+
+class UniformOpponent(ABC):
+    """Samples uniformly among `replies`. Subclasses declare the spaces they play in:
+    `obs_shape` (a Box of that shape; None: any observation space) and `n_actions`
+    (Discrete(n_actions); None: any Discrete)."""
+
+    name: ClassVar[str]
+    obs_shape: ClassVar[Optional[tuple[int, ...]]] = None
+    n_actions: ClassVar[Optional[int]] = None
+
+    def __init__(self, observation_space: spaces.Space, action_space: spaces.Space) -> None:
+        self.check_spaces(observation_space, action_space)
+        self.n = int(action_space.n)
+
+    @classmethod
+    def check_spaces(cls, observation_space: spaces.Space, action_space: spaces.Space) -> None:
+        """Raise ValueError, saying why, unless this opponent can play in these spaces."""
+        expected = "Discrete" if cls.n_actions is None else f"Discrete({cls.n_actions})"
+        discrete = isinstance(action_space, spaces.Discrete) and action_space.start == 0
+        if not discrete or (cls.n_actions is not None and action_space.n != cls.n_actions):
+            raise ValueError(f"{cls.name} plays actions in {expected} starting at 0, "
+                             f"not {action_space}")
+        if cls.obs_shape is not None and not (isinstance(observation_space, spaces.Box)
+                                              and observation_space.shape == cls.obs_shape):
+            raise ValueError(f"{cls.name} reads observations of a Box of shape "
+                             f"{cls.obs_shape}, not {observation_space}")
+
+    @abstractmethod
+    def replies(self, obs: np.ndarray, mask: Optional[np.ndarray]) -> list[int]:
+        """See `Opponent.replies`."""
+
+    def act(self, obs: np.ndarray, masks: Optional[np.ndarray],
+            rng: np.random.Generator) -> np.ndarray:
+        """See `Opponent.act`."""
+        actions = np.empty(len(obs), dtype=np.int64)
+        for row, board in enumerate(obs):
+            moves = self.replies(board, None if masks is None else masks[row])
+            if not moves:
+                raise ValueError(f"{self.name}: no move to choose from in row {row} "
+                                 "(an all-zero mask, or a finished game)")
+            actions[row] = moves[rng.integers(len(moves))]
+        return actions
+
+
+class MaskedRandom(UniformOpponent):
+    """Any legal move: those the mask allows, or every action without one."""
+
+    name = "random"
+
+    def replies(self, obs: np.ndarray, mask: Optional[np.ndarray]) -> list[int]:
+        if mask is None:
+            return list(range(self.n))
+        return np.flatnonzero(np.asarray(mask).reshape(self.n)).tolist()
+
+
+class TicTacToePerfect(UniformOpponent):
+    """Never loses: any move that keeps the minimax value (the mask is implied by the board)."""
+
+    name = "tictactoe_perfect"
+    obs_shape, n_actions = (3, 3, 2), tictactoe.CELLS
+
+    def replies(self, obs: np.ndarray, mask: Optional[np.ndarray]) -> list[int]:
+        return tictactoe.optimal_moves(obs)
+
+
+class ConnectFourWinBlock(UniformOpponent):
+    """Wins when it can, blocks an immediate threat, else plays any legal column."""
+
+    name = "connect4_winblock"
+    obs_shape, n_actions = (connect_four.ROWS, connect_four.COLS, 2), connect_four.COLS
+
+    def replies(self, obs: np.ndarray, mask: Optional[np.ndarray]) -> list[int]:
+        return connect_four.winblock_moves(obs, mask)
+
+
+OPPONENTS: dict[str, type[UniformOpponent]] = {
+    cls.name: cls for cls in (MaskedRandom, TicTacToePerfect, ConnectFourWinBlock)}

@@ -1,0 +1,331 @@
+"""GameOrchestrator: agent services play PettingZoo games against each other, or themselves.
+
+initialize names the game (``classic/tictactoe-v3``, ``classic/connect_four-v3``,
+``classic/rps-v2``, or the module spelling ``tictactoe_v3``); its seats come from the env.
+registerAgent binds seats to agents (``seats=player_1,player_2``: one agent plays both sides);
+each agent is told its seats' observation and action spaces. One startEpisode plays
+``numEpisodes`` games (or games until ``numSteps`` moves) on ``numEnvs`` game copies side by
+side. Each round, every agent gets one request carrying all of its seats that must move now,
+entity ``SEAT:COPY``, with their action masks, so it answers with one forward pass.
+
+A seat's transition runs from one of its decisions to its next one, or to the end of the
+game: both seats of a finished game get a terminal transition with their final reward
+(the loser's last move is followed by the winner's), and each transition carries the legal
+moves of its next state (all zeros at the end). Agents that train get their transitions in
+their next request (the ``step`` operation) or in a replayAction at the end.
+
+Per game the results record the winner (or a draw), each seat's return and holder, the length
+and illegal moves; `totals` sums wins, draws and losses per agent and seat. With
+``exhaustive`` the call enumerates games instead of sampling them (`mistk_rl.games.enumerate`).
+"""
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+import numpy as np
+
+from mistk_rl.client import ServiceError, ServiceUnavailable
+from mistk_rl.errors import InvalidRequest
+from mistk_rl.games.pettingzoo_games import (GameCopy, GameError, Outcome, make_copy,
+                                             make_env, resolve_id, seat_spaces, winner)
+from mistk_rl.implementation import PROGRESS_EVERY_S
+from mistk_rl.orchestrator import AbstractOrchestrator, episode_quotas, replay_batch
+from mistk_rl.schemas import EpisodeConfig
+from mistk_rl.spaces import SUPPORTED, space_to_dict
+
+OUTCOMES = ("win", "draw", "loss")
+
+
+@dataclass
+class _Move:
+    """A seat's last move, waiting for its outcome to become a transition."""
+
+    agent: str
+    obs: np.ndarray
+    action: int
+
+
+@dataclass
+class _Game:
+    """One copy's game in progress: who holds which seat, and the moves awaiting outcomes."""
+
+    holders: dict[str, str]
+    seed: Optional[int]
+    moves: dict[str, _Move] = field(default_factory=dict)
+
+
+class GameOrchestrator(AbstractOrchestrator):
+    def __init__(self) -> None:
+        super().__init__()
+        self.api = "aec"
+        self.registry_id = ""
+        self.kwargs: dict[str, Any] = {}
+        self.seats: list[str] = []
+        self.spaces: dict[str, tuple[Any, Any]] = {}
+        self.copies: list[GameCopy] = []  # kept across calls: making an env costs ~1 ms
+        self.totals: dict[str, dict[str, dict[str, float]]] = {}
+        self.evaluations: list[dict[str, Any]] = []
+        self.moves_by_agent: dict[str, int] = {}
+
+    # ---- initialize and registration -----------------------------------------------------
+    def validate_initialize(self, env: dict[str, Any], agents_needed: int) -> None:
+        _, _, seats, _ = _probe(env)
+        if agents_needed > len(seats):
+            raise InvalidRequest(f"{env['id']} has {len(seats)} seats ({', '.join(seats)}): "
+                                 f"agentsNeeded {agents_needed} is more")
+
+    def do_initialize(self, env: dict[str, Any], agents_needed: int) -> None:
+        self.api, self.registry_id, self.seats, self.spaces = _probe(env)
+        self.kwargs = dict(env.get("kwargs", {}))
+        self.copies = []
+        self.totals, self.evaluations, self.moves_by_agent = {}, [], {}
+
+    def validate_register_agent(self, name: str, seats: tuple[str, ...]) -> tuple[str, ...]:
+        bound = {seat for agent in self.agents.values() for seat in agent.seats}
+        free = [seat for seat in self.seats if seat not in bound]
+        if not seats:  # one agent: every seat; else the next free one
+            seats = tuple(free) if self.agents_needed == 1 else tuple(free[:1])
+        unknown = [seat for seat in seats if seat not in self.seats]
+        if unknown:
+            raise InvalidRequest(f"seats {', '.join(unknown)}: {self.registry_id} has seats "
+                                 f"{', '.join(self.seats)}")
+        taken = [seat for seat in seats if seat in bound]
+        if taken or not seats or len(set(seats)) != len(seats):
+            raise InvalidRequest(f"seats {', '.join(seats) or '(none left)'}: each seat is "
+                                 f"held by one agent (free now: {', '.join(free) or 'none'})")
+        if len({_space_key(self.spaces[seat]) for seat in seats}) > 1:
+            raise InvalidRequest(f"seats {', '.join(seats)} have different spaces: one agent "
+                                 "holds seats of one observation and action space")
+        left = [seat for seat in free if seat not in seats]
+        if len(self.agents) + 1 == self.agents_needed and left:
+            raise InvalidRequest(f"the last agent must leave no seat empty: "
+                                 f"{', '.join(left)} would be")
+        return seats
+
+    def agent_config(self, name: str, seats: tuple[str, ...] = ()) -> dict[str, Any]:
+        obs_space, act_space = self.spaces[seats[0]]
+        return {"observationSpace": space_to_dict(obs_space),
+                "actionSpace": space_to_dict(act_space),
+                "properties": {"game": self.registry_id, "seats": list(seats)}}
+
+    # ---- episodes ------------------------------------------------------------------------
+    def validate_start_episode(self, config: EpisodeConfig) -> None:
+        refused = [name for name, given in (("resume", config.resume),
+                                            ("maxSteps", config.max_steps is not None),
+                                            ("stepTimeout", config.step_timeout is not None),
+                                            ("envManager", config.env_manager != "base"))
+                   if given]
+        if refused:
+            raise InvalidRequest(f"{', '.join(refused)}: not for games (games run in-process "
+                                 "and end by their own rules; cap them with the env's "
+                                 "max_cycles kwarg where it has one)")
+        if config.exhaustive is not None:
+            from mistk_rl.games.enumerate import check_exhaustive
+            check_exhaustive(self, config.exhaustive)
+
+    def do_start_episode(self, config: EpisodeConfig) -> None:
+        if config.exhaustive is not None:
+            from mistk_rl.games.enumerate import run_exhaustive
+            self.evaluations.append(run_exhaustive(self, config.exhaustive))
+            self.update_status({"lastEvaluation": self.evaluations[-1]})
+            return
+        _Match(self, config).play()
+
+    def extra_results(self) -> dict[str, Any]:
+        return {"totals": self._totals(), "evaluations": list(self.evaluations)}
+
+    def report(self, every_s: float = 0.0) -> None:
+        """Moves, moves per agent and the totals into status (copies: status is read from
+        other threads while games go on)."""
+        self.update_status({"envSteps": self.env_steps, "agentSteps": dict(self.moves_by_agent),
+                            "games": self._totals()}, every_s)
+
+    def _totals(self) -> dict[str, dict[str, dict[str, float]]]:
+        return {agent: {seat: dict(tally) for seat, tally in seats.items()}
+                for agent, seats in self.totals.items()}
+
+    def do_reset(self) -> None:
+        self._close()
+
+    def do_terminate(self) -> None:
+        self._close()
+
+    def _close(self) -> None:
+        copies, self.copies = self.copies, []
+        for copy in copies:
+            copy.env.close()
+
+    def copies_for(self, n: int) -> list[GameCopy]:
+        while len(self.copies) < n:
+            self.copies.append(make_copy(self.api, self.registry_id, self.kwargs))
+        return self.copies[:n]
+
+    def holders(self, config: EpisodeConfig, game: int,
+                rng: np.random.Generator) -> dict[str, str]:
+        """seat -> agent for the `game`-th game of this call: the registered binding
+        (fixed), rotated by one seat per game (alternate), or a random permutation."""
+        base = {seat: agent.name for agent in self.agents.values() for seat in agent.seats}
+        owners = [base[seat] for seat in self.seats]
+        if config.seat_assignment == "alternate":
+            shift = game % len(owners)
+            owners = owners[shift:] + owners[:shift]
+        elif config.seat_assignment == "random":
+            owners = [owners[i] for i in rng.permutation(len(owners))]
+        return dict(zip(self.seats, owners))
+
+    def record_game(self, copy: GameCopy, game: _Game, index: int, trained: set[str]) -> None:
+        """The finished game into the results and the totals per agent and seat."""
+        won = winner(copy.returns, copy.illegal)
+        first = self.seats[0]
+        for seat, agent in game.holders.items():
+            outcome = "draw" if won is None else ("win" if won == seat else "loss")
+            tally = self.totals.setdefault(agent, {}).setdefault(
+                seat, {"games": 0, **dict.fromkeys(OUTCOMES, 0), "illegal": 0, "return": 0.0})
+            tally["games"] += 1
+            tally[outcome] += 1
+            tally["illegal"] += copy.illegal[seat]
+            tally["return"] += copy.returns[seat]
+        self.record_episode(
+            game.holders[first], copy.returns[first], copy.length, every_s=PROGRESS_EVERY_S,
+            seed=game.seed, terminated=copy.terminated, truncated=copy.truncated,
+            envIndex=index, train=bool(trained & set(game.holders.values())),
+            seats=dict(game.holders), returns=dict(copy.returns), winner=won,
+            illegal=dict(copy.illegal))
+
+
+class _Match:
+    """One startEpisode call of sampled games (the module doc says how it plays)."""
+
+    def __init__(self, orch: GameOrchestrator, config: EpisodeConfig) -> None:
+        self.orch, self.config = orch, config
+        self.settings = {name: orch.play_settings(config, agent)
+                         for name, agent in orch.agents.items()}
+        self.trained = {name for name, (_, train) in self.settings.items() if train}
+        self.copies = orch.copies_for(config.num_envs)
+        self.rng = np.random.default_rng(config.seed)
+        self.games: list[Optional[_Game]] = [None] * len(self.copies)
+        self.started = 0
+        self.moves = 0
+        self.replay: dict[str, dict[str, dict]] = {name: {} for name in orch.agents}
+
+    def play(self) -> None:
+        orch, config = self.orch, self.config
+        quotas = episode_quotas(config.episode_limit(), len(self.copies))
+        finished = [0] * len(self.copies)
+        active = {i for i in range(len(self.copies)) if quotas[i] > 0}
+        for i in active:
+            self._new_game(i)
+        for name, agent in orch.agents.items():
+            agent.client.episode_started({}, mode=self.settings[name][0],
+                                         episode=len(orch.results))
+        try:
+            while active and not orch.should_stop:
+                asks: dict[str, dict[str, tuple[int, Any, Any]]] = {}  # agent -> entity -> ..
+                for i in sorted(active):
+                    decisions = self._advance(i)
+                    while self.copies[i].over:
+                        orch.record_game(self.copies[i], self.games[i], i, self.trained)
+                        finished[i] += 1
+                        spent = (config.num_steps is not None
+                                 and self.moves >= config.num_steps)
+                        if spent or finished[i] >= quotas[i]:
+                            active.discard(i)
+                            break
+                        self._new_game(i)
+                        decisions = self._advance(i)
+                    for decision in decisions if i in active else ():
+                        agent = self.games[i].holders[decision.seat]
+                        asks.setdefault(agent, {})[f"{decision.seat}:{i}"] = (
+                            i, decision.seat, decision.obs, decision.mask)
+                self._play_moves(asks)
+                orch.report(every_s=PROGRESS_EVERY_S)
+            for name, replay in self.replay.items():  # the last transitions, if any
+                if replay:
+                    orch.agents[name].client.replay_action(replay_batch(replay))
+        finally:
+            orch.report()
+            ending = sys.exc_info()[1]
+            if not isinstance(ending, ServiceUnavailable):
+                for agent in orch.agents.values():
+                    try:
+                        agent.client.episode_stopped()
+                    except ServiceError:
+                        if ending is None:
+                            raise
+
+    def _new_game(self, i: int) -> None:
+        seed = None
+        if self.config.seed is not None and self.games[i] is None:  # a copy's first game
+            seed = self.config.seed + i
+        self.games[i] = _Game(self.orch.holders(self.config, self.started, self.rng), seed)
+        self.started += 1
+        self.copies[i].reset(seed)
+
+    def _advance(self, i: int) -> list:
+        """The copy's outcomes become transitions of the seats that moved; returns the
+        seats that must move now."""
+        outcomes, decisions = self.copies[i].advance()
+        game = self.games[i]
+        for outcome in outcomes:
+            move = game.moves.pop(outcome.seat, None)
+            if move is not None and move.agent in self.trained:
+                self.replay[move.agent][f"{outcome.seat}:{i}"] = _transition(move, outcome)
+        return decisions
+
+    def _play_moves(self, asks: dict[str, dict[str, tuple[int, Any, Any]]]) -> None:
+        """One request per agent for all its seats that must move; then the moves, copy
+        by copy (a parallel game's seats all at once)."""
+        orch = self.orch
+        moves: dict[int, dict[str, Any]] = {}
+        for name, entities in asks.items():
+            agent = orch.agents[name]
+            obs = {entity: ask[2] for entity, ask in entities.items()}
+            masks = {entity: ask[3] for entity, ask in entities.items() if ask[3] is not None}
+            replay, self.replay[name] = self.replay[name], {}
+            actions = orch.act(agent, obs, replay, masks or None)
+            for entity, (i, seat, decision_obs, _) in entities.items():
+                action = actions.get(entity)
+                moves.setdefault(i, {})[seat] = action
+                if isinstance(action, (int, np.integer)) and not isinstance(action, bool):
+                    self.games[i].moves[seat] = _Move(name, decision_obs, int(action))
+            orch.moves_by_agent[name] = orch.moves_by_agent.get(name, 0) + len(entities)
+        for i, seat_actions in moves.items():
+            self.copies[i].act(seat_actions)
+            self.moves += len(seat_actions)
+            orch.env_steps += len(seat_actions)
+
+
+def _transition(move: _Move, outcome: Outcome) -> dict[str, Any]:
+    entry = {"prevObs": move.obs, "actions": move.action, "rewards": outcome.reward,
+             "newObs": outcome.obs, "terminated": outcome.terminated,
+             "truncated": outcome.truncated and not outcome.terminated}
+    if outcome.mask is not None:
+        entry["newActionMask"] = (np.zeros_like(outcome.mask)
+                                  if outcome.terminated or outcome.truncated else outcome.mask)
+    return entry
+
+
+def _probe(env: dict[str, Any]) -> tuple[str, str, list[str], dict[str, tuple[Any, Any]]]:
+    """(api, registry id, seats, spaces per seat) of the game `env` names, from one
+    instance made and closed; InvalidRequest when it is not a game this can play."""
+    try:
+        api, registry_id = resolve_id(env["id"])
+        game = make_env(api, registry_id, env.get("kwargs", {}))
+        try:
+            spaces = seat_spaces(game)
+        finally:
+            game.close()
+    except GameError as exc:
+        raise InvalidRequest(str(exc)) from exc
+    for seat, (obs_space, _) in spaces.items():
+        if not isinstance(obs_space, SUPPORTED):
+            raise InvalidRequest(f"{registry_id} seat {seat}: observation space {obs_space} "
+                                 "is not supported: Box, Discrete, MultiDiscrete or "
+                                 "MultiBinary (or a dict of observation and action_mask)")
+    return api, registry_id, list(spaces), spaces
+
+
+def _space_key(pair: tuple[Any, Any]) -> str:
+    return repr((space_to_dict(pair[0]), space_to_dict(pair[1])))
