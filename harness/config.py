@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Literal, Optional
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
@@ -44,6 +44,7 @@ class AgentSpec(ServiceSpec):
     model_path: Optional[str] = None  # buildModel from this checkpoint (agent's data dir)
     save_path: Optional[str] = None  # saveModel here when the run ends
     train: bool = True  # false: registered with skipTrain (never gets replayAction)
+    seats: Optional[list[str]] = None  # games: the seats it holds (default: the next free)
 
 
 class EpisodeBlock(_Strict):
@@ -78,6 +79,39 @@ class TrainingSpec(_Strict):
     checkpoints: int = Field(default=2, ge=0)
 
 
+class Matchup(_Strict):
+    """The evaluated agent, greedy, in every seat against `opponent`: enumerated against a
+    built-in opponent's replies (`exhaustive`: random, tictactoe_perfect), or sampled games
+    against a registered agent of that name."""
+
+    opponent: str
+    exhaustive: bool = False
+    games_per_seat: int = Field(default=1000, ge=1)
+
+
+class GameEvaluation(_Strict):
+    """`mistk-rl eval`, the step after training, and each evaluation of `game_training`."""
+
+    agent: str
+    against: list[Matchup] = Field(min_length=1)
+    num_envs: int = Field(default=16, ge=1)  # game copies for sampled matchups
+    seed: int = Field(default=10_000, ge=0)
+
+
+class GameTrainingSpec(_Strict):
+    """Games: play until `evaluation.agent` made `agent_steps` moves, evaluating every
+    `eval_every` of its moves (and at the end); a checkpoint of every agent at each."""
+
+    agent_steps: int = Field(ge=1)
+    eval_every: int = Field(default=20_000, ge=1)
+    seed: int = Field(default=0, ge=0)
+    num_envs: int = Field(default=16, ge=1)  # game copies
+    seat_assignment: Literal["fixed", "alternate", "random"] = "alternate"
+    lineup: Optional[dict[str, str]] = None  # seat -> agent; default: the registered seats
+    agents: dict[str, dict[str, Any]] = Field(default_factory=dict)  # name -> {mode, train}
+    checkpoints: int = Field(default=2, ge=0)  # kept per agent (checkpoints/step-N.pt)
+
+
 class Timeouts(_Strict):
     startup: float = 60.0  # a service answering its first call
     call: float = 30.0  # any one call, and each background operation
@@ -90,6 +124,8 @@ class RunConfig(_Strict):
     agents: list[AgentSpec] = Field(min_length=1)
     episodes: Optional[list[EpisodeBlock]] = None  # default: one episode (no training)
     training: Optional[TrainingSpec] = None
+    game_training: Optional[GameTrainingSpec] = None
+    evaluation: Optional[GameEvaluation] = None  # games: after the run, and `mistk-rl eval`
     token: Optional[str] = None  # default: $MISTK_RL_TOKEN
     timeouts: Timeouts = Field(default_factory=Timeouts)
 
@@ -98,12 +134,26 @@ class RunConfig(_Strict):
         names = [a.name for a in self.agents]
         if len(set(names)) != len(names):
             raise ValueError(f"agent names must be unique, got {names}")
-        if self.training is not None and self.episodes is not None:
-            raise ValueError("give 'episodes' (play) or 'training' (train and evaluate), "
-                             "not both")
+        given = [key for key in ("episodes", "training", "game_training")
+                 if getattr(self, key) is not None]
+        if len(given) > 1:
+            raise ValueError("give one of 'episodes' (play), 'training' (train and "
+                             "evaluate) or 'game_training' (games), not "
+                             f"{' and '.join(given)}")
         if self.training is not None and len(self.agents) != 1:
             raise ValueError("training drives exactly one agent")
-        if self.training is None and self.episodes is None:
+        if self.game_training is not None and self.evaluation is None:
+            raise ValueError("game_training needs 'evaluation': its agent is the one "
+                             "whose moves count and who is evaluated")
+        if self.evaluation is not None:
+            known = set(names)
+            named = [self.evaluation.agent] + [m.opponent for m in self.evaluation.against
+                                               if not m.exhaustive]
+            missing = sorted({n for n in named if n not in known})
+            if missing:
+                raise ValueError(f"evaluation names agents {', '.join(missing)} that "
+                                 f"'agents' does not list ({', '.join(names)})")
+        if not given:
             self.episodes = [EpisodeBlock()]
         return self
 
@@ -117,8 +167,9 @@ def with_seed(config: RunConfig, seed: int) -> RunConfig:
     data = config.model_dump()
     for agent in data["agents"]:
         agent["hyperparameters"]["seed"] = seed
-    if data["training"] is not None:
-        data["training"]["seed"] = seed
+    for training in ("training", "game_training"):
+        if data[training] is not None:
+            data[training]["seed"] = seed
     for block in data["episodes"] or []:
         block["seed"] = seed
     return RunConfig.model_validate(data)

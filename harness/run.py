@@ -19,7 +19,9 @@ from typing import Callable, Optional
 
 import yaml
 
-from harness.config import ConfigError, RunConfig, load_config, resume_config, with_seed
+from harness.config import (AgentSpec, ConfigError, RunConfig, load_config, resume_config,
+                            with_seed)
+from harness.games import evaluate, summary, train_games
 from harness.training import Checkpoints, Progress, first_success, run_episodes, train
 from mistk_rl.client import AgentClient, OrchestratorClient, ServiceError
 from mistk_rl.files import atomic_write_json
@@ -44,9 +46,11 @@ def _raise_stopped(signum: int, _frame: object) -> None:
 
 
 def run_from_file(config_path: Optional[Path], out: Optional[Path] = None, quiet: bool = False,
-                  seed: Optional[int] = None, resume: Optional[Path] = None) -> int:
+                  seed: Optional[int] = None, resume: Optional[Path] = None,
+                  evaluate_only: bool = False) -> int:
     """CLI entry: run (with `seed` for every seed in the config, if given), or continue the
-    run in `resume` from its last checkpoint; print a summary, return the exit code."""
+    run in `resume` from its last checkpoint, or (`evaluate_only`, `mistk-rl eval`) run only
+    the config's evaluation; print a summary, return the exit code."""
     say = (lambda *_: None) if quiet else (lambda msg: print(msg, flush=True))
     # SIGINT already unwinds (KeyboardInterrupt); SIGTERM and SIGHUP do the same, so the
     # services this run started are stopped whichever way it is ended
@@ -66,7 +70,8 @@ def run_from_file(config_path: Optional[Path], out: Optional[Path] = None, quiet
             if seed is not None:
                 config = with_seed(config, seed)
             run_dir = out or Path("runs") / f"{config.name}-{datetime.now():%Y%m%d-%H%M%S}"
-        results = run(config, run_dir, say=say, resume=progress, quiet=quiet)
+        results = run(config, run_dir, say=say, resume=progress, quiet=quiet,
+                      evaluate_only=evaluate_only)
     except (ConfigError, HarnessError) as exc:
         print(f"mistk-rl run: {exc}", file=sys.stderr)
         return 1
@@ -76,7 +81,9 @@ def run_from_file(config_path: Optional[Path], out: Optional[Path] = None, quiet
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
-    returns = [e["return"] for e in results["episodes"]]
+    if "evaluation" in results:
+        say(f"evaluation of {config.evaluation.agent}: {summary(results['evaluation'])}")
+    returns = [e["return"] for e in results.get("episodes", ())]
     if returns:
         say(f"{len(returns)} episodes, mean return {sum(returns) / len(returns):.2f}; "
             f"wall {results['wall_s']:.2f} s; results in {run_dir / 'results.json'}")
@@ -84,16 +91,22 @@ def run_from_file(config_path: Optional[Path], out: Optional[Path] = None, quiet
 
 
 def run(config: RunConfig, run_dir: Path, say: Callable[[str], None] = print,
-        resume: Optional[Progress] = None, quiet: bool = False) -> dict:
+        resume: Optional[Progress] = None, quiet: bool = False,
+        evaluate_only: bool = False) -> dict:
     """Run the whole sequence, or continue a training run from `resume` (its progress file:
     agents load their checkpoints, training goes on from its schedule); returns what it
-    writes to ``run_dir/results.json``."""
+    writes to ``run_dir/results.json``. `evaluate_only`: only the config's evaluation, with
+    the agents built from their model_path, else from the save_path a run in `run_dir` left;
+    written to ``run_dir/evaluation.json``."""
+    if evaluate_only and config.evaluation is None:
+        raise ConfigError("the config has no 'evaluation' block to run")
     started = time.monotonic()
     run_dir.mkdir(parents=True, exist_ok=True)
     saved = config.model_dump()
     if saved.get("token"):  # never on disk: a resumed run takes it from the environment
         saved["token"] = None
-    (run_dir / "config.yaml").write_text(yaml.safe_dump(saved, sort_keys=False))
+    if not evaluate_only:
+        (run_dir / "config.yaml").write_text(yaml.safe_dump(saved, sort_keys=False))
     token = config.token or os.environ.get("MISTK_RL_TOKEN")
     timeouts = config.timeouts
     with ExitStack() as stack:
@@ -117,10 +130,15 @@ def run(config: RunConfig, run_dir: Path, say: Callable[[str], None] = print,
                                                       timeout=timeouts.call))
         agents = {name: stack.enter_context(AgentClient(url, token=token, timeout=timeouts.call))
                   for name, url in agent_urls.items()}
-        episodes, progress = _sequence(config, orch, agents, agent_urls, run_dir, say, resume,
-                                       quiet)
+        episodes, progress, outcome = _sequence(config, orch, agents, agent_urls, run_dir,
+                                                say, resume, quiet, evaluate_only)
+    if evaluate_only:
+        results = {"name": config.name, "evaluation": outcome["evaluation"],
+                   "wall_s": round(time.monotonic() - started, 3)}
+        atomic_write_json(run_dir / "evaluation.json", results)
+        return results
     results = {"name": config.name, "episodes": episodes,
-               "wall_s": round(time.monotonic() - started, 3)}
+               "wall_s": round(time.monotonic() - started, 3), **outcome}
     if config.training is not None:
         results["evals"] = evals = progress.evals
         if progress.resumed_at:
@@ -134,8 +152,12 @@ def run(config: RunConfig, run_dir: Path, say: Callable[[str], None] = print,
 
 def _sequence(config: RunConfig, orch: OrchestratorClient, agents: dict[str, AgentClient],
               agent_urls: dict[str, str], run_dir: Path, say: Callable[[str], None],
-              resume: Optional[Progress], quiet: bool) -> tuple[list[dict], Optional[Progress]]:
+              resume: Optional[Progress], quiet: bool, evaluate_only: bool = False
+              ) -> tuple[list[dict], Optional[Progress], dict]:
+    """The MISTK sequence; returns results.json's episodes, the training progress and what
+    game training and evaluation add to the results ("evals", "evaluation")."""
     call_timeout = config.timeouts.call
+    outcome: dict = {}
     episodes_before = resume.episodes if resume else []  # (train moves resume on)
     with _step("orchestrator initialize"):
         orch.initialize(config.orchestrator.env.model_dump(), agents_needed=len(agents),
@@ -146,11 +168,27 @@ def _sequence(config: RunConfig, orch: OrchestratorClient, agents: dict[str, Age
             agent.initialize(spec.properties, spec.hyperparameters, timeout=call_timeout)
         with _step(f"agent {spec.name} buildModel"):
             checkpoint = resume.checkpoints.get(spec.name) if resume else None
+            if evaluate_only:
+                checkpoint = spec.model_path or _saved_model(spec, run_dir)
             agent.build_model(checkpoint or spec.model_path, timeout=call_timeout)
         with _step(f"registerAgent {spec.name}"):
-            orch.register_agent(spec.name, agent_urls[spec.name], skip_train=not spec.train)
+            orch.register_agent(spec.name, agent_urls[spec.name], skip_train=not spec.train,
+                                seats=spec.seats)
     progress = None
-    if config.training is not None:
+    if evaluate_only:
+        with _step("evaluation"):
+            outcome["evaluation"] = evaluate(orch, config.evaluation, config.timeouts.episodes)
+    elif config.game_training is not None:
+        checkpoints = None
+        if config.game_training.checkpoints:
+            local = {a.name: data_dir(run_dir, a.name) for a in config.agents if a.target}
+            checkpoints = Checkpoints(agents, config.game_training.checkpoints, local,
+                                      call_timeout)
+        with _step("game training"):
+            outcome["evals"] = train_games(orch, config.game_training, config.evaluation,
+                                           run_dir, config.timeouts.episodes, say,
+                                           checkpoints, quiet=quiet)
+    elif config.training is not None:
         checkpoints = None
         if config.training.checkpoints:  # pruned where this harness started the agent
             local = {a.name: data_dir(run_dir, a.name) for a in config.agents if a.target}
@@ -160,10 +198,17 @@ def _sequence(config: RunConfig, orch: OrchestratorClient, agents: dict[str, Age
                              checkpoints, resume, quiet=quiet, title=config.name)
     else:
         _play_blocks(config, orch, say)
+    if config.evaluation is not None and not evaluate_only:
+        if config.game_training is not None:  # its last evaluation is the final one
+            outcome["evaluation"] = outcome["evals"][-1]["evaluation"]
+        else:
+            with _step("evaluation"):
+                outcome["evaluation"] = evaluate(orch, config.evaluation,
+                                                 config.timeouts.episodes)
     with _step("getResults"):
         episodes = run_episodes(orch, episodes_before)
     for spec in config.agents:
-        if spec.save_path:
+        if spec.save_path and not evaluate_only:
             with _step(f"agent {spec.name} saveModel"):
                 agents[spec.name].save_model(spec.save_path, timeout=call_timeout)
     with _step("reset"):
@@ -171,7 +216,15 @@ def _sequence(config: RunConfig, orch: OrchestratorClient, agents: dict[str, Age
         for agent in agents.values():
             agent.terminate()
         orch.terminate()
-    return episodes, progress
+    return episodes, progress, outcome
+
+
+def _saved_model(spec: AgentSpec, run_dir: Path) -> Optional[str]:
+    """The save_path a run in `run_dir` left for this agent, if the harness started it and
+    the file is there."""
+    if spec.save_path and spec.target and (data_dir(run_dir, spec.name) / spec.save_path).exists():
+        return spec.save_path
+    return None
 
 
 def data_dir(run_dir: Path, name: str) -> Path:

@@ -1,4 +1,4 @@
-"""The `mistk-rl` command: serve, run, bench."""
+"""The `mistk-rl` command: serve, run, eval, bench."""
 from __future__ import annotations
 
 import argparse
@@ -42,6 +42,13 @@ def _run(args: argparse.Namespace) -> int:
     return run_from_file(Path(args.config) if args.config else None,
                          out=Path(args.out) if args.out else None, quiet=args.quiet,
                          seed=args.seed, resume=Path(args.resume) if args.resume else None)
+
+
+def _eval(args: argparse.Namespace) -> int:
+    from harness.run import run_from_file
+
+    return run_from_file(Path(args.config), out=Path(args.run) if args.run else None,
+                         quiet=args.quiet, evaluate_only=True)
 
 
 def _bench(args: argparse.Namespace) -> int:
@@ -106,6 +113,17 @@ def build_parser() -> argparse.ArgumentParser:
                      help="continue the training run in RUN_DIR (crashed or stopped) from its "
                           "last checkpoint, with the config saved there")
     run.set_defaults(func=_run)
+
+    evaluate = sub.add_parser("eval", help="games: evaluate a trained agent against the "
+                                           "config's opponents, in every seat")
+    evaluate.add_argument("config", help="the run's YAML config (its 'evaluation' block)")
+    evaluate.add_argument("--run", default=None, metavar="RUN_DIR",
+                          help="the run directory of a `mistk-rl run` of this config: its "
+                               "agents start on their data dirs there and load the model "
+                               "each saved (save_path); evaluation.json is written there "
+                               "(default: a new runs/NAME-TIME, agents from model_path)")
+    evaluate.add_argument("--quiet", action="store_true", help="no progress output")
+    evaluate.set_defaults(func=_eval)
 
     bench = sub.add_parser("bench", help="measure the services")
     bench.add_argument("what", choices=["getaction", "longpolls", "transport", "envs",

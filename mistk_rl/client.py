@@ -354,8 +354,11 @@ class OrchestratorClient(_ServiceClient):
     def stop_episode(self) -> Status:
         return self._status_call("POST", "/stopEpisode")
 
-    def get_results(self) -> Results:
-        return Results.model_validate(self._call("GET", "/results"))
+    def get_results(self, since: int = 0) -> Results:
+        """The finished episodes (numbered from `since` on) and, for games, the totals and
+        evaluations."""
+        params = {"since": since} if since else None
+        return Results.model_validate(self._call("GET", "/results", params=params))
 
     def reset(self, *, wait: bool = True, timeout: Optional[float] = None) -> Status:
         return self._finish(self._status_call("POST", "/reset"), wait, timeout)

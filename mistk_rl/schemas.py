@@ -148,6 +148,7 @@ class EpisodeConfig(Body):
     resume: bool = False  # with num_steps: cut at the budget, continue in the next call
     # games (GameOrchestrator)
     seat_assignment: Literal["fixed", "alternate", "random"] = "fixed"
+    lineup: Optional[dict[str, str]] = None  # seat -> agent for this call (default: bindings)
     agents: dict[str, AgentSettings] = Field(default_factory=dict)
     exhaustive: Optional[ExhaustiveSpec] = None
 

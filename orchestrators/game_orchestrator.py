@@ -71,16 +71,14 @@ class GameOrchestrator(AbstractOrchestrator):
 
     # ---- initialize and registration -----------------------------------------------------
     def validate_initialize(self, env: dict[str, Any], agents_needed: int) -> None:
-        _, _, seats, _ = _probe(env)
-        if agents_needed > len(seats):
-            raise InvalidRequest(f"{env['id']} has {len(seats)} seats ({', '.join(seats)}): "
-                                 f"agentsNeeded {agents_needed} is more")
+        _probe(env)  # (more agents than seats is fine: the others wait for a lineup)
 
     def do_initialize(self, env: dict[str, Any], agents_needed: int) -> None:
         self.api, self.registry_id, self.seats, self.spaces = _probe(env)
         self.kwargs = dict(env.get("kwargs", {}))
         self.copies = []
         self.totals, self.evaluations, self.moves_by_agent = {}, [], {}
+        self.update_status({"game": self.registry_id, "seats": list(self.seats)})
 
     def validate_register_agent(self, name: str, seats: tuple[str, ...]) -> tuple[str, ...]:
         bound = {seat for agent in self.agents.values() for seat in agent.seats}
@@ -92,12 +90,13 @@ class GameOrchestrator(AbstractOrchestrator):
             raise InvalidRequest(f"seats {', '.join(unknown)}: {self.registry_id} has seats "
                                  f"{', '.join(self.seats)}")
         taken = [seat for seat in seats if seat in bound]
-        if taken or not seats or len(set(seats)) != len(seats):
-            raise InvalidRequest(f"seats {', '.join(seats) or '(none left)'}: each seat is "
-                                 f"held by one agent (free now: {', '.join(free) or 'none'})")
-        if len({_space_key(self.spaces[seat]) for seat in seats}) > 1:
-            raise InvalidRequest(f"seats {', '.join(seats)} have different spaces: one agent "
-                                 "holds seats of one observation and action space")
+        if taken or len(set(seats)) != len(seats):
+            raise InvalidRequest(f"seats {', '.join(seats)}: each seat is held by one agent "
+                                 f"(free now: {', '.join(free) or 'none'})")
+        if len({_space_key(self.spaces[seat]) for seat in seats or self.seats}) > 1:
+            raise InvalidRequest(f"seats {', '.join(seats or self.seats)} have different "
+                                 "spaces: one agent holds seats of one observation and "
+                                 "action space")
         left = [seat for seat in free if seat not in seats]
         if len(self.agents) + 1 == self.agents_needed and left:
             raise InvalidRequest(f"the last agent must leave no seat empty: "
@@ -105,7 +104,9 @@ class GameOrchestrator(AbstractOrchestrator):
         return seats
 
     def agent_config(self, name: str, seats: tuple[str, ...] = ()) -> dict[str, Any]:
-        obs_space, act_space = self.spaces[seats[0]]
+        """Its seats' spaces; an agent holding none (an opponent on the bench, for lineups
+        of later calls) gets those every seat shares."""
+        obs_space, act_space = self.spaces[(seats or self.seats)[0]]
         return {"observationSpace": space_to_dict(obs_space),
                 "actionSpace": space_to_dict(act_space),
                 "properties": {"game": self.registry_id, "seats": list(seats)}}
@@ -121,9 +122,24 @@ class GameOrchestrator(AbstractOrchestrator):
             raise InvalidRequest(f"{', '.join(refused)}: not for games (games run in-process "
                                  "and end by their own rules; cap them with the env's "
                                  "max_cycles kwarg where it has one)")
+        if config.lineup is not None:
+            self._check_lineup(config.lineup)
         if config.exhaustive is not None:
             from mistk_rl.games.enumerate import check_exhaustive
             check_exhaustive(self, config.exhaustive)
+
+    def _check_lineup(self, lineup: dict[str, str]) -> None:
+        if sorted(lineup) != sorted(self.seats):
+            raise InvalidRequest(f"lineup names seats {', '.join(sorted(lineup))}; "
+                                 f"{self.registry_id} has {', '.join(self.seats)}")
+        for seat, name in lineup.items():
+            agent = self.agents.get(name)
+            if agent is None:
+                raise InvalidRequest(f"lineup[{seat!r}]: {name!r} is not registered")
+            told = self.spaces[(agent.seats or self.seats)[0]]
+            if _space_key(told) != _space_key(self.spaces[seat]):
+                raise InvalidRequest(f"lineup[{seat!r}]: {name!r} was registered for other "
+                                     "spaces than this seat's")
 
     def do_start_episode(self, config: EpisodeConfig) -> None:
         if config.exhaustive is not None:
@@ -166,7 +182,8 @@ class GameOrchestrator(AbstractOrchestrator):
                 rng: np.random.Generator) -> dict[str, str]:
         """seat -> agent for the `game`-th game of this call: the registered binding
         (fixed), rotated by one seat per game (alternate), or a random permutation."""
-        base = {seat: agent.name for agent in self.agents.values() for seat in agent.seats}
+        base = config.lineup or {seat: agent.name for agent in self.agents.values()
+                                 for seat in agent.seats}
         owners = [base[seat] for seat in self.seats]
         if config.seat_assignment == "alternate":
             shift = game % len(owners)
@@ -200,15 +217,17 @@ class _Match:
 
     def __init__(self, orch: GameOrchestrator, config: EpisodeConfig) -> None:
         self.orch, self.config = orch, config
-        self.settings = {name: orch.play_settings(config, agent)
-                         for name, agent in orch.agents.items()}
+        playing = set(config.lineup.values()) if config.lineup else {
+            agent.name for agent in orch.agents.values() if agent.seats}
+        self.settings = {name: orch.play_settings(config, orch.agents[name])
+                         for name in sorted(playing)}
         self.trained = {name for name, (_, train) in self.settings.items() if train}
         self.copies = orch.copies_for(config.num_envs)
         self.rng = np.random.default_rng(config.seed)
         self.games: list[Optional[_Game]] = [None] * len(self.copies)
         self.started = 0
         self.moves = 0
-        self.replay: dict[str, dict[str, dict]] = {name: {} for name in orch.agents}
+        self.replay: dict[str, dict[str, dict]] = {name: {} for name in self.settings}
 
     def play(self) -> None:
         orch, config = self.orch, self.config
@@ -217,9 +236,8 @@ class _Match:
         active = {i for i in range(len(self.copies)) if quotas[i] > 0}
         for i in active:
             self._new_game(i)
-        for name, agent in orch.agents.items():
-            agent.client.episode_started({}, mode=self.settings[name][0],
-                                         episode=len(orch.results))
+        for name, (mode, _) in self.settings.items():
+            orch.agents[name].client.episode_started({}, mode=mode, episode=len(orch.results))
         try:
             while active and not orch.should_stop:
                 asks: dict[str, dict[str, tuple[int, Any, Any]]] = {}  # agent -> entity -> ..
@@ -248,9 +266,9 @@ class _Match:
             orch.report()
             ending = sys.exc_info()[1]
             if not isinstance(ending, ServiceUnavailable):
-                for agent in orch.agents.values():
+                for name in self.settings:
                     try:
-                        agent.client.episode_stopped()
+                        orch.agents[name].client.episode_stopped()
                     except ServiceError:
                         if ending is None:
                             raise

@@ -81,8 +81,9 @@ class GymOrchestrator(AbstractOrchestrator):
         _probe(env)  # bad kwargs or unsupported spaces: 400 now, not a failed service later
 
     def validate_start_episode(self, config: EpisodeConfig) -> None:
-        if config.seat_assignment != "fixed" or config.exhaustive is not None:
-            raise InvalidRequest("seatAssignment and exhaustive are for games "
+        if (config.seat_assignment != "fixed" or config.exhaustive is not None
+                or config.lineup is not None):
+            raise InvalidRequest("seatAssignment, lineup and exhaustive are for games "
                                  "(GameOrchestrator); a gymnasium env has one agent")
         if config.env_manager == "base" or _key(config) in self.managers:
             return

@@ -336,8 +336,8 @@ class OrchestratorService(_Service):
         self.lifecycle.run("stop_episode", self.orchestrator.do_stop_episode)
         return self._done()
 
-    def getResults(self) -> Response:  # noqa: N802
-        return {"episodes": list(self.orchestrator.results),
+    def getResults(self, since: int = 0) -> Response:  # noqa: N802
+        return {"episodes": self.orchestrator.results[since:],
                 **self.orchestrator.extra_results()}, 200, JSON
 
     def reset(self) -> Response:

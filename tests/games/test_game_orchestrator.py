@@ -72,8 +72,9 @@ def test_seats_come_from_the_env_and_registration_checks_them():
     with pytest.raises(InvalidRequest, match="held by one agent"):
         orch.validate_register_agent("b", ("player_1",))
     assert orch.validate_register_agent("b", ()) == ("player_2",)
-    with pytest.raises(InvalidRequest, match="agentsNeeded 3"):
-        orch.validate_initialize({"id": TICTACTOE}, 3)
+    orch.agents["b"] = RegisteredAgent("b", "u", False, ScriptedClient(), frozenset(),
+                                       ("player_2",))
+    assert orch.validate_register_agent("c", ()) == ()  # no seat left: on the bench
     solo = _orchestrator(TICTACTOE, {})
     solo.agents_needed = 1  # one agent: it must hold both seats
     with pytest.raises(InvalidRequest, match="no seat empty: player_2"):
@@ -254,3 +255,26 @@ def test_exhaustive_evaluation_counts_lines_and_exact_odds():
     with pytest.raises(InvalidRequest, match="connect4_winblock"):
         orch.validate_start_episode(EpisodeConfig(exhaustive=ExhaustiveSpec(
             agent="p", opponent="connect4_winblock")))
+
+
+def test_a_lineup_picks_who_plays_this_call():
+    """The learner holds both seats; a random opponent registered after it sits on the
+    bench until a lineup names it, and only the agents in the lineup are asked."""
+    learner, bench = ScriptedClient(), ScriptedClient()
+    orch = _orchestrator(TICTACTOE, {"learner": (learner, ("player_1", "player_2")),
+                                     "bench": (bench, ())})
+    assert orch.agents["bench"].seats == ()
+    orch.do_start_episode(EpisodeConfig(num_episodes=2, seed=0))
+    assert bench.modes == [] and not bench.asked  # self-play: the bench sat out
+    lineup = {"player_1": "bench", "player_2": "learner"}
+    orch.validate_start_episode(EpisodeConfig(lineup=lineup))
+    orch.do_start_episode(EpisodeConfig(num_episodes=4, seed=0, lineup=lineup,
+                                        seat_assignment="alternate"))
+    played = orch.results[2:]
+    assert [r["seats"]["player_1"] for r in played].count("bench") == 2
+    assert bench.modes == ["collect"] and len(bench.asked) == 2 * 4 + 2 * 3
+    with pytest.raises(InvalidRequest, match="has player_1, player_2"):
+        orch.validate_start_episode(EpisodeConfig(lineup={"player_1": "bench"}))
+    with pytest.raises(InvalidRequest, match="not registered"):
+        orch.validate_start_episode(EpisodeConfig(lineup={"player_1": "bench",
+                                                          "player_2": "ghost"}))
