@@ -78,7 +78,8 @@ def train_games(orch: OrchestratorClient, spec: GameTrainingSpec, evaluation: Ga
     """The training loop (module doc); returns the evaluations, also written to
     ``evals.csv`` in `run_dir`."""
     agent = evaluation.agent
-    shown = TrainingProgress(spec.agent_steps, quiet=quiet, say=say)
+    shown = TrainingProgress(spec.agent_steps, quiet=quiet, say=say, unit="agent steps",
+                             eval_label="last eval win rate")
     say = shown.write
     started = time.monotonic()
     steps, block, evals = 0, 0, []
@@ -103,6 +104,8 @@ def train_games(orch: OrchestratorClient, spec: GameTrainingSpec, evaluation: Ga
             record = {"agent_steps": steps, "wall_s": round(time.monotonic() - started, 3),
                       "moves": orch.status().payload.get("envSteps", 0), "evaluation": report}
             evals.append(record)
+            first = next(iter(report.values()))["seats"].values()
+            shown.evaluated(sum(r["win"] for r in first) / len(first))
             if checkpoints is not None:
                 checkpoints.save(steps)
                 checkpoints.prune()

@@ -12,9 +12,12 @@ PLAIN_EVERY_S = 10.0
 
 class TrainingProgress:
     def __init__(self, total_steps: int, done_steps: int = 0, stream: TextIO = sys.stdout,
-                 quiet: bool = False, say: Optional[Callable[[str], None]] = None) -> None:
-        """Lines go to `say` (default: print to `stream`) unless a bar is shown."""
+                 quiet: bool = False, say: Optional[Callable[[str], None]] = None,
+                 unit: str = "env steps", eval_label: str = "last eval") -> None:
+        """Lines go to `say` (default: print to `stream`) unless a bar is shown. `unit`:
+        what the steps count (games count the evaluated agent's moves)."""
         self.total, self.steps, self.stream, self.quiet = total_steps, done_steps, stream, quiet
+        self.unit, self.eval_label = unit, eval_label
         self.say = say or (lambda message: print(message, file=stream, flush=True))
         self.last_eval: Optional[float] = None
         self._started, self._start_steps = time.monotonic(), done_steps
@@ -40,16 +43,16 @@ class TrainingProgress:
     def evaluated(self, mean_return: float) -> None:
         self.last_eval = mean_return
         if self._bar is not None:
-            self._bar.set_postfix_str(f"last eval {mean_return:.2f}")
+            self._bar.set_postfix_str(f"{self.eval_label} {mean_return:.2f}")
 
     def line(self) -> str:
         """One plain line: where the run stands."""
         elapsed = max(time.monotonic() - self._started, 1e-9)
         rate = (self.steps - self._start_steps) / elapsed
         last = "none yet" if self.last_eval is None else f"{self.last_eval:.2f}"
-        return (f"  training: {self.steps:,}/{self.total:,} env steps "
+        return (f"  training: {self.steps:,}/{self.total:,} {self.unit} "
                 f"({100 * self.steps / max(self.total, 1):.1f}%), {rate:,.0f} steps/s, "
-                f"last eval {last}")
+                f"{self.eval_label} {last}")
 
     def write(self, message: str) -> None:
         """A line of output that does not break the bar."""

@@ -139,6 +139,13 @@ def run_bench(what: str, n: int = 2000, json_out: Optional[Path] = None, seed: i
         if json_out is not None:
             _write(json_out, records)
         return 0
+    if what == "games":
+        from mistk_rl.bench_games import bench_games
+
+        records = bench_games(env_counts or [1, 16, 64], steps)
+        if json_out is not None:
+            _write(json_out, records)
+        return 0
     if what == "faults":
         from mistk_rl.bench_faults import bench_faults
 

@@ -128,7 +128,7 @@ def build_parser() -> argparse.ArgumentParser:
     bench = sub.add_parser("bench", help="measure the services")
     bench.add_argument("what", choices=["getaction", "longpolls", "transport", "envs",
                                         "faults", "sb3-dqn", "sb3-ppo", "parity",
-                                        "learning-dqn", "learning-ppo"],
+                                        "learning-dqn", "learning-ppo", "games"],
                        help="getaction: round-trip time of getAction to a local agent; "
                             "longpolls: reset/terminate latency with 64 status long-polls "
                             "waiting; "
@@ -141,7 +141,10 @@ def build_parser() -> argparse.ArgumentParser:
                             "with our eval protocol; "
                             "parity: per suite entry (configs/suite/), our agent over HTTP and "
                             "SB3 with the same hyperparameters, back to back per seed; "
-                            "learning-dqn / learning-ppo: parity on the CartPole entry")
+                            "learning-dqn / learning-ppo: parity on the CartPole entry; "
+                            "games: tic-tac-toe moves/s of the game orchestrator with its "
+                            "agent in-process vs over HTTP (--envs: game copies, default "
+                            "1,16,64; --steps: moves timed)")
     bench.add_argument("--n", type=int, default=2000, help="getaction: calls to time")
     bench.add_argument("--seed", type=int, default=0, help="sb3-*: training seed")
     bench.add_argument("--suite", default="classic", choices=["classic", "extended"],
