@@ -17,6 +17,7 @@ from gymnasium import spaces
 from mistk_rl.agent import AbstractAgent, Observations
 from mistk_rl.errors import InvalidRequest
 from mistk_rl.files import atomic_write_json
+from mistk_rl.implementation import PROGRESS_EVERY_S
 from mistk_rl.games.opponents import (ConnectFourWinBlock, MaskedRandom, TicTacToePerfect,
                                       UniformOpponent)
 
@@ -82,7 +83,8 @@ class OpponentAgent(AbstractAgent):
             np.stack([np.asarray(obs[n]) for n in names]),
             np.stack([np.asarray(masks.get(n, all_legal)) for n in names]), self.rng)
         self.actions_taken += len(names)
-        self.update_status({"actionsTaken": self.actions_taken})
+        # (throttled: a game asks hundreds of times a second, each update wakes long-polls)
+        self.update_status({"actionsTaken": self.actions_taken}, every_s=PROGRESS_EVERY_S)
         return dict(zip(names, actions.tolist()))
 
     def do_save_model(self, path: Path) -> None:

@@ -28,8 +28,9 @@ import numpy as np
 
 from mistk_rl.client import ServiceError, ServiceUnavailable
 from mistk_rl.errors import InvalidRequest
-from mistk_rl.games.pettingzoo_games import (GameCopy, GameError, Outcome, make_copy,
-                                             make_env, resolve_id, seat_spaces, winner)
+from mistk_rl.games.pettingzoo_games import (Decision, GameCopy, GameError, Outcome,
+                                             make_copy, make_env, resolve_id, seat_spaces,
+                                             winner)
 from mistk_rl.implementation import PROGRESS_EVERY_S
 from mistk_rl.orchestrator import AbstractOrchestrator, episode_quotas, replay_batch
 from mistk_rl.schemas import EpisodeConfig
@@ -240,7 +241,7 @@ class _Match:
             orch.agents[name].client.episode_started({}, mode=mode, episode=len(orch.results))
         try:
             while active and not orch.should_stop:
-                asks: dict[str, dict[str, tuple[int, Any, Any]]] = {}  # agent -> entity -> ..
+                asks: dict[str, dict[str, tuple[int, Decision]]] = {}  # agent -> entity ->
                 for i in sorted(active):
                     decisions = self._advance(i)
                     while self.copies[i].over:
@@ -255,8 +256,7 @@ class _Match:
                         decisions = self._advance(i)
                     for decision in decisions if i in active else ():
                         agent = self.games[i].holders[decision.seat]
-                        asks.setdefault(agent, {})[f"{decision.seat}:{i}"] = (
-                            i, decision.seat, decision.obs, decision.mask)
+                        asks.setdefault(agent, {})[f"{decision.seat}:{i}"] = (i, decision)
                 self._play_moves(asks)
                 orch.report(every_s=PROGRESS_EVERY_S)
             for name, replay in self.replay.items():  # the last transitions, if any
@@ -281,7 +281,7 @@ class _Match:
         self.started += 1
         self.copies[i].reset(seed)
 
-    def _advance(self, i: int) -> list:
+    def _advance(self, i: int) -> list[Decision]:
         """The copy's outcomes become transitions of the seats that moved; returns the
         seats that must move now."""
         outcomes, decisions = self.copies[i].advance()
@@ -292,22 +292,22 @@ class _Match:
                 self.replay[move.agent][f"{outcome.seat}:{i}"] = _transition(move, outcome)
         return decisions
 
-    def _play_moves(self, asks: dict[str, dict[str, tuple[int, Any, Any]]]) -> None:
+    def _play_moves(self, asks: dict[str, dict[str, tuple[int, Decision]]]) -> None:
         """One request per agent for all its seats that must move; then the moves, copy
         by copy (a parallel game's seats all at once)."""
         orch = self.orch
         moves: dict[int, dict[str, Any]] = {}
         for name, entities in asks.items():
             agent = orch.agents[name]
-            obs = {entity: ask[2] for entity, ask in entities.items()}
-            masks = {entity: ask[3] for entity, ask in entities.items() if ask[3] is not None}
+            obs = {entity: d.obs for entity, (_, d) in entities.items()}
+            masks = {entity: d.mask for entity, (_, d) in entities.items() if d.mask is not None}
             replay, self.replay[name] = self.replay[name], {}
             actions = orch.act(agent, obs, replay, masks or None)
-            for entity, (i, seat, decision_obs, _) in entities.items():
+            for entity, (i, decision) in entities.items():
                 action = actions.get(entity)
-                moves.setdefault(i, {})[seat] = action
+                moves.setdefault(i, {})[decision.seat] = action
                 if isinstance(action, (int, np.integer)) and not isinstance(action, bool):
-                    self.games[i].moves[seat] = _Move(name, decision_obs, int(action))
+                    self.games[i].moves[decision.seat] = _Move(name, decision.obs, int(action))
             orch.moves_by_agent[name] = orch.moves_by_agent.get(name, 0) + len(entities)
         for i, seat_actions in moves.items():
             self.copies[i].act(seat_actions)

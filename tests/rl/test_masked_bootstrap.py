@@ -9,7 +9,8 @@ import torch
 from mistk_rl.rl.data.returns import nstep_transitions
 from mistk_rl.rl.envs.base import Timestep
 from mistk_rl.rl.policies.dqn import DQNPolicy
-from orchestrators.gym_orchestrator import _batch, _transition
+from mistk_rl.orchestrator import replay_batch
+from orchestrators.gym_orchestrator import _transition
 
 OBS = gym.spaces.Box(-1, 1, (3,), np.float32)
 ACT = gym.spaces.Discrete(4)
@@ -70,10 +71,10 @@ def test_the_orchestrator_replays_the_next_masks_the_env_gives():
     with_mask = Timestep(obs=5, reward=0.0, terminated=False, truncated=False,
                          info={"action_mask": np.array([1, 0, 1], dtype=np.int8)})
     without = Timestep(obs=5, reward=0.0, terminated=False, truncated=False)
-    both = _batch({"a": _transition(4, 1, with_mask, False),
+    both = replay_batch({"a": _transition(4, 1, with_mask, False),
                    "b": _transition(4, 1, with_mask, False)})
     assert both["newActionMask"]["a"].tolist() == [1, 0, 1]
-    mixed = _batch({"a": _transition(4, 1, with_mask, False),
+    mixed = replay_batch({"a": _transition(4, 1, with_mask, False),
                     "b": _transition(4, 1, without, False)})
     assert "newActionMask" not in mixed
 
