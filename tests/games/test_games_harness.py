@@ -22,10 +22,10 @@ SELF_PLAY = {
                                        "gradient_steps": 2}}},
         {"name": "random", "target": "agents.opponent_agents:MaskedRandomAgent",
          "train": False, "hyperparameters": {"seed": 1}}],
-    "game_training": {"agent_steps": 600, "eval_every": 300, "num_envs": 8},
+    "game_training": {"agent_steps": 400, "eval_every": 200, "num_envs": 8},
     "evaluation": {"agent": "learner", "num_envs": 8, "against": [
         {"opponent": "tictactoe_perfect", "exhaustive": True},
-        {"opponent": "random", "games_per_seat": 50}]},
+        {"opponent": "random", "games_per_seat": 20}]},
 }
 
 
@@ -34,7 +34,7 @@ def test_game_training_evaluates_and_eval_reruns_it(tmp_path, monkeypatch):
     results = run(RunConfig.model_validate(SELF_PLAY), tmp_path / "run", say=lambda m: None,
                   quiet=True)
     evals = results["evals"]
-    assert len(evals) == 2 and evals[0]["agent_steps"] >= 300 and evals[1]["agent_steps"] >= 600
+    assert len(evals) == 2 and evals[0]["agent_steps"] >= 200 and evals[1]["agent_steps"] >= 400
     assert results["evaluation"] == evals[-1]["evaluation"]
     perfect = results["evaluation"]["tictactoe_perfect"]
     assert perfect["exhaustive"] and set(perfect["seats"]) == {"player_1", "player_2"}
@@ -43,7 +43,7 @@ def test_game_training_evaluates_and_eval_reruns_it(tmp_path, monkeypatch):
         assert r["win"] + r["draw"] + r["loss"] == pytest.approx(1)
     sampled = results["evaluation"]["random"]
     assert not sampled["exhaustive"]
-    assert [r["games"] for r in sampled["seats"].values()] == [50, 50]
+    assert [r["games"] for r in sampled["seats"].values()] == [20, 20]
     rows = (tmp_path / "run" / "evals.csv").read_text().splitlines()
     assert len(rows) == 1 + 2 * 2 * 2  # header + evaluations x matchups x seats
     # self-play: the bench agent never played during training, only in its evaluations
