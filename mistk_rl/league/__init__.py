@@ -1,0 +1,1 @@
+"""League training: players, payoff, prioritized fictitious self-play (PFSP), snapshots."""
