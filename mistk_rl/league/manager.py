@@ -1,0 +1,200 @@
+"""The league manager: players, payoff and ratings, job slots, snapshots, and its whole
+state saved and restored (a restarted league continues the same league).
+
+No threads and no I/O but `save`/`load`: the caller (a league orchestrator) launches the
+jobs the manager hands out, reports how they ended, asks whether a player is due a
+snapshot and tells it where the snapshot's checkpoint was saved.
+
+- The league starts with a snapshot of every main player's initial weights, so the
+  branches that need historical players always have candidates.
+- At most `max_active_player_job` jobs per player are running; a slot is released when its
+  job finishes, fails to launch or times out (`finish_job`, `fail_job`).
+- Every finished game updates the payoff (self-play games excepted) and the ratings.
+- `take_snapshot` adds the frozen copy and says whether the player now resets to its
+  initial weights (only the snapshotted player can).
+"""
+from __future__ import annotations
+
+import itertools
+import json
+from collections import deque
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Iterable, Optional
+
+import numpy as np
+
+from mistk_rl.files import atomic_write_json
+from mistk_rl.league.payoff import BattleSharedPayoff
+from mistk_rl.league.player import (ActivePlayer, HistoricalPlayer, Job, LeagueExploiter,
+                                    MainExploiter, MainPlayer)
+from mistk_rl.league.ratings import Ratings
+
+PLAYER_TYPES: dict[str, type[ActivePlayer]] = {
+    "main": MainPlayer, "main_exploiter": MainExploiter, "league_exploiter": LeagueExploiter}
+RECENT_JOBS = 100
+
+
+@dataclass
+class RunningJob:
+    job_id: int
+    job: Job
+
+
+@dataclass
+class LeagueManager:
+    active: dict[str, ActivePlayer] = field(default_factory=dict)
+    historical: dict[str, HistoricalPlayer] = field(default_factory=dict)
+    payoff: BattleSharedPayoff = field(default_factory=BattleSharedPayoff)
+    ratings: Ratings = field(default_factory=Ratings)
+    max_active_player_job: int = 3
+    seed: Optional[int] = None
+    running: dict[int, RunningJob] = field(default_factory=dict)
+    recent: deque = field(default_factory=lambda: deque(maxlen=RECENT_JOBS))
+    snapshots_taken: int = 0
+    jobs_launched: int = 0
+
+    def __post_init__(self) -> None:
+        self.rng = np.random.default_rng(self.seed)
+
+    # ---- the LeagueView the players read -------------------------------------------------
+    @property
+    def active_players(self) -> list[ActivePlayer]:
+        return list(self.active.values())
+
+    @property
+    def historical_players(self) -> list[HistoricalPlayer]:
+        return list(self.historical.values())
+
+    # ---- set-up --------------------------------------------------------------------------
+    @classmethod
+    def create(cls, players: Iterable[dict[str, Any]], *, one_phase_step: int,
+               max_active_player_job: int = 3, seed: Optional[int] = None) -> "LeagueManager":
+        """A new league from player specs ``{type, id, category, checkpoint}`` (type: main,
+        main_exploiter, league_exploiter); each main player is snapshotted at step 0."""
+        league = cls(max_active_player_job=max_active_player_job, seed=seed)
+        for spec in players:
+            kind = PLAYER_TYPES.get(spec["type"])
+            if kind is None:
+                raise ValueError(f"player type {spec['type']!r} is not one of "
+                                 f"{', '.join(PLAYER_TYPES)}")
+            player = kind(spec["id"], spec.get("category", "default"), spec["checkpoint"],
+                          one_phase_step=one_phase_step,
+                          initial_checkpoint=spec.get("initial_checkpoint", spec["checkpoint"]))
+            league._add(player)
+        if not any(isinstance(p, MainPlayer) for p in league.active_players):
+            raise ValueError("a league needs at least one main player")
+        for player in list(league.active_players):
+            if isinstance(player, MainPlayer):
+                league._add_snapshot(player, player.initial_checkpoint)
+        return league
+
+    def _add(self, player: ActivePlayer | HistoricalPlayer, like: Optional[str] = None) -> None:
+        if player.player_id in self.active or player.player_id in self.historical:
+            raise ValueError(f"player id {player.player_id!r} is taken")
+        self.payoff.add_player(player.player_id)
+        self.ratings.add_player(player.player_id, like=like)
+        (self.historical if isinstance(player, HistoricalPlayer) else self.active)[
+            player.player_id] = player
+
+    def _add_snapshot(self, player: ActivePlayer, checkpoint_path: str) -> HistoricalPlayer:
+        snapshot = player.snapshot(self.snapshots_taken, checkpoint_path)
+        self.snapshots_taken += 1
+        self._add(snapshot, like=player.player_id)
+        return snapshot
+
+    # ---- jobs ----------------------------------------------------------------------------
+    def jobs_running(self, player_id: str) -> int:
+        return sum(r.job.launch_player == player_id for r in self.running.values())
+
+    def launch_job(self, player_id: str) -> Optional[RunningJob]:
+        """A job for `player_id` (its opponent chosen by its branches), holding one of its
+        slots; None when all its slots are taken."""
+        player = self.active[player_id]
+        if self.jobs_running(player_id) >= self.max_active_player_job:
+            return None
+        running = RunningJob(self.jobs_launched, player.choose_opponent(self, self.rng))
+        self.jobs_launched += 1
+        self.running[running.job_id] = running
+        return running
+
+    def finish_job(self, job_id: int, results: list[str], steps: int = 0) -> None:
+        """The job's games ended, `results` from the launching player's side; `steps`: the
+        env steps its player took (towards its snapshots)."""
+        running = self.running.pop(job_id)
+        job = running.job
+        if job.opponent:  # (a solo job has none)
+            self.payoff.update(job.launch_player, job.opponent, results)
+            if job.opponent != job.launch_player:
+                for result in results:
+                    self.ratings.update(job.launch_player, job.opponent, result)
+        self.active[job.launch_player].total_agent_step += steps
+        self.recent.append({**asdict(job), "job_id": job_id, "results": {
+            r: results.count(r) for r in ("win", "draw", "loss")}, "steps": steps})
+
+    def fail_job(self, job_id: int, reason: str = "") -> None:
+        """The job did not launch, or timed out: its slot is free again, nothing recorded."""
+        running = self.running.pop(job_id, None)
+        if running is not None:
+            self.recent.append({**asdict(running.job), "job_id": job_id, "failed": reason})
+
+    # ---- snapshots -----------------------------------------------------------------------
+    def snapshot_due(self, player_id: str) -> bool:
+        return self.active[player_id].is_trained_enough(self)
+
+    def take_snapshot(self, player_id: str, checkpoint_path: str) -> tuple[HistoricalPlayer, bool]:
+        """Add the snapshot saved at `checkpoint_path`; returns it and whether the player
+        resets to its initial weights now (the caller reloads them into its agent)."""
+        player = self.active[player_id]
+        snapshot = self._add_snapshot(player, checkpoint_path)
+        player.mark_snapshot()
+        return snapshot, player.reset_on_snapshot(self.rng)
+
+    # ---- persistence ---------------------------------------------------------------------
+    def state_dict(self) -> dict[str, Any]:
+        kinds = {cls: name for name, cls in PLAYER_TYPES.items()}
+        return {
+            "active": [{"type": kinds[type(p)], **asdict(p)} for p in self.active_players],
+            "historical": [asdict(p) for p in self.historical_players],
+            "payoff": self.payoff.state_dict(), "ratings": self.ratings.state_dict(),
+            "max_active_player_job": self.max_active_player_job, "seed": self.seed,
+            "running": [{"job_id": r.job_id, **asdict(r.job)} for r in self.running.values()],
+            "recent": list(self.recent), "snapshots_taken": self.snapshots_taken,
+            "jobs_launched": self.jobs_launched, "rng": self.rng.bit_generator.state}
+
+    @classmethod
+    def from_state(cls, state: dict[str, Any]) -> "LeagueManager":
+        league = cls(max_active_player_job=state["max_active_player_job"], seed=state["seed"],
+                     snapshots_taken=state["snapshots_taken"],
+                     jobs_launched=state["jobs_launched"])
+        league.payoff.load_state_dict(state["payoff"])
+        league.ratings = Ratings.from_state(state["ratings"])
+        for spec in state["active"]:
+            spec = dict(spec)
+            player = PLAYER_TYPES[spec.pop("type")](**spec)
+            league.active[player.player_id] = player
+        for spec in state["historical"]:
+            league.historical[spec["player_id"]] = HistoricalPlayer(**spec)
+        league.recent.extend(state["recent"])
+        for r in state["running"]:  # whatever ran them stopped with the league: slots free
+            league.recent.append({**r, "failed": "the league restarted"})
+        league.rng.bit_generator.state = state["rng"]
+        return league
+
+    def save(self, path: Path) -> None:
+        atomic_write_json(path, self.state_dict())
+
+    @classmethod
+    def load(cls, path: Path) -> "LeagueManager":
+        return cls.from_state(json.loads(Path(path).read_text()))
+
+    def table(self) -> list[dict[str, Any]]:
+        """One row per player: kind, steps, parent, ratings; best first (TrueSkill exposure)."""
+        rows = []
+        for player in itertools.chain(self.active_players, self.historical_players):
+            rows.append({"id": player.player_id, "kind": type(player).__name__,
+                         "steps": player.total_agent_step,
+                         "parent": getattr(player, "parent_id", None),
+                         "exposure": self.ratings.exposure(player.player_id),
+                         "elo": self.ratings.elo[player.player_id]})
+        return sorted(rows, key=lambda row: -row["exposure"])

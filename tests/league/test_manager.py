@@ -1,0 +1,87 @@
+"""The league manager: seeding, job slots, results, snapshots, and a save/load round trip
+that makes the same matchmaking."""
+from __future__ import annotations
+
+import pytest
+
+from mistk_rl.league.manager import LeagueManager
+from mistk_rl.league.player import MainExploiter
+
+PLAYERS = [{"type": "main", "id": "main", "category": "ttt", "checkpoint": "main.pt"},
+           {"type": "main_exploiter", "id": "me", "category": "ttt", "checkpoint": "me.pt"},
+           {"type": "league_exploiter", "id": "le", "category": "ttt", "checkpoint": "le.pt"}]
+
+
+def _league(**kw) -> LeagueManager:
+    return LeagueManager.create(PLAYERS, one_phase_step=100, seed=0, **kw)
+
+
+def test_every_main_player_starts_with_a_snapshot():
+    league = _league()
+    (seed,) = league.historical_players
+    assert seed.parent_id == "main" and seed.checkpoint_path == "main.pt"
+    with pytest.raises(ValueError, match="main player"):
+        LeagueManager.create(PLAYERS[1:], one_phase_step=100)
+    with pytest.raises(ValueError, match="not one of"):
+        LeagueManager.create([{**PLAYERS[0], "type": "boss"}], one_phase_step=100)
+
+
+def test_job_slots_are_released_on_finish_and_on_failure():
+    league = _league(max_active_player_job=2)
+    first, second = league.launch_job("main"), league.launch_job("main")
+    assert first and second and league.launch_job("main") is None  # both slots taken
+    league.fail_job(first.job_id, "agent unreachable")
+    third = league.launch_job("main")
+    assert third is not None and league.launch_job("main") is None
+    league.finish_job(second.job_id, ["win"], steps=9)
+    assert league.jobs_running("main") == 1 and league.active["main"].total_agent_step == 9
+    assert league.recent[0]["failed"] == "agent unreachable"
+
+
+def test_finished_games_update_payoff_and_ratings():
+    league = _league()
+    job = league.launch_job("le")  # pfsp over the historical players: the main's seed snapshot
+    assert job.job.opponent == "main_0_0"
+    league.finish_job(job.job_id, ["win"] * 9)
+    assert league.payoff.win_rate("le", "main_0_0") == 1.0
+    assert league.ratings.elo["le"] > 1200 > league.ratings.elo["main_0_0"]
+    assert league.table()[0]["id"] == "le"
+
+
+def test_only_the_snapshotted_player_resets():
+    league = _league()
+    exploiter = league.active["me"]
+    exploiter.total_agent_step = 250  # two phases: due whatever the win rates
+    assert league.snapshot_due("me") and not league.snapshot_due("main")
+    snapshot, reset = league.take_snapshot("me", "snap/me_250.pt")
+    assert isinstance(exploiter, MainExploiter) and reset  # a main exploiter always resets
+    assert snapshot.parent_id == "me" and snapshot.player_id in league.historical
+    assert not league.snapshot_due("me")  # marked
+    league.active["main"].total_agent_step = 250
+    again, reset_main = league.take_snapshot("main", "snap/main_250.pt")
+    assert not reset_main and again.player_id != snapshot.player_id
+
+
+def test_save_and_load_give_the_same_matchmaking(tmp_path):
+    league = _league()
+    for _ in range(5):  # some history: games, a snapshot, a job left running
+        job = league.launch_job("main")
+        league.finish_job(job.job_id, ["win", "loss", "draw"], steps=40)
+    league.take_snapshot("main", "snap/main_200.pt")
+    left_running = league.launch_job("me")
+    league.save(tmp_path / "league.json")
+    loaded = LeagueManager.load(tmp_path / "league.json")
+    assert loaded.jobs_running("me") == 0  # what ran it stopped with the league
+    assert loaded.recent[-1]["job_id"] == left_running.job_id
+    league.fail_job(left_running.job_id)
+    assert loaded.payoff.state_dict() == league.payoff.state_dict()
+    assert loaded.table() == league.table()
+
+    def jobs(manager):
+        out = []
+        for player in ("main", "me", "le") * 10:
+            running = manager.launch_job(player)
+            out.append((running.job.opponent, running.job.branch))
+            manager.finish_job(running.job_id, ["loss"], steps=1)
+        return out
+    assert jobs(loaded) == jobs(league)
