@@ -10,18 +10,22 @@ or rates), and lines and lost lines where enumerated.
 
 Training counts the moves of the evaluated agent ("agent steps"; in self-play every move is
 one): blocks of games until the next evaluation point, then an evaluation and a checkpoint of
-every agent, until the budget is spent. Games in progress at a budget are finished, not cut.
+every agent (and ``progress.json``: what ``mistk-rl run --resume RUN_DIR`` continues), until
+the budget is spent. Games in progress at a budget are finished, not cut.
 """
 from __future__ import annotations
 
 import csv
+import json
 import time
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Optional
 
-from harness.config import GameEvaluation, GameTrainingSpec, Matchup
+from harness.config import ConfigError, GameEvaluation, GameTrainingSpec, Matchup
 from harness.progress import TrainingProgress
-from harness.training import Checkpoints
+from harness.training import PROGRESS, Checkpoints
+from mistk_rl.files import atomic_write_json
 from mistk_rl.client import OrchestratorClient
 from mistk_rl.schemas import AgentSettings, EpisodeConfig, EpisodeResult, ExhaustiveSpec
 
@@ -74,15 +78,20 @@ def seat_rates(games: list[EpisodeResult], agent: str, seats: list[str]) -> dict
 
 def train_games(orch: OrchestratorClient, spec: GameTrainingSpec, evaluation: GameEvaluation,
                 run_dir: Path, timeout: float, say: Callable[[str], None],
-                checkpoints: Optional[Checkpoints] = None, quiet: bool = False) -> list[dict]:
-    """The training loop (module doc); returns the evaluations, also written to
-    ``evals.csv`` in `run_dir`."""
+                checkpoints: Optional[Checkpoints] = None, quiet: bool = False,
+                progress: Optional[GameProgress] = None) -> list[dict]:
+    """The training loop (module doc), from the start or from `progress` (a resumed run);
+    returns the evaluations, also written to ``evals.csv`` in `run_dir`. With `checkpoints`,
+    every evaluation saves each agent's checkpoint and then ``progress.json``."""
     agent = evaluation.agent
-    shown = TrainingProgress(spec.agent_steps, quiet=quiet, say=say, unit="agent steps",
-                             eval_label="last eval win rate")
+    progress = progress or GameProgress()
+    if progress.evals:
+        progress.resumed_at.append(progress.agent_steps)
+    shown = TrainingProgress(spec.agent_steps, progress.agent_steps, quiet=quiet, say=say,
+                             unit="agent steps", eval_label="last eval win rate")
     say = shown.write
-    started = time.monotonic()
-    steps, block, evals = 0, 0, []
+    started = time.monotonic() - progress.wall_s
+    steps, block, evals = progress.agent_steps, progress.blocks, progress.evals
     settings = {name: AgentSettings.model_validate(value)
                 for name, value in spec.agents.items()}
     try:
@@ -106,8 +115,11 @@ def train_games(orch: OrchestratorClient, spec: GameTrainingSpec, evaluation: Ga
             evals.append(record)
             first = next(iter(report.values()))["seats"].values()
             shown.evaluated(sum(r["win"] for r in first) / len(first))
-            if checkpoints is not None:
-                checkpoints.save(steps)
+            if checkpoints is not None:  # agents first: progress must name saved checkpoints
+                progress.checkpoints = checkpoints.save(steps)
+                progress.agent_steps, progress.blocks = steps, block
+                progress.wall_s = record["wall_s"]
+                progress.save(run_dir)
                 checkpoints.prune()
             say(f"  eval at {steps:7d} agent steps ({record['wall_s']:7.1f} s): "
                 f"{summary(report)}")
@@ -115,6 +127,33 @@ def train_games(orch: OrchestratorClient, spec: GameTrainingSpec, evaluation: Ga
         shown.close()
         write_evals(evals, run_dir)
     return evals
+
+
+@dataclass
+class GameProgress:
+    """A game training run after its last evaluation: what ``mistk-rl run --resume``
+    continues (the agents load `checkpoints`, training goes on from `agent_steps`). The
+    games themselves are not kept here (tens of thousands): a resumed run's results.json
+    lists the games played since the resume; `evals` holds the whole history."""
+
+    agent_steps: int = 0
+    blocks: int = 0
+    wall_s: float = 0.0
+    evals: list[dict] = field(default_factory=list)
+    checkpoints: dict[str, str] = field(default_factory=dict)
+    resumed_at: list[int] = field(default_factory=list)
+    episodes: list[dict] = field(default_factory=list)  # (the harness's interface: none kept)
+
+    def save(self, run_dir: Path) -> None:
+        atomic_write_json(run_dir / PROGRESS, asdict(self))
+
+    @classmethod
+    def load(cls, run_dir: Path) -> "GameProgress":
+        path = run_dir / PROGRESS
+        if not path.exists():
+            raise ConfigError(f"{run_dir} has no {PROGRESS}: the run saved no checkpoint "
+                              "(it stopped before its first evaluation, or checkpoints are off)")
+        return cls(**json.loads(path.read_text()))
 
 
 def _agent_steps(orch: OrchestratorClient, agent: str) -> int:

@@ -21,7 +21,7 @@ import yaml
 
 from harness.config import (AgentSpec, ConfigError, RunConfig, load_config, resume_config,
                             with_seed)
-from harness.games import evaluate, summary, train_games
+from harness.games import GameProgress, evaluate, summary, train_games
 from harness.training import Checkpoints, Progress, first_success, run_episodes, train
 from mistk_rl.client import AgentClient, OrchestratorClient, ServiceError
 from mistk_rl.files import atomic_write_json
@@ -64,7 +64,7 @@ def run_from_file(config_path: Optional[Path], out: Optional[Path] = None, quiet
                 raise ConfigError("--resume continues the run in its own directory: "
                                   "--out does not apply")
             config, run_dir = resume_config(resume, config_path, seed), resume
-            progress = Progress.load(resume)
+            progress = (GameProgress if config.game_training else Progress).load(resume)
         else:
             config = load_config(config_path)
             if seed is not None:
@@ -91,7 +91,7 @@ def run_from_file(config_path: Optional[Path], out: Optional[Path] = None, quiet
 
 
 def run(config: RunConfig, run_dir: Path, say: Callable[[str], None] = print,
-        resume: Optional[Progress] = None, quiet: bool = False,
+        resume: Optional[Progress | GameProgress] = None, quiet: bool = False,
         evaluate_only: bool = False) -> dict:
     """Run the whole sequence, or continue a training run from `resume` (its progress file:
     agents load their checkpoints, training goes on from its schedule); returns what it
@@ -152,7 +152,8 @@ def run(config: RunConfig, run_dir: Path, say: Callable[[str], None] = print,
 
 def _sequence(config: RunConfig, orch: OrchestratorClient, agents: dict[str, AgentClient],
               agent_urls: dict[str, str], run_dir: Path, say: Callable[[str], None],
-              resume: Optional[Progress], quiet: bool, evaluate_only: bool = False
+              resume: Optional[Progress | GameProgress], quiet: bool,
+              evaluate_only: bool = False
               ) -> tuple[list[dict], Optional[Progress], dict]:
     """The MISTK sequence; returns results.json's episodes, the training progress and what
     game training and evaluation add to the results ("evals", "evaluation")."""
@@ -187,7 +188,7 @@ def _sequence(config: RunConfig, orch: OrchestratorClient, agents: dict[str, Age
         with _step("game training"):
             outcome["evals"] = train_games(orch, config.game_training, config.evaluation,
                                            run_dir, config.timeouts.episodes, say,
-                                           checkpoints, quiet=quiet)
+                                           checkpoints, quiet=quiet, progress=resume)
     elif config.training is not None:
         checkpoints = None
         if config.training.checkpoints:  # pruned where this harness started the agent

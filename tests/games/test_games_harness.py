@@ -29,11 +29,22 @@ SELF_PLAY = {
 }
 
 
-def test_game_training_evaluates_and_eval_reruns_it(tmp_path, monkeypatch):
+def test_game_training_evaluates_resumes_and_eval_reruns_it(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    results = run(RunConfig.model_validate(SELF_PLAY), tmp_path / "run", say=lambda m: None,
-                  quiet=True)
+    first = {**SELF_PLAY, "game_training": {**SELF_PLAY["game_training"], "agent_steps": 200}}
+    run_dir = tmp_path / "run"
+    run(RunConfig.model_validate(first), run_dir, say=lambda m: None, quiet=True)
+    progress = json.loads((run_dir / "progress.json").read_text())
+    assert progress["agent_steps"] >= 200 and len(progress["evals"]) == 1
+    assert progress["checkpoints"]["learner"].startswith("checkpoints/step-")
+    # a longer budget, continued from the checkpoint of the first evaluation
+    saved = yaml.safe_load((run_dir / "config.yaml").read_text())
+    saved["game_training"]["agent_steps"] = 400
+    (run_dir / "config.yaml").write_text(yaml.safe_dump(saved))
+    assert cli(["run", "--resume", str(run_dir), "--quiet"]) == 0
+    results = json.loads((run_dir / "results.json").read_text())
     evals = results["evals"]
+    assert evals[0] == progress["evals"][0]  # the history before the resume is kept
     assert len(evals) == 2 and evals[0]["agent_steps"] >= 200 and evals[1]["agent_steps"] >= 400
     assert results["evaluation"] == evals[-1]["evaluation"]
     perfect = results["evaluation"]["tictactoe_perfect"]
@@ -50,6 +61,8 @@ def test_game_training_evaluates_and_eval_reruns_it(tmp_path, monkeypatch):
     training_games = [e for e in results["episodes"] if e["train"]]
     assert training_games and all(set(e["seats"].values()) == {"learner"}
                                   for e in training_games)
+    # only the games since the resume (a new orchestrator: 200 more moves, a game each over)
+    assert max(e["envSteps"] for e in training_games) < 200 + 8 * 9 + 1
 
     (tmp_path / "ttt.yaml").write_text(yaml.safe_dump(SELF_PLAY))
     assert cli(["eval", str(tmp_path / "ttt.yaml"), "--run", str(tmp_path / "run"),
