@@ -16,16 +16,14 @@ the budget is spent. Games in progress at a budget are finished, not cut.
 from __future__ import annotations
 
 import csv
-import json
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Optional
 
-from harness.config import ConfigError, GameEvaluation, GameTrainingSpec, Matchup
+from harness.config import GameEvaluation, GameTrainingSpec, Matchup
 from harness.progress import TrainingProgress
-from harness.training import PROGRESS, Checkpoints
-from mistk_rl.files import atomic_write_json
+from harness.training import Checkpoints, ProgressFile
 from mistk_rl.client import OrchestratorClient
 from mistk_rl.schemas import AgentSettings, EpisodeConfig, EpisodeResult, ExhaustiveSpec
 
@@ -130,7 +128,7 @@ def train_games(orch: OrchestratorClient, spec: GameTrainingSpec, evaluation: Ga
 
 
 @dataclass
-class GameProgress:
+class GameProgress(ProgressFile):
     """A game training run after its last evaluation: what ``mistk-rl run --resume``
     continues (the agents load `checkpoints`, training goes on from `agent_steps`). The
     games themselves are not kept here (tens of thousands): a resumed run's results.json
@@ -143,17 +141,6 @@ class GameProgress:
     checkpoints: dict[str, str] = field(default_factory=dict)
     resumed_at: list[int] = field(default_factory=list)
     episodes: list[dict] = field(default_factory=list)  # (the harness's interface: none kept)
-
-    def save(self, run_dir: Path) -> None:
-        atomic_write_json(run_dir / PROGRESS, asdict(self))
-
-    @classmethod
-    def load(cls, run_dir: Path) -> "GameProgress":
-        path = run_dir / PROGRESS
-        if not path.exists():
-            raise ConfigError(f"{run_dir} has no {PROGRESS}: the run saved no checkpoint "
-                              "(it stopped before its first evaluation, or checkpoints are off)")
-        return cls(**json.loads(path.read_text()))
 
 
 def _agent_steps(orch: OrchestratorClient, agent: str) -> int:

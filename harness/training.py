@@ -38,8 +38,23 @@ ROLLING = 20  # training episodes averaged in the learning curve
 PROGRESS = "progress.json"
 
 
+class ProgressFile:
+    """``progress.json`` in the run dir, for a dataclass of JSON-able fields."""
+
+    def save(self, run_dir: Path) -> None:
+        atomic_write_json(run_dir / PROGRESS, asdict(self))
+
+    @classmethod
+    def load(cls, run_dir: Path):
+        path = run_dir / PROGRESS
+        if not path.exists():
+            raise ConfigError(f"{run_dir} has no {PROGRESS}: the run saved no checkpoint "
+                              "(it stopped before its first evaluation, or checkpoints are off)")
+        return cls(**json.loads(path.read_text()))
+
+
 @dataclass
-class Progress:
+class Progress(ProgressFile):
     """A training run after its last evaluation: what ``mistk-rl run --resume`` continues."""
 
     train_steps: int = 0
@@ -51,17 +66,6 @@ class Progress:
     resumed_at: list[int] = field(default_factory=list)  # train_steps of each resume
     train_returns: list[list[float]] = field(default_factory=list)  # [env steps, return]
     done: bool = False  # an evaluation reached stop_value
-
-    def save(self, run_dir: Path) -> None:
-        atomic_write_json(run_dir / PROGRESS, asdict(self))
-
-    @classmethod
-    def load(cls, run_dir: Path) -> "Progress":
-        path = run_dir / PROGRESS
-        if not path.exists():
-            raise ConfigError(f"{run_dir} has no {PROGRESS}: the run saved no checkpoint "
-                              "(it stopped before its first evaluation, or checkpoints are off)")
-        return cls(**json.loads(path.read_text()))
 
 
 class Checkpoints:
