@@ -23,11 +23,10 @@ from typing import Any, Callable, Optional
 
 from harness.config import GameEvaluation, GameTrainingSpec, Matchup
 from harness.progress import TrainingProgress
-from harness.training import Checkpoints, ProgressFile
+from harness.training import Checkpoints, ProgressFile, run_call
 from mistk_rl.client import OrchestratorClient
+from mistk_rl.games.pettingzoo_games import RESULTS, result_for
 from mistk_rl.schemas import AgentSettings, EpisodeConfig, EpisodeResult, ExhaustiveSpec
-
-RESULTS = ("win", "draw", "loss")
 
 
 def evaluate(orch: OrchestratorClient, spec: GameEvaluation, timeout: float) -> dict[str, Any]:
@@ -39,7 +38,7 @@ def evaluate(orch: OrchestratorClient, spec: GameEvaluation, timeout: float) -> 
 
 def _enumerated(orch: OrchestratorClient, spec: GameEvaluation, matchup: Matchup,
                 timeout: float) -> dict[str, Any]:
-    _play(orch, EpisodeConfig(exhaustive=ExhaustiveSpec(agent=spec.agent,
+    run_call(orch, EpisodeConfig(exhaustive=ExhaustiveSpec(agent=spec.agent,
                                                         opponent=matchup.opponent)), timeout)
     report = orch.get_results().evaluations[-1]
     if not report["complete"]:
@@ -55,7 +54,7 @@ def _sampled(orch: OrchestratorClient, spec: GameEvaluation, matchup: Matchup,
              timeout: float) -> dict[str, Any]:
     seats = orch.status().payload["seats"]
     lineup = {seats[0]: spec.agent, seats[1]: matchup.opponent}
-    games = _play(orch, EpisodeConfig(
+    games = run_call(orch, EpisodeConfig(
         num_episodes=matchup.games_per_seat * len(seats), num_envs=spec.num_envs,
         seed=spec.seed, train=False, lineup=lineup, seat_assignment="alternate"), timeout)
     return {"exhaustive": False, "seats": seat_rates(games, spec.agent, seats)}
@@ -68,8 +67,7 @@ def seat_rates(games: list[EpisodeResult], agent: str, seats: list[str]) -> dict
         extra = game.model_extra
         for seat, holder in extra["seats"].items():
             if holder == agent:
-                won = extra["winner"]
-                counts[seat]["draw" if won is None else ("win" if won == seat else "loss")] += 1
+                counts[seat][result_for(seat, extra["winner"])] += 1
     return {seat: {**{r: round(c[r] / max(1, sum(c.values())), 4) for r in RESULTS},
                    "games": sum(c.values())} for seat, c in counts.items()}
 
@@ -97,7 +95,7 @@ def train_games(orch: OrchestratorClient, spec: GameTrainingSpec, evaluation: Ga
             target = min(steps - steps % spec.eval_every + spec.eval_every, spec.agent_steps)
             while steps < target:
                 base = _agent_steps(orch, agent)
-                _play(orch, EpisodeConfig(
+                run_call(orch, EpisodeConfig(
                     num_steps=target - steps, num_envs=spec.num_envs,
                     seed=spec.seed + block * spec.num_envs, train=True,
                     seat_assignment=spec.seat_assignment, lineup=spec.lineup,
@@ -145,15 +143,6 @@ class GameProgress(ProgressFile):
 
 def _agent_steps(orch: OrchestratorClient, agent: str) -> int:
     return int(orch.status().payload.get("agentSteps", {}).get(agent, 0))
-
-
-def _play(orch: OrchestratorClient, config: EpisodeConfig, timeout: float,
-          on_status: Optional[Callable] = None) -> list[EpisodeResult]:
-    """One startEpisode to completion; returns the games it played."""
-    before = orch.status().payload.get("episodesDone", 0)
-    orch.start_episode(config, wait=True, timeout=timeout, on_status=on_status)
-    orch.stop_episode()
-    return orch.get_results(since=before).episodes
 
 
 def summary(report: dict[str, Any]) -> str:

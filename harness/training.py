@@ -169,7 +169,7 @@ def _train_block(orch: OrchestratorClient, spec: TrainingSpec, budget: int, seed
     evaluating never cuts or restarts a training episode (`seed` seeds the envs' first
     episodes only)."""
     steps_before = orch.status().payload.get("envSteps", 0)
-    episodes = _run(orch, EpisodeConfig(
+    episodes = run_call(orch, EpisodeConfig(
         num_steps=budget, seed=seed, max_steps=spec.max_steps, train=True,
         num_envs=spec.num_envs, env_manager=spec.env_manager, resume=True), timeout,
         lambda status: on_steps(status.payload.get("envSteps", steps_before) - steps_before))
@@ -180,7 +180,7 @@ def _train_block(orch: OrchestratorClient, spec: TrainingSpec, budget: int, seed
 
 def _evaluate(orch: OrchestratorClient, spec: TrainingSpec, timeout: float) -> EvalResult:
     """`eval_episodes` greedy episodes on the fixed evaluation seeds."""
-    episodes = _run(orch, EpisodeConfig(
+    episodes = run_call(orch, EpisodeConfig(
         num_episodes=spec.eval_episodes, seed=spec.eval_seed, max_steps=spec.max_steps,
         train=False, num_envs=spec.eval_envs or spec.eval_episodes,
         env_manager=spec.env_manager), timeout)
@@ -194,13 +194,14 @@ def run_episodes(orch: OrchestratorClient, before: list[dict]) -> list[dict]:
                       "episode": e.episode + len(before)} for e in orch.get_results().episodes]
 
 
-def _run(orch: OrchestratorClient, config: EpisodeConfig, timeout: float,
+def run_call(orch: OrchestratorClient, config: EpisodeConfig, timeout: float,
          on_status: Optional[Callable[[Status], None]] = None) -> list[EpisodeResult]:
-    """One startEpisode to completion; returns the episodes it played."""
-    before = len(orch.get_results().episodes)
+    """One startEpisode to completion; returns the episodes it played (fetched from the
+    count before it on: a game run holds tens of thousands)."""
+    before = orch.status().payload.get("episodesDone", 0)
     orch.start_episode(config, wait=True, timeout=timeout, on_status=on_status)
     orch.stop_episode()
-    return orch.get_results().episodes[before:]
+    return orch.get_results(since=before).episodes
 
 
 def write_curve(evals: list[dict], run_dir: Path, stop_value: Optional[float] = None,

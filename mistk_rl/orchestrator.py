@@ -62,6 +62,7 @@ class AbstractOrchestrator(ServiceImplementation, ABC):
             if settings.mode == "eval" and settings.train:
                 raise InvalidRequest(f"agents[{name!r}]: mode eval never learns; "
                                      "train needs mode collect")
+
     def record_episode(self, agent: str, episode_return: float, length: int,
                        every_s: float = 0.0, **extra: Any) -> dict[str, Any]:
         """Append one finished episode to the results (and the status payload, waking

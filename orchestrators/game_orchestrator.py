@@ -28,15 +28,14 @@ import numpy as np
 
 from mistk_rl.client import ServiceError, ServiceUnavailable
 from mistk_rl.errors import InvalidRequest
-from mistk_rl.games.pettingzoo_games import (Decision, GameCopy, GameError, Outcome,
-                                             make_copy, make_env, resolve_id, seat_spaces,
-                                             winner)
+from mistk_rl.games.enumerate import check_exhaustive, run_exhaustive
+from mistk_rl.games.pettingzoo_games import (RESULTS, Decision, GameCopy, GameError, Outcome,
+                                             make_copy, make_env, resolve_id, result_for,
+                                             seat_spaces, winner)
 from mistk_rl.implementation import PROGRESS_EVERY_S
 from mistk_rl.orchestrator import AbstractOrchestrator, episode_quotas, replay_batch
 from mistk_rl.schemas import EpisodeConfig
 from mistk_rl.spaces import SUPPORTED, space_to_dict
-
-OUTCOMES = ("win", "draw", "loss")
 
 
 @dataclass
@@ -107,10 +106,14 @@ class GameOrchestrator(AbstractOrchestrator):
     def agent_config(self, name: str, seats: tuple[str, ...] = ()) -> dict[str, Any]:
         """Its seats' spaces; an agent holding none (an opponent on the bench, for lineups
         of later calls) gets those every seat shares."""
-        obs_space, act_space = self.spaces[(seats or self.seats)[0]]
+        obs_space, act_space = self._spaces_of(seats)
         return {"observationSpace": space_to_dict(obs_space),
                 "actionSpace": space_to_dict(act_space),
                 "properties": {"game": self.registry_id, "seats": list(seats)}}
+
+    def _spaces_of(self, seats: tuple[str, ...]) -> tuple[Any, Any]:
+        """The spaces an agent holding `seats` was told (no seat: those all seats share)."""
+        return self.spaces[(seats or self.seats)[0]]
 
     # ---- episodes ------------------------------------------------------------------------
     def validate_start_episode(self, config: EpisodeConfig) -> None:
@@ -126,7 +129,6 @@ class GameOrchestrator(AbstractOrchestrator):
         if config.lineup is not None:
             self._check_lineup(config.lineup)
         if config.exhaustive is not None:
-            from mistk_rl.games.enumerate import check_exhaustive
             check_exhaustive(self, config.exhaustive)
 
     def _check_lineup(self, lineup: dict[str, str]) -> None:
@@ -137,14 +139,12 @@ class GameOrchestrator(AbstractOrchestrator):
             agent = self.agents.get(name)
             if agent is None:
                 raise InvalidRequest(f"lineup[{seat!r}]: {name!r} is not registered")
-            told = self.spaces[(agent.seats or self.seats)[0]]
-            if _space_key(told) != _space_key(self.spaces[seat]):
+            if _space_key(self._spaces_of(agent.seats)) != _space_key(self.spaces[seat]):
                 raise InvalidRequest(f"lineup[{seat!r}]: {name!r} was registered for other "
                                      "spaces than this seat's")
 
     def do_start_episode(self, config: EpisodeConfig) -> None:
         if config.exhaustive is not None:
-            from mistk_rl.games.enumerate import run_exhaustive
             self.evaluations.append(run_exhaustive(self, config.exhaustive))
             self.update_status({"lastEvaluation": self.evaluations[-1]})
             return
@@ -198,11 +198,10 @@ class GameOrchestrator(AbstractOrchestrator):
         won = winner(copy.returns, copy.illegal)
         first = self.seats[0]
         for seat, agent in game.holders.items():
-            outcome = "draw" if won is None else ("win" if won == seat else "loss")
             tally = self.totals.setdefault(agent, {}).setdefault(
-                seat, {"games": 0, **dict.fromkeys(OUTCOMES, 0), "illegal": 0, "return": 0.0})
+                seat, {"games": 0, **dict.fromkeys(RESULTS, 0), "illegal": 0, "return": 0.0})
             tally["games"] += 1
-            tally[outcome] += 1
+            tally[result_for(seat, won)] += 1
             tally["illegal"] += copy.illegal[seat]
             tally["return"] += copy.returns[seat]
         self.record_episode(

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from mistk_rl.errors import InvalidRequest
 from mistk_rl.games.opponents import OPPONENTS
-from mistk_rl.games.pettingzoo_games import GameCopy, make_copy, winner
+from mistk_rl.games.pettingzoo_games import GameCopy, make_copy, result_for, winner
 from mistk_rl.schemas import ExhaustiveSpec
 
 if TYPE_CHECKING:
@@ -69,44 +69,14 @@ def run_exhaustive(orch: "GameOrchestrator", spec: ExhaustiveSpec) -> dict[str, 
     agent.client.episode_started({}, mode="eval", episode=len(orch.results))
     try:
         for seat in orch.seats:
-            if orch.should_stop:
-                report["complete"] = False
+            if orch.should_stop or not report["complete"]:
                 break
-            tally = {"lines": 0, "wonLines": 0, "drawnLines": 0, "lostLines": 0,
-                     "win": 0.0, "draw": 0.0, "loss": 0.0}
             game = make_copy(orch.api, orch.registry_id, orch.kwargs)
-            frontier = [_Node((), 1.0)]
-            while frontier and not orch.should_stop:
-                asks: list[tuple[_Node, Any]] = []
-                branched: list[_Node] = []
-                for node in frontier:
-                    report["positions"] += 1
-                    decisions = _position(game, node)
-                    if game.over:
-                        _count(tally, game, node.prob, seat)
-                        continue
-                    (decision,) = decisions
-                    if decision.seat == seat:
-                        asks.append((node, decision))
-                        continue
-                    replies = opponent.replies(decision.obs, decision.mask)
-                    branched += [_Node(node.moves + ((decision.seat, reply),),
-                                       node.prob / len(replies)) for reply in replies]
-                if report["positions"] > spec.max_positions:
-                    report["complete"] = False
-                    break
-                if asks:
-                    obs = {f"{seat}:{k}": d.obs for k, (_, d) in enumerate(asks)}
-                    masks = {f"{seat}:{k}": d.mask for k, (_, d) in enumerate(asks)
-                             if d.mask is not None}
-                    actions = agent.client.get_action(obs, masks or None)
-                    branched += [_Node(node.moves + ((seat, actions.get(f"{seat}:{k}")),),
-                                       node.prob) for k, (node, _) in enumerate(asks)]
-                frontier = branched
-            game.env.close()
-            report["seats"][seat] = tally
-            if not report["complete"]:
-                break
+            try:
+                report["seats"][seat] = _enumerate_seat(orch, agent, opponent, game, seat,
+                                                        spec.max_positions, report)
+            finally:
+                game.env.close()
     finally:
         agent.client.episode_stopped()
     if orch.should_stop:
@@ -114,9 +84,46 @@ def run_exhaustive(orch: "GameOrchestrator", spec: ExhaustiveSpec) -> dict[str, 
     return report
 
 
+def _enumerate_seat(orch: "GameOrchestrator", agent: Any, opponent: Any, game: GameCopy,
+                    seat: str, max_positions: int, report: dict[str, Any]) -> dict[str, Any]:
+    """The lines with the agent in `seat`, depth by depth: one request for all positions
+    where it moves, a branch per opponent reply. Counts positions into `report` and marks
+    it incomplete past `max_positions`."""
+    tally = {"lines": 0, "wonLines": 0, "drawnLines": 0, "lostLines": 0,
+             "win": 0.0, "draw": 0.0, "loss": 0.0}
+    frontier = [_Node((), 1.0)]
+    while frontier and not orch.should_stop:
+        asks: list[tuple[_Node, Any]] = []
+        branched: list[_Node] = []
+        for node in frontier:
+            report["positions"] += 1
+            decisions = _position(game, node)
+            if game.over:
+                _count(tally, game, node.prob, seat)
+                continue
+            (decision,) = decisions
+            if decision.seat == seat:
+                asks.append((node, decision))
+                continue
+            replies = opponent.replies(decision.obs, decision.mask)
+            branched += [_Node(node.moves + ((decision.seat, reply),),
+                               node.prob / len(replies)) for reply in replies]
+        if report["positions"] > max_positions:
+            report["complete"] = False
+            break
+        if asks:
+            obs = {f"{seat}:{k}": d.obs for k, (_, d) in enumerate(asks)}
+            masks = {f"{seat}:{k}": d.mask for k, (_, d) in enumerate(asks)
+                     if d.mask is not None}
+            actions = agent.client.get_action(obs, masks or None)
+            branched += [_Node(node.moves + ((seat, actions.get(f"{seat}:{k}")),), node.prob)
+                         for k, (node, _) in enumerate(asks)]
+        frontier = branched
+    return tally
+
+
 def _count(tally: dict[str, Any], game: GameCopy, prob: float, seat: str) -> None:
-    won = winner(game.returns, game.illegal)
-    result = "draw" if won is None else ("win" if won == seat else "loss")
+    result = result_for(seat, winner(game.returns, game.illegal))
     tally["lines"] += 1
     tally[{"win": "wonLines", "draw": "drawnLines", "loss": "lostLines"}[result]] += 1
     tally[result] += prob

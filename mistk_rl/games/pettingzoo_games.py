@@ -258,6 +258,14 @@ def make_copy(api: str, registry_id: str, kwargs: dict[str, Any]) -> GameCopy:
     return (ParallelCopy if api == "parallel" else AecCopy)(env, action_n)
 
 
+RESULTS = ("win", "draw", "loss")
+
+
+def result_for(seat: str, won: Optional[str]) -> str:
+    """`seat`'s result in a game `won` by that seat (None: a draw)."""
+    return "draw" if won is None else ("win" if won == seat else "loss")
+
+
 def winner(returns: dict[str, float], illegal: dict[str, int]) -> Optional[str]:
     """The seat that won, None for a draw: an illegal move loses (the one seat that made
     none wins); otherwise the one seat with the highest return (rock-paper-scissors: the

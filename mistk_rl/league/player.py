@@ -177,6 +177,19 @@ class BattleActivePlayer(ActivePlayer):
         return [p for p in league.active_players
                 if isinstance(p, MainPlayer) and p.category == self.category]
 
+    def _random_main(self, league: LeagueView, rng: np.random.Generator) -> "MainPlayer":
+        mains = self._mains(league)
+        return mains[int(rng.integers(len(mains)))]
+
+    def _opponent_or_its_snapshots(self, opponent: Player, above: float, branch: str,
+                                   league: LeagueView, rng: np.random.Generator) -> Job:
+        """`opponent` while this player wins more than `above` against it; else one of
+        its snapshots, by `variance` (the ones it is even with)."""
+        if league.payoff.win_rate(self.player_id, opponent.player_id) > above:
+            return self._job(opponent, branch)
+        snapshots = self._snapshots_of(opponent.player_id, league)
+        return self._job(self._pfsp(snapshots, league, rng, "variance"), branch)
+
 
 @dataclass
 class MainPlayer(BattleActivePlayer):
@@ -188,20 +201,16 @@ class MainPlayer(BattleActivePlayer):
         return self._job(self._pfsp(self._historical(league), league, rng, "squared"), "pfsp")
 
     def _sp_branch(self, league: LeagueView, rng: np.random.Generator) -> Job:
-        mains = self._mains(league)
-        return self._self_play(mains[int(rng.integers(len(mains)))], league, rng)
+        return self._self_play(self._random_main(league, rng), league, rng)
 
     def _verification_branch(self, league: LeagueView, rng: np.random.Generator) -> Job:
-        mains = self._mains(league)
-        opponent = mains[int(rng.integers(len(mains)))]
+        opponent = self._random_main(league, rng)
         return self._verify(opponent, league, rng) or self._self_play(opponent, league, rng)
 
     def _self_play(self, opponent: "MainPlayer", league: LeagueView,
                    rng: np.random.Generator) -> Job:
-        if league.payoff.win_rate(self.player_id, opponent.player_id) > 1 - self.strong_win_rate:
-            return self._job(opponent, "sp")
-        snapshots = self._snapshots_of(opponent.player_id, league)
-        return self._job(self._pfsp(snapshots, league, rng, "variance"), "sp")
+        return self._opponent_or_its_snapshots(opponent, 1 - self.strong_win_rate, "sp",
+                                               league, rng)
 
     def _verify(self, opponent: "MainPlayer", league: LeagueView,
                 rng: np.random.Generator) -> Optional[Job]:
@@ -228,12 +237,9 @@ class MainExploiter(BattleActivePlayer):
         return {"main_players": 1.0}
 
     def _main_players_branch(self, league: LeagueView, rng: np.random.Generator) -> Job:
-        mains = self._mains(league)
-        opponent = mains[int(rng.integers(len(mains)))]
-        if league.payoff.win_rate(self.player_id, opponent.player_id) > self.min_valid_win_rate:
-            return self._job(opponent, "main_players")
-        snapshots = self._snapshots_of(opponent.player_id, league)
-        return self._job(self._pfsp(snapshots, league, rng, "variance"), "main_players")
+        return self._opponent_or_its_snapshots(self._random_main(league, rng),
+                                               self.min_valid_win_rate, "main_players",
+                                               league, rng)
 
     def snapshot_opponents(self, league: LeagueView) -> list[Player]:
         return list(self._mains(league))
