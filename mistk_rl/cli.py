@@ -20,6 +20,7 @@ def _serve(args: argparse.Namespace) -> int:
         limits.append(f"max_body_bytes={args.max_body_bytes}")
     try:
         parsed = Limits.parse(limits)
+        shares = _shares(args.share)
     except ValueError as exc:
         print(f"mistk-rl serve: {exc}", file=sys.stderr)
         return 2
@@ -29,8 +30,19 @@ def _serve(args: argparse.Namespace) -> int:
         data_dir=Path(args.data_dir), token=args.token or os.environ.get("MISTK_RL_TOKEN"),
         fd=args.fd, allow_agent_hosts=hosts + list(args.allow_agent_host),
         env_modules=list(args.env_module), agent_timeout=args.agent_timeout,
-        limits=parsed, log_level=args.log_level))
+        limits=parsed, shares=shares, log_level=args.log_level))
     return 0
+
+
+def _shares(given: list[str]) -> dict[str, Path]:
+    """``--share NAME=DIR`` options as {NAME: DIR}."""
+    shares = {}
+    for item in given:
+        name, sep, directory = item.partition("=")
+        if not sep or not name or "/" in name or name in (".", "..") or not directory:
+            raise ValueError(f"--share {item!r}: expected NAME=DIR (NAME one path component)")
+        shares[name] = Path(directory)
+    return shares
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -95,6 +107,10 @@ def build_parser() -> argparse.ArgumentParser:
                            for f in dataclasses.fields(Limits)))
     serve.add_argument("--max-body-bytes", type=int, default=None,
                        help="larger request bodies get 413 (= --limit max_body_bytes=N)")
+    serve.add_argument("--share", action="append", default=[], metavar="NAME=DIR",
+                       help="paths starting NAME/ resolve inside DIR instead of the data dir "
+                            "(repeatable): a directory several services share, such as a "
+                            "league's snapshots")
     serve.add_argument("--log-level", default="info")
     serve.add_argument("--fd", type=int, default=None, help=argparse.SUPPRESS)
     serve.set_defaults(func=_serve)

@@ -19,8 +19,8 @@ from urllib.parse import urlsplit
 from mistk_rl import codec
 from mistk_rl.jsonable import to_jsonable
 from mistk_rl.schemas import (AgentConfig, AgentInitParams, ApiVersion, EpisodeConfig,
-                              EpisodeStart, OrchestratorInitParams, Problem, Replay, Results,
-                              Status)
+                              EpisodeStart, League, OrchestratorInitParams, Problem, Replay,
+                              Results, Status)
 from mistk_rl.transport import Transport, TransportError
 
 DEFAULT_TIMEOUT = 30.0
@@ -124,6 +124,7 @@ class _ServiceClient:
         url = url.rstrip("/")
         self.base_url = url if urlsplit(url).path not in ("", "/") else url + self.base_path
         self.timeout = timeout
+        self.token = token  # (a league orchestrator calls its workers with its agents' token)
         headers = {"Authorization": f"Bearer {token}"} if token else {}
         self.transport = Transport(self.base_url, headers=headers)
         # the service instance this client talks to, from its first answer; an answer from
@@ -359,6 +360,11 @@ class OrchestratorClient(_ServiceClient):
         evaluations."""
         params = {"since": since} if since else None
         return Results.model_validate(self._call("GET", "/results", params=params))
+
+    def get_league(self) -> League:
+        """A league orchestrator's players, payoff matrix, ratings and jobs (NotFound from
+        any other orchestrator)."""
+        return League.model_validate(self._call("GET", "/league"))
 
     def reset(self, *, wait: bool = True, timeout: Optional[float] = None) -> Status:
         return self._finish(self._status_call("POST", "/reset"), wait, timeout)

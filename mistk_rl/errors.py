@@ -21,6 +21,13 @@ class InvalidRequest(MistkError):
     title = "Invalid request"
 
 
+class NotFound(MistkError):
+    """What the caller asked for does not exist here (404)."""
+
+    status = 404
+    title = "Not found"
+
+
 class IllegalState(MistkError):
     """The operation is illegal in the current state, or the service is busy (409)."""
 

@@ -5,7 +5,7 @@ import json
 import os
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping, Optional
 
 from mistk_rl.errors import InvalidRequest
 
@@ -13,10 +13,15 @@ from mistk_rl.errors import InvalidRequest
 MAX_NAME_BYTES = 255  # one path component, on the file systems Linux uses
 
 
-def resolve_in(root: Path, path: str) -> Path:
+def resolve_in(root: Path, path: str, shares: Optional[Mapping[str, Path]] = None) -> Path:
     """`path` as a file inside `root`; raises InvalidRequest (400) when it would escape it,
     name `root` itself or a directory, or could not be a file name at all (NUL, a component
-    longer than the file system takes), so a save never fails half-way for a bad name."""
+    longer than the file system takes), so a save never fails half-way for a bad name.
+
+    `shares` (``mistk-rl serve --share NAME=DIR``): a path whose first component is NAME
+    resolves inside DIR instead, the one directory outside the data dir the operator opened
+    (a league's snapshots, written by one service and read by others). Symlinks are never
+    followed out of a root: a caller cannot create them, so one that escapes is refused."""
     if "\x00" in path:
         raise InvalidRequest(f"path {path!r} contains a NUL character")
     long = next((part for part in Path(path).parts
@@ -24,6 +29,9 @@ def resolve_in(root: Path, path: str) -> Path:
     if long is not None:
         raise InvalidRequest(f"path {path!r}: the name {long[:40]!r}... is longer than "
                              f"{MAX_NAME_BYTES} bytes")
+    first, _, rest = path.partition("/")
+    if shares and first in shares and rest:
+        root, path = shares[first], rest
     base = Path(root).resolve()
     candidate = (base / path).resolve()
     if candidate != base and base not in candidate.parents:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Optional
 
+from mistk_rl.files import resolve_in
 from mistk_rl.lifecycle import Lifecycle
 from mistk_rl.limits import Limits
 
@@ -18,8 +19,13 @@ class ServiceImplementation:
 
     def __init__(self) -> None:
         self.data_dir: Path = Path.cwd()  # the service sets its --data-dir here
+        self.shares: dict[str, Path] = {}  # and its --share dirs
         self.limits = Limits()  # and the limits it was started with
         self._lifecycle: Optional[Lifecycle] = None
+
+    def resolve_path(self, path: str) -> Path:
+        """`path` as callers name files: inside the data dir, or a share (`resolve_in`)."""
+        return resolve_in(self.data_dir, path, self.shares)
 
     def update_status(self, payload: dict[str, Any], every_s: float = 0.0) -> None:
         """Merge progress (e.g. {"updates": 120, "loss": 0.3}) into the status payload; wakes

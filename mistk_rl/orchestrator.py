@@ -87,6 +87,10 @@ class AbstractOrchestrator(ServiceImplementation, ABC):
             agent.client.replay_action(replay_batch(replay))
         return agent.client.get_action(obs, masks)
 
+    def league_view(self) -> Optional[dict[str, Any]]:
+        """GET /league's answer; None (404) for an orchestrator that runs no league."""
+        return None
+
     def extra_results(self) -> dict[str, Any]:
         """getResults' fields beyond the episodes (games: totals, evaluations)."""
         return {}
@@ -94,7 +98,10 @@ class AbstractOrchestrator(ServiceImplementation, ABC):
     # ---- hooks ---------------------------------------------------------------------------
     def validate_initialize(self, env: dict[str, Any], agents_needed: int) -> None:
         """Raise `mistk_rl.errors.InvalidRequest` to refuse initialize with 400 (runs before
-        any state change, so keep it quick)."""
+        any state change, so keep it quick). By default league settings are refused."""
+        if env.get("league") is not None:
+            raise InvalidRequest(f"env.league: {type(self).__name__} runs no league (serve "
+                                 "orchestrators.league_orchestrator:LeagueOrchestrator)")
 
     def validate_start_episode(self, config: EpisodeConfig) -> None:
         """Raise `mistk_rl.errors.InvalidRequest` to refuse startEpisode with 400 before any
@@ -104,7 +111,8 @@ class AbstractOrchestrator(ServiceImplementation, ABC):
     def do_initialize(self, env: dict[str, Any], agents_needed: int) -> None:
         """Create the environment from `env` (``{"id": ..., "kwargs": {...}}``)."""
 
-    def validate_register_agent(self, name: str, seats: tuple[str, ...]) -> tuple[str, ...]:
+    def validate_register_agent(self, name: str, seats: tuple[str, ...],
+                                skip_train: bool = False) -> tuple[str, ...]:
         """Check registerAgent's `seats` (empty: not given) before the agent is asked;
         return the seats the agent will hold. Raise InvalidRequest to refuse with 400."""
         if seats:

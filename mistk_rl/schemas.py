@@ -108,14 +108,45 @@ class StepRequest(Body):
     action_mask: Optional[dict[str, Tensor]] = None
 
 
+class LeaguePlayerSpec(Body):
+    id: str = Field(pattern=r"^[A-Za-z0-9_.:-]{1,64}$")
+    type: Literal["main", "main_exploiter", "league_exploiter"]
+
+
+class LeagueSettings(Body):
+    """The league orchestrator's settings (the spec's LeagueSettings says what each is)."""
+
+    players: list[LeaguePlayerSpec] = Field(min_length=1, max_length=32)
+    workers: list[str] = Field(min_length=1, max_length=64)
+    directory: str = Field(default="league", min_length=1, max_length=1024)
+    one_phase_step: int = Field(default=20_000, ge=1)
+    max_active_player_job: int = Field(default=1, ge=1, le=64)
+    games_per_job: int = Field(default=64, ge=1, le=100_000)
+    num_envs: int = Field(default=16, ge=1, le=1024)
+    opponent_mode: Literal["collect", "eval"] = "collect"
+    job_timeout: float = Field(default=600.0, ge=1)
+    seed: Optional[int] = Field(default=None, ge=0)
+
+
 class EnvSpec(Body):
     id: str
     kwargs: dict[str, Any] = Field(default_factory=dict)
+    league: Optional[LeagueSettings] = None
 
 
 class OrchestratorInitParams(Body):
     env: EnvSpec
     agents_needed: int = Field(default=1, ge=1, le=64)
+
+
+class League(Body):
+    """GET /league: the players (best first), the payoff matrix, the jobs, the pool."""
+
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="allow")
+    players: list[dict[str, Any]]
+    payoff: dict[str, Any]
+    jobs: dict[str, Any]
+    pool: dict[str, Any] = Field(default_factory=dict)
 
 
 class AgentSettings(Body):

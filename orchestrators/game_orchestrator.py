@@ -71,6 +71,7 @@ class GameOrchestrator(AbstractOrchestrator):
 
     # ---- initialize and registration -----------------------------------------------------
     def validate_initialize(self, env: dict[str, Any], agents_needed: int) -> None:
+        super().validate_initialize(env, agents_needed)
         _probe(env)  # (more agents than seats is fine: the others wait for a lineup)
 
     def do_initialize(self, env: dict[str, Any], agents_needed: int) -> None:
@@ -80,7 +81,8 @@ class GameOrchestrator(AbstractOrchestrator):
         self.totals, self.evaluations, self.moves_by_agent = {}, [], {}
         self.update_status({"game": self.registry_id, "seats": list(self.seats)})
 
-    def validate_register_agent(self, name: str, seats: tuple[str, ...]) -> tuple[str, ...]:
+    def validate_register_agent(self, name: str, seats: tuple[str, ...],
+                                skip_train: bool = False) -> tuple[str, ...]:
         bound = {seat for agent in self.agents.values() for seat in agent.seats}
         free = [seat for seat in self.seats if seat not in bound]
         if not seats:  # one agent: every seat; else the next free one

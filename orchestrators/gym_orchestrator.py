@@ -63,6 +63,7 @@ class GymOrchestrator(AbstractOrchestrator):
         self._carried: dict[tuple, _Carried] = {}  # manager key -> what `resume` left running
 
     def validate_initialize(self, env: dict[str, Any], agents_needed: int) -> None:
+        super().validate_initialize(env, agents_needed)
         if agents_needed != 1:
             raise InvalidRequest("GymOrchestrator plays single-agent envs: agentsNeeded "
                                  f"must be 1, not {agents_needed}")

@@ -76,7 +76,8 @@ MODELS = {"agent": {"Status": schemas.Status, "ApiVersion": schemas.ApiVersion,
           "orchestrator": {"OrchestratorInitParams": schemas.OrchestratorInitParams,
                            "EpisodeConfig": schemas.EpisodeConfig,
                            "EpisodeResult": schemas.EpisodeResult,
-                           "Results": schemas.Results}}
+                           "Results": schemas.Results, "League": schemas.League,
+                           "LeagueSettings": schemas.LeagueSettings}}
 
 
 @pytest.mark.parametrize("role", ["agent", "orchestrator"])

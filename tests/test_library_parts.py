@@ -63,6 +63,19 @@ def test_resolve_in_keeps_paths_inside(tmp_path):
             resolve_in(tmp_path, bad)
 
 
+def test_resolve_in_shares_one_outside_directory(tmp_path):
+    data, league = tmp_path / "data", tmp_path / "league"
+    data.mkdir()
+    league.mkdir()
+    shares = {"league": league}
+    assert resolve_in(data, "league/snap/a.pt", shares) == (league / "snap/a.pt").resolve()
+    assert resolve_in(data, "other/a.pt", shares) == (data / "other/a.pt").resolve()
+    assert resolve_in(data, "league/a.pt") == (data / "league/a.pt").resolve()  # not shared
+    for bad in ("league/../data/x", "league/../../x"):
+        with pytest.raises(InvalidRequest):
+            resolve_in(data, bad, shares)
+
+
 def test_atomic_write_leaves_no_temporary_files(tmp_path):
     target = tmp_path / "deep" / "r.json"
     atomic_write_json(target, {"a": 1})

@@ -16,9 +16,9 @@ from mistk_rl.lifecycle import AGENT, ORCHESTRATOR, Lifecycle
 # operation -> {legal source state: state after the hook returns}
 AGENT_EXPECTED = {
     "initialize": {"started": "initialized"},
-    "build_model": {"initialized": "initialized"},
+    "build_model": {"initialized": "initialized", "ready": "ready"},
     "save_model": {"initialized": "initialized", "ready": "ready"},
-    "agent_registered": {"initialized": "ready"},
+    "agent_registered": {"initialized": "ready", "ready": "ready"},
     "episode_started": {"ready": "in_episode"},
     "get_action": {"in_episode": "in_episode"},
     "replay_action": {"in_episode": "in_episode"},

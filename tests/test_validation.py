@@ -70,6 +70,15 @@ def test_examples(value, fragment):
         check(value, "")
 
 
+@pytest.mark.parametrize("workers, ok", [([], False), (["http://a"], True),
+                                         (["http://a"] * 65, False)])
+def test_array_lengths_agree_with_jsonschema(workers, ok):
+    body = {"env": {"id": "g", "league": {"players": [{"id": "main", "type": "main"}],
+                                          "workers": workers}}}
+    _agree("orchestrator.initialize", body)
+    assert jsonschema.Draft4Validator(SCHEMAS["orchestrator.initialize"]).is_valid(body) == ok
+
+
 def test_unsupported_keywords_are_refused_at_compile_time():
     with pytest.raises(ValueError, match="allOf"):
         compile_schema({"allOf": [{"type": "number"}]})

@@ -142,6 +142,10 @@ class LeagueManager:
     def snapshot_due(self, player_id: str) -> bool:
         return self.active[player_id].is_trained_enough(self)
 
+    def next_snapshot_id(self, player_id: str) -> str:
+        """The id `take_snapshot` will give this player's snapshot now (to name its file)."""
+        return self.active[player_id].snapshot_id(self.snapshots_taken)
+
     def take_snapshot(self, player_id: str, checkpoint_path: str) -> tuple[HistoricalPlayer, bool]:
         """Add the snapshot saved at `checkpoint_path`; returns it and whether the player
         resets to its initial weights now (the caller reloads them into its agent)."""
@@ -187,6 +191,19 @@ class LeagueManager:
     @classmethod
     def load(cls, path: Path) -> "LeagueManager":
         return cls.from_state(json.loads(Path(path).read_text()))
+
+    def view(self, recent: int = 20) -> dict[str, Any]:
+        """What GET /league shows: the table, the payoff matrix (row against column: win
+        rate, draws half, and raw games), the jobs running and the last `recent`."""
+        ids = [p.player_id for p in itertools.chain(self.active_players,
+                                                    self.historical_players)]
+        return {"players": self.table(),
+                "payoff": {"ids": ids, "winRate": self.payoff.matrix(ids).round(4).tolist(),
+                           "games": [[self.payoff.played(a, b) for b in ids] for a in ids]},
+                "jobs": {"launched": self.jobs_launched,
+                         "running": [{"job_id": r.job_id, **asdict(r.job)}
+                                     for r in self.running.values()],
+                         "recent": list(self.recent)[-recent:]}}
 
     def table(self) -> list[dict[str, Any]]:
         """One row per player: kind, steps, parent, ratings; best first (TrueSkill exposure)."""

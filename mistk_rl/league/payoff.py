@@ -105,6 +105,12 @@ class BattleSharedPayoff:
             wins = record.losses if flipped else record.wins
             return (wins + 0.5 * record.draws) / record.games
 
+    def played(self, home: str, away: str) -> int:
+        """Games recorded between the two (raw count, not decayed)."""
+        with self._lock:
+            record = self.records.get(BattleRecordDict.key(home, away)[0])
+            return 0 if record is None or home == away else record.played
+
     def win_rates(self, home: str, aways: Sequence[str]) -> np.ndarray:
         return np.array([self.win_rate(home, away) for away in aways], dtype=np.float64)
 

@@ -124,9 +124,11 @@ class ActivePlayer(Player):
     def snapshot(self, sequence: int, checkpoint_path: str) -> HistoricalPlayer:
         """A frozen copy at this step; `sequence` (the league's count of snapshots) keeps
         ids unique when two snapshots share a step."""
-        return HistoricalPlayer(f"{self.player_id}_{self.total_agent_step}_{sequence}",
-                                self.category, checkpoint_path, self.total_agent_step,
-                                parent_id=self.player_id)
+        return HistoricalPlayer(self.snapshot_id(sequence), self.category, checkpoint_path,
+                                self.total_agent_step, parent_id=self.player_id)
+
+    def snapshot_id(self, sequence: int) -> str:
+        return f"{self.player_id}_{self.total_agent_step}_{sequence}"
 
     def reset_on_snapshot(self, rng: np.random.Generator) -> bool:
         """Whether this player goes back to its initial weights after its snapshot."""

@@ -62,7 +62,8 @@ AGENT = _build(
     role="agent",
     initial="started",
     resting=["started", "initialized", "ready", "in_episode"],
-    busy=["initializing", "building_model", "saving_model_initialized", "saving_model_ready",
+    busy=["initializing", "building_model", "building_model_ready",
+          "saving_model_initialized", "saving_model_ready",
           "agent_registering", "episode_starting", "getting_action", "replaying_action",
           "stepping", "episode_stopping", "resetting"],
     rows=[
@@ -70,12 +71,19 @@ AGENT = _build(
         _t("finish", "initializing", "initialized"),
         _t("build_model", "initialized", "building_model"),
         _t("finish", "building_model", "initialized"),
+        # a registered agent may load other weights (a league's frozen opponents swap
+        # checkpoints, a reset player reloads its initial ones) and stays registered
+        _t("build_model", "ready", "building_model_ready"),
+        _t("finish", "building_model_ready", "ready"),
         _t("save_model", "initialized", "saving_model_initialized"),
         _t("save_model", "ready", "saving_model_ready"),
         _t("finish", "saving_model_initialized", "initialized"),
         _t("finish", "saving_model_ready", "ready"),
         _t("agent_registered", "initialized", "agent_registering"),
         _t("finish", "agent_registering", "ready"),
+        # registered again, by another orchestrator (a league's game workers all drive the
+        # same agents): told the spaces again, which must match its model
+        _t("agent_registered", "ready", "agent_registering"),
         _t("episode_started", "ready", "episode_starting"),
         _t("finish", "episode_starting", "in_episode"),
         _t("get_action", "in_episode", "getting_action"),

@@ -21,7 +21,7 @@ from mistk_rl import API_VERSION
 from mistk_rl.agent import AbstractAgent, EpisodeInfo, ReplayBatch
 from mistk_rl.client import AgentClient, Conflict, ServiceError, ServiceUnavailable
 from mistk_rl.codec import StackedMap
-from mistk_rl.errors import IllegalState, InvalidRequest
+from mistk_rl.errors import IllegalState, InvalidRequest, NotFound
 from mistk_rl.files import resolve_in
 from mistk_rl.jsonable import to_jsonable
 from mistk_rl.lifecycle import AGENT, ORCHESTRATOR, Lifecycle
@@ -43,13 +43,15 @@ class _Service:
     role = ""
 
     def __init__(self, impl: Any, lifecycle: Lifecycle, data_dir: Path,
-                 limits: Limits) -> None:
+                 limits: Limits, shares: Optional[dict[str, Path]] = None) -> None:
         self.impl = impl
+        self.shares = dict(shares or {})
         self.lifecycle = lifecycle
         self.limits = limits
         self.data_dir = Path(data_dir)
         self.data_dir.mkdir(parents=True, exist_ok=True)
         impl.data_dir = self.data_dir
+        impl.shares = self.shares
         impl.limits = limits
         impl._lifecycle = lifecycle
 
@@ -73,7 +75,7 @@ class _Service:
         return self._done()
 
     def _path(self, path: str) -> Path:
-        return resolve_in(self.data_dir, path)
+        return resolve_in(self.data_dir, path, self.shares)
 
     def _done(self) -> Response:
         return self.lifecycle.status(), 200, JSON
@@ -158,8 +160,8 @@ class AgentService(_Service):
     capabilities = ("step", "tensors")  # tensors: the binary encoding on the step path
 
     def __init__(self, agent: AbstractAgent, data_dir: Path,
-                 limits: Limits = Limits()) -> None:
-        super().__init__(agent, Lifecycle(AGENT), data_dir, limits)
+                 limits: Limits = Limits(), shares: Optional[dict[str, Path]] = None) -> None:
+        super().__init__(agent, Lifecycle(AGENT), data_dir, limits, shares)
         self.agent = agent
         self._initialized = False
         self._checks = _SpaceChecks.of(None, None)  # until an orchestrator gives spaces
@@ -267,8 +269,8 @@ class OrchestratorService(_Service):
     def __init__(self, orchestrator: AbstractOrchestrator, data_dir: Path, *,
                  agent_token: Optional[str] = None, allowed_agent_hosts: Iterable[str] = (),
                  agent_timeout: float = 20.0, env_modules: Iterable[str] = (),
-                 limits: Limits = Limits()) -> None:
-        super().__init__(orchestrator, Lifecycle(ORCHESTRATOR), data_dir, limits)
+                 limits: Limits = Limits(), shares: Optional[dict[str, Path]] = None) -> None:
+        super().__init__(orchestrator, Lifecycle(ORCHESTRATOR), data_dir, limits, shares)
         self.orchestrator = orchestrator
         self.agent_token = agent_token
         self.allowed_agent_hosts = {h.lower() for h in allowed_agent_hosts}
@@ -277,6 +279,8 @@ class OrchestratorService(_Service):
 
     def initialize(self, body: dict[str, Any]) -> Response:
         env = {"id": body["env"]["id"], "kwargs": body["env"].get("kwargs", {})}
+        if body["env"].get("league") is not None:
+            env["league"] = body["env"]["league"]
         agents_needed = body.get("agentsNeeded", 1)
         self.orchestrator.validate_initialize(env, agents_needed)
 
@@ -296,7 +300,7 @@ class OrchestratorService(_Service):
         # (not even resourceVersion); `run` checks the state again, atomically
         self.lifecycle.check("register_agent")
         held = self.orchestrator.validate_register_agent(
-            agent_name, tuple(seats.split(",")) if seats else ())
+            agent_name, tuple(seats.split(",")) if seats else (), skip_train)
         client = AgentClient(agent_url, token=self.agent_token, timeout=self.agent_timeout)
         try:
             capabilities = self._handshake(client, agent_name, agent_url, skip_train, held)
@@ -339,6 +343,14 @@ class OrchestratorService(_Service):
     def getResults(self, since: int = 0) -> Response:  # noqa: N802
         return {"episodes": self.orchestrator.results[since:],
                 **self.orchestrator.extra_results()}, 200, JSON
+
+    def getLeague(self) -> Response:  # noqa: N802
+        league = self.orchestrator.league_view()
+        if league is None:
+            raise NotFound(f"{type(self.orchestrator).__name__} runs no league"
+                           + (" (initialize it first)" if hasattr(
+                               self.orchestrator, "manager") else ""))
+        return to_jsonable(league), 200, JSON
 
     def reset(self) -> Response:
         def hook() -> None:

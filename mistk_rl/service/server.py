@@ -36,6 +36,8 @@ class ServeOptions:
     env_modules: list[str] = field(default_factory=list)  # modules envs may come from
     agent_timeout: float = 20.0  # seconds an orchestrator waits for one agent call
     limits: Limits = field(default_factory=Limits)
+    # NAME -> DIR: paths NAME/... resolve inside DIR (`mistk_rl.files.resolve_in`)
+    shares: dict[str, Path] = field(default_factory=dict)
     log_level: str = "info"
     worker_class: str = "uvicorn_worker.UvicornWorker"
 
@@ -62,12 +64,14 @@ def build_app(options: ServeOptions, cls: type):
     _one_thread_for_math()
     impl = cls()
     if options.role == "agent":
-        service: Any = AgentService(impl, options.data_dir, limits=options.limits)
+        service: Any = AgentService(impl, options.data_dir, limits=options.limits,
+                                    shares=options.shares)
     else:
         service = OrchestratorService(impl, options.data_dir, agent_token=options.token,
                                       allowed_agent_hosts=options.allow_agent_hosts,
                                       agent_timeout=options.agent_timeout,
-                                      env_modules=options.env_modules, limits=options.limits)
+                                      env_modules=options.env_modules, limits=options.limits,
+                                      shares=options.shares)
     return create_app(service, token=options.token, limits=options.limits)
 
 
@@ -106,4 +110,7 @@ def serve(options: ServeOptions) -> None:
         importlib.import_module(module)
     options.data_dir = Path(options.data_dir).resolve()
     options.data_dir.mkdir(parents=True, exist_ok=True)
+    for name, directory in options.shares.items():
+        options.shares[name] = Path(directory).resolve()
+        options.shares[name].mkdir(parents=True, exist_ok=True)
     _Gunicorn(options, cls).run()

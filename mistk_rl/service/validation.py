@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import math
 import re
-from typing import Any, Callable
+from typing import Any, Callable, Optional
 
 import numpy as np
 
@@ -48,7 +48,8 @@ def compile_schema(schema: dict) -> Check:
     unknown = set(schema) - IGNORED - {"type", "properties", "required",
                                        "additionalProperties", "items", "oneOf", "enum",
                                        "minimum", "maximum", "minLength", "maxLength",
-                                       "pattern", "minProperties", "x-tensor"}
+                                       "pattern", "minProperties", "minItems", "maxItems",
+                                       "x-tensor"}
     if unknown:
         raise ValueError(f"schema keywords not supported by the step-path validator: "
                          f"{sorted(unknown)}")
@@ -63,6 +64,8 @@ def compile_schema(schema: dict) -> Check:
         checks.extend(_string(schema))
     if "oneOf" in schema:
         checks.append(_one_of([compile_schema(s) for s in schema["oneOf"]]))
+    if "minItems" in schema or "maxItems" in schema:
+        checks.append(_length(schema.get("minItems", 0), schema.get("maxItems")))
     if "items" in schema:
         checks.append(_items(compile_schema(schema["items"])))
     if schema.get("type") == "object" or "properties" in schema:
@@ -138,6 +141,16 @@ def _one_of(options: list[Check]) -> Check:
         if matched != 1:
             _fail(f"{value!r} is not valid under any of the given schemas" if not matched
                   else f"{value!r} is valid under each of several given schemas", path)
+    return check
+
+
+def _length(fewest: int, most: Optional[int]) -> Check:
+    def check(value: Any, path: str) -> None:
+        if isinstance(value, list):
+            if len(value) < fewest:
+                _fail(f"{len(value)} items: at least {fewest} expected", path)
+            if most is not None and len(value) > most:
+                _fail(f"{len(value)} items: at most {most} allowed", path)
     return check
 
 

@@ -1,0 +1,97 @@
+"""A league over HTTP: a league orchestrator, two game-orchestrator workers, DQN agent services
+for the players and a frozen pool, all sharing one league directory."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from mistk_rl.client import BadRequest, NotFound
+
+LEAGUE = "orchestrators.league_orchestrator:LeagueOrchestrator"
+GAME = "orchestrators.game_orchestrator:GameOrchestrator"
+DQN = "agents.dqn_agent:DQNAgent"
+SMALL_DQN = {"policy": {"model": {"hidden_sizes": [32]}},
+             "train": {"learning_starts": 50, "train_freq": 16, "gradient_steps": 2},
+             "buffer": {"replay_buffer_size": 2000}, "checkpoint_buffer": False}
+PLAYERS = [{"id": "main", "type": "main"}, {"id": "exploiter", "type": "main_exploiter"}]
+
+
+def _env(workers, directory="league"):
+    return {"id": "classic/tictactoe-v3",
+            "league": {"players": PLAYERS, "workers": workers, "directory": directory,
+                       "onePhaseStep": 300, "gamesPerJob": 8, "numEnvs": 8, "seed": 0}}
+
+
+def test_a_league_trains_snapshots_persists_and_resumes(launch, tmp_path):
+    share = ["--share", f"league={tmp_path / 'shared'}"]
+    workers = [launch("orchestrator", GAME).url for _ in range(2)]
+    agents = {}
+    for i, name in enumerate(["main", "exploiter", "frozen"]):
+        service = launch("agent", DQN, extra_args=share)
+        client = service.client()
+        client.initialize(hyperparameters={**SMALL_DQN, "seed": i})
+        client.build_model()
+        agents[name] = service.url
+    league_service = launch("orchestrator", LEAGUE, extra_args=share)
+    league = league_service.client()
+    with pytest.raises(NotFound):
+        league.get_league()
+    with pytest.raises(BadRequest, match="frozen agent"):
+        league.initialize(_env(workers), agents_needed=2)
+    league.initialize(_env(workers), agents_needed=3)
+    with pytest.raises(BadRequest, match="no player"):
+        league.register_agent("stranger", agents["frozen"])
+    league.register_agent("main", agents["main"])
+    league.register_agent("exploiter", agents["exploiter"])
+    league.register_agent("frozen", agents["frozen"], skip_train=True)
+
+    league.start_episode({"numSteps": 1500}, wait=True, timeout=300)
+    league.stop_episode()
+    status = league.status().payload
+    assert status["agentSteps"]["main"] >= 1500
+    view = league.get_league()
+    ids = view.payoff["ids"]
+    snapshots = [p for p in view.players if p["kind"] == "HistoricalPlayer"]
+    assert {p["parent"] for p in snapshots} >= {"main"}  # the seed snapshot, at least
+    assert len(snapshots) >= 2  # and one taken in training (300 moves per phase)
+    recent = view.jobs["recent"]
+    finished = [job for job in recent if "results" in job]
+    assert finished and all(sum(job["results"].values()) == 8 for job in finished)
+    assert {job["branch"] for job in finished} & {"pfsp", "sp", "verification"}
+    assert {job["launch_player"] for job in finished} == {"main", "exploiter"}
+    games = sum(sum(row) for row in view.payoff["games"])
+    assert games > 0 and len(ids) == len(view.payoff["winRate"])
+    assert set(view.pool) == {"frozen"}
+    shared = tmp_path / "shared"
+    state = json.loads((shared / "league.json").read_text())
+    assert state["jobs_launched"] == view.jobs["launched"]
+    for snapshot in state["historical"]:  # every snapshot's checkpoint is on disk
+        assert (shared / snapshot["checkpoint_path"].removeprefix("league/")).exists()
+    episodes = league.get_results().episodes
+    assert len(episodes) == sum(sum(job["results"].values()) for job in finished) or \
+        len(episodes) >= len(finished) * 8  # (every game of every finished job)
+
+    # an evaluation of the main player goes to a worker, the league untouched
+    league.start_episode({"exhaustive": {"agent": "main", "opponent": "random"}}, wait=True,
+                         timeout=120)
+    league.stop_episode()
+    evaluation = league.get_results().evaluations[-1]
+    assert evaluation["complete"] and set(evaluation["seats"]) == {"player_1", "player_2"}
+    assert league.get_league().jobs["launched"] == view.jobs["launched"]
+
+    # a new league orchestrator given the same directory continues the same league
+    league.terminate()
+    again = launch("orchestrator", LEAGUE, extra_args=share).client()
+    again.initialize(_env(workers), agents_needed=3)
+    for name in ("main", "exploiter"):
+        again.register_agent(name, agents[name])
+    again.register_agent("frozen", agents["frozen"], skip_train=True)
+    again.start_episode({"numEpisodes": 1}, wait=True, timeout=120)
+    again.stop_episode()
+    resumed = again.get_league()
+    assert resumed.jobs["launched"] > view.jobs["launched"]
+    assert {p["id"] for p in snapshots} <= {p["id"] for p in resumed.players}
+    main_before = next(p for p in view.players if p["id"] == "main")["steps"]
+    assert next(p for p in resumed.players if p["id"] == "main")["steps"] >= main_before
+    again.reset()
