@@ -31,6 +31,9 @@ class ServiceSpec(_Strict):
 class EnvSpec(_Strict):
     id: str
     kwargs: dict[str, Any] = Field(default_factory=dict)
+    # the league orchestrator's settings (the spec's LeagueSettings, camelCase keys); the
+    # harness fills in `workers` with the URLs of the workers it starts
+    league: Optional[dict[str, Any]] = None
 
 
 class OrchestratorSpec(ServiceSpec):
@@ -98,6 +101,16 @@ class GameEvaluation(_Strict):
     seed: int = Field(default=10_000, ge=0)
 
 
+class Target(_Strict):
+    """One condition on an evaluation: `opponent`'s matchup, in `seat` (default every seat)."""
+
+    opponent: str
+    seat: Optional[str] = None
+    min_win: Optional[float] = Field(default=None, ge=0, le=1)
+    max_loss: Optional[float] = Field(default=None, ge=0, le=1)
+    max_lost_lines: Optional[int] = Field(default=None, ge=0)  # enumerated matchups
+
+
 class GameTrainingSpec(_Strict):
     """Games: play until `evaluation.agent` made `agent_steps` moves, evaluating every
     `eval_every` of its moves (and at the end); a checkpoint of every agent at each."""
@@ -110,6 +123,9 @@ class GameTrainingSpec(_Strict):
     lineup: Optional[dict[str, str]] = None  # seat -> agent; default: the registered seats
     agents: dict[str, dict[str, Any]] = Field(default_factory=dict)  # name -> {mode, train}
     checkpoints: int = Field(default=2, ge=0)  # kept per agent (checkpoints/step-N.pt)
+    # stop at the first evaluation meeting every target (its checkpoint is the last saved,
+    # so it is kept); none: train the whole budget
+    stop_when: list[Target] = Field(default_factory=list)
 
 
 class Timeouts(_Strict):
@@ -126,6 +142,8 @@ class RunConfig(_Strict):
     training: Optional[TrainingSpec] = None
     game_training: Optional[GameTrainingSpec] = None
     evaluation: Optional[GameEvaluation] = None  # games: after the run, and `mistk-rl eval`
+    # a league's game orchestrators (orchestrator.env.league): started or given by URL
+    workers: list[ServiceSpec] = Field(default_factory=list)
     token: Optional[str] = None  # default: $MISTK_RL_TOKEN
     timeouts: Timeouts = Field(default_factory=Timeouts)
 
@@ -153,6 +171,17 @@ class RunConfig(_Strict):
             if missing:
                 raise ValueError(f"evaluation names agents {', '.join(missing)} that "
                                  f"'agents' does not list ({', '.join(names)})")
+            against = {m.opponent for m in self.evaluation.against}
+            unknown = sorted({t.opponent for t in (self.game_training.stop_when
+                                                   if self.game_training else ())} - against)
+            if unknown:
+                raise ValueError(f"game_training.stop_when names opponents "
+                                 f"{', '.join(unknown)} the evaluation does not play")
+        league = self.orchestrator.env.league
+        if self.workers and league is None:
+            raise ValueError("'workers' are a league's: orchestrator.env.league is not set")
+        if league is not None and not self.workers and not league.get("workers"):
+            raise ValueError("a league needs 'workers' (game orchestrators) to play its jobs")
         if not given:
             self.episodes = [EpisodeBlock()]
         return self

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Optional
 
-from harness.config import GameEvaluation, GameTrainingSpec, Matchup
+from harness.config import GameEvaluation, GameTrainingSpec, Matchup, Target
 from harness.progress import TrainingProgress
 from harness.training import Checkpoints, ProgressFile, run_call
 from mistk_rl.client import OrchestratorClient
@@ -91,7 +91,7 @@ def train_games(orch: OrchestratorClient, spec: GameTrainingSpec, evaluation: Ga
     settings = {name: AgentSettings.model_validate(value)
                 for name, value in spec.agents.items()}
     try:
-        while steps < spec.agent_steps:
+        while steps < spec.agent_steps and not progress.done:
             target = min(steps - steps % spec.eval_every + spec.eval_every, spec.agent_steps)
             while steps < target:
                 base = _agent_steps(orch, agent)
@@ -111,14 +111,21 @@ def train_games(orch: OrchestratorClient, spec: GameTrainingSpec, evaluation: Ga
             evals.append(record)
             first = next(iter(report.values()))["seats"].values()
             shown.evaluated(sum(r["win"] for r in first) / len(first))
+            if "league" in orch.status().payload:  # the league as it stood: ratings over time
+                record["league"] = orch.get_league().model_dump()["players"]
+            progress.done = record["passed"] = meets(report, spec.stop_when)
             if checkpoints is not None:  # agents first: progress must name saved checkpoints
                 progress.checkpoints = checkpoints.save(steps)
+                record["checkpoint"] = progress.checkpoints.get(agent)
                 progress.agent_steps, progress.blocks = steps, block
                 progress.wall_s = record["wall_s"]
                 progress.save(run_dir)
                 checkpoints.prune()
             say(f"  eval at {steps:7d} agent steps ({record['wall_s']:7.1f} s): "
                 f"{summary(report)}")
+            if progress.done:
+                say("  every stop_when target met: stopping (this checkpoint is kept)")
+                break
     finally:
         shown.close()
         write_evals(evals, run_dir)
@@ -139,6 +146,24 @@ class GameProgress(ProgressFile):
     checkpoints: dict[str, str] = field(default_factory=dict)
     resumed_at: list[int] = field(default_factory=list)
     episodes: list[dict] = field(default_factory=list)  # (the harness's interface: none kept)
+    done: bool = False  # an evaluation met every stop_when target
+
+
+def meets(report: dict[str, Any], targets: list[Target]) -> bool:
+    """Whether an evaluation meets every target (False when there are none)."""
+    if not targets:
+        return False
+    for target in targets:
+        seats = report[target.opponent]["seats"]
+        for seat in [target.seat] if target.seat else list(seats):
+            r = seats[seat]
+            if ((target.min_win is not None and r["win"] < target.min_win)
+                    or (target.max_loss is not None and r["loss"] > target.max_loss)
+                    or (target.max_lost_lines is not None
+                        and r.get("lostLines", target.max_lost_lines + 1)
+                        > target.max_lost_lines)):
+                return False
+    return True
 
 
 def _agent_steps(orch: OrchestratorClient, agent: str) -> int:

@@ -22,6 +22,7 @@ import yaml
 from harness.config import (AgentSpec, ConfigError, RunConfig, load_config, resume_config,
                             with_seed)
 from harness.games import GameProgress, evaluate, summary, train_games
+from harness.league import league_results
 from harness.training import Checkpoints, Progress, first_success, run_episodes, train
 from mistk_rl.client import AgentClient, OrchestratorClient, ServiceError
 from mistk_rl.files import atomic_write_json
@@ -82,7 +83,8 @@ def run_from_file(config_path: Optional[Path], out: Optional[Path] = None, quiet
         for sig, handler in previous.items():
             signal.signal(sig, handler)
     if "evaluation" in results:
-        say(f"evaluation of {config.evaluation.agent}: {summary(results['evaluation'])}")
+        report = results.get("evaluation_detail") or results["evaluation"]
+        say(f"evaluation of {config.evaluation.agent}: {summary(report)}")
     returns = [e["return"] for e in results.get("episodes", ())]
     if returns:
         say(f"{len(returns)} episodes, mean return {sum(returns) / len(returns):.2f}; "
@@ -122,16 +124,25 @@ def run(config: RunConfig, run_dir: Path, say: Callable[[str], None] = print,
             return service.url
 
         orch_spec = config.orchestrator
+        env = orch_spec.env.model_dump(exclude_none=True)
+        share: tuple[str, ...] = ()
+        if orch_spec.env.league is not None:  # the league's directory, shared by its services
+            name = str(orch_spec.env.league.get("directory", "league")).split("/")[0]
+            share = ("--share", f"{name}={(run_dir / name).resolve()}")
+            workers = [w.url or launch("orchestrator", f"worker{i}", w.target, tuple(w.args))
+                       for i, w in enumerate(config.workers)]
+            env["league"] = {**env["league"],
+                             "workers": list(env["league"].get("workers", ())) + workers}
         orch_url = orch_spec.url or launch("orchestrator", "orchestrator", orch_spec.target,
-                                           tuple(orch_spec.args))
-        agent_urls = {a.name: a.url or launch("agent", a.name, a.target, tuple(a.args))
+                                           tuple(orch_spec.args) + share)
+        agent_urls = {a.name: a.url or launch("agent", a.name, a.target, tuple(a.args) + share)
                       for a in config.agents}
         orch = stack.enter_context(OrchestratorClient(orch_url, token=token,
                                                       timeout=timeouts.call))
         agents = {name: stack.enter_context(AgentClient(url, token=token, timeout=timeouts.call))
                   for name, url in agent_urls.items()}
-        episodes, progress, outcome = _sequence(config, orch, agents, agent_urls, run_dir,
-                                                say, resume, quiet, evaluate_only)
+        episodes, progress, outcome = _sequence(config, env, orch, agents, agent_urls,
+                                                run_dir, say, resume, quiet, evaluate_only)
     if evaluate_only:
         results = {"name": config.name, "evaluation": outcome["evaluation"],
                    "wall_s": round(time.monotonic() - started, 3)}
@@ -150,7 +161,8 @@ def run(config: RunConfig, run_dir: Path, say: Callable[[str], None] = print,
     return results
 
 
-def _sequence(config: RunConfig, orch: OrchestratorClient, agents: dict[str, AgentClient],
+def _sequence(config: RunConfig, env: dict, orch: OrchestratorClient,
+              agents: dict[str, AgentClient],
               agent_urls: dict[str, str], run_dir: Path, say: Callable[[str], None],
               resume: Optional[Progress | GameProgress], quiet: bool,
               evaluate_only: bool = False
@@ -161,8 +173,7 @@ def _sequence(config: RunConfig, orch: OrchestratorClient, agents: dict[str, Age
     outcome: dict = {}
     episodes_before = resume.episodes if resume else []  # (train moves resume on)
     with _step("orchestrator initialize"):
-        orch.initialize(config.orchestrator.env.model_dump(), agents_needed=len(agents),
-                        timeout=call_timeout)
+        orch.initialize(env, agents_needed=len(agents), timeout=call_timeout)
     for spec in config.agents:
         agent = agents[spec.name]
         with _step(f"agent {spec.name} initialize"):
@@ -200,7 +211,13 @@ def _sequence(config: RunConfig, orch: OrchestratorClient, agents: dict[str, Age
     else:
         _play_blocks(config, orch, say)
     if config.evaluation is not None and not evaluate_only:
-        if config.game_training is not None:  # its last evaluation is the final one
+        if config.game_training is not None and config.orchestrator.env.league is not None:
+            with _step("league results"):
+                kept = outcome["evals"][-1].get("checkpoint") if outcome["evals"] else None
+                agent = config.evaluation.agent
+                outcome.update(league_results(orch, outcome["evals"], run_dir, kept and (
+                    data_dir(run_dir, agent) / kept)))
+        elif config.game_training is not None:  # its last evaluation is the final one
             outcome["evaluation"] = outcome["evals"][-1]["evaluation"]
         else:
             with _step("evaluation"):

@@ -118,6 +118,7 @@ class LeagueSettings(Body):
 
     players: list[LeaguePlayerSpec] = Field(min_length=1, max_length=32)
     workers: list[str] = Field(min_length=1, max_length=64)
+    pool: Optional[list[str]] = Field(default=None, max_length=64)
     directory: str = Field(default="league", min_length=1, max_length=1024)
     one_phase_step: int = Field(default=20_000, ge=1)
     max_active_player_job: int = Field(default=1, ge=1, le=64)

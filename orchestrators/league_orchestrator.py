@@ -4,10 +4,11 @@ orchestrators (`GameOrchestrator` workers, anywhere on the network).
 initialize names the game and the league (``env.league``: players, workers, directory, ...).
 Agents registered to train are the active players, named as in ``players``; agents
 registered with skipTrain are a bounded pool of frozen opponents that load snapshots with
-buildModel. The league's matchmaking, payoff, ratings and snapshot rules are
+buildModel (those ``pool`` names, when given: the others sit out, for the lineups of
+evaluations). The league's matchmaking, payoff, ratings and snapshot rules are
 `mistk_rl.league.LeagueManager`'s; this class runs its jobs:
 
-- The first startEpisode sets up: a league found in ``directory`` (``league.json``) is
+- The first training startEpisode sets up: a league found in ``directory`` (``league.json``) is
   resumed, its active agents rebuilt from their latest checkpoints; else every active agent
   saves its initial weights (``initial/ID.pt``, what a reset reloads) and the league starts
   with a snapshot of every main player. Each worker is initialized with the game and every
@@ -144,6 +145,11 @@ class LeagueOrchestrator(AbstractOrchestrator):
             if missing:
                 raise InvalidRequest(f"the last agent leaves players {sorted(missing)} "
                                      "without an agent")
+            pool = set(self.pool) | ({name} if skip_train and (
+                self.settings.pool is None or name in self.settings.pool) else set())
+            if not pool:
+                raise InvalidRequest("the last agent leaves the league without a frozen "
+                                     "agent (skipTrain, in pool) to load snapshots")
         return ()
 
     def agent_config(self, name: str, seats: tuple[str, ...] = ()) -> dict[str, Any]:
@@ -153,7 +159,8 @@ class LeagueOrchestrator(AbstractOrchestrator):
                 "properties": {"game": self.env["id"], "league": True}}
 
     def do_register_agent(self, agent_name: str, agent_url: str, skip_train: bool) -> None:
-        if skip_train:
+        pool = self.settings.pool
+        if skip_train and (pool is None or agent_name in pool):
             self.pool[agent_name] = None
 
     # ---- episodes ------------------------------------------------------------------------
@@ -165,10 +172,15 @@ class LeagueOrchestrator(AbstractOrchestrator):
             raise InvalidRequest(f"players {missing} have no agent")
 
     def do_start_episode(self, config: EpisodeConfig) -> None:
-        self._set_up()
         if config.lineup is not None or config.exhaustive is not None:
+            self._set_up_workers()  # (an evaluation of agents as they are: no league needed)
             self._forward(config)
         else:
+            if self.manager is None:
+                self.manager = self._load_or_create()
+                self._save()
+            self._set_up_workers()
+            self._report()
             self._run_jobs(config)
 
     def league_view(self) -> Optional[dict[str, Any]]:
@@ -191,13 +203,9 @@ class LeagueOrchestrator(AbstractOrchestrator):
     def _path(self, name: str) -> str:
         return f"{self.settings.directory.rstrip('/')}/{name}"
 
-    def _set_up(self) -> None:
-        if self.manager is None:
-            self.manager = self._load_or_create()
-            self._save()
+    def _set_up_workers(self) -> None:
         if not self.workers:
             self.workers = [self._set_up_worker(url) for url in self.settings.workers]
-        self._report()
 
     def _load_or_create(self) -> LeagueManager:
         s, call = self.settings, self._call_timeout()
@@ -301,37 +309,56 @@ class LeagueOrchestrator(AbstractOrchestrator):
         return [w for w in self.workers if id(w) not in busy]
 
     def _next_launch(self) -> Optional[_Launch]:
-        """The next player in turn whose job can start now (launched, or waiting from
-        before for its opponent's agent), its agents marked busy."""
+        """A job that can start now, its agents marked busy: first the jobs waiting for
+        agents, oldest first, then a new job for the next player in turn. A waiting job
+        reserves the agents it needs, so later jobs cannot keep taking them (an exploiter
+        waiting for the main player's agent would otherwise starve)."""
+        reserved: set[str] = set()
+        for pid, running in sorted(self._pending.items(), key=lambda kv: kv[1].job_id):
+            launch = self._assign(running, reserved)
+            if launch is not None:
+                del self._pending[pid]
+                return self._hold(launch)
+            reserved |= self._needs(running)
         ids = [p.id for p in self.settings.players]
         for k in range(len(ids)):
             pid = ids[(self._next_player + k) % len(ids)]
-            running = self._pending.pop(pid, None)
+            if pid in self._pending or pid in self._busy or pid in reserved:
+                continue
+            running = self.manager.launch_job(pid)
             if running is None:
-                if pid in self._busy:
-                    continue
-                running = self.manager.launch_job(pid)
-                if running is None:
-                    continue
-            launch = self._assign(running)
+                continue
+            launch = self._assign(running, reserved)
             if launch is None:
                 self._pending[pid] = running
+                reserved |= self._needs(running)
                 continue
             self._next_player = (self._next_player + k + 1) % len(ids)
-            self._busy |= launch.agents
-            return launch
+            return self._hold(launch)
         return None
 
-    def _assign(self, running: RunningJob) -> Optional[_Launch]:
-        """The agents for this job, if they are free: the opponent's own agent, or a pool
-        agent holding the snapshot (else the free one used longest ago, to load it)."""
+    def _hold(self, launch: _Launch) -> _Launch:
+        self._busy |= launch.agents
+        return launch
+
+    def _needs(self, running: RunningJob) -> set[str]:
+        """The agents a job needs by name (a snapshot takes whichever pool agent is free)."""
+        job = running.job
+        return {job.launch_player} | ({job.opponent} if job.opponent in self.manager.active
+                                      else set())
+
+    def _assign(self, running: RunningJob, reserved: set[str]) -> Optional[_Launch]:
+        """The agents for this job, if they are free and not reserved: the opponent's own
+        agent, or a pool agent holding the snapshot (else the free one used longest ago,
+        to load it)."""
         home, opponent = running.job.launch_player, running.job.opponent
-        if home in self._busy:
+        taken = self._busy | reserved
+        if home in taken:
             return None
         if opponent == home or opponent in self.manager.active:
-            return None if opponent in self._busy else _Launch(running, opponent)
+            return None if opponent in taken else _Launch(running, opponent)
         checkpoint = self.manager.historical[opponent].checkpoint_path
-        free = [name for name in self.pool if name not in self._busy]
+        free = [name for name in self.pool if name not in taken]
         holding = [name for name in free if self.pool[name] == checkpoint]
         if holding:
             return _Launch(running, holding[0])

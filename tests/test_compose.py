@@ -174,3 +174,37 @@ def test_compose_up_from_a_fresh_copy(tmp_path: Path):
     finally:
         _docker(*compose, "down", "-v", "--rmi", "all", "--remove-orphans", timeout=300,
                 env=env, cwd=project)
+
+
+def test_league_compose_wires_players_pool_workers_and_one_shared_directory():
+    compose = yaml.safe_load((REPO / "docker-compose.league.yml").read_text())
+    services = compose["services"]
+    config = load_config(REPO / DEFAULT_CONFIG.match(
+        services["harness"]["command"][1])["path"])
+    league = config.orchestrator.env.league
+    agents = {a.name: a for a in config.agents}
+    shares = set()
+    for name, service in services.items():
+        if name == "harness":
+            continue
+        command = service["command"]
+        role = command[1]
+        import_implementation(role, command[2])
+        assert _option(command, "--host") == "0.0.0.0"
+        port = _option(command, "--port")
+        if role == "agent":
+            assert agents[name].url == f"http://{name}:{port}"
+        if "--share" in command:
+            shares.add(_option(command, "--share"))
+    workers = [n for n, s in services.items()
+               if s.get("command", [None] * 3)[2] == "orchestrators.game_orchestrator:GameOrchestrator"]
+    assert sorted(league["workers"]) == sorted(f"http://{w}:8080" for w in workers)
+    assert len(workers) == 2
+    assert config.orchestrator.url == "http://league:8080"
+    assert len(shares) == 1  # one league directory, seen alike by the league and every agent
+    sharing = {n for n, s in services.items() if "--share" in s.get("command", [])}
+    assert sharing == set(agents) | {"league"}
+    hosts = set(services["main"]["environment"]["MISTK_RL_AGENT_HOSTS"].split(","))
+    assert hosts == set(agents)
+    assert set(services["harness"]["depends_on"]) == set(services) - {"harness"}
+    assert [n for n, s in services.items() if "build" in s] == ["main"]

@@ -1,0 +1,66 @@
+"""The harness's league pieces: targets that stop a run, the evaluation by seat order, the
+league config's checks, the plots."""
+from __future__ import annotations
+
+import pytest
+
+from harness.config import ConfigError, Target, load_config
+from harness.games import meets
+from harness.league import by_seat_order, plot_payoff, plot_ratings
+from tests.conftest import REPO
+
+REPORT = {"random": {"exhaustive": True, "seats": {
+              "player_1": {"win": 0.99, "draw": 0.01, "loss": 0.0, "lines": 90, "lostLines": 0},
+              "player_2": {"win": 0.85, "draw": 0.14, "loss": 0.01, "lines": 500,
+                           "lostLines": 2}}},
+          "tictactoe_perfect": {"exhaustive": True, "seats": {
+              "player_1": {"win": 0.0, "draw": 1.0, "loss": 0.0, "lines": 2, "lostLines": 0},
+              "player_2": {"win": 0.0, "draw": 1.0, "loss": 0.0, "lines": 183,
+                           "lostLines": 0}}}}
+
+
+def test_targets_per_seat_and_every_seat():
+    assert not meets(REPORT, [])  # no targets: never stop early
+    assert meets(REPORT, [Target(opponent="random", seat="player_1", min_win=0.95,
+                                 max_lost_lines=0),
+                          Target(opponent="tictactoe_perfect", max_lost_lines=0)])
+    assert not meets(REPORT, [Target(opponent="random", max_lost_lines=0)])  # player_2 lost 2
+    assert not meets(REPORT, [Target(opponent="random", seat="player_2", min_win=0.9)])
+    assert meets(REPORT, [Target(opponent="random", seat="player_2", max_loss=0.01)])
+    assert not meets(REPORT, [Target(opponent="random", max_loss=0.0)])
+
+
+def test_evaluation_by_seat_order():
+    named = by_seat_order(REPORT)
+    assert named["vs_random"]["first"] == {"win": 0.99, "draw": 0.01, "loss": 0.0,
+                                           "lines": 90, "lost_lines": 0}
+    assert named["vs_perfect"]["second"]["lost_lines"] == 0
+    assert set(named) == {"vs_random", "vs_perfect"}
+
+
+def test_league_configs_load_and_are_checked(tmp_path):
+    for name in ("tictactoe_league.yaml", "connect4_league.yaml"):
+        config = load_config(REPO / "configs" / name)
+        assert config.orchestrator.env.league and len(config.workers) == 2
+        assert [a.name for a in config.agents if a.train] == [
+            p["id"] for p in config.orchestrator.env.league["players"]]
+    text = (REPO / "configs" / "tictactoe_league.yaml").read_text()
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(text.replace("- {opponent: tictactoe_perfect, max_lost_lines: 0}",
+                                "- {opponent: nobody, max_lost_lines: 0}"))
+    with pytest.raises(ConfigError, match="nobody"):
+        load_config(bad)
+    bad.write_text(text.replace("    league:\n", "    leag:\n"))
+    with pytest.raises(ConfigError):
+        load_config(bad)
+
+
+def test_plots_are_written(tmp_path):
+    payoff = {"ids": ["main", "main_0_0"], "winRate": [[0.5, 0.8], [0.2, 0.5]],
+              "games": [[0, 30], [30, 0]]}
+    plot_payoff(payoff, tmp_path / "payoff.png")
+    evals = [{"agent_steps": s, "league": [{"id": "main", "exposure": e, "elo": 1200 + e}]}
+             for s, e in ((10, 1.0), (20, 2.0))]
+    plot_ratings(evals, tmp_path / "ratings.png")
+    assert (tmp_path / "payoff.png").stat().st_size > 1000
+    assert (tmp_path / "ratings.png").stat().st_size > 1000
