@@ -26,7 +26,7 @@ from harness.league import league_results
 from harness.training import Checkpoints, Progress, first_success, run_episodes, train
 from mistk_rl.client import AgentClient, OrchestratorClient, ServiceError
 from mistk_rl.files import atomic_write_json
-from mistk_rl.launch import ServiceProcess, ServiceStartError, start_service
+from mistk_rl.launch import ServiceProcess, ServiceStartError, spawn_service, wait_ready
 from mistk_rl.schemas import EpisodeConfig, Status
 
 
@@ -112,15 +112,15 @@ def run(config: RunConfig, run_dir: Path, say: Callable[[str], None] = print,
     token = config.token or os.environ.get("MISTK_RL_TOKEN")
     timeouts = config.timeouts
     with ExitStack() as stack:
+        spawned: list[tuple[str, ServiceProcess]] = []
+
         def launch(role: str, name: str, target: str, extra: tuple[str, ...] = ()) -> str:
-            try:
-                service = start_service(role, target, data_dir=data_dir(run_dir, name),
-                                        log_path=run_dir / "logs" / f"{name}.log", token=token,
-                                        extra_args=extra, startup_timeout=timeouts.startup)
-            except ServiceStartError as exc:
-                raise HarnessError(f"starting {role} {name!r}: {exc}") from exc
+            """Spawn a service (they all boot side by side; the loop below waits)."""
+            service = spawn_service(role, target, data_dir=data_dir(run_dir, name),
+                                    log_path=run_dir / "logs" / f"{name}.log", token=token,
+                                    extra_args=extra)
             stack.callback(_stop, service, say)
-            say(f"started {role} {name} ({target}) at {service.url}")
+            spawned.append((name, service))
             return service.url
 
         orch_spec = config.orchestrator
@@ -137,6 +137,12 @@ def run(config: RunConfig, run_dir: Path, say: Callable[[str], None] = print,
                                            tuple(orch_spec.args) + share)
         agent_urls = {a.name: a.url or launch("agent", a.name, a.target, tuple(a.args) + share)
                       for a in config.agents}
+        for name, service in spawned:
+            try:
+                wait_ready(service, timeouts.startup)
+            except ServiceStartError as exc:
+                raise HarnessError(f"starting {service.role} {name!r}: {exc}") from exc
+            say(f"started {service.role} {name} ({service.target}) at {service.url}")
         orch = stack.enter_context(OrchestratorClient(orch_url, token=token,
                                                       timeout=timeouts.call))
         agents = {name: stack.enter_context(AgentClient(url, token=token, timeout=timeouts.call))

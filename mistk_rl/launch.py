@@ -68,6 +68,18 @@ def start_service(role: str, target: str, *, data_dir: Path, log_path: Path,
                   extra_args: Sequence[str] = (), startup_timeout: float = 60.0,
                   env: Optional[dict[str, str]] = None) -> ServiceProcess:
     """Start ``mistk-rl serve ROLE TARGET`` on a fresh port and wait until it answers."""
+    service = spawn_service(role, target, data_dir=data_dir, log_path=log_path, token=token,
+                            host=host, extra_args=extra_args, env=env)
+    wait_ready(service, startup_timeout)
+    return service
+
+
+def spawn_service(role: str, target: str, *, data_dir: Path, log_path: Path,
+                  token: Optional[str] = None, host: str = "127.0.0.1",
+                  extra_args: Sequence[str] = (),
+                  env: Optional[dict[str, str]] = None) -> ServiceProcess:
+    """Start ``mistk-rl serve ROLE TARGET`` on a fresh port without waiting for it: spawn
+    several, then `wait_ready` each, and they boot side by side (the caller stops them)."""
     listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     listener.bind((host, 0))
@@ -88,14 +100,8 @@ def start_service(role: str, target: str, *, data_dir: Path, log_path: Path,
                                    stdin=subprocess.DEVNULL, env=child_env,
                                    start_new_session=True, preexec_fn=_end_with_parent)
     listener.close()
-    service = ServiceProcess(role, target, f"http://{host}:{port}", process, log_path,
-                             Path(data_dir))
-    try:
-        _wait_ready(service, startup_timeout)
-    except BaseException:
-        service.stop()
-        raise
-    return service
+    return ServiceProcess(role, target, f"http://{host}:{port}", process, log_path,
+                          Path(data_dir))
 
 
 def _end_with_parent() -> None:
@@ -104,6 +110,16 @@ def _end_with_parent() -> None:
     if sys.platform.startswith("linux"):
         libc = ctypes.CDLL(None, use_errno=True)
         libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+
+
+def wait_ready(service: ServiceProcess, timeout: float) -> None:
+    """Wait until the service answers apiVersion; ServiceStartError (with its log tail) when
+    it exits or does not answer in time, after stopping it."""
+    try:
+        _wait_ready(service, timeout)
+    except BaseException:
+        service.stop()
+        raise
 
 
 def _wait_ready(service: ServiceProcess, timeout: float) -> None:

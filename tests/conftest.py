@@ -6,7 +6,7 @@ from typing import Callable, Optional, Sequence
 
 import pytest
 
-from mistk_rl.launch import ServiceProcess, group_members, start_service
+from mistk_rl.launch import ServiceProcess, group_members, spawn_service, wait_ready
 
 RANDOM_AGENT = "agents.random_agent:RandomAgent"
 GYM_ORCHESTRATOR = "orchestrators.gym_orchestrator:GymOrchestrator"
@@ -25,12 +25,15 @@ def launch(tmp_path: Path, monkeypatch) -> Callable[..., ServiceProcess]:
     started: list[ServiceProcess] = []
 
     def _launch(role: str, target: str, *, token: Optional[str] = None,
-                extra_args: Sequence[str] = ()) -> ServiceProcess:
+                extra_args: Sequence[str] = (), wait: bool = True) -> ServiceProcess:
+        """`wait=False`: spawned only, so that several boot side by side; `wait_ready` it."""
         name = f"{role}{len(started)}"
-        service = start_service(role, target, data_dir=tmp_path / name,
+        service = spawn_service(role, target, data_dir=tmp_path / name,
                                 log_path=tmp_path / f"{name}.log", token=token,
-                                extra_args=extra_args, startup_timeout=60)
+                                extra_args=extra_args)
         started.append(service)
+        if wait:
+            wait_ready(service, 60)
         return service
 
     yield _launch

@@ -7,6 +7,7 @@ import json
 import pytest
 
 from mistk_rl.client import BadRequest, NotFound
+from mistk_rl.launch import wait_ready
 
 LEAGUE = "orchestrators.league_orchestrator:LeagueOrchestrator"
 GAME = "orchestrators.game_orchestrator:GameOrchestrator"
@@ -25,16 +26,19 @@ def _env(workers, directory="league"):
 
 def test_a_league_trains_snapshots_persists_and_resumes(launch, tmp_path):
     share = ["--share", f"league={tmp_path / 'shared'}"]
-    workers = [launch("orchestrator", GAME).url for _ in range(2)]
+    services = [launch("orchestrator", GAME, wait=False) for _ in range(2)] + [
+        launch("agent", DQN, extra_args=share, wait=False) for _ in range(3)] + [
+        launch("orchestrator", LEAGUE, extra_args=share, wait=False)]
+    for service in services:  # (booted side by side)
+        wait_ready(service, 60)
+    workers = [s.url for s in services[:2]]
     agents = {}
-    for i, name in enumerate(["main", "exploiter", "frozen"]):
-        service = launch("agent", DQN, extra_args=share)
+    for i, (name, service) in enumerate(zip(["main", "exploiter", "frozen"], services[2:5])):
         client = service.client()
         client.initialize(hyperparameters={**SMALL_DQN, "seed": i})
         client.build_model()
         agents[name] = service.url
-    league_service = launch("orchestrator", LEAGUE, extra_args=share)
-    league = league_service.client()
+    league = services[5].client()
     with pytest.raises(NotFound):
         league.get_league()
     with pytest.raises(BadRequest, match="frozen agent"):
@@ -46,10 +50,10 @@ def test_a_league_trains_snapshots_persists_and_resumes(launch, tmp_path):
     league.register_agent("exploiter", agents["exploiter"])
     league.register_agent("frozen", agents["frozen"], skip_train=True)
 
-    league.start_episode({"numSteps": 1500}, wait=True, timeout=300)
+    league.start_episode({"numSteps": 1000}, wait=True, timeout=300)
     league.stop_episode()
     status = league.status().payload
-    assert status["agentSteps"]["main"] >= 1500
+    assert status["agentSteps"]["main"] >= 1000
     view = league.get_league()
     ids = view.payoff["ids"]
     snapshots = [p for p in view.players if p["kind"] == "HistoricalPlayer"]
