@@ -11,6 +11,7 @@ from typing import Any, Optional
 import numpy as np
 from gymnasium import spaces
 
+from mistk_rl.errors import InvalidRequest
 from mistk_rl.implementation import ServiceImplementation
 
 Observations = dict[str, np.ndarray]
@@ -25,6 +26,7 @@ class EpisodeInfo:
     mode: str  # "collect" (explore, learn) or "eval" (act greedily, no learning)
     episode: Optional[int] = None
     action_mask: Optional[Observations] = None
+    epsilon: Optional[float] = None  # collect mode: explore with this, not the schedule
 
 
 @dataclass
@@ -74,6 +76,13 @@ class AbstractAgent(ServiceImplementation, ABC):
 
     def do_agent_registered(self, config: dict[str, Any]) -> None:
         """Registered with an orchestrator; `self.name` and the spaces are already set."""
+
+    def validate_episode_start(self, episode: EpisodeInfo) -> None:
+        """Refuse episodeStarted with InvalidRequest (400) before any state change; by
+        default an `epsilon` (this agent has no epsilon-greedy exploration to set)."""
+        if episode.epsilon is not None:
+            raise InvalidRequest(f"epsilon: {type(self).__name__} has no epsilon-greedy "
+                                 "exploration to set")
 
     def do_episode_started(self, episode: EpisodeInfo) -> None:
         """An episode starts."""

@@ -280,8 +280,9 @@ class AgentClient(_ServiceClient):
 
     def episode_started(self, obs: Mapping[str, Any], *, mode: str = "collect",
                         action_mask: Optional[Mapping[str, Any]] = None,
-                        episode: Optional[int] = None) -> Status:
-        body = EpisodeStart(obs=to_jsonable(obs), mode=mode, episode=episode,
+                        episode: Optional[int] = None,
+                        epsilon: Optional[float] = None) -> Status:
+        body = EpisodeStart(obs=to_jsonable(obs), mode=mode, episode=episode, epsilon=epsilon,
                             action_mask=to_jsonable(action_mask) if action_mask else None)
         return self._status_call("POST", "/episodeStarted", json_body=body.wire())
 

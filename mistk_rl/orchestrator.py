@@ -50,6 +50,11 @@ class AbstractOrchestrator(ServiceImplementation, ABC):
             "collect" if train else "eval")
         return mode, train and mode == "collect"
 
+    def exploration(self, config: EpisodeConfig, agent: RegisteredAgent) -> Optional[float]:
+        """The epsilon `agent` explores with in this call (``config.agents``), if set."""
+        settings = config.agents.get(agent.name)
+        return settings.epsilon if settings is not None else None
+
     def validate_agent_settings(self, config: EpisodeConfig) -> None:
         """Refuse ``config.agents`` entries naming no registered agent, or asking an agent
         to train while acting greedily (eval mode never learns)."""

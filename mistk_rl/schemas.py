@@ -79,6 +79,7 @@ class EpisodeStart(Body):
     action_mask: Optional[dict[str, Tensor]] = None
     mode: Literal["collect", "eval"] = "collect"
     episode: Optional[int] = None
+    epsilon: Optional[float] = Field(default=None, ge=0, le=1)
 
 
 class ActionRequest(Body):
@@ -155,6 +156,7 @@ class AgentSettings(Body):
 
     mode: Optional[Literal["collect", "eval"]] = None
     train: Optional[bool] = None
+    epsilon: Optional[float] = Field(default=None, ge=0, le=1)
 
 
 class ExhaustiveSpec(Body):
@@ -183,6 +185,7 @@ class EpisodeConfig(Body):
     lineup: Optional[dict[str, str]] = None  # seat -> agent for this call (default: bindings)
     agents: dict[str, AgentSettings] = Field(default_factory=dict)
     exhaustive: Optional[ExhaustiveSpec] = None
+    env_kwargs: Optional[dict[str, Any]] = None  # gymnasium: over initialize's kwargs
 
     def episode_limit(self) -> Optional[int]:
         if self.num_episodes is not None:

@@ -122,7 +122,8 @@ class GameOrchestrator(AbstractOrchestrator):
         refused = [name for name, given in (("resume", config.resume),
                                             ("maxSteps", config.max_steps is not None),
                                             ("stepTimeout", config.step_timeout is not None),
-                                            ("envManager", config.env_manager != "base"))
+                                            ("envManager", config.env_manager != "base"),
+                                            ("envKwargs", bool(config.env_kwargs)))
                    if given]
         if refused:
             raise InvalidRequest(f"{', '.join(refused)}: not for games (games run in-process "
@@ -239,7 +240,9 @@ class _Match:
         for i in active:
             self._new_game(i)
         for name, (mode, _) in self.settings.items():
-            orch.agents[name].client.episode_started({}, mode=mode, episode=len(orch.results))
+            orch.agents[name].client.episode_started(
+                {}, mode=mode, episode=len(orch.results),
+                epsilon=orch.exploration(self.config, orch.agents[name]))
         try:
             while active and not orch.should_stop:
                 asks: dict[str, dict[str, tuple[int, Decision]]] = {}  # agent -> entity ->

@@ -13,6 +13,7 @@ as abnormal, and the others go on.
 from __future__ import annotations
 
 import importlib
+import json
 import sys
 from dataclasses import dataclass
 from typing import Any, Optional
@@ -86,6 +87,8 @@ class GymOrchestrator(AbstractOrchestrator):
                 or config.lineup is not None):
             raise InvalidRequest("seatAssignment, lineup and exhaustive are for games "
                                  "(GameOrchestrator); a gymnasium env has one agent")
+        if config.env_kwargs:  # bad kwargs: 400 now, not a failed service later
+            _probe({**self.env_spec, "kwargs": self._kwargs(config)})
         if config.env_manager == "base" or _key(config) in self.managers:
             return
         running = sum(m.env_num for k, m in self.managers.items() if k[1] != "base")
@@ -129,7 +132,8 @@ class GymOrchestrator(AbstractOrchestrator):
         agent.client.episode_started({entity(i): o for i, o in ready.items()},
                                      mode=mode,
                                      action_mask=_masks(manager, ready, entity),
-                                     episode=len(self.results))
+                                     episode=len(self.results),
+                                     epsilon=self.exploration(config, agent))
         replay: dict[str, dict] = {}
         cut = False  # resume: the step budget ran out with episodes in progress
         try:
@@ -215,12 +219,16 @@ class GymOrchestrator(AbstractOrchestrator):
         if manager is not None:
             self._restarts_before += manager.stats["restarts"]
             manager.close()
-        fns = make_env_fns(self.env_spec["id"], self.env_spec.get("kwargs"), config.num_envs)
+        fns = make_env_fns(self.env_spec["id"], self._kwargs(config), config.num_envs)
         manager_config = {} if config.step_timeout is None else {
             "step_timeout": config.step_timeout}
         manager = self.managers[key] = MANAGERS[config.env_manager](fns, manager_config)
         manager.launch()
         return manager
+
+    def _kwargs(self, config: EpisodeConfig) -> dict[str, Any]:
+        """initialize's env kwargs, under this call's `envKwargs`."""
+        return {**(self.env_spec.get("kwargs") or {}), **(config.env_kwargs or {})}
 
     def do_reset(self) -> None:
         self._close_managers()
@@ -257,7 +265,9 @@ def _probe(env: dict[str, Any]) -> tuple[gym.Space, gym.Space]:
 
 
 def _key(config: EpisodeConfig) -> tuple:
-    return (config.num_envs, config.env_manager, config.step_timeout, config.train)
+    kwargs = json.dumps(config.env_kwargs, sort_keys=True, default=repr) if config.env_kwargs \
+        else None
+    return (config.num_envs, config.env_manager, config.step_timeout, config.train, kwargs)
 
 
 def _transition(obs: Any, action: Any, ts: Timestep, truncated: bool) -> dict:

@@ -165,8 +165,9 @@ class LeagueOrchestrator(AbstractOrchestrator):
 
     # ---- episodes ------------------------------------------------------------------------
     def validate_start_episode(self, config: EpisodeConfig) -> None:
-        if config.resume or config.max_steps is not None or config.env_manager != "base":
-            raise InvalidRequest("resume, maxSteps, envManager: not for a league")
+        if (config.resume or config.max_steps is not None or config.env_manager != "base"
+                or config.env_kwargs):
+            raise InvalidRequest("resume, maxSteps, envManager, envKwargs: not for a league")
         missing = [p.id for p in self.settings.players if p.id not in self.agents]
         if missing:  # (the lifecycle allows startEpisode only once all are registered)
             raise InvalidRequest(f"players {missing} have no agent")

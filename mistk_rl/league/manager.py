@@ -27,11 +27,12 @@ import numpy as np
 from mistk_rl.files import atomic_write_json
 from mistk_rl.league.payoff import BattleSharedPayoff
 from mistk_rl.league.player import (ActivePlayer, HistoricalPlayer, Job, LeagueExploiter,
-                                    MainExploiter, MainPlayer)
+                                    MainExploiter, MainPlayer, SoloActivePlayer)
 from mistk_rl.league.ratings import Ratings
 
 PLAYER_TYPES: dict[str, type[ActivePlayer]] = {
-    "main": MainPlayer, "main_exploiter": MainExploiter, "league_exploiter": LeagueExploiter}
+    "main": MainPlayer, "main_exploiter": MainExploiter, "league_exploiter": LeagueExploiter,
+    "solo": SoloActivePlayer}
 RECENT_JOBS = 100
 
 
@@ -70,20 +71,25 @@ class LeagueManager:
     @classmethod
     def create(cls, players: Iterable[dict[str, Any]], *, one_phase_step: int,
                max_active_player_job: int = 3, seed: Optional[int] = None) -> "LeagueManager":
-        """A new league from player specs ``{type, id, category, checkpoint}`` (type: main,
-        main_exploiter, league_exploiter); each main player is snapshotted at step 0."""
+        """A new league from player specs ``{type, id, category, checkpoint, ...}`` (type:
+        main, main_exploiter, league_exploiter, or solo with SoloActivePlayer's settings);
+        each main player is snapshotted at step 0."""
         league = cls(max_active_player_job=max_active_player_job, seed=seed)
         for spec in players:
             kind = PLAYER_TYPES.get(spec["type"])
             if kind is None:
                 raise ValueError(f"player type {spec['type']!r} is not one of "
                                  f"{', '.join(PLAYER_TYPES)}")
+            extra = {k: v for k, v in spec.items()
+                     if k not in ("type", "id", "category", "checkpoint", "initial_checkpoint")}
             player = kind(spec["id"], spec.get("category", "default"), spec["checkpoint"],
                           one_phase_step=one_phase_step,
-                          initial_checkpoint=spec.get("initial_checkpoint", spec["checkpoint"]))
+                          initial_checkpoint=spec.get("initial_checkpoint", spec["checkpoint"]),
+                          **extra)
             league._add(player)
-        if not any(isinstance(p, MainPlayer) for p in league.active_players):
-            raise ValueError("a league needs at least one main player")
+        battle = [p for p in league.active_players if not isinstance(p, SoloActivePlayer)]
+        if battle and not any(isinstance(p, MainPlayer) for p in battle):
+            raise ValueError("a league of players that battle needs at least one main player")
         for player in list(league.active_players):
             if isinstance(player, MainPlayer):
                 league._add_snapshot(player, player.initial_checkpoint)

@@ -72,6 +72,9 @@ class Job:
     launch_player: str
     opponent: str
     branch: str
+    # a solo job's startEpisode settings (EpisodeConfig, camelCase): what a gym
+    # orchestrator plays it with
+    settings: dict = field(default_factory=dict)
 
 
 @dataclass
@@ -161,14 +164,36 @@ class ActivePlayer(Player):
 
 @dataclass
 class SoloActivePlayer(ActivePlayer):
-    """Trains alone (single-agent envs): every job is against the env."""
+    """Trains alone (single-agent envs): every job is against the env, with the seed's solo
+    job settings: env kwargs, env copies, episodes, and an epsilon decaying exponentially
+    with the player's steps, ``(start - end) * exp(-steps / decay) + end`` (nervex's
+    formula; its yaml: .95 -> .05 over 10,000). `Job.settings` is the EpisodeConfig a gym
+    orchestrator runs the job with (``startEpisode(job.settings)``)."""
+
+    env_kwargs: dict = field(default_factory=dict)
+    num_envs: int = 8
+    episodes_per_job: int = 2
+    eps_start: float = 0.95
+    eps_end: float = 0.05
+    eps_decay: int = 10_000  # env steps; 0: no epsilon (an agent without epsilon-greedy)
 
     @classmethod
     def default_branches(cls) -> dict[str, float]:
         return {"solo": 1.0}
 
+    def epsilon(self) -> float:
+        return float((self.eps_start - self.eps_end)
+                     * np.exp(-self.total_agent_step / self.eps_decay) + self.eps_end)
+
     def _solo_branch(self, league: LeagueView, rng: np.random.Generator) -> Job:
-        return Job(self.player_id, "", "solo")
+        agent: dict = {"mode": "collect", "train": True}
+        if self.eps_decay:
+            agent["epsilon"] = round(self.epsilon(), 6)
+        settings = {"numEnvs": self.num_envs, "numEpisodes": self.episodes_per_job,
+                    "train": True, "agents": {self.player_id: agent}}
+        if self.env_kwargs:
+            settings["envKwargs"] = dict(self.env_kwargs)
+        return Job(self.player_id, "", "solo", settings)
 
 
 @dataclass

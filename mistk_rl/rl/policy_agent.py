@@ -200,9 +200,16 @@ class PolicyAgent(AbstractAgent):
         if self.policy is None:  # (validate_registration checked the spaces)
             self._build(self.observation_space, self.action_space)
 
+    def validate_episode_start(self, episode: EpisodeInfo) -> None:
+        if episode.epsilon is not None and not hasattr(self.policy, "epsilon_override"):
+            raise InvalidRequest(f"epsilon: {type(self.policy).__name__} has no "
+                                 "epsilon-greedy exploration to set")
+
     def do_episode_started(self, episode: EpisodeInfo) -> None:
         self._require_model()
         self.mode = episode.mode
+        if hasattr(self.policy, "epsilon_override"):
+            self.policy.epsilon_override = episode.epsilon
         self._pending.clear()
         if self.normalizer is not None:
             self.normalizer.end_episodes()
@@ -302,7 +309,7 @@ class PolicyAgent(AbstractAgent):
                     "updates": self.learner.train_iter, "mode": self.mode,
                     "loss": info.get("loss")}
         if hasattr(self.policy, "epsilon"):
-            progress["epsilon"] = float(self.policy.epsilon(self.learner.env_steps))
+            progress["epsilon"] = float(self.policy.exploration(self.learner.env_steps))
         if hasattr(self.trainer, "buffer"):
             progress["bufferSize"] = self.trainer.buffer.count()
         return progress

@@ -216,8 +216,10 @@ class AgentService(_Service):
         checks = self._checks
         info = EpisodeInfo(obs=_arrays(body["obs"], checks.obs, "obs"),
                            mode=body.get("mode", "collect"), episode=body.get("episode"),
+                           epsilon=body.get("epsilon"),
                            action_mask=_arrays(body["actionMask"], checks.mask, "actionMask")
                            if "actionMask" in body else None)
+        self.agent.validate_episode_start(info)
         self.lifecycle.run("episode_started", lambda: self.agent.do_episode_started(info))
         return self._done()
 

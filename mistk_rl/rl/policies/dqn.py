@@ -57,6 +57,7 @@ class DQNPolicy(Policy):
                                              action_n=int(self.action_space.n))
         self.eval_model = ArgmaxSample(self.model)
         self.epsilon = make_schedule(cfg["collect"]["eps"])
+        self.epsilon_override: Optional[float] = None  # episodeStarted's, for its episodes
         if cfg["learn"]["loss"] not in ("huber", "mse"):
             raise ValueError(f"learn.loss must be 'huber' or 'mse', not {cfg['learn']['loss']!r}")
 
@@ -106,7 +107,13 @@ class DQNPolicy(Policy):
     def _forward_collect(self, obs: torch.Tensor, mask: Optional[torch.Tensor],
                          env_step: int) -> dict:
         with torch.inference_mode():
-            return self.collect_model(obs, eps=self.epsilon(env_step), mask=mask)
+            return self.collect_model(obs, eps=self.exploration(env_step), mask=mask)
+
+    def exploration(self, env_step: int) -> float:
+        """Collect mode's epsilon: the override episodeStarted set, else the schedule's."""
+        if self.epsilon_override is not None:
+            return self.epsilon_override
+        return self.epsilon(env_step)
 
     def _forward_eval(self, obs: torch.Tensor, mask: Optional[torch.Tensor]) -> dict:
         with torch.inference_mode():
