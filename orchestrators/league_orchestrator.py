@@ -42,7 +42,7 @@ from mistk_rl.client import (OrchestratorClient, ServiceError, ServiceUnavailabl
                              WaitTimeout)
 from mistk_rl.errors import InvalidRequest
 from mistk_rl.games.pettingzoo_games import result_for
-from mistk_rl.league.manager import LeagueManager, RunningJob
+from mistk_rl.league.manager import PLAYER_TYPES, LeagueManager, RunningJob
 from mistk_rl.league.player import MainPlayer
 from mistk_rl.orchestrator import AbstractOrchestrator
 from mistk_rl.schemas import AgentSettings, EpisodeConfig, EpisodeResult, LeagueSettings
@@ -92,6 +92,7 @@ class LeagueOrchestrator(AbstractOrchestrator):
         self.env: dict[str, Any] = {}
         self.settings: Optional[LeagueSettings] = None
         self.seats: list[str] = []
+        self.spaces: dict[str, tuple[Any, Any]] = {}
         self.manager: Optional[LeagueManager] = None
         self.workers: list[_Worker] = []
         self.pool: dict[str, Optional[str]] = {}  # frozen agent -> snapshot checkpoint held
@@ -106,7 +107,10 @@ class LeagueOrchestrator(AbstractOrchestrator):
         if env.get("league") is None:
             raise InvalidRequest("env.league: the league orchestrator needs its settings "
                                  "(players, workers)")
-        settings = LeagueSettings.model_validate(env["league"])
+        try:
+            settings = LeagueSettings.model_validate(env["league"])
+        except ValueError as exc:
+            raise InvalidRequest(f"env.league: {exc}") from exc
         ids = [p.id for p in settings.players]
         if len(set(ids)) != len(ids):
             raise InvalidRequest(f"env.league.players: ids must be unique, got {ids}")
@@ -122,7 +126,7 @@ class LeagueOrchestrator(AbstractOrchestrator):
         self._close_workers()
         self.settings = LeagueSettings.model_validate(env["league"])
         self.env = {"id": env["id"], "kwargs": dict(env.get("kwargs", {}))}
-        _, _, self.seats, _ = _probe(self.env)
+        _, _, self.seats, self.spaces = _probe(self.env)
         self.manager, self.pool, self._pending, self._busy = None, {}, {}, set()
         self.evaluations = []
         self.update_status({"game": self.env["id"], "seats": list(self.seats),
@@ -153,7 +157,7 @@ class LeagueOrchestrator(AbstractOrchestrator):
         return ()
 
     def agent_config(self, name: str, seats: tuple[str, ...] = ()) -> dict[str, Any]:
-        obs_space, act_space = _probe(self.env)[3][self.seats[0]]
+        obs_space, act_space = self.spaces[self.seats[0]]  # (a game's seats share them)
         return {"observationSpace": space_to_dict(obs_space),
                 "actionSpace": space_to_dict(act_space),
                 "properties": {"game": self.env["id"], "league": True}}
@@ -460,6 +464,8 @@ class LeagueOrchestrator(AbstractOrchestrator):
 
     def _forward(self, config: EpisodeConfig) -> None:
         """A plain game call (a lineup, an enumeration) on the first worker."""
+        if not self.workers:
+            raise RuntimeError("every worker is lost: nothing can play this call")
         client = self.workers[0].client
         before = client.status().payload.get("episodesDone", 0)
         client.start_episode(config, wait=True, timeout=self.settings.job_timeout)
@@ -490,5 +496,4 @@ class LeagueOrchestrator(AbstractOrchestrator):
 
 
 def _kind(player: Any) -> str:
-    from mistk_rl.league.manager import PLAYER_TYPES
     return next(name for name, cls in PLAYER_TYPES.items() if type(player) is cls)
