@@ -74,6 +74,9 @@ class AbstractAgent(ServiceImplementation, ABC):
         any state change: e.g. an action space the agent cannot act in, or a model that
         would be over ``self.limits.max_model_params``."""
 
+    def validate_registration_properties(self, properties: dict[str, Any]) -> None:
+        """As `validate_registration`, for the orchestrator's properties (e.g. the game)."""
+
     def do_agent_registered(self, config: dict[str, Any]) -> None:
         """Registered with an orchestrator; `self.name` and the spaces are already set."""
 

@@ -36,6 +36,7 @@ from gymnasium import spaces
 
 from mistk_rl.agent import AbstractAgent, EpisodeInfo, Observations, ReplayBatch
 from mistk_rl.errors import InvalidRequest
+from mistk_rl.games.symmetries import GAMES, BoardSymmetries, symmetries_for
 from mistk_rl.implementation import PROGRESS_EVERY_S
 from mistk_rl.rl.config import ConfigError, deep_merge, save_config
 from mistk_rl.rl.data.buffers import AdvancedReplayBuffer, NaiveReplayBuffer
@@ -92,6 +93,10 @@ class PolicyAgent(AbstractAgent):
             # data (measured on CartPole: 7 MB of a 9 MB checkpoint, 0.1 s to save). Off: a
             # resumed run refills it from empty, training on a small buffer at first
             config["checkpoint_buffer"] = True
+            # null, or "board_symmetries": each transition is stored under every symmetry
+            # of the game's board (`mistk_rl.games.symmetries`; the game is the one the
+            # orchestrator names at registration)
+            config["augment"] = None
         return config
 
     @classmethod
@@ -113,6 +118,7 @@ class PolicyAgent(AbstractAgent):
         self.normalizer: Optional[Normalizer] = None
         self.mode = "collect"
         self._pending: dict[str, tuple[dict, int]] = {}  # entity -> (batch output, row)
+        self.augment: Optional[BoardSymmetries] = None  # set at registration
 
     def validate_initialize(self, props: dict[str, Any], hparams: dict[str, Any]) -> None:
         try:
@@ -145,6 +151,18 @@ class PolicyAgent(AbstractAgent):
         if built != given:
             raise InvalidRequest(f"the model was built for spaces {built}, the orchestrator "
                                  f"offers {given}")
+
+    def validate_registration_properties(self, properties: dict[str, Any]) -> None:
+        augment = self.config.get("augment")
+        if augment is None:
+            return
+        if augment != "board_symmetries":
+            raise InvalidRequest(f"hyperparameters: augment must be null or "
+                                 f"'board_symmetries', not {augment!r}")
+        if symmetries_for(properties.get("game")) is None:
+            raise InvalidRequest(f"augment board_symmetries: no symmetries are known for "
+                                 f"{properties.get('game') or 'an env that names no game'} "
+                                 f"(known: {', '.join(GAMES)})")
 
     def _check_model(self, config: dict, obs_space: spaces.Space,
                      act_space: spaces.Space) -> None:
@@ -197,8 +215,12 @@ class PolicyAgent(AbstractAgent):
                         space_from_dict(self.properties["actionSpace"]))
 
     def do_agent_registered(self, config: dict[str, Any]) -> None:
+        if self.config.get("augment"):
+            self.augment = symmetries_for(config.get("properties", {}).get("game"))
         if self.policy is None:  # (validate_registration checked the spaces)
             self._build(self.observation_space, self.action_space)
+        if self.trainer is not None and hasattr(self.trainer, "augment"):
+            self.trainer.augment = self.augment and self.augment.augment
 
     def validate_episode_start(self, episode: EpisodeInfo) -> None:
         if episode.epsilon is not None and not hasattr(self.policy, "epsilon_override"):
@@ -338,7 +360,8 @@ class PolicyAgent(AbstractAgent):
             self.trainer = OffPolicyTrainer(self.policy, self.learner, buffer,
                                             self.config["train"],
                                             save_buffer=self.config["checkpoint_buffer"],
-                                            normalizer=self.normalizer)
+                                            normalizer=self.normalizer,
+                                            augment=self.augment and self.augment.augment)
             self.warmup = RandomPolicy(None, obs_space, act_space, seed=seed)
         if checkpoint is not None:
             self._restore(checkpoint)

@@ -20,7 +20,7 @@ last step per entity bootstraps from the value of its next observation.
 """
 from __future__ import annotations
 
-from typing import Any, Mapping, Optional
+from typing import Any, Callable, Mapping, Optional
 
 import numpy as np
 import torch
@@ -39,9 +39,12 @@ class OffPolicyTrainer:
         return {"learning_starts": 1000, "train_freq": 256, "gradient_steps": 128}
 
     def __init__(self, policy: Any, learner: Learner, buffer: Any, config: dict,
-                 save_buffer: bool = True, normalizer: Optional[Normalizer] = None) -> None:
+                 save_buffer: bool = True, normalizer: Optional[Normalizer] = None,
+                 augment: Optional[Callable[[dict], list[dict]]] = None) -> None:
         self.policy, self.learner, self.buffer, self.config = policy, learner, buffer, config
         self.normalizer = normalizer
+        # a transition -> the transitions to store (e.g. its images under board symmetries)
+        self.augment = augment
         self.batch_size = policy.config["learn"]["batch_size"]
         self.save_buffer = save_buffer  # the replay buffer goes into `state_dict`
         self._nstep: dict[str, NStepAccumulator] = {}
@@ -127,6 +130,8 @@ class OffPolicyTrainer:
         return acc
 
     def _push(self, transitions: list[dict]) -> None:
+        if self.augment is not None:
+            transitions = [image for t in transitions for image in self.augment(t)]
         if transitions:
             self.buffer.push(transitions, collect_iter=self.learner.train_iter)
 

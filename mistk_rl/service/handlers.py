@@ -192,6 +192,7 @@ class AgentService(_Service):
                                                                     "actionSpace"))
         self.lifecycle.check("agent_registered")  # before the agent's own (costly) check
         self.agent.validate_registration(obs_space, act_space)
+        self.agent.validate_registration_properties(body.get("properties") or {})
 
         def hook() -> None:
             self.agent.name = body["name"]
