@@ -188,14 +188,19 @@ class RunConfig(_Strict):
 
 
 def with_seed(config: RunConfig, seed: int) -> RunConfig:
-    """The config with one seed for the whole run: every agent's ``hyperparameters.seed``,
-    ``training.seed`` and each episode block's seed. Evaluation seeds (``eval_seed``) stay, so
-    evaluations of runs with different seeds play the same episodes."""
+    """The config with one seed for the whole run: the agents' ``hyperparameters.seed``
+    (the first agent's is `seed`, the next ones' `seed` + 1, + 2, ...: independent streams,
+    as a league's players need), ``training.seed``, each episode block's seed and a league's
+    matchmaking seed. Evaluation seeds (``eval_seed``) stay, so evaluations of runs with
+    different seeds play the same episodes."""
     if seed < 0:
         raise ConfigError(f"seed must be >= 0, got {seed}")
     data = config.model_dump()
-    for agent in data["agents"]:
-        agent["hyperparameters"]["seed"] = seed
+    for i, agent in enumerate(data["agents"]):
+        agent["hyperparameters"]["seed"] = seed + i
+    league = data["orchestrator"]["env"].get("league")
+    if league is not None:
+        league["seed"] = seed
     for training in ("training", "game_training"):
         if data[training] is not None:
             data[training]["seed"] = seed

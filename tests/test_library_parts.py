@@ -103,6 +103,9 @@ def test_with_seed_sets_every_seed_but_the_evaluation_ones():
     assert [block.seed for block in play.episodes] == [3] * len(play.episodes)
     with pytest.raises(ConfigError, match="seed"):
         with_seed(play, -1)
+    league = with_seed(load_config(REPO / "configs" / "tictactoe_league.yaml"), 5)
+    assert [a.hyperparameters["seed"] for a in league.agents] == [5, 6, 7, 8, 9]
+    assert league.orchestrator.env.league["seed"] == 5 and league.game_training.seed == 5
 
 
 @pytest.mark.parametrize("text, message", [

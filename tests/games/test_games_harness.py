@@ -85,7 +85,8 @@ def test_config_checks_the_evaluation(tmp_path):
 
 
 @pytest.mark.parametrize("name", ["tictactoe_selfplay_dqn", "tictactoe_vs_random",
-                                  "connect4_selfplay_ppo"])
+                                  "connect4_selfplay_ppo", "tictactoe_selfplay_dqn_sym",
+                                  "tictactoe_league", "connect4_league"])
 def test_shipped_game_configs_are_valid(name):
     """The configs load, and each agent accepts its hyperparameters (a misspelt key would
     be a 400 at initialize, minutes into nothing)."""
