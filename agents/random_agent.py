@@ -13,6 +13,7 @@ import numpy as np
 from gymnasium import spaces
 
 from mistk_rl.agent import AbstractAgent, Observations
+from mistk_rl.errors import InvalidRequest
 from mistk_rl.files import atomic_write_json
 
 
@@ -35,9 +36,12 @@ class RandomAgent(AbstractAgent):
             self.seed = json.loads(path.read_text()).get("seed", self.seed)
         self.actions_taken = 0
 
+    def validate_registration(self, observation_space: Optional[spaces.Space],
+                              action_space: Optional[spaces.Space]) -> None:
+        if action_space is None:
+            raise InvalidRequest(f"{type(self).__name__} needs an actionSpace at registration")
+
     def do_agent_registered(self, config: dict[str, Any]) -> None:
-        if self.action_space is None:
-            raise ValueError("RandomAgent needs an actionSpace at registration")
         self.action_space.seed(self.seed)
 
     def do_get_action(self, obs: Observations,

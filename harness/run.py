@@ -137,6 +137,8 @@ def run(config: RunConfig, run_dir: Path, say: Callable[[str], None] = print,
                                            tuple(orch_spec.args) + share)
         agent_urls = {a.name: a.url or launch("agent", a.name, a.target, tuple(a.args) + share)
                       for a in config.agents}
+        # (callbacks run last first: this one SIGTERMs every service, then each is waited for)
+        stack.callback(lambda: [service.begin_stop() for _, service in spawned])
         for name, service in spawned:
             try:
                 wait_ready(service, timeouts.startup)

@@ -84,6 +84,8 @@ def sb3_setup(config: RunConfig) -> Sb3Setup:
     cfg = dict(merged)
     for key in NOT_LEARNING:
         cfg.pop(key, None)
+    if cfg.pop("augment", None) is not None:
+        raise Unmappable("augment: SB3 stores transitions as they come (no board symmetries)")
     normalize = _normalize(cfg.pop("normalize", None), merged["policy"]["learn"]["gamma"])
     mapper = _dqn_kwargs if algo == "dqn" else _ppo_kwargs
     kwargs = mapper(cfg, spec.num_envs, spec.env_steps)

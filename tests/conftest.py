@@ -37,6 +37,8 @@ def launch(tmp_path: Path, monkeypatch) -> Callable[..., ServiceProcess]:
         return service
 
     yield _launch
+    for service in started:  # all shut down side by side
+        service.begin_stop()
     for service in started:
         service.stop()
     leftovers = [s.process.pid for s in started if group_alive(s.process.pid)]
