@@ -42,6 +42,17 @@ def league_results(orch: OrchestratorClient, evals: list[dict], run_dir: Path,
             "league": league}
 
 
+def table_text(league: dict[str, Any], rows: int = 12) -> str:
+    """The league table as text (best first), for the end of a run."""
+    lines = [f"league: {league['jobs']['launched']} jobs, {len(league['players'])} players "
+             f"(best {min(rows, len(league['players']))} by TrueSkill exposure)",
+             f"  {'player':32s} {'kind':16s} {'steps':>8s} {'exposure':>9s} {'elo':>6s}"]
+    for row in league["players"][:rows]:
+        lines.append(f"  {row['id']:32s} {row['kind']:16s} {row['steps']:8d} "
+                     f"{row['exposure']:9.2f} {row['elo']:6.0f}")
+    return "\n".join(lines)
+
+
 def plot_payoff(payoff: dict[str, Any], path: Path) -> None:
     """Row player's win rate (draws half) against the column player; raw games annotated."""
     plt = _pyplot()

@@ -22,7 +22,7 @@ import yaml
 from harness.config import (AgentSpec, ConfigError, RunConfig, load_config, resume_config,
                             with_seed)
 from harness.games import GameProgress, evaluate, summary, train_games
-from harness.league import league_results
+from harness.league import league_results, table_text
 from harness.training import Checkpoints, Progress, first_success, run_episodes, train
 from mistk_rl.client import AgentClient, OrchestratorClient, ServiceError
 from mistk_rl.files import atomic_write_json
@@ -85,6 +85,11 @@ def run_from_file(config_path: Optional[Path], out: Optional[Path] = None, quiet
     if "evaluation" in results:
         report = results.get("evaluation_detail") or results["evaluation"]
         say(f"evaluation of {config.evaluation.agent}: {summary(report)}")
+    if results.get("league"):
+        say(table_text(results["league"]))
+        if results.get("first_pass"):
+            say(f"first passing evaluation at {results['first_pass']['agent_steps']} steps "
+                f"({results['first_pass']['wall_s']} s); kept: {results['checkpoint']}")
     returns = [e["return"] for e in results.get("episodes", ())]
     if returns:
         say(f"{len(returns)} episodes, mean return {sum(returns) / len(returns):.2f}; "

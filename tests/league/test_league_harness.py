@@ -6,7 +6,7 @@ import pytest
 
 from harness.config import ConfigError, Target, load_config
 from harness.games import meets
-from harness.league import by_seat_order, plot_payoff, plot_ratings
+from harness.league import by_seat_order, plot_payoff, plot_ratings, table_text
 from tests.conftest import REPO
 
 REPORT = {"random": {"exhaustive": True, "seats": {
@@ -53,6 +53,16 @@ def test_league_configs_load_and_are_checked(tmp_path):
     bad.write_text(text.replace("    league:\n", "    leag:\n"))
     with pytest.raises(ConfigError):
         load_config(bad)
+
+
+def test_the_table_prints_best_first():
+    league = {"jobs": {"launched": 3}, "players": [
+        {"id": "main", "kind": "MainPlayer", "steps": 100, "exposure": 3.0, "elo": 1250.4},
+        {"id": "main_0_0", "kind": "HistoricalPlayer", "steps": 0, "exposure": 1.0,
+         "elo": 1150.0}]}
+    text = table_text(league).splitlines()
+    assert text[0].startswith("league: 3 jobs, 2 players")
+    assert text[2].split() == ["main", "MainPlayer", "100", "3.00", "1250"]
 
 
 def test_plots_are_written(tmp_path):
