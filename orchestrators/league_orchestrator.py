@@ -8,9 +8,10 @@ buildModel (those ``pool`` names, when given: the others sit out, for the lineup
 evaluations). The league's matchmaking, payoff, ratings and snapshot rules are
 `mistk_rl.league.LeagueManager`'s; this class runs its jobs:
 
-- The first training startEpisode sets up: a league found in ``directory`` (``league.json``) is
-  resumed, its active agents rebuilt from their latest checkpoints; else every active agent
-  saves its initial weights (``initial/ID.pt``, what a reset reloads) and the league starts
+- A league found in ``directory`` (``league.json``) at initialize is resumed: its counts show
+  at once, and the first training startEpisode rebuilds its players' agents from their
+  latest checkpoints. Else that call creates the league: every active agent saves its
+  initial weights (``initial/ID.pt``, what a reset reloads) and the league starts
   with a snapshot of every main player. Each worker is initialized with the game and every
   agent is registered with it.
 - startEpisode then runs jobs until the main players made ``numSteps`` moves in this call
@@ -100,6 +101,7 @@ class LeagueOrchestrator(AbstractOrchestrator):
         self._pending: dict[str, RunningJob] = {}  # player -> its job waiting for agents
         self._busy: set[str] = set()
         self._next_player = 0
+        self._agents_loaded = False  # a resumed league's players got their weights back
         self.evaluations: list[dict[str, Any]] = []
 
     # ---- initialize and registration -----------------------------------------------------
@@ -128,9 +130,12 @@ class LeagueOrchestrator(AbstractOrchestrator):
         self.env = {"id": env["id"], "kwargs": dict(env.get("kwargs", {}))}
         _, _, self.seats, self.spaces = _probe(self.env)
         self.manager, self.pool, self._pending, self._busy = None, {}, {}, set()
-        self.evaluations = []
+        self.evaluations, self._agents_loaded = [], False
         self.update_status({"game": self.env["id"], "seats": list(self.seats),
                             "players": [p.id for p in self.settings.players]})
+        self.manager = self._load()  # a league in the directory: resumed (its counts now)
+        if self.manager is not None:
+            self._report()
 
     def validate_register_agent(self, name: str, seats: tuple[str, ...],
                                 skip_train: bool = False) -> tuple[str, ...]:
@@ -182,8 +187,13 @@ class LeagueOrchestrator(AbstractOrchestrator):
             self._forward(config)
         else:
             if self.manager is None:
-                self.manager = self._load_or_create()
+                self.manager = self._create()
                 self._save()
+            elif not self._agents_loaded:  # a resumed league: its players' latest weights
+                call = self._call_timeout()
+                for pid, player in self.manager.active.items():
+                    self.agents[pid].client.build_model(player.checkpoint_path, timeout=call)
+            self._agents_loaded = True
             self._set_up_workers()
             self._report()
             self._run_jobs(config)
@@ -212,20 +222,24 @@ class LeagueOrchestrator(AbstractOrchestrator):
         if not self.workers:
             self.workers = [self._set_up_worker(url) for url in self.settings.workers]
 
-    def _load_or_create(self) -> LeagueManager:
-        s, call = self.settings, self._call_timeout()
+    def _load(self) -> Optional[LeagueManager]:
+        """The league saved in the directory, if there is one (its agents' weights are
+        loaded at the first training call, once they are registered)."""
         state_file = self.resolve_path(self._path(STATE))
-        if state_file.exists():
-            manager = LeagueManager.load(state_file)
-            given = {p.id: p.type for p in s.players}
-            kinds = {pid: _kind(p) for pid, p in manager.active.items()}
-            if given != kinds:
-                raise ValueError(f"{state_file} holds a league of {kinds}; the settings name "
-                                 f"{given}: give another directory for a new league")
-            for pid, player in manager.active.items():  # its weights after its last job
-                self.agents[pid].client.build_model(player.checkpoint_path, timeout=call)
-            log.info("resumed the league in %s (%d jobs)", state_file, manager.jobs_launched)
-            return manager
+        if not state_file.exists():
+            return None
+        manager = LeagueManager.load(state_file)
+        given = {p.id: p.type for p in self.settings.players}
+        kinds = {pid: _kind(p) for pid, p in manager.active.items()}
+        if given != kinds:
+            raise ValueError(f"{state_file} holds a league of {kinds}; the settings name "
+                             f"{given}: give another directory for a new league")
+        log.info("resuming the league in %s (%d jobs)", state_file, manager.jobs_launched)
+        return manager
+
+    def _create(self) -> LeagueManager:
+        """A new league: every player's initial weights saved (what a reset reloads)."""
+        s, call = self.settings, self._call_timeout()
         specs = []
         for p in s.players:
             initial, latest = self._path(f"initial/{p.id}.pt"), self._path(f"players/{p.id}.pt")

@@ -88,6 +88,9 @@ def test_a_league_trains_snapshots_persists_and_resumes(launch, tmp_path):
     league.terminate()
     again = launch("orchestrator", LEAGUE, extra_args=share).client()
     again.initialize(_env(workers), agents_needed=3)
+    main_before = next(p for p in view.players if p["id"] == "main")["steps"]
+    # the league's counts are back at once (a harness measures its progress against them)
+    assert again.status().payload["agentSteps"]["main"] == main_before
     for name in ("main", "exploiter"):
         again.register_agent(name, agents[name])
     again.register_agent("frozen", agents["frozen"], skip_train=True)
@@ -96,6 +99,5 @@ def test_a_league_trains_snapshots_persists_and_resumes(launch, tmp_path):
     resumed = again.get_league()
     assert resumed.jobs["launched"] > view.jobs["launched"]
     assert {p["id"] for p in snapshots} <= {p["id"] for p in resumed.players}
-    main_before = next(p for p in view.players if p["id"] == "main")["steps"]
     assert next(p for p in resumed.players if p["id"] == "main")["steps"] >= main_before
     again.reset()

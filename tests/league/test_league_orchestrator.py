@@ -152,7 +152,7 @@ def test_a_job_waiting_for_an_agent_gets_it_before_new_jobs(tmp_path, monkeypatc
     orch = _league(tmp_path, monkeypatch, [FakeWorker()],
                    players=(("main", "main"), ("exploiter", "main_exploiter"),
                             ("league_exploiter", "league_exploiter")))
-    orch.manager = orch._load_or_create()
+    orch.manager = orch._create()
     orch._busy.add("main")  # main is in a job
     orch._next_player = 1
     launch = orch._next_launch()  # the exploiter must wait for main; the league exploiter goes
