@@ -8,7 +8,7 @@ from typing import Any, Optional
 from mistk_rl.client import OrchestratorClient
 
 OPPONENT_NAMES = {"random": "vs_random", "tictactoe_perfect": "vs_perfect",
-                  "connect4_winblock": "vs_winblock", "winblock": "vs_winblock"}
+                  "connect4_winblock": "vs_winblock"}  # others: vs_NAME
 SEAT_ORDER = ("first", "second", "third", "fourth")
 
 

@@ -154,9 +154,7 @@ class LeagueOrchestrator(AbstractOrchestrator):
             if missing:
                 raise InvalidRequest(f"the last agent leaves players {sorted(missing)} "
                                      "without an agent")
-            pool = set(self.pool) | ({name} if skip_train and (
-                self.settings.pool is None or name in self.settings.pool) else set())
-            if not pool:
+            if not self.pool and not self._in_pool(name, skip_train):
                 raise InvalidRequest("the last agent leaves the league without a frozen "
                                      "agent (skipTrain, in pool) to load snapshots")
         return ()
@@ -168,9 +166,12 @@ class LeagueOrchestrator(AbstractOrchestrator):
                 "properties": {"game": self.env["id"], "league": True}}
 
     def do_register_agent(self, agent_name: str, agent_url: str, skip_train: bool) -> None:
-        pool = self.settings.pool
-        if skip_train and (pool is None or agent_name in pool):
+        if self._in_pool(agent_name, skip_train):
             self.pool[agent_name] = None
+
+    def _in_pool(self, name: str, skip_train: bool) -> bool:
+        """Whether the agent is a frozen one that loads snapshots (module doc)."""
+        return skip_train and (self.settings.pool is None or name in self.settings.pool)
 
     # ---- episodes ------------------------------------------------------------------------
     def validate_start_episode(self, config: EpisodeConfig) -> None:

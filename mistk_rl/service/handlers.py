@@ -22,7 +22,6 @@ from mistk_rl.agent import AbstractAgent, EpisodeInfo, ReplayBatch
 from mistk_rl.client import AgentClient, Conflict, ServiceError, ServiceUnavailable
 from mistk_rl.codec import StackedMap
 from mistk_rl.errors import IllegalState, InvalidRequest, NotFound
-from mistk_rl.files import resolve_in
 from mistk_rl.jsonable import to_jsonable
 from mistk_rl.lifecycle import AGENT, ORCHESTRATOR, Lifecycle
 from mistk_rl.limits import Limits
@@ -75,7 +74,7 @@ class _Service:
         return self._done()
 
     def _path(self, path: str) -> Path:
-        return resolve_in(self.data_dir, path, self.shares)
+        return self.impl.resolve_path(path)
 
     def _done(self) -> Response:
         return self.lifecycle.status(), 200, JSON
