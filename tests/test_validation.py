@@ -1,11 +1,10 @@
-"""The compiled validator accepts exactly what jsonschema accepts on the spec, for every
-request body of both specs."""
+"""The compiled validator accepts exactly what connexion's request validator (jsonschema's
+Draft 4 plus OpenAPI's `nullable`) accepts on the spec, for every request body of both specs."""
 from __future__ import annotations
 
-import jsonschema
 import numpy as np
 import pytest
-from connexion.json_schema import resolve_refs
+from connexion.json_schema import Draft4RequestValidator, resolve_refs
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -34,7 +33,7 @@ plausible = st.fixed_dictionaries({"obs": tensor_maps},
 
 
 def _agree(name: str, value) -> None:
-    expected = jsonschema.Draft4Validator(SCHEMAS[name]).is_valid(value)
+    expected = Draft4RequestValidator(SCHEMAS[name]).is_valid(value)
     try:
         compile_schema(SCHEMAS[name])(value, "")
         got = True
@@ -49,7 +48,7 @@ def test_the_step_operations_are_in_the_spec():
 
 @settings(max_examples=300, deadline=None)
 @given(name=st.sampled_from(sorted(SCHEMAS)), value=st.one_of(json_values, plausible))
-def test_compiled_validator_agrees_with_jsonschema(name, value):
+def test_compiled_validator_agrees_with_connexion(name, value):
     _agree(name, value)
 
 
@@ -72,11 +71,11 @@ def test_examples(value, fragment):
 
 @pytest.mark.parametrize("workers, ok", [([], False), (["http://a"], True),
                                          (["http://a"] * 65, False)])
-def test_array_lengths_agree_with_jsonschema(workers, ok):
+def test_array_lengths_agree_with_connexion(workers, ok):
     body = {"env": {"id": "g", "league": {"players": [{"id": "main", "type": "main"}],
                                           "workers": workers}}}
     _agree("orchestrator.initialize", body)
-    assert jsonschema.Draft4Validator(SCHEMAS["orchestrator.initialize"]).is_valid(body) == ok
+    assert Draft4RequestValidator(SCHEMAS["orchestrator.initialize"]).is_valid(body) == ok
 
 
 def test_unsupported_keywords_are_refused_at_compile_time():
@@ -95,3 +94,10 @@ def test_binary_maps_are_checked_through_one_entry():
     rank5 = codec.decode(codec.encode({"obs": {"e0": np.zeros((1, 1, 1, 1, 1))}}))
     with pytest.raises(InvalidRequest):
         check(rank5, "")
+
+
+@pytest.mark.parametrize("value, ok", [({"numEpisodes": None}, True), ({"numEpisodes": 0}, False),
+                                       ({"numEpisodes": "1"}, False)])
+def test_nullable_fields_accept_null(value, ok):
+    _agree("orchestrator.startEpisode", value)
+    assert Draft4RequestValidator(SCHEMAS["orchestrator.startEpisode"]).is_valid(value) == ok
