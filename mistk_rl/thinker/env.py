@@ -1,0 +1,347 @@
+"""The Thinker-augmented MDP over a batch of envs (the seed's `thinker.make` API, v1.1).
+
+A stage is K steps: K-1 imaginary ones, in which the agent walks a search tree from the root
+(the current real state) with a primary action and may reset to the root, then one real step,
+whose primary action is taken in the real env from the root. The agent sees the tree's
+statistics (`tree_reps`) and the root's frame (`real_states`); the planning reward
+(`im_reward`) is the rise of the best return found. Envs run in lock-step, so every env is at
+the same step of its stage.
+
+The tree is expanded by the real env's dynamics (wrapper_type 2, the perfect model: the env's
+state is cloned at every node and restored to expand it) or by a learned model (0); 1 is the
+raw env. Differences from v1.1, each a fix or an extension the issue asks for: real_states is
+the new root's frame from the real step on; the planning reward's reference after reset() is
+Gmax(root), not 0; unknown settings are errors; 1-D observations are accepted; arrays are
+numpy, not torch (CPU only).
+"""
+from __future__ import annotations
+
+from typing import Any, Callable, Optional, Sequence
+
+import gymnasium as gym
+import numpy as np
+
+from mistk_rl.thinker import tree
+from mistk_rl.thinker.config import ThinkerConfig, load_config
+from mistk_rl.thinker.tree import Node
+
+EnvFn = Callable[[], gym.Env]
+
+STATUS_REAL, STATUS_IMAGINARY, STATUS_LAST_IMAGINARY = 0, 1, 2
+"""step_status after a step: a real step was just taken; an imaginary one, and the next is
+imaginary too; an imaginary one, and the next is real."""
+
+
+class ThinkerEnv:
+    """`env_n` copies of an env behind the augmented MDP. Build it with `make`."""
+
+    def __init__(self, env_fns: Sequence[EnvFn], cfg: ThinkerConfig) -> None:
+        if not env_fns:
+            raise ValueError("the Thinker MDP needs at least one env")
+        self.cfg = cfg
+        self.envs = [fn() for fn in env_fns]
+        self.env_n = len(self.envs)
+        space = self.envs[0].action_space
+        if not isinstance(space, gym.spaces.Discrete):
+            raise ValueError(f"the Thinker MDP needs a Discrete action space, not {space}")
+        self.num_actions = int(space.n)
+        self.real_observation_space = self.envs[0].observation_space
+        if cfg.wrapper_type == 2:
+            from mistk_rl.thinker.cloneable import ensure_cloneable
+            self.envs = [ensure_cloneable(env) for env in self.envs]
+        self.model = None
+        if cfg.wrapper_type == 0 or (cfg.wrapper_type == 2 and cfg.vp_fn is None):
+            from mistk_rl.thinker.model import ThinkerModel
+            self.model = ThinkerModel(cfg, self.real_observation_space, self.num_actions)
+        self.layout = tree.Layout(self.num_actions, cfg.rec_t)
+        self.observation_space = self._observation_space()
+        self.real_steps = 0  # real steps of the batch since make()
+        self._seeded = False
+        n = self.env_n
+        self.roots: list[Node] = []
+        self.curs: list[Node] = []
+        self.frames: list[Any] = [None] * n  # each env's real frame: the root's
+        self.cur_t = 0
+        self.depth = np.zeros(n, dtype=np.int64)
+        self.stage_depth = np.zeros(n, dtype=np.int64)  # deepest node reached this stage
+        self.gmax_prev = np.zeros(n, dtype=np.float32)
+        self.baseline = np.zeros(n, dtype=np.float32)
+        self.episode_step = np.zeros(n, dtype=np.int64)
+        self.episode_return = np.zeros(n, dtype=np.float64)
+        self.im_episode_return = np.zeros(n, dtype=np.float64)
+
+    # ---- the seed's API ------------------------------------------------------------------
+    def reset(self) -> dict[str, np.ndarray]:
+        """Reset every env and return the first state. Episodes later reset themselves."""
+        seed = self.cfg.seed
+        frames = []
+        for i, env in enumerate(self.envs):
+            env_seed = None if seed is None or self._seeded else seed + i
+            frames.append(env.reset(seed=env_seed)[0])
+        self._seeded = True
+        self.frames = frames
+        self.cur_t = 0
+        self.depth[:] = 0
+        self.stage_depth[:] = 0
+        self.episode_step[:] = 0
+        self.episode_return[:] = 0.0
+        self.im_episode_return[:] = 0.0
+        self.baseline[:] = 0.0
+        if self.cfg.planning:
+            self.roots = self._new_roots(np.zeros(self.env_n, dtype=np.int64),
+                                         np.ones(self.env_n, dtype=bool))
+            self.curs = list(self.roots)
+            self.gmax_prev = np.array([tree.gmax(r, self.cfg.discounting) for r in self.roots],
+                                      dtype=np.float32)
+        return self._state(resets=np.ones(self.env_n, dtype=bool))
+
+    def step(self, primary_action: Any, reset_action: Any = None,
+             action_prob: Optional[np.ndarray] = None
+             ) -> tuple[dict[str, np.ndarray], np.ndarray, np.ndarray, dict[str, Any]]:
+        """One augmented step: imaginary while the stage lasts, then real."""
+        if not self.roots and self.cfg.planning or self.frames[0] is None:
+            raise RuntimeError("call reset() before step()")
+        primary = self._actions(primary_action, self.num_actions, "primary_action")
+        resets = (np.zeros(self.env_n, dtype=np.int64) if reset_action is None
+                  else self._actions(reset_action, 2, "reset_action"))
+        if self.cfg.require_prob and action_prob is None and self.cur_t == self.cfg.rec_t - 1:
+            raise ValueError("require_prob is set: pass action_prob [env_n, A] with each step")
+        if self.cur_t < self.cfg.rec_t - 1:
+            return self._imaginary_step(primary, resets.astype(bool))
+        return self._real_step(primary, action_prob)
+
+    def close(self) -> None:
+        for env in self.envs:
+            env.close()
+        if self.model is not None:
+            self.model.close()
+
+    # ---- imaginary steps -----------------------------------------------------------------
+    def _imaginary_step(self, primary: np.ndarray, resets: np.ndarray):
+        cfg, gamma = self.cfg, self.cfg.discounting
+        self.cur_t += 1
+        children = [cur.children[a] for cur, a in zip(self.curs, primary)]
+        pending = []
+        for i, (cur, child) in enumerate(zip(self.curs, children)):
+            if self._is_expanded(child):
+                continue
+            if cur.done:  # past the end of an episode nothing more happens
+                child.expand(0.0, 0.0, np.array([c.logit for c in cur.children]), True,
+                             cur.state, cur.frame, cur.hidden, self.real_steps)
+            else:
+                pending.append(i)
+        if pending:
+            self._expand(pending, [children[i] for i in pending], primary[pending])
+        im_reward = np.zeros(self.env_n, dtype=np.float32)
+        reps = np.empty((self.env_n, self.layout.length), dtype=np.float32)
+        for i, child in enumerate(children):
+            self.curs[i] = child
+            self.depth[i] += 1
+            self.stage_depth[i] = max(self.stage_depth[i], self.depth[i])
+            tree.visit(child, gamma)
+            best = tree.gmax(self.roots[i], gamma)
+            im_reward[i] = best - self.gmax_prev[i]
+            if cfg.wrapper_type == 0:  # a learned model's returns may fall on re-expansion
+                im_reward[i] = max(im_reward[i], 0.0)
+            self.gmax_prev[i] = best
+            resets[i] = resets[i] or (cfg.max_depth > 0 and self.depth[i] >= cfg.max_depth)
+            reps[i] = self._encode(i, bool(resets[i]))
+            if resets[i]:
+                self.depth[i] = 0
+                self.curs[i] = self.roots[i]
+                tree.visit(self.roots[i], gamma)
+        if not cfg.im_enable:
+            im_reward[:] = 0.0
+        self.im_episode_return += im_reward
+        self.episode_step += 1
+        status = (STATUS_IMAGINARY if self.cur_t < cfg.rec_t - 1 else STATUS_LAST_IMAGINARY)
+        zeros = np.zeros(self.env_n, dtype=bool)
+        info = self._info(status, im_reward, zeros, zeros, self.stage_depth.copy())
+        state = self._state(reps=reps)
+        return state, np.zeros(self.env_n, dtype=np.float32), zeros.copy(), info
+
+    def _is_expanded(self, node: Node) -> bool:
+        """A perfect model never expands a node twice; a learned one re-expands nodes carried
+        over a real step, from the new root's state."""
+        if self.cfg.wrapper_type == 0:
+            return node.expanded and node.expanded_at >= self.real_steps
+        return node.expanded
+
+    def _expand(self, envs: list[int], children: list[Node], actions: np.ndarray) -> None:
+        """Expand a child of each env's non-terminal cur, with one batched model call."""
+        cfg, step = self.cfg, self.real_steps
+        parents = [self.curs[i] for i in envs]
+        if cfg.wrapper_type == 0:
+            out = self.model.unroll([p.state for p in parents], actions)
+            for j, child in enumerate(children):
+                child.expand(out.reward[j], out.v[j], out.logits[j], bool(out.done[j]),
+                             out.states[j], None if out.xs is None else out.xs[j],
+                             None if out.hs is None else out.hs[j], step)
+            return
+        frames, results = [], []
+        for i, parent, a in zip(envs, parents, actions):
+            env = self.envs[i]
+            env.restore_state(parent.state)
+            frame, r, terminated, truncated, _ = env.step(int(a))
+            results.append((self._clip(float(r)), terminated or truncated, env.clone_state()))
+            frames.append(frame)
+        v, logits = self._value_policy(np.stack(frames), actions)
+        for j, (child, (r, done, state)) in enumerate(zip(children, results)):
+            child.expand(r, v[j], logits[j], done, state, frames[j], None, step)
+
+    # ---- real steps ----------------------------------------------------------------------
+    def _real_step(self, primary: np.ndarray, action_prob: Optional[np.ndarray]):
+        cfg = self.cfg
+        n = self.env_n
+        rewards = np.zeros(n, dtype=np.float32)
+        terminated = np.zeros(n, dtype=bool)
+        truncated = np.zeros(n, dtype=bool)
+        before = list(self.frames)
+        if cfg.planning:
+            self.baseline = np.array([tree.baseline(r, cfg.discounting) for r in self.roots],
+                                     dtype=np.float32)
+        for i, env in enumerate(self.envs):
+            if cfg.wrapper_type == 2:
+                env.restore_state(self.roots[i].state)
+            frame, r, terminated[i], truncated[i], _ = env.step(int(primary[i]))
+            self.episode_return[i] += r
+            rewards[i] = self._clip(float(r))
+            if terminated[i] or truncated[i]:
+                frame = env.reset()[0]
+            self.frames[i] = frame
+        done = terminated | truncated
+        if self.model is not None and cfg.train_model:
+            self.model.record(np.stack(before), primary, rewards, done, truncated & ~terminated,
+                              self.baseline.copy(), action_prob)
+        self.real_steps += 1
+        if cfg.planning:
+            self.roots = self._new_roots(np.where(done, 0, primary), done)
+            self.curs = list(self.roots)
+            self.gmax_prev = np.array([tree.gmax(r, cfg.discounting) for r in self.roots],
+                                      dtype=np.float32)
+        if self.model is not None and cfg.train_model:
+            self.model.train_if_due()
+        self.episode_step += 1
+        self.depth[:] = 0
+        self.cur_t = 0
+        info = self._info(STATUS_REAL, np.zeros(n, dtype=np.float32), done,
+                          truncated & ~terminated, self.stage_depth.copy())
+        self.stage_depth[:] = 0
+        for counter in (self.episode_step, self.episode_return, self.im_episode_return):
+            counter[done] = 0
+        self.im_episode_return[:] = 0.0  # a stage's planning reward is reported at its end
+        return self._state(resets=np.ones(n, dtype=bool)), rewards, done, info
+
+    def _new_roots(self, actions: np.ndarray, fresh: np.ndarray) -> list[Node]:
+        """The roots after reset() or a real step: the chosen child and its subtree when the
+        tree is carried, else a new node; the value and priors from the new real frames."""
+        cfg, step = self.cfg, self.real_steps
+        frames = np.stack(self.frames)
+        if cfg.wrapper_type == 0:
+            out = self.model.initial(frames, actions)
+            v, logits, states = out.v, out.logits, out.states
+            hidden = [None] * self.env_n if out.hs is None else list(out.hs)
+        else:
+            v, logits = self._value_policy(frames, actions)
+            states = [env.clone_state() for env in self.envs]
+            hidden = [None] * self.env_n
+        roots = []
+        for i in range(self.env_n):
+            old = self.roots[i] if self.roots else None
+            child = None if fresh[i] or old is None else old.children[actions[i]]
+            if cfg.tree_carry and child is not None and child.expanded:
+                root = tree.new_root(child, v[i], logits[i], states[i], cfg.discounting,
+                                     self.frames[i], hidden[i], step)
+            else:
+                root = Node(int(actions[i]), None, 0.0)
+                root.expand(0.0, v[i], logits[i], False, states[i], self.frames[i],
+                            hidden[i], step)
+            tree.visit(root, cfg.discounting)
+            roots.append(root)
+        return roots
+
+    # ---- helpers -------------------------------------------------------------------------
+    def _value_policy(self, frames: np.ndarray, actions: np.ndarray
+                      ) -> tuple[np.ndarray, np.ndarray]:
+        if self.cfg.vp_fn is not None:
+            v, logits = self.cfg.vp_fn(frames)
+        else:
+            v, logits = self.model.value_policy(frames, actions)
+        v = np.asarray(v, dtype=np.float32).reshape(len(frames))
+        logits = np.asarray(logits, dtype=np.float32).reshape(len(frames), self.num_actions)
+        return v, logits
+
+    def _clip(self, r: float) -> float:
+        c = self.cfg.reward_clip
+        return float(np.clip(r, -c, c)) if c > 0 else r
+
+    def _encode(self, i: int, reset: bool) -> np.ndarray:
+        return tree.encode(self.roots[i], self.curs[i], reset, self.cur_t, int(self.depth[i]),
+                           self.cfg.discounting, self.layout, self.cfg.stat_mask_type)
+
+    def _state(self, reps: Optional[np.ndarray] = None,
+               resets: Optional[np.ndarray] = None) -> dict[str, np.ndarray]:
+        state = {"real_states": np.stack(self.frames)}
+        if not self.cfg.planning:
+            return state
+        if reps is None:
+            reps = np.stack([self._encode(i, bool(resets[i])) for i in range(self.env_n)])
+        state["tree_reps"] = reps
+        if self.cfg.wrapper_type == 0 and self.cfg.return_h and self.curs[0].hidden is not None:
+            state["hs"] = np.stack([cur.hidden for cur in self.curs])
+        if self.cfg.return_x and self.curs[0].frame is not None:
+            state["xs"] = np.stack([cur.frame for cur in self.curs])
+        return state
+
+    def _info(self, status: int, im_reward: np.ndarray, done: np.ndarray,
+              truncated: np.ndarray, max_depth: np.ndarray) -> dict[str, Any]:
+        return {
+            "real_done": done.copy(),
+            "truncated_done": truncated.copy(),
+            "step_status": np.full(self.env_n, status, dtype=np.int64),
+            "max_rollout_depth": max_depth,
+            "baseline": self.baseline.copy(),
+            "im_reward": im_reward,
+            "episode_step": self.episode_step.copy(),
+            "episode_return": self.episode_return.astype(np.float32),
+            "im_episode_return": self.im_episode_return.astype(np.float32),
+            "model_status": self.model_status(),
+        }
+
+    def model_status(self) -> dict[str, Any]:
+        if self.model is None or not self.cfg.train_model:
+            return {"processed_n": 0, "warm_up_n": 0, "running": False, "finish": True}
+        return self.model.status()
+
+    def _actions(self, values: Any, n: int, name: str) -> np.ndarray:
+        actions = np.asarray(values).reshape(-1)
+        if actions.shape != (self.env_n,) or not np.issubdtype(actions.dtype, np.integer) \
+                and not np.all(np.equal(np.mod(actions, 1), 0)):
+            raise ValueError(f"{name} must hold {self.env_n} integers, got {values!r}")
+        actions = actions.astype(np.int64)
+        if actions.min() < 0 or actions.max() >= n:
+            raise ValueError(f"{name} must be in [0, {n}), got {actions.tolist()}")
+        return actions
+
+    def _observation_space(self) -> gym.spaces.Dict:
+        spaces: dict[str, gym.Space] = {"real_states": self.real_observation_space}
+        if self.cfg.planning:
+            spaces["tree_reps"] = gym.spaces.Box(-np.inf, np.inf, (self.layout.length,),
+                                                 np.float32)
+        return gym.spaces.Dict(spaces)
+
+
+def make(name: Optional[str] = None, env_fn: Optional[EnvFn] = None, env_n: int = 1,
+         gpu: bool = False, config: Any = None, **cfg: Any) -> ThinkerEnv:
+    """The Thinker-augmented MDP over `env_n` copies of the env `name` (a gymnasium id) or
+    `env_fn()`. Settings: `config` (a YAML path or a mapping) then keywords; see ThinkerConfig.
+    """
+    if gpu:
+        raise ValueError("this implementation runs on CPU only: pass gpu=False")
+    if (name is None) == (env_fn is None):
+        raise ValueError("give exactly one of name (a gymnasium id) or env_fn")
+    if env_n < 1:
+        raise ValueError(f"env_n must be >= 1, not {env_n}")
+    settings = load_config(config, **cfg)
+    fn = env_fn if env_fn is not None else (lambda: gym.make(name))
+    return ThinkerEnv([fn] * env_n, settings)
