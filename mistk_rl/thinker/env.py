@@ -71,13 +71,13 @@ class ThinkerEnv:
         self.im_episode_return = np.zeros(n, dtype=np.float64)
 
     # ---- the seed's API ------------------------------------------------------------------
-    def reset(self) -> dict[str, np.ndarray]:
-        """Reset every env and return the first state. Episodes later reset themselves."""
-        seed = self.cfg.seed
-        frames = []
-        for i, env in enumerate(self.envs):
-            env_seed = None if seed is None or self._seeded else seed + i
-            frames.append(env.reset(seed=env_seed)[0])
+    def reset(self, seed: Optional[int] = None) -> dict[str, np.ndarray]:
+        """Reset every env (env i with seed + i; by default the setting's seed, the first
+        time) and return the first state. Episodes later reset themselves."""
+        if seed is None and not self._seeded:
+            seed = self.cfg.seed
+        frames = [env.reset(seed=None if seed is None else seed + i)[0]
+                  for i, env in enumerate(self.envs)]
         self._seeded = True
         self.frames = frames
         self.cur_t = 0
@@ -157,7 +157,7 @@ class ThinkerEnv:
         status = (STATUS_IMAGINARY if self.cur_t < cfg.rec_t - 1 else STATUS_LAST_IMAGINARY)
         zeros = np.zeros(self.env_n, dtype=bool)
         info = self._info(status, im_reward, zeros, zeros, self.stage_depth.copy())
-        state = self._state(reps=reps)
+        state = self._state(reps=reps, nodes=children)  # (hs, xs: the nodes reached)
         return state, np.zeros(self.env_n, dtype=np.float32), zeros.copy(), info
 
     def _is_expanded(self, node: Node) -> bool:
@@ -279,18 +279,19 @@ class ThinkerEnv:
         return tree.encode(self.roots[i], self.curs[i], reset, self.cur_t, int(self.depth[i]),
                            self.cfg.discounting, self.layout, self.cfg.stat_mask_type)
 
-    def _state(self, reps: Optional[np.ndarray] = None,
-               resets: Optional[np.ndarray] = None) -> dict[str, np.ndarray]:
+    def _state(self, reps: Optional[np.ndarray] = None, resets: Optional[np.ndarray] = None,
+               nodes: Optional[list[Node]] = None) -> dict[str, np.ndarray]:
         state = {"real_states": np.stack(self.frames)}
         if not self.cfg.planning:
             return state
         if reps is None:
             reps = np.stack([self._encode(i, bool(resets[i])) for i in range(self.env_n)])
         state["tree_reps"] = reps
-        if self.cfg.wrapper_type == 0 and self.cfg.return_h and self.curs[0].hidden is not None:
-            state["hs"] = np.stack([cur.hidden for cur in self.curs])
-        if self.cfg.return_x and self.curs[0].frame is not None:
-            state["xs"] = np.stack([cur.frame for cur in self.curs])
+        nodes = self.curs if nodes is None else nodes
+        if self.cfg.wrapper_type == 0 and self.cfg.return_h and nodes[0].hidden is not None:
+            state["hs"] = np.stack([node.hidden for node in nodes])
+        if self.cfg.return_x and nodes[0].frame is not None:
+            state["xs"] = np.stack([node.frame for node in nodes])
         return state
 
     def _info(self, status: int, im_reward: np.ndarray, done: np.ndarray,
