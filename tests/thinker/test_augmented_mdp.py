@@ -360,3 +360,21 @@ def test_lock_step_envs_are_independent():
         state, reward, _, _ = env.step(list(a), [0, 0])
     assert reward.tolist() == [REWARDS[4], REWARDS[2]]
     assert state["real_states"].argmax(1).tolist() == [4, 2]
+
+
+def test_cartpole_with_the_perfect_model():
+    """1-D observations (an extension of v1.1, which takes images only) and an env made
+    cloneable by the project's wrapper: imagination never moves the real pole."""
+    env = make("CartPole-v1", env_n=2, wrapper_type=2, rec_t=5, max_depth=3, seed=0,
+               vp_fn=lambda obs: (np.zeros(len(obs)), np.zeros((len(obs), 2))))
+    state = env.reset()
+    assert state["real_states"].shape == (2, 4)
+    frames = state["real_states"].copy()
+    for _ in range(4):
+        state, reward, _, _ = env.step([0, 1], [0, 0])
+        np.testing.assert_array_equal(state["real_states"], frames)
+        assert not reward.any()
+    state, reward, _, _ = env.step([1, 1], [0, 0])
+    assert (reward == 1.0).all() and not np.array_equal(state["real_states"], frames)
+    qs = decode_tree_reps(state["tree_reps"], 2)["root_qs_max"]
+    assert qs.shape == (2, 2)
