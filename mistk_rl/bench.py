@@ -120,7 +120,7 @@ def bench_parity(suite: str = "classic", seeds: Optional[list[int]] = None,
     return 0
 
 
-def run_bench(what: str, n: int = 2000, json_out: Optional[Path] = None, seed: int = 0,
+def run_bench(what: str, n: Optional[int] = None, json_out: Optional[Path] = None, seed: int = 0,
               eval_every: Optional[int] = None, env_counts: Optional[list[int]] = None,
               steps: int = 20000, seeds: Optional[list[int]] = None,
               config: Optional[Path] = None, suite: str = "classic",
@@ -146,6 +146,13 @@ def run_bench(what: str, n: int = 2000, json_out: Optional[Path] = None, seed: i
         if json_out is not None:
             _write(json_out, records)
         return 0
+    if what == "thinker-planner":
+        from mistk_rl.bench_thinker import bench_planner
+
+        records = bench_planner(episodes=n or 3000, seed=seed)
+        if json_out is not None:
+            _write(json_out, records)
+        return 0
     if what == "faults":
         from mistk_rl.bench_faults import bench_faults
 
@@ -154,7 +161,7 @@ def run_bench(what: str, n: int = 2000, json_out: Optional[Path] = None, seed: i
             _write(json_out, records)
         return 0
     if what == "getaction":
-        record = bench_getaction(n=n)
+        record = bench_getaction(n=n or 2000)
     elif what == "longpolls":
         record = bench_long_polls()
     else:

@@ -144,7 +144,8 @@ def build_parser() -> argparse.ArgumentParser:
     bench = sub.add_parser("bench", help="measure the services")
     bench.add_argument("what", choices=["getaction", "longpolls", "transport", "envs",
                                         "faults", "sb3-dqn", "sb3-ppo", "parity",
-                                        "learning-dqn", "learning-ppo", "games"],
+                                        "learning-dqn", "learning-ppo", "games",
+                                        "thinker-planner"],
                        help="getaction: round-trip time of getAction to a local agent; "
                             "longpolls: reset/terminate latency with 64 status long-polls "
                             "waiting; "
@@ -160,8 +161,12 @@ def build_parser() -> argparse.ArgumentParser:
                             "learning-dqn / learning-ppo: parity on the CartPole entry; "
                             "games: tic-tac-toe moves/s of the game orchestrator with its "
                             "agent in-process vs over HTTP (--envs: game copies, default "
-                            "1,16,64; --steps: moves timed)")
-    bench.add_argument("--n", type=int, default=2000, help="getaction: calls to time")
+                            "1,16,64; --steps: moves timed); "
+                            "thinker-planner: the scripted planner's solve rate on the puzzle "
+                            "(perfect model; --n episodes, default 3000)")
+    bench.add_argument("--n", type=int, default=None,
+                       help="getaction: calls to time (default 2000); thinker-planner: "
+                            "episodes (default 3000)")
     bench.add_argument("--seed", type=int, default=0, help="sb3-*: training seed")
     bench.add_argument("--suite", default="classic", choices=["classic", "extended"],
                        help="parity: which entries (classic: CartPole, Acrobot, MountainCar, "

@@ -50,8 +50,18 @@ class ThinkerEnv:
             from mistk_rl.thinker.cloneable import ensure_cloneable
             self.envs = [ensure_cloneable(env) for env in self.envs]
         self.model = None
-        if cfg.wrapper_type == 0 or (cfg.wrapper_type == 2 and cfg.vp_fn is None):
-            from mistk_rl.thinker.model import ThinkerModel
+        # an untrained value-policy net with zero heads answers v = 0, logits = 0 exactly:
+        # the perfect model then needs no network at all
+        zero_vp = not cfg.train_model and cfg.model_zero_init
+        if cfg.wrapper_type == 0 or (cfg.wrapper_type == 2 and cfg.vp_fn is None
+                                     and not zero_vp):
+            try:
+                from mistk_rl.thinker.model import ThinkerModel
+            except ModuleNotFoundError:  # (issue 13: the learned model is still to come)
+                raise ValueError("the learned model (wrapper_type 0) and a trained value-"
+                                 "policy net (train_model with wrapper_type 2) are not in "
+                                 "this version: use wrapper_type 2 with train_model false "
+                                 "(or vp_fn), or wrapper_type 1") from None
             self.model = ThinkerModel(cfg, self.real_observation_space, self.num_actions)
         self.layout = tree.Layout(self.num_actions, cfg.rec_t)
         self.observation_space = self._observation_space()
@@ -265,8 +275,11 @@ class ThinkerEnv:
                       ) -> tuple[np.ndarray, np.ndarray]:
         if self.cfg.vp_fn is not None:
             v, logits = self.cfg.vp_fn(frames)
-        else:
+        elif self.model is not None:
             v, logits = self.model.value_policy(frames, actions)
+        else:  # untrained, zero heads (see __init__)
+            return (np.zeros(len(frames), dtype=np.float32),
+                    np.zeros((len(frames), self.num_actions), dtype=np.float32))
         v = np.asarray(v, dtype=np.float32).reshape(len(frames))
         logits = np.asarray(logits, dtype=np.float32).reshape(len(frames), self.num_actions)
         return v, logits

@@ -9,6 +9,7 @@ from gymnasium import spaces
 from mistk_rl.rl.encoders import (DictEncoder, FlatEncoder, ImageEncoder, is_image_space,
                                   make_encoder)
 from mistk_rl.rl.policies.dqn import DQNPolicy
+from mistk_rl.rl.policies.ppo import PPOPolicy
 
 B = 5
 
@@ -78,3 +79,15 @@ def test_dqn_learns_on_image_observations():
     losses = [policy.learn_mode.forward(batch)["loss"] for _ in range(30)]
     assert losses[-1] < losses[0]
     assert policy.eval_mode.forward(batch["obs"], None)["action"].shape == (B,)
+
+
+def test_ppo_eval_mode_samples_when_not_deterministic():
+    """eval.deterministic false: evaluation acts by sampling the policy (SB3's
+    evaluate_policy(deterministic=False)); true, the default, by its mode."""
+    obs_space = spaces.Box(-1.0, 1.0, (3,), np.float32)
+    obs = torch.zeros(256, 3)
+    greedy = PPOPolicy(None, obs_space, spaces.Discrete(4), seed=0)
+    assert len(set(greedy.eval_mode.forward(obs, None)["action"].tolist())) == 1
+    sampled = PPOPolicy({"eval": {"deterministic": False}}, obs_space, spaces.Discrete(4),
+                        seed=0)
+    assert len(set(sampled.eval_mode.forward(obs, None)["action"].tolist())) == 4

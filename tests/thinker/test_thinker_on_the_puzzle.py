@@ -118,3 +118,13 @@ def test_the_planner_solves_more_than_a_random_policy():
         ended += int(done.sum())
         solved += int((info["episode_return"][done] > 5).sum())
     assert solved / ended > 0.25
+
+
+def test_an_untrained_zero_headed_value_function_needs_no_network():
+    env = make(ENV_ID, env_n=2, wrapper_type=2, rec_t=4, train_model=False, seed=0)
+    assert env.model is None
+    env.reset()
+    state, _, _, _ = env.step([0, 1], [0, 0])
+    fields = decode_tree_reps(state["tree_reps"], 4)
+    assert not fields["root_v"].any() and not fields["root_logits"].any()
+    assert (fields["cur_r"][:, 0] <= 0).all()  # the step penalty (or a bump): no value added

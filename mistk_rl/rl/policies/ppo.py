@@ -49,6 +49,10 @@ class PPOPolicy(Policy):
                 "grad_clip": 0.5,
                 "anneal_env_steps": None,  # linear decay of lr and clip to 0 (rl-zoo's lin_)
             },
+            # eval mode acts with the policy's mode (deterministic) or samples it, as SB3's
+            # evaluate_policy(deterministic=False): a greedy policy that has not learned a
+            # puzzle walks into the same wall until the step cap
+            "eval": {"deterministic": True},
         }
 
     def _init(self) -> None:
@@ -76,7 +80,9 @@ class PPOPolicy(Policy):
             self.eval_model = GaussianSample(self.model)
         else:
             self.collect_model = MultinomialSample(self.model, generator=sampling)
-            self.eval_model = ArgmaxSample(self.model)
+            self.eval_model = (ArgmaxSample(self.model) if cfg["eval"]["deterministic"] else
+                               MultinomialSample(self.model, generator=torch.Generator()
+                                                 .manual_seed(int(self.rng.integers(2**31)))))
 
     def _encode(self, obs: torch.Tensor) -> torch.Tensor:
         """Raw observations as a tensor: the model's encoders (chosen by the observation
