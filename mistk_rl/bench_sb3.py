@@ -192,6 +192,8 @@ def _ppo_kwargs(cfg: dict, n_envs: int, budget: int) -> dict:
     }
     if "log_std_init" in cfg["policy"]["model"]:  # the Gaussian's (Box actions only)
         kwargs["policy_kwargs"]["log_std_init"] = _take(cfg, "policy.model.log_std_init")
+    _require(_take(cfg, "policy.eval.deterministic"), True, "policy.eval.deterministic",
+             "is evaluated greedily here, as our harness evaluates by default")
     _done(cfg)
     return kwargs
 

@@ -113,7 +113,7 @@ def test_the_planner_solves_more_than_a_random_policy():
     rng = np.random.default_rng(1)
     state = env.reset()
     solved = ended = 0
-    while ended < 80:
+    while ended < 48:
         state, _, done, info = env.step(*plan(state["tree_reps"], 4, rng))
         ended += int(done.sum())
         solved += int((info["episode_return"][done] > 5).sum())
