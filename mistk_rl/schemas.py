@@ -2,13 +2,15 @@
 field names equal). The SDK returns these; the wire format is camelCase JSON."""
 from __future__ import annotations
 
-from typing import Any, Literal, Optional, Union
+from typing import Annotated, Any, Literal, Optional, Union
 
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
 Tensor = Union[float, int, list[Any]]
 """A number or a nested list of numbers (the spec's ``Tensor``)."""
+Observation = Union[Tensor, dict[str, Tensor]]
+"""A Tensor, or one Tensor per key for a Dict observation space (the spec's ``Observation``)."""
 
 
 class Body(BaseModel):
@@ -46,7 +48,7 @@ class Problem(Body):
     allowed: Optional[list[str]] = None
 
 
-class Space(Body):
+class FundamentalSpace(Body):
     """A gymnasium space as data; `mistk_rl.spaces` converts both ways."""
 
     type: Literal["Box", "Discrete", "MultiDiscrete", "MultiBinary"]
@@ -57,6 +59,16 @@ class Space(Body):
     n: Optional[int] = None
     start: Optional[int] = None
     nvec: Optional[Tensor] = None
+
+
+class DictSpace(Body):
+    """A gymnasium Dict of fundamental spaces (keys: `mistk_rl.spaces.DICT_KEY`)."""
+
+    type: Literal["Dict"]
+    spaces: dict[str, FundamentalSpace] = Field(min_length=1, max_length=64)
+
+
+Space = Annotated[Union[FundamentalSpace, DictSpace], Field(discriminator="type")]
 
 
 class AgentInitParams(Body):
@@ -75,7 +87,7 @@ class AgentConfig(Body):
 
 
 class EpisodeStart(Body):
-    obs: dict[str, Tensor]
+    obs: dict[str, Observation]
     action_mask: Optional[dict[str, Tensor]] = None
     mode: Literal["collect", "eval"] = "collect"
     episode: Optional[int] = None
@@ -83,7 +95,7 @@ class EpisodeStart(Body):
 
 
 class ActionRequest(Body):
-    obs: dict[str, Tensor]
+    obs: dict[str, Observation]
     action_mask: Optional[dict[str, Tensor]] = None
 
 
@@ -94,10 +106,10 @@ class ActionResponse(Body):
 class Replay(Body):
     """The transitions that followed the last actions, one entry per entity."""
 
-    prev_obs: dict[str, Tensor]
+    prev_obs: dict[str, Observation]
     actions: dict[str, Tensor]
     rewards: dict[str, float]
-    new_obs: dict[str, Tensor]
+    new_obs: dict[str, Observation]
     terminated: dict[str, bool]
     truncated: Optional[dict[str, bool]] = None
     new_action_mask: Optional[dict[str, Tensor]] = None  # legal actions in new_obs
@@ -105,7 +117,7 @@ class Replay(Body):
 
 class StepRequest(Body):
     replay: Optional[Replay] = None
-    obs: dict[str, Tensor]
+    obs: dict[str, Observation]
     action_mask: Optional[dict[str, Tensor]] = None
 
 

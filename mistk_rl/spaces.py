@@ -1,20 +1,34 @@
 """gymnasium spaces <-> the spec's ``Space`` objects, actions coerced into a space, and the
-checks that observations and actions a caller sends belong to the registered spaces."""
+checks that observations and actions a caller sends belong to the registered spaces.
+
+A Dict space holds fundamental spaces (`SUPPORTED`) under keys matching `DICT_KEY`; its
+observations are dicts with exactly those keys. A Dict inside a Dict is refused: flatten
+its keys instead (no env this project serves nests them, and every layer that handles
+observations would otherwise have to recurse).
+"""
 from __future__ import annotations
 
 import math
+import re
 from typing import Any, Callable, Mapping, Optional
 
 import numpy as np
 from gymnasium import spaces
 
+from mistk_rl.codec import StackedMap
 from mistk_rl.errors import InvalidRequest
 
 SUPPORTED = (spaces.Box, spaces.Discrete, spaces.MultiDiscrete, spaces.MultiBinary)
+DICT_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_-]{0,63}$")  # the spec's DictSpace says so too
+MAX_DICT_KEYS = 64  # the spec's DictSpace.spaces maxProperties
 
 
 def space_to_dict(space: spaces.Space) -> dict[str, Any]:
     """A JSON-ready description of `space`; raises ValueError for unsupported kinds."""
+    if isinstance(space, spaces.Dict):
+        _check_dict_keys(space.spaces)
+        return {"type": "Dict", "spaces": {key: _fundamental(sub, key, space_to_dict)
+                                           for key, sub in space.spaces.items()}}
     if isinstance(space, spaces.Discrete):
         return {"type": "Discrete", "n": int(space.n), "start": int(space.start)}
     if isinstance(space, spaces.Box):
@@ -25,12 +39,19 @@ def space_to_dict(space: spaces.Space) -> dict[str, Any]:
                 "shape": list(space.shape), "dtype": str(space.dtype)}
     if isinstance(space, spaces.MultiBinary):
         return {"type": "MultiBinary", "shape": list(space.shape)}
-    raise ValueError(f"unsupported space {space!r}: use Box, Discrete, MultiDiscrete or "
-                     "MultiBinary")
+    raise ValueError(f"unsupported space {space!r}: use Box, Discrete, MultiDiscrete, "
+                     "MultiBinary, or a Dict of those")
 
 
 def space_from_dict(data: dict[str, Any]) -> spaces.Space:
     kind = data["type"]
+    if kind == "Dict":
+        subspaces = data["spaces"]
+        if not isinstance(subspaces, dict) or not subspaces:
+            raise ValueError("a Dict space needs at least one subspace in 'spaces'")
+        _check_dict_keys(subspaces)
+        return spaces.Dict({key: _fundamental(sub, key, space_from_dict)
+                            for key, sub in subspaces.items()})
     if kind == "Discrete":
         return spaces.Discrete(int(data["n"]), start=int(data.get("start") or 0))
     if kind == "Box":
@@ -46,6 +67,26 @@ def space_from_dict(data: dict[str, Any]) -> spaces.Space:
         shape = data["shape"]
         return spaces.MultiBinary(shape[0] if len(shape) == 1 else shape)
     raise ValueError(f"unsupported space type {kind!r}")
+
+
+def _check_dict_keys(subspaces: Mapping[str, Any]) -> None:
+    if len(subspaces) > MAX_DICT_KEYS:
+        raise ValueError(f"a Dict space has {len(subspaces)} keys, at most {MAX_DICT_KEYS}")
+    for key in subspaces:
+        if not isinstance(key, str) or not DICT_KEY.match(key):
+            raise ValueError(f"Dict key {key!r} does not match {DICT_KEY.pattern}")
+
+
+def _fundamental(sub: Any, key: str, convert: Callable[[Any], Any]) -> Any:
+    """`convert(sub)` for a Dict's subspace `sub` (a gymnasium space or its description),
+    which must be a fundamental one."""
+    if isinstance(sub, spaces.Dict) or (isinstance(sub, Mapping) and sub.get("type") == "Dict"):
+        raise ValueError(f"Dict key {key!r} holds a Dict: a Dict inside a Dict is not "
+                         "supported (flatten its keys)")
+    try:
+        return convert(sub)
+    except (ValueError, TypeError, KeyError) as exc:
+        raise ValueError(f"Dict key {key!r}: {exc}") from exc
 
 
 def coerce_action(space: spaces.Space, action: Any) -> Any:
@@ -83,10 +124,14 @@ def _finite(bound: np.ndarray) -> Any:
 
 
 def space_elements(data: dict[str, Any]) -> int:
-    """The numbers one value of the space described by `data` holds, computed from the
-    description alone (so a limit can refuse a huge space before anything is allocated)."""
+    """The numbers one value of the space described by `data` holds (a Dict's: all its
+    keys'), computed from the description alone (so a limit can refuse a huge space before
+    anything is allocated)."""
     if data.get("type") == "Discrete":
         return 1
+    if data.get("type") == "Dict" and isinstance(data.get("spaces"), dict):
+        return sum(space_elements(sub) for sub in data["spaces"].values()
+                   if isinstance(sub, dict))
     shape = data.get("shape")
     if shape is None and data.get("nvec") is not None:
         shape = np.shape(data["nvec"])
@@ -98,11 +143,12 @@ ValueCheck = Callable[[Mapping[str, Any], str], None]
 
 def value_check(space: Optional[spaces.Space], what: str,
                 float_bounds: bool = True) -> ValueCheck:
-    """A check that every entity's value (numpy arrays, as handlers hold them) belongs to
-    `space`: shape, kind of number, finite, inside finite bounds. Raises InvalidRequest
-    naming the field, the entity and what is wrong. A stacked map (the binary encoding's, or
-    many entities stacked) is checked in one pass over its array. No space (an agent
-    registered without one): no check.
+    """A check that every entity's value (numpy arrays, as handlers hold them; for a Dict
+    space a dict of them) belongs to `space`: shape, kind of number, finite, inside finite
+    bounds; a Dict's value has exactly its keys. Raises InvalidRequest naming the field, the
+    entity (and key) and what is wrong. A stacked map (the binary encoding's, or many
+    entities stacked) is checked in one pass over its array (a Dict's: over each key's). No
+    space (an agent registered without one): no check.
 
     `float_bounds=False` skips the bounds of a float Box (still finite): for observations,
     whose bounds envs do not keep (LunarLander-v3's velocities leave theirs; gymnasium's
@@ -110,6 +156,16 @@ def value_check(space: Optional[spaces.Space], what: str,
     cannot be cast to the dtype or used as an index."""
     if space is None:
         return lambda values, field: None
+    if isinstance(space, spaces.Dict):
+        return _dict_check(space, what, float_bounds)
+    return _array_check(space, what, float_bounds)
+
+
+def _array_check(space: spaces.Space, what: str, float_bounds: bool,
+                 key: Optional[str] = None) -> ValueCheck:
+    """`value_check` for a fundamental space (`key`: the Dict key it sits under)."""
+    describe = f"{what} {space}" if key is None else f"{what} {space} at key {key!r}"
+    at = "" if key is None else f"[{key!r}]"
     if (not float_bounds and isinstance(space, spaces.Box)
             and space.dtype.kind not in "iu"):
         space = spaces.Box(-np.inf, np.inf, space.shape, space.dtype)
@@ -117,19 +173,64 @@ def value_check(space: Optional[spaces.Space], what: str,
 
     def check(values: Mapping[str, Any], field: str) -> None:
         stacked = getattr(values, "array", None)  # all entities' values as one array's rows
-        if stacked is not None:
+        if isinstance(stacked, np.ndarray):
             problem = _problem(stacked, shape, test, stacked=True)
             if not problem:
                 return
             if len(stacked) != len(values):
-                raise InvalidRequest(f"{field}: {problem} ({what} {space})", field=field)
+                raise InvalidRequest(f"{field}: {problem} ({describe})", field=field)
             values = dict(zip(values, stacked))  # a row is wrong: find it to name it
         for entity, value in values.items():
-            problem = _problem(np.asarray(value), shape, test, stacked=False)
+            problem = ("an object with keys, where one Tensor is expected"
+                       if isinstance(value, Mapping)
+                       else _problem(np.asarray(value), shape, test, stacked=False))
             if problem:
-                raise InvalidRequest(f"{field}[{entity!r}]: {problem} ({what} {space})",
-                                     field=field, entity=entity)
+                raise InvalidRequest(f"{field}[{entity!r}]{at}: {problem} ({describe})",
+                                     field=field, entity=entity, **({} if key is None
+                                                                    else {"key": key}))
     return check
+
+
+def _dict_check(space: spaces.Dict, what: str, float_bounds: bool) -> ValueCheck:
+    """`value_check` for a Dict space: each entity's value a dict with exactly its keys, each
+    key's values checked as its subspace's (one pass per key over a stacked map)."""
+    keys = list(space.spaces)
+    checks = {key: _array_check(sub, what, float_bounds, key)
+              for key, sub in space.spaces.items()}
+    describe = f"{what} a Dict with keys {keys}"
+
+    def check(values: Mapping[str, Any], field: str) -> None:
+        stacked = getattr(values, "array", None)
+        if isinstance(stacked, dict) and stacked.keys() == checks.keys():
+            for key, array in stacked.items():
+                column = StackedMap(zip(values, array))
+                column.array = array
+                checks[key](column, field)
+            return
+        for entity, value in values.items():
+            if not isinstance(value, Mapping):
+                raise InvalidRequest(f"{field}[{entity!r}]: one Tensor, where an object with "
+                                     f"one Tensor per key is expected ({describe})",
+                                     field=field, entity=entity)
+            if value.keys() != checks.keys():
+                missing = [k for k in keys if k not in value]
+                extra = [k for k in value if k not in checks]
+                problems = ([f"missing key(s) {missing}"] if missing else []) + (
+                    [f"unexpected key(s) {extra}"] if extra else [])
+                raise InvalidRequest(f"{field}[{entity!r}]: {'; '.join(problems)} "
+                                     f"({describe})", field=field, entity=entity)
+        for key, key_check in checks.items():
+            key_check({entity: value[key] for entity, value in values.items()}, field)
+    return check
+
+
+def observation_dtypes(space: Optional[spaces.Space]) -> Optional[dict[str, np.dtype]]:
+    """A Dict space's dtype per key: what its observations are cast to once checked, so
+    that uint8 planes sent as JSON numbers are uint8 again. None for other spaces (their
+    observations stay as they came)."""
+    if not isinstance(space, spaces.Dict):
+        return None
+    return {key: np.dtype(sub.dtype) for key, sub in space.spaces.items()}
 
 
 def mask_check(space: Optional[spaces.Space]) -> ValueCheck:

@@ -253,12 +253,15 @@ def _probe(env: dict[str, Any]) -> tuple[gym.Space, gym.Space]:
         raise InvalidRequest(f"env {env['id']!r} cannot be made with kwargs "
                              f"{env.get('kwargs', {})}: {type(exc).__name__}: {exc}") from exc
     try:
-        for name, space in (("observation", probe.observation_space),
-                            ("action", probe.action_space)):
-            if not isinstance(space, SUPPORTED):
-                raise InvalidRequest(f"{env['id']} has a {name} space {space} that is not "
-                                     "supported: use Box, Discrete, MultiDiscrete or "
-                                     "MultiBinary")
+        if not isinstance(probe.action_space, SUPPORTED):
+            raise InvalidRequest(f"{env['id']} has an action space {probe.action_space} that "
+                                 "is not supported: use Box, Discrete, MultiDiscrete or "
+                                 "MultiBinary")
+        try:  # observations may also be a Dict of those (sent as one object per entity)
+            space_to_dict(probe.observation_space)
+        except ValueError as exc:
+            raise InvalidRequest(f"{env['id']} has an observation space that is not "
+                                 f"supported: {exc}") from exc
         return probe.observation_space, probe.action_space
     finally:
         probe.close()

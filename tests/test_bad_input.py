@@ -286,3 +286,71 @@ def test_many_entities_are_checked_together_and_the_bad_one_is_named(tmp_path):
     _refused(service, service.getAction, {"obs": obs}, match=r"obs\['p:5'\]: not every")
     obs["p:5"] = [0.0] * 3
     _refused(service, service.getAction, {"obs": obs}, match=r"obs\['p:5'\]: shape")
+
+
+# ---- dict observations -------------------------------------------------------------------
+DICT_SPACE = gym.spaces.Dict({"cue": gym.spaces.Box(-1, 1, (2,), np.float32),
+                              "planes": gym.spaces.Box(0, 1, (2, 2, 2), np.uint8)})
+DICT_OBS = {"cue": [0.5, -0.5], "planes": [[[0, 1], [1, 0]], [[1, 1], [0, 0]]]}
+
+
+def _dict_agent(tmp_path, limits=Limits()) -> AgentService:
+    return _agent(tmp_path, limits, first_obs=DICT_OBS,
+                  observationSpace=space_to_dict(DICT_SPACE), actionSpace=SPACES["actionSpace"])
+
+
+@pytest.mark.parametrize("obs, match", [
+    ({"cue": [0.5, -0.5]}, r"obs\['p'\]: missing key\(s\) \['planes'\]"),
+    ({**DICT_OBS, "more": [1]}, r"obs\['p'\]: unexpected key\(s\) \['more'\]"),
+    ({**DICT_OBS, "cue": [0.5]}, r"obs\['p'\]\['cue'\]: shape \(1,\) is not \(2,\)"),
+    ({**DICT_OBS, "planes": [[[0, 2], [1, 0]], [[1, 1], [0, 0]]]},
+     r"obs\['p'\]\['planes'\]: a value is outside the space"),
+    ({**DICT_OBS, "planes": [[[0, 0.5], [1, 0]], [[1, 1], [0, 0]]]}, "not integral"),
+    ({**DICT_OBS, "cue": [[0.5], [1.0, 2.0]]}, "rectangular"),
+    ([0.5, -0.5], r"obs\['p'\]: one Tensor, where an object with one Tensor per key"),
+])
+def test_dict_observations_must_have_the_spaces_keys_and_values(tmp_path, obs, match):
+    service = _dict_agent(tmp_path)
+    _refused(service, service.getAction, {"obs": {"p": obs}}, match=match)
+    _refused(service, service.step, {"obs": {"p": DICT_OBS}, "replay": _replay(
+        prevObs={"p": DICT_OBS}, newObs={"p": obs})}, match=match.replace("obs", "newObs"))
+    if match != "rectangular":  # (a ragged one cannot be encoded)
+        binary = codec.decode(codec.encode({"obs": {f"p:{i}": obs for i in range(6)}}))
+        _refused(service, service.getAction, binary, match=match.replace("'p'", "'p:0'"))
+    service.getAction({"obs": {"p": DICT_OBS}})
+
+
+def test_a_dict_observation_for_a_box_space_is_refused(tmp_path):
+    service = _agent(tmp_path)
+    _refused(service, service.getAction, {"obs": {"p": {"cue": OBS}}},
+             match=r"obs\['p'\]: an object with keys, where one Tensor is expected")
+    binary = codec.decode(codec.encode({"obs": {f"p:{i}": {"cue": OBS} for i in range(6)}}))
+    _refused(service, service.getAction, binary, match=r"obs\['p:0'\]: an object with keys")
+
+
+@pytest.mark.parametrize("space, match", [
+    ({"type": "Dict", "spaces": {"a": space_to_dict(DICT_SPACE)}}, "a Dict inside a Dict"),
+    ({"type": "Dict", "spaces": {"a b": {"type": "Discrete", "n": 2}}}, "does not match"),
+    ({"type": "Dict", "spaces": {f"k{i}": {"type": "MultiBinary", "shape": [60]}
+                                 for i in range(2)}}, "120, over the limit max_space_elements"),
+])
+def test_dict_spaces_the_contract_cannot_carry_are_refused_at_registration(tmp_path, space,
+                                                                          match):
+    service = AgentService(RandomAgent(), tmp_path / "agent",
+                           limits=Limits(max_space_elements=100))
+    service.initialize({})
+    service.lifecycle.wait_for_state("initialized", 10)
+    _refused(service, service.agentRegistered, {"name": "p", "observationSpace": space,
+                                                "actionSpace": SPACES["actionSpace"]},
+             match=match)
+
+
+def test_observation_normalisation_refuses_a_dict_space_at_registration(tmp_path):
+    from agents.ppo_agent import PPOAgent
+
+    service = AgentService(PPOAgent(), tmp_path / "agent")
+    service.initialize({"hyperparameters": {"normalize": {"obs": True}}})
+    service.lifecycle.wait_for_state("initialized", 10)
+    _refused(service, service.agentRegistered,
+             {"name": "p", "observationSpace": space_to_dict(DICT_SPACE),
+              "actionSpace": SPACES["actionSpace"]}, match="normalize.obs needs a Box")

@@ -2,6 +2,9 @@
 as JSON over a real service."""
 from __future__ import annotations
 
+import json
+import struct
+
 import numpy as np
 import pytest
 
@@ -48,8 +51,68 @@ def test_binary_and_json_carry_the_same_arrays():
         np.testing.assert_array_equal(back[key], np.asarray(value.tolist()))
 
 
+def _dict_obs(i: int) -> dict:
+    return {"tree_reps": np.full(5, i, np.float32),
+            "real_states": np.full((4, 7, 7), i, np.uint8)}
+
+
+def _message(maps: dict, payload: bytes = bytes(64)) -> bytes:
+    header = json.dumps({"maps": maps, "values": {}}).encode()
+    return struct.pack("<I", len(header)) + header + payload
+
+
+def test_dict_observations_keep_every_key_and_dtype():
+    """A map of dict observations travels as one stacked array per key, in its own dtype,
+    in the body and in the replay alike; decoding gives what a JSON body would."""
+    obs = {f"p:{i}": _dict_obs(i) for i in range(3)}
+    body = {"obs": obs, "actionMask": {k: [1, 0] for k in obs},
+            "replay": {"prevObs": obs, "newObs": obs, "actions": {k: 1 for k in obs},
+                       "rewards": {k: 0.5 for k in obs}, "terminated": {k: False for k in obs}}}
+    back = codec.decode(codec.encode(body))
+    for field in (back["obs"], back["replay"]["prevObs"], back["replay"]["newObs"]):
+        assert set(field.array) == {"tree_reps", "real_states"}
+        assert field.array["real_states"].shape == (3, 4, 7, 7)
+        for entity, value in obs.items():
+            assert set(field[entity]) == set(value)
+            for key in value:
+                assert field[entity][key].dtype == value[key].dtype
+                np.testing.assert_array_equal(field[entity][key], value[key])
+    assert back["replay"]["actions"]["p:1"] == 1 and back["actionMask"].array.shape == (3, 2)
+
+
+def test_dict_observations_of_one_map_must_share_their_keys():
+    with pytest.raises(ValueError, match="same keys"):
+        codec.encode({"obs": {"a": _dict_obs(0), "b": {"tree_reps": np.zeros(5)}}})
+    with pytest.raises(ValueError, match="same keys"):
+        codec.encode({"obs": {"a": _dict_obs(0), "b": np.zeros(5)}})
+
+
+def test_dict_observations_in_one_step_cross_the_handlers_as_their_spaces_dtypes():
+    """Checked against the registered Dict space, then each key cast to its subspace's
+    dtype: JSON numbers and binary rows give the agent the same uint8 planes."""
+    from gymnasium import spaces
+
+    from mistk_rl.service.handlers import _SpaceChecks
+
+    space = spaces.Dict({"tree_reps": spaces.Box(-np.inf, np.inf, (5,), np.float32),
+                         "real_states": spaces.Box(0, 255, (4, 7, 7), np.uint8)})
+    checks = _SpaceChecks.of(space, spaces.Discrete(2))
+    obs = {f"p:{i}": _dict_obs(i) for i in range(6)}
+    as_json = {e: {k: v.tolist() for k, v in o.items()} for e, o in obs.items()}
+    for wire in (codec.decode(codec.encode({"obs": obs}))["obs"], as_json):
+        got = checks.observations(wire, "obs")
+        for entity, value in obs.items():
+            assert got[entity]["real_states"].dtype == np.uint8
+            assert got[entity]["tree_reps"].dtype == np.float32
+            np.testing.assert_array_equal(got[entity]["real_states"], value["real_states"])
+
+
 @pytest.mark.parametrize("data", [b"", b"\x05\x00\x00\x00{}", b"\xff\xff\x00\x00{}",
-                                  codec.encode({"obs": {"a": [1.0, 2.0]}})[:-4]])
+                                  codec.encode({"obs": {"a": [1.0, 2.0]}})[:-4],
+                                  codec.encode({"obs": {"a": _dict_obs(1)}})[:-4],
+                                  _message({"obs": {"entities": ["a"], "keys": {}}}),
+                                  _message({"obs": {"entities": ["a", "b"], "keys": {"k": {
+                                      "dtype": "<f4", "shape": [1, 2], "offset": 0}}}})])
 def test_malformed_bodies_are_invalid_requests(data):
     with pytest.raises(InvalidRequest, match="malformed"):
         codec.decode(data)

@@ -17,7 +17,8 @@ from mistk_rl.service.handlers import AgentService, OrchestratorService
 
 ROLES = [("agent", AgentService, AgentClient, AGENT),
          ("orchestrator", OrchestratorService, OrchestratorClient, ORCHESTRATOR)]
-SHARED_SCHEMAS = ["Problem", "Status", "ApiVersion", "Tensor", "TensorMap", "Space"]
+SHARED_SCHEMAS = ["Problem", "Status", "ApiVersion", "Tensor", "TensorMap", "Space",
+                  "FundamentalSpace", "DictSpace"]
 
 
 def operations(role: str):
@@ -67,7 +68,8 @@ def test_shared_schemas_are_identical_in_both_specs():
 
 
 MODELS = {"agent": {"Status": schemas.Status, "ApiVersion": schemas.ApiVersion,
-                    "Problem": schemas.Problem, "Space": schemas.Space,
+                    "Problem": schemas.Problem, "FundamentalSpace": schemas.FundamentalSpace,
+                    "DictSpace": schemas.DictSpace,
                     "AgentInitParams": schemas.AgentInitParams,
                     "AgentConfig": schemas.AgentConfig, "EpisodeStart": schemas.EpisodeStart,
                     "ActionRequest": schemas.ActionRequest,
@@ -88,6 +90,8 @@ def test_pydantic_models_have_the_spec_fields(role):
         model_fields = {f.alias or n for n, f in model.model_fields.items()}
         model_fields = {re.sub(r"_(\w)", lambda m: m.group(1).upper(), f) for f in model_fields}
         assert spec_fields == model_fields, f"{role} {name}"
-    plain_maps = {"Tensor", "TensorMap", "Observations"}
+    # maps and unions (the pydantic side: a type alias each, e.g. schemas.Space)
+    plain_maps = {"Tensor", "TensorMap", "Observation", "ObservationMap", "Observations",
+                  "Space"}
     assert not set(spec_schemas) - set(MODELS[role]) - plain_maps - set(
         MODELS["agent"]), "a spec schema has no model"

@@ -8,6 +8,7 @@ import gymnasium as gym
 import numpy as np
 import pytest
 from gymnasium import spaces
+from pydantic import TypeAdapter
 
 from harness.config import ConfigError, load_config, with_seed
 from mistk_rl.errors import InvalidRequest
@@ -28,7 +29,7 @@ REPO = Path(__file__).resolve().parent.parent
 ])
 def test_space_round_trip(space):
     data = json.loads(json.dumps(space_to_dict(space)))  # survives JSON (no inf)
-    Space.model_validate(data)
+    TypeAdapter(Space).validate_python(data)
     back = space_from_dict(data)
     assert type(back) is type(space) and back.shape == space.shape
     sample = space.sample()
@@ -36,9 +37,26 @@ def test_space_round_trip(space):
         space, spaces.Discrete) else sample)
 
 
-def test_unsupported_space_is_refused():
-    with pytest.raises(ValueError, match="unsupported space"):
-        space_to_dict(spaces.Dict({"a": spaces.Discrete(2)}))
+def test_dict_space_round_trip():
+    space = spaces.Dict({"tree_reps": spaces.Box(-np.inf, np.inf, (5,), np.float32),
+                         "real_states": spaces.Box(0, 1, (4, 7, 7), np.uint8),
+                         "turn": spaces.Discrete(2)})
+    data = json.loads(json.dumps(space_to_dict(space)))
+    TypeAdapter(Space).validate_python(data)
+    back = space_from_dict(data)
+    assert back == space and back["real_states"].dtype == np.uint8
+    assert back.contains(space.sample())
+
+
+@pytest.mark.parametrize("space, match", [
+    (spaces.Tuple((spaces.Discrete(2),)), "unsupported space"),
+    (spaces.Dict({"a": spaces.Dict({"b": spaces.Discrete(2)})}), "Dict inside a Dict"),
+    (spaces.Dict({"a b": spaces.Discrete(2)}), "does not match"),
+    (spaces.Dict({"a": spaces.Tuple((spaces.Discrete(2),))}), "key 'a': unsupported space"),
+])
+def test_unsupported_space_is_refused(space, match):
+    with pytest.raises(ValueError, match=match):
+        space_to_dict(space)
 
 
 def test_coerce_action():

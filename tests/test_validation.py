@@ -28,8 +28,31 @@ json_values = st.recursive(
                             st.dictionaries(KEYS, inner, max_size=4)), max_leaves=25)
 tensors = st.recursive(numbers, lambda inner: st.lists(inner, max_size=3), max_leaves=12)
 tensor_maps = st.dictionaries(st.sampled_from(["p", "q"]), tensors, max_size=2)
-plausible = st.fixed_dictionaries({"obs": tensor_maps},
+# dict observations: {key: Tensor}, and what is almost one (a nested dict, a text value)
+observations = st.one_of(tensors, st.dictionaries(
+    st.sampled_from(["a", "b"]), st.one_of(tensors, st.text(max_size=2), tensor_maps),
+    max_size=2))
+observation_maps = st.dictionaries(st.sampled_from(["p", "q"]), observations, max_size=2)
+plausible = st.fixed_dictionaries({"obs": observation_maps},
                                   optional={"actionMask": tensor_maps, "extra": json_values})
+replays = st.fixed_dictionaries(
+    {"prevObs": observation_maps, "actions": tensor_maps, "newObs": observation_maps,
+     "rewards": st.dictionaries(st.sampled_from(["p", "q"]), numbers, max_size=2),
+     "terminated": st.dictionaries(st.sampled_from(["p", "q"]), st.booleans(), max_size=2)})
+plausible_steps = st.fixed_dictionaries({"obs": observation_maps}, optional={"replay": replays})
+# spaces: fundamental ones, Dicts of them, Dicts in Dicts, and near misses
+fundamental_spaces = st.fixed_dictionaries(
+    {"type": st.sampled_from(["Box", "Discrete", "MultiBinary", "Dict", "Tuple"])},
+    optional={"shape": st.lists(st.integers(-1, 3), max_size=2), "n": st.integers(0, 2),
+              "dtype": st.sampled_from(["float32", "uint8"]), "low": tensors,
+              "spaces": st.just({})})
+spaces = st.recursive(fundamental_spaces, lambda inner: st.fixed_dictionaries(
+    {"type": st.sampled_from(["Dict", "Box"])},
+    optional={"spaces": st.dictionaries(st.sampled_from(["a", "b", "c d"]), inner,
+                                        max_size=3)}), max_leaves=6)
+registrations = st.fixed_dictionaries({"name": st.just("p")},
+                                      optional={"observationSpace": spaces,
+                                                "actionSpace": spaces})
 
 
 def _agree(name: str, value) -> None:
@@ -52,8 +75,22 @@ def test_compiled_validator_agrees_with_connexion(name, value):
     _agree(name, value)
 
 
+@settings(max_examples=150, deadline=None)
+@given(data=st.data())
+def test_compiled_validator_agrees_on_dict_observations_and_spaces(data):
+    name = data.draw(st.sampled_from(["getAction", "step", "replayAction", "episodeStarted",
+                                      "agentRegistered"]))
+    body = {"agentRegistered": registrations, "replayAction": replays,
+            "step": plausible_steps}.get(name, plausible)
+    _agree(name, data.draw(body))
+
+
 @pytest.mark.parametrize("value, fragment", [
     ({"obs": {"p": [1, [2, 3]]}}, None),  # ragged is a valid Tensor
+    ({"obs": {"p": {"a": [1.0], "b": [[0, 1]]}}}, None),  # a dict observation
+    ({"obs": {"p": {}}}, "obs.p"),  # a dict observation has at least one key
+    ({"obs": {"p": {"a": {"b": 1}}}}, "obs.p"),  # no dict in a dict
+    ({"obs": {"p": {"a": [True]}}}, "obs.p"),
     ({"obs": {"p": [[[[[1]]]]]}}, "obs.p"),  # rank 5
     ({"obs": {"p": [True]}}, "obs.p"),  # booleans are not numbers
     ({}, "'obs' is a required property"),
@@ -76,6 +113,44 @@ def test_array_lengths_agree_with_connexion(workers, ok):
                                           "workers": workers}}}
     _agree("orchestrator.initialize", body)
     assert Draft4RequestValidator(SCHEMAS["orchestrator.initialize"]).is_valid(body) == ok
+
+
+@pytest.mark.parametrize("space, fragment", [
+    ({"type": "Box", "shape": [-1]}, "-1 is less than the minimum of 0 - 'observationSpace.shape.0'"),
+    ({"type": "Foo"}, "'Foo' is not one of .*'Dict'] - 'observationSpace.type'"),
+    ({"type": "Dict", "spaces": {"a": {"type": "Dict", "spaces": {"b": {"type": "Discrete"}}}}},
+     "'Dict' is not one of .* - 'observationSpace.spaces.a.type'"),
+    ({"type": "Dict", "spaces": {f"k{i}": {"type": "Discrete", "n": 2} for i in range(65)}},
+     "has too many properties - 'observationSpace.spaces'"),
+    ({"type": "Dict"}, "'spaces' is a required property - 'observationSpace'"),
+    ({"shape": [1]}, "not valid under any of the given schemas - 'observationSpace'"),
+])
+def test_a_space_that_fits_no_option_gets_the_most_telling_error(space, fragment):
+    """oneOf's error is that of the option the value's type names, else of the option that
+    got deepest into the value (jsonschema's best_match); two options failing equally deep
+    give the plain oneOf error."""
+    body = {"name": "p", "observationSpace": space}
+    _agree("agentRegistered", body)
+    with pytest.raises(InvalidRequest, match=fragment):
+        compile_schema(SCHEMAS["agentRegistered"])(body, "")
+
+
+def test_one_of_skips_options_whose_type_cannot_fit(monkeypatch):
+    """An observation's oneOf (Tensor or object) runs only the option that can fit, raising
+    nothing on the way: the per-step JSON path checks every entity through it."""
+    from mistk_rl.service import validation
+
+    failures = []
+
+    def counting_fail(message, path):
+        failures.append(path)
+        raise validation.SchemaError(message, path)
+    monkeypatch.setattr(validation, "_fail", counting_fail)
+    check = compile_schema(SCHEMAS["getAction"])
+    check({"obs": {"p": [0.5, 1.0], "q": {"a": [1, 2], "b": 3}}}, "")
+    assert failures == []
+    with pytest.raises(InvalidRequest, match="obs.p"):
+        check({"obs": {"p": "text"}}, "")
 
 
 def test_unsupported_keywords_are_refused_at_compile_time():

@@ -40,6 +40,7 @@ from mistk_rl.games.symmetries import GAMES, BoardSymmetries, symmetries_for
 from mistk_rl.implementation import PROGRESS_EVERY_S
 from mistk_rl.rl.config import ConfigError, deep_merge, save_config
 from mistk_rl.rl.data.buffers import AdvancedReplayBuffer, NaiveReplayBuffer
+from mistk_rl.rl.data.collate import stack_observations
 from mistk_rl.rl.learner import (CheckpointHook, Learner, LogHook, load_checkpoint,
                                  save_checkpoint)
 from mistk_rl.rl.normalize import Normalizer
@@ -242,7 +243,7 @@ class PolicyAgent(AbstractAgent):
                       action_mask: Optional[Observations] = None) -> dict[str, Any]:
         self._require_model()
         names = list(obs)
-        batch = torch.as_tensor(np.stack([np.asarray(obs[n]) for n in names]))
+        batch = stack_observations([obs[n] for n in names])
         mask = (torch.as_tensor(np.stack([np.asarray(action_mask[n]) for n in names])).bool()
                 if action_mask else None)
         normalizer = self.normalizer
@@ -341,7 +342,8 @@ class PolicyAgent(AbstractAgent):
         seed = self.config["seed"]
         self.policy = self.policy_cls(self.config["policy"], obs_space, act_space, seed=seed)
         norm = self.config["normalize"]
-        self.normalizer = (Normalizer(norm, obs_space.shape, self.policy.config["learn"]["gamma"])
+        self.normalizer = (Normalizer(norm, obs_space.shape or (),  # (a Dict's shape: None)
+                                      self.policy.config["learn"]["gamma"])
                            if norm["obs"] or norm["reward"] else None)
         hooks = []
         if self.config["log_every"]:

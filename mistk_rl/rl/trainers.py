@@ -25,7 +25,7 @@ from typing import Any, Callable, Mapping, Optional
 import numpy as np
 import torch
 
-from mistk_rl.rl.data.collate import default_collate
+from mistk_rl.rl.data.collate import concat, default_collate
 from mistk_rl.rl.data.returns import NStepAccumulator, gae
 from mistk_rl.rl.learner import Learner
 from mistk_rl.rl.normalize import Normalizer
@@ -197,7 +197,7 @@ class OnPolicyTrainer:
             batch["advantage"] = torch.as_tensor(advantage, dtype=torch.float32)
             batch["return"] = torch.as_tensor(returns, dtype=torch.float32)
             pieces.append(batch)
-        merged = {key: torch.cat([p[key] for p in pieces])
-                  for key in pieces[0] if isinstance(pieces[0][key], torch.Tensor)}
+        merged = {key: concat([p[key] for p in pieces]) for key, value in pieces[0].items()
+                  if isinstance(value, (torch.Tensor, dict))}  # (a dict: Dict observations)
         merged["env_steps"] = self.learner.env_steps
         return merged

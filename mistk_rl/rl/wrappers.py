@@ -24,6 +24,8 @@ import numpy as np
 import torch
 from torch import nn
 
+from mistk_rl.rl.data.collate import batch_len
+
 TensorDict = dict[str, torch.Tensor]
 
 
@@ -125,7 +127,7 @@ class EpsGreedySample(ModelWrapper):
                 mask: torch.Tensor | None = None) -> TensorDict:
         if not 0.0 <= eps <= 1.0:
             raise ValueError(f"eps must be in [0, 1], got {eps}")
-        batch = _batch_size(obs)
+        batch = batch_len(obs)
         explore = self._uniform(batch) < eps
         width = mask.shape[-1] if mask is not None else self.action_n
         if width is not None and bool(explore.all()):
@@ -138,13 +140,6 @@ class EpsGreedySample(ModelWrapper):
             random_action = self._random_allowed(~torch.isneginf(logits))
             action = torch.where(explore.to(logits.device), random_action, action)
         return {**output, "action": action}
-
-
-def _batch_size(obs: torch.Tensor | dict) -> int:
-    """Rows in a batch of observations (a dict for Dict spaces: its arrays share the rows)."""
-    if isinstance(obs, dict):
-        return int(next(iter(obs.values())).shape[0])
-    return int(obs.shape[0])
 
 
 class MultinomialSample(ModelWrapper):

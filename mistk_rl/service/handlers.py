@@ -27,8 +27,8 @@ from mistk_rl.lifecycle import AGENT, ORCHESTRATOR, Lifecycle
 from mistk_rl.limits import Limits
 from mistk_rl.orchestrator import AbstractOrchestrator, RegisteredAgent
 from mistk_rl.schemas import EpisodeConfig
-from mistk_rl.spaces import (ValueCheck, mask_check, space_elements, space_from_dict,
-                             value_check)
+from mistk_rl.spaces import (ValueCheck, mask_check, observation_dtypes, space_elements,
+                             space_from_dict, value_check)
 
 log = logging.getLogger(__name__)
 Response = tuple[dict[str, Any], int, dict[str, str]]
@@ -80,12 +80,19 @@ class _Service:
         return self.lifecycle.status(), 200, JSON
 
 
-def _arrays(values: dict[str, Any], check: ValueCheck, field: str) -> dict[str, np.ndarray]:
-    """entity -> array, each checked against its space (`check`). The binary encoding's rows
-    are views into the request body: they are copied (once per field) so an agent that keeps
-    them (a replay buffer) does not keep every request body alive with them."""
+def _arrays(values: dict[str, Any], check: ValueCheck, field: str,
+            dtypes: Optional[dict[str, np.dtype]] = None) -> dict[str, Any]:
+    """entity -> array, each checked against its space (`check`); for dict observations
+    entity -> {key: array}, cast to `dtypes` (per key) once checked. The binary encoding's
+    rows are views into the request body: they are copied (once per field) so an agent that
+    keeps them (a replay buffer) does not keep every request body alive with them."""
     if isinstance(values, StackedMap):
         check(values, field)
+        if isinstance(values.array, dict):
+            columns = {key: array.astype(dtypes[key]) if dtypes else array.copy()
+                       for key, array in values.array.items()}
+            return {entity: {key: column[i] for key, column in columns.items()}
+                    for i, entity in enumerate(values)}
         return dict(zip(values, values.array.copy()))
     if len(values) > 4:  # many entities: one array for all (one numpy call, one check)
         try:
@@ -98,11 +105,15 @@ def _arrays(values: dict[str, Any], check: ValueCheck, field: str) -> dict[str, 
             check(stacked, field)
             return stacked
     try:
-        arrays = {key: np.asarray(value) for key, value in values.items()}
+        arrays = {key: {k: np.asarray(v) for k, v in value.items()} if isinstance(value, dict)
+                  else np.asarray(value) for key, value in values.items()}
     except ValueError as exc:  # ragged nested lists
         raise InvalidRequest(f"{field}: every value must be a rectangular array of numbers "
                              f"({exc})", field=field) from exc
     check(arrays, field)
+    if dtypes:  # (checked: integral and in range where the dtype is an integer one)
+        arrays = {entity: {key: value.astype(dtypes[key], copy=False)
+                           for key, value in obs.items()} for entity, obs in arrays.items()}
     return arrays
 
 
@@ -128,11 +139,16 @@ class _SpaceChecks:
     obs: ValueCheck
     action: ValueCheck
     mask: ValueCheck
+    obs_dtypes: Optional[dict[str, np.dtype]]  # a Dict space's: what its keys are cast to
 
     @classmethod
     def of(cls, obs_space: Any, act_space: Any) -> "_SpaceChecks":
         return cls(value_check(obs_space, "the observation space is", float_bounds=False),
-                   value_check(act_space, "the action space is"), mask_check(act_space))
+                   value_check(act_space, "the action space is"), mask_check(act_space),
+                   observation_dtypes(obs_space))
+
+    def observations(self, values: dict[str, Any], field: str) -> dict[str, Any]:
+        return _arrays(values, self.obs, field, self.obs_dtypes)
 
 
 def _replay_batch(body: dict[str, Any], checks: _SpaceChecks, prefix: str = "") -> ReplayBatch:
@@ -143,10 +159,10 @@ def _replay_batch(body: dict[str, Any], checks: _SpaceChecks, prefix: str = "") 
         if key in body and set(body[key]) != entities:
             raise InvalidRequest(f"{prefix}{key} names entities {sorted(body[key])}, "
                                  f"{prefix}actions names {sorted(entities)}")
-    return ReplayBatch(prev_obs=_arrays(body["prevObs"], checks.obs, prefix + "prevObs"),
+    return ReplayBatch(prev_obs=checks.observations(body["prevObs"], prefix + "prevObs"),
                        actions=_arrays(body["actions"], checks.action, prefix + "actions"),
                        rewards=_finite(body["rewards"], prefix + "rewards"),
-                       new_obs=_arrays(body["newObs"], checks.obs, prefix + "newObs"),
+                       new_obs=checks.observations(body["newObs"], prefix + "newObs"),
                        terminated=dict(body["terminated"]),
                        truncated={k: body.get("truncated", {}).get(k, False) for k in entities},
                        new_action_mask=_arrays(body["newActionMask"], checks.mask,
@@ -214,7 +230,7 @@ class AgentService(_Service):
 
     def episodeStarted(self, body: dict[str, Any]) -> Response:  # noqa: N802
         checks = self._checks
-        info = EpisodeInfo(obs=_arrays(body["obs"], checks.obs, "obs"),
+        info = EpisodeInfo(obs=checks.observations(body["obs"], "obs"),
                            mode=body.get("mode", "collect"), episode=body.get("episode"),
                            epsilon=body.get("epsilon"),
                            action_mask=_arrays(body["actionMask"], checks.mask, "actionMask")
@@ -246,7 +262,7 @@ class AgentService(_Service):
 
     def _observations(self, body: dict[str, Any]) -> tuple[dict, Optional[dict]]:
         """A request's observations and action masks, checked against the spaces."""
-        obs = _arrays(body["obs"], self._checks.obs, "obs")
+        obs = self._checks.observations(body["obs"], "obs")
         mask = (_arrays(body["actionMask"], self._checks.mask, "actionMask")
                 if body.get("actionMask") else None)
         return obs, mask

@@ -6,7 +6,8 @@ once into plain Python checks instead. Schemas marked ``x-tensor: true`` get a d
 recursive check that means exactly the same as their `oneOf`; the few other keywords our specs
 use are supported one by one, and any other keyword is refused at compile time, so the spec
 cannot silently use something this validator ignores. Error messages follow jsonschema's
-wording (``<problem> - '<path>'``). Bodies decoded from the binary
+wording (``<problem> - '<path>'``); a value that fits no option of a `oneOf` gets the deepest
+option error, as jsonschema's `best_match` picks it. Bodies decoded from the binary
 encoding (`mistk_rl.codec`) hold numpy values where JSON has numbers and lists; they pass the
 same checks (a Tensor is then a numeric array of rank <= 4).
 """
@@ -48,8 +49,8 @@ def compile_schema(schema: dict) -> Check:
     unknown = set(schema) - IGNORED - {"type", "properties", "required",
                                        "additionalProperties", "items", "oneOf", "enum",
                                        "minimum", "maximum", "minLength", "maxLength",
-                                       "pattern", "minProperties", "minItems", "maxItems",
-                                       "x-tensor"}
+                                       "pattern", "minProperties", "maxProperties",
+                                       "minItems", "maxItems", "x-tensor"}
     if unknown:
         raise ValueError(f"schema keywords not supported by the step-path validator: "
                          f"{sorted(unknown)}")
@@ -63,7 +64,8 @@ def compile_schema(schema: dict) -> Check:
     if schema.get("type") == "string":
         checks.extend(_string(schema))
     if "oneOf" in schema:
-        checks.append(_one_of([compile_schema(s) for s in schema["oneOf"]]))
+        checks.append(_one_of([(_guard(s), compile_schema(s)) for s in schema["oneOf"]],
+                              _discriminator(schema["oneOf"])))
     if "minItems" in schema or "maxItems" in schema:
         checks.append(_length(schema.get("minItems", 0), schema.get("maxItems")))
     if "items" in schema:
@@ -77,8 +79,16 @@ def compile_schema(schema: dict) -> Check:
     return check
 
 
+class SchemaError(InvalidRequest):
+    """A value the schema refuses (400), with where in the body: `depth` path components."""
+
+    def __init__(self, message: str, path: str) -> None:
+        super().__init__(f"{message} - '{path}'" if path else message)
+        self.depth = path.count(".") + 1 if path else 0
+
+
 def _fail(message: str, path: str) -> None:
-    raise InvalidRequest(f"{message} - '{path}'" if path else message)
+    raise SchemaError(message, path)
 
 
 def _join(path: str, key: Any) -> str:
@@ -129,19 +139,73 @@ def _string(schema: dict) -> list[Check]:
     return checks
 
 
-def _one_of(options: list[Check]) -> Check:
+def _guard(schema: dict) -> Callable[[Any], bool]:
+    """A quick test that is False only where `schema` surely fails (its type does not fit),
+    so `oneOf` skips such an option without raising (an observation's oneOf of Tensor and
+    object is tried once per entity per step)."""
+    if schema.get("x-tensor"):
+        return lambda v: not isinstance(v, (dict, str)) and v is not None
+    if "type" in schema and not schema.get("nullable"):
+        return _TYPES[schema["type"]]
+    return lambda v: True
+
+
+def _discriminator(options: list[dict]) -> Optional[tuple[str, list[list]]]:
+    """(property, the values each option allows there) when every option is an object with
+    an enum on one property they share: what tells them apart (Space's ``type``; OpenAPI's
+    `discriminator`, inferred), so an error can be the one of the option a value names."""
+    shared = set.intersection(*(set(o.get("properties", {})) for o in options))
+    for name in sorted(shared):
+        enums = [o["properties"][name].get("enum") for o in options]
+        if all(enums):
+            return name, enums
+    return None
+
+
+def _one_of(options: list[tuple[Callable[[Any], bool], Check]],
+            discriminator: Optional[tuple[str, list[list]]]) -> Check:
+    checks = [option for _, option in options]
+
     def check(value: Any, path: str) -> None:
         matched = 0
-        for option in options:
+        for guard, option in options:
+            if not guard(value):
+                continue
             try:
                 option(value, path)
                 matched += 1
-            except InvalidRequest:
+            except SchemaError:
                 pass
-        if matched != 1:
-            _fail(f"{value!r} is not valid under any of the given schemas" if not matched
-                  else f"{value!r} is valid under each of several given schemas", path)
+        if matched > 1:
+            _fail(f"{value!r} is valid under each of several given schemas", path)
+        if not matched:
+            _fail_best(value, path, checks, discriminator)
     return check
+
+
+def _fail_best(value: Any, path: str, options: list[Check],
+               discriminator: Optional[tuple[str, list[list]]]) -> None:
+    """Raise the most telling error for a value no option took: that of the option the
+    value names (`_discriminator`), else of the option that got deepest into it, else the
+    plain oneOf error when two got equally deep (jsonschema's `best_match`: shallower errors
+    are likely about another kind of value)."""
+    if discriminator is not None and isinstance(value, dict) and discriminator[0] in value:
+        name, enums = discriminator
+        named = [option for option, allowed in zip(options, enums) if value[name] in allowed]
+        if not named:
+            _fail(f"{value[name]!r} is not one of {[v for e in enums for v in e]!r}",
+                  _join(path, name))
+        options = named
+    errors = []
+    for option in options:
+        try:
+            option(value, path)
+        except SchemaError as exc:
+            errors.append(exc)
+    errors.sort(key=lambda e: -e.depth)
+    if not errors or (len(errors) > 1 and errors[0].depth == errors[1].depth):
+        _fail(f"{value!r} is not valid under any of the given schemas", path)
+    raise errors[0]
 
 
 def _length(fewest: int, most: Optional[int]) -> Check:
@@ -169,12 +233,15 @@ def _object(schema: dict) -> Check:
     extra_check = compile_schema(extra) if isinstance(extra, dict) else None
 
     fewest = schema.get("minProperties", 0)
+    most = schema.get("maxProperties")
 
     def check(value: Any, path: str) -> None:
         if not isinstance(value, dict):
             return
         if len(value) < fewest:
             _fail(f"{value!r} does not have enough properties", path)
+        if most is not None and len(value) > most:
+            _fail(f"{value!r} has too many properties", path)
         for key in required:
             if key not in value:
                 _fail(f"'{key}' is a required property", path)

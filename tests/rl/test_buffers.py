@@ -14,6 +14,7 @@ from mistk_rl.rl.data.buffers import (
     NaiveReplayBuffer,
     ThroughputController,
 )
+from mistk_rl.rl.learner import load_checkpoint, save_checkpoint
 
 
 class FakeClock:
@@ -133,6 +134,40 @@ def test_column_storage_widens_dtypes_and_falls_back_to_objects():
     buffer.clear()  # a fresh start may use columns again
     buffer.push(rich(3))
     assert buffer.sample_batch(3)["next_obs"].shape == (3, 3)
+
+
+def dict_transitions(n: int) -> list[dict]:
+    """Transitions of a Dict observation space: a float vector and uint8 planes."""
+    def obs(i):
+        return {"cue": np.full(3, i, np.float32), "planes": np.full((2, 4, 4), i, np.uint8)}
+    return [{"obs": obs(i), "action": i % 2, "reward": float(i), "next_obs": obs(i + 1),
+             "terminated": False} for i in range(n)]
+
+
+@pytest.mark.parametrize("make", [lambda: NaiveReplayBuffer({"replay_buffer_size": 8}, seed=2),
+                                  lambda: per(size=8, seed=2)])
+def test_dict_observations_are_stored_one_array_per_key(make, tmp_path):
+    """SB3's DictReplayBuffer layout: a column per key of obs and next_obs, each in its dtype
+    (uint8 planes stay uint8), never object storage; batches and items are dicts again, and
+    the layout survives a checkpoint (weights_only loading)."""
+    buffer = make()
+    buffer.push(dict_transitions(10))  # wraps: ids 2..9 remain
+    ring = buffer._ring
+    assert not ring._objects and ring._columns[("obs", "planes")].dtype == np.uint8
+    assert ring._columns[("next_obs", "planes")].shape == (8, 2, 4, 4)
+    batch = buffer.sample_batch(4)
+    assert batch["obs"]["planes"].dtype == torch.uint8 and batch["obs"]["cue"].shape == (4, 3)
+    for key in ("cue", "planes"):  # each row's next_obs follows its obs, whatever the key
+        rows = batch["obs"][key].reshape(4, -1)[:, 0].long()
+        assert torch.equal(batch["next_obs"][key].reshape(4, -1)[:, 0].long(), rows + 1)
+        assert torch.equal(batch["reward"].long(), rows)
+    item = buffer.sample(1)[0]
+    assert item["obs"]["planes"].dtype == np.uint8 and item["obs"]["planes"].shape == (2, 4, 4)
+    save_checkpoint(buffer.state_dict(), tmp_path / "buffer.pt")
+    restored = make()
+    restored.load_state_dict(load_checkpoint(tmp_path / "buffer.pt"))
+    assert restored._ring._columns.keys() == ring._columns.keys()
+    assert restored.sample_batch(2)["next_obs"]["planes"].dtype == torch.uint8
 
 
 @pytest.mark.parametrize("make", [lambda: NaiveReplayBuffer({"replay_buffer_size": 4}, seed=0),

@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 import torch
 
-from mistk_rl.rl.data.collate import default_collate, default_decollate
+from mistk_rl.rl.data.collate import (batch_len, batch_rows, concat, default_collate,
+                                      default_decollate, stack_observations)
 
 Pair = namedtuple("Pair", "left right")
 
@@ -98,3 +99,18 @@ def test_collate_errors():
         default_collate([{"obs": np.zeros(2)}, {"obs": np.zeros(3)}])
     with pytest.raises(ValueError, match="batch size"):
         default_decollate({"a": None})
+
+
+def test_batches_of_dict_observations_stack_index_and_join_per_key():
+    observations = [{"cue": np.full(2, i, np.float32), "planes": np.full((3, 3), i, np.uint8)}
+                    for i in range(4)]
+    batch = stack_observations(observations)
+    assert batch["planes"].dtype == torch.uint8 and batch["cue"].shape == (4, 2)
+    assert batch_len(batch) == 4 and batch_len(batch["cue"]) == 4
+    rows = batch_rows(batch, torch.tensor([3, 1]))
+    assert rows["planes"][:, 0, 0].tolist() == [3, 1] and rows["cue"][:, 0].tolist() == [3, 1]
+    joined = concat([batch, rows])
+    assert joined["planes"].shape == (6, 3, 3) and joined["planes"].dtype == torch.uint8
+    assert torch.equal(concat([batch["cue"], rows["cue"]]), joined["cue"])
+    plain = stack_observations([np.zeros(2), np.ones(2)])
+    assert plain.shape == (2, 2) and batch_rows(plain, 1).tolist() == [1.0, 1.0]

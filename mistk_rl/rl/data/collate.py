@@ -30,9 +30,47 @@ def _normalise_dtype(tensor: torch.Tensor) -> torch.Tensor:
     return tensor.to(torch.int64)
 
 
-def to_batch_tensor(array: np.ndarray) -> torch.Tensor:
-    """A stacked numeric array as a batch tensor, with the dtype rules above."""
+def to_batch_tensor(array: np.ndarray | Mapping[str, np.ndarray]) -> Any:
+    """A stacked numeric array as a batch tensor, with the dtype rules above; a dict of them
+    (a Dict space's observations) as a dict of tensors."""
+    if _is_mapping(array):
+        return {key: to_batch_tensor(value) for key, value in array.items()}
     return _normalise_dtype(torch.from_numpy(np.ascontiguousarray(array)))
+
+
+# ---- batches of observations: a tensor, or for a Dict space a dict of tensors (one per key)
+Batch = torch.Tensor | dict[str, torch.Tensor]
+
+
+def stack_observations(observations: list) -> Batch:
+    """Entities' observations (arrays, or dicts of arrays) as one batch, dtypes as they
+    came: the models' encoders scale and convert (uint8 planes stay 8-bit until then)."""
+    first = observations[0]
+    if _is_mapping(first):
+        return {key: torch.as_tensor(np.stack([np.asarray(o[key]) for o in observations]))
+                for key in first}
+    return torch.as_tensor(np.stack([np.asarray(o) for o in observations]))
+
+
+def batch_len(batch: Batch) -> int:
+    """The rows of a batch of observations."""
+    if _is_mapping(batch):
+        return int(next(iter(batch.values())).shape[0])
+    return int(batch.shape[0])
+
+
+def batch_rows(batch: Batch, rows: Any) -> Batch:
+    """Rows `rows` (an index, slice or index tensor) of a batch of observations."""
+    if _is_mapping(batch):
+        return {key: value[rows] for key, value in batch.items()}
+    return batch[rows]
+
+
+def concat(batches: list[Batch]) -> Batch:
+    """Batches of observations (or other tensors) one after another, along dim 0."""
+    if _is_mapping(batches[0]):
+        return {key: torch.cat([b[key] for b in batches]) for key in batches[0]}
+    return torch.cat(batches)
 
 
 def _stack(values: list, path: str) -> torch.Tensor | list:

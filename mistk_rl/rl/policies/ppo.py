@@ -21,6 +21,7 @@ import numpy as np
 import torch
 from gymnasium import spaces
 
+from mistk_rl.rl.data.collate import Batch, batch_len, batch_rows
 from mistk_rl.rl.models import ActorCritic, without_aliases
 from mistk_rl.rl.policies.base import Policy, adam
 from mistk_rl.rl.wrappers import ArgmaxSample, GaussianSample, MultinomialSample
@@ -84,9 +85,11 @@ class PPOPolicy(Policy):
                                MultinomialSample(self.model, generator=torch.Generator()
                                                  .manual_seed(int(self.rng.integers(2**31)))))
 
-    def _encode(self, obs: torch.Tensor) -> torch.Tensor:
-        """Raw observations as a tensor: the model's encoders (chosen by the observation
-        space) do the encoding."""
+    def _encode(self, obs: Batch) -> Batch:
+        """Raw observations as a tensor (a dict of them for a Dict space): the model's
+        encoders (chosen by the observation space) do the encoding."""
+        if isinstance(obs, dict):
+            return {key: torch.as_tensor(value) for key, value in obs.items()}
         return torch.as_tensor(obs)
 
     def value(self, obs: torch.Tensor) -> torch.Tensor:
@@ -105,7 +108,7 @@ class PPOPolicy(Policy):
             group["lr"] = cfg["lr"] * left
         clip = cfg["clip"] * left if cfg["anneal_env_steps"] else cfg["clip"]
         obs = self._encode(batch["obs"])
-        n = obs.shape[0]
+        n = batch_len(obs)
         stats: dict[str, list[float]] = {}
         if not self.model.training:  # (a module-tree walk per update otherwise)
             self.model.train()
@@ -119,19 +122,20 @@ class PPOPolicy(Policy):
         info.update(lr=cfg["lr"] * left, clip=clip)
         return info
 
-    def _minibatch_step(self, batch: dict, obs: torch.Tensor, idx: torch.Tensor,
+    def _minibatch_step(self, batch: dict, obs: Batch, idx: torch.Tensor,
                         clip: float) -> dict[str, float]:
         cfg = self.config["learn"]
+        obs = batch_rows(obs, idx)
         advantage = batch["advantage"][idx].float()
         if cfg["adv_norm"] and len(idx) > 1:
             advantage = (advantage - advantage.mean()) / (advantage.std() + 1e-8)
         mask = batch["action_mask"][idx] if "action_mask" in batch else None
-        out = self.collect_model(obs[idx], mask=mask, action=batch["action"][idx])
+        out = self.collect_model(obs, mask=mask, action=batch["action"][idx])
         log_ratio = out["log_prob"] - batch["log_prob"][idx].float()
         ratio = log_ratio.exp()
         policy_loss = -torch.min(ratio * advantage,
                                  ratio.clamp(1 - clip, 1 + clip) * advantage).mean()
-        value = out["value"] if "value" in out else self.model.compute_critic(obs[idx])["value"]
+        value = out["value"] if "value" in out else self.model.compute_critic(obs)["value"]
         value_loss = (value - batch["return"][idx].float()).pow(2).mean()
         entropy = out["entropy"].mean()
         loss = policy_loss + cfg["value_coef"] * value_loss - cfg["entropy_coef"] * entropy

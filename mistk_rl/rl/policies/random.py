@@ -6,6 +6,7 @@ from typing import Optional
 
 import torch
 
+from mistk_rl.rl.data.collate import batch_len
 from mistk_rl.rl.policies.base import Policy
 
 
@@ -15,7 +16,7 @@ class RandomPolicy(Policy):
 
     def _sample(self, obs: torch.Tensor, mask: Optional[torch.Tensor]) -> dict:
         if mask is None:  # (multinomial over equal weights cost 29 us a call, randint 2)
-            return {"action": torch.randint(int(self.action_space.n), (obs.shape[0],),
+            return {"action": torch.randint(int(self.action_space.n), (batch_len(obs),),
                                             generator=self.generator)}
         return {"action": torch.multinomial(mask.float(), 1, generator=self.generator).view(-1)}
 

@@ -7,7 +7,7 @@ remembered one tells whether the reference is stale.
 """
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any, Optional, Union
 
 import numpy as np
 
@@ -87,31 +87,33 @@ class Ring:
 
 
 class TransitionRing(Ring):
-    """A `Ring` that keeps flat transition dicts (numbers and fixed-shape numeric arrays) as
-    one numpy array per key, as Stable-Baselines3 does: sampling a batch is then one index per
+    """A `Ring` that keeps transition dicts (numbers and fixed-shape numeric arrays) as one
+    numpy array per key, as Stable-Baselines3 does: sampling a batch is then one index per
     key instead of a dict per item and a stack per key (most of a small learner's update).
+    A value that is itself a dict of arrays (a Dict space's observation) gets one array per
+    its key, each of its own dtype (SB3's DictReplayBuffer), and comes back as a dict.
 
     The layout (keys, per-item shapes) is taken from the first push; dtypes widen as needed
     (an int reward column becomes float when a float arrives), never narrow. Items that do not
-    fit (nested or non-numeric values, other keys or shapes) switch the ring to object storage
-    until ``clear``: slower, never wrong.
+    fit (deeper nesting or non-numeric values, other keys or shapes) switch the ring to object
+    storage until ``clear``: slower, never wrong.
     """
 
     def __init__(self, size: int) -> None:
         super().__init__(size)
-        self._columns: Optional[dict[str, np.ndarray]] = None
+        self._columns: Optional[dict[Column, np.ndarray]] = None
         self._objects = False
 
     def row(self, slot: int) -> Any:
         if self._columns is None:
             return self.items[slot]
-        return {key: column[slot].copy() if column.ndim > 1 else column[slot]
-                for key, column in self._columns.items()}
+        return _nested({key: column[slot].copy() if column.ndim > 1 else column[slot]
+                        for key, column in self._columns.items()})
 
-    def columns(self, slots: np.ndarray) -> Optional[dict[str, np.ndarray]]:
+    def columns(self, slots: np.ndarray) -> Optional[dict[str, Any]]:
         if self._columns is None:
             return None
-        return {key: column[slots] for key, column in self._columns.items()}
+        return _nested({key: column[slots] for key, column in self._columns.items()})
 
     def clear(self) -> None:
         super().clear()
@@ -159,22 +161,43 @@ class TransitionRing(Ring):
         self._columns, self._objects = None, True
 
 
-def _as_columns(items: list) -> Optional[dict[str, np.ndarray]]:
-    """{key: array [len(items), ...]} for flat dicts of numbers/arrays with one key set; else
-    None."""
+Column = Union[str, tuple[str, str]]  # a key, or (key, its dict's key)
+
+
+def _as_columns(items: list, nested: bool = True) -> Optional[dict[Column, np.ndarray]]:
+    """{key: array [len(items), ...]} for dicts of numbers/arrays with one key set, a value
+    that is a dict of those (when `nested`) giving (key, its key) columns; else None."""
     first = items[0]
     if type(first) is not dict or not first:
         return None
     keys = first.keys()
     if any(type(item) is not dict or item.keys() != keys for item in items):
         return None
-    out = {}
+    out: dict[Column, np.ndarray] = {}
     for key in keys:
+        values = [item[key] for item in items]
+        if nested and type(values[0]) is dict:
+            inner = _as_columns(values, nested=False)
+            if inner is None:
+                return None
+            out.update(((key, k), v) for k, v in inner.items())
+            continue
         try:
-            value = np.asarray([item[key] for item in items])
+            value = np.asarray(values)
         except (ValueError, TypeError, RuntimeError):  # ragged, or not convertible
             return None
         if value.dtype.kind not in _NUMERIC_KINDS:
             return None
         out[key] = value
+    return out
+
+
+def _nested(columns: dict[Column, Any]) -> dict[str, Any]:
+    """`_as_columns`' flat layout back in the items' shape: (key, k) columns under key."""
+    out: dict[str, Any] = {}
+    for column, value in columns.items():
+        if type(column) is tuple:
+            out.setdefault(column[0], {})[column[1]] = value
+        else:
+            out[column] = value
     return out
