@@ -55,13 +55,7 @@ class ThinkerEnv:
         zero_vp = not cfg.train_model and cfg.model_zero_init
         if cfg.wrapper_type == 0 or (cfg.wrapper_type == 2 and cfg.vp_fn is None
                                      and not zero_vp):
-            try:
-                from mistk_rl.thinker.model import ThinkerModel
-            except ModuleNotFoundError:  # (issue 13: the learned model is still to come)
-                raise ValueError("the learned model (wrapper_type 0) and a trained value-"
-                                 "policy net (train_model with wrapper_type 2) are not in "
-                                 "this version: use wrapper_type 2 with train_model false "
-                                 "(or vp_fn), or wrapper_type 1") from None
+            from mistk_rl.thinker.model import ThinkerModel  # (torch: only when needed)
             self.model = ThinkerModel(cfg, self.real_observation_space, self.num_actions)
         self.layout = tree.Layout(self.num_actions, cfg.rec_t)
         self.observation_space = self._observation_space()

@@ -1,0 +1,182 @@
+"""The learned model (wrapper_type 0): value targets, the prioritized replay, training inside
+`step` at the replay ratio, checkpoints resumed by experiment id, and a model that learns the
+chain's rewards and frames."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from mistk_rl.thinker import load_config, make
+from mistk_rl.thinker.model import ThinkerModel
+from mistk_rl.thinker.model_learner import CHECKPOINT, Replay, alive_mask, value_targets
+from tests.thinker.chain import CELLS, Chain
+
+SMALL = dict(wrapper_type=0, rec_t=4, max_depth=3, discounting=0.5, model_unroll_len=2,
+             model_batch_size=8, model_buffer_n=400, model_warm_up_n=40,
+             model_min_replay_ratio=2.0, model_max_replay_ratio=3.0, model_lr=3e-3, seed=0)
+
+
+def learned(env_n: int = 2, **cfg):
+    return make(env_fn=Chain, env_n=env_n, **{**SMALL, **cfg})
+
+
+def play(env, real_steps: int, seed: int = 0) -> dict:
+    """Random stages until `real_steps` real steps; checks every output is finite."""
+    rng = np.random.default_rng(seed)
+    done = 0
+    while done < real_steps:
+        state, reward, _, info = env.step(rng.integers(2, size=env.env_n),
+                                          rng.integers(2, size=env.env_n))
+        assert all(np.isfinite(v).all() for v in state.values())
+        assert np.isfinite(reward).all() and np.isfinite(info["baseline"]).all()
+        done += int(info["step_status"][0] == 0)
+    return info
+
+
+# ---- value targets --------------------------------------------------------------------------
+def test_value_targets_bootstrap_from_the_state_n_steps_on():
+    """target_i = r_i + g r_{i+1} + g^2 V(s_{i+2}) for n = 2: V of s_{i+n}, not s_{i+n-1}
+    (v1.1 bootstraps one step early)."""
+    g = 0.5
+    rewards = np.array([[1.0, 2.0, 4.0, 8.0, 16.0]])
+    baselines = np.array([[10.0, 20.0, 30.0, 40.0, 50.0]])
+    no = np.zeros_like(rewards, dtype=bool)
+    out = value_targets(rewards, no, no, baselines, g, n=2, k=2)
+    expected = [1 + g * 2 + g * g * 30, 2 + g * 4 + g * g * 40, 4 + g * 8 + g * g * 50]
+    np.testing.assert_allclose(out[0], expected, rtol=1e-6)
+
+
+def test_value_targets_stop_at_a_termination_and_bootstrap_at_a_truncation():
+    g = 0.5
+    rewards = np.array([[1.0, 2.0, 4.0, 8.0]] * 2)
+    baselines = np.array([[10.0, 20.0, 30.0, 40.0]] * 2)
+    dones = np.array([[False, True, False, False]] * 2)
+    truncated = np.array([[False, False, False, False], [False, True, False, False]])
+    out = value_targets(rewards, dones, truncated, baselines, g, n=2, k=1)
+    assert out[0, 0] == pytest.approx(1 + g * 2)  # terminated at 1: no bootstrap
+    assert out[1, 0] == pytest.approx(1 + g * 20)  # truncated at 1: V_tree(s_1) for r_1 on
+    assert out[0, 1] == pytest.approx(2)
+    np.testing.assert_array_equal(alive_mask(dones, 2), [[True, True, False]] * 2)
+
+
+# ---- the replay -----------------------------------------------------------------------------
+def _filled(t: int, length: int = 6, window: int = 3) -> Replay:
+    replay = Replay(2, length, window, (1,), np.dtype(np.float32), 2, False, alpha=0.6)
+    for i in range(t):
+        replay.add(frames=np.full((2, 1), i, np.float32), prev_actions=np.zeros(2),
+                   actions=np.zeros(2), rewards=np.full(2, i), dones=np.zeros(2, bool),
+                   truncated=np.zeros(2, bool), baselines=np.zeros(2), probs=None)
+    return replay
+
+
+def test_replay_draws_only_complete_windows_inside_the_ring():
+    assert not _filled(2).ready  # no window of 3 yet
+    replay = _filled(11)  # entries 5..10 kept; windows start at 5..8
+    w = replay.sample(64, 0.4, np.random.default_rng(0), k=1)
+    starts = w.rewards[:, 0]
+    assert set(starts.tolist()) <= {5.0, 6.0, 7.0, 8.0}
+    np.testing.assert_array_equal(w.rewards, starts[:, None] + np.arange(3))  # consecutive
+    assert w.frames.shape == (64, 2, 1)  # frames of s_0 .. s_k only
+    assert np.all(w.weights > 0) and np.isfinite(w.weights).all()
+
+
+def test_replay_priorities_steer_sampling_and_survive_a_round_trip():
+    replay = _filled(11)
+    leaves = np.flatnonzero(replay.sum_tree[np.arange(12)] > 0)  # the drawable starts
+    assert sorted(leaves) == [0, 1, 2, 5, 6, 7, 8, 11]
+    replay.update_priorities(leaves, np.where(leaves == 7, 10.0, 0.1))  # slot 1 of env 1
+    w = replay.sample(256, 1.0, np.random.default_rng(0), k=1)
+    share = 10.0 ** 0.6 / (10.0 ** 0.6 + 7 * 0.1 ** 0.6)
+    assert np.mean(w.leaves == 7) == pytest.approx(share, abs=0.05)
+    assert w.weights[w.leaves == 7].max() < w.weights[w.leaves != 7].min()  # IS weights
+    copy = Replay.from_state(replay.state_dict(), alpha=0.6)
+    again = copy.sample(256, 1.0, np.random.default_rng(0), k=1)
+    np.testing.assert_array_equal(again.leaves, w.leaves)
+    np.testing.assert_array_equal(again.rewards, w.rewards)
+
+
+# ---- the model inside the MDP ---------------------------------------------------------------
+def test_an_untrained_zero_headed_model_answers_zero():
+    env = learned(train_model=False)
+    state = env.reset()
+    root = env.roots[0]
+    assert root.v == 0 and not any(child.logit for child in root.children)
+    state, reward, _, _ = env.step(np.array([1, 1]), np.array([0, 0]))
+    assert np.all(reward == 0) and env.curs[0].r == 0
+    assert state["hs"].shape == (2, 128) and np.isfinite(state["hs"]).all()
+    assert env.model_status()["running"] is False
+    env.close()
+
+
+def test_training_runs_inside_step_after_warm_up_at_the_replay_ratio():
+    env = learned()
+    env.reset()
+    learner = env.model.learner
+    info = play(env, 10)  # 20 transitions: still warming up
+    assert learner.updates == 0 and info["model_status"]["running"] is False
+    info = play(env, 60)
+    status = info["model_status"]
+    assert status["processed_n"] == 140 and status["running"] is True
+    assert learner.updates > 0
+    assert SMALL["model_min_replay_ratio"] <= learner.replay_ratio <= \
+        SMALL["model_max_replay_ratio"]
+    assert set(env.model.losses) == {"rs", "done", "img", "vs", "logits", "total"}
+    assert all(np.isfinite(v) for v in env.model.losses.values())
+    env.close()
+
+
+def test_the_model_learns_the_chains_rewards_and_frames():
+    """Trained on random play, the model's imagined steps from the start cell predict the
+    rewards and next cells of the real chain."""
+    env = learned(env_n=4, model_buffer_n=2000, model_warm_up_n=200,
+                  model_min_replay_ratio=4.0, model_max_replay_ratio=6.0, model_lr=3e-3)
+    env.reset()
+    play(env, 60)
+    first = dict(env.model.losses)
+    play(env, 160)
+    last = env.model.losses
+    assert last["rs"] < 0.5 * first["rs"] and last["img"] < 0.5 * first["img"]
+    model = env.model
+    start = np.eye(CELLS, dtype=np.float32)[[3, 3, 4, 2]]  # cells near the start: often seen
+    roots = model.initial(start, np.zeros(4))
+    out = model.unroll(roots.states, np.array([0, 1, 1, 0]))  # to cells 2, 4, 5, 1
+    np.testing.assert_allclose(out.reward, [0.25, 0.5, 0.0, 0.0], atol=0.15)
+    assert out.xs.argmax(1).tolist() == [2, 4, 5, 1]
+    assert not out.done.any()
+    env.close()
+
+
+def test_checkpoints_resume_by_experiment_id(tmp_path):
+    ids = dict(xpid="run1", savedir=str(tmp_path))
+    with pytest.raises(FileNotFoundError, match="no model checkpoint"):
+        learned(ckp=True, **ids)
+    env = learned(**ids)
+    env.reset()
+    play(env, 40)
+    learner = env.model.learner
+    saved = (learner.processed_n, learner.updates)
+    weights = {k: v.clone() for k, v in env.model.sr.state_dict().items()}
+    env.close()  # saves savedir/xpid
+    assert (tmp_path / "run1" / CHECKPOINT).is_file()
+    again = learned(ckp=True, **ids)
+    resumed = again.model.learner
+    assert (resumed.processed_n, resumed.updates) == saved
+    for key, value in again.model.sr.state_dict().items():
+        torch.testing.assert_close(value, weights[key])
+    # the last entry closes a trajectory: no window runs into the resumed run's episodes
+    last = (resumed.replay.t - 1) % resumed.replay.length
+    assert resumed.replay.dones[:, last].all() and resumed.replay.truncated[:, last].all()
+    again.reset()
+    play(again, 5)
+    assert again.model.learner.processed_n == saved[0] + 10
+    again.close()
+
+
+def test_the_model_takes_images_and_vectors_only():
+    cfg = load_config(wrapper_type=0)
+    import gymnasium as gym
+    with pytest.raises(ValueError, match="Box observations"):
+        ThinkerModel(cfg, gym.spaces.Box(0, 1, (2, 3)), 2)
+    with pytest.raises(ValueError, match="Box observations"):
+        ThinkerModel(cfg, gym.spaces.Discrete(3), 2)
