@@ -5,14 +5,13 @@ A baseline and a smoke test for the whole service stack: it needs no model, so i
 """
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any, Optional
 
 import numpy as np
 from gymnasium import spaces
 
-from mistk_rl.agent import AbstractAgent, Observations
+from mistk_rl.agent import AbstractAgent, Observations, saved_seed, seed_hyperparameter
 from mistk_rl.errors import InvalidRequest
 from mistk_rl.files import atomic_write_json
 
@@ -26,14 +25,10 @@ class RandomAgent(AbstractAgent):
         self.actions_taken = 0
 
     def do_initialize(self, props: dict[str, Any], hparams: dict[str, Any]) -> None:
-        seed = hparams.get("seed")
-        if seed is not None and (not isinstance(seed, int) or seed < 0):
-            raise ValueError(f"hyperparameter seed must be a non-negative int, got {seed!r}")
-        self.seed = seed
+        self.seed = seed_hyperparameter(hparams)
 
     def do_build_model(self, path: Optional[Path]) -> None:
-        if path is not None:  # a saved RandomAgent: restore its seed
-            self.seed = json.loads(path.read_text()).get("seed", self.seed)
+        self.seed = saved_seed(path, self.seed)  # a saved RandomAgent: restore its seed
         self.actions_taken = 0
 
     def validate_registration(self, observation_space: Optional[spaces.Space],

@@ -34,6 +34,8 @@ class EnvSpec(_Strict):
     # the league orchestrator's settings (the spec's LeagueSettings, camelCase keys); the
     # harness fills in `workers` with the URLs of the workers it starts
     league: Optional[dict[str, Any]] = None
+    # the gym orchestrator's Thinker-augmented MDP (mistk_rl.thinker.config's keys + actions)
+    thinker: Optional[dict[str, Any]] = None
 
 
 class OrchestratorSpec(ServiceSpec):

@@ -3,6 +3,7 @@ transitions (see `mistk_rl.lifecycle.tables.AGENT`); an exception in any of them
 service to ``failed`` with the reason in status."""
 from __future__ import annotations
 
+import json
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from pathlib import Path
@@ -40,6 +41,21 @@ class ReplayBatch:
     terminated: dict[str, bool]
     truncated: dict[str, bool]
     new_action_mask: Optional[dict[str, np.ndarray]] = None  # legal actions in new_obs
+
+
+def seed_hyperparameter(hparams: dict[str, Any]) -> Optional[int]:
+    """The optional ``seed`` hyperparameter of a model-free agent (random, scripted)."""
+    seed = hparams.get("seed")
+    if seed is not None and (not isinstance(seed, int) or seed < 0):
+        raise ValueError(f"hyperparameter seed must be a non-negative int, got {seed!r}")
+    return seed
+
+
+def saved_seed(path: Optional[Path], seed: Optional[int]) -> Optional[int]:
+    """The seed a model-free agent saved as its JSON "model" at `path`, else `seed`."""
+    if path is None:
+        return seed
+    return json.loads(path.read_text()).get("seed", seed)
 
 
 class AbstractAgent(ServiceImplementation, ABC):

@@ -146,10 +146,15 @@ def run_bench(what: str, n: Optional[int] = None, json_out: Optional[Path] = Non
         if json_out is not None:
             _write(json_out, records)
         return 0
-    if what == "thinker-planner":
-        from mistk_rl.bench_thinker import bench_planner
+    if what in ("thinker-planner", "thinker-ppo", "thinker-model"):
+        from mistk_rl import bench_thinker
 
-        records = bench_planner(episodes=n or 3000, seed=seed)
+        if what == "thinker-planner":
+            records = bench_thinker.bench_planner(episodes=n or 3000, seed=seed)
+        elif what == "thinker-model":
+            records = bench_thinker.bench_model(real_steps=n or 20000, seed=seed)
+        else:
+            records = bench_thinker.bench_ppo(seeds or (0, 1, 2))
         if json_out is not None:
             _write(json_out, records)
         return 0

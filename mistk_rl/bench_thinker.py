@@ -1,7 +1,11 @@
-"""`mistk-rl bench thinker-planner`: the scripted planner (random imagination, then the root
-child with the best return found) on the puzzle with the perfect model and an untrained (zero)
-value function, in-process: the share of episodes solved, over random levels of the pool, per
-(K, L). What it solves is the signal the tree statistics carry, with no learning at all.
+"""`mistk-rl bench thinker-planner` and `thinker-model`: the Thinker MDP's own figures.
+
+- thinker-planner: the scripted planner (random imagination, then the root child with the best
+  return found) on the puzzle with the perfect model and an untrained (zero) value function,
+  in-process: the share of episodes solved, over random levels of the pool, per (K, L).
+- thinker-model: the learned model (wrapper_type 0) trained inside `step` over a run of real
+  steps driven by a uniform random policy: its losses over time, whether its outputs stay
+  finite, and the time per augmented step.
 """
 from __future__ import annotations
 
@@ -52,3 +56,124 @@ def bench_planner(settings: Sequence[tuple[int, int]] = ((10, 5), (20, 5)),
         rows.append(row)
     return rows
 
+
+MODEL_SETTINGS = dict(wrapper_type=0, rec_t=10, max_depth=5, model_warm_up_n=2000,
+                      model_buffer_n=20000, model_lr=1e-3, total_steps=20000)
+"""The learned-model run: v1.1's defaults are for 50M real steps (warm-up 200k, lr 1e-4); a
+20k-step run on CPU warms up on 2k, keeps all 20k and decays a larger rate to 0 over them."""
+
+
+def bench_model(real_steps: int = 20000, env_n: int = 16, seed: int = 0,
+                out: str = "runs/bench-thinker-model") -> dict[str, Any]:
+    """The learned model on the puzzle, trained inside `step` while a uniform random policy
+    acts (primary and reset): the losses as they go, whether every output stays finite, and
+    the time per augmented step (model training included)."""
+    import json
+    from pathlib import Path
+
+    env = make(ENV_ID, env_n=env_n, seed=seed, **MODEL_SETTINGS)
+    rng = np.random.default_rng(seed)
+    env.reset(seed=seed)
+    learner = env.model.learner
+    curve: list[dict[str, Any]] = []
+    finite = True
+    augmented = real = 0
+    start = time.perf_counter()
+    try:
+        while real < real_steps:
+            state, reward, _, info = env.step(rng.integers(env.num_actions, size=env_n),
+                                              rng.integers(2, size=env_n))
+            augmented += env_n
+            finite &= bool(np.isfinite(reward).all()) and all(
+                bool(np.isfinite(v).all()) for v in state.values())
+            if info["step_status"][0] == 0:
+                real += env_n
+                if learner.updates and (not curve or learner.updates >= curve[-1]["updates"] + 10):
+                    curve.append({"real_steps": real, "updates": learner.updates,
+                                  "wall_s": time.perf_counter() - start, **learner.losses})
+    finally:
+        env.close()
+    wall = time.perf_counter() - start
+    figures = {"settings": {**MODEL_SETTINGS, "env_n": env_n, "seed": seed},
+               "real_steps": real, "augmented_steps": augmented, "updates": learner.updates,
+               "replay_ratio": learner.replay_ratio, "outputs_finite": finite,
+               "wall_s": wall, "us_per_augmented_step": 1e6 * wall / augmented,
+               "losses": curve}
+    first, last = curve[0], curve[-1]
+    for name in ("rs", "done", "img", "vs", "logits"):
+        print(f"{name:>7} loss: {first[name]:.4f} at update {first['updates']} -> "
+              f"{last[name]:.4f} at update {last['updates']}")
+    print(f"{real} real steps ({augmented} augmented, {env_n} envs), {learner.updates} updates, "
+          f"outputs finite: {finite}; {wall:.0f} s = {figures['us_per_augmented_step']:.0f} us "
+          "per augmented step", flush=True)
+    root = Path(out)
+    root.mkdir(parents=True, exist_ok=True)
+    (root / "model.json").write_text(json.dumps(figures, indent=2))
+    return figures
+
+
+PPO_CONFIGS = {"raw": "configs/puzzle_raw_ppo.yaml", "thinker": "configs/puzzle_thinker_ppo.yaml"}
+SOLVED_RETURN = 5.0  # a solved episode's return holds the +10; an unsolved one is at most 1
+
+
+def solve_rates(results: dict[str, Any]) -> list[tuple[int, float]]:
+    """(real env steps, share of evaluation episodes solved) of each evaluation of a run."""
+    return [(e["env_steps"], float(np.mean(np.asarray(e["returns"]) > SOLVED_RETURN)))
+            for e in results["evals"]]
+
+
+def bench_ppo(seeds: Sequence[int] = (0, 1, 2), out: str = "runs/bench-thinker-ppo",
+              arms: Sequence[str] = ("raw", "thinker")) -> dict[str, Any]:
+    """Run each arm's config once per seed (`mistk-rl run --seed S`), then put the solve-rate
+    curves of all runs in one plot, with each arm's mean at the last evaluation."""
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(out)
+    curves: dict[str, dict[int, list[tuple[int, float]]]] = {arm: {} for arm in arms}
+    for arm in arms:
+        for seed in seeds:
+            run_dir = root / f"{arm}-s{seed}"
+            start = time.perf_counter()
+            subprocess.run([sys.executable, "-m", "mistk_rl", "run", PPO_CONFIGS[arm],
+                            "--seed", str(seed), "--out", str(run_dir), "--quiet"], check=True)
+            results = json.loads((run_dir / "results.json").read_text())
+            curves[arm][seed] = solve_rates(results)
+            steps, rate = curves[arm][seed][-1]
+            print(f"{arm:>8} seed {seed}: solve rate {rate:.3f} at {steps} real steps "
+                  f"({time.perf_counter() - start:.0f} s)", flush=True)
+    summary = {arm: {"final": float(np.mean([c[-1][1] for c in runs.values()])),
+                     "per_seed": {s: c[-1][1] for s, c in runs.items()}}
+               for arm, runs in curves.items()}
+    for arm, row in summary.items():
+        print(f"{arm:>8}: mean solve rate {row['final']:.3f} at the last evaluation "
+              f"(seeds {', '.join(map(str, seeds))})")
+    figures = {"seeds": list(seeds), "curves": curves, "summary": summary}
+    (root / "solve_rates.json").write_text(json.dumps(figures, indent=2))
+    _plot(curves, root / "solve_rates.png")
+    return figures
+
+
+def _plot(curves: dict[str, dict[int, list[tuple[int, float]]]], path: Any) -> None:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4))
+    for colour, (arm, runs) in zip(("tab:blue", "tab:orange"), curves.items()):
+        for seed, curve in runs.items():
+            steps, rates = zip(*curve)
+            ax.plot(steps, rates, color=colour, alpha=0.35, linewidth=1)
+        steps = [s for s, _ in next(iter(runs.values()))]
+        mean = np.mean([[r for _, r in c] for c in runs.values()], axis=0)
+        ax.plot(steps, mean, color=colour, linewidth=2.5, label=f"{arm} (mean of {len(runs)})")
+    ax.set_xlabel("real env steps")
+    ax.set_ylabel("share of evaluation episodes solved")
+    ax.set_title("PPO on the puzzle: raw MDP vs Thinker MDP (perfect model, K=10, L=5)")
+    ax.grid(alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)

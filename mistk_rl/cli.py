@@ -145,7 +145,7 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("what", choices=["getaction", "longpolls", "transport", "envs",
                                         "faults", "sb3-dqn", "sb3-ppo", "parity",
                                         "learning-dqn", "learning-ppo", "games",
-                                        "thinker-planner"],
+                                        "thinker-planner", "thinker-ppo", "thinker-model"],
                        help="getaction: round-trip time of getAction to a local agent; "
                             "longpolls: reset/terminate latency with 64 status long-polls "
                             "waiting; "
@@ -163,7 +163,9 @@ def build_parser() -> argparse.ArgumentParser:
                             "agent in-process vs over HTTP (--envs: game copies, default "
                             "1,16,64; --steps: moves timed); "
                             "thinker-planner: the scripted planner's solve rate on the puzzle "
-                            "(perfect model; --n episodes, default 3000)")
+                            "(perfect model; --n episodes, default 3000); "
+                            "thinker-ppo: PPO on the raw and the Thinker puzzle, --seeds each, "
+                            "solve-rate curves in one plot")
     bench.add_argument("--n", type=int, default=None,
                        help="getaction: calls to time (default 2000); thinker-planner: "
                             "episodes (default 3000)")

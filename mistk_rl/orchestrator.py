@@ -29,6 +29,10 @@ class RegisteredAgent:
 class AbstractOrchestrator(ServiceImplementation, ABC):
     """Subclass and implement `do_initialize`, `agent_config` and `do_start_episode`."""
 
+    # which of initialize's optional env settings a subclass takes (the others are a 400)
+    runs_league = False   # env.league: a league of players
+    thinker_envs = False  # env.thinker: envs wrapped in the Thinker MDP
+
     def __init__(self) -> None:
         super().__init__()
         self.agents: dict[str, RegisteredAgent] = {}
@@ -103,10 +107,14 @@ class AbstractOrchestrator(ServiceImplementation, ABC):
     # ---- hooks ---------------------------------------------------------------------------
     def validate_initialize(self, env: dict[str, Any], agents_needed: int) -> None:
         """Raise `mistk_rl.errors.InvalidRequest` to refuse initialize with 400 (runs before
-        any state change, so keep it quick). By default league settings are refused."""
-        if env.get("league") is not None:
+        any state change, so keep it quick). By default league and Thinker settings are
+        refused."""
+        if env.get("league") is not None and not self.runs_league:
             raise InvalidRequest(f"env.league: {type(self).__name__} runs no league (serve "
                                  "orchestrators.league_orchestrator:LeagueOrchestrator)")
+        if env.get("thinker") is not None and not self.thinker_envs:
+            raise InvalidRequest(f"env.thinker: {type(self).__name__} does not wrap envs in "
+                                 "the Thinker MDP (orchestrators.gym_orchestrator does)")
 
     def validate_start_episode(self, config: EpisodeConfig) -> None:
         """Raise `mistk_rl.errors.InvalidRequest` to refuse startEpisode with 400 before any

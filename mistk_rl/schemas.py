@@ -146,6 +146,9 @@ class EnvSpec(Body):
     id: str
     kwargs: dict[str, Any] = Field(default_factory=dict)
     league: Optional[LeagueSettings] = None
+    # the Thinker MDP's settings: mistk_rl.thinker.config's snake_case keys, as the seed names
+    # them, checked by load_config (an unknown key is a 400)
+    thinker: Optional[dict[str, Any]] = None
 
 
 class OrchestratorInitParams(Body):

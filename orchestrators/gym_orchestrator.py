@@ -26,6 +26,8 @@ from mistk_rl.errors import InvalidRequest
 from mistk_rl.implementation import PROGRESS_EVERY_S
 from mistk_rl.orchestrator import AbstractOrchestrator, episode_quotas, replay_batch
 from mistk_rl.rl.envs import MANAGERS, EnvManager, Timestep, make_env_fns
+from mistk_rl.rl.envs.base import EnvFn
+from mistk_rl.thinker.gym_env import ThinkerEnvFactory
 from mistk_rl.schemas import EpisodeConfig
 from mistk_rl.spaces import SUPPORTED, coerce_action, space_to_dict
 
@@ -52,6 +54,8 @@ class _Carried:
 
 
 class GymOrchestrator(AbstractOrchestrator):
+    thinker_envs = True
+
     def __init__(self) -> None:
         super().__init__()
         self.env_spec: dict[str, Any] = {}
@@ -80,7 +84,7 @@ class GymOrchestrator(AbstractOrchestrator):
             gym.spec(name)
         except (ImportError, gym.error.Error) as exc:
             raise InvalidRequest(f"unknown gymnasium env {env['id']!r}: {exc}") from exc
-        _probe(env)  # bad kwargs or unsupported spaces: 400 now, not a failed service later
+        _probe(env)  # bad kwargs, settings or spaces: 400 now, not a failed service later
 
     def validate_start_episode(self, config: EpisodeConfig) -> None:
         if (config.seat_assignment != "fixed" or config.exhaustive is not None
@@ -153,9 +157,11 @@ class GymOrchestrator(AbstractOrchestrator):
                 for i, ts in timesteps.items():
                     episode = running[i]
                     episode.episode_return += ts.reward
-                    episode.length += 1
-                    self.env_steps += 1
-                    capped = config.max_steps is not None and episode.length >= config.max_steps
+                    real = ts.info.get("real_step", True)  # (the Thinker MDP's imagination
+                    episode.length += real                 # is not an env step)
+                    self.env_steps += real
+                    capped = (real and config.max_steps is not None
+                              and episode.length >= config.max_steps)
                     if learn:
                         replay[entity(i)] = _transition(*sent.pop(i), ts, truncated=capped)
                     if not (ts.done or capped or ts.abnormal):
@@ -219,7 +225,7 @@ class GymOrchestrator(AbstractOrchestrator):
         if manager is not None:
             self._restarts_before += manager.stats["restarts"]
             manager.close()
-        fns = make_env_fns(self.env_spec["id"], self._kwargs(config), config.num_envs)
+        fns = [_env_fn(self.env_spec, self._kwargs(config))] * config.num_envs
         manager_config = {} if config.step_timeout is None else {
             "step_timeout": config.step_timeout}
         manager = self.managers[key] = MANAGERS[config.env_manager](fns, manager_config)
@@ -248,10 +254,13 @@ def _probe(env: dict[str, Any]) -> tuple[gym.Space, gym.Space]:
     """The env's (observation, action) spaces, from one instance made and closed; raises
     InvalidRequest when it cannot be made with these kwargs or has unsupported spaces."""
     try:
-        probe = gym.make(env["id"], **env.get("kwargs", {}))
+        probe = _env_fn(env, env.get("kwargs", {}))()
     except Exception as exc:  # noqa: BLE001 - whatever the env's constructor raises
-        raise InvalidRequest(f"env {env['id']!r} cannot be made with kwargs "
-                             f"{env.get('kwargs', {})}: {type(exc).__name__}: {exc}") from exc
+        what = f"kwargs {env.get('kwargs', {})}"
+        if env.get("thinker") is not None:
+            what += f" and Thinker settings {env['thinker']}"
+        raise InvalidRequest(f"env {env['id']!r} cannot be made with {what}: "
+                             f"{type(exc).__name__}: {exc}") from exc
     try:
         if not isinstance(probe.action_space, SUPPORTED):
             raise InvalidRequest(f"{env['id']} has an action space {probe.action_space} that "
@@ -265,6 +274,18 @@ def _probe(env: dict[str, Any]) -> tuple[gym.Space, gym.Space]:
         return probe.observation_space, probe.action_space
     finally:
         probe.close()
+
+
+def _env_fn(env: dict[str, Any], kwargs: dict[str, Any]) -> EnvFn:
+    """A picklable maker of one env copy: the gymnasium env, or with `env.thinker` the env
+    behind the Thinker-augmented MDP (settings of mistk_rl.thinker.config, plus `actions`:
+    Discrete or MultiDiscrete)."""
+    if env.get("thinker") is None:
+        return make_env_fns(env["id"], kwargs, 1)[0]
+    settings = dict(env["thinker"])
+    actions = settings.pop("actions", "Discrete")
+    return ThinkerEnvFactory(env["id"], tuple(sorted(kwargs.items())),
+                             tuple(sorted(settings.items())), actions)
 
 
 def _key(config: EpisodeConfig) -> tuple:

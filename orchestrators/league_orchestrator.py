@@ -88,6 +88,8 @@ class _Worker:
 
 
 class LeagueOrchestrator(AbstractOrchestrator):
+    runs_league = True
+
     def __init__(self) -> None:
         super().__init__()
         self.env: dict[str, Any] = {}
@@ -106,6 +108,7 @@ class LeagueOrchestrator(AbstractOrchestrator):
 
     # ---- initialize and registration -----------------------------------------------------
     def validate_initialize(self, env: dict[str, Any], agents_needed: int) -> None:
+        super().validate_initialize(env, agents_needed)
         if env.get("league") is None:
             raise InvalidRequest("env.league: the league orchestrator needs its settings "
                                  "(players, workers)")

@@ -13,7 +13,7 @@ import pytest
 from tests.conftest import GYM_ORCHESTRATOR, RANDOM_AGENT, REPO
 
 TOKEN = "fuzz-token"
-EXAMPLES = 15  # per operation and phase: bounded, so the whole file takes about a minute
+EXAMPLES = 10  # per operation and phase: bounded, so the whole file takes under a minute
 CARTPOLE_SPACES = {"observationSpace": {"type": "Box", "shape": [4], "dtype": "float32",
                                         "low": [-4.8, -1e38, -0.42, -1e38],
                                         "high": [4.8, 1e38, 0.42, 1e38]},
@@ -56,7 +56,7 @@ def test_agent_in_every_resting_state(launch):
     agent.agent_registered({"name": "p", **CARTPOLE_SPACES})
     agent.episode_started({"p": [0.0, 0.0, 0.0, 0.0]})
     cases += fuzz(service, keep_state=False)  # in_episode, then anything, terminate too
-    assert cases > 1000
+    assert cases > 600
 
 
 def test_orchestrator_in_every_resting_state(launch):
@@ -76,7 +76,7 @@ def test_orchestrator_in_every_resting_state(launch):
     agent.build_model()
     orch.register_agent("player", agent_service.url)
     cases += fuzz(service, keep_state=False)  # ready (episodes may start), then anything
-    assert cases > 1000
+    assert cases > 600
 
 
 @pytest.fixture(autouse=True)

@@ -297,8 +297,9 @@ class OrchestratorService(_Service):
 
     def initialize(self, body: dict[str, Any]) -> Response:
         env = {"id": body["env"]["id"], "kwargs": body["env"].get("kwargs", {})}
-        if body["env"].get("league") is not None:
-            env["league"] = body["env"]["league"]
+        for settings in ("league", "thinker"):  # what an orchestrator may refuse (400)
+            if body["env"].get(settings) is not None:
+                env[settings] = body["env"][settings]
         agents_needed = body.get("agentsNeeded", 1)
         self.orchestrator.validate_initialize(env, agents_needed)
 
@@ -434,7 +435,7 @@ class OrchestratorService(_Service):
         except (ServiceError, ValueError) as exc:
             log.warning("registerAgent: %s refused: %s", where, exc)
             raise InvalidRequest(f"{where} refused registration ({_what_answered(exc)}); "
-                                 "the agent's log says why") from exc
+                                 "its answer is in this orchestrator's log") from exc
         return frozenset(version.capabilities)
 
     def _check_agent_url(self, url: str) -> None:

@@ -333,9 +333,17 @@ class ThinkerEnv:
 
     def _observation_space(self) -> gym.spaces.Dict:
         spaces: dict[str, gym.Space] = {"real_states": self.real_observation_space}
-        if self.cfg.planning:
-            spaces["tree_reps"] = gym.spaces.Box(-np.inf, np.inf, (self.layout.length,),
-                                                 np.float32)
+        cfg, real = self.cfg, self.real_observation_space
+        if not cfg.planning:
+            return gym.spaces.Dict(spaces)
+        spaces["tree_reps"] = gym.spaces.Box(-np.inf, np.inf, (self.layout.length,),
+                                             np.float32)
+        if cfg.wrapper_type == 0 and cfg.return_h:
+            spaces["hs"] = gym.spaces.Box(-np.inf, np.inf, self.model.sr.h_shape, np.float32)
+        if cfg.return_x:  # a learned model's frames are predictions: floats in the bounds
+            spaces["xs"] = (real if cfg.wrapper_type == 2 else
+                            gym.spaces.Box(self.model.scale.low, self.model.scale.high,
+                                           real.shape, np.float32))
         return gym.spaces.Dict(spaces)
 
 

@@ -180,3 +180,19 @@ def test_the_model_takes_images_and_vectors_only():
         ThinkerModel(cfg, gym.spaces.Box(0, 1, (2, 3)), 2)
     with pytest.raises(ValueError, match="Box observations"):
         ThinkerModel(cfg, gym.spaces.Discrete(3), 2)
+
+
+def test_the_observation_space_holds_what_the_state_holds():
+    """hs and xs are in the Dict observation space when returned, so a service serving the
+    MDP checks them like any other key."""
+    env = make("MistkPuzzle-v0", env_n=2, wrapper_type=0, rec_t=3, train_model=False,
+               return_x=True)
+    state = env.reset()
+    assert set(env.observation_space.spaces) == set(state) == {"real_states", "tree_reps",
+                                                               "hs", "xs"}
+    for _ in range(3):
+        for key, space in env.observation_space.spaces.items():
+            for row in state[key]:
+                assert space.contains(row.astype(space.dtype)), key
+        state, *_ = env.step(np.array([0, 1]), np.array([0, 0]))
+    env.close()
