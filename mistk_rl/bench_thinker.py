@@ -10,7 +10,7 @@
 from __future__ import annotations
 
 import time
-from typing import Any, Sequence
+from typing import Any, Optional, Sequence
 
 import numpy as np
 
@@ -63,19 +63,66 @@ MODEL_SETTINGS = dict(wrapper_type=0, rec_t=10, max_depth=5, model_warm_up_n=200
 20k-step run on CPU warms up on 2k, keeps all 20k and decays a larger rate to 0 over them."""
 
 
+def held_out_windows(k: int, env_n: int = 16, steps: int = 200, seed: int = 1,
+                     batch: int = 512):
+    """Windows of real puzzle transitions under a uniform random policy, from env copies and
+    seeds the run never sees: a fixed set to measure the model of the world on."""
+    import gymnasium as gym
+
+    from mistk_rl.thinker.model_learner import Replay
+
+    envs = [gym.make(ENV_ID) for _ in range(env_n)]
+    frames = np.stack([env.reset(seed=seed * 1000 + i)[0] for i, env in enumerate(envs)])
+    replay = Replay(env_n, steps, 2 * k + 1, frames.shape[1:], frames.dtype, 4, False, 0.6)
+    rng = np.random.default_rng(seed)
+    prev = np.zeros(env_n, dtype=np.int64)
+    for _ in range(steps):
+        actions = rng.integers(4, size=env_n)
+        out = [env.step(int(a)) for env, a in zip(envs, actions)]
+        rewards = np.array([o[1] for o in out], dtype=np.float32)
+        terminated = np.array([o[2] for o in out])
+        truncated = np.array([o[3] for o in out])
+        done = terminated | truncated
+        replay.add(frames=frames, prev_actions=prev, actions=actions, rewards=rewards,
+                   dones=done, truncated=truncated & ~terminated,
+                   baselines=np.zeros(env_n, np.float32), probs=None)
+        frames = np.stack([env.reset()[0] if d else o[0] for env, o, d in zip(envs, out, done)])
+        prev = np.where(done, 0, actions)
+    return replay.sample(batch, 1.0, rng, k)  # priorities all equal: uniform
+
+
+def world_losses(learner: Any, held: Any, k: int) -> dict[str, float]:
+    """The state-reward net's losses (reward, done, next frame) on the held-out windows."""
+    import torch
+
+    from mistk_rl.thinker.model_learner import alive_mask
+
+    with torch.no_grad():
+        alive = torch.from_numpy(alive_mask(held.dones, k)).float()
+        losses, _ = learner._sr_losses(held, learner.model.scale(held.frames), alive)
+    return {name: float(value.mean()) for name, value in losses.items()}
+
+
 def bench_model(real_steps: int = 20000, env_n: int = 16, seed: int = 0,
-                out: str = "runs/bench-thinker-model") -> dict[str, Any]:
+                out: str = "runs/bench-thinker-model",
+                settings: Optional[dict[str, Any]] = None) -> dict[str, Any]:
     """The learned model on the puzzle, trained inside `step` while a uniform random policy
-    acts (primary and reset): the losses as they go, whether every output stays finite, and
-    the time per augmented step (model training included)."""
+    acts (primary and reset): its world losses on fixed held-out windows as training goes
+    (the training batches' own losses are prioritized samples: noisy, and biased towards the
+    rare big rewards), whether every output stays finite, and the time per augmented step
+    (model training included). `settings` override MODEL_SETTINGS."""
     import json
     from pathlib import Path
 
-    env = make(ENV_ID, env_n=env_n, seed=seed, **MODEL_SETTINGS)
+    settings = {**MODEL_SETTINGS, **(settings or {})}
+    env = make(ENV_ID, env_n=env_n, seed=seed, **settings)
+    k = env.cfg.model_unroll_len
+    held = held_out_windows(k, seed=seed + 1)
     rng = np.random.default_rng(seed)
     env.reset(seed=seed)
     learner = env.model.learner
-    curve: list[dict[str, Any]] = []
+    curve: list[dict[str, Any]] = [{"real_steps": 0, "updates": 0, "wall_s": 0.0,
+                                    "held_out": world_losses(learner, held, k)}]
     finite = True
     augmented = real = 0
     start = time.perf_counter()
@@ -88,24 +135,28 @@ def bench_model(real_steps: int = 20000, env_n: int = 16, seed: int = 0,
                 bool(np.isfinite(v).all()) for v in state.values())
             if info["step_status"][0] == 0:
                 real += env_n
-                if learner.updates and (not curve or learner.updates >= curve[-1]["updates"] + 10):
+                if learner.updates >= curve[-1]["updates"] + 20:
                     curve.append({"real_steps": real, "updates": learner.updates,
-                                  "wall_s": time.perf_counter() - start, **learner.losses})
+                                  "wall_s": time.perf_counter() - start,
+                                  "held_out": world_losses(learner, held, k),
+                                  "batch": dict(learner.losses)})
     finally:
         env.close()
     wall = time.perf_counter() - start
-    figures = {"settings": {**MODEL_SETTINGS, "env_n": env_n, "seed": seed},
+    curve.append({"real_steps": real, "updates": learner.updates, "wall_s": wall,
+                  "held_out": world_losses(learner, held, k), "batch": dict(learner.losses)})
+    finite &= all(np.isfinite(v) for row in curve for v in row["held_out"].values())
+    figures = {"settings": {**settings, "env_n": env_n, "seed": seed},
                "real_steps": real, "augmented_steps": augmented, "updates": learner.updates,
                "replay_ratio": learner.replay_ratio, "outputs_finite": finite,
                "wall_s": wall, "us_per_augmented_step": 1e6 * wall / augmented,
                "losses": curve}
-    first, last = curve[0], curve[-1]
-    for name in ("rs", "done", "img", "vs", "logits"):
-        print(f"{name:>7} loss: {first[name]:.4f} at update {first['updates']} -> "
-              f"{last[name]:.4f} at update {last['updates']}")
-    print(f"{real} real steps ({augmented} augmented, {env_n} envs), {learner.updates} updates, "
-          f"outputs finite: {finite}; {wall:.0f} s = {figures['us_per_augmented_step']:.0f} us "
-          "per augmented step", flush=True)
+    for name in curve[0]["held_out"]:
+        print(f"held-out {name:>4} loss: " + " ".join(
+            f"{row['held_out'][name]:.4f}" for row in curve) + " (every 20 updates)")
+    print(f"{real} real steps ({augmented} augmented, {env_n} envs), {learner.updates} updates "
+          f"(replay ratio {learner.replay_ratio:.2f}), outputs finite: {finite}; {wall:.0f} s = "
+          f"{figures['us_per_augmented_step']:.0f} us per augmented step", flush=True)
     root = Path(out)
     root.mkdir(parents=True, exist_ok=True)
     (root / "model.json").write_text(json.dumps(figures, indent=2))
