@@ -14,7 +14,6 @@ from typing import Callable, Optional
 
 import gymnasium as gym
 import numpy as np
-import torch
 
 
 
@@ -74,6 +73,8 @@ class Evaluator:
         self.n_episodes, self.stop_value, self.max_steps = n_episodes, stop_value, max_steps
 
     def eval(self, eval_forward: Callable, seed: Optional[int] = None) -> EvalResult:
+        import torch  # (here: the orchestrators use this module's quotas, not torch)
+
         quota = EpisodeQuota(self.n_episodes, self.envs.num_envs)
         obs, _ = self.envs.reset(seed=seed)
         running = np.zeros(self.envs.num_envs)

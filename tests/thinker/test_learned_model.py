@@ -205,10 +205,11 @@ def test_the_model_bench_measures_held_out_losses(tmp_path):
 
     from mistk_rl.bench_thinker import bench_model
 
-    figures = bench_model(real_steps=96, env_n=8, out=str(tmp_path), settings=dict(
-        rec_t=3, model_unroll_len=2, model_warm_up_n=32, model_batch_size=8,
-        model_buffer_n=400, total_steps=96))
-    assert figures["real_steps"] == 96 and figures["augmented_steps"] == 3 * 96
+    figures = bench_model(real_steps=48, env_n=8, out=str(tmp_path), settings=dict(
+        rec_t=2, model_unroll_len=1, model_warm_up_n=24, model_batch_size=4,
+        model_min_replay_ratio=1.0, model_max_replay_ratio=2.0, model_buffer_n=200,
+        total_steps=48))
+    assert figures["real_steps"] == 48 and figures["augmented_steps"] == 2 * 48
     assert figures["updates"] > 0 and figures["outputs_finite"]
     first, last = figures["losses"][0], figures["losses"][-1]
     assert first["updates"] == 0 and last["updates"] == figures["updates"]
