@@ -99,7 +99,7 @@ def world_losses(learner: Any, held: Any, k: int) -> dict[str, float]:
 
     with torch.no_grad():
         alive = torch.from_numpy(alive_mask(held.dones, k)).float()
-        losses, _ = learner._sr_losses(held, learner.model.scale(held.frames), alive)
+        losses, _ = learner.sr_losses(held, learner.model.scale(held.frames), alive)
     return {name: float(value.mean()) for name, value in losses.items()}
 
 

@@ -17,6 +17,7 @@ from typing import Any, Optional
 import gymnasium as gym
 import numpy as np
 
+from mistk_rl.rl.envs.base import make_env_fns
 from mistk_rl.thinker.config import load_config
 from mistk_rl.thinker.env import STATUS_REAL, ThinkerEnv
 
@@ -29,10 +30,8 @@ class ThinkerGymEnv(gym.Env):
         if actions not in ACTION_FORMATS:
             raise ValueError(f"Thinker actions are {' or '.join(ACTION_FORMATS)}, "
                              f"not {actions!r}")
-        import_env_module(env_id)
-        name = env_id.rpartition(":")[2]
-        cfg = load_config(thinker or {})
-        self.mdp = ThinkerEnv([lambda: gym.make(name, **(env_kwargs or {}))], cfg)
+        # (gym.make imports the module of a "module:EnvId" id itself)
+        self.mdp = ThinkerEnv(make_env_fns(env_id, env_kwargs, 1), load_config(thinker or {}))
         self.num_actions = a = self.mdp.num_actions
         self.observation_space = self.mdp.observation_space
         self.action_space = (gym.spaces.Discrete(2 * a) if actions == "Discrete"
@@ -64,14 +63,6 @@ class ThinkerGymEnv(gym.Env):
 
 def _first(state: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     return {key: value[0] for key, value in state.items()}
-
-
-def import_env_module(env_id: str) -> None:
-    """"module:EnvId" names the module that registers the env, as gym.make reads it."""
-    module = env_id.rpartition(":")[0]
-    if module:
-        import importlib
-        importlib.import_module(module)
 
 
 @dataclass(frozen=True)

@@ -291,7 +291,7 @@ class ModelLearner:
         losses: dict[str, torch.Tensor] = {}
         vp_frames = x
         if model.sr is not None:
-            losses, predicted = self._sr_losses(w, x, alive)
+            losses, predicted = self.sr_losses(w, x, alive)
             vp_frames = torch.stack([x[:, 0]] + [p.detach() for p in predicted], dim=1)
         if model.vp is not None:
             vp_losses, v0 = self._vp_losses(w, vp_frames, prev, targets, alive)
@@ -321,7 +321,7 @@ class ModelLearner:
                        for name, per_sample in losses.items()}
         self.losses["total"] = float(total.detach())
 
-    def _sr_losses(self, w: Window, x: torch.Tensor, alive: torch.Tensor
+    def sr_losses(self, w: Window, x: torch.Tensor, alive: torch.Tensor
                    ) -> tuple[dict[str, torch.Tensor], list[torch.Tensor]]:
         """Per-sample SR losses summed over the unroll, and the predicted frames."""
         sr, k = self.model.sr, self.k

@@ -13,6 +13,7 @@ snapshot for the perfect model, a hidden state for a learned one).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any, Optional
 
 import numpy as np
@@ -121,6 +122,7 @@ class Layout:
                 + [(f"cur_{name}", n) for name, n in node]
                 + [("reset", 1), ("time", self.rec_t), ("derec", 1)])
 
+    @cached_property
     def slices(self) -> dict[str, slice]:
         out, start = {}, 0
         for name, n in self.fields():
@@ -161,12 +163,12 @@ def encode(root: Node, cur: Node, reset: bool, cur_t: int, depth: int, gamma: fl
     out[5 * a + 4] = gmax(root, gamma)
     out[5 * a + 5:10 * a + 7] = node_stats(cur, a, k)
     out[10 * a + 7] = float(reset)
-    out[10 * a + 8:10 * a + 8 + k] = np.eye(k, dtype=np.float32)[cur_t]
+    out[10 * a + 8:10 * a + 8 + k] = 0.0  # the stage's time step, one-hot
+    out[10 * a + 8 + cur_t] = 1.0
     out[10 * a + 8 + k] = gamma ** depth
     if stat_mask_type:
-        slices = layout.slices()
         for name in MASKED[stat_mask_type]:
-            out[slices[name]] = 0.0
+            out[layout.slices[name]] = 0.0
     return out
 
 
@@ -191,7 +193,7 @@ def decode_tree_reps(tree_reps: Any, num_actions: int, enc_type: int = 0) -> dic
     if rec_t < 1:
         raise ValueError(f"tree_reps of length {length} does not fit {num_actions} actions: "
                          "N = 9 + 10A + K with K >= 1")
-    out = {name: tree_reps[..., s] for name, s in Layout(num_actions, rec_t).slices().items()}
+    out = {name: tree_reps[..., s] for name, s in Layout(num_actions, rec_t).slices.items()}
     out["reset"] = out["reset"][..., 0]
     out["raw"] = tree_reps
     return out

@@ -28,7 +28,7 @@ def fields(state, name, i=0):
 def test_tree_reps_length_is_9_plus_10a_plus_k(num_actions, rec_t):
     layout = Layout(num_actions, rec_t)
     assert layout.length == 9 + 10 * num_actions + rec_t
-    slices = layout.slices()
+    slices = layout.slices
     covered = sorted(i for s in slices.values() for i in range(s.start, s.stop))
     assert covered == list(range(layout.length))  # every position named exactly once
     decoded = decode_tree_reps(np.zeros((3, layout.length)), num_actions)
