@@ -126,7 +126,7 @@ def _finite(bound: np.ndarray) -> Any:
 def space_elements(data: dict[str, Any]) -> int:
     """The numbers one value of the space described by `data` holds (a Dict's: all its
     keys'), computed from the description alone (so a limit can refuse a huge space before
-    anything is allocated)."""
+    anything is allocated). Raises ValueError for a ragged ``nvec``."""
     if data.get("type") == "Discrete":
         return 1
     if data.get("type") == "Dict" and isinstance(data.get("spaces"), dict):

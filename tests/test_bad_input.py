@@ -21,6 +21,7 @@ from mistk_rl.limits import Limits
 from mistk_rl.service.handlers import AgentService, OrchestratorService
 from mistk_rl.spaces import space_to_dict
 from orchestrators.gym_orchestrator import GymOrchestrator
+from tests.conftest import RANDOM_AGENT
 
 CARTPOLE = gym.make("CartPole-v1")
 SPACES = {"observationSpace": space_to_dict(CARTPOLE.observation_space),
@@ -129,21 +130,52 @@ def test_a_huge_space_is_refused_before_anything_is_allocated(tmp_path):
     assert error.extra["limit"] == "max_space_elements"
 
 
+@pytest.mark.parametrize("space, match", [
+    ({"type": "MultiDiscrete", "nvec": [[2, 3], [2]]}, "inhomogeneous"),  # schemathesis: a 500
+    ({"type": "Box", "shape": [2], "low": [[0.0], 1.0], "high": 1.0}, "inhomogeneous"),
+    ({"type": "Box", "shape": [3], "low": [0.0, 0.0], "high": 1.0}, "shape"),
+    ({"type": "Discrete"}, "'n'"),
+])
+def test_spaces_that_describe_nothing_are_refused_at_registration(tmp_path, space, match):
+    service = AgentService(RandomAgent(), tmp_path / "agent")
+    service.initialize({})
+    service.lifecycle.wait_for_state("initialized", 10)
+    error = _refused(service, service.agentRegistered,
+                     {"name": "p", "observationSpace": SPACES["observationSpace"],
+                      "actionSpace": space}, match=match)
+    assert error.detail.startswith("actionSpace is not a valid space")
+    assert service.lifecycle.state == "initialized"
+
+
 def _orchestrator(tmp_path, limits=Limits(), env_modules=()) -> OrchestratorService:
     service = OrchestratorService(GymOrchestrator(), tmp_path / "orch", limits=limits,
                                   env_modules=env_modules)
     return service
 
 
-def test_env_copies_and_processes_are_limited(tmp_path):
+def test_env_copies_and_processes_are_limited(tmp_path, launch):
     service = _orchestrator(tmp_path, Limits(max_envs=8, max_env_processes=4))
     service.initialize({"env": {"id": "CartPole-v1"}})
     service.lifecycle.wait_for_state("waiting_for_agents", 10)
-    _refused(service, service.startEpisode, {"numEnvs": 9}, match="max_envs=8")
+    _refused(service, service.startEpisode, {"numEnvs": 9}, match="max_envs=8")  # in any state
+    with pytest.raises(IllegalState):  # within the request's limits: on to the state check
+        service.startEpisode({"numEnvs": 8})
+    agent = launch("agent", RANDOM_AGENT)
+    client = agent.client()
+    client.initialize()
+    client.build_model()
+    service.registerAgent("p", agent.url)
+    service.lifecycle.wait_for_state("ready", 10)  # processes count against what runs now
     _refused(service, service.startEpisode, {"numEnvs": 5, "envManager": "subprocess"},
              match="max_env_processes=4")
-    with pytest.raises(IllegalState):  # within the limits: on to the state check
-        service.startEpisode({"numEnvs": 8})
+
+
+def test_an_episode_before_initialize_is_a_conflict_whatever_it_asks(tmp_path):
+    service = _orchestrator(tmp_path)  # no env yet: env kwargs cannot be checked against one
+    for body in ({"numEnvs": 2}, {"numEnvs": 2, "envKwargs": {"max_episode_steps": 5}}):
+        with pytest.raises(IllegalState, match="uninitialized"):
+            service.startEpisode(body)
+    assert service.lifecycle.state == "uninitialized"
 
 
 def test_limits_parse_names_and_refuse_unknown_ones():

@@ -221,9 +221,9 @@ class AgentService(_Service):
     def _space(self, body: dict[str, Any], key: str) -> Any:
         if key not in body:
             return None
-        self.limits.check("max_space_elements", space_elements(body[key]),
-                          f"{key}: the count of numbers in one value")
-        try:
+        try:  # the size first, from the description alone, then the space
+            self.limits.check("max_space_elements", space_elements(body[key]),
+                              f"{key}: the count of numbers in one value")
             return space_from_dict(body[key])
         except (ValueError, TypeError, KeyError, OverflowError) as exc:
             raise InvalidRequest(f"{key} is not a valid space: {exc}") from exc
@@ -344,6 +344,7 @@ class OrchestratorService(_Service):
         except ValueError as exc:
             raise InvalidRequest(f"invalid episode config: {exc}") from exc
         self.limits.check("max_envs", config.num_envs, "numEnvs")
+        self.lifecycle.check("start_episode")  # the checks below read the env and agents
         self.orchestrator.validate_agent_settings(config)
         self.orchestrator.validate_start_episode(config)
         accepted = self.lifecycle.run("start_episode",
