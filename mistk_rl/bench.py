@@ -124,7 +124,7 @@ def run_bench(what: str, n: Optional[int] = None, json_out: Optional[Path] = Non
               eval_every: Optional[int] = None, env_counts: Optional[list[int]] = None,
               steps: int = 20000, seeds: Optional[list[int]] = None,
               config: Optional[Path] = None, suite: str = "classic",
-              entries: Optional[list[str]] = None) -> int:
+              entries: Optional[list[str]] = None, behaviour: str = "solver") -> int:
     from mistk_rl.bench_step import bench_envs, bench_transport
 
     counts = env_counts or [1, 16, 64, 256]
@@ -152,7 +152,8 @@ def run_bench(what: str, n: Optional[int] = None, json_out: Optional[Path] = Non
         if what == "thinker-planner":
             records = bench_thinker.bench_planner(episodes=n or 3000, seed=seed)
         elif what == "thinker-model":
-            records = bench_thinker.bench_model(real_steps=n or 20000, seed=seed)
+            records = bench_thinker.bench_model(real_steps=n or 20000, seed=seed,
+                                                behaviour=behaviour)
         else:
             records = bench_thinker.bench_ppo(seeds or (0, 1, 2))
         if json_out is not None:

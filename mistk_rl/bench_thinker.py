@@ -4,8 +4,8 @@
   return found) on the puzzle with the perfect model and an untrained (zero) value function,
   in-process: the share of episodes solved, over random levels of the pool, per (K, L).
 - thinker-model: the learned model (wrapper_type 0) trained inside `step` over a run of real
-  steps driven by a uniform random policy: its losses over time, whether its outputs stay
-  finite, and the time per augmented step.
+  steps driven by a behaviour policy (`Behaviour`): its losses over time, whether its outputs
+  stay finite, and the time per augmented step.
 """
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ import numpy as np
 
 from mistk_rl.thinker import make
 from mistk_rl.thinker.planner import plan
-from mistk_rl.thinker.puzzle import ENV_ID
+from mistk_rl.thinker.puzzle import ENV_ID, solver_action
 
 
 def planner_solve_rate(rec_t: int = 10, max_depth: int = 5, episodes: int = 3000,
@@ -58,15 +58,49 @@ def bench_planner(settings: Sequence[tuple[int, int]] = ((10, 5), (20, 5)),
 
 
 MODEL_SETTINGS = dict(wrapper_type=0, rec_t=10, max_depth=5, model_warm_up_n=2000,
-                      model_buffer_n=20000, model_lr=1e-3, total_steps=20000)
-"""The learned-model run: v1.1's defaults are for 50M real steps (warm-up 200k, lr 1e-4); a
-20k-step run on CPU warms up on 2k, keeps all 20k and decays a larger rate to 0 over them."""
+                      model_buffer_n=20000, model_lr=2e-3, total_steps=20000,
+                      model_batch_size=64, model_min_replay_ratio=36.0,
+                      model_max_replay_ratio=40.0)
+"""The learned-model run: v1.1's defaults are for 50M real steps (warm-up 200k, lr 1e-4,
+replay ratio 5, batch 128); a 20k-step run on CPU warms up on 2k, keeps all 20k, decays a
+larger rate to 0 over them and makes ~2,000 updates of 64 windows (replay ratio 36). At ratio
+5 (141 updates) the reward loss only reaches the plateau of predicting the mean reward: a net
+of this size takes ~500 updates to find the push that solves a level even one step ahead."""
+
+
+class Behaviour:
+    """How the real puzzle copies are driven while the model learns (the imaginary steps stay
+    uniform random). "random": uniform moves; under them a level is solved about once in 600
+    steps, so a 20k-step run sees ~30 of the +11 rewards and its held-out windows a handful,
+    too few for a reward loss to learn or to measure. "solver": the next move of a shortest
+    solution from the env's true state, a uniform move with probability `epsilon` or when
+    none is left (the box stuck): levels get solved, and missed, in varied ways."""
+
+    def __init__(self, kind: str = "random", epsilon: float = 0.3, seed: int = 0) -> None:
+        if kind not in ("random", "solver"):
+            raise ValueError(f"behaviour {kind!r}: use 'random' or 'solver'")
+        self.kind, self.epsilon = kind, epsilon
+        self.rng = np.random.default_rng(seed)
+
+    def __call__(self, envs: Sequence[Any]) -> np.ndarray:
+        """One move per env copy (gymnasium envs over the puzzle)."""
+        moves = self.rng.integers(4, size=len(envs))
+        if self.kind == "solver":
+            for i, env in enumerate(envs):
+                if self.rng.random() >= self.epsilon:
+                    best = solver_action(env.unwrapped.clone_state())
+                    moves[i] = moves[i] if best is None else best
+        return moves
+
+    def describe(self) -> str:
+        return "uniform random" if self.kind == "random" else (
+            f"shortest-solution solver, epsilon {self.epsilon}")
 
 
 def held_out_windows(k: int, env_n: int = 16, steps: int = 200, seed: int = 1,
-                     batch: int = 512):
-    """Windows of real puzzle transitions under a uniform random policy, from env copies and
-    seeds the run never sees: a fixed set to measure the model of the world on."""
+                     batch: int = 512, behaviour: str = "random", epsilon: float = 0.3):
+    """Windows of real puzzle transitions under the run's behaviour policy, from env copies
+    and seeds the run never sees: a fixed set to measure the model of the world on."""
     import gymnasium as gym
 
     from mistk_rl.thinker.model_learner import Replay
@@ -75,9 +109,10 @@ def held_out_windows(k: int, env_n: int = 16, steps: int = 200, seed: int = 1,
     frames = np.stack([env.reset(seed=seed * 1000 + i)[0] for i, env in enumerate(envs)])
     replay = Replay(env_n, steps, 2 * k + 1, frames.shape[1:], frames.dtype, 4, False, 0.6)
     rng = np.random.default_rng(seed)
+    act = Behaviour(behaviour, epsilon, seed)
     prev = np.zeros(env_n, dtype=np.int64)
     for _ in range(steps):
-        actions = rng.integers(4, size=env_n)
+        actions = act(envs)
         out = [env.step(int(a)) for env, a in zip(envs, actions)]
         rewards = np.array([o[1] for o in out], dtype=np.float32)
         terminated = np.array([o[2] for o in out])
@@ -89,6 +124,15 @@ def held_out_windows(k: int, env_n: int = 16, steps: int = 200, seed: int = 1,
         frames = np.stack([env.reset()[0] if d else o[0] for env, o, d in zip(envs, out, done)])
         prev = np.where(done, 0, actions)
     return replay.sample(batch, 1.0, rng, k)  # priorities all equal: uniform
+
+
+def held_out_rewards(held: Any, k: int) -> str:
+    """How many of the held-out windows' unrolled steps carry a solving reward."""
+    from mistk_rl.thinker.model_learner import alive_mask
+
+    alive = alive_mask(held.dones, k)[:, :k].astype(bool)
+    solved = int((held.rewards[:, :k][alive] > 5.0).sum())
+    return f"{solved} of {int(alive.sum())} unrolled steps solve a level"
 
 
 def world_losses(learner: Any, held: Any, k: int) -> dict[str, float]:
@@ -105,37 +149,46 @@ def world_losses(learner: Any, held: Any, k: int) -> dict[str, float]:
 
 def bench_model(real_steps: int = 20000, env_n: int = 16, seed: int = 0,
                 out: str = "runs/bench-thinker-model",
-                settings: Optional[dict[str, Any]] = None) -> dict[str, Any]:
-    """The learned model on the puzzle, trained inside `step` while a uniform random policy
-    acts (primary and reset): its world losses on fixed held-out windows as training goes
-    (the training batches' own losses are prioritized samples: noisy, and biased towards the
-    rare big rewards), whether every output stays finite, and the time per augmented step
-    (model training included). `settings` override MODEL_SETTINGS."""
+                settings: Optional[dict[str, Any]] = None, behaviour: str = "solver",
+                epsilon: float = 0.3, measure_every: int = 100) -> dict[str, Any]:
+    """The learned model on the puzzle, trained inside `step` while `Behaviour` drives the
+    real steps (imaginary moves and resets uniform random): its world losses on fixed held-out
+    windows of the same behaviour as training goes (the training batches' own losses are
+    prioritized samples: noisy, and biased towards the rare big rewards), whether every output
+    stays finite, and the time per augmented step with and without the model's updates.
+    `settings` override MODEL_SETTINGS; the losses are measured every `measure_every`
+    updates."""
     import json
     from pathlib import Path
 
     settings = {**MODEL_SETTINGS, **(settings or {})}
     env = make(ENV_ID, env_n=env_n, seed=seed, **settings)
     k = env.cfg.model_unroll_len
-    held = held_out_windows(k, seed=seed + 1)
+    held = held_out_windows(k, seed=seed + 1, behaviour=behaviour, epsilon=epsilon)
     rng = np.random.default_rng(seed)
+    act = Behaviour(behaviour, epsilon, seed)
     env.reset(seed=seed)
     learner = env.model.learner
     curve: list[dict[str, Any]] = [{"real_steps": 0, "updates": 0, "wall_s": 0.0,
                                     "held_out": world_losses(learner, held, k)}]
     finite = True
     augmented = real = 0
+    step_s = 0.0  # inside env.step: the MDP and its model's training, not the behaviour
     start = time.perf_counter()
     try:
         while real < real_steps:
-            state, reward, _, info = env.step(rng.integers(env.num_actions, size=env_n),
-                                              rng.integers(2, size=env_n))
+            primary = (act(env.envs) if env.next_step_real
+                       else rng.integers(env.num_actions, size=env_n))
+            resets = rng.integers(2, size=env_n)
+            began = time.perf_counter()
+            state, reward, _, info = env.step(primary, resets)
+            step_s += time.perf_counter() - began
             augmented += env_n
             finite &= bool(np.isfinite(reward).all()) and all(
                 bool(np.isfinite(v).all()) for v in state.values())
             if info["step_status"][0] == 0:
                 real += env_n
-                if learner.updates >= curve[-1]["updates"] + 20:
+                if learner.updates >= curve[-1]["updates"] + measure_every:
                     curve.append({"real_steps": real, "updates": learner.updates,
                                   "wall_s": time.perf_counter() - start,
                                   "held_out": world_losses(learner, held, k),
@@ -147,16 +200,23 @@ def bench_model(real_steps: int = 20000, env_n: int = 16, seed: int = 0,
                   "held_out": world_losses(learner, held, k), "batch": dict(learner.losses)})
     finite &= all(np.isfinite(v) for row in curve for v in row["held_out"].values())
     figures = {"settings": {**settings, "env_n": env_n, "seed": seed},
+               "behaviour": act.describe(), "held_out_rewards": held_out_rewards(held, k),
                "real_steps": real, "augmented_steps": augmented, "updates": learner.updates,
                "replay_ratio": learner.replay_ratio, "outputs_finite": finite,
-               "wall_s": wall, "us_per_augmented_step": 1e6 * wall / augmented,
+               "wall_s": wall, "step_s": step_s, "update_s": learner.update_s,
+               "us_per_augmented_step": 1e6 * step_s / augmented,
+               "us_per_augmented_step_untrained": 1e6 * (step_s - learner.update_s) / augmented,
                "losses": curve}
     for name in curve[0]["held_out"]:
         print(f"held-out {name:>4} loss: " + " ".join(
-            f"{row['held_out'][name]:.4f}" for row in curve) + " (every 20 updates)")
+            f"{row['held_out'][name]:.4f}" for row in curve) +
+            f" (every {measure_every} updates)")
+    print(f"behaviour: {act.describe()}; held-out windows: {figures['held_out_rewards']}")
     print(f"{real} real steps ({augmented} augmented, {env_n} envs), {learner.updates} updates "
-          f"(replay ratio {learner.replay_ratio:.2f}), outputs finite: {finite}; {wall:.0f} s = "
-          f"{figures['us_per_augmented_step']:.0f} us per augmented step", flush=True)
+          f"(replay ratio {learner.replay_ratio:.2f}), outputs finite: {finite}; {wall:.0f} s "
+          f"in all, {step_s:.0f} s in step = {figures['us_per_augmented_step']:.0f} us per "
+          f"augmented step, {figures['us_per_augmented_step_untrained']:.0f} us without the "
+          f"{learner.update_s:.0f} s of model updates", flush=True)
     root = Path(out)
     root.mkdir(parents=True, exist_ok=True)
     (root / "model.json").write_text(json.dumps(figures, indent=2))

@@ -72,7 +72,8 @@ def _bench(args: argparse.Namespace) -> int:
                      seed=args.seed, eval_every=args.eval_every, env_counts=counts,
                      steps=args.steps, seeds=seeds,
                      config=Path(args.config) if args.config else None, suite=args.suite,
-                     entries=args.entries.split(",") if args.entries else None)
+                     entries=args.entries.split(",") if args.entries else None,
+                     behaviour=args.behaviour)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -165,7 +166,10 @@ def build_parser() -> argparse.ArgumentParser:
                             "thinker-planner: the scripted planner's solve rate on the puzzle "
                             "(perfect model; --n episodes, default 3000); "
                             "thinker-ppo: PPO on the raw and the Thinker puzzle, --seeds each, "
-                            "solve-rate curves in one plot")
+                            "solve-rate curves in one plot; "
+                            "thinker-model: the learned model trained over --n real steps "
+                            "(default 20000) while --behaviour acts: held-out losses, "
+                            "finiteness, time per augmented step")
     bench.add_argument("--n", type=int, default=None,
                        help="getaction: calls to time (default 2000); thinker-planner: "
                             "episodes (default 3000)")
@@ -187,6 +191,10 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--config", default=None,
                        help="parity, learning-*, sb3-*: run this training config instead of "
                             "the suite's entries (SB3 takes the same hyperparameters)")
+    bench.add_argument("--behaviour", default="solver", choices=["solver", "random"],
+                       help="thinker-model: who takes the real steps (solver: a shortest "
+                            "solution's next move, a random one 30%% of the time; random: "
+                            "uniform moves, which solve too rarely to learn rewards from)")
     bench.add_argument("--json", default=None, help="also write the figures here")
     bench.set_defaults(func=_bench)
     return parser

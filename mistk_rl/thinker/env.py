@@ -108,11 +108,17 @@ class ThinkerEnv:
         primary = self._actions(primary_action, self.num_actions, "primary_action")
         resets = (np.zeros(self.env_n, dtype=np.int64) if reset_action is None
                   else self._actions(reset_action, 2, "reset_action"))
-        if self.cfg.require_prob and action_prob is None and self.cur_t == self.cfg.rec_t - 1:
+        if self.cfg.require_prob and action_prob is None and self.next_step_real:
             raise ValueError("require_prob is set: pass action_prob [env_n, A] with each step")
-        if self.cur_t < self.cfg.rec_t - 1:
+        if not self.next_step_real:
             return self._imaginary_step(primary, resets.astype(bool))
         return self._real_step(primary, action_prob)
+
+    @property
+    def next_step_real(self) -> bool:
+        """Whether the next `step` is the stage's last, whose primary action the real envs
+        take (a caller that drives the real envs by another rule acts on it)."""
+        return self.cur_t == self.cfg.rec_t - 1
 
     def close(self) -> None:
         for env in self.envs:

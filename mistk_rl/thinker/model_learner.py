@@ -216,6 +216,7 @@ class ModelLearner:
         self.rng = np.random.default_rng(cfg.seed)
         self.processed_n = 0  # real transitions recorded (env_n per real step)
         self.updates = 0
+        self.update_s = 0.0  # wall time in `update` (not checkpointed: this process's)
         self.losses: dict[str, float] = {}
         self._prev_actions: Optional[np.ndarray] = None  # the action into each env's s_t
         self._last_ckp = time.monotonic()
@@ -264,8 +265,10 @@ class ModelLearner:
         if not self.trainable or self.processed_n < self.cfg.model_warm_up_n:
             return
         if self.replay is not None and self.replay.ready:
+            start = time.perf_counter()
             while self.replay_ratio < self.cfg.model_min_replay_ratio:
                 self.update()
+            self.update_s += time.perf_counter() - start
         if self.path is not None and time.monotonic() - self._last_ckp >= self.cfg.ckp_every_s:
             self.save(self.path)
 

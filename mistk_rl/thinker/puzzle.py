@@ -113,6 +113,13 @@ def solve(level: Level) -> list[int]:
     return path
 
 
+def solver_action(state: PuzzleState) -> int | None:
+    """The first move of a shortest solution from `state`; None when there is none left (the
+    box is against a wall or in a corner it cannot leave, or already on the target)."""
+    path = _bfs(state.walls, state.target, state.player, state.box)
+    return path[0] if path else None
+
+
 def _reverse_play(rng: np.random.Generator) -> Level:
     """One candidate: box on target, then REVERSE_STEPS random walks and pulls backwards.
 

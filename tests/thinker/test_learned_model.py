@@ -205,10 +205,11 @@ def test_the_model_bench_measures_held_out_losses(tmp_path):
 
     from mistk_rl.bench_thinker import bench_model
 
-    figures = bench_model(real_steps=48, env_n=8, out=str(tmp_path), settings=dict(
-        rec_t=2, model_unroll_len=1, model_warm_up_n=24, model_batch_size=4,
-        model_min_replay_ratio=1.0, model_max_replay_ratio=2.0, model_buffer_n=200,
-        total_steps=48))
+    small = dict(rec_t=2, model_unroll_len=1, model_warm_up_n=24, model_batch_size=4,
+                 model_min_replay_ratio=1.0, model_max_replay_ratio=2.0, model_buffer_n=200,
+                 total_steps=48)
+    figures = bench_model(real_steps=48, env_n=8, out=str(tmp_path), measure_every=5,
+                          settings=small)
     assert figures["real_steps"] == 48 and figures["augmented_steps"] == 2 * 48
     assert figures["updates"] > 0 and figures["outputs_finite"]
     first, last = figures["losses"][0], figures["losses"][-1]
@@ -216,3 +217,31 @@ def test_the_model_bench_measures_held_out_losses(tmp_path):
     assert set(first["held_out"]) == {"rs", "done", "img"}
     assert last["held_out"] != first["held_out"]  # the model the losses measure has changed
     assert json.loads((tmp_path / "model.json").read_text())["updates"] == figures["updates"]
+    assert figures["behaviour"] == "shortest-solution solver, epsilon 0.3"
+    assert 0 < figures["update_s"] < figures["step_s"] < figures["wall_s"]
+    assert len(figures["losses"]) >= 3  # before, every 5 updates, after
+
+
+def test_the_solver_behaviour_solves_what_random_play_rarely_does():
+    """The model bench's behaviour policies: the solver (epsilon 0) ends every level within
+    its shortest solution; uniform play in as many steps almost never does."""
+    import gymnasium as gym
+
+    from mistk_rl.bench_thinker import Behaviour
+    from mistk_rl.thinker.puzzle import ENV_ID, MAX_STEPS
+
+    def solved_within(behaviour: Behaviour, steps: int) -> int:
+        envs = [gym.make(ENV_ID) for _ in range(32)]
+        for i, env in enumerate(envs):
+            env.reset(seed=i)
+        solved = np.zeros(len(envs), dtype=bool)
+        for _ in range(steps):
+            for i, (env, move) in enumerate(zip(envs, behaviour(envs))):
+                if not solved[i]:
+                    solved[i] = env.step(int(move))[2]
+        return int(solved.sum())
+
+    assert solved_within(Behaviour("solver", epsilon=0.0), MAX_STEPS // 5) == 32
+    assert solved_within(Behaviour("random", seed=0), MAX_STEPS // 5) <= 4
+    with pytest.raises(ValueError, match="behaviour 'greedy'"):
+        Behaviour("greedy")

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from mistk_rl.thinker.puzzle import (BORDER, ENV_ID, MAX_STEPS, MIN_SOLUTION, POOL_SIZE, SIZE,
-                                     Level, PuzzleEnv, level_pool, solve)
+                                     Level, PuzzleEnv, level_pool, solve, solver_action)
 
 UP, DOWN, LEFT, RIGHT = range(4)
 
@@ -54,6 +54,28 @@ def test_every_level_is_solved_by_its_bfs_solution():
         assert sum(rewards) == pytest.approx(10 + 1 - 0.01 * len(path))
         lengths.append(len(path))
     assert np.median(lengths) == 5
+
+
+def test_the_solver_moves_along_a_shortest_solution_from_any_state():
+    env = PuzzleEnv()
+    for i, level in enumerate(level_pool(0)[:50]):
+        env.reset(options={"level": i})
+        env.step(solve(level)[0] ^ 1)  # a detour first: the solver starts from where it is
+        left = len(solve(Level(level.walls, level.target, env.clone_state().box,
+                               env.clone_state().player)))
+        for _ in range(left):
+            *_, terminated, _, _ = env.step(solver_action(env.clone_state()))
+        assert terminated and env.clone_state().solved
+        assert solver_action(env.clone_state()) is None  # solved: nothing left to do
+
+
+def test_the_solver_has_no_move_once_the_box_is_stuck():
+    along_the_wall = PuzzleEnv(levels=[parse(".....\n.....\n.....\n..@..\n.TB..")])
+    along_the_wall.reset(seed=0)
+    assert solver_action(along_the_wall.clone_state()) == RIGHT  # round the box, push left
+    cornered = PuzzleEnv(levels=[parse("B....\n.@...\n.....\n.....\n....T")])
+    cornered.reset(seed=0)
+    assert solver_action(cornered.clone_state()) is None  # a box in a corner never moves
 
 
 def test_box_on_then_off_the_target():
