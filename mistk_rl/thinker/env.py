@@ -33,9 +33,16 @@ imaginary too; an imaginary one, and the next is real."""
 
 
 class ThinkerEnv:
-    """`env_n` copies of an env behind the augmented MDP. Build it with `make`."""
+    """`env_n` copies of an env behind the augmented MDP. Build it with `make`.
 
-    def __init__(self, env_fns: Sequence[EnvFn], cfg: ThinkerConfig) -> None:
+    `auto_reset` (the seed's behaviour) resets an env whose episode ends within the real step,
+    so the state returned is already the next episode's. Off, the state returned is the final
+    real state's (a fresh root there: what a truncated episode bootstraps from), and `step`
+    is refused until `reset()`: the gymnasium convention, which the adapter serves.
+    """
+
+    def __init__(self, env_fns: Sequence[EnvFn], cfg: ThinkerConfig,
+                 auto_reset: bool = True) -> None:
         if not env_fns:
             raise ValueError("the Thinker MDP needs at least one env")
         self.cfg = cfg
@@ -60,6 +67,7 @@ class ThinkerEnv:
         self.layout = tree.Layout(self.num_actions, cfg.rec_t)
         self.observation_space = self._observation_space()
         self.real_steps = 0  # real steps of the batch since make()
+        self.auto_reset = auto_reset
         self._seeded = False
         n = self.env_n
         self.roots: list[Node] = []
@@ -73,6 +81,7 @@ class ThinkerEnv:
         self.episode_step = np.zeros(n, dtype=np.int64)
         self.episode_return = np.zeros(n, dtype=np.float64)
         self.im_episode_return = np.zeros(n, dtype=np.float64)
+        self.ended = np.zeros(n, dtype=bool)  # without auto_reset: episodes awaiting reset()
 
     # ---- the seed's API ------------------------------------------------------------------
     def reset(self, seed: Optional[int] = None) -> dict[str, np.ndarray]:
@@ -83,6 +92,7 @@ class ThinkerEnv:
         frames = [env.reset(seed=None if seed is None else seed + i)[0]
                   for i, env in enumerate(self.envs)]
         self._seeded = True
+        self.ended[:] = False
         self.frames = frames
         self.cur_t = 0
         self.depth[:] = 0
@@ -105,6 +115,9 @@ class ThinkerEnv:
         """One augmented step: imaginary while the stage lasts, then real."""
         if not self.roots and self.cfg.planning or self.frames[0] is None:
             raise RuntimeError("call reset() before step()")
+        if self.ended.any():
+            raise RuntimeError(f"the episodes of envs {np.flatnonzero(self.ended).tolist()} "
+                               "have ended and auto_reset is off: call reset()")
         primary = self._actions(primary_action, self.num_actions, "primary_action")
         resets = (np.zeros(self.env_n, dtype=np.int64) if reset_action is None
                   else self._actions(reset_action, 2, "reset_action"))
@@ -216,7 +229,7 @@ class ThinkerEnv:
             frame, r, terminated[i], truncated[i], _ = env.step(int(primary[i]))
             self.episode_return[i] += r
             rewards[i] = self._clip(float(r))
-            if terminated[i] or truncated[i]:
+            if (terminated[i] or truncated[i]) and self.auto_reset:
                 frame = env.reset()[0]
             self.frames[i] = frame
         done = terminated | truncated
@@ -224,8 +237,10 @@ class ThinkerEnv:
             self.model.record(np.stack(before), primary, rewards, done, truncated & ~terminated,
                               self.baseline.copy(), action_prob)
         self.real_steps += 1
+        restarted = done & self.auto_reset  # (else the root is the final state, via primary)
+        self.ended = done & ~self.auto_reset
         if cfg.planning:
-            self.roots = self._new_roots(np.where(done, 0, primary), done)
+            self.roots = self._new_roots(np.where(restarted, 0, primary), done)
             self.curs = list(self.roots)
             self.gmax_prev = np.array([tree.gmax(r, cfg.discounting) for r in self.roots],
                                       dtype=np.float32)

@@ -6,8 +6,9 @@ then return to the root), or a pair of MultiDiscrete([A, 2]). The reward and the
 come on real steps only; ``info["real_step"]`` says which steps those are, so a caller can
 count real env steps for its budgets; ``info["im_reward"]`` is the planning reward.
 
-An episode's end resets the env inside the MDP (as the seed's env does), so the observation
-returned with terminated or truncated is already the next episode's first one.
+An episode's end returns the final state (a tree rooted at the last real frame, which a
+truncated episode bootstraps from) and waits for reset(), as gymnasium envs do: the MDP runs
+with auto_reset off, not the seed's way of resetting inside the step.
 """
 from __future__ import annotations
 
@@ -31,7 +32,8 @@ class ThinkerGymEnv(gym.Env):
             raise ValueError(f"Thinker actions are {' or '.join(ACTION_FORMATS)}, "
                              f"not {actions!r}")
         # (gym.make imports the module of a "module:EnvId" id itself)
-        self.mdp = ThinkerEnv(make_env_fns(env_id, env_kwargs, 1), load_config(thinker or {}))
+        self.mdp = ThinkerEnv(make_env_fns(env_id, env_kwargs, 1), load_config(thinker or {}),
+                              auto_reset=False)
         self.num_actions = a = self.mdp.num_actions
         self.observation_space = self.mdp.observation_space
         self.action_space = (gym.spaces.Discrete(2 * a) if actions == "Discrete"

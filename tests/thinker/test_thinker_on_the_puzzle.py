@@ -82,6 +82,37 @@ def test_the_gymnasium_adapter(actions):
     assert all(r != 0.0 for r, is_real in zip(rewards, real) if is_real)  # -0.01 at least
 
 
+def test_the_adapter_ends_an_episode_on_its_final_state_and_waits_for_reset():
+    """The step that ends an episode returns the last real frame (a truncation bootstraps
+    from it, not from the next level), and the next episode starts at reset(), as in
+    gymnasium."""
+    env = ThinkerGymEnv(ENV_ID, thinker={"wrapper_type": 2, "rec_t": 3, "max_depth": 2,
+                                          "vp_fn": zero_vp})
+    copy = gym.make(ENV_ID)
+    rng = np.random.default_rng(0)
+    ends = []
+    for seed in range(10):
+        obs, _ = env.reset(seed=seed)
+        frame, _ = copy.reset(seed=seed)
+        np.testing.assert_array_equal(obs["real_states"], frame)
+        ended = False
+        while not ended:
+            a = int(rng.integers(4))
+            obs, reward, terminated, truncated, info = env.step(a)
+            if not info["real_step"]:
+                continue
+            frame, r, term, trunc, _ = copy.step(a)
+            np.testing.assert_array_equal(obs["real_states"], frame)
+            assert (reward, terminated, truncated) == (pytest.approx(r), term, trunc)
+            ended = term or trunc
+        reps = decode_tree_reps(obs["tree_reps"][None], 4)
+        assert reps["root_ns"].sum() == 0  # a fresh root at the final state: nothing visited
+        with pytest.raises(RuntimeError, match="reset"):
+            env.step(0)
+        ends.append("truncated" if truncated else "terminated")
+    assert set(ends) == {"truncated", "terminated"}
+
+
 def test_the_adapter_refuses_unknown_settings_and_formats():
     with pytest.raises(ValueError, match="rec_tt"):
         ThinkerGymEnv(ENV_ID, thinker={"rec_tt": 3})
