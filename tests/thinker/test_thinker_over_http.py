@@ -3,7 +3,6 @@ dict observations and answer one Discrete(2A) action; budgets, episode lengths a
 count real env steps only; bad settings get 400."""
 from __future__ import annotations
 
-import numpy as np
 import pytest
 
 from mistk_rl.client import BadRequest
