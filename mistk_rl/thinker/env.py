@@ -237,10 +237,12 @@ class ThinkerEnv:
             self.model.record(np.stack(before), primary, rewards, done, truncated & ~terminated,
                               self.baseline.copy(), action_prob)
         self.real_steps += 1
-        restarted = done & self.auto_reset  # (else the root is the final state, via primary)
-        self.ended = done & ~self.auto_reset
+        if self.auto_reset:  # a restarted episode's root is reached by action 0
+            reached = np.where(done, 0, primary)
+        else:  # the root is the final state, reached by primary; step waits for reset()
+            reached, self.ended = primary, done
         if cfg.planning:
-            self.roots = self._new_roots(np.where(restarted, 0, primary), done)
+            self.roots = self._new_roots(reached, done)
             self.curs = list(self.roots)
             self.gmax_prev = np.array([tree.gmax(r, cfg.discounting) for r in self.roots],
                                       dtype=np.float32)
