@@ -23,11 +23,10 @@ COPY docker/entrypoint.sh /usr/local/bin/mistk-rl-entrypoint
 
 # The project itself, installed from /src and not left in /app, the working directory: the
 # harness puts its working directory on the services' PYTHONPATH, where a source tree would
-# shadow the installed package (mistk_rl.openapi exists only installed). .dockerignore keeps
+# shadow the installed package. .dockerignore keeps
 # everything else out of the build context.
 COPY pyproject.toml README.md /src/
 COPY mistk_rl /src/mistk_rl
-COPY openapi /src/openapi
 COPY agents /src/agents
 COPY orchestrators /src/orchestrators
 COPY harness /src/harness

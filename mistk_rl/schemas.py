@@ -1,4 +1,4 @@
-"""Typed request and response bodies, mirroring `openapi/*.yaml` (a contract test keeps the
+"""Typed request and response bodies, mirroring `mistk_rl/openapi/*.yaml` (a contract test keeps the
 field names equal). The SDK returns these; the wire format is camelCase JSON."""
 from __future__ import annotations
 

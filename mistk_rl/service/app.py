@@ -1,6 +1,6 @@
 """The app factory: one service behind the serving pipeline, connexion for the docs.
 
-`create_app(service)` loads ``openapi/<role>.yaml`` and puts `Pipeline` (``pipeline.py``) in
+`create_app(service)` loads ``mistk_rl/openapi/<role>.yaml`` and puts `Pipeline` (``pipeline.py``) in
 front of a connexion app of the same spec. The pipeline serves every operation the spec names
 (token, size limit, decoding, validation, problem+json, thread pools: one place for every
 rule); connexion serves what is left: the Swagger UI at ``<base path>/ui/``, the spec as

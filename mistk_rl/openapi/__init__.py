@@ -1,0 +1,1 @@
+"""The OpenAPI contracts (agent.yaml, orchestrator.yaml), shipped as package data."""

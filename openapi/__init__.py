@@ -1,1 +1,0 @@
-"""The OpenAPI contracts, shipped as package data (`openapi/` in the repository)."""
