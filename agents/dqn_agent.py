@@ -4,7 +4,7 @@ Hyperparameters (initialize) are the agent config; see `PolicyAgent.default_conf
 ``{"seed": 0, "policy": {"learn": {"lr": 1e-3}}, "buffer": {"type": "advanced"}}``.
 """
 from mistk_rl.rl.policies.dqn import DQNPolicy
-from mistk_rl.rl.policy_agent import PolicyAgent
+from agents.policy_agent import PolicyAgent
 
 
 class DQNAgent(PolicyAgent):

@@ -4,7 +4,7 @@ Hyperparameters (initialize) are the agent config; see `PolicyAgent.default_conf
 ``{"seed": 0, "train": {"n_steps": 256}, "policy": {"learn": {"epochs": 10}}}``.
 """
 from mistk_rl.rl.policies.ppo import PPOPolicy
-from mistk_rl.rl.policy_agent import PolicyAgent
+from agents.policy_agent import PolicyAgent
 
 
 class PPOAgent(PolicyAgent):

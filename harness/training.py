@@ -30,9 +30,23 @@ import numpy as np
 from harness.config import ConfigError, TrainingSpec
 from mistk_rl.client import AgentClient, OrchestratorClient
 from mistk_rl.files import atomic_write_json
-from mistk_rl.rl.evaluator import EvalResult, summarize
 from harness.progress import TrainingProgress
 from mistk_rl.schemas import EpisodeConfig, EpisodeResult, Status
+
+
+@dataclass
+class EvalResult:
+    mean_return: float
+    std_return: float
+    returns: list[float] = field(default_factory=list)
+    stop: bool = False  # the mean reached stop_value
+
+
+def summarize(returns: list[float], stop_value: Optional[float]) -> EvalResult:
+    mean = float(np.mean(returns)) if returns else float("nan")
+    std = float(np.std(returns)) if returns else float("nan")
+    return EvalResult(mean, std, list(returns), stop_value is not None and mean >= stop_value)
+
 
 ROLLING = 20  # training episodes averaged in the learning curve
 PROGRESS = "progress.json"

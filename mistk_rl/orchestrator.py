@@ -12,7 +12,6 @@ from mistk_rl.client import AgentClient
 from mistk_rl.errors import InvalidRequest
 from mistk_rl.files import atomic_write_json
 from mistk_rl.implementation import ServiceImplementation
-from mistk_rl.rl.evaluator import split_episodes
 from mistk_rl.schemas import EpisodeConfig
 
 
@@ -172,5 +171,9 @@ def replay_batch(replay: dict[str, dict]) -> dict[str, dict]:
 
 def episode_quotas(limit: Optional[int], n: int) -> list[float]:
     """Episodes each env copy plays: `limit` split evenly (the remainder to the first), so
-    copies with short episodes cannot crowd out the others; unlimited without a limit."""
-    return [float("inf")] * n if limit is None else split_episodes(limit, n)
+    copies with short episodes cannot crowd out the others (with E copies, the first N
+    episodes to finish over-represent short ones); unlimited without a limit."""
+    if limit is None:
+        return [float("inf")] * n
+    base, extra = divmod(limit, n)
+    return [base + (1 if i < extra else 0) for i in range(n)]

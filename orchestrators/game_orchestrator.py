@@ -28,13 +28,14 @@ import numpy as np
 
 from mistk_rl.client import ServiceError, ServiceUnavailable
 from mistk_rl.errors import InvalidRequest
-from mistk_rl.games.enumerate import check_exhaustive, run_exhaustive
+from mistk_rl.games.enumerate import enumerate_lines
+from mistk_rl.games.opponents import OPPONENTS
 from mistk_rl.games.pettingzoo_games import (RESULTS, Decision, GameCopy, GameError, Outcome,
                                              make_copy, make_env, resolve_id, result_for,
                                              seat_spaces, winner)
 from mistk_rl.implementation import PROGRESS_EVERY_S
 from mistk_rl.orchestrator import AbstractOrchestrator, episode_quotas, replay_batch
-from mistk_rl.schemas import EpisodeConfig
+from mistk_rl.schemas import EpisodeConfig, ExhaustiveSpec
 from mistk_rl.spaces import SUPPORTED, space_to_dict
 
 
@@ -132,7 +133,36 @@ class GameOrchestrator(AbstractOrchestrator):
         if config.lineup is not None:
             self._check_lineup(config.lineup)
         if config.exhaustive is not None:
-            check_exhaustive(self, config.exhaustive)
+            self._check_exhaustive(config.exhaustive)
+
+    def _check_exhaustive(self, spec: ExhaustiveSpec) -> None:
+        """Refuse (400) what cannot be enumerated: an unknown agent, a game that is not a
+        two-seat turn-based one, an opponent that cannot play in its spaces."""
+        if spec.agent not in self.agents:
+            raise InvalidRequest(f"exhaustive.agent {spec.agent!r} is not registered "
+                                 f"(registered: {', '.join(sorted(self.agents)) or 'none'})")
+        if self.api != "aec" or len(self.seats) != 2:
+            raise InvalidRequest(f"exhaustive evaluation enumerates two-seat turn-based "
+                                 f"games; {self.registry_id} is not one")
+        for seat in self.seats:
+            try:
+                OPPONENTS[spec.opponent].check_spaces(*self.spaces[seat])
+            except ValueError as exc:
+                raise InvalidRequest(f"exhaustive.opponent {spec.opponent}: {exc}") from exc
+
+    def _run_exhaustive(self, spec: ExhaustiveSpec) -> dict[str, Any]:
+        """Every game of the agent (greedy) against every reply of the opponent, in each
+        seat (`mistk_rl.games.enumerate`), as one eval episode of the agent."""
+        agent = self.agents[spec.agent]
+        opponent = OPPONENTS[spec.opponent](*self.spaces[self.seats[0]])
+        agent.client.episode_started({}, mode="eval", episode=len(self.results))
+        try:
+            report = enumerate_lines(self.api, self.registry_id, self.kwargs, self.seats,
+                                     opponent, agent.client.get_action, spec.max_positions,
+                                     lambda: self.should_stop)
+        finally:
+            agent.client.episode_stopped()
+        return {"agent": spec.agent, "opponent": spec.opponent, **report}
 
     def _check_lineup(self, lineup: dict[str, str]) -> None:
         if sorted(lineup) != sorted(self.seats):
@@ -148,7 +178,7 @@ class GameOrchestrator(AbstractOrchestrator):
 
     def do_start_episode(self, config: EpisodeConfig) -> None:
         if config.exhaustive is not None:
-            self.evaluations.append(run_exhaustive(self, config.exhaustive))
+            self.evaluations.append(self._run_exhaustive(config.exhaustive))
             self.update_status({"lastEvaluation": self.evaluations[-1]})
             return
         _Match(self, config).play()

@@ -14,7 +14,7 @@ from tests.conftest import REPO
 def test_bench_transport_and_envs_write_records(tmp_path):
     for what in ("transport", "envs"):
         out = tmp_path / f"{what}.json"
-        proc = subprocess.run([sys.executable, "-m", "mistk_rl", "bench", what, "--envs", "2",
+        proc = subprocess.run([sys.executable, "-m", "harness", "bench", what, "--envs", "2",
                                "--steps", "60", "--json", str(out)], cwd=REPO,
                               capture_output=True, text=True, timeout=240)
         assert proc.returncode == 0, proc.stderr
@@ -29,7 +29,7 @@ def test_bench_transport_and_envs_write_records(tmp_path):
 
 
 def test_parity_outcome_and_comparison():
-    from mistk_rl.bench_parity import compare, meets_targets, outcome
+    from harness.bench.parity import compare, meets_targets, outcome
 
     evals = [{"env_steps": 2500, "wall_s": 2.0, "mean_return": 200.0},
              {"env_steps": 5000, "wall_s": 4.5, "mean_return": 480.0},
@@ -58,8 +58,8 @@ def test_suite_configs_load_and_map_to_sb3():
     import inspect
 
     from harness.config import load_config
-    from mistk_rl.bench_parity import SUITE_DIR, SUITES
-    from mistk_rl.bench_sb3 import sb3_setup
+    from harness.bench.parity import SUITE_DIR, SUITES
+    from harness.bench.sb3 import sb3_setup
 
     files = sorted(p.stem for p in SUITE_DIR.glob("*.yaml"))
     listed = sorted(name for names in SUITES.values() for name in names)
@@ -81,8 +81,8 @@ def test_suite_configs_load_and_map_to_sb3():
 
 def test_sb3_mapping_refuses_what_sb3_cannot_express():
     from harness.config import load_config
-    from mistk_rl.bench_parity import entry_path
-    from mistk_rl.bench_sb3 import Unmappable, sb3_setup
+    from harness.bench.parity import entry_path
+    from harness.bench.sb3 import Unmappable, sb3_setup
 
     config = load_config(entry_path("dqn_cartpole"))
     data = config.model_dump()
@@ -94,7 +94,7 @@ def test_sb3_mapping_refuses_what_sb3_cannot_express():
 
 
 def test_learning_aliases_run_the_cartpole_entry(monkeypatch):
-    from mistk_rl import bench
+    import harness.bench as bench
 
     calls = []
     monkeypatch.setattr(bench, "bench_parity", lambda *args: calls.append(args) or 0)
@@ -111,7 +111,7 @@ def test_bench_parity_runs_both_sides(tmp_path):
     path = tmp_path / "tiny.yaml"
     path.write_text(yaml.safe_dump(config))
     out = tmp_path / "parity.json"
-    proc = subprocess.run([sys.executable, "-m", "mistk_rl", "bench", "parity", "--seeds", "3",
+    proc = subprocess.run([sys.executable, "-m", "harness", "bench", "parity", "--seeds", "3",
                            "--config", str(path), "--json", str(out)], cwd=REPO,
                           capture_output=True, text=True, timeout=240)
     assert proc.returncode == 0, proc.stdout + proc.stderr

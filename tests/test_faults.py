@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from mistk_rl.bench_faults import HarnessProcess, long_run_config, restart_worker
+from harness.bench.faults import HarnessProcess, long_run_config, restart_worker
 from mistk_rl.client import ServiceRestarted, ServiceUnavailable
 from mistk_rl.launch import wait_until_gone
 from tests.conftest import GYM_ORCHESTRATOR, RANDOM_AGENT, REPO

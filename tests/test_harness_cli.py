@@ -10,7 +10,7 @@ from tests.conftest import REPO, group_alive
 
 
 def _run(args, cwd):
-    return subprocess.run([sys.executable, "-m", "mistk_rl", "run", *args], cwd=cwd,
+    return subprocess.run([sys.executable, "-m", "harness", "run", *args], cwd=cwd,
                           capture_output=True, text=True, timeout=240)
 
 

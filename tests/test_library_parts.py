@@ -149,3 +149,12 @@ def test_atomic_writes_get_the_mode_open_would_give(tmp_path):
     atomic_write_json(tmp_path / "r.json", {"a": 1})
     assert (tmp_path / "r.json").stat().st_mode & 0o777 == 0o666 & ~_UMASK
     assert _UMASK == os.umask(_UMASK)  # read without changing it
+
+
+def test_episode_quotas_split_evenly_with_the_remainder_first():
+    """Each env copy's share of an episode limit: short episodes cannot crowd out long ones."""
+    from mistk_rl.orchestrator import episode_quotas
+
+    assert episode_quotas(5, 2) == [3, 2]
+    assert episode_quotas(7, 3) == [3, 2, 2] and sum(episode_quotas(100, 7)) == 100
+    assert episode_quotas(None, 2) == [float("inf"), float("inf")]

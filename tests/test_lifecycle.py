@@ -228,3 +228,22 @@ def test_per_step_progress_wakes_long_polls_at_most_once_a_period():
     assert lifecycle.status()["payload"]["step"] == 99
     lifecycle.update_payload({"done": True})  # an unthrottled update always wakes them
     assert lifecycle.version == version + 2
+
+
+def test_docs_lifecycle_diagrams_are_current():
+    """docs/lifecycle.md is what the tables draw now (regenerate it with
+    `python -m mistk_rl.lifecycle.diagram > docs/lifecycle.md`), and every row of each
+    table but the shared ones is an edge of its picture."""
+    from pathlib import Path
+
+    from mistk_rl.lifecycle.diagram import SHARED_TRIGGERS, document, mermaid
+
+    doc = Path(__file__).resolve().parents[1] / "docs" / "lifecycle.md"
+    assert doc.read_text() == document()
+    for table in (AGENT, ORCHESTRATOR):
+        drawn = mermaid(table)
+        for row in table.transitions:
+            if row["trigger"] in SHARED_TRIGGERS:
+                continue
+            for source in ([row["source"]] if isinstance(row["source"], str) else row["source"]):
+                assert f"{source} --> {row['dest']}: {row['trigger']}" in drawn

@@ -13,15 +13,17 @@ the work for bigger games.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Callable, Optional
 
-from mistk_rl.errors import InvalidRequest
-from mistk_rl.games.opponents import OPPONENTS
+import numpy as np
+
+from mistk_rl.games.opponents import Opponent
 from mistk_rl.games.pettingzoo_games import GameCopy, make_copy, result_for, winner
-from mistk_rl.schemas import ExhaustiveSpec
 
-if TYPE_CHECKING:
-    from orchestrators.game_orchestrator import GameOrchestrator
+# the agent's greedy actions for a batch of positions: ({entity: obs}, {entity: mask} or None)
+# -> {entity: action}; entities are "SEAT:k", one per position (the orchestrator asks its
+# agent over HTTP; a test may answer in-process)
+Ask = Callable[[dict[str, np.ndarray], Optional[dict[str, np.ndarray]]], dict[str, Any]]
 
 
 @dataclass
@@ -43,56 +45,38 @@ def _position(game: GameCopy, node: _Node) -> list:
     return decisions
 
 
-def check_exhaustive(orch: "GameOrchestrator", spec: ExhaustiveSpec) -> None:
-    """Refuse (400) what cannot be enumerated: an unknown agent, a game that is not a
-    two-seat turn-based one, an opponent that cannot play in its spaces."""
-    if spec.agent not in orch.agents:
-        raise InvalidRequest(f"exhaustive.agent {spec.agent!r} is not registered "
-                             f"(registered: {', '.join(sorted(orch.agents)) or 'none'})")
-    if orch.api != "aec" or len(orch.seats) != 2:
-        raise InvalidRequest(f"exhaustive evaluation enumerates two-seat turn-based games; "
-                             f"{orch.registry_id} is not one")
-    for seat in orch.seats:
-        try:
-            OPPONENTS[spec.opponent].check_spaces(*orch.spaces[seat])
-        except ValueError as exc:
-            raise InvalidRequest(f"exhaustive.opponent {spec.opponent}: {exc}") from exc
-
-
-def run_exhaustive(orch: "GameOrchestrator", spec: ExhaustiveSpec) -> dict[str, Any]:
-    """Enumerate the games with the agent in each seat; returns the report (module doc)."""
-    agent = orch.agents[spec.agent]
-    opponent = OPPONENTS[spec.opponent](*orch.spaces[orch.seats[0]])
-    report: dict[str, Any] = {"agent": spec.agent, "opponent": spec.opponent,
-                              "game": orch.registry_id, "complete": True, "positions": 0,
+def enumerate_lines(api: str, registry_id: str, kwargs: dict[str, Any], seats: list[str],
+                    opponent: Opponent, ask: Ask, max_positions: int,
+                    should_stop: Callable[[], bool] = lambda: False) -> dict[str, Any]:
+    """Enumerate the games with the agent in each seat of a two-seat turn-based game against
+    every reply of `opponent`; returns the report (module doc) without its agent and
+    opponent names, which the caller knows."""
+    report: dict[str, Any] = {"game": registry_id, "complete": True, "positions": 0,
                               "seats": {}}
-    agent.client.episode_started({}, mode="eval", episode=len(orch.results))
-    try:
-        for seat in orch.seats:
-            if orch.should_stop or not report["complete"]:
-                break
-            game = make_copy(orch.api, orch.registry_id, orch.kwargs)
-            try:
-                report["seats"][seat] = _enumerate_seat(orch, agent, opponent, game, seat,
-                                                        spec.max_positions, report)
-            finally:
-                game.env.close()
-    finally:
-        agent.client.episode_stopped()
-    if orch.should_stop:
+    for seat in seats:
+        if should_stop() or not report["complete"]:
+            break
+        game = make_copy(api, registry_id, kwargs)
+        try:
+            report["seats"][seat] = _enumerate_seat(ask, opponent, game, seat, max_positions,
+                                                    report, should_stop)
+        finally:
+            game.env.close()
+    if should_stop():
         report["complete"] = False
     return report
 
 
-def _enumerate_seat(orch: "GameOrchestrator", agent: Any, opponent: Any, game: GameCopy,
-                    seat: str, max_positions: int, report: dict[str, Any]) -> dict[str, Any]:
+def _enumerate_seat(ask: Ask, opponent: Opponent, game: GameCopy, seat: str,
+                    max_positions: int, report: dict[str, Any],
+                    should_stop: Callable[[], bool]) -> dict[str, Any]:
     """The lines with the agent in `seat`, depth by depth: one request for all positions
     where it moves, a branch per opponent reply. Counts positions into `report` and marks
     it incomplete past `max_positions`."""
     tally = {"lines": 0, "wonLines": 0, "drawnLines": 0, "lostLines": 0,
              "win": 0.0, "draw": 0.0, "loss": 0.0}
     frontier = [_Node((), 1.0)]
-    while frontier and not orch.should_stop:
+    while frontier and not should_stop():
         asks: list[tuple[_Node, Any]] = []
         branched: list[_Node] = []
         for node in frontier:
@@ -115,7 +99,7 @@ def _enumerate_seat(orch: "GameOrchestrator", agent: Any, opponent: Any, game: G
             obs = {f"{seat}:{k}": d.obs for k, (_, d) in enumerate(asks)}
             masks = {f"{seat}:{k}": d.mask for k, (_, d) in enumerate(asks)
                      if d.mask is not None}
-            actions = agent.client.get_action(obs, masks or None)
+            actions = ask(obs, masks or None)
             branched += [_Node(node.moves + ((seat, actions.get(f"{seat}:{k}")),), node.prob)
                          for k, (node, _) in enumerate(asks)]
         frontier = branched

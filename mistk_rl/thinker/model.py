@@ -28,6 +28,7 @@ from gymnasium import spaces
 from torch import nn
 
 from mistk_rl.thinker.config import ThinkerConfig
+from mistk_rl.thinker.model_learner import ModelLearner
 
 CHANNELS = 16   # conv channels per unit of model_size_nn: 7x7 planes need few
 WIDTH = 128     # MLP width per unit of model_size_nn (1-D observations)
@@ -201,8 +202,6 @@ class ThinkerModel:
                 not in (1, 3):
             raise ValueError("the Thinker model takes Box observations, (C, H, W) frames or "
                              f"1-D vectors, not {observation_space}")
-        from mistk_rl.thinker.model_learner import ModelLearner  # (it imports the nets here)
-
         self.cfg = cfg
         self.num_actions = int(num_actions)
         self.obs_shape = tuple(observation_space.shape)

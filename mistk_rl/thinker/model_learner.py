@@ -29,7 +29,7 @@ from __future__ import annotations
 import io
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NamedTuple, Optional
+from typing import Any, NamedTuple, Optional, Protocol
 
 import numpy as np
 import torch
@@ -37,9 +37,19 @@ import torch.nn.functional as F
 
 from mistk_rl.files import atomic_write_bytes
 from mistk_rl.rl.data.segment_tree import MinSegmentTree, SumSegmentTree
+from mistk_rl.thinker.config import ThinkerConfig
 
-if TYPE_CHECKING:
-    from mistk_rl.thinker.model import ThinkerModel
+
+class TrainableModel(Protocol):
+    """What the learner trains: `model.ThinkerModel` builds the nets and acts with them,
+    this module trains them (the learner does not import the model: one arrow, no cycle)."""
+
+    cfg: ThinkerConfig
+    num_actions: int
+    obs_shape: tuple[int, ...]
+    scale: torch.nn.Module            # observations -> net scale (model.ObsScale)
+    sr: Optional[torch.nn.Module]     # the state-reward net (model.SRNet), wrapper_type 0
+    vp: Optional[torch.nn.Module]     # the value-policy net (model.VPNet), unless vp_fn
 
 CHECKPOINT = "ckp_model.tar"
 PRIORITY_EPS = 1e-6  # a sample whose value is exact keeps a little chance to be drawn
@@ -203,7 +213,7 @@ class Replay:
 class ModelLearner:
     """Replay, optimisers, counters and checkpoints of a ThinkerModel's nets."""
 
-    def __init__(self, model: ThinkerModel) -> None:
+    def __init__(self, model: TrainableModel) -> None:
         self.model = model
         cfg = self.cfg = model.cfg
         self.k = cfg.model_unroll_len

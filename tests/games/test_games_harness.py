@@ -8,7 +8,7 @@ import yaml
 
 from harness.config import ConfigError, RunConfig, load_config
 from harness.run import run
-from mistk_rl.cli import main as cli
+from harness.cli import main as cli
 
 SELF_PLAY = {
     "name": "ttt",

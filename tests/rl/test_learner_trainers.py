@@ -1,4 +1,4 @@
-"""Learner hooks, the two trainers' schedules, and the episode-balanced evaluator."""
+"""Learner hooks and the two trainers' schedules."""
 from __future__ import annotations
 
 import csv
@@ -10,7 +10,6 @@ import torch
 from gymnasium import spaces
 
 from mistk_rl.rl.data.buffers import AdvancedReplayBuffer, NaiveReplayBuffer
-from mistk_rl.rl.evaluator import EpisodeQuota, Evaluator
 from mistk_rl.rl.learner import (CheckpointHook, FunctionHook, Learner, LogHook,
                                  load_checkpoint)
 from mistk_rl.rl.policies.base import LearnMode
@@ -143,39 +142,6 @@ def test_on_policy_trainer_trains_every_n_steps_with_bootstrapped_gae():
     assert batch["advantage"][5].item() == pytest.approx(delta[5].item(), rel=1e-5)
     assert batch["return"][5].item() == pytest.approx(
         (batch["advantage"][5] + value[5]).item(), rel=1e-5)
-
-
-def test_episode_quota_balances_envs():
-    quota = EpisodeQuota(n_episodes=5, n_envs=2)
-    assert quota.quota == [3, 2]
-    for r in (1, 1, 1):  # env 1 finishes short episodes fast...
-        quota.add(1, r)
-    assert not quota.add(1, 1.0) or len(quota.returns[1]) <= 2
-    for r in (100, 100, 100, 100):  # ...env 0's long ones still count
-        quota.add(0, r)
-    assert quota.done and sorted(quota.all_returns()) == [1, 1, 100, 100, 100]
-    with pytest.raises(ValueError):
-        EpisodeQuota(1, 2)
-
-
-def test_evaluator_reports_stop():
-    policy = DQNPolicy(None, gym.make("CartPole-v1").observation_space, ACT, seed=0)
-    evaluator = Evaluator([lambda: gym.make("CartPole-v1")] * 2, n_episodes=4, stop_value=1e9)
-    result = evaluator.eval(policy.eval_mode.forward, seed=0)
-    evaluator.close()
-    assert len(result.returns) == 4 and not result.stop and result.mean_return > 0
-
-
-def test_evaluator_on_discrete_observations():
-    """FrozenLake's observations are indices: encoded once, by the policy (the evaluator
-    used to one-hot them first, and the policy then failed on the one-hot rows)."""
-    make = lambda: gym.make("FrozenLake-v1", is_slippery=False)  # noqa: E731
-    env = make()
-    policy = DQNPolicy(None, env.observation_space, env.action_space, seed=0)
-    evaluator = Evaluator([make] * 2, n_episodes=4, max_steps=400)
-    result = evaluator.eval(policy.eval_mode.forward, seed=0)
-    evaluator.close()
-    assert len(result.returns) == 4 and set(result.returns) <= {0.0, 1.0}
 
 
 def test_end_of_agent_episode_flushes_every_entity():

@@ -203,7 +203,7 @@ def test_the_model_bench_measures_held_out_losses(tmp_path):
     on the held-out windows are recorded before and after, and everything stays finite."""
     import json
 
-    from mistk_rl.bench_thinker import bench_model
+    from harness.bench.thinker import bench_model
 
     small = dict(rec_t=2, model_unroll_len=1, model_warm_up_n=24, model_batch_size=4,
                  model_min_replay_ratio=1.0, model_max_replay_ratio=2.0, model_buffer_n=200,
@@ -227,7 +227,7 @@ def test_the_solver_behaviour_solves_what_random_play_rarely_does():
     its shortest solution; uniform play in as many steps almost never does."""
     import gymnasium as gym
 
-    from mistk_rl.bench_thinker import Behaviour
+    from harness.bench.thinker import Behaviour
     from mistk_rl.thinker.puzzle import ENV_ID, MAX_STEPS
 
     def solved_within(behaviour: Behaviour, steps: int) -> int:

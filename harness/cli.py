@@ -1,48 +1,16 @@
-"""The `mistk-rl` command: serve, run, eval, bench."""
+"""The `mistk-rl` command: serve, run, eval, bench.
+
+The top of the driver layer: `serve` is the framework's (`mistk_rl.service.cli`, also
+`python -m mistk_rl serve`, which is how the harness starts services), `run` and `eval` the
+harness's (`harness.run`), `bench` the benchmarks' (`harness.bench`)."""
 from __future__ import annotations
 
 import argparse
-import dataclasses
-import os
 import sys
 from pathlib import Path
 from typing import Optional, Sequence
 
-from mistk_rl.limits import Limits
-
-
-def _serve(args: argparse.Namespace) -> int:
-    from mistk_rl.service.server import ServeOptions, serve
-
-    hosts = [h for h in os.environ.get("MISTK_RL_AGENT_HOSTS", "").split(",") if h]
-    limits = list(args.limit)
-    if args.max_body_bytes is not None:
-        limits.append(f"max_body_bytes={args.max_body_bytes}")
-    try:
-        parsed = Limits.parse(limits)
-        shares = _shares(args.share)
-    except ValueError as exc:
-        print(f"mistk-rl serve: {exc}", file=sys.stderr)
-        return 2
-    serve(ServeOptions(
-        role=args.role, target=args.target, host=args.host,
-        port=args.port if args.port is not None else (8081 if args.role == "agent" else 8080),
-        data_dir=Path(args.data_dir), token=args.token or os.environ.get("MISTK_RL_TOKEN"),
-        fd=args.fd, allow_agent_hosts=hosts + list(args.allow_agent_host),
-        env_modules=list(args.env_module), agent_timeout=args.agent_timeout,
-        limits=parsed, shares=shares, log_level=args.log_level))
-    return 0
-
-
-def _shares(given: list[str]) -> dict[str, Path]:
-    """``--share NAME=DIR`` options as {NAME: DIR}."""
-    shares = {}
-    for item in given:
-        name, sep, directory = item.partition("=")
-        if not sep or not name or "/" in name or name in (".", "..") or not directory:
-            raise ValueError(f"--share {item!r}: expected NAME=DIR (NAME one path component)")
-        shares[name] = Path(directory)
-    return shares
+from mistk_rl.service.cli import add_serve_arguments
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -64,7 +32,7 @@ def _eval(args: argparse.Namespace) -> int:
 
 
 def _bench(args: argparse.Namespace) -> int:
-    from mistk_rl.bench import run_bench
+    from harness.bench import run_bench
 
     counts = [int(x) for x in args.envs.split(",")] if args.envs else None
     seeds = [int(x) for x in args.seeds.split(",")] if args.seeds else None
@@ -77,44 +45,11 @@ def _bench(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="mistk-rl", description=__doc__)
+    parser = argparse.ArgumentParser(prog="mistk-rl", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
 
     serve = sub.add_parser("serve", help="run an agent or orchestrator class as a service")
-    serve.add_argument("role", choices=["agent", "orchestrator"])
-    serve.add_argument("target", help="MODULE:CLASS, e.g. agents.random_agent:RandomAgent")
-    serve.add_argument("--host", default="127.0.0.1",
-                       help="address to bind (default loopback; 0.0.0.0 exposes the service)")
-    serve.add_argument("--port", type=int, default=None,
-                       help="port (default 8081 agent, 8080 orchestrator)")
-    serve.add_argument("--data-dir", default="data",
-                       help="directory that model and episode paths resolve inside")
-    serve.add_argument("--token", default=None,
-                       help="bearer token required on every call but apiVersion "
-                            "(default: $MISTK_RL_TOKEN, else none)")
-    serve.add_argument("--allow-agent-host", action="append", default=[],
-                       help="orchestrator: a non-loopback host agents may be registered at "
-                            "(repeatable; also $MISTK_RL_AGENT_HOSTS, comma-separated)")
-    serve.add_argument("--env-module", action="append", default=[],
-                       help="orchestrator: a module to import at start whose envs may be "
-                            "used (as their registered ids, or MODULE:ID); repeatable. "
-                            "Without it only envs registered with gymnasium are accepted")
-    serve.add_argument("--agent-timeout", type=float, default=20.0,
-                       help="orchestrator: seconds to wait for one agent call before the "
-                            "episode fails naming the agent and the call")
-    serve.add_argument("--limit", action="append", default=[], metavar="NAME=VALUE",
-                       help="raise or lower a limit (repeatable): " + ", ".join(
-                           f"{f.name} (default {f.default:,})"
-                           for f in dataclasses.fields(Limits)))
-    serve.add_argument("--max-body-bytes", type=int, default=None,
-                       help="larger request bodies get 413 (= --limit max_body_bytes=N)")
-    serve.add_argument("--share", action="append", default=[], metavar="NAME=DIR",
-                       help="paths starting NAME/ resolve inside DIR instead of the data dir "
-                            "(repeatable): a directory several services share, such as a "
-                            "league's snapshots")
-    serve.add_argument("--log-level", default="info")
-    serve.add_argument("--fd", type=int, default=None, help=argparse.SUPPRESS)
-    serve.set_defaults(func=_serve)
+    add_serve_arguments(serve)
 
     run = sub.add_parser("run", help="drive agents and an orchestrator from a YAML config")
     run.add_argument("config", nargs="?",

@@ -57,7 +57,7 @@ class HarnessProcess:
         path = run_dir.parent / f"{run_dir.name}.yaml"
         path.write_text(yaml.safe_dump(config))
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "mistk_rl", "run", str(path), "--out", str(run_dir)],
+            [sys.executable, "-m", "harness", "run", str(path), "--out", str(run_dir)],
             cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         self.lines: queue.Queue[str] = queue.Queue()
         threading.Thread(target=self._read, daemon=True).start()

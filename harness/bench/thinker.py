@@ -248,7 +248,7 @@ def bench_ppo(seeds: Sequence[int] = (0, 1, 2), out: str = "runs/bench-thinker-p
         for seed in seeds:
             run_dir = root / f"{arm}-s{seed}"
             start = time.perf_counter()
-            subprocess.run([sys.executable, "-m", "mistk_rl", "run", PPO_CONFIGS[arm],
+            subprocess.run([sys.executable, "-m", "harness", "run", PPO_CONFIGS[arm],
                             "--seed", str(seed), "--out", str(run_dir), "--quiet"], check=True)
             results = json.loads((run_dir / "results.json").read_text())
             curves[arm][seed] = solve_rates(results)

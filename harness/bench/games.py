@@ -21,7 +21,7 @@ from mistk_rl.schemas import EpisodeConfig
 AGENTS = {"random": "agents.opponent_agents:MaskedRandomAgent",
           "dqn": "agents.dqn_agent:DQNAgent"}
 GAME = "classic/tictactoe-v3"
-CONFIG = Path(__file__).resolve().parent.parent / "configs" / "tictactoe_selfplay_dqn.yaml"
+CONFIG = Path(__file__).resolve().parents[2] / "configs" / "tictactoe_selfplay_dqn.yaml"
 
 
 class InProcessClient:

@@ -23,7 +23,7 @@ from mistk_rl.jsonable import to_jsonable
 from mistk_rl.rl.envs import MANAGERS, EnvManager, make_env_fns
 from mistk_rl.spaces import space_to_dict
 
-SLOW_ENV = "mistk_rl.bench_step:SlowCartPole-v0"
+SLOW_ENV = "harness.bench.step:SlowCartPole-v0"
 
 
 class SlowCartPole(gym.Wrapper):

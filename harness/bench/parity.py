@@ -4,7 +4,7 @@ same hyperparameters and the same evaluation protocol, on a suite of tasks.
 Each suite entry is one training config under ``configs/suite/`` (rl-baselines3-zoo's tuned
 values; each file says where a value has no equivalent here). Per entry and seed, the config
 runs as ``mistk-rl run CONFIG --seed N`` would (services on loopback), then SB3 runs from the
-same file (`bench_sb3.sb3_setup` maps the keys), one right after the other so both meet the
+same file (`sb3.sb3_setup` maps the keys), one right after the other so both meet the
 same machine: on shared machines the speed drifts by 2x within an hour, so only figures from
 one sitting compare. Each side reports env steps and seconds to its first evaluation >=
 stop_value and its final evaluation mean; an entry without a stop value (Pendulum) runs its
@@ -24,7 +24,7 @@ from typing import Optional
 
 from harness.config import RunConfig, load_config, with_seed
 
-SUITE_DIR = Path(__file__).resolve().parent.parent / "configs" / "suite"
+SUITE_DIR = Path(__file__).resolve().parents[2] / "configs" / "suite"
 SUITES = {
     "classic": ["ppo_cartpole", "dqn_cartpole", "ppo_acrobot", "dqn_acrobot",
                 "dqn_mountaincar", "ppo_pendulum"],
@@ -95,7 +95,7 @@ def preflight(config: RunConfig) -> Optional[str]:
     takes well under a second, instead of starting services to find out."""
     import gymnasium as gym
 
-    from mistk_rl.bench_sb3 import agent_class, merged_agent_config
+    from harness.bench.sb3 import agent_class, merged_agent_config
 
     merged, pending = merged_agent_config(config)
     if pending:
@@ -133,7 +133,7 @@ def run_entry(name: str, seeds: list[int], config_path: Optional[Path] = None
               ) -> tuple[list[dict], dict]:
     """Both sides of one entry, seed by seed; returns its records and its summary."""
     from harness.run import run
-    from mistk_rl.bench_sb3 import Unmappable, run_sb3, sb3_setup
+    from harness.bench.sb3 import Unmappable, run_sb3, sb3_setup
 
     config = load_config(config_path or entry_path(name))
     spec = config.training

@@ -1,6 +1,6 @@
 """`mistk-rl bench`: measurements of the services, printed and optionally saved as JSON.
-(transport/envs: `bench_step`; sb3-*: `bench_sb3`; parity and its aliases learning-*:
-`bench_parity`; faults: `bench_faults`.)
+(transport/envs: `step`; sb3-*: `sb3`; parity and its aliases learning-*: `parity`;
+faults: `faults`; games: `games`; thinker-*: `thinker`.)
 
 getaction: the round-trip time of getAction against a local RandomAgent service (gunicorn on
 loopback, one kept-alive connection, a CartPole-sized observation), after a warm-up.
@@ -22,7 +22,7 @@ import numpy as np
 def bench_getaction(n: int = 2000, warmup: int = 200) -> dict:
     import gymnasium as gym
 
-    from mistk_rl.bench_step import start_random_agent
+    from harness.bench.step import start_random_agent
 
     obs, _ = gym.make("CartPole-v1").reset(seed=0)
     with tempfile.TemporaryDirectory(prefix="mistk-bench-") as tmp:
@@ -55,7 +55,7 @@ def bench_long_polls(polls: int = 64) -> dict:
     a crowd of waiting observers."""
     from concurrent.futures import ThreadPoolExecutor
 
-    from mistk_rl.bench_step import start_random_agent
+    from harness.bench.step import start_random_agent
 
     with tempfile.TemporaryDirectory(prefix="mistk-bench-") as tmp:
         service, agent = start_random_agent(Path(tmp), name="player")
@@ -86,8 +86,8 @@ def bench_sb3(algo: str, seed: int, eval_every: Optional[int],
               config_path: Optional[Path] = None) -> dict:
     """SB3 alone on a training config (default: the suite's CartPole entry for `algo`)."""
     from harness.config import load_config
-    from mistk_rl.bench_parity import entry_path
-    from mistk_rl.bench_sb3 import run_sb3
+    from harness.bench.parity import entry_path
+    from harness.bench.sb3 import run_sb3
 
     config = load_config(config_path or entry_path(f"{algo}_cartpole"))
     if eval_every is not None:
@@ -103,8 +103,8 @@ def bench_sb3(algo: str, seed: int, eval_every: Optional[int],
 def bench_parity(suite: str = "classic", seeds: Optional[list[int]] = None,
                  entries: Optional[list[str]] = None, config: Optional[Path] = None,
                  json_out: Optional[Path] = None) -> int:
-    from mistk_rl.bench_parity import DEFAULT_SEEDS, SUITES
-    from mistk_rl.bench_parity import bench_parity as run_parity
+    from harness.bench.parity import DEFAULT_SEEDS, SUITES
+    from harness.bench.parity import bench_parity as run_parity
 
     if config is not None:
         names = [config.stem]
@@ -125,7 +125,7 @@ def run_bench(what: str, n: Optional[int] = None, json_out: Optional[Path] = Non
               steps: int = 20000, seeds: Optional[list[int]] = None,
               config: Optional[Path] = None, suite: str = "classic",
               entries: Optional[list[str]] = None, behaviour: str = "solver") -> int:
-    from mistk_rl.bench_step import bench_envs, bench_transport
+    from harness.bench.step import bench_envs, bench_transport
 
     counts = env_counts or [1, 16, 64, 256]
     if what == "parity":
@@ -140,14 +140,14 @@ def run_bench(what: str, n: Optional[int] = None, json_out: Optional[Path] = Non
             _write(json_out, records)
         return 0
     if what == "games":
-        from mistk_rl.bench_games import bench_games
+        from harness.bench.games import bench_games
 
         records = bench_games(env_counts or [1, 16, 64], steps)
         if json_out is not None:
             _write(json_out, records)
         return 0
     if what in ("thinker-planner", "thinker-ppo", "thinker-model"):
-        from mistk_rl import bench_thinker
+        from harness.bench import thinker as bench_thinker
 
         if what == "thinker-planner":
             records = bench_thinker.bench_planner(episodes=n or 3000, seed=seed)
@@ -160,7 +160,7 @@ def run_bench(what: str, n: Optional[int] = None, json_out: Optional[Path] = Non
             _write(json_out, records)
         return 0
     if what == "faults":
-        from mistk_rl.bench_faults import bench_faults
+        from harness.bench.faults import bench_faults
 
         records = bench_faults()
         if json_out is not None:

@@ -110,7 +110,7 @@ def _done(tree: dict, prefix: str = "") -> None:
         if isinstance(value, dict):
             _done(value, path)
         else:
-            raise Unmappable(f"{path} = {value!r} has no SB3 mapping in bench_sb3")
+            raise Unmappable(f"{path} = {value!r} has no SB3 mapping in harness.bench.sb3")
 
 
 def _require(value: Any, wanted: Any, path: str, why: str) -> None:

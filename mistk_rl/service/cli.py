@@ -1,0 +1,97 @@
+"""`mistk-rl serve` (and `python -m mistk_rl serve`): one agent or orchestrator class as a
+service. The framework's own command line, so that starting a service needs nothing above
+the framework (`mistk_rl.launch` runs `python -m mistk_rl serve ...`)."""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+import sys
+from pathlib import Path
+from typing import Optional, Sequence
+
+from mistk_rl.limits import Limits
+
+
+def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options of `serve`, on `parser` (a sub-command's parser, or this module's own)."""
+    parser.add_argument("role", choices=["agent", "orchestrator"])
+    parser.add_argument("target", help="MODULE:CLASS, e.g. agents.random_agent:RandomAgent")
+    parser.add_argument("--host", default="127.0.0.1",
+                        help="address to bind (default loopback; 0.0.0.0 exposes the service)")
+    parser.add_argument("--port", type=int, default=None,
+                        help="port (default 8081 agent, 8080 orchestrator)")
+    parser.add_argument("--data-dir", default="data",
+                        help="directory that model and episode paths resolve inside")
+    parser.add_argument("--token", default=None,
+                        help="bearer token required on every call but apiVersion "
+                             "(default: $MISTK_RL_TOKEN, else none)")
+    parser.add_argument("--allow-agent-host", action="append", default=[],
+                        help="orchestrator: a non-loopback host agents may be registered at "
+                             "(repeatable; also $MISTK_RL_AGENT_HOSTS, comma-separated)")
+    parser.add_argument("--env-module", action="append", default=[],
+                        help="orchestrator: a module to import at start whose envs may be "
+                             "used (as their registered ids, or MODULE:ID); repeatable. "
+                             "Without it only envs registered with gymnasium are accepted")
+    parser.add_argument("--agent-timeout", type=float, default=20.0,
+                        help="orchestrator: seconds to wait for one agent call before the "
+                             "episode fails naming the agent and the call")
+    parser.add_argument("--limit", action="append", default=[], metavar="NAME=VALUE",
+                        help="raise or lower a limit (repeatable): " + ", ".join(
+                            f"{f.name} (default {f.default:,})"
+                            for f in dataclasses.fields(Limits)))
+    parser.add_argument("--max-body-bytes", type=int, default=None,
+                        help="larger request bodies get 413 (= --limit max_body_bytes=N)")
+    parser.add_argument("--share", action="append", default=[], metavar="NAME=DIR",
+                        help="paths starting NAME/ resolve inside DIR instead of the data dir "
+                             "(repeatable): a directory several services share, such as a "
+                             "league's snapshots")
+    parser.add_argument("--log-level", default="info")
+    parser.add_argument("--fd", type=int, default=None, help=argparse.SUPPRESS)
+    parser.set_defaults(func=serve_command)
+
+
+def serve_command(args: argparse.Namespace) -> int:
+    """Run the service `args` describe until it is stopped (SIGTERM or Ctrl-C)."""
+    from mistk_rl.service.server import ServeOptions, serve
+
+    hosts = [h for h in os.environ.get("MISTK_RL_AGENT_HOSTS", "").split(",") if h]
+    limits = list(args.limit)
+    if args.max_body_bytes is not None:
+        limits.append(f"max_body_bytes={args.max_body_bytes}")
+    try:
+        parsed = Limits.parse(limits)
+        shares = _shares(args.share)
+    except ValueError as exc:
+        print(f"mistk-rl serve: {exc}", file=sys.stderr)
+        return 2
+    serve(ServeOptions(
+        role=args.role, target=args.target, host=args.host,
+        port=args.port if args.port is not None else (8081 if args.role == "agent" else 8080),
+        data_dir=Path(args.data_dir), token=args.token or os.environ.get("MISTK_RL_TOKEN"),
+        fd=args.fd, allow_agent_hosts=hosts + list(args.allow_agent_host),
+        env_modules=list(args.env_module), agent_timeout=args.agent_timeout,
+        limits=parsed, shares=shares, log_level=args.log_level))
+    return 0
+
+
+def _shares(given: list[str]) -> dict[str, Path]:
+    """``--share NAME=DIR`` options as {NAME: DIR}."""
+    shares = {}
+    for item in given:
+        name, sep, directory = item.partition("=")
+        if not sep or not name or "/" in name or name in (".", "..") or not directory:
+            raise ValueError(f"--share {item!r}: expected NAME=DIR (NAME one path component)")
+        shares[name] = Path(directory)
+    return shares
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m mistk_rl")
+    sub = parser.add_subparsers(dest="command", required=True)
+    add_serve_arguments(sub.add_parser("serve", help=__doc__.splitlines()[0]))
+    args = parser.parse_args(argv)
+    try:
+        return args.func(args)
+    except KeyboardInterrupt:
+        return 130
