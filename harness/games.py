@@ -16,14 +16,14 @@ the budget is spent. Games in progress at a budget are finished, not cut.
 from __future__ import annotations
 
 import csv
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Optional
 
 from harness.config import GameEvaluation, GameTrainingSpec, Matchup, Target
 from harness.progress import TrainingProgress
-from harness.training import Checkpoints, ProgressFile, run_call
+from harness.loop import Evaluated, run_loop
+from harness.training import Checkpoints, ProgressFile
 from mistk_rl.client import OrchestratorClient
 from mistk_rl.games.pettingzoo_games import RESULTS, result_for
 from mistk_rl.schemas import AgentSettings, EpisodeConfig, EpisodeResult, ExhaustiveSpec
@@ -38,9 +38,10 @@ def evaluate(orch: OrchestratorClient, spec: GameEvaluation, timeout: float) -> 
 
 def _enumerated(orch: OrchestratorClient, spec: GameEvaluation, matchup: Matchup,
                 timeout: float) -> dict[str, Any]:
-    run_call(orch, EpisodeConfig(exhaustive=ExhaustiveSpec(agent=spec.agent,
-                                                        opponent=matchup.opponent)), timeout)
-    report = orch.get_results().evaluations[-1]
+    played = orch.play(EpisodeConfig(exhaustive=ExhaustiveSpec(agent=spec.agent,
+                                                             opponent=matchup.opponent)),
+                       timeout=timeout)
+    report = played.results.evaluations[-1]
     if not report["complete"]:
         raise RuntimeError(f"the enumeration against {matchup.opponent} did not complete "
                            f"({report['positions']} positions)")
@@ -54,9 +55,10 @@ def _sampled(orch: OrchestratorClient, spec: GameEvaluation, matchup: Matchup,
              timeout: float) -> dict[str, Any]:
     seats = orch.status().payload["seats"]
     lineup = {seats[0]: spec.agent, seats[1]: matchup.opponent}
-    games = run_call(orch, EpisodeConfig(
+    games = orch.play(EpisodeConfig(
         num_episodes=matchup.games_per_seat * len(seats), num_envs=spec.num_envs,
-        seed=spec.seed, train=False, lineup=lineup, seat_assignment="alternate"), timeout)
+        seed=spec.seed, train=False, lineup=lineup, seat_assignment="alternate"),
+        timeout=timeout).episodes
     return {"exhaustive": False, "seats": seat_rates(games, spec.agent, seats)}
 
 
@@ -76,60 +78,80 @@ def train_games(orch: OrchestratorClient, spec: GameTrainingSpec, evaluation: Ga
                 run_dir: Path, timeout: float, say: Callable[[str], None],
                 checkpoints: Optional[Checkpoints] = None, quiet: bool = False,
                 progress: Optional[GameProgress] = None) -> list[dict]:
-    """The training loop (module doc), from the start or from `progress` (a resumed run);
-    returns the evaluations, also written to ``evals.csv`` in `run_dir`. With `checkpoints`,
-    every evaluation saves each agent's checkpoint and then ``progress.json``."""
-    agent = evaluation.agent
+    """The training loop (module doc; `harness.loop`), from the start or from `progress` (a
+    resumed run); returns the evaluations, also written to ``evals.csv`` in `run_dir`. With
+    `checkpoints`, every evaluation saves each agent's checkpoint and then
+    ``progress.json``."""
     progress = progress or GameProgress()
     if progress.evals:
         progress.resumed_at.append(progress.agent_steps)
-    shown = TrainingProgress(spec.agent_steps, progress.agent_steps, quiet=quiet, say=say,
-                             unit="agent steps", eval_label="last eval win rate")
-    say = shown.write
-    started = time.monotonic() - progress.wall_s
-    steps, block, evals = progress.agent_steps, progress.blocks, progress.evals
-    settings = {name: AgentSettings.model_validate(value)
-                for name, value in spec.agents.items()}
-    try:
-        while steps < spec.agent_steps and not progress.done:
-            target = min(steps - steps % spec.eval_every + spec.eval_every, spec.agent_steps)
-            while steps < target:
-                base = _agent_steps(orch, agent)
-                run_call(orch, EpisodeConfig(
-                    num_steps=target - steps, num_envs=spec.num_envs,
-                    seed=spec.seed + block * spec.num_envs, train=True,
-                    seat_assignment=spec.seat_assignment, lineup=spec.lineup,
-                    agents=settings), timeout,
-                    lambda status, done=steps, base=base: shown.update(
-                        done + status.payload.get("agentSteps", {}).get(agent, base) - base))
-                steps += _agent_steps(orch, agent) - base
-                block += 1
-            shown.update(steps)
-            report = evaluate(orch, evaluation, timeout)
-            record = {"agent_steps": steps, "wall_s": round(time.monotonic() - started, 3),
-                      "moves": orch.status().payload.get("envSteps", 0), "evaluation": report}
-            evals.append(record)
-            first = next(iter(report.values()))["seats"].values()
-            shown.evaluated(sum(r["win"] for r in first) / len(first))
-            if "league" in orch.status().payload:  # the league as it stood: ratings over time
-                record["league"] = orch.get_league().model_dump()["players"]
-            progress.done = record["passed"] = meets(report, spec.stop_when)
-            if checkpoints is not None:  # agents first: progress must name saved checkpoints
-                progress.checkpoints = checkpoints.save(steps)
-                record["checkpoint"] = progress.checkpoints.get(agent)
-                progress.agent_steps, progress.blocks = steps, block
-                progress.wall_s = record["wall_s"]
-                progress.save(run_dir)
-                checkpoints.prune()
-            say(f"  eval at {steps:7d} agent steps ({record['wall_s']:7.1f} s): "
-                f"{summary(report)}")
-            if progress.done:
-                say("  every stop_when target met: stopping (this checkpoint is kept)")
-                break
-    finally:
-        shown.close()
-        write_evals(evals, run_dir)
-    return evals
+    last = progress.evals[-1]["evaluation"] if progress.evals else None
+    run_loop(_GameSchedule(orch, spec, evaluation, run_dir, timeout, progress),
+             progress.wall_s, say, checkpoints, quiet, last and _win_rate(last),
+             "every stop_when target met: stopping (this checkpoint is kept)",
+             done=progress.done)
+    return progress.evals
+
+
+class _GameSchedule:
+    """Game training for `run_loop`: blocks of games until the evaluated agent has made the
+    steps to the next evaluation point (games in progress are finished), then `evaluate`."""
+
+    unit, eval_label = "agent steps", "last eval win rate"
+
+    def __init__(self, orch: OrchestratorClient, spec: GameTrainingSpec,
+                 evaluation: GameEvaluation, run_dir: Path, timeout: float,
+                 progress: GameProgress) -> None:
+        self.orch, self.spec, self.evaluation = orch, spec, evaluation
+        self.run_dir, self.timeout, self.progress = run_dir, timeout, progress
+        self.budget, self.eval_every = spec.agent_steps, spec.eval_every
+        self.settings = {name: AgentSettings.model_validate(value)
+                         for name, value in spec.agents.items()}
+
+    def steps(self) -> int:
+        return self.progress.agent_steps
+
+    def train_block(self, target: int, shown: TrainingProgress) -> None:
+        agent, spec, progress = self.evaluation.agent, self.spec, self.progress
+        while progress.agent_steps < target:
+            done, base = progress.agent_steps, _agent_steps(self.orch, agent)
+            played = self.orch.play(EpisodeConfig(
+                num_steps=target - done, num_envs=spec.num_envs,
+                seed=spec.seed + progress.blocks * spec.num_envs, train=True,
+                seat_assignment=spec.seat_assignment, lineup=spec.lineup,
+                agents=self.settings), timeout=self.timeout,
+                on_status=lambda status: shown.update(
+                    done + status.payload.get("agentSteps", {}).get(agent, base) - base))
+            progress.agent_steps += played.moved("agentSteps", agent)
+            progress.blocks += 1
+
+    def evaluate(self, wall_s: float) -> Evaluated:
+        report = evaluate(self.orch, self.evaluation, self.timeout)
+        status = self.orch.status()
+        record = {"agent_steps": self.progress.agent_steps, "wall_s": wall_s,
+                  "moves": status.payload.get("envSteps", 0), "evaluation": report}
+        if "league" in status.payload:  # the league as it stood: ratings over time
+            record["league"] = self.orch.get_league().model_dump()["players"]
+        self.progress.done = record["passed"] = meets(report, self.spec.stop_when)
+        self.progress.evals.append(record)
+        return Evaluated(_win_rate(report), (
+            f"  eval at {self.progress.agent_steps:7d} agent steps ({wall_s:7.1f} s): "
+            f"{summary(report)}"), self.progress.done)
+
+    def save(self, checkpoints: dict[str, str], wall_s: float) -> None:
+        self.progress.checkpoints = checkpoints
+        self.progress.evals[-1]["checkpoint"] = checkpoints.get(self.evaluation.agent)
+        self.progress.wall_s = wall_s
+        self.progress.save(self.run_dir)
+
+    def close(self) -> None:
+        write_evals(self.progress.evals, self.run_dir)
+
+
+def _win_rate(report: dict[str, Any]) -> float:
+    """The first matchup's win rate over its seats: the headline beside the progress bar."""
+    seats = next(iter(report.values()))["seats"].values()
+    return sum(r["win"] for r in seats) / len(seats)
 
 
 @dataclass

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import csv
 import json
-import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable, Optional, Sequence
@@ -28,10 +27,11 @@ from typing import Callable, Optional, Sequence
 import numpy as np
 
 from harness.config import ConfigError, TrainingSpec
+from harness.loop import Evaluated, run_loop
+from harness.progress import TrainingProgress
 from mistk_rl.client import AgentClient, OrchestratorClient
 from mistk_rl.files import atomic_write_json
-from harness.progress import TrainingProgress
-from mistk_rl.schemas import EpisodeConfig, EpisodeResult, Status
+from mistk_rl.schemas import EpisodeConfig, EpisodeResult
 
 
 @dataclass
@@ -116,61 +116,74 @@ def train(orch: OrchestratorClient, spec: TrainingSpec, run_dir: Path, timeout: 
           say: Callable[[str], None], checkpoints: Optional[Checkpoints] = None,
           progress: Optional[Progress] = None, quiet: bool = False,
           title: str = "") -> Progress:
-    """Run the training loop, from the start or from `progress`; returns where it ended (the
-    evaluations are also written to disk). Shows a progress bar on a terminal, plain lines
-    otherwise, nothing when `quiet`."""
+    """Run the training loop (`harness.loop`), from the start or from `progress`; returns
+    where it ended (the evaluations are also written to disk)."""
     resumed = progress is not None
     progress = progress or Progress()
     if resumed:
         progress.resumed_at.append(progress.train_steps)
-    seed = resumed_seed(spec.seed, len(progress.evals)) if resumed else spec.seed
-    writer = _tensorboard(run_dir / "tensorboard",
-                          purge_step=progress.train_steps + 1 if resumed else None)
-    episodes_before = progress.episodes
-    started = time.monotonic() - progress.wall_s
-    shown = TrainingProgress(spec.env_steps, progress.train_steps, quiet=quiet, say=say)
-    if progress.evals:
-        shown.evaluated(progress.evals[-1]["mean_return"])
-    say = shown.write
-    try:
-        while progress.train_steps < spec.env_steps and not progress.done:
-            done = progress.train_steps
-            budget = min(spec.eval_every - done % spec.eval_every, spec.env_steps - done)
-            steps, episodes = _train_block(orch, spec, budget, seed, timeout,
-                                           lambda block_steps: shown.update(done + block_steps))
-            progress.train_steps += steps
-            progress.train_episodes += len(episodes)
-            shown.update(progress.train_steps)
-            for at, e in episodes:
-                writer.add_scalar("train/episode_return", e.return_, done + at)
-                progress.train_returns.append([done + at, e.return_])
-            result = _evaluate(orch, spec, timeout)
-            shown.evaluated(result.mean_return)
-            record = {"env_steps": progress.train_steps,
-                      "wall_s": round(time.monotonic() - started, 3),
-                      "mean_return": result.mean_return, "std_return": result.std_return,
-                      "returns": result.returns, "train_episodes": progress.train_episodes}
-            progress.evals.append(record)
-            progress.done = result.stop
-            writer.add_scalar("eval/mean_return", result.mean_return, progress.train_steps)
-            writer.add_scalar("eval/wall_s", record["wall_s"], progress.train_steps)
-            writer.flush()
-            if checkpoints is not None:  # agents first: progress must name saved checkpoints
-                progress.checkpoints = checkpoints.save(progress.train_steps)
-                progress.episodes = run_episodes(orch, episodes_before)
-                progress.wall_s = round(time.monotonic() - started, 3)
-                progress.save(run_dir)
-                checkpoints.prune()
-            say(f"  eval at {progress.train_steps:7d} env steps ({record['wall_s']:7.1f} s): "
-                f"mean return {result.mean_return:7.2f} ± {result.std_return:.2f} "
-                f"over {len(result.returns)} episodes")
-            if result.stop:
-                say(f"  reached stop_value {spec.stop_value}: stopping")
-    finally:
-        shown.close()
-        writer.close()
-        write_curve(progress.evals, run_dir, spec.stop_value, progress.train_returns, title)
+    schedule = _GymSchedule(orch, spec, run_dir, timeout, progress, resumed, title)
+    run_loop(schedule, progress.wall_s, say, checkpoints, quiet,
+             progress.evals[-1]["mean_return"] if progress.evals else None,
+             f"reached stop_value {spec.stop_value}: stopping", done=progress.done)
     return progress
+
+
+class _GymSchedule:
+    """Gym training for `run_loop`: blocks of training episodes over `num_envs` env copies
+    that stop exactly at each evaluation point and continue their episodes afterwards, and
+    greedy evaluations on fixed seeds; the curve goes to TensorBoard, CSV and PNG."""
+
+    unit, eval_label = "env steps", "last eval"
+
+    def __init__(self, orch: OrchestratorClient, spec: TrainingSpec, run_dir: Path,
+                 timeout: float, progress: Progress, resumed: bool, title: str) -> None:
+        self.orch, self.spec, self.run_dir, self.timeout = orch, spec, run_dir, timeout
+        self.progress, self.title = progress, title
+        self.budget, self.eval_every = spec.env_steps, spec.eval_every
+        self.seed = resumed_seed(spec.seed, len(progress.evals)) if resumed else spec.seed
+        self.episodes_before = progress.episodes
+        self.writer = _tensorboard(run_dir / "tensorboard",
+                                   purge_step=progress.train_steps + 1 if resumed else None)
+
+    def steps(self) -> int:
+        return self.progress.train_steps
+
+    def train_block(self, target: int, shown: TrainingProgress) -> None:
+        done = self.progress.train_steps
+        steps, episodes = _train_block(self.orch, self.spec, target - done, self.seed,
+                                       self.timeout, lambda block: shown.update(done + block))
+        self.progress.train_steps += steps
+        self.progress.train_episodes += len(episodes)
+        for at, e in episodes:
+            self.writer.add_scalar("train/episode_return", e.return_, done + at)
+            self.progress.train_returns.append([done + at, e.return_])
+
+    def evaluate(self, wall_s: float) -> Evaluated:
+        result, progress = _evaluate(self.orch, self.spec, self.timeout), self.progress
+        progress.evals.append({"env_steps": progress.train_steps, "wall_s": wall_s,
+                               "mean_return": result.mean_return,
+                               "std_return": result.std_return, "returns": result.returns,
+                               "train_episodes": progress.train_episodes})
+        progress.done = result.stop
+        self.writer.add_scalar("eval/mean_return", result.mean_return, progress.train_steps)
+        self.writer.add_scalar("eval/wall_s", wall_s, progress.train_steps)
+        self.writer.flush()
+        return Evaluated(result.mean_return, (
+            f"  eval at {progress.train_steps:7d} env steps ({wall_s:7.1f} s): mean return "
+            f"{result.mean_return:7.2f} ± {result.std_return:.2f} over "
+            f"{len(result.returns)} episodes"), result.stop)
+
+    def save(self, checkpoints: dict[str, str], wall_s: float) -> None:
+        self.progress.checkpoints = checkpoints
+        self.progress.episodes = run_episodes(self.orch, self.episodes_before)
+        self.progress.wall_s = wall_s
+        self.progress.save(self.run_dir)
+
+    def close(self) -> None:
+        self.writer.close()
+        write_curve(self.progress.evals, self.run_dir, self.spec.stop_value,
+                    self.progress.train_returns, self.title)
 
 
 def _train_block(orch: OrchestratorClient, spec: TrainingSpec, budget: int, seed: int,
@@ -183,21 +196,22 @@ def _train_block(orch: OrchestratorClient, spec: TrainingSpec, budget: int, seed
     evaluating never cuts or restarts a training episode (`seed` seeds the envs' first
     episodes only)."""
     steps_before = orch.status().payload.get("envSteps", 0)
-    episodes = run_call(orch, EpisodeConfig(
+    played = orch.play(EpisodeConfig(
         num_steps=budget, seed=seed, max_steps=spec.max_steps, train=True,
-        num_envs=spec.num_envs, env_manager=spec.env_manager, resume=True), timeout,
-        lambda status: on_steps(status.payload.get("envSteps", steps_before) - steps_before))
-    steps = orch.status().payload.get("envSteps", 0) - steps_before
-    return steps, [(steps if e.env_steps is None else e.env_steps - steps_before, e)
-                   for e in episodes]
+        num_envs=spec.num_envs, env_manager=spec.env_manager, resume=True), timeout=timeout,
+        on_status=lambda status: on_steps(
+            status.payload.get("envSteps", steps_before) - steps_before))
+    return played.moved("envSteps"), [
+        (played.moved("envSteps") if e.env_steps is None else e.env_steps - steps_before, e)
+        for e in played.episodes]
 
 
 def _evaluate(orch: OrchestratorClient, spec: TrainingSpec, timeout: float) -> EvalResult:
     """`eval_episodes` greedy episodes on the fixed evaluation seeds."""
-    episodes = run_call(orch, EpisodeConfig(
+    episodes = orch.play(EpisodeConfig(
         num_episodes=spec.eval_episodes, seed=spec.eval_seed, max_steps=spec.max_steps,
         train=False, num_envs=spec.eval_envs or spec.eval_episodes,
-        env_manager=spec.env_manager), timeout)
+        env_manager=spec.env_manager), timeout=timeout).episodes
     return summarize([e.return_ for e in episodes if not e.abnormal], spec.stop_value)
 
 
@@ -206,16 +220,6 @@ def run_episodes(orch: OrchestratorClient, before: list[dict]) -> list[dict]:
     then the orchestrator's, numbered on from there."""
     return before + [{**e.model_dump(by_alias=True, exclude_none=True),
                       "episode": e.episode + len(before)} for e in orch.get_results().episodes]
-
-
-def run_call(orch: OrchestratorClient, config: EpisodeConfig, timeout: float,
-         on_status: Optional[Callable[[Status], None]] = None) -> list[EpisodeResult]:
-    """One startEpisode to completion; returns the episodes it played (fetched from the
-    count before it on: a game run holds tens of thousands)."""
-    before = orch.status().payload.get("episodesDone", 0)
-    orch.start_episode(config, wait=True, timeout=timeout, on_status=on_status)
-    orch.stop_episode()
-    return orch.get_results(since=before).episodes
 
 
 def write_curve(evals: list[dict], run_dir: Path, stop_value: Optional[float] = None,

@@ -13,14 +13,15 @@ from __future__ import annotations
 
 import json
 import time
+from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Mapping, Optional, Sequence, Union
 from urllib.parse import urlsplit
 
 from mistk_rl import codec
 from mistk_rl.jsonable import to_jsonable
 from mistk_rl.schemas import (AgentConfig, AgentInitParams, ApiVersion, EpisodeConfig,
-                              EpisodeStart, League, OrchestratorInitParams, Problem, Replay,
-                              Results, Status)
+                              EpisodeResult, EpisodeStart, League, OrchestratorInitParams,
+                              Problem, Replay, Results, Status)
 from mistk_rl.transport import Transport, TransportError
 
 DEFAULT_TIMEOUT = 30.0
@@ -29,6 +30,29 @@ DEFAULT_TIMEOUT = 30.0
 LONG_POLL_CHUNK = 15.0
 LONG_POLL_GRACE = 10.0
 INSTANCE_HEADER = "Mistk-Instance"
+
+
+@dataclass
+class Played:
+    """What one `OrchestratorClient.play` call played: the episodes it added (and, for
+    games, the totals and every evaluation so far), with the status before and after, whose
+    counters (envSteps, agentSteps, ...) give what the call moved."""
+
+    results: Results
+    before: Status
+    after: Status
+
+    @property
+    def episodes(self) -> list[EpisodeResult]:
+        return self.results.episodes
+
+    def moved(self, counter: str, key: Optional[str] = None) -> int:
+        """How far a status counter moved: ``moved("envSteps")``, or one entry of a
+        per-agent counter, ``moved("agentSteps", "player")``."""
+        def read(status: Status) -> int:
+            value = status.payload.get(counter, {} if key else 0)
+            return int(value.get(key, 0) if key else value)
+        return read(self.after) - read(self.before)
 
 
 # ---- errors ------------------------------------------------------------------------------
@@ -349,6 +373,26 @@ class OrchestratorClient(_ServiceClient):
         config = EpisodeConfig.model_validate(config or {})
         accepted = self._status_call("POST", "/startEpisode", json_body=config.wire())
         return self.wait_until_done(accepted, timeout, on_status) if wait else accepted
+
+    def play(self, config: Union[EpisodeConfig, dict, None] = None, *,
+             timeout: Optional[float] = None,
+             on_status: Optional[Callable[[Status], None]] = None) -> Played:
+        """One startEpisode to completion, then stopEpisode (back to ready): what the call
+        played, its results fetched from the count before it on (a game run holds tens of
+        thousands). A call that does not finish within `timeout` is stopped (best effort)
+        before WaitTimeout is raised, so the service is not left running it."""
+        before = self.status()
+        try:
+            self.start_episode(config, wait=True, timeout=timeout, on_status=on_status)
+        except WaitTimeout:
+            try:
+                self.stop_episode()
+            except ServiceError:
+                pass
+            raise
+        self.stop_episode()
+        results = self.get_results(since=before.payload.get("episodesDone", 0))
+        return Played(results, before, self.status())
 
     def save_episode(self, path: str) -> Status:
         return self._status_call("POST", "/saveEpisode", params={"path": path})

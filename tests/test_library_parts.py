@@ -158,3 +158,25 @@ def test_episode_quotas_split_evenly_with_the_remainder_first():
     assert episode_quotas(5, 2) == [3, 2]
     assert episode_quotas(7, 3) == [3, 2, 2] and sum(episode_quotas(100, 7)) == 100
     assert episode_quotas(None, 2) == [float("inf"), float("inf")]
+
+
+def test_played_counts_what_a_call_moved():
+    from mistk_rl.client import Played
+    from mistk_rl.schemas import Results, Status
+
+    def status(env_steps, agent_steps):
+        return Status(state="ready", resource_version=1,
+                      payload={"envSteps": env_steps, "agentSteps": agent_steps})
+
+    played = Played(Results(), status(10, {"a": 4}), status(25, {"a": 9, "b": 3}))
+    assert played.moved("envSteps") == 15
+    assert played.moved("agentSteps", "a") == 5 and played.moved("agentSteps", "b") == 3
+    assert played.moved("episodesDone") == 0 and played.episodes == []
+
+
+def test_next_eval_point_stops_at_multiples_and_the_budget():
+    from harness.loop import next_eval_point
+
+    assert next_eval_point(0, 100, 1000) == 100
+    assert next_eval_point(130, 100, 1000) == 200  # a block that overshot: the next multiple
+    assert next_eval_point(950, 100, 1000) == 1000 and next_eval_point(200, 100, 250) == 250
