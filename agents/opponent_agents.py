@@ -18,28 +18,38 @@ from mistk_rl.agent import AbstractAgent, Observations
 from mistk_rl.errors import InvalidRequest
 from mistk_rl.files import atomic_write_json
 from mistk_rl.implementation import PROGRESS_EVERY_S
-from mistk_rl.games.opponents import (ConnectFourWinBlock, MaskedRandom, TicTacToePerfect,
-                                      UniformOpponent)
+from mistk_rl.registry import did_you_mean
+from mistk_rl.games.opponents import (OPPONENTS, ConnectFourWinBlock, MaskedRandom,
+                                      TicTacToePerfect, UniformOpponent)
 
 
 class OpponentAgent(AbstractAgent):
-    """Plays `opponent_cls`. Hyperparameters: ``seed`` (non-negative int or null) for
-    reproducible choices among equally good moves."""
+    """Plays any built-in opponent. Hyperparameters: ``opponent`` (a name in
+    `mistk_rl.games.opponents.OPPONENTS`; the subclasses below give a default) and ``seed``
+    (non-negative int or null) for reproducible choices among equally good moves."""
 
-    opponent_cls: ClassVar[type[UniformOpponent]]
+    opponent_cls: ClassVar[Optional[type[UniformOpponent]]] = None  # the default opponent
 
     def __init__(self) -> None:
         super().__init__()
         self.seed: Optional[int] = None
+        self.playing: Optional[type[UniformOpponent]] = type(self).opponent_cls
         self.opponent: Optional[UniformOpponent] = None
         self.rng = np.random.default_rng()
         self.actions_taken = 0
 
     def validate_initialize(self, props: dict[str, Any], hparams: dict[str, Any]) -> None:
-        unknown = sorted(set(hparams) - {"seed"})
+        unknown = sorted(set(hparams) - {"opponent", "seed"})
         if unknown:
-            raise InvalidRequest(f"hyperparameters: {type(self).__name__} takes only seed, "
-                                 f"not {unknown}")
+            raise InvalidRequest(f"hyperparameters: {type(self).__name__} takes only "
+                                 f"opponent and seed, not {unknown}")
+        name = hparams.get("opponent", self._default_name())
+        if name is None:
+            raise InvalidRequest(f"hyperparameters: opponent is required (one of "
+                                 f"{', '.join(OPPONENTS)})")
+        if not isinstance(name, str) or name not in OPPONENTS:
+            raise InvalidRequest("hyperparameters.opponent: "
+                                 + did_you_mean(str(name), OPPONENTS.names(), OPPONENTS.what))
         seed = hparams.get("seed")
         if seed is not None and (type(seed) is not int or seed < 0):
             raise InvalidRequest(f"hyperparameters: seed must be a non-negative int or null, "
@@ -47,13 +57,15 @@ class OpponentAgent(AbstractAgent):
 
     def do_initialize(self, props: dict[str, Any], hparams: dict[str, Any]) -> None:
         self.seed = hparams.get("seed")
+        self.playing = OPPONENTS[hparams.get("opponent", self._default_name())]
 
     def do_build_model(self, path: Optional[Path]) -> None:
         if path is not None:  # a saved opponent: restore its seed
             saved = json.loads(path.read_text())
-            if saved.get("agent") != type(self).__name__:
-                raise ValueError(f"{path.name} is a {saved.get('agent')} file, "
-                                 f"not a {type(self).__name__} one")
+            if saved.get("opponent") != self._opponent_cls().name:
+                raise ValueError(f"{path.name} is a {saved.get('agent')} file of the "
+                                 f"{saved.get('opponent')} opponent, not of "
+                                 f"{self._opponent_cls().name}")
             self.seed = saved.get("seed", self.seed)
         self.actions_taken = 0
 
@@ -63,13 +75,13 @@ class OpponentAgent(AbstractAgent):
             raise InvalidRequest(f"{type(self).__name__} needs observationSpace and "
                                  "actionSpace at registration")
         try:
-            self.opponent_cls.check_spaces(observation_space, action_space)
+            self._opponent_cls().check_spaces(observation_space, action_space)
         except ValueError as exc:
             raise InvalidRequest(f"{type(self).__name__} cannot play in these spaces: "
                                  f"{exc}") from exc
 
     def do_agent_registered(self, config: dict[str, Any]) -> None:
-        self.opponent = self.opponent_cls(self.observation_space, self.action_space)
+        self.opponent = self._opponent_cls()(self.observation_space, self.action_space)
         self.rng = np.random.default_rng(self.seed)
 
     def do_get_action(self, obs: Observations,
@@ -89,8 +101,16 @@ class OpponentAgent(AbstractAgent):
 
     def do_save_model(self, path: Path) -> None:
         atomic_write_json(path, {"agent": type(self).__name__,
-                                 "opponent": self.opponent_cls.name, "seed": self.seed,
+                                 "opponent": self._opponent_cls().name, "seed": self.seed,
                                  "actionsTaken": self.actions_taken})
+
+    def _default_name(self) -> Optional[str]:
+        return None if type(self).opponent_cls is None else type(self).opponent_cls.name
+
+    def _opponent_cls(self) -> type[UniformOpponent]:
+        if self.playing is None:
+            raise RuntimeError("no opponent: initialize the agent with one first")
+        return self.playing
 
 
 class MaskedRandomAgent(OpponentAgent):

@@ -6,9 +6,8 @@ from pathlib import Path
 from typing import Any, Optional
 
 from mistk_rl.client import OrchestratorClient
+from mistk_rl.games.opponents import OPPONENTS
 
-OPPONENT_NAMES = {"random": "vs_random", "tictactoe_perfect": "vs_perfect",
-                  "connect4_winblock": "vs_winblock"}  # others: vs_NAME
 SEAT_ORDER = ("first", "second", "third", "fourth")
 
 
@@ -23,7 +22,7 @@ def by_seat_order(report: dict[str, Any]) -> dict[str, Any]:
             seats[order] = {k: r[k] for k in ("win", "draw", "loss")}
             if "lines" in r:
                 seats[order].update(lines=r["lines"], lost_lines=r["lostLines"])
-        named[OPPONENT_NAMES.get(opponent, f"vs_{opponent}")] = seats
+        named[f"vs_{OPPONENTS[opponent].label if opponent in OPPONENTS else opponent}"] = seats
     return named
 
 

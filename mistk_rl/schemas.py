@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal, Optional, Union
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
+
+from mistk_rl.games.opponents import OPPONENTS
 
 Tensor = Union[float, int, list[Any]]
 """A number or a nested list of numbers (the spec's ``Tensor``)."""
@@ -178,7 +180,7 @@ class ExhaustiveSpec(Body):
     """Games: enumerate every game of `agent` (greedy) against all of `opponent`'s replies."""
 
     agent: str
-    opponent: Literal["random", "tictactoe_perfect", "connect4_winblock"]
+    opponent: Annotated[str, AfterValidator(OPPONENTS.validate)]
     max_positions: int = Field(default=200_000, ge=1)
 
 

@@ -9,6 +9,11 @@ import numpy as np
 from gymnasium import spaces
 
 from mistk_rl.games import connect_four, tictactoe
+from mistk_rl.registry import Registry
+
+# every UniformOpponent subclass with a `name` is one (declared by writing the class): the
+# spec's enums, exhaustive evaluations, the opponent agents and result labels read this
+OPPONENTS: Registry[type["UniformOpponent"]] = Registry("opponents", "built-in opponent")
 
 
 class Opponent(Protocol):
@@ -28,8 +33,14 @@ class UniformOpponent(ABC):
     (Discrete(n_actions); None: any Discrete)."""
 
     name: ClassVar[str]
+    label: ClassVar[str]  # short, for result names: vs_<label>
     obs_shape: ClassVar[Optional[tuple[int, ...]]] = None
     n_actions: ClassVar[Optional[int]] = None
+
+    def __init_subclass__(cls, **kwargs) -> None:
+        super().__init_subclass__(**kwargs)
+        if "name" in cls.__dict__:
+            OPPONENTS.add(cls.name, cls)
 
     def __init__(self, observation_space: spaces.Space, action_space: spaces.Space) -> None:
         self.check_spaces(observation_space, action_space)
@@ -68,7 +79,7 @@ class UniformOpponent(ABC):
 class MaskedRandom(UniformOpponent):
     """Any legal move: those the mask allows, or every action without one."""
 
-    name = "random"
+    name = label = "random"
 
     def replies(self, obs: np.ndarray, mask: Optional[np.ndarray]) -> list[int]:
         if mask is None:
@@ -79,7 +90,7 @@ class MaskedRandom(UniformOpponent):
 class TicTacToePerfect(UniformOpponent):
     """Never loses: any move that keeps the minimax value (the mask is implied by the board)."""
 
-    name = "tictactoe_perfect"
+    name, label = "tictactoe_perfect", "perfect"
     obs_shape, n_actions = (3, 3, 2), tictactoe.CELLS
 
     def replies(self, obs: np.ndarray, mask: Optional[np.ndarray]) -> list[int]:
@@ -89,12 +100,9 @@ class TicTacToePerfect(UniformOpponent):
 class ConnectFourWinBlock(UniformOpponent):
     """Wins when it can, blocks an immediate threat, else plays any legal column."""
 
-    name = "connect4_winblock"
+    name, label = "connect4_winblock", "winblock"
     obs_shape, n_actions = (connect_four.ROWS, connect_four.COLS, 2), connect_four.COLS
 
     def replies(self, obs: np.ndarray, mask: Optional[np.ndarray]) -> list[int]:
         return connect_four.winblock_moves(obs, mask)
 
-
-OPPONENTS: dict[str, type[UniformOpponent]] = {
-    cls.name: cls for cls in (MaskedRandom, TicTacToePerfect, ConnectFourWinBlock)}

@@ -19,7 +19,10 @@ from connexion.middleware import MiddlewarePosition
 from connexion.options import SwaggerUIOptions
 from connexion.resolver import Resolver
 
+# (imported for their registries, which the specs' enums name)
+import mistk_rl.games.opponents  # noqa: F401
 from mistk_rl.limits import Limits
+from mistk_rl.registry import Registry
 from mistk_rl.service.handlers import AgentService, OrchestratorService
 from mistk_rl.service.pipeline import Pipeline
 
@@ -28,9 +31,25 @@ BASE_PATHS = {"agent": "/v1/mistk/agent", "orchestrator": "/v1/mistk/orchestrato
 
 @lru_cache(maxsize=None)
 def load_spec(role: str) -> dict[str, Any]:
-    """The role's OpenAPI document (packaged as `mistk_rl.openapi`)."""
+    """The role's OpenAPI document (packaged as `mistk_rl.openapi`), its registry enums
+    filled in (`fill_registry_enums`)."""
     text = resources.files("mistk_rl.openapi").joinpath(f"{role}.yaml").read_text()
-    return yaml.safe_load(text)
+    return fill_registry_enums(yaml.safe_load(text))
+
+
+def fill_registry_enums(node: Any) -> Any:
+    """Every schema marked ``x-mistk-registry: NAME`` gets ``enum``: the names registered in
+    that registry (`mistk_rl.registry`), so an extension point is declared once, next to its
+    code, and the served spec, the Swagger UI and the request validation all follow it."""
+    if isinstance(node, dict):
+        if "x-mistk-registry" in node:
+            node["enum"] = Registry.named(node["x-mistk-registry"]).names()
+        for value in node.values():
+            fill_registry_enums(value)
+    elif isinstance(node, list):
+        for value in node:
+            fill_registry_enums(value)
+    return node
 
 
 def create_app(service: Union[AgentService, OrchestratorService], *,

@@ -23,7 +23,8 @@ from mistk_rl.codec import StackedMap
 from mistk_rl.errors import InvalidRequest
 
 Check = Callable[[Any, str], None]
-IGNORED = {"description", "default", "example", "title", "nullable", "format"}
+# (x-mistk-registry: the enum load_spec filled in from the registry is what is checked)
+IGNORED = {"description", "default", "example", "title", "nullable", "format", "x-mistk-registry"}
 MAX_TENSOR_RANK = 4
 _TYPES: dict[str, Callable[[Any], bool]] = {
     "object": lambda v: isinstance(v, dict),

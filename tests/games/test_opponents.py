@@ -318,3 +318,17 @@ def test_an_opponent_with_nothing_to_play_says_so() -> None:
     player = MaskedRandom(spaces.Box(0, 1, (3,)), spaces.Discrete(3))
     with pytest.raises(ValueError, match="no move"):
         player.act(np.zeros((2, 3)), np.array([[0, 1, 0], [0, 0, 0]]), np.random.default_rng())
+
+
+def test_the_generic_opponent_agent_plays_any_registered_opponent() -> None:
+    """`OpponentAgent` with hyperparameters.opponent: a new opponent needs no agent class."""
+    agent = OpponentAgent()
+    with pytest.raises(InvalidRequest, match="opponent is required"):
+        agent.validate_initialize({}, {})
+    with pytest.raises(InvalidRequest, match="Did you mean 'tictactoe_perfect'"):
+        agent.validate_initialize({}, {"opponent": "tictactoe_perfekt"})
+    agent.validate_initialize({}, {"opponent": "tictactoe_perfect", "seed": 3})
+    agent.do_initialize({}, {"opponent": "tictactoe_perfect", "seed": 3})
+    assert agent.playing is TicTacToePerfect
+    with pytest.raises(InvalidRequest, match="\\(3, 3, 2\\)"):
+        agent.validate_registration(spaces.Box(0, 1, (6, 7, 2)), spaces.Discrete(9))
