@@ -20,8 +20,8 @@ from urllib.parse import urlsplit
 from mistk_rl import codec
 from mistk_rl.jsonable import to_jsonable
 from mistk_rl.schemas import (AgentConfig, AgentInitParams, ApiVersion, EpisodeConfig,
-                              EpisodeResult, EpisodeStart, League, OrchestratorInitParams,
-                              Problem, Replay, Results, Status)
+                              EpisodeResult, EpisodeSettings, EpisodeStart, League,
+                              OrchestratorInitParams, Problem, Replay, Results, Status)
 from mistk_rl.transport import Transport, TransportError
 
 DEFAULT_TIMEOUT = 30.0
@@ -365,16 +365,18 @@ class OrchestratorClient(_ServiceClient):
             params["seats"] = ",".join(seats)
         return self._status_call("POST", "/registerAgent", params=params)
 
-    def start_episode(self, config: Union[EpisodeConfig, dict, None] = None, *,
+    def start_episode(self, config: Union[EpisodeSettings, dict, None] = None, *,
                       wait: bool = False, timeout: Optional[float] = None,
                       on_status: Optional[Callable[[Status], None]] = None) -> Status:
         """Start running episodes; with ``wait=True``, return once they completed
         (`on_status` sees each status meanwhile: envSteps, episodesDone, ...)."""
+        if isinstance(config, EpisodeSettings):  # an orchestrator's own (forwarding a call)
+            config = config.model_dump(by_alias=True, exclude_unset=True)
         config = EpisodeConfig.model_validate(config or {})
         accepted = self._status_call("POST", "/startEpisode", json_body=config.wire())
         return self.wait_until_done(accepted, timeout, on_status) if wait else accepted
 
-    def play(self, config: Union[EpisodeConfig, dict, None] = None, *,
+    def play(self, config: Union[EpisodeSettings, dict, None] = None, *,
              timeout: Optional[float] = None,
              on_status: Optional[Callable[[Status], None]] = None) -> Played:
         """One startEpisode to completion, then stopEpisode (back to ready): what the call

@@ -6,13 +6,13 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, ClassVar, Optional
 
 from mistk_rl.client import AgentClient
 from mistk_rl.errors import InvalidRequest
 from mistk_rl.files import atomic_write_json
 from mistk_rl.implementation import ServiceImplementation
-from mistk_rl.schemas import EpisodeConfig
+from mistk_rl.schemas import EnvSpec, EpisodeSettings
 
 
 @dataclass
@@ -28,9 +28,10 @@ class RegisteredAgent:
 class AbstractOrchestrator(ServiceImplementation, ABC):
     """Subclass and implement `do_initialize`, `agent_config` and `do_start_episode`."""
 
-    # which of initialize's optional env settings a subclass takes (the others are a 400)
-    runs_league = False   # env.league: a league of players
-    thinker_envs = False  # env.thinker: envs wrapped in the Thinker MDP
+    # the settings a subclass takes: initialize's env and startEpisode's options (a key of
+    # another orchestrator's is a 400 naming it; the spec lists every orchestrator's)
+    env_settings: ClassVar[type[EnvSpec]] = EnvSpec
+    episode_settings: ClassVar[type[EpisodeSettings]] = EpisodeSettings
 
     def __init__(self) -> None:
         super().__init__()
@@ -43,7 +44,7 @@ class AbstractOrchestrator(ServiceImplementation, ABC):
         self.env_modules: frozenset[str] = frozenset()
 
     # ---- for implementations -------------------------------------------------------------
-    def play_settings(self, config: EpisodeConfig, agent: RegisteredAgent) -> tuple[str, bool]:
+    def play_settings(self, config: EpisodeSettings, agent: RegisteredAgent) -> tuple[str, bool]:
         """(mode, train) of `agent` in this call: its entry in ``config.agents`` over the
         call's defaults. A skipTrain agent never trains; an agent in eval mode never does."""
         settings = config.agents.get(agent.name)
@@ -53,12 +54,12 @@ class AbstractOrchestrator(ServiceImplementation, ABC):
             "collect" if train else "eval")
         return mode, train and mode == "collect"
 
-    def exploration(self, config: EpisodeConfig, agent: RegisteredAgent) -> Optional[float]:
+    def exploration(self, config: EpisodeSettings, agent: RegisteredAgent) -> Optional[float]:
         """The epsilon `agent` explores with in this call (``config.agents``), if set."""
         settings = config.agents.get(agent.name)
         return settings.epsilon if settings is not None else None
 
-    def validate_agent_settings(self, config: EpisodeConfig) -> None:
+    def validate_agent_settings(self, config: EpisodeSettings) -> None:
         """Refuse ``config.agents`` entries naming no registered agent, or asking an agent
         to train while acting greedily (eval mode never learns)."""
         unknown = sorted(set(config.agents) - set(self.agents))
@@ -106,16 +107,9 @@ class AbstractOrchestrator(ServiceImplementation, ABC):
     # ---- hooks ---------------------------------------------------------------------------
     def validate_initialize(self, env: dict[str, Any], agents_needed: int) -> None:
         """Raise `mistk_rl.errors.InvalidRequest` to refuse initialize with 400 (runs before
-        any state change, so keep it quick). By default league and Thinker settings are
-        refused."""
-        if env.get("league") is not None and not self.runs_league:
-            raise InvalidRequest(f"env.league: {type(self).__name__} runs no league (serve "
-                                 "orchestrators.league_orchestrator:LeagueOrchestrator)")
-        if env.get("thinker") is not None and not self.thinker_envs:
-            raise InvalidRequest(f"env.thinker: {type(self).__name__} does not wrap envs in "
-                                 "the Thinker MDP (orchestrators.gym_orchestrator does)")
+        any state change, so keep it quick). `env` holds `env_settings`' keys only."""
 
-    def validate_start_episode(self, config: EpisodeConfig) -> None:
+    def validate_start_episode(self, config: EpisodeSettings) -> None:
         """Raise `mistk_rl.errors.InvalidRequest` to refuse startEpisode with 400 before any
         state change (e.g. more env processes than ``self.limits`` allows)."""
 
@@ -141,7 +135,7 @@ class AbstractOrchestrator(ServiceImplementation, ABC):
         """Agent `agent_name` accepted the registration and is in `self.agents`."""
 
     @abstractmethod
-    def do_start_episode(self, config: EpisodeConfig) -> None:
+    def do_start_episode(self, config: EpisodeSettings) -> None:
         """Run the episodes `config` asks for; check `self.should_stop` every step."""
 
     def do_save_episode(self, path: Path) -> None:

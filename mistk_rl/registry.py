@@ -17,9 +17,13 @@ T = TypeVar("T")
 
 def did_you_mean(name: str, valid: list[str], what: str) -> str:
     """``unknown WHAT 'x'; known: a, b. Did you mean 'a'?`` (the suggestion when one is close)."""
-    message = f"unknown {what} {name!r}; known: {', '.join(valid) or 'none'}"
+    return f"unknown {what} {name!r}; known: {', '.join(valid) or 'none'}{suggest(name, valid)}"
+
+
+def suggest(name: str, valid: list[str]) -> str:
+    """``. Did you mean 'a'?`` when a valid name is close to `name`, else ''."""
     close = difflib.get_close_matches(str(name), valid, n=1)
-    return f"{message}. Did you mean '{close[0]}'?" if close else message
+    return f". Did you mean '{close[0]}'?" if close else ""
 
 
 class Registry(Generic[T]):

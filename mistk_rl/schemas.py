@@ -145,16 +145,32 @@ class LeagueSettings(Body):
 
 
 class EnvSpec(Body):
+    """initialize's env: what every orchestrator reads. Each orchestrator class names the
+    model it takes (`AbstractOrchestrator.env_settings`): a key of another's is a 400."""
+
     id: str
     kwargs: dict[str, Any] = Field(default_factory=dict)
-    league: Optional[LeagueSettings] = None
-    # the Thinker MDP's settings: mistk_rl.thinker.config's snake_case keys, as the seed names
-    # them, checked by load_config (an unknown key is a 400)
+
+
+class GymEnvSpec(EnvSpec):
+    """The gym orchestrator's: the Thinker MDP's settings, mistk_rl.thinker.config's
+    snake_case keys as the seed names them, checked by load_config (an unknown key is a 400)."""
+
     thinker: Optional[dict[str, Any]] = None
 
 
+class LeagueEnvSpec(EnvSpec):
+    """The league orchestrator's: its players and workers."""
+
+    league: Optional[LeagueSettings] = None
+
+
+class AnyEnvSpec(GymEnvSpec, LeagueEnvSpec):
+    """The SDK's: every orchestrator's keys (the spec's OrchestratorInitParams.env)."""
+
+
 class OrchestratorInitParams(Body):
-    env: EnvSpec
+    env: AnyEnvSpec
     agents_needed: int = Field(default=1, ge=1, le=64)
 
 
@@ -184,30 +200,50 @@ class ExhaustiveSpec(Body):
     max_positions: int = Field(default=200_000, ge=1)
 
 
-class EpisodeConfig(Body):
-    """What one startEpisode runs: `num_episodes` episodes (default 1), or episodes until
-    `num_steps` env steps were taken (then `num_episodes` is an optional cap)."""
+class EpisodeSettings(Body):
+    """startEpisode's options every orchestrator takes: `num_episodes` episodes (default 1),
+    or episodes until `num_steps` env steps were taken (then `num_episodes` is an optional
+    cap). Each orchestrator class names the model it takes
+    (`AbstractOrchestrator.episode_settings`): an option of another's is a 400 naming it."""
 
     num_episodes: Optional[int] = Field(default=None, ge=1)
     num_steps: Optional[int] = Field(default=None, ge=1)
     seed: Optional[int] = Field(default=None, ge=0)
-    max_steps: Optional[int] = Field(default=None, ge=1)
     train: bool = True
     num_envs: int = Field(default=1, ge=1, le=1024)
-    env_manager: Literal["base", "subprocess", "async"] = "base"
-    step_timeout: Optional[float] = Field(default=None, ge=0.01)
-    resume: bool = False  # with num_steps: cut at the budget, continue in the next call
-    # games (GameOrchestrator)
-    seat_assignment: Literal["fixed", "alternate", "random"] = "fixed"
-    lineup: Optional[dict[str, str]] = None  # seat -> agent for this call (default: bindings)
     agents: dict[str, AgentSettings] = Field(default_factory=dict)
-    exhaustive: Optional[ExhaustiveSpec] = None
-    env_kwargs: Optional[dict[str, Any]] = None  # gymnasium: over initialize's kwargs
 
     def episode_limit(self) -> Optional[int]:
         if self.num_episodes is not None:
             return self.num_episodes
         return None if self.num_steps is not None else 1
+
+
+class GymEpisodeSettings(EpisodeSettings):
+    """The gym orchestrator's: env managers, step caps and timeouts, resumable budgets."""
+
+    max_steps: Optional[int] = Field(default=None, ge=1)
+    env_manager: Literal["base", "subprocess", "async"] = "base"
+    step_timeout: Optional[float] = Field(default=None, ge=0.01)
+    resume: bool = False  # with num_steps: cut at the budget, continue in the next call
+    env_kwargs: Optional[dict[str, Any]] = None  # over initialize's kwargs
+
+
+class GameEpisodeSettings(EpisodeSettings):
+    """The game and league orchestrators': who sits where, and exhaustive evaluations."""
+
+    seat_assignment: Literal["fixed", "alternate", "random"] = "fixed"
+    lineup: Optional[dict[str, str]] = None  # seat -> agent for this call (default: bindings)
+    exhaustive: Optional[ExhaustiveSpec] = None
+
+
+class EpisodeConfig(GymEpisodeSettings, GameEpisodeSettings):
+    """The SDK's startEpisode body: every orchestrator's options (the spec's EpisodeConfig);
+    each orchestrator takes its own (`GymEpisodeSettings`, `GameEpisodeSettings`). Only what
+    the caller set is sent."""
+
+    def wire(self) -> dict[str, Any]:
+        return self.model_dump(by_alias=True, exclude_none=True, exclude_unset=True)
 
 
 class EpisodeResult(Body):

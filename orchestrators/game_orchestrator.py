@@ -35,7 +35,7 @@ from mistk_rl.games.pettingzoo_games import (RESULTS, Decision, GameCopy, GameEr
                                              seat_spaces, winner)
 from mistk_rl.implementation import PROGRESS_EVERY_S
 from mistk_rl.orchestrator import AbstractOrchestrator, episode_quotas, replay_batch
-from mistk_rl.schemas import EpisodeConfig, ExhaustiveSpec
+from mistk_rl.schemas import ExhaustiveSpec, GameEpisodeSettings
 from mistk_rl.spaces import SUPPORTED, space_to_dict
 
 
@@ -58,6 +58,8 @@ class _Game:
 
 
 class GameOrchestrator(AbstractOrchestrator):
+    episode_settings = GameEpisodeSettings
+
     def __init__(self) -> None:
         super().__init__()
         self.api = "aec"
@@ -119,17 +121,9 @@ class GameOrchestrator(AbstractOrchestrator):
         return self.spaces[(seats or self.seats)[0]]
 
     # ---- episodes ------------------------------------------------------------------------
-    def validate_start_episode(self, config: EpisodeConfig) -> None:
-        refused = [name for name, given in (("resume", config.resume),
-                                            ("maxSteps", config.max_steps is not None),
-                                            ("stepTimeout", config.step_timeout is not None),
-                                            ("envManager", config.env_manager != "base"),
-                                            ("envKwargs", bool(config.env_kwargs)))
-                   if given]
-        if refused:
-            raise InvalidRequest(f"{', '.join(refused)}: not for games (games run in-process "
-                                 "and end by their own rules; cap them with the env's "
-                                 "max_cycles kwarg where it has one)")
+    def validate_start_episode(self, config: GameEpisodeSettings) -> None:
+        # (games run in-process and end by their own rules: no maxSteps, envManager or
+        # resume here; cap them with the env's max_cycles kwarg where it has one)
         if config.lineup is not None:
             self._check_lineup(config.lineup)
         if config.exhaustive is not None:
@@ -176,7 +170,7 @@ class GameOrchestrator(AbstractOrchestrator):
                 raise InvalidRequest(f"lineup[{seat!r}]: {name!r} was registered for other "
                                      "spaces than this seat's")
 
-    def do_start_episode(self, config: EpisodeConfig) -> None:
+    def do_start_episode(self, config: GameEpisodeSettings) -> None:
         if config.exhaustive is not None:
             self.evaluations.append(self._run_exhaustive(config.exhaustive))
             self.update_status({"lastEvaluation": self.evaluations[-1]})
@@ -212,7 +206,7 @@ class GameOrchestrator(AbstractOrchestrator):
             self.copies.append(make_copy(self.api, self.registry_id, self.kwargs))
         return self.copies[:n]
 
-    def holders(self, config: EpisodeConfig, game: int,
+    def holders(self, config: GameEpisodeSettings, game: int,
                 rng: np.random.Generator) -> dict[str, str]:
         """seat -> agent for the `game`-th game of this call: the registered binding
         (fixed), rotated by one seat per game (alternate), or a random permutation."""
@@ -248,7 +242,7 @@ class GameOrchestrator(AbstractOrchestrator):
 class _Match:
     """One startEpisode call of sampled games (the module doc says how it plays)."""
 
-    def __init__(self, orch: GameOrchestrator, config: EpisodeConfig) -> None:
+    def __init__(self, orch: GameOrchestrator, config: GameEpisodeSettings) -> None:
         self.orch, self.config = orch, config
         playing = set(config.lineup.values()) if config.lineup else {
             agent.name for agent in orch.agents.values() if agent.seats}

@@ -28,7 +28,7 @@ from mistk_rl.orchestrator import AbstractOrchestrator, episode_quotas, replay_b
 from mistk_rl.rl.envs import MANAGERS, EnvManager, Timestep, make_env_fns
 from mistk_rl.rl.envs.base import EnvFn
 from mistk_rl.thinker.gym_env import ThinkerEnvFactory
-from mistk_rl.schemas import EpisodeConfig
+from mistk_rl.schemas import GymEnvSpec, GymEpisodeSettings
 from mistk_rl.spaces import SUPPORTED, coerce_action, space_to_dict
 
 
@@ -54,7 +54,8 @@ class _Carried:
 
 
 class GymOrchestrator(AbstractOrchestrator):
-    thinker_envs = True
+    env_settings = GymEnvSpec
+    episode_settings = GymEpisodeSettings
 
     def __init__(self) -> None:
         super().__init__()
@@ -86,11 +87,7 @@ class GymOrchestrator(AbstractOrchestrator):
             raise InvalidRequest(f"unknown gymnasium env {env['id']!r}: {exc}") from exc
         _probe(env)  # bad kwargs, settings or spaces: 400 now, not a failed service later
 
-    def validate_start_episode(self, config: EpisodeConfig) -> None:
-        if (config.seat_assignment != "fixed" or config.exhaustive is not None
-                or config.lineup is not None):
-            raise InvalidRequest("seatAssignment, lineup and exhaustive are for games "
-                                 "(GameOrchestrator); a gymnasium env has one agent")
+    def validate_start_episode(self, config: GymEpisodeSettings) -> None:
         if config.env_kwargs:  # bad kwargs: 400 now, not a failed service later
             _probe({**self.env_spec, "kwargs": self._kwargs(config)})
         if config.env_manager == "base" or _key(config) in self.managers:
@@ -110,7 +107,7 @@ class GymOrchestrator(AbstractOrchestrator):
                 "actionSpace": space_to_dict(self.action_space)}
 
     # ---- running episodes ------------------------------------------------------------------
-    def do_start_episode(self, config: EpisodeConfig) -> None:
+    def do_start_episode(self, config: GymEpisodeSettings) -> None:
         (agent,) = self.agents.values()
         manager = self._manager(config)
         n = manager.env_num
@@ -213,7 +210,7 @@ class GymOrchestrator(AbstractOrchestrator):
                             truncated=(ts.truncated or capped) and not ts.abnormal,
                             abnormal=ts.abnormal, cancelled=False, train=learn, envIndex=i)
 
-    def _manager(self, config: EpisodeConfig) -> EnvManager:
+    def _manager(self, config: GymEpisodeSettings) -> EnvManager:
         """The env manager for this config, kept across startEpisode calls with the same
         number of envs, kind, timeout and train flag (until it is done: all its envs
         retired). Training and evaluation get separate env copies, so an evaluation never
@@ -232,7 +229,7 @@ class GymOrchestrator(AbstractOrchestrator):
         manager.launch()
         return manager
 
-    def _kwargs(self, config: EpisodeConfig) -> dict[str, Any]:
+    def _kwargs(self, config: GymEpisodeSettings) -> dict[str, Any]:
         """initialize's env kwargs, under this call's `envKwargs`."""
         return {**(self.env_spec.get("kwargs") or {}), **(config.env_kwargs or {})}
 
@@ -288,7 +285,7 @@ def _env_fn(env: dict[str, Any], kwargs: dict[str, Any]) -> EnvFn:
                              tuple(sorted(settings.items())), actions)
 
 
-def _key(config: EpisodeConfig) -> tuple:
+def _key(config: GymEpisodeSettings) -> tuple:
     kwargs = json.dumps(config.env_kwargs, sort_keys=True, default=repr) if config.env_kwargs \
         else None
     return (config.num_envs, config.env_manager, config.step_timeout, config.train, kwargs)

@@ -46,7 +46,8 @@ from mistk_rl.games.pettingzoo_games import result_for
 from mistk_rl.league.manager import PLAYER_TYPES, LeagueManager, RunningJob
 from mistk_rl.league.player import MainPlayer
 from mistk_rl.orchestrator import AbstractOrchestrator
-from mistk_rl.schemas import AgentSettings, EpisodeConfig, EpisodeResult, LeagueSettings
+from mistk_rl.schemas import (AgentSettings, EpisodeConfig, EpisodeResult, GameEpisodeSettings,
+                              LeagueEnvSpec, LeagueSettings)
 from mistk_rl.spaces import space_to_dict
 from orchestrators.game_orchestrator import _probe
 
@@ -88,7 +89,8 @@ class _Worker:
 
 
 class LeagueOrchestrator(AbstractOrchestrator):
-    runs_league = True
+    env_settings = LeagueEnvSpec
+    episode_settings = GameEpisodeSettings
 
     def __init__(self) -> None:
         super().__init__()
@@ -177,15 +179,12 @@ class LeagueOrchestrator(AbstractOrchestrator):
         return skip_train and (self.settings.pool is None or name in self.settings.pool)
 
     # ---- episodes ------------------------------------------------------------------------
-    def validate_start_episode(self, config: EpisodeConfig) -> None:
-        if (config.resume or config.max_steps is not None or config.env_manager != "base"
-                or config.env_kwargs):
-            raise InvalidRequest("resume, maxSteps, envManager, envKwargs: not for a league")
+    def validate_start_episode(self, config: GameEpisodeSettings) -> None:
         missing = [p.id for p in self.settings.players if p.id not in self.agents]
         if missing:  # (the lifecycle allows startEpisode only once all are registered)
             raise InvalidRequest(f"players {missing} have no agent")
 
-    def do_start_episode(self, config: EpisodeConfig) -> None:
+    def do_start_episode(self, config: GameEpisodeSettings) -> None:
         if config.lineup is not None or config.exhaustive is not None:
             self._set_up_workers()  # (an evaluation of agents as they are: no league needed)
             self._forward(config)
@@ -285,7 +284,7 @@ class LeagueOrchestrator(AbstractOrchestrator):
         return next((a.client.token for a in self.agents.values()), None)
 
     # ---- jobs ----------------------------------------------------------------------------
-    def _run_jobs(self, config: EpisodeConfig) -> None:
+    def _run_jobs(self, config: GameEpisodeSettings) -> None:
         """Jobs on every free worker until the budget is spent (module doc)."""
         mains_before = self._main_steps()
         games_before = len(self.results)
@@ -480,7 +479,7 @@ class LeagueOrchestrator(AbstractOrchestrator):
                 raise RuntimeError(f"every worker is lost; the last, {worker.url}: "
                                    f"{outcome.error}")
 
-    def _forward(self, config: EpisodeConfig) -> None:
+    def _forward(self, config: GameEpisodeSettings) -> None:
         """A plain game call (a lineup, an enumeration) on the first worker."""
         if not self.workers:
             raise RuntimeError("every worker is lost: nothing can play this call")

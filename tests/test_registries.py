@@ -70,3 +70,48 @@ def test_a_new_opponent_is_declared_by_its_class_alone():
 def test_request_models_check_opponents_against_the_registry():
     with pytest.raises(ValidationError, match="Did you mean 'tictactoe_perfect'"):
         ExhaustiveSpec(agent="a", opponent="tictactoe_perfec")
+
+
+ORCHESTRATORS = ["orchestrators.gym_orchestrator:GymOrchestrator",
+                 "orchestrators.game_orchestrator:GameOrchestrator",
+                 "orchestrators.league_orchestrator:LeagueOrchestrator"]
+
+
+def _classes():
+    import importlib
+
+    return [getattr(importlib.import_module(m), c) for m, c in
+            (target.split(":") for target in ORCHESTRATORS)]
+
+
+def _aliases(model) -> set[str]:
+    return {f.alias or name for name, f in model.model_fields.items()}
+
+
+def test_the_spec_lists_every_orchestrators_settings_and_nothing_else():
+    """Each orchestrator declares its settings once (its env_settings and episode_settings
+    models); the spec's startEpisode body and initialize's env are their union."""
+    spec = load_spec("orchestrator")["components"]["schemas"]
+    episode = set(spec["EpisodeConfig"]["properties"])
+    env = set(spec["OrchestratorInitParams"]["properties"]["env"]["properties"])
+    classes = _classes()
+    assert set().union(*(_aliases(c.episode_settings) for c in classes)) == episode
+    assert set().union(*(_aliases(c.env_settings) for c in classes)) == env
+
+
+def test_an_option_of_another_orchestrator_is_refused_by_name():
+    from mistk_rl.errors import InvalidRequest
+    from mistk_rl.service.handlers import refuse_unknown_options
+
+    gym, game, league = _classes()
+    refuse_unknown_options({"numEnvs": 4, "envManager": "subprocess"}, gym.episode_settings,
+                           "startEpisode", "GymOrchestrator")
+    with pytest.raises(InvalidRequest, match="'envManager'.*GameOrchestrator"):
+        refuse_unknown_options({"numEnvs": 4, "envManager": "subprocess"},
+                               game.episode_settings, "startEpisode", "GameOrchestrator")
+    with pytest.raises(InvalidRequest, match="Did you mean 'numEpisodes'"):
+        refuse_unknown_options({"numEpisode": 4}, gym.episode_settings, "startEpisode",
+                               "GymOrchestrator")
+    with pytest.raises(InvalidRequest, match="'league'"):
+        refuse_unknown_options({"id": "x", "league": {}}, gym.env_settings, "env",
+                               "GymOrchestrator")

@@ -16,6 +16,7 @@ from typing import Any, Iterable, Optional
 from urllib.parse import urlsplit
 
 import numpy as np
+from pydantic import BaseModel
 
 from mistk_rl import API_VERSION
 from mistk_rl.agent import AbstractAgent, EpisodeInfo, ReplayBatch
@@ -26,7 +27,7 @@ from mistk_rl.jsonable import to_jsonable
 from mistk_rl.lifecycle import AGENT, ORCHESTRATOR, Lifecycle
 from mistk_rl.limits import Limits
 from mistk_rl.orchestrator import AbstractOrchestrator, RegisteredAgent
-from mistk_rl.schemas import EpisodeConfig
+from mistk_rl.registry import suggest
 from mistk_rl.spaces import (ValueCheck, mask_check, observation_dtypes, space_elements,
                              space_from_dict, value_check)
 
@@ -296,10 +297,11 @@ class OrchestratorService(_Service):
         orchestrator.env_modules = frozenset(env_modules)
 
     def initialize(self, body: dict[str, Any]) -> Response:
-        env = {"id": body["env"]["id"], "kwargs": body["env"].get("kwargs", {})}
-        for settings in ("league", "thinker"):  # what an orchestrator may refuse (400)
-            if body["env"].get(settings) is not None:
-                env[settings] = body["env"][settings]
+        model = self.orchestrator.env_settings
+        refuse_unknown_options(body["env"], model, "env", type(self.orchestrator).__name__)
+        env = {"id": body["env"]["id"], "kwargs": body["env"].get("kwargs", {}),
+               **{k: v for k, v in body["env"].items()
+                  if k not in ("id", "kwargs") and v is not None}}
         agents_needed = body.get("agentsNeeded", 1)
         self.orchestrator.validate_initialize(env, agents_needed)
 
@@ -339,8 +341,10 @@ class OrchestratorService(_Service):
         return self._done()
 
     def startEpisode(self, body: dict[str, Any]) -> Response:  # noqa: N802
+        model = self.orchestrator.episode_settings
+        refuse_unknown_options(body, model, "startEpisode", type(self.orchestrator).__name__)
         try:
-            config = EpisodeConfig.model_validate(body)
+            config = model.model_validate(body)
         except ValueError as exc:
             raise InvalidRequest(f"invalid episode config: {exc}") from exc
         self.limits.check("max_envs", config.num_envs, "numEnvs")
@@ -463,3 +467,14 @@ class OrchestratorService(_Service):
 def _what_answered(exc: Exception) -> str:
     status = getattr(exc, "status", None)
     return f"it answered HTTP {status}" if status else "its answer is not a mistk-rl one"
+
+
+def refuse_unknown_options(given: dict[str, Any], model: type[BaseModel], what: str,
+                  owner: str) -> None:
+    """400 naming the first key of `given` that `model` (an orchestrator's settings) does
+    not take: another orchestrator's option, or a misspelling (with a suggestion)."""
+    known = [f.alias or name for name, f in model.model_fields.items()]
+    for key in given:
+        if key not in known:
+            raise InvalidRequest(f"{what}: {key!r} is not an option of {owner} (its "
+                                 f"options: {', '.join(known)}){suggest(key, known)}")

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from mistk_rl.errors import InvalidRequest
+from mistk_rl.service.handlers import refuse_unknown_options
 from mistk_rl.games.opponents import MaskedRandom, TicTacToePerfect
 from mistk_rl.orchestrator import RegisteredAgent
 from mistk_rl.schemas import AgentSettings, EpisodeConfig, ExhaustiveSpec
@@ -204,8 +205,9 @@ def test_per_agent_modes_and_training():
     with pytest.raises(InvalidRequest, match="train needs mode collect"):
         orch.validate_agent_settings(EpisodeConfig(
             agents={"l": AgentSettings(mode="eval", train=True)}))
-    with pytest.raises(InvalidRequest, match="resume"):
-        orch.validate_start_episode(EpisodeConfig(num_steps=10, resume=True))
+    with pytest.raises(InvalidRequest, match="resume"):  # a gym option: not a game's
+        refuse_unknown_options({"numSteps": 10, "resume": True}, orch.episode_settings,
+                               "startEpisode", "GameOrchestrator")
 
 
 def test_num_steps_finishes_the_games_in_progress():
