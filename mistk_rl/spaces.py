@@ -233,11 +233,32 @@ def observation_dtypes(space: Optional[spaces.Space]) -> Optional[dict[str, np.d
     return {key: np.dtype(sub.dtype) for key, sub in space.spaces.items()}
 
 
-def mask_check(space: Optional[spaces.Space]) -> ValueCheck:
-    """Action masks: one flag per action of a Discrete space."""
+def mask_check(space: Optional[spaces.Space], allows_some: bool = True) -> ValueCheck:
+    """Action masks: one flag per action of a Discrete space. `allows_some`: each entity's
+    mask must allow at least one action (a mask of the actions to pick from now: with none
+    allowed there is no action to answer with); a replayed ``newActionMask`` may allow none
+    (the episode is over: the game orchestrator sends zeros then)."""
     if not isinstance(space, spaces.Discrete):
         return lambda values, field: None
-    return value_check(spaces.MultiBinary(int(space.n)), "a mask for")
+    flags = value_check(spaces.MultiBinary(int(space.n)), "a mask for")
+    if not allows_some:
+        return flags
+    describe = f"a mask for {space}"
+
+    def check(values: Mapping[str, Any], field: str) -> None:
+        flags(values, field)  # (shape and 0/1 first: the rows below are flags)
+        stacked = getattr(values, "array", None)
+        if isinstance(stacked, np.ndarray) and len(stacked) == len(values):
+            allowed = stacked.reshape(len(stacked), -1).any(axis=1)  # one numpy call
+            rows = [] if allowed.all() else [(e, a) for e, a in zip(values, allowed)]
+        else:
+            rows = values.items()
+        for entity, row in rows:
+            if not np.asarray(row).any():
+                raise InvalidRequest(f"{field}[{entity!r}]: the mask allows no action "
+                                     f"({describe}: at least one flag must be 1)",
+                                     field=field, entity=entity)
+    return check
 
 
 def _rule(space: spaces.Space) -> tuple[tuple[int, ...], Callable[[np.ndarray], str]]:

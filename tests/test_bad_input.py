@@ -108,6 +108,44 @@ def test_action_masks_have_one_flag_per_action(tmp_path):
              match=r"actionMask\['p'\]: shape \(3,\) is not \(2,\)")
 
 
+def _any_agent(tmp_path, agent: str) -> AgentService:
+    """`_agent`'s registered, in-episode service, for the random, DQN or PPO agent."""
+    import importlib
+
+    if agent == "RandomAgent":
+        return _agent(tmp_path)
+    cls = getattr(importlib.import_module(f"agents.{agent[:3].lower()}_agent"), agent)
+    service = _policy_agent(tmp_path, cls)
+    service.agentRegistered({"name": "p", **SPACES})
+    service.episodeStarted({"obs": {"p": OBS}})
+    return service
+
+
+@pytest.mark.parametrize("agent", ["RandomAgent", "DQNAgent", "PPOAgent"])
+def test_a_mask_that_allows_no_action_is_refused(tmp_path, agent):
+    """An all-zero mask left the agent nothing to pick: each agent failed in its hook (the
+    random agent's ValueError, DQN's multinomial, PPO's masked logits)."""
+    service = _any_agent(tmp_path, agent)
+    match = r"actionMask\['player'\]: the mask allows no action"
+    body = {"obs": {"player": [0, 0, 0, 0]}, "actionMask": {"player": [0, 0]}}
+    error = _refused(service, service.getAction, body, match=match)
+    assert (error.extra["field"], error.extra["entity"]) == ("actionMask", "player")
+    _refused(service, service.step, {**body, "replay": _replay()}, match=match)
+    many = {f"e{i}": [0, 1] for i in range(6)}  # stacked: checked in one pass, still named
+    many["e3"] = [0, 0]
+    _refused(service, service.getAction, {"obs": {e: OBS for e in many}, "actionMask": many},
+             match=r"actionMask\['e3'\]: the mask allows no action")
+    binary = codec.decode(codec.encode({"obs": {e: OBS for e in many}, "actionMask": many}))
+    _refused(service, service.step, binary, match=r"actionMask\['e3'\]: the mask allows")
+    assert service.getAction({"obs": {"p": OBS}, "actionMask": {"p": [0, 1]}})[0] == {
+        "actions": {"p": 1}}  # and it still acts, inside the mask
+    # a replayed newActionMask may allow nothing: the episode is over (games send zeros)
+    ended = _replay(terminated={"p": True}, newActionMask={"p": [0, 0]})
+    assert service.step({"obs": {"p": OBS}, "replay": ended})[1] == 200
+    service.episodeStopped()
+    _refused(service, service.episodeStarted, body, match=match)
+
+
 def test_integer_image_spaces_refuse_fractions(tmp_path):
     image = gym.spaces.Box(0, 255, (2, 2), np.uint8)
     service = _agent(tmp_path, first_obs=[[0, 0], [0, 0]], observationSpace=space_to_dict(image),

@@ -138,13 +138,15 @@ class _SpaceChecks:
 
     obs: ValueCheck
     action: ValueCheck
-    mask: ValueCheck
+    mask: ValueCheck  # actionMask: the actions to pick from now, at least one
+    next_mask: ValueCheck  # a replayed newActionMask: none allowed once an episode is over
     obs_dtypes: Optional[dict[str, np.dtype]]  # a Dict space's: what its keys are cast to
 
     @classmethod
     def of(cls, obs_space: Any, act_space: Any) -> "_SpaceChecks":
         return cls(value_check(obs_space, "the observation space is", float_bounds=False),
                    value_check(act_space, "the action space is"), mask_check(act_space),
+                   mask_check(act_space, allows_some=False),
                    observation_dtypes(obs_space))
 
     def observations(self, values: dict[str, Any], field: str) -> dict[str, Any]:
@@ -165,7 +167,7 @@ def _replay_batch(body: dict[str, Any], checks: _SpaceChecks, prefix: str = "") 
                        new_obs=checks.observations(body["newObs"], prefix + "newObs"),
                        terminated=dict(body["terminated"]),
                        truncated={k: body.get("truncated", {}).get(k, False) for k in entities},
-                       new_action_mask=_arrays(body["newActionMask"], checks.mask,
+                       new_action_mask=_arrays(body["newActionMask"], checks.next_mask,
                                                prefix + "newActionMask")
                        if body.get("newActionMask") else None)
 
