@@ -293,6 +293,24 @@ def test_register_agent_refuses_what_is_not_an_agent_and_echoes_nothing(tmp_path
     assert service.lifecycle.state == "waiting_for_agents"
 
 
+@pytest.mark.parametrize("url, match", [
+    ("http://[::1", "Invalid IPv6 URL"),  # urllib's ValueError was a 500
+    ("http://[zz]:8081/", "does not appear to be an IPv4 or IPv6 address"),
+    ("http://ex\u2100ample/", "NFKC"),
+    ("http://[::1]x:8081/", "host part '\\[::1\\]x:8081' is malformed"),  # urllib: host ::1
+    ("http://[::1]]/", "malformed"),
+    ("http://127.0.0.1:8081/a b", "whitespace or a control character"),
+    ("http://127.0.0.1:8081/\r\nX-Injected: 1", "whitespace or a control character"),
+])
+def test_a_malformed_agent_url_is_refused_naming_agent_url(tmp_path, url, match):
+    service = _orchestrator(tmp_path)
+    service.initialize({"env": {"id": "CartPole-v1"}})
+    service.lifecycle.wait_for_state("waiting_for_agents", 10)
+    error = _refused(service, service.registerAgent, "p", url, match=match)
+    assert error.detail.startswith("agentUrl ") and error.extra["field"] == "agentUrl"
+    assert service.orchestrator.agents == {}
+
+
 # ---- paths in the data dir ------------------------------------------------------------------
 @pytest.mark.parametrize("path, match", [
     ("a\x00b", "NUL"), ("x" * 300, "longer than 255 bytes"), (".", "is a directory"),

@@ -10,10 +10,11 @@ from __future__ import annotations
 import ipaddress
 import logging
 import math
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Optional
-from urllib.parse import urlsplit
+from urllib.parse import SplitResult, urlsplit
 
 import numpy as np
 
@@ -442,13 +443,7 @@ class OrchestratorService(_Service):
         return frozenset(version.capabilities)
 
     def _check_agent_url(self, url: str) -> None:
-        parts = urlsplit(url)
-        try:
-            parts.port  # noqa: B018 - parsing the port raises on ':99999' or ':abc'
-        except ValueError as exc:
-            raise InvalidRequest(f"agentUrl {url!r} has an invalid port: {exc}") from exc
-        if parts.scheme not in ("http", "https") or not parts.hostname:
-            raise InvalidRequest(f"agentUrl {url!r} is not an http(s) URL")
+        parts = _agent_url(url)
         host = parts.hostname.lower()
         if host in self.allowed_agent_hosts or host == "localhost":
             return
@@ -459,7 +454,37 @@ class OrchestratorService(_Service):
             pass
         raise InvalidRequest(f"agentUrl host {host!r} is not allowed: use a loopback address "
                              "or start the orchestrator with --allow-agent-host "
-                             f"{host}")
+                             f"{host}", field="agentUrl")
+
+
+_NETLOC = re.compile(r"(?:[^@]*@)?(?:\[[^\[\]]*\]|[^\[\]:@]*)(?::[^@]*)?")
+
+
+def _agent_url(url: str) -> SplitResult:
+    """`url` split, or InvalidRequest naming agentUrl and what is wrong with it: every way
+    urllib refuses a URL (an unclosed '[', an invalid IPv6 address, characters that change
+    under NFKC normalization, a bad port), and what it takes without a word but no URL
+    holds (whitespace and control characters, which urllib silently drops; text around a
+    bracketed host: 'http://[::1]x/' parses as host ::1)."""
+    if any(c.isspace() or ord(c) < 0x20 or ord(c) == 0x7F for c in url):
+        raise InvalidRequest(f"agentUrl {url!r} is not a valid URL: it holds whitespace or a "
+                             "control character", field="agentUrl")
+    try:
+        parts = urlsplit(url)
+    except ValueError as exc:
+        raise InvalidRequest(f"agentUrl {url!r} is not a valid URL: {exc}",
+                             field="agentUrl") from exc
+    try:
+        parts.port  # noqa: B018 - parsing the port raises on ':99999' or ':abc'
+    except ValueError as exc:
+        raise InvalidRequest(f"agentUrl {url!r} has an invalid port: {exc}",
+                             field="agentUrl") from exc
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise InvalidRequest(f"agentUrl {url!r} is not an http(s) URL", field="agentUrl")
+    if not _NETLOC.fullmatch(parts.netloc):
+        raise InvalidRequest(f"agentUrl {url!r} is not a valid URL: its host part "
+                             f"{parts.netloc!r} is malformed", field="agentUrl")
+    return parts
 
 
 def _what_answered(exc: Exception) -> str:
