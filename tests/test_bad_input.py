@@ -168,8 +168,71 @@ def test_a_huge_space_is_refused_before_anything_is_allocated(tmp_path):
     assert error.extra["limit"] == "max_space_elements"
 
 
+HUGE = 10 ** 18
+
+
+@pytest.mark.parametrize("agent", ["RandomAgent", "DQNAgent", "PPOAgent"])
+@pytest.mark.parametrize("key, space, count", [
+    ("actionSpace", {"type": "Discrete", "n": HUGE}, f"{HUGE:,}"),  # its mask check: 7 EiB
+    ("observationSpace", {"type": "Discrete", "n": HUGE}, f"{HUGE:,}"),  # one-hot: overflow
+    ("actionSpace", {"type": "Discrete", "n": 2 ** 63}, f"{2 ** 63:,}"),  # past int64
+    ("actionSpace", {"type": "MultiDiscrete", "nvec": [HUGE, 2]}, f"{HUGE + 2:,}"),
+    ("observationSpace", {"type": "MultiDiscrete", "nvec": [[2 ** 64]]}, f"{2 ** 64:,}"),
+    ("observationSpace", {"type": "Box", "shape": [HUGE, 0], "low": [], "high": []},
+     f"{HUGE:,}"),  # no numbers, but an axis that long
+    ("actionSpace", {"type": "MultiBinary", "shape": [0, HUGE]}, f"{HUGE:,}"),
+    ("observationSpace", {"type": "Dict", "spaces": {"a": {"type": "Discrete", "n": HUGE}}},
+     f"{HUGE:,}"),
+])
+def test_a_space_too_big_to_mask_or_encode_is_refused_by_the_limit(tmp_path, agent, key,
+                                                                     space, count):
+    """A Discrete(n) counts n numbers (its masks, one-hot encodings and policy outputs hold
+    n); a MultiDiscrete sum(nvec). A Discrete(10**18) put the random agent in failed (its
+    mask check allocated 10**18 flags) and was a 500 from DQN and PPO (torch's size
+    overflow)."""
+    import importlib
+
+    cls = (RandomAgent if agent == "RandomAgent" else
+           getattr(importlib.import_module(f"agents.{agent[:3].lower()}_agent"), agent))
+    service = _policy_agent(tmp_path, cls)
+    body = {"name": "p", **SPACES, key: space}
+    error = _refused(service, service.agentRegistered, body,
+                     match=f"{key}: the count of numbers .* is {count}, over the limit "
+                           "max_space_elements=1,000,000")
+    assert error.extra["limit"] == "max_space_elements"
+    if agent != "RandomAgent":  # the same spaces as modelProperties, at initialize
+        service.reset()
+        service.lifecycle.wait_for_state("started", 10)
+        _refused(service, service.initialize, {"modelProperties": dict(SPACES, **{key: space})},
+                 match=f"modelProperties.{key}: the count of numbers")
+
+
+def test_a_discrete_space_counts_its_n_against_the_limit(tmp_path):
+    service = _policy_agent(tmp_path, RandomAgent, Limits(max_space_elements=100))
+    for n in (101, 1000):
+        _refused(service, service.agentRegistered,
+                 {"name": "p", **SPACES, "actionSpace": {"type": "Discrete", "n": n}},
+                 match=f"is {n:,}, over the limit max_space_elements=100")
+    _refused(service, service.agentRegistered,
+             {"name": "p", **SPACES, "actionSpace": {"type": "MultiDiscrete", "nvec": [60, 41]}},
+             match="is 101, over the limit")
+    service.agentRegistered({"name": "p", **SPACES, "actionSpace": {"type": "Discrete",
+                                                                    "n": 100}})
+    service.episodeStarted({"obs": {"p": OBS}})
+    assert service.getAction({"obs": {"p": OBS}, "actionMask": {"p": [0] * 99 + [1]}})[0] == {
+        "actions": {"p": 99}}
+
+
 @pytest.mark.parametrize("space, match", [
     ({"type": "MultiDiscrete", "nvec": [[2, 3], [2]]}, "inhomogeneous"),  # schemathesis: a 500
+    # integer bounds a cast would wrap: int8 1000 is -24; 2**63-1 through float64 is -2**63
+    ({"type": "Box", "shape": [2], "dtype": "int8", "low": [-1000, 0], "high": [1000, 1]},
+     r"Box low holds a number outside -128\.\.127"),
+    ({"type": "Box", "shape": [1], "dtype": "int64", "low": [0], "high": [2 ** 63 - 1]},
+     "Box high holds a number outside"),
+    ({"type": "Box", "shape": [1], "dtype": "uint8", "low": [0.5], "high": [1]},
+     "must be finite integers"),
+    ({"type": "Discrete", "n": 10, "start": 2 ** 63 - 5}, "do not fit int64"),  # wrapped
     ({"type": "Box", "shape": [2], "low": [[0.0], 1.0], "high": 1.0}, "inhomogeneous"),
     ({"type": "Box", "shape": [3], "low": [0.0, 0.0], "high": 1.0}, "shape"),
     ({"type": "Discrete"}, "'n'"),

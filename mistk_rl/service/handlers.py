@@ -28,8 +28,8 @@ from mistk_rl.lifecycle import AGENT, ORCHESTRATOR, Lifecycle
 from mistk_rl.limits import Limits
 from mistk_rl.orchestrator import AbstractOrchestrator, RegisteredAgent
 from mistk_rl.schemas import EpisodeConfig
-from mistk_rl.spaces import (ValueCheck, mask_check, observation_dtypes, space_elements,
-                             space_from_dict, value_check)
+from mistk_rl.spaces import (ValueCheck, mask_check, observation_dtypes, space_from_request,
+                             value_check)
 
 log = logging.getLogger(__name__)
 Response = tuple[dict[str, Any], int, dict[str, str]]
@@ -222,14 +222,7 @@ class AgentService(_Service):
         return self._done()
 
     def _space(self, body: dict[str, Any], key: str) -> Any:
-        if key not in body:
-            return None
-        try:  # the size first, from the description alone, then the space
-            self.limits.check("max_space_elements", space_elements(body[key]),
-                              f"{key}: the count of numbers in one value")
-            return space_from_dict(body[key])
-        except (ValueError, TypeError, KeyError, OverflowError) as exc:
-            raise InvalidRequest(f"{key} is not a valid space: {exc}") from exc
+        return space_from_request(body[key], self.limits, key) if key in body else None
 
     def episodeStarted(self, body: dict[str, Any]) -> Response:  # noqa: N802
         checks = self._checks
