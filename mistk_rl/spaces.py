@@ -20,7 +20,9 @@ from mistk_rl.errors import InvalidRequest
 from mistk_rl.limits import Limits
 
 SUPPORTED = (spaces.Box, spaces.Discrete, spaces.MultiDiscrete, spaces.MultiBinary)
-DICT_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_-]{0,63}$")  # the spec's DictSpace says so too
+# Dict keys, matched whole (a pattern's $ alone would take a trailing newline): the specs'
+# DictSpace.spaces say it as x-key-pattern, which their validator checks (a test holds them equal)
+DICT_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_-]{0,63}$")
 MAX_DICT_KEYS = 64  # the spec's DictSpace.spaces maxProperties
 
 
@@ -106,7 +108,7 @@ def _check_dict_keys(subspaces: Mapping[str, Any]) -> None:
     if len(subspaces) > MAX_DICT_KEYS:
         raise ValueError(f"a Dict space has {len(subspaces)} keys, at most {MAX_DICT_KEYS}")
     for key in subspaces:
-        if not isinstance(key, str) or not DICT_KEY.match(key):
+        if not isinstance(key, str) or not DICT_KEY.fullmatch(key):
             raise ValueError(f"Dict key {key!r} does not match {DICT_KEY.pattern}")
 
 

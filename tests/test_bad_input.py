@@ -482,6 +482,8 @@ def test_a_dict_observation_for_a_box_space_is_refused(tmp_path):
 @pytest.mark.parametrize("space, match", [
     ({"type": "Dict", "spaces": {"a": space_to_dict(DICT_SPACE)}}, "a Dict inside a Dict"),
     ({"type": "Dict", "spaces": {"a b": {"type": "Discrete", "n": 2}}}, "does not match"),
+    ({"type": "Dict", "spaces": {"": {"type": "Discrete", "n": 2}}}, "Dict key '' does not"),
+    ({"type": "Dict", "spaces": {"a\n": {"type": "Discrete", "n": 2}}}, "does not match"),
     ({"type": "Dict", "spaces": {f"k{i}": {"type": "MultiBinary", "shape": [60]}
                                  for i in range(2)}}, "120, over the limit max_space_elements"),
 ])

@@ -252,6 +252,23 @@ def test_every_malformed_binary_body_gets_400_saying_so(served, operation, name)
     assert s.version == before
 
 
+@pytest.mark.parametrize("key", ["", "a\n"])
+def test_a_dict_key_the_spec_refuses_gets_400_before_the_handler(served, key):
+    """The spec says what Dict keys the services take (x-key-pattern): '' is refused as the
+    body is validated, as the handler would (tests/test_bad_input.py), naming the field."""
+    s = served("agent")
+    service = s.service
+    service.initialize({})
+    service.lifecycle.wait_for_state("initialized", 10)
+    before = s.version
+    body = {"name": "p", "observationSpace": {"type": "Dict", "spaces": {
+        key: {"type": "Discrete", "n": 2}}}, "actionSpace": {"type": "Discrete", "n": 2}}
+    problem = _problem(*s.call("post", "/agentRegistered", json.dumps(body).encode()), 400)
+    assert problem["detail"].startswith(f"key {key!r} does not match "), problem
+    assert problem["detail"].endswith("- 'observationSpace.spaces'"), problem
+    assert s.version == before and service.lifecycle.state == "initialized"
+
+
 def test_query_parameters_are_converted_and_checked_against_the_spec(served):
     s = served("agent")
     status, headers, body = s.call("get", "/status", query="resourceVersion=0&timeout=0")
