@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import struct
 from pathlib import Path
 
@@ -14,6 +15,7 @@ import pytest
 
 from agents.random_agent import RandomAgent
 from mistk_rl import codec
+from mistk_rl.errors import InvalidRequest
 from mistk_rl.limits import Limits
 from mistk_rl.service.app import BASE_PATHS, create_app, load_spec
 from mistk_rl.service.handlers import AgentService, OrchestratorService
@@ -267,6 +269,55 @@ def test_a_dict_key_the_spec_refuses_gets_400_before_the_handler(served, key):
     assert problem["detail"].startswith(f"key {key!r} does not match "), problem
     assert problem["detail"].endswith("- 'observationSpace.spaces'"), problem
     assert s.version == before and service.lifecycle.state == "initialized"
+
+
+DICT_SPACES = {"observationSpace": {"type": "Dict", "spaces": {
+    "cue": {"type": "Box", "shape": [2], "dtype": "float32", "low": [-1, -1], "high": [1, 1]},
+    "d": {"type": "Discrete", "n": 3}}}, "actionSpace": {"type": "Discrete", "n": 2}}
+GOOD_OBS = '{"cue": [0, 0], "d": 1}'
+REPLAY = ('{"prevObs": {"p": %s}, "actions": {"p": 0}, "rewards": {"p": 0}, '
+          '"terminated": {"p": false}, "newObs": {"p": %%s}}' % GOOD_OBS)
+
+
+@pytest.mark.parametrize("operation, template, field", [
+    ("getAction", '{"obs": {"p": %s}}', "obs"),
+    ("episodeStarted", '{"obs": {"p": %s}}', "obs"),
+    ("replayAction", REPLAY, "newObs"),
+    ("step", '{"obs": {"p": %s}, "replay": %s}' % (GOOD_OBS, REPLAY), "replay.newObs"),
+])
+@pytest.mark.parametrize("obs, where", [
+    ('{"cue": [0, NaN], "d": 1}', "['p']['cue'][1]"),
+    ('{"cue": [0, 0], "d": -Infinity}', "['p']['d']"),
+])
+def test_a_nan_in_a_dict_observation_gets_400_naming_the_entity_and_key(
+        served, operation, template, field, obs, where):
+    """JSON has no NaN: the parser refuses one before any check that knows the field, so its
+    400 said only "NaN is not a JSON number"; it names where it is, as the per-key checks
+    do (a non-finite number decoded from JSON or the binary encoding reaches those)."""
+    s = served("agent")
+    service = s.service
+    service.initialize({})
+    service.lifecycle.wait_for_state("initialized", 10)
+    service.agentRegistered({"name": "p", **DICT_SPACES})
+    if operation != "episodeStarted":
+        service.episodeStarted({"obs": {"p": json.loads(GOOD_OBS)}})
+    before = s.version
+    body = (template % obs).encode()
+    problem = _problem(*s.call("post", f"/{operation}", body), 400)
+    assert problem["detail"].startswith(f"{field}{where}: "), problem
+    assert "is not a JSON number" in problem["detail"]
+    assert s.version == before
+
+
+def test_a_nan_anywhere_in_a_json_body_is_named_by_where_it_is():
+    from mistk_rl.service.pipeline import parse_json
+
+    for text, where in (('{"hyperparameters": {"lr": [1, {"x": NaN}]}}',
+                         "hyperparameters['lr'][1]['x']: NaN"),
+                        ("[Infinity]", "the body[0]: Infinity"), ("NaN", "the body: NaN"),
+                        ('{"a": 1, "b": [2, -Infinity, NaN]}', "b[1]: -Infinity")):
+        with pytest.raises(InvalidRequest, match=re.escape(where)):
+            parse_json(text.encode(), 64)
 
 
 def test_query_parameters_are_converted_and_checked_against_the_spec(served):
