@@ -123,7 +123,8 @@ def _decode(data: bytes) -> dict[str, Any]:
                                  for i, entity in enumerate(entities))
             stacked.array = arrays
         else:
-            entities = _entities(meta["entities"], where)
+            entities = _entities(_object(meta, where, required=("entities",))["entities"],
+                                 where)
             array = _array(data, base, meta, len(entities), where)
             stacked = StackedMap(zip(entities, array))
             stacked.array = array
