@@ -47,7 +47,7 @@ from mistk_rl.rl.normalize import Normalizer
 from mistk_rl.rl.policies.base import Policy
 from mistk_rl.rl.policies.random import RandomPolicy
 from mistk_rl.rl.trainers import OffPolicyTrainer, OnPolicyTrainer
-from mistk_rl.spaces import space_from_dict, space_to_dict
+from mistk_rl.spaces import space_from_dict, space_from_request, space_to_dict
 
 BUFFERS = {"naive": NaiveReplayBuffer, "advanced": AdvancedReplayBuffer}
 CHECKPOINT_FORMAT = 2  # 2: + trainer and rng (format 1 restores weights and counters)
@@ -131,11 +131,9 @@ class PolicyAgent(AbstractAgent):
             raise InvalidRequest(f"hyperparameters: torch_threads must be a positive integer "
                                  f"or null, not {threads!r}")
         if "observationSpace" in props and "actionSpace" in props:  # built at buildModel
-            try:
-                obs_space, act_space = (space_from_dict(props[k]) for k in ("observationSpace",
-                                                                          "actionSpace"))
-            except (ValueError, TypeError, KeyError) as exc:
-                raise InvalidRequest(f"modelProperties: not a valid space: {exc}") from exc
+            obs_space, act_space = (space_from_request(props[k], self.limits,
+                                                       f"modelProperties.{k}")
+                                    for k in ("observationSpace", "actionSpace"))
             self._check_model(config, obs_space, act_space)
 
     def validate_registration(self, observation_space: Optional[spaces.Space],

@@ -63,7 +63,8 @@ def build_parser() -> argparse.ArgumentParser:
                           "stay fixed)")
     run.add_argument("--resume", default=None, metavar="RUN_DIR",
                      help="continue the training run in RUN_DIR (crashed or stopped) from its "
-                          "last checkpoint, with the config saved there")
+                          "last checkpoint, with the config saved there (a finished run: "
+                          "says so, changes nothing)")
     run.set_defaults(func=_run)
 
     evaluate = sub.add_parser("eval", help="games: evaluate a trained agent against the "

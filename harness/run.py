@@ -65,6 +65,12 @@ def run_from_file(config_path: Optional[Path], out: Optional[Path] = None, quiet
                 raise ConfigError("--resume continues the run in its own directory: "
                                   "--out does not apply")
             config, run_dir = resume_config(resume, config_path, seed), resume
+            finished = _finished(config, resume)
+            if finished:  # nothing to do, and nothing in the run dir is touched
+                print(f"mistk-rl run: the run in {resume} has finished ({finished}): nothing "
+                      f"to resume; its results are in {resume / 'results.json'}",
+                      file=sys.stderr)
+                return 0
             progress = (GameProgress if config.game_training else Progress).load(resume)
         else:
             config = load_config(config_path)
@@ -95,6 +101,31 @@ def run_from_file(config_path: Optional[Path], out: Optional[Path] = None, quiet
         say(f"{len(returns)} episodes, mean return {sum(returns) / len(returns):.2f}; "
             f"wall {results['wall_s']:.2f} s; results in {run_dir / 'results.json'}")
     return 0
+
+
+def _finished(config: RunConfig, run_dir: Path) -> Optional[str]:
+    """How the run in `run_dir` finished (a phrase), or None when there is more to do:
+    ``results.json``, written last, is there, and its training (if any) reached the end the
+    config sets (a config edited to train on since then is not finished)."""
+    if not (run_dir / "results.json").is_file():
+        return None
+    spec = config.game_training or config.training
+    if spec is None:
+        return "it ran every episode block"
+    kind = GameProgress if config.game_training else Progress
+    try:
+        progress = kind.load(run_dir)
+    except ConfigError:  # no checkpoints (so no progress.json): results.json says it ended
+        return "it trained to its end"
+    if config.game_training:
+        done, total, unit = progress.agent_steps, config.game_training.agent_steps, "agent"
+    else:
+        done, total, unit = progress.train_steps, config.training.env_steps, "env"
+    if progress.done:
+        return f"an evaluation met its stop target after {done:,} {unit} steps"
+    if done >= total:
+        return f"it trained {done:,} of {total:,} {unit} steps"
+    return None
 
 
 def run(config: RunConfig, run_dir: Path, say: Callable[[str], None] = print,

@@ -82,45 +82,115 @@ def encode(body: Mapping[str, Any]) -> bytes:
 
 
 def decode(data: bytes) -> dict[str, Any]:
-    """The body `encode` was given, with each entity's value a numpy array (a view)."""
+    """The body `encode` was given, with each entity's value a numpy array (a view).
+
+    Anything that is not such a message (a header length past the body, a header that is not
+    the JSON object above, maps or array specs of the wrong kinds, arrays that do not fit
+    the body) raises InvalidRequest saying the encoding is malformed."""
     try:
-        (length,) = _LENGTH.unpack_from(data, 0)
-        header = json.loads(data[_LENGTH.size:_LENGTH.size + length])
-        base = _LENGTH.size + length
-        body: dict[str, Any] = {}
-        for path, value in header.get("values", {}).items():
-            _put(body, path, value)
-        for path, meta in header["maps"].items():
-            entities = meta["entities"]
-            if "keys" in meta:  # dict observations: one array per key
-                arrays = {key: _array(data, base, part, len(entities), f"{path}.{key}")
-                          for key, part in meta["keys"].items()}
-                if not arrays:
-                    raise ValueError(f"{path}: dict observations without keys")
-                stacked = StackedMap((entity, {key: a[i] for key, a in arrays.items()})
-                                     for i, entity in enumerate(entities))
-                stacked.array = arrays
-            else:
-                array = _array(data, base, meta, len(entities), path)
-                stacked = StackedMap(zip(entities, array))
-                stacked.array = array
-            _put(body, path, stacked)
-        return body
-    except (ValueError, KeyError, TypeError, struct.error, json.JSONDecodeError) as exc:
+        return _decode(data)
+    except (ValueError, KeyError, TypeError, struct.error, RecursionError) as exc:
+        # (ValueError covers bad JSON and UTF-8; RecursionError a header nested too deep)
         raise InvalidRequest(f"malformed {CONTENT_TYPE} body: {exc}") from exc
 
 
-def _array(data: bytes, base: int, meta: dict, rows: int, path: str) -> np.ndarray:
-    """The stacked array `meta` describes (a view into `data`), of `rows` rows."""
+def _decode(data: bytes) -> dict[str, Any]:
+    if len(data) < _LENGTH.size:
+        raise ValueError(f"{len(data)} bytes, too short for the header length "
+                         f"({_LENGTH.size} bytes)")
+    (length,) = _LENGTH.unpack_from(data, 0)
+    base = _LENGTH.size + length
+    if base > len(data):
+        raise ValueError(f"the header length {length} runs past the body "
+                         f"({len(data) - _LENGTH.size} bytes after it)")
+    header = _object(_HEADER.decode(bytes(data[_LENGTH.size:base]).decode("utf-8")),
+                     "the header", required=("maps",), optional=("values",))
+    body: dict[str, Any] = {}
+    for path, value in _object(header.get("values", {}), "the header's values").items():
+        _put(body, path, value)
+    for path, meta in _object(header["maps"], "the header's maps").items():
+        where = f"maps[{path!r}]"
+        if isinstance(meta, dict) and "keys" in meta:  # dict observations: one array per key
+            meta = _object(meta, where, required=("entities", "keys"), optional=())
+            entities = _entities(meta["entities"], where)
+            parts = _object(meta["keys"], f"{where}.keys")
+            if not parts:
+                raise ValueError(f"{where}: dict observations without keys")
+            arrays = {key: _array(data, base, part, len(entities), f"{where}.keys[{key!r}]",
+                                  also=())
+                      for key, part in parts.items()}
+            stacked = StackedMap((entity, {key: a[i] for key, a in arrays.items()})
+                                 for i, entity in enumerate(entities))
+            stacked.array = arrays
+        else:
+            entities = _entities(_object(meta, where, required=("entities",))["entities"],
+                                 where)
+            array = _array(data, base, meta, len(entities), where)
+            stacked = StackedMap(zip(entities, array))
+            stacked.array = array
+        _put(body, path, stacked)
+    return body
+
+
+def _no_constant(name: str) -> None:
+    raise ValueError(f"{name} in the header is not a JSON number")
+
+
+_HEADER = json.JSONDecoder(parse_constant=_no_constant)
+_ARRAY_FIELDS = ("dtype", "shape", "offset")
+
+
+def _object(value: Any, what: str, required: tuple[str, ...] = (),
+            optional: tuple[str, ...] | None = None) -> dict:
+    """`value` if it is a JSON object with the `required` keys (and, where `optional` is
+    given, no keys beyond those two); else ValueError naming `what`."""
+    if type(value) is not dict:
+        raise ValueError(f"{what} is a {type(value).__name__}, not an object")
+    missing = [key for key in required if key not in value]
+    if missing:
+        raise ValueError(f"{what} lacks {', '.join(map(repr, missing))}")
+    if optional is not None:
+        extra = [key for key in value if key not in required and key not in optional]
+        if extra:
+            raise ValueError(f"{what} has unexpected {', '.join(map(repr, extra))}")
+    return value
+
+
+def _entities(value: Any, where: str) -> list[str]:
+    if type(value) is not list or not all(type(e) is str for e in value):
+        raise ValueError(f"{where}.entities is not a list of names")
+    if len(set(value)) != len(value):
+        raise ValueError(f"{where}.entities names an entity twice")
+    return value
+
+
+def _count(value: Any, what: str) -> int:
+    if type(value) is not int or value < 0:
+        raise ValueError(f"{what} {value!r} is not a non-negative integer")
+    return value
+
+
+def _array(data: bytes, base: int, meta: dict, rows: int, where: str,
+           also: tuple[str, ...] = ("entities",)) -> np.ndarray:
+    """The stacked array `meta` describes (a view into `data`), of `rows` rows (`also`:
+    the keys `meta` may hold besides the array's)."""
+    meta = _object(meta, where, required=_ARRAY_FIELDS, optional=also)
+    if type(meta["dtype"]) is not str:
+        raise ValueError(f"{where}.dtype {meta['dtype']!r} is not a dtype string")
     dtype = np.dtype(meta["dtype"])
     if dtype.kind not in "biuf":
-        raise ValueError(f"dtype {dtype} is not numeric")
-    shape = tuple(int(n) for n in meta["shape"])
+        raise ValueError(f"{where}.dtype {dtype} is not numeric")
+    if type(meta["shape"]) is not list or not meta["shape"]:
+        raise ValueError(f"{where}.shape {meta['shape']!r} is not a list of one length per "
+                         "axis, rows first")
+    shape = tuple(_count(n, f"{where}.shape entry") for n in meta["shape"])
+    start = base + _count(meta["offset"], f"{where}.offset")
     count = math.prod(shape)
-    start = base + int(meta["offset"])
-    if start < base or start + count * dtype.itemsize > len(data) or rows != (
-            shape[0] if shape else 0):
-        raise ValueError(f"{path}: shape {shape} does not fit the message")
+    if shape[0] != rows:
+        raise ValueError(f"{where}: {shape[0]} rows for {rows} entities")
+    if start + count * dtype.itemsize > len(data):
+        raise ValueError(f"{where}: shape {shape} of {dtype} at offset {meta['offset']} runs "
+                         "past the body")
     return np.frombuffer(data, dtype=dtype, count=count, offset=start).reshape(shape)
 
 
@@ -139,7 +209,17 @@ def _is_mapping(value: Any) -> bool:
 
 
 def _put(body: dict, path: str, value: Any) -> None:
-    *parents, leaf = path.split(".")
+    """`body[path] = value` for a field path as `_flatten` makes them: a field, or one in a
+    container (``replay.prevObs``); never over another field or inside one."""
+    parts = path.split(".")
+    if not all(parts) or len(parts) > 2 or (len(parts) == 2 and parts[0] not in CONTAINERS):
+        raise ValueError(f"{path!r} is not a field path (a field, or one inside "
+                         f"{', '.join(sorted(CONTAINERS))})")
+    *parents, leaf = parts
     for key in parents:
         body = body.setdefault(key, {})
+        if type(body) is not dict:
+            raise ValueError(f"{path!r} is inside {key!r}, which is not a container")
+    if leaf in body:
+        raise ValueError(f"{path!r} is given twice")
     body[leaf] = value

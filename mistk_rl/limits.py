@@ -20,7 +20,8 @@ class Limits:
     max_body_bytes: int = 16 * 1024 * 1024  # a request body; more gets 413
     max_json_depth: int = 64  # nesting of a JSON body (hyperparameters, properties)
     max_long_polls: int = 1024  # status long-polls waiting at once; more get 429
-    max_space_elements: int = 1_000_000  # numbers in one observation or action
+    max_space_elements: int = 1_000_000  # numbers in one observation or action, or in its
+    # mask or one-hot encoding (a Discrete(n) counts n): `mistk_rl.spaces.space_elements`
     max_model_params: int = 50_000_000  # parameters of a model an agent builds (200 MB f32)
     max_envs: int = 256  # env copies in one startEpisode
     max_env_processes: int = 64  # env worker processes an orchestrator keeps at once

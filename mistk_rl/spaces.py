@@ -17,9 +17,12 @@ from gymnasium import spaces
 
 from mistk_rl.codec import StackedMap
 from mistk_rl.errors import InvalidRequest
+from mistk_rl.limits import Limits
 
 SUPPORTED = (spaces.Box, spaces.Discrete, spaces.MultiDiscrete, spaces.MultiBinary)
-DICT_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_-]{0,63}$")  # the spec's DictSpace says so too
+# Dict keys, matched whole (a pattern's $ alone would take a trailing newline): the specs'
+# DictSpace.spaces say it as x-key-pattern, which their validator checks (a test holds them equal)
+DICT_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_-]{0,63}$")
 MAX_DICT_KEYS = 64  # the spec's DictSpace.spaces maxProperties
 
 
@@ -53,12 +56,13 @@ def space_from_dict(data: dict[str, Any]) -> spaces.Space:
         return spaces.Dict({key: _fundamental(sub, key, space_from_dict)
                             for key, sub in subspaces.items()})
     if kind == "Discrete":
-        return spaces.Discrete(int(data["n"]), start=int(data.get("start") or 0))
+        n, start = int(data["n"]), int(data.get("start") or 0)
+        if start < _INT64.min or start + n - 1 > _INT64.max:
+            raise ValueError(f"Discrete n={n} start={start}: its actions do not fit int64")
+        return spaces.Discrete(n, start=start)
     if kind == "Box":
         dtype = np.dtype(data.get("dtype") or "float32")
-        with np.errstate(over="ignore"):  # bounds sent as float64 max mean +-inf
-            low = np.asarray(data["low"], dtype=np.float64).astype(dtype)
-            high = np.asarray(data["high"], dtype=np.float64).astype(dtype)
+        low, high = (_bound(data[key], dtype, key) for key in ("low", "high"))
         return spaces.Box(low=low, high=high, shape=tuple(data["shape"]), dtype=dtype)
     if kind == "MultiDiscrete":
         return spaces.MultiDiscrete(np.asarray(data["nvec"]),
@@ -69,11 +73,42 @@ def space_from_dict(data: dict[str, Any]) -> spaces.Space:
     raise ValueError(f"unsupported space type {kind!r}")
 
 
+_INT64 = np.iinfo(np.int64)
+
+
+def _bound(value: Any, dtype: np.dtype, what: str) -> np.ndarray:
+    """A Box bound as an array of `dtype`. A float bound past the dtype's range is +-inf
+    (bounds sent as float64's max mean that). An integer dtype's bounds must be integers it
+    holds (a cast would wrap them: 1000 in int8 is -24, and 2**63-1 through float64 is
+    -2**63), below int64's max (gymnasium samples an integer Box through int64, high + 1)."""
+    if dtype.kind not in "iu":
+        with np.errstate(over="ignore"):
+            return np.asarray(value, dtype=np.float64).astype(dtype)
+    info = np.iinfo(dtype)
+    lowest, highest = max(int(info.min), int(_INT64.min)), min(int(info.max),
+                                                               int(_INT64.max) - 1)
+    bound = np.asarray(value)
+    if bound.dtype.kind == "f":
+        if not (np.isfinite(bound).all() and (bound == np.round(bound)).all()):
+            raise ValueError(f"Box {what} of dtype {dtype} must be finite integers")
+        # (a float past 2**53 is an integer; as an int it is exact)
+        values = [int(bound.min()), int(bound.max())] if bound.size else []
+    elif bound.dtype.kind in "iu" or (bound.dtype == object and all(
+            type(v) is int for v in bound.ravel().tolist())):  # (object: past 64 bits)
+        values = [int(bound.min()), int(bound.max())] if bound.size else []
+    else:
+        raise ValueError(f"Box {what} holds {bound.dtype} values, not numbers")
+    if any(v < lowest or v > highest for v in values):
+        raise ValueError(f"Box {what} holds a number outside {lowest}..{highest}, what a "
+                         f"Box of {dtype} can have")
+    return bound.astype(dtype)
+
+
 def _check_dict_keys(subspaces: Mapping[str, Any]) -> None:
     if len(subspaces) > MAX_DICT_KEYS:
         raise ValueError(f"a Dict space has {len(subspaces)} keys, at most {MAX_DICT_KEYS}")
     for key in subspaces:
-        if not isinstance(key, str) or not DICT_KEY.match(key):
+        if not isinstance(key, str) or not DICT_KEY.fullmatch(key):
             raise ValueError(f"Dict key {key!r} does not match {DICT_KEY.pattern}")
 
 
@@ -124,18 +159,60 @@ def _finite(bound: np.ndarray) -> Any:
 
 
 def space_elements(data: dict[str, Any]) -> int:
-    """The numbers one value of the space described by `data` holds (a Dict's: all its
-    keys'), computed from the description alone (so a limit can refuse a huge space before
-    anything is allocated). Raises ValueError for a ragged ``nvec``."""
-    if data.get("type") == "Discrete":
-        return 1
-    if data.get("type") == "Dict" and isinstance(data.get("spaces"), dict):
+    """The numbers one value of the space described by `data` holds, or one encoding of a
+    value (a Dict's: all its keys'), computed from the description alone, so that a limit can
+    refuse a huge space before anything is allocated. A Discrete(n) counts n: its action
+    masks, one-hot encodings and a policy's outputs for it hold n numbers (the mask check
+    alone would allocate n flags); a MultiDiscrete counts sum(nvec) where that is more than
+    its values' numbers (its masks and one-hot encodings); an axis of length 0 counts as 1,
+    so no axis is ever longer than the limit. Raises ValueError for a description whose
+    sizes are not numbers (a ragged ``nvec``, text)."""
+    if not isinstance(data, Mapping):
+        raise ValueError(f"a space is an object, not {type(data).__name__}")
+    kind = data.get("type")
+    if kind == "Discrete":
+        if "n" not in data:
+            raise ValueError("a Discrete space needs 'n'")
+        return _size(data["n"], "n")
+    if kind == "Dict" and isinstance(data.get("spaces"), Mapping):
         return sum(space_elements(sub) for sub in data["spaces"].values()
-                   if isinstance(sub, dict))
+                   if isinstance(sub, Mapping))
     shape = data.get("shape")
-    if shape is None and data.get("nvec") is not None:
-        shape = np.shape(data["nvec"])
-    return math.prod(int(n) for n in (shape or ()))
+    counts = 0
+    if kind == "MultiDiscrete" and data.get("nvec") is not None:
+        nvec = np.asarray(data["nvec"])  # ragged: ValueError; past int64: object
+        if nvec.dtype.kind not in "iufO":
+            raise ValueError(f"nvec holds {nvec.dtype} values, not counts")
+        counts = sum(_size(n, "an nvec entry") for n in nvec.ravel().tolist())
+        if shape is None:
+            shape = nvec.shape
+    axes = [_size(n, "a shape entry") for n in (shape or ())]
+    return max(math.prod(max(n, 1) for n in axes), counts)
+
+
+def _size(value: Any, what: str) -> int:
+    """A count from a space's description (an int, or a float without a fraction); 0 for
+    one below 0, which the space itself refuses."""
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer,
+                                                         np.floating)):
+        raise ValueError(f"{what} {value!r} is not an integer")
+    if isinstance(value, (float, np.floating)):
+        if not math.isfinite(value) or value != int(value):
+            raise ValueError(f"{what} {value!r} is not an integer")
+    return max(int(value), 0)
+
+
+def space_from_request(data: Any, limits: Limits, field: str) -> spaces.Space:
+    """The space a request describes in `field`: its size (`space_elements`) checked against
+    the max_space_elements limit from the description alone, then the space built.
+    InvalidRequest (400) names the limit, or the field and what is wrong with the space."""
+    try:
+        limits.check("max_space_elements", space_elements(data),
+                     f"{field}: the count of numbers in one value (or its mask or one-hot "
+                     "encoding)")
+        return space_from_dict(data)
+    except (ValueError, TypeError, KeyError, OverflowError) as exc:
+        raise InvalidRequest(f"{field} is not a valid space: {exc}", field=field) from exc
 
 
 ValueCheck = Callable[[Mapping[str, Any], str], None]
@@ -233,11 +310,32 @@ def observation_dtypes(space: Optional[spaces.Space]) -> Optional[dict[str, np.d
     return {key: np.dtype(sub.dtype) for key, sub in space.spaces.items()}
 
 
-def mask_check(space: Optional[spaces.Space]) -> ValueCheck:
-    """Action masks: one flag per action of a Discrete space."""
+def mask_check(space: Optional[spaces.Space], allows_some: bool = True) -> ValueCheck:
+    """Action masks: one flag per action of a Discrete space. `allows_some`: each entity's
+    mask must allow at least one action (a mask of the actions to pick from now: with none
+    allowed there is no action to answer with); a replayed ``newActionMask`` may allow none
+    (the episode is over: the game orchestrator sends zeros then)."""
     if not isinstance(space, spaces.Discrete):
         return lambda values, field: None
-    return value_check(spaces.MultiBinary(int(space.n)), "a mask for")
+    flags = value_check(spaces.MultiBinary(int(space.n)), "a mask for")
+    if not allows_some:
+        return flags
+    describe = f"a mask for {space}"
+
+    def check(values: Mapping[str, Any], field: str) -> None:
+        flags(values, field)  # (shape and 0/1 first: the rows below are flags)
+        stacked = getattr(values, "array", None)
+        if isinstance(stacked, np.ndarray) and len(stacked) == len(values):
+            allowed = stacked.reshape(len(stacked), -1).any(axis=1)  # one numpy call
+            rows = [] if allowed.all() else [(e, a) for e, a in zip(values, allowed)]
+        else:
+            rows = values.items()
+        for entity, row in rows:
+            if not np.asarray(row).any():
+                raise InvalidRequest(f"{field}[{entity!r}]: the mask allows no action "
+                                     f"({describe}: at least one flag must be 1)",
+                                     field=field, entity=entity)
+    return check
 
 
 def _rule(space: spaces.Space) -> tuple[tuple[int, ...], Callable[[np.ndarray], str]]:

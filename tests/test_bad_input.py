@@ -108,6 +108,44 @@ def test_action_masks_have_one_flag_per_action(tmp_path):
              match=r"actionMask\['p'\]: shape \(3,\) is not \(2,\)")
 
 
+def _any_agent(tmp_path, agent: str) -> AgentService:
+    """`_agent`'s registered, in-episode service, for the random, DQN or PPO agent."""
+    import importlib
+
+    if agent == "RandomAgent":
+        return _agent(tmp_path)
+    cls = getattr(importlib.import_module(f"agents.{agent[:3].lower()}_agent"), agent)
+    service = _policy_agent(tmp_path, cls)
+    service.agentRegistered({"name": "p", **SPACES})
+    service.episodeStarted({"obs": {"p": OBS}})
+    return service
+
+
+@pytest.mark.parametrize("agent", ["RandomAgent", "DQNAgent", "PPOAgent"])
+def test_a_mask_that_allows_no_action_is_refused(tmp_path, agent):
+    """An all-zero mask left the agent nothing to pick: each agent failed in its hook (the
+    random agent's ValueError, DQN's multinomial, PPO's masked logits)."""
+    service = _any_agent(tmp_path, agent)
+    match = r"actionMask\['player'\]: the mask allows no action"
+    body = {"obs": {"player": [0, 0, 0, 0]}, "actionMask": {"player": [0, 0]}}
+    error = _refused(service, service.getAction, body, match=match)
+    assert (error.extra["field"], error.extra["entity"]) == ("actionMask", "player")
+    _refused(service, service.step, {**body, "replay": _replay()}, match=match)
+    many = {f"e{i}": [0, 1] for i in range(6)}  # stacked: checked in one pass, still named
+    many["e3"] = [0, 0]
+    _refused(service, service.getAction, {"obs": {e: OBS for e in many}, "actionMask": many},
+             match=r"actionMask\['e3'\]: the mask allows no action")
+    binary = codec.decode(codec.encode({"obs": {e: OBS for e in many}, "actionMask": many}))
+    _refused(service, service.step, binary, match=r"actionMask\['e3'\]: the mask allows")
+    assert service.getAction({"obs": {"p": OBS}, "actionMask": {"p": [0, 1]}})[0] == {
+        "actions": {"p": 1}}  # and it still acts, inside the mask
+    # a replayed newActionMask may allow nothing: the episode is over (games send zeros)
+    ended = _replay(terminated={"p": True}, newActionMask={"p": [0, 0]})
+    assert service.step({"obs": {"p": OBS}, "replay": ended})[1] == 200
+    service.episodeStopped()
+    _refused(service, service.episodeStarted, body, match=match)
+
+
 def test_integer_image_spaces_refuse_fractions(tmp_path):
     image = gym.spaces.Box(0, 255, (2, 2), np.uint8)
     service = _agent(tmp_path, first_obs=[[0, 0], [0, 0]], observationSpace=space_to_dict(image),
@@ -130,8 +168,71 @@ def test_a_huge_space_is_refused_before_anything_is_allocated(tmp_path):
     assert error.extra["limit"] == "max_space_elements"
 
 
+HUGE = 10 ** 18
+
+
+@pytest.mark.parametrize("agent", ["RandomAgent", "DQNAgent", "PPOAgent"])
+@pytest.mark.parametrize("key, space, count", [
+    ("actionSpace", {"type": "Discrete", "n": HUGE}, f"{HUGE:,}"),  # its mask check: 7 EiB
+    ("observationSpace", {"type": "Discrete", "n": HUGE}, f"{HUGE:,}"),  # one-hot: overflow
+    ("actionSpace", {"type": "Discrete", "n": 2 ** 63}, f"{2 ** 63:,}"),  # past int64
+    ("actionSpace", {"type": "MultiDiscrete", "nvec": [HUGE, 2]}, f"{HUGE + 2:,}"),
+    ("observationSpace", {"type": "MultiDiscrete", "nvec": [[2 ** 64]]}, f"{2 ** 64:,}"),
+    ("observationSpace", {"type": "Box", "shape": [HUGE, 0], "low": [], "high": []},
+     f"{HUGE:,}"),  # no numbers, but an axis that long
+    ("actionSpace", {"type": "MultiBinary", "shape": [0, HUGE]}, f"{HUGE:,}"),
+    ("observationSpace", {"type": "Dict", "spaces": {"a": {"type": "Discrete", "n": HUGE}}},
+     f"{HUGE:,}"),
+])
+def test_a_space_too_big_to_mask_or_encode_is_refused_by_the_limit(tmp_path, agent, key,
+                                                                     space, count):
+    """A Discrete(n) counts n numbers (its masks, one-hot encodings and policy outputs hold
+    n); a MultiDiscrete sum(nvec). A Discrete(10**18) put the random agent in failed (its
+    mask check allocated 10**18 flags) and was a 500 from DQN and PPO (torch's size
+    overflow)."""
+    import importlib
+
+    cls = (RandomAgent if agent == "RandomAgent" else
+           getattr(importlib.import_module(f"agents.{agent[:3].lower()}_agent"), agent))
+    service = _policy_agent(tmp_path, cls)
+    body = {"name": "p", **SPACES, key: space}
+    error = _refused(service, service.agentRegistered, body,
+                     match=f"{key}: the count of numbers .* is {count}, over the limit "
+                           "max_space_elements=1,000,000")
+    assert error.extra["limit"] == "max_space_elements"
+    if agent != "RandomAgent":  # the same spaces as modelProperties, at initialize
+        service.reset()
+        service.lifecycle.wait_for_state("started", 10)
+        _refused(service, service.initialize, {"modelProperties": dict(SPACES, **{key: space})},
+                 match=f"modelProperties.{key}: the count of numbers")
+
+
+def test_a_discrete_space_counts_its_n_against_the_limit(tmp_path):
+    service = _policy_agent(tmp_path, RandomAgent, Limits(max_space_elements=100))
+    for n in (101, 1000):
+        _refused(service, service.agentRegistered,
+                 {"name": "p", **SPACES, "actionSpace": {"type": "Discrete", "n": n}},
+                 match=f"is {n:,}, over the limit max_space_elements=100")
+    _refused(service, service.agentRegistered,
+             {"name": "p", **SPACES, "actionSpace": {"type": "MultiDiscrete", "nvec": [60, 41]}},
+             match="is 101, over the limit")
+    service.agentRegistered({"name": "p", **SPACES, "actionSpace": {"type": "Discrete",
+                                                                    "n": 100}})
+    service.episodeStarted({"obs": {"p": OBS}})
+    assert service.getAction({"obs": {"p": OBS}, "actionMask": {"p": [0] * 99 + [1]}})[0] == {
+        "actions": {"p": 99}}
+
+
 @pytest.mark.parametrize("space, match", [
     ({"type": "MultiDiscrete", "nvec": [[2, 3], [2]]}, "inhomogeneous"),  # schemathesis: a 500
+    # integer bounds a cast would wrap: int8 1000 is -24; 2**63-1 through float64 is -2**63
+    ({"type": "Box", "shape": [2], "dtype": "int8", "low": [-1000, 0], "high": [1000, 1]},
+     r"Box low holds a number outside -128\.\.127"),
+    ({"type": "Box", "shape": [1], "dtype": "int64", "low": [0], "high": [2 ** 63 - 1]},
+     "Box high holds a number outside"),
+    ({"type": "Box", "shape": [1], "dtype": "uint8", "low": [0.5], "high": [1]},
+     "must be finite integers"),
+    ({"type": "Discrete", "n": 10, "start": 2 ** 63 - 5}, "do not fit int64"),  # wrapped
     ({"type": "Box", "shape": [2], "low": [[0.0], 1.0], "high": 1.0}, "inhomogeneous"),
     ({"type": "Box", "shape": [3], "low": [0.0, 0.0], "high": 1.0}, "shape"),
     ({"type": "Discrete"}, "'n'"),
@@ -255,6 +356,24 @@ def test_register_agent_refuses_what_is_not_an_agent_and_echoes_nothing(tmp_path
     assert service.lifecycle.state == "waiting_for_agents"
 
 
+@pytest.mark.parametrize("url, match", [
+    ("http://[::1", "Invalid IPv6 URL"),  # urllib's ValueError was a 500
+    ("http://[zz]:8081/", "does not appear to be an IPv4 or IPv6 address"),
+    ("http://ex\u2100ample/", "NFKC"),
+    ("http://[::1]x:8081/", "host part '\\[::1\\]x:8081' is malformed"),  # urllib: host ::1
+    ("http://[::1]]/", "malformed"),
+    ("http://127.0.0.1:8081/a b", "whitespace or a control character"),
+    ("http://127.0.0.1:8081/\r\nX-Injected: 1", "whitespace or a control character"),
+])
+def test_a_malformed_agent_url_is_refused_naming_agent_url(tmp_path, url, match):
+    service = _orchestrator(tmp_path)
+    service.initialize({"env": {"id": "CartPole-v1"}})
+    service.lifecycle.wait_for_state("waiting_for_agents", 10)
+    error = _refused(service, service.registerAgent, "p", url, match=match)
+    assert error.detail.startswith("agentUrl ") and error.extra["field"] == "agentUrl"
+    assert service.orchestrator.agents == {}
+
+
 # ---- paths in the data dir ------------------------------------------------------------------
 @pytest.mark.parametrize("path, match", [
     ("a\x00b", "NUL"), ("x" * 300, "longer than 255 bytes"), (".", "is a directory"),
@@ -363,6 +482,8 @@ def test_a_dict_observation_for_a_box_space_is_refused(tmp_path):
 @pytest.mark.parametrize("space, match", [
     ({"type": "Dict", "spaces": {"a": space_to_dict(DICT_SPACE)}}, "a Dict inside a Dict"),
     ({"type": "Dict", "spaces": {"a b": {"type": "Discrete", "n": 2}}}, "does not match"),
+    ({"type": "Dict", "spaces": {"": {"type": "Discrete", "n": 2}}}, "Dict key '' does not"),
+    ({"type": "Dict", "spaces": {"a\n": {"type": "Discrete", "n": 2}}}, "does not match"),
     ({"type": "Dict", "spaces": {f"k{i}": {"type": "MultiBinary", "shape": [60]}
                                  for i in range(2)}}, "120, over the limit max_space_elements"),
 ])

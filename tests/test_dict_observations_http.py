@@ -76,6 +76,8 @@ def _refuses_bad_dict_observations(agent) -> None:
                         r"obs\['p'\]\['planes'\]: shape \(3, 3\) is not \(2, 3, 3\)"),
                        ({**good, "planes": good["planes"] * 2},
                         r"\['planes'\]: a value is outside the space"),
+                       ({**good, "noise": [0.0, np.nan, 0.0]},  # JSON: NaN; binary: a NaN
+                        r"obs\['p'\]\['noise'\](\[1\]: NaN is not a JSON number|: not every)"),
                        (good["noise"], r"one Tensor, where an object .* is expected")):
         for binary in (False, True):
             agent.binary = binary

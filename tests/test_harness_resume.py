@@ -71,6 +71,69 @@ def test_resume_continues_after_the_first_evaluation(tmp_path, monkeypatch):
         iters = [int(row["train_iter"]) for row in csv.DictReader(fh)]
     assert iters == sorted(set(iters))  # no rows logged twice across the crash
 
+    before = _snapshot(run_dir)  # resumed again, finished: it says so and touches nothing
+    assert run_from_file(None, resume=run_dir, quiet=True) == 0
+    assert _snapshot(run_dir) == before
+
+
+def _snapshot(run_dir):
+    """Every file and directory under `run_dir`: its bytes (files) and mtime."""
+    return {str(p.relative_to(run_dir)): (p.read_bytes() if p.is_file() else None,
+                                          p.stat().st_mtime_ns)
+            for p in sorted(run_dir.rglob("*"))}
+
+
+def _finished_run(run_dir, config: dict, progress: dict | None) -> None:
+    """A run dir as a run that finished leaves it."""
+    (run_dir / "data" / "player" / "checkpoints").mkdir(parents=True)
+    (run_dir / "config.yaml").write_text(yaml.safe_dump(config))
+    if progress is not None:
+        (run_dir / "progress.json").write_text(json.dumps(progress))
+        (run_dir / "data" / "player" / "checkpoints" / "step-400.pt").write_bytes(b"model")
+    (run_dir / "results.json").write_text(json.dumps({"name": config["name"], "episodes": []}))
+    (run_dir / "data" / "player" / "final.pt").write_bytes(b"final model")
+    (run_dir / "evals.csv").write_text("env_steps\n200\n400\n")
+
+
+@pytest.mark.parametrize("config, progress, says", [
+    (TINY, {"train_steps": 400, "checkpoints": {"player": "checkpoints/step-400.pt"}},
+     "it trained 400 of 400 env steps"),
+    (TINY, {"train_steps": 200, "done": True, "checkpoints": {
+        "player": "checkpoints/step-400.pt"}},
+     "an evaluation met its stop target after 200 env steps"),
+    ({**TINY, "training": {**TINY["training"], "checkpoints": 0}}, None, "it trained to its end"),
+    ({key: value for key, value in TINY.items() if key != "training"}, None,
+     "it ran every episode block"),
+])
+def test_resuming_a_finished_run_says_so_and_rewrites_nothing(tmp_path, monkeypatch, capsys,
+                                                             config, progress, says):
+    """A finished run resumed again started its services, rewrote config.yaml and went on
+    to load its checkpoint and save over its model and results."""
+    from harness.cli import main
+
+    monkeypatch.chdir(REPO)
+    run_dir = tmp_path / "run"
+    _finished_run(run_dir, config, progress)
+    before = _snapshot(run_dir)
+    assert main(["run", "--resume", str(run_dir)]) == 0
+    err = capsys.readouterr().err
+    assert f"the run in {run_dir} has finished ({says}): nothing to resume" in err, err
+    assert str(run_dir / "results.json") in err
+    assert _snapshot(run_dir) == before
+
+
+def test_a_finished_run_whose_config_asks_for_more_is_not_finished(tmp_path):
+    from harness.run import _finished
+
+    run_dir = tmp_path / "run"
+    _finished_run(run_dir, TINY, {"train_steps": 400})
+    longer = RunConfig.model_validate({**TINY, "training": {**TINY["training"],
+                                                            "env_steps": 800}})
+    assert _finished(longer, run_dir) is None  # RUN_DIR/config.yaml edited: go on training
+    assert _finished(RunConfig.model_validate(TINY), run_dir) == "it trained 400 of 400 env steps"
+    (run_dir / "results.json").unlink()  # died after training, before its results: resume
+    assert _finished(RunConfig.model_validate(TINY), run_dir) is None
+
 
 def test_resume_refuses_another_config_and_a_run_without_checkpoint(tmp_path):
     run_dir = tmp_path / "run"

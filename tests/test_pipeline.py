@@ -7,12 +7,15 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
+import struct
 from pathlib import Path
 
 import pytest
 
 from agents.random_agent import RandomAgent
 from mistk_rl import codec
+from mistk_rl.errors import InvalidRequest
 from mistk_rl.limits import Limits
 from mistk_rl.service.app import BASE_PATHS, create_app, load_spec
 from mistk_rl.service.handlers import AgentService, OrchestratorService
@@ -163,6 +166,158 @@ def test_malformed_binary_bodies_get_400(served):
     good = codec.encode({"obs": {"p": [0.0, 1.0]}})
     for body in (b"\x01", b"\xff\xff\xff\x7f{}", good[:-3], good[:6] + b"X" + good[7:]):
         _problem(*s.call("post", "/getAction", body, content_type=codec.CONTENT_TYPE), 400)
+
+
+def _binary(header, payload: bytes = bytes(16)) -> bytes:
+    """A message of the binary encoding with this header (an object, or raw header bytes)."""
+    raw = header if isinstance(header, bytes) else json.dumps(header).encode()
+    return struct.pack("<I", len(raw)) + raw + payload
+
+
+def _obs(**spec) -> dict:
+    """A header whose one map, obs, is `spec` over a well-formed one."""
+    return {"maps": {"obs": {"entities": ["a"], "dtype": "<f4", "shape": [1, 2], "offset": 0,
+                             **spec}}}
+
+
+def _keyed(**spec) -> dict:
+    return {"maps": {"obs": {"entities": ["a"], "keys": {"k": {
+        "dtype": "<f4", "shape": [1, 2], "offset": 0, **spec}}}}}
+
+
+MALFORMED_BINARY = {
+    "header is a list": struct.pack("<I", 2) + b"[]",
+    "header is a number": _binary(b"5"),
+    "header length past the body": struct.pack("<I", 100) + b"{}",
+    "header length only": struct.pack("<I", 0)[:3],
+    "header not JSON": _binary(b"{x"),
+    "header not UTF-8": _binary(b'{"\xff": 1}'),
+    "NaN in the header": _binary(b'{"maps": {}, "values": {"epsilon": NaN}}'),
+    "header nested too deep": _binary(b"[" * 100_000 + b"]" * 100_000),
+    "no maps": _binary({"values": {}}),
+    "maps is a list": _binary({"maps": [["obs", {}]]}),
+    "values is a list": _binary({"maps": {}, "values": [1]}),
+    "unknown header key": _binary({"maps": {}, "arrays": {}}),
+    "map spec is a list": _binary({"maps": {"obs": [1, 2]}}),
+    "map spec is a string": _binary({"maps": {"obs": "a"}}),
+    "entities is a string": _binary(_obs(entities="ab")),
+    "entities are numbers": _binary(_obs(entities=[1])),
+    "an entity twice": _binary(_obs(entities=["a", "a"], shape=[2, 2])),
+    "more rows than entities": _binary(_obs(shape=[2, 2])),
+    "no dtype": _binary({"maps": {"obs": {"entities": ["a"], "shape": [1], "offset": 0}}}),
+    "dtype is a number": _binary(_obs(dtype=4)),
+    "dtype is a list": _binary(_obs(dtype=[["x", "<f4"]])),
+    "dtype unknown": _binary(_obs(dtype="<q9")),
+    "dtype text": _binary(_obs(dtype="<U4")),
+    "dtype object": _binary(_obs(dtype="O")),
+    "dtype complex": _binary(_obs(dtype="<c8")),
+    "dtype structured": _binary(_obs(dtype="f4,f4")),
+    "shape is a string": _binary(_obs(shape="12")),
+    "shape is empty": _binary(_obs(shape=[])),
+    "shape is a number": _binary(_obs(shape=1)),
+    "shape negative": _binary(_obs(shape=[1, -1])),
+    "shape fractional": _binary(_obs(shape=[1, 1.5])),
+    "shape boolean": _binary(_obs(shape=[True, 2])),
+    "shape of 70 axes": _binary(_obs(shape=[1] * 70)),
+    "array past the body": _binary(_obs(shape=[1, 1_000_000])),
+    "offset negative": _binary(_obs(offset=-4)),
+    "offset fractional": _binary(_obs(offset=1.5)),
+    "offset a string": _binary(_obs(offset="0")),
+    "offset past the body": _binary(_obs(offset=10 ** 12)),
+    "unknown array field": _binary(_obs(strides=[4])),
+    "keys is a list": _binary({"maps": {"obs": {"entities": ["a"], "keys": [1]}}}),
+    "keys empty": _binary({"maps": {"obs": {"entities": ["a"], "keys": {}}}}),
+    "key spec is a number": _binary({"maps": {"obs": {"entities": ["a"], "keys": {"k": 1}}}}),
+    "key spec with entities": _binary(_keyed(entities=["a"])),
+    "key spec negative offset": _binary(_keyed(offset=-1)),
+    "key spec past the body": _binary(_keyed(shape=[1, 100])),
+    "keys beside an array": _binary({"maps": {"obs": {**_obs()["maps"]["obs"], "keys": {}}}}),
+    "empty path": _binary({"maps": {"": _obs()["maps"]["obs"]}}),
+    "path into a field": _binary({"maps": {"obs.x": _obs()["maps"]["obs"]}}),
+    "path too deep": _binary({"maps": {"replay.prevObs.x": _obs()["maps"]["obs"]}}),
+    "path given twice": _binary({"values": {"obs": 1}, **_obs()}),
+    "path inside a value": _binary({"values": {"replay": 5},
+                                    "maps": {"replay.prevObs": _obs()["maps"]["obs"]}}),
+}
+
+
+@pytest.mark.parametrize("operation", ["getAction", "replayAction", "step"])
+@pytest.mark.parametrize("name", MALFORMED_BINARY)
+def test_every_malformed_binary_body_gets_400_saying_so(served, operation, name):
+    """A binary body whose header or maps are not the encoding's is a 400 that says the
+    encoding is malformed (a header that was JSON but not an object was a 500)."""
+    s = served("agent")
+    before = s.version
+    problem = _problem(*s.call("post", f"/{operation}", MALFORMED_BINARY[name],
+                               content_type=codec.CONTENT_TYPE), 400)
+    assert problem["detail"].startswith(f"malformed {codec.CONTENT_TYPE} body: "), problem
+    assert s.version == before
+
+
+@pytest.mark.parametrize("key", ["", "a\n"])
+def test_a_dict_key_the_spec_refuses_gets_400_before_the_handler(served, key):
+    """The spec says what Dict keys the services take (x-key-pattern): '' is refused as the
+    body is validated, as the handler would (tests/test_bad_input.py), naming the field."""
+    s = served("agent")
+    service = s.service
+    service.initialize({})
+    service.lifecycle.wait_for_state("initialized", 10)
+    before = s.version
+    body = {"name": "p", "observationSpace": {"type": "Dict", "spaces": {
+        key: {"type": "Discrete", "n": 2}}}, "actionSpace": {"type": "Discrete", "n": 2}}
+    problem = _problem(*s.call("post", "/agentRegistered", json.dumps(body).encode()), 400)
+    assert problem["detail"].startswith(f"key {key!r} does not match "), problem
+    assert problem["detail"].endswith("- 'observationSpace.spaces'"), problem
+    assert s.version == before and service.lifecycle.state == "initialized"
+
+
+DICT_SPACES = {"observationSpace": {"type": "Dict", "spaces": {
+    "cue": {"type": "Box", "shape": [2], "dtype": "float32", "low": [-1, -1], "high": [1, 1]},
+    "d": {"type": "Discrete", "n": 3}}}, "actionSpace": {"type": "Discrete", "n": 2}}
+GOOD_OBS = '{"cue": [0, 0], "d": 1}'
+REPLAY = ('{"prevObs": {"p": %s}, "actions": {"p": 0}, "rewards": {"p": 0}, '
+          '"terminated": {"p": false}, "newObs": {"p": %%s}}' % GOOD_OBS)
+
+
+@pytest.mark.parametrize("operation, template, field", [
+    ("getAction", '{"obs": {"p": %s}}', "obs"),
+    ("episodeStarted", '{"obs": {"p": %s}}', "obs"),
+    ("replayAction", REPLAY, "newObs"),
+    ("step", '{"obs": {"p": %s}, "replay": %s}' % (GOOD_OBS, REPLAY), "replay.newObs"),
+])
+@pytest.mark.parametrize("obs, where", [
+    ('{"cue": [0, NaN], "d": 1}', "['p']['cue'][1]"),
+    ('{"cue": [0, 0], "d": -Infinity}', "['p']['d']"),
+])
+def test_a_nan_in_a_dict_observation_gets_400_naming_the_entity_and_key(
+        served, operation, template, field, obs, where):
+    """JSON has no NaN: the parser refuses one before any check that knows the field, so its
+    400 said only "NaN is not a JSON number"; it names where it is, as the per-key checks
+    do (a non-finite number decoded from JSON or the binary encoding reaches those)."""
+    s = served("agent")
+    service = s.service
+    service.initialize({})
+    service.lifecycle.wait_for_state("initialized", 10)
+    service.agentRegistered({"name": "p", **DICT_SPACES})
+    if operation != "episodeStarted":
+        service.episodeStarted({"obs": {"p": json.loads(GOOD_OBS)}})
+    before = s.version
+    body = (template % obs).encode()
+    problem = _problem(*s.call("post", f"/{operation}", body), 400)
+    assert problem["detail"].startswith(f"{field}{where}: "), problem
+    assert "is not a JSON number" in problem["detail"]
+    assert s.version == before
+
+
+def test_a_nan_anywhere_in_a_json_body_is_named_by_where_it_is():
+    from mistk_rl.service.pipeline import parse_json
+
+    for text, where in (('{"hyperparameters": {"lr": [1, {"x": NaN}]}}',
+                         "hyperparameters['lr'][1]['x']: NaN"),
+                        ("[Infinity]", "the body[0]: Infinity"), ("NaN", "the body: NaN"),
+                        ('{"a": 1, "b": [2, -Infinity, NaN]}', "b[1]: -Infinity")):
+        with pytest.raises(InvalidRequest, match=re.escape(where)):
+            parse_json(text.encode(), 64)
 
 
 def test_query_parameters_are_converted_and_checked_against_the_spec(served):

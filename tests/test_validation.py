@@ -1,17 +1,23 @@
 """The compiled validator accepts exactly what connexion's request validator (jsonschema's
-Draft 4 plus OpenAPI's `nullable`) accepts on the spec, for every request body of both specs."""
+Draft 4 plus OpenAPI's `nullable`) accepts on the spec, with the spec's one extension
+(`x-key-pattern`: what JSON Schema's propertyNames pattern says) added to it, for every
+request body of both specs."""
 from __future__ import annotations
+
+import re
 
 import numpy as np
 import pytest
 from connexion.json_schema import Draft4RequestValidator, resolve_refs
+from jsonschema import ValidationError, validators
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from mistk_rl.errors import InvalidRequest
 from mistk_rl.service.app import load_spec
 from mistk_rl.service.pipeline import STEP_OPERATIONS
-from mistk_rl.service.validation import compile_schema
+from mistk_rl.service.validation import KEY_PATTERN, compile_schema
+from mistk_rl.spaces import DICT_KEY
 
 SPECS = {role: resolve_refs(load_spec(role)) for role in ("agent", "orchestrator")}
 SCHEMAS = {op["post"]["operationId"] if role == "agent" else f"{role}.{op['post']['operationId']}":
@@ -48,15 +54,26 @@ fundamental_spaces = st.fixed_dictionaries(
               "spaces": st.just({})})
 spaces = st.recursive(fundamental_spaces, lambda inner: st.fixed_dictionaries(
     {"type": st.sampled_from(["Dict", "Box"])},
-    optional={"spaces": st.dictionaries(st.sampled_from(["a", "b", "c d"]), inner,
+    optional={"spaces": st.dictionaries(st.sampled_from(["a", "b", "c d", "", "e\n"]), inner,
                                         max_size=3)}), max_leaves=6)
 registrations = st.fixed_dictionaries({"name": st.just("p")},
                                       optional={"observationSpace": spaces,
                                                 "actionSpace": spaces})
 
 
+def _key_pattern(validator, pattern, instance, schema):
+    """`x-key-pattern` as jsonschema would check propertyNames: {pattern} (whole keys)."""
+    if validator.is_type(instance, "object"):
+        for key in instance:
+            if not re.fullmatch(pattern, key):
+                yield ValidationError(f"key {key!r} does not match {pattern!r}")
+
+
+SpecValidator = validators.extend(Draft4RequestValidator, {KEY_PATTERN: _key_pattern})
+
+
 def _agree(name: str, value) -> None:
-    expected = Draft4RequestValidator(SCHEMAS[name]).is_valid(value)
+    expected = SpecValidator(SCHEMAS[name]).is_valid(value)
     try:
         compile_schema(SCHEMAS[name])(value, "")
         got = True
@@ -176,3 +193,41 @@ def test_binary_maps_are_checked_through_one_entry():
 def test_nullable_fields_accept_null(value, ok):
     _agree("orchestrator.startEpisode", value)
     assert Draft4RequestValidator(SCHEMAS["orchestrator.startEpisode"]).is_valid(value) == ok
+
+
+def _dict_space_schemas(node):
+    """Every DictSpace.spaces schema in a spec."""
+    if isinstance(node, dict):
+        if KEY_PATTERN in node:
+            yield node
+        for child in node.values():
+            yield from _dict_space_schemas(child)
+    elif isinstance(node, list):
+        for child in node:
+            yield from _dict_space_schemas(child)
+
+
+def test_the_specs_dict_key_pattern_is_the_services():
+    """One rule for Dict keys: the pattern the specs publish (and their validator checks) is
+    the one the services build spaces by."""
+    for role in ("agent", "orchestrator"):
+        found = [s[KEY_PATTERN] for s in _dict_space_schemas(load_spec(role))]
+        assert found == [DICT_KEY.pattern], role
+        assert DICT_KEY.pattern in load_spec(role)["components"]["schemas"]["DictSpace"][
+            "properties"]["spaces"]["description"]
+
+
+@pytest.mark.parametrize("key", ["", "a b", "9a", "a\n", "k" * 65, "é"])
+def test_a_dict_key_off_the_pattern_is_refused_by_the_spec_and_the_spaces(key):
+    from mistk_rl.spaces import space_from_dict
+
+    space = {"type": "Dict", "spaces": {key: {"type": "Discrete", "n": 2}}}
+    body = {"name": "p", "observationSpace": space}
+    with pytest.raises(InvalidRequest, match=r"does not match .* - 'observationSpace\.spaces'"):
+        compile_schema(SCHEMAS["agentRegistered"])(body, "")
+    _agree("agentRegistered", body)
+    with pytest.raises(ValueError, match="does not match"):
+        space_from_dict(space)
+    ok = {"type": "Dict", "spaces": {"_a-1": {"type": "Discrete", "n": 2}}}
+    compile_schema(SCHEMAS["agentRegistered"])({"name": "p", "observationSpace": ok}, "")
+    space_from_dict(ok)

@@ -10,10 +10,11 @@ from __future__ import annotations
 import ipaddress
 import logging
 import math
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Optional
-from urllib.parse import urlsplit
+from urllib.parse import SplitResult, urlsplit
 
 import numpy as np
 from pydantic import BaseModel
@@ -28,8 +29,8 @@ from mistk_rl.lifecycle import AGENT, ORCHESTRATOR, Lifecycle
 from mistk_rl.limits import Limits
 from mistk_rl.orchestrator import AbstractOrchestrator, RegisteredAgent
 from mistk_rl.registry import suggest
-from mistk_rl.spaces import (ValueCheck, mask_check, observation_dtypes, space_elements,
-                             space_from_dict, value_check)
+from mistk_rl.spaces import (ValueCheck, mask_check, observation_dtypes, space_from_request,
+                             value_check)
 
 log = logging.getLogger(__name__)
 Response = tuple[dict[str, Any], int, dict[str, str]]
@@ -139,13 +140,15 @@ class _SpaceChecks:
 
     obs: ValueCheck
     action: ValueCheck
-    mask: ValueCheck
+    mask: ValueCheck  # actionMask: the actions to pick from now, at least one
+    next_mask: ValueCheck  # a replayed newActionMask: none allowed once an episode is over
     obs_dtypes: Optional[dict[str, np.dtype]]  # a Dict space's: what its keys are cast to
 
     @classmethod
     def of(cls, obs_space: Any, act_space: Any) -> "_SpaceChecks":
         return cls(value_check(obs_space, "the observation space is", float_bounds=False),
                    value_check(act_space, "the action space is"), mask_check(act_space),
+                   mask_check(act_space, allows_some=False),
                    observation_dtypes(obs_space))
 
     def observations(self, values: dict[str, Any], field: str) -> dict[str, Any]:
@@ -166,7 +169,7 @@ def _replay_batch(body: dict[str, Any], checks: _SpaceChecks, prefix: str = "") 
                        new_obs=checks.observations(body["newObs"], prefix + "newObs"),
                        terminated=dict(body["terminated"]),
                        truncated={k: body.get("truncated", {}).get(k, False) for k in entities},
-                       new_action_mask=_arrays(body["newActionMask"], checks.mask,
+                       new_action_mask=_arrays(body["newActionMask"], checks.next_mask,
                                                prefix + "newActionMask")
                        if body.get("newActionMask") else None)
 
@@ -220,14 +223,7 @@ class AgentService(_Service):
         return self._done()
 
     def _space(self, body: dict[str, Any], key: str) -> Any:
-        if key not in body:
-            return None
-        try:  # the size first, from the description alone, then the space
-            self.limits.check("max_space_elements", space_elements(body[key]),
-                              f"{key}: the count of numbers in one value")
-            return space_from_dict(body[key])
-        except (ValueError, TypeError, KeyError, OverflowError) as exc:
-            raise InvalidRequest(f"{key} is not a valid space: {exc}") from exc
+        return space_from_request(body[key], self.limits, key) if key in body else None
 
     def episodeStarted(self, body: dict[str, Any]) -> Response:  # noqa: N802
         checks = self._checks
@@ -444,13 +440,7 @@ class OrchestratorService(_Service):
         return frozenset(version.capabilities)
 
     def _check_agent_url(self, url: str) -> None:
-        parts = urlsplit(url)
-        try:
-            parts.port  # noqa: B018 - parsing the port raises on ':99999' or ':abc'
-        except ValueError as exc:
-            raise InvalidRequest(f"agentUrl {url!r} has an invalid port: {exc}") from exc
-        if parts.scheme not in ("http", "https") or not parts.hostname:
-            raise InvalidRequest(f"agentUrl {url!r} is not an http(s) URL")
+        parts = _agent_url(url)
         host = parts.hostname.lower()
         if host in self.allowed_agent_hosts or host == "localhost":
             return
@@ -461,7 +451,37 @@ class OrchestratorService(_Service):
             pass
         raise InvalidRequest(f"agentUrl host {host!r} is not allowed: use a loopback address "
                              "or start the orchestrator with --allow-agent-host "
-                             f"{host}")
+                             f"{host}", field="agentUrl")
+
+
+_NETLOC = re.compile(r"(?:[^@]*@)?(?:\[[^\[\]]*\]|[^\[\]:@]*)(?::[^@]*)?")
+
+
+def _agent_url(url: str) -> SplitResult:
+    """`url` split, or InvalidRequest naming agentUrl and what is wrong with it: every way
+    urllib refuses a URL (an unclosed '[', an invalid IPv6 address, characters that change
+    under NFKC normalization, a bad port), and what it takes without a word but no URL
+    holds (whitespace and control characters, which urllib silently drops; text around a
+    bracketed host: 'http://[::1]x/' parses as host ::1)."""
+    if any(c.isspace() or ord(c) < 0x20 or ord(c) == 0x7F for c in url):
+        raise InvalidRequest(f"agentUrl {url!r} is not a valid URL: it holds whitespace or a "
+                             "control character", field="agentUrl")
+    try:
+        parts = urlsplit(url)
+    except ValueError as exc:
+        raise InvalidRequest(f"agentUrl {url!r} is not a valid URL: {exc}",
+                             field="agentUrl") from exc
+    try:
+        parts.port  # noqa: B018 - parsing the port raises on ':99999' or ':abc'
+    except ValueError as exc:
+        raise InvalidRequest(f"agentUrl {url!r} has an invalid port: {exc}",
+                             field="agentUrl") from exc
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise InvalidRequest(f"agentUrl {url!r} is not an http(s) URL", field="agentUrl")
+    if not _NETLOC.fullmatch(parts.netloc):
+        raise InvalidRequest(f"agentUrl {url!r} is not a valid URL: its host part "
+                             f"{parts.netloc!r} is malformed", field="agentUrl")
+    return parts
 
 
 def _what_answered(exc: Exception) -> str:

@@ -205,17 +205,58 @@ def parse_json(raw: bytes, max_depth: Optional[int]) -> Any:
         raise InvalidRequest(f"the request body nests deeper than {max_depth} levels")
     try:
         return _DECODER.decode(text)
+    except _NotANumber as exc:
+        where = _constant_path(text)
+        raise InvalidRequest(f"{where + ': ' if where else ''}{exc.name} is not a JSON number: "
+                             "send finite numbers only") from None
     except json.JSONDecodeError as exc:
         raise InvalidRequest(f"the request body is not valid JSON: {exc}") from exc
     except RecursionError as exc:
         raise InvalidRequest("the request body nests too deeply") from exc
 
 
+class _NotANumber(Exception):
+    def __init__(self, name: str) -> None:
+        super().__init__(name)
+        self.name = name
+
+
 def _no_constant(name: str) -> None:
-    raise InvalidRequest(f"{name} is not a JSON number: send finite numbers only")
+    raise _NotANumber(name)
 
 
 _DECODER = json.JSONDecoder(parse_constant=_no_constant)  # json.loads(..., **kw) makes one per call
+_MARK = object()
+_MARKING = json.JSONDecoder(parse_constant=lambda name: _MARK)
+
+
+def _constant_path(text: str) -> str:
+    """Where in `text` (a JSON body that holds NaN or Infinity) the first of them is, as a
+    field with its entity, key and index (``obs['p']['cue'][0]``, ``replay.newObs['p'][1]``):
+    what the checks past decoding name, since a caller must find the value to fix it. Empty
+    when the body cannot be walked (it nests too deeply)."""
+    try:
+        stack = [(_MARKING.decode(text), ())]
+    except (ValueError, RecursionError):
+        return ""
+    while stack:  # depth first, in document order
+        value, path = stack.pop()
+        if value is _MARK:
+            return _render(path)
+        items = (value.items() if isinstance(value, dict)
+                 else enumerate(value) if isinstance(value, list) else ())
+        stack.extend((child, (*path, key)) for key, child in reversed(list(items)))
+    return ""
+
+
+def _render(path: tuple) -> str:
+    """``field['entity']['key'][i]``; a container's field as ``replay.newObs``."""
+    if not path or not isinstance(path[0], str):  # (a body that is no object)
+        return "the body" + "".join(f"[{part!r}]" for part in path)
+    head, rest = path[0], path[1:]
+    if head in codec.CONTAINERS and rest and isinstance(rest[0], str):
+        head, rest = f"{head}.{rest[0]}", rest[1:]
+    return head + "".join(f"[{part!r}]" for part in rest)
 
 
 _BRACKETS = re.compile(r'[\[\]{}]|"(?:[^"\\]|\\.)*"')

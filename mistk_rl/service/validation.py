@@ -25,6 +25,9 @@ from mistk_rl.errors import InvalidRequest
 Check = Callable[[Any, str], None]
 # (x-mistk-registry: the enum load_spec filled in from the registry is what is checked)
 IGNORED = {"description", "default", "example", "title", "nullable", "format", "x-mistk-registry"}
+# an extension OpenAPI 3.0 lacks a keyword for: the pattern every key of an object matches,
+# whole (JSON Schema's propertyNames: {pattern}); the spec's DictSpace keys use it
+KEY_PATTERN = "x-key-pattern"
 MAX_TENSOR_RANK = 4
 _TYPES: dict[str, Callable[[Any], bool]] = {
     "object": lambda v: isinstance(v, dict),
@@ -51,7 +54,7 @@ def compile_schema(schema: dict) -> Check:
                                        "additionalProperties", "items", "oneOf", "enum",
                                        "minimum", "maximum", "minLength", "maxLength",
                                        "pattern", "minProperties", "maxProperties",
-                                       "minItems", "maxItems", "x-tensor"}
+                                       "minItems", "maxItems", "x-tensor", KEY_PATTERN}
     if unknown:
         raise ValueError(f"schema keywords not supported by the step-path validator: "
                          f"{sorted(unknown)}")
@@ -235,6 +238,7 @@ def _object(schema: dict) -> Check:
 
     fewest = schema.get("minProperties", 0)
     most = schema.get("maxProperties")
+    key_pattern = re.compile(schema[KEY_PATTERN]) if KEY_PATTERN in schema else None
 
     def check(value: Any, path: str) -> None:
         if not isinstance(value, dict):
@@ -246,6 +250,10 @@ def _object(schema: dict) -> Check:
         for key in required:
             if key not in value:
                 _fail(f"'{key}' is a required property", path)
+        if key_pattern is not None:
+            for key in value:
+                if not key_pattern.fullmatch(key):
+                    _fail(f"key {key!r} does not match {key_pattern.pattern!r}", path)
         entries = value.items()
         if type(value) is StackedMap and not properties:  # one dtype and shape: check one
             entries = list(entries)[:1]
