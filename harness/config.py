@@ -28,14 +28,17 @@ class ServiceSpec(_Strict):
         return self
 
 
-class EnvSpec(_Strict):
+class EnvSpec(BaseModel):
+    """initialize's env as it is sent: `id`, `kwargs` and whatever settings the orchestrator
+    takes (its `env_settings`; it refuses with a 400 naming a key it does not take, with a
+    suggestion, so the harness keeps no list of them: e.g. the gym orchestrator's `thinker`)."""
+
+    model_config = ConfigDict(extra="allow")
     id: str
     kwargs: dict[str, Any] = Field(default_factory=dict)
-    # the league orchestrator's settings (the spec's LeagueSettings, camelCase keys); the
-    # harness fills in `workers` with the URLs of the workers it starts
+    # the league orchestrator's settings (the spec's LeagueSettings, camelCase keys): the
+    # harness reads it (it fills in `workers` with the URLs of the workers it starts)
     league: Optional[dict[str, Any]] = None
-    # the gym orchestrator's Thinker-augmented MDP (mistk_rl.thinker.config's keys + actions)
-    thinker: Optional[dict[str, Any]] = None
 
 
 class OrchestratorSpec(ServiceSpec):

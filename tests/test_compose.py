@@ -1,6 +1,7 @@
 """docker-compose.yml: the services it wires can actually meet (static, always), and where a
-Docker daemon runs, `docker compose up --build --abort-on-container-exit` really works from a
-fresh copy of the repository (skipped, with the reason, where it cannot run)."""
+Docker daemon runs, `docker compose up --build --abort-on-container-exit --exit-code-from
+harness` really works from a fresh copy of the repository (skipped, with the reason, where it
+cannot run)."""
 from __future__ import annotations
 
 import json
@@ -141,7 +142,7 @@ def test_compose_up_from_a_fresh_copy(tmp_path: Path):
         env["MISTK_RL_UID"], env["MISTK_RL_GID"] = str(os.getuid()), str(os.getgid())
         owner = os.getuid()
     compose = ("compose", "-p", name)
-    up = (*compose, "up", "--build", "--abort-on-container-exit")
+    up = (*compose, "up", "--build", "--abort-on-container-exit", "--exit-code-from", "harness")
 
     refused = _docker(*up, timeout=120, env=env, cwd=project)  # MISTK_RL_TOKEN not set
     assert refused.returncode != 0

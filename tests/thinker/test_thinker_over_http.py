@@ -79,13 +79,17 @@ def test_bad_thinker_settings_get_400(launch):
 
 def test_orchestrators_that_do_not_wrap_envs_refuse_thinker_settings():
     from mistk_rl.errors import InvalidRequest
+    from mistk_rl.service.handlers import refuse_unknown_options
     from orchestrators.game_orchestrator import GameOrchestrator
+    from orchestrators.gym_orchestrator import GymOrchestrator
     from orchestrators.league_orchestrator import LeagueOrchestrator
 
+    env = {"id": "classic/tictactoe-v3", "thinker": {"rec_t": 4}}
     for cls in (GameOrchestrator, LeagueOrchestrator):
-        with pytest.raises(InvalidRequest, match=f"env.thinker: {cls.__name__}"):
-            cls().validate_initialize({"id": "classic/tictactoe-v3", "thinker": {"rec_t": 4}},
-                                      2)
+        with pytest.raises(InvalidRequest, match=f"env: 'thinker' is not an option of "
+                                                 f"{cls.__name__}"):
+            refuse_unknown_options(env, cls.env_settings, "env", cls.__name__)
+    refuse_unknown_options(env, GymOrchestrator.env_settings, "env", "GymOrchestrator")
 
 
 def test_multidiscrete_actions(launch):
