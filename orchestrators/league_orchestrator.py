@@ -42,13 +42,12 @@ from typing import Any, Optional
 from mistk_rl.client import (OrchestratorClient, ServiceError, ServiceUnavailable,
                              WaitTimeout)
 from mistk_rl.errors import InvalidRequest
-from mistk_rl.games.pettingzoo_games import result_for
+from mistk_rl.games.pettingzoo_games import probe_game, result_for
 from mistk_rl.league.manager import PLAYER_TYPES, LeagueManager, RunningJob
 from mistk_rl.league.player import MainPlayer
 from mistk_rl.orchestrator import AbstractOrchestrator
 from mistk_rl.schemas import AgentSettings, EpisodeConfig, EpisodeResult, LeagueSettings
 from mistk_rl.spaces import space_to_dict
-from orchestrators.game_orchestrator import _probe
 
 log = logging.getLogger(__name__)
 STATE = "league.json"
@@ -125,13 +124,14 @@ class LeagueOrchestrator(AbstractOrchestrator):
             raise InvalidRequest(f"agentsNeeded {agents_needed}: one agent per player "
                                  f"({len(ids)}) and at least one frozen agent (skipTrain) "
                                  "for the snapshots")
-        _probe({"id": env["id"], "kwargs": env.get("kwargs", {})})
+        probe_game({"id": env["id"], "kwargs": env.get("kwargs", {})})
 
     def do_initialize(self, env: dict[str, Any], agents_needed: int) -> None:
         self._close_workers()
         self.settings = LeagueSettings.model_validate(env["league"])
         self.env = {"id": env["id"], "kwargs": dict(env.get("kwargs", {}))}
-        _, _, self.seats, self.spaces = _probe(self.env)
+        game = probe_game(self.env)
+        self.seats, self.spaces = game.seats, game.spaces
         self.manager, self.pool, self._pending, self._busy = None, {}, {}, set()
         self.evaluations, self._agents_loaded = [], False
         self.update_status({"game": self.env["id"], "seats": list(self.seats),
