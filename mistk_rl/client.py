@@ -19,7 +19,8 @@ from urllib.parse import urlsplit
 from mistk_rl import codec
 from mistk_rl.jsonable import to_jsonable
 from mistk_rl.schemas import (AgentConfig, AgentInitParams, ApiVersion, EpisodeConfig,
-                              EpisodeStart, League, OrchestratorInitParams, Problem, Replay,
+                              EpisodeStart, League, OrchestratorInitParams,
+                              OrchestratorProgress, OrchestratorStatus, Problem, Replay,
                               Results, Status)
 from mistk_rl.transport import Transport, TransportError
 
@@ -361,6 +362,11 @@ class OrchestratorClient(_ServiceClient):
         evaluations."""
         params = {"since": since} if since else None
         return Results.model_validate(self._call("GET", "/results", params=params))
+
+    def progress(self) -> OrchestratorProgress:
+        """The status payload now, typed: envSteps, episodesDone, agentSteps (games), the
+        game's seats, a league's counts (the spec's OrchestratorProgress)."""
+        return OrchestratorStatus.model_validate(self._call("GET", "/status")).payload
 
     def get_league(self) -> League:
         """A league orchestrator's players, payoff matrix, ratings and jobs (NotFound from

@@ -166,6 +166,37 @@ class League(Body):
     pool: dict[str, Any] = Field(default_factory=dict)
 
 
+class LeagueProgress(Body):
+    """A league's counts in its status payload (`OrchestratorProgress.league`)."""
+
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="allow")
+    jobs: int = 0
+    finished: int = 0
+    failed: int = 0
+    running: int = 0
+    snapshots: int = 0
+    workers: int = 0
+
+
+class OrchestratorProgress(Body):
+    """An orchestrator's status payload, typed (every key optional; others are kept as
+    extras): `OrchestratorClient.progress` returns it."""
+
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="allow")
+    env_steps: int = 0
+    episodes_done: int = 0
+    agent_steps: dict[str, int] = Field(default_factory=dict)
+    game: Optional[str] = None
+    seats: Optional[list[str]] = None
+    league: Optional[LeagueProgress] = None
+
+
+class OrchestratorStatus(Status):
+    """An orchestrator's Status with its payload typed."""
+
+    payload: OrchestratorProgress = Field(default_factory=OrchestratorProgress)
+
+
 class AgentSettings(Body):
     """How one agent plays in one startEpisode call (None: the call's default)."""
 
@@ -222,6 +253,16 @@ class EpisodeResult(Body):
     abnormal: Optional[bool] = None
     env_index: Optional[int] = None
     train: Optional[bool] = None
+    # games: who held which seat, each seat's return and illegal moves, the winning seat
+    # (None: a draw, or no game)
+    seats: Optional[dict[str, str]] = None
+    returns: Optional[dict[str, float]] = None
+    winner: Optional[str] = None
+    illegal: Optional[dict[str, int]] = None
+    # leagues: the job that played it, its opponent and matchmaking branch
+    job: Optional[int] = None
+    opponent: Optional[str] = None
+    branch: Optional[str] = None
 
 
 class Results(Body):

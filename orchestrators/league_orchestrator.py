@@ -406,12 +406,12 @@ class LeagueOrchestrator(AbstractOrchestrator):
             if launch.load is not None:
                 self.agents[opponent].client.build_model(launch.load,
                                                          timeout=self._call_timeout())
-            before = client.status().payload
+            before = client.progress()
             client.start_episode(config, wait=True, timeout=s.job_timeout)
             client.stop_episode()
-            games = client.get_results(since=before.get("episodesDone", 0)).episodes
-            steps = client.status().payload.get("agentSteps", {}).get(home, 0)
-            return _Outcome(games, steps - before.get("agentSteps", {}).get(home, 0))
+            games = client.get_results(since=before.episodes_done).episodes
+            steps = client.progress().agent_steps.get(home, 0)
+            return _Outcome(games, steps - before.agent_steps.get(home, 0))
         except WaitTimeout as exc:
             try:
                 client.stop_episode()
@@ -439,14 +439,13 @@ class LeagueOrchestrator(AbstractOrchestrator):
                 return
             results = []
             for game in outcome.games:
-                extra = game.model_extra
-                seat = next(seat for seat, agent in extra["seats"].items()
+                seat = next(seat for seat, agent in (game.seats or {}).items()
                             if agent == job.launch_player)
-                results.append(result_for(seat, extra["winner"]))
-                self.record_episode(job.launch_player, extra["returns"][seat], game.length,
+                results.append(result_for(seat, game.winner))
+                self.record_episode(job.launch_player, game.returns[seat], game.length,
                                     every_s=1.0, job=job_id, opponent=job.opponent,
-                                    branch=job.branch, seats=extra["seats"],
-                                    winner=extra["winner"], illegal=extra["illegal"])
+                                    branch=job.branch, seats=game.seats,
+                                    winner=game.winner, illegal=game.illegal)
             self.env_steps += sum(game.length for game in outcome.games)
             self.manager.finish_job(job_id, results, outcome.steps)
             self._snapshot_if_due(job.launch_player)
@@ -485,12 +484,12 @@ class LeagueOrchestrator(AbstractOrchestrator):
         if not self.workers:
             raise RuntimeError("every worker is lost: nothing can play this call")
         client = self.workers[0].client
-        before = client.status().payload.get("episodesDone", 0)
+        before = client.progress().episodes_done
         client.start_episode(config, wait=True, timeout=self.settings.job_timeout)
         client.stop_episode()
         results = client.get_results(since=before)
         for game in results.episodes:
-            extra = {k: v for k, v in game.model_dump(by_alias=True).items()
+            extra = {k: v for k, v in game.model_dump(by_alias=True, exclude_unset=True).items()
                      if k not in ("episode", "agent", "return", "length", "envSteps")}
             self.record_episode(game.agent, game.return_, game.length, **extra)
         if config.exhaustive is not None and results.evaluations:

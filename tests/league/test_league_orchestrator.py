@@ -8,7 +8,8 @@ import pytest
 
 from mistk_rl.client import ServerError, ServiceUnavailable
 from mistk_rl.orchestrator import RegisteredAgent
-from mistk_rl.schemas import EpisodeConfig, EpisodeResult, Results, Status
+from mistk_rl.schemas import (EpisodeConfig, EpisodeResult, OrchestratorProgress, Results,
+                              Status)
 from orchestrators import league_orchestrator
 from orchestrators.league_orchestrator import LeagueOrchestrator, _Worker
 
@@ -41,6 +42,9 @@ class FakeWorker:
     def status(self):
         return Status(state="ready", resource_version=1,
                       payload={"episodesDone": len(self.games), "agentSteps": dict(self.steps)})
+
+    def progress(self):
+        return OrchestratorProgress(episodes_done=len(self.games), agent_steps=dict(self.steps))
 
     def start_episode(self, config: EpisodeConfig, wait=True, timeout=None):
         error = self.fail.get(next(self.calls))
