@@ -373,5 +373,9 @@ class OrchestratorClient(_ServiceClient):
         any other orchestrator)."""
         return League.model_validate(self._call("GET", "/league"))
 
-    def reset(self, *, wait: bool = True, timeout: Optional[float] = None) -> Status:
-        return self._finish(self._status_call("POST", "/reset"), wait, timeout)
+    def reset(self, *, reset_agents: bool = True, wait: bool = True,
+              timeout: Optional[float] = None) -> Status:
+        """Back to uninitialized; the registered agents are reset too unless `reset_agents`
+        is False (they are only forgotten: a league's worker, whose agents play elsewhere)."""
+        params = None if reset_agents else {"resetAgents": False}
+        return self._finish(self._status_call("POST", "/reset", params=params), wait, timeout)

@@ -139,6 +139,11 @@ class LeagueSettings(Body):
     num_envs: int = Field(default=16, ge=1, le=1024)
     opponent_mode: Literal["collect", "eval"] = "collect"
     job_timeout: float = Field(default=600.0, ge=1)
+    # a failing worker: dropped after this many failures in a row, retried (reset and set
+    # up again) after workerBackoff seconds, doubling per failure up to workerBackoffMax
+    max_worker_failures: int = Field(default=5, ge=1, le=100)
+    worker_backoff: float = Field(default=1.0, ge=0, le=600)
+    worker_backoff_max: float = Field(default=30.0, ge=0, le=3600)
     seed: Optional[int] = Field(default=None, ge=0)
 
 
@@ -156,14 +161,31 @@ class OrchestratorInitParams(Body):
     agents_needed: int = Field(default=1, ge=1, le=64)
 
 
+class LeagueWorker(Body):
+    """A league's worker and its health (`mistk_rl.league.scheduler` says what each is)."""
+
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="allow")
+    url: str
+    state: Literal["new", "setting_up", "idle", "busy", "backoff", "dropped"]
+    failures: int = 0
+    failed: int = 0
+    jobs: int = 0
+    set_ups: int = 0
+    job: Optional[int] = None
+    retry_in_s: Optional[float] = Field(default=None, alias="retryInS")
+    last_error: Optional[str] = None
+
+
 class League(Body):
-    """GET /league: the players (best first), the payoff matrix, the jobs, the pool."""
+    """GET /league: the players (best first), the payoff matrix, the jobs, the pool, the
+    workers."""
 
     model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="allow")
     players: list[dict[str, Any]]
     payoff: dict[str, Any]
     jobs: dict[str, Any]
     pool: dict[str, Any] = Field(default_factory=dict)
+    workers: list[LeagueWorker] = Field(default_factory=list)
 
 
 class LeagueProgress(Body):

@@ -80,6 +80,7 @@ MODELS = {"agent": {"Status": schemas.Status, "ApiVersion": schemas.ApiVersion,
                            "EpisodeResult": schemas.EpisodeResult,
                            "Results": schemas.Results, "League": schemas.League,
                            "LeagueSettings": schemas.LeagueSettings,
+                           "LeagueWorker": schemas.LeagueWorker,
                            "OrchestratorStatus": schemas.OrchestratorStatus,
                            "OrchestratorProgress": schemas.OrchestratorProgress,
                            "LeagueProgress": schemas.LeagueProgress}}
