@@ -544,7 +544,10 @@ class LeagueOrchestrator(AbstractOrchestrator):
             now = self.clock()
             index = sched.next_set_up(now)
             if index is None:
-                self._pause(sched.next_retry(now) or 0.0)
+                wait = sched.next_retry(now)
+                if wait is None:  # (every live worker busy: not while no job runs)
+                    raise RuntimeError(f"no worker can take the call: {sched.view(now)}")
+                self._pause(wait)
                 continue
             sched.begin_set_up(index)
             error = self._set_up_worker(index)
