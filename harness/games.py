@@ -66,10 +66,9 @@ def seat_rates(games: list[EpisodeResult], agent: str, seats: list[str]) -> dict
     """Win / draw / loss rates of `agent` per seat it held, from game results."""
     counts = {seat: dict.fromkeys(RESULTS, 0) for seat in seats}
     for game in games:
-        extra = game.model_extra
-        for seat, holder in extra["seats"].items():
+        for seat, holder in (game.seats or {}).items():
             if holder == agent:
-                counts[seat][result_for(seat, extra["winner"])] += 1
+                counts[seat][result_for(seat, game.winner)] += 1
     return {seat: {**{r: round(c[r] / max(1, sum(c.values())), 4) for r in RESULTS},
                    "games": sum(c.values())} for seat, c in counts.items()}
 
@@ -122,7 +121,7 @@ class _GameSchedule:
                 agents=self.settings), timeout=self.timeout,
                 on_status=lambda status: shown.update(
                     done + status.payload.get("agentSteps", {}).get(agent, base) - base))
-            progress.agent_steps += played.moved("agentSteps", agent)
+            progress.agent_steps += played.agent_steps(agent)
             progress.blocks += 1
 
     def evaluate(self, wall_s: float) -> Evaluated:

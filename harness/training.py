@@ -195,14 +195,14 @@ def _train_block(orch: OrchestratorClient, spec: TrainingSpec, budget: int, seed
     `resume`: the block stops at the budget and the next one continues its episodes, so
     evaluating never cuts or restarts a training episode (`seed` seeds the envs' first
     episodes only)."""
-    steps_before = orch.status().payload.get("envSteps", 0)
+    steps_before = orch.progress().env_steps
     played = orch.play(EpisodeConfig(
         num_steps=budget, seed=seed, max_steps=spec.max_steps, train=True,
         num_envs=spec.num_envs, env_manager=spec.env_manager, resume=True), timeout=timeout,
         on_status=lambda status: on_steps(
             status.payload.get("envSteps", steps_before) - steps_before))
-    return played.moved("envSteps"), [
-        (played.moved("envSteps") if e.env_steps is None else e.env_steps - steps_before, e)
+    return played.env_steps, [
+        (played.env_steps if e.env_steps is None else e.env_steps - steps_before, e)
         for e in played.episodes]
 
 

@@ -21,7 +21,8 @@ from mistk_rl import codec
 from mistk_rl.jsonable import to_jsonable
 from mistk_rl.schemas import (AgentConfig, AgentInitParams, ApiVersion, EpisodeConfig,
                               EpisodeResult, EpisodeSettings, EpisodeStart, League,
-                              OrchestratorInitParams, Problem, Replay, Results, Status)
+                              OrchestratorInitParams, OrchestratorProgress,
+                              OrchestratorStatus, Problem, Replay, Results, Status)
 from mistk_rl.transport import Transport, TransportError
 
 DEFAULT_TIMEOUT = 30.0
@@ -35,24 +36,25 @@ INSTANCE_HEADER = "Mistk-Instance"
 @dataclass
 class Played:
     """What one `OrchestratorClient.play` call played: the episodes it added (and, for
-    games, the totals and every evaluation so far), with the status before and after, whose
-    counters (envSteps, agentSteps, ...) give what the call moved."""
+    games, the totals and every evaluation so far), and the orchestrator's progress before
+    and after, whose counters give what the call moved."""
 
     results: Results
-    before: Status
-    after: Status
+    before: OrchestratorProgress
+    after: OrchestratorProgress
 
     @property
     def episodes(self) -> list[EpisodeResult]:
         return self.results.episodes
 
-    def moved(self, counter: str, key: Optional[str] = None) -> int:
-        """How far a status counter moved: ``moved("envSteps")``, or one entry of a
-        per-agent counter, ``moved("agentSteps", "player")``."""
-        def read(status: Status) -> int:
-            value = status.payload.get(counter, {} if key else 0)
-            return int(value.get(key, 0) if key else value)
-        return read(self.after) - read(self.before)
+    @property
+    def env_steps(self) -> int:
+        """Env steps (games: moves) the call took."""
+        return self.after.env_steps - self.before.env_steps
+
+    def agent_steps(self, agent: str) -> int:
+        """Moves `agent` made in the call (games)."""
+        return self.after.agent_steps.get(agent, 0) - self.before.agent_steps.get(agent, 0)
 
 
 # ---- errors ------------------------------------------------------------------------------
@@ -383,7 +385,7 @@ class OrchestratorClient(_ServiceClient):
         played, its results fetched from the count before it on (a game run holds tens of
         thousands). A call that does not finish within `timeout` is stopped (best effort)
         before WaitTimeout is raised, so the service is not left running it."""
-        before = self.status()
+        before = self.progress()
         try:
             self.start_episode(config, wait=True, timeout=timeout, on_status=on_status)
         except WaitTimeout:
@@ -393,8 +395,8 @@ class OrchestratorClient(_ServiceClient):
                 pass
             raise
         self.stop_episode()
-        results = self.get_results(since=before.payload.get("episodesDone", 0))
-        return Played(results, before, self.status())
+        results = self.get_results(since=before.episodes_done)
+        return Played(results, before, self.progress())
 
     def save_episode(self, path: str) -> Status:
         return self._status_call("POST", "/saveEpisode", params={"path": path})
@@ -408,10 +410,19 @@ class OrchestratorClient(_ServiceClient):
         params = {"since": since} if since else None
         return Results.model_validate(self._call("GET", "/results", params=params))
 
+    def progress(self) -> OrchestratorProgress:
+        """The status payload now, typed: envSteps, episodesDone, agentSteps (games), the
+        game's seats, a league's counts (the spec's OrchestratorProgress)."""
+        return OrchestratorStatus.model_validate(self._call("GET", "/status")).payload
+
     def get_league(self) -> League:
         """A league orchestrator's players, payoff matrix, ratings and jobs (NotFound from
         any other orchestrator)."""
         return League.model_validate(self._call("GET", "/league"))
 
-    def reset(self, *, wait: bool = True, timeout: Optional[float] = None) -> Status:
-        return self._finish(self._status_call("POST", "/reset"), wait, timeout)
+    def reset(self, *, reset_agents: bool = True, wait: bool = True,
+              timeout: Optional[float] = None) -> Status:
+        """Back to uninitialized; the registered agents are reset too unless `reset_agents`
+        is False (they are only forgotten: a league's worker, whose agents play elsewhere)."""
+        params = None if reset_agents else {"resetAgents": False}
+        return self._finish(self._status_call("POST", "/reset", params=params), wait, timeout)

@@ -141,6 +141,11 @@ class LeagueSettings(Body):
     num_envs: int = Field(default=16, ge=1, le=1024)
     opponent_mode: Literal["collect", "eval"] = "collect"
     job_timeout: float = Field(default=600.0, ge=1)
+    # a failing worker: dropped after this many failures in a row, retried (reset and set
+    # up again) after workerBackoff seconds, doubling per failure up to workerBackoffMax
+    max_worker_failures: int = Field(default=5, ge=1, le=100)
+    worker_backoff: float = Field(default=1.0, ge=0, le=600)
+    worker_backoff_max: float = Field(default=30.0, ge=0, le=3600)
     seed: Optional[int] = Field(default=None, ge=0)
 
 
@@ -174,14 +179,62 @@ class OrchestratorInitParams(Body):
     agents_needed: int = Field(default=1, ge=1, le=64)
 
 
+class LeagueWorker(Body):
+    """A league's worker and its health (`mistk_rl.league.scheduler` says what each is)."""
+
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="allow")
+    url: str
+    state: Literal["new", "setting_up", "idle", "busy", "backoff", "dropped"]
+    failures: int = 0
+    failed: int = 0
+    jobs: int = 0
+    set_ups: int = 0
+    job: Optional[int] = None
+    retry_in_s: Optional[float] = Field(default=None, alias="retryInS")
+    last_error: Optional[str] = None
+
+
 class League(Body):
-    """GET /league: the players (best first), the payoff matrix, the jobs, the pool."""
+    """GET /league: the players (best first), the payoff matrix, the jobs, the pool, the
+    workers."""
 
     model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="allow")
     players: list[dict[str, Any]]
     payoff: dict[str, Any]
     jobs: dict[str, Any]
     pool: dict[str, Any] = Field(default_factory=dict)
+    workers: list[LeagueWorker] = Field(default_factory=list)
+
+
+class LeagueProgress(Body):
+    """A league's counts in its status payload (`OrchestratorProgress.league`)."""
+
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="allow")
+    jobs: int = 0
+    finished: int = 0
+    failed: int = 0
+    running: int = 0
+    snapshots: int = 0
+    workers: int = 0
+
+
+class OrchestratorProgress(Body):
+    """An orchestrator's status payload, typed (every key optional; others are kept as
+    extras): `OrchestratorClient.progress` returns it."""
+
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="allow")
+    env_steps: int = 0
+    episodes_done: int = 0
+    agent_steps: dict[str, int] = Field(default_factory=dict)
+    game: Optional[str] = None
+    seats: Optional[list[str]] = None
+    league: Optional[LeagueProgress] = None
+
+
+class OrchestratorStatus(Status):
+    """An orchestrator's Status with its payload typed."""
+
+    payload: OrchestratorProgress = Field(default_factory=OrchestratorProgress)
 
 
 class AgentSettings(Body):
@@ -260,6 +313,16 @@ class EpisodeResult(Body):
     abnormal: Optional[bool] = None
     env_index: Optional[int] = None
     train: Optional[bool] = None
+    # games: who held which seat, each seat's return and illegal moves, the winning seat
+    # (None: a draw, or no game)
+    seats: Optional[dict[str, str]] = None
+    returns: Optional[dict[str, float]] = None
+    winner: Optional[str] = None
+    illegal: Optional[dict[str, int]] = None
+    # leagues: the job that played it, its opponent and matchmaking branch
+    job: Optional[int] = None
+    opponent: Optional[str] = None
+    branch: Optional[str] = None
 
 
 class Results(Body):

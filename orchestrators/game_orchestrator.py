@@ -30,13 +30,12 @@ from mistk_rl.client import ServiceError, ServiceUnavailable
 from mistk_rl.errors import InvalidRequest
 from mistk_rl.games.enumerate import enumerate_lines
 from mistk_rl.games.opponents import OPPONENTS
-from mistk_rl.games.pettingzoo_games import (RESULTS, Decision, GameCopy, GameError, Outcome,
-                                             make_copy, make_env, resolve_id, result_for,
-                                             seat_spaces, winner)
+from mistk_rl.games.pettingzoo_games import (RESULTS, Decision, GameCopy, Outcome, make_copy,
+                                             probe_game, result_for, winner)
 from mistk_rl.implementation import PROGRESS_EVERY_S
 from mistk_rl.orchestrator import AbstractOrchestrator, episode_quotas, replay_batch
 from mistk_rl.schemas import ExhaustiveSpec, GameEpisodeSettings
-from mistk_rl.spaces import SUPPORTED, space_to_dict
+from mistk_rl.spaces import space_to_dict
 
 
 @dataclass
@@ -75,10 +74,10 @@ class GameOrchestrator(AbstractOrchestrator):
     # ---- initialize and registration -----------------------------------------------------
     def validate_initialize(self, env: dict[str, Any], agents_needed: int) -> None:
         super().validate_initialize(env, agents_needed)
-        _probe(env)  # (more agents than seats is fine: the others wait for a lineup)
+        probe_game(env)  # (more agents than seats is fine: the others wait for a lineup)
 
     def do_initialize(self, env: dict[str, Any], agents_needed: int) -> None:
-        self.api, self.registry_id, self.seats, self.spaces = _probe(env)
+        self.api, self.registry_id, self.seats, self.spaces = probe_game(env)
         self.kwargs = dict(env.get("kwargs", {}))
         self.copies = []
         self.totals, self.evaluations, self.moves_by_agent = {}, [], {}
@@ -351,26 +350,6 @@ def _transition(move: _Move, outcome: Outcome) -> dict[str, Any]:
         entry["newActionMask"] = (np.zeros_like(outcome.mask)
                                   if outcome.terminated or outcome.truncated else outcome.mask)
     return entry
-
-
-def _probe(env: dict[str, Any]) -> tuple[str, str, list[str], dict[str, tuple[Any, Any]]]:
-    """(api, registry id, seats, spaces per seat) of the game `env` names, from one
-    instance made and closed; InvalidRequest when it is not a game this can play."""
-    try:
-        api, registry_id = resolve_id(env["id"])
-        game = make_env(api, registry_id, env.get("kwargs", {}))
-        try:
-            spaces = seat_spaces(game)
-        finally:
-            game.close()
-    except GameError as exc:
-        raise InvalidRequest(str(exc)) from exc
-    for seat, (obs_space, _) in spaces.items():
-        if not isinstance(obs_space, SUPPORTED):
-            raise InvalidRequest(f"{registry_id} seat {seat}: observation space {obs_space} "
-                                 "is not supported: Box, Discrete, MultiDiscrete or "
-                                 "MultiBinary (or a dict of observation and action_mask)")
-    return api, registry_id, list(spaces), spaces
 
 
 def _space_key(pair: tuple[Any, Any]) -> str:

@@ -6,14 +6,17 @@ Agents registered to train are the active players, named as in ``players``; agen
 registered with skipTrain are a bounded pool of frozen opponents that load snapshots with
 buildModel (those ``pool`` names, when given: the others sit out, for the lineups of
 evaluations). The league's matchmaking, payoff, ratings and snapshot rules are
-`mistk_rl.league.LeagueManager`'s; this class runs its jobs:
+`mistk_rl.league.LeagueManager`'s; which job runs when, with which agents, on which worker,
+and how failing workers are retried is `mistk_rl.league.scheduler.Scheduler`'s (pure code);
+this class does the HTTP:
 
 - A league found in ``directory`` (``league.json``) at initialize is resumed: its counts show
   at once, and the first training startEpisode rebuilds its players' agents from their
   latest checkpoints. Else that call creates the league: every active agent saves its
   initial weights (``initial/ID.pt``, what a reset reloads) and the league starts
-  with a snapshot of every main player. Each worker is initialized with the game and every
-  agent is registered with it.
+  with a snapshot of every main player.
+- A worker is set up (reset, initialized with the game, every agent registered with it)
+  before its first job, and again after a failure.
 - startEpisode then runs jobs until the main players made ``numSteps`` moves in this call
   (or ``numEpisodes`` games were played): one job per free worker, for the next active player
   whose agent is free. A job is ``gamesPerJob`` games, seats alternating, of the player
@@ -24,10 +27,16 @@ evaluations). The league's matchmaking, payoff, ratings and snapshot rules are
   saves ``snapshots/ID.pt``; a reset reloads ``initial/ID.pt``), the player's weights to
   ``players/ID.pt`` and the whole league to ``league.json``, atomically. A restarted league
   orchestrator given the same directory resumes the same league.
-- A job that times out or whose worker fails releases its slot and records nothing; a worker
-  that cannot be reached is dropped (the league fails, saying why, once none is left).
-- A startEpisode with ``lineup`` or ``exhaustive`` is a plain game call, run on the first
-  worker (the harness's evaluations of a player).
+- A job that fails (its worker died, restarted, failed or timed out) records nothing but
+  the failure: its episode is stopped on the worker if it still answers, and its agents are
+  brought back to ``ready`` (an agent the job left mid-episode gets episodeStopped) before
+  any other job gets them; an agent that cannot be (gone, failed, without its model) ends
+  the run naming it. The worker waits ``workerBackoff`` seconds, doubling per failure in a
+  row up to ``workerBackoffMax``, and is set up again; after ``maxWorkerFailures`` in a row
+  it is dropped. With none left the startEpisode fails: "no healthy worker left", naming
+  each worker and its last error. Each failure is one log line.
+- A startEpisode with ``lineup`` or ``exhaustive`` is a plain game call, run on a set-up
+  worker (the harness's evaluations of a player), retried on another under the same rules.
 
 ``directory`` must name the same files for every agent: serve them with
 ``--share league=DIR`` (or mount one volume there).
@@ -36,61 +45,44 @@ from __future__ import annotations
 
 import concurrent.futures as futures
 import logging
+import time
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
-from mistk_rl.client import (OrchestratorClient, ServiceError, ServiceUnavailable,
-                             WaitTimeout)
+from mistk_rl.client import BadRequest, OrchestratorClient, ServiceError, WaitTimeout
 from mistk_rl.errors import InvalidRequest
-from mistk_rl.games.pettingzoo_games import result_for
-from mistk_rl.league.manager import PLAYER_TYPES, LeagueManager, RunningJob
+from mistk_rl.games.pettingzoo_games import probe_game, result_for
+from mistk_rl.league.manager import PLAYER_TYPES, LeagueManager
 from mistk_rl.league.player import MainPlayer
+from mistk_rl.league.scheduler import Assignment, Backoff, Failure, Scheduler
+from mistk_rl.lifecycle import AGENT
 from mistk_rl.orchestrator import AbstractOrchestrator
 from mistk_rl.schemas import (AgentSettings, EpisodeConfig, EpisodeResult, GameEpisodeSettings,
                               LeagueEnvSpec, LeagueSettings)
 from mistk_rl.spaces import space_to_dict
-from orchestrators.game_orchestrator import _probe
 
 log = logging.getLogger(__name__)
 STATE = "league.json"
-WAKE_S = 1.0  # the scheduler looks at finished jobs and stopEpisode at least this often
-
-
-@dataclass
-class _Launch:
-    """A job with the agents it holds: its player's, the opponent's (the same in
-    self-play) and, for a snapshot, the checkpoint the pool agent loads first."""
-
-    running: RunningJob
-    opponent_agent: str
-    load: Optional[str] = None
-
-    @property
-    def home(self) -> str:
-        return self.running.job.launch_player
-
-    @property
-    def agents(self) -> set[str]:
-        return {self.home, self.opponent_agent}
+WAKE_S = 1.0  # the job loop looks at stopEpisode and due set-ups at least this often
+AGENT_SETTLED = frozenset(AGENT.states) - AGENT.busy_states
 
 
 @dataclass
 class _Outcome:
+    """How a job ended, seen from its thread: its games and moves, or its error and what
+    was done about its agents."""
+
     games: list[EpisodeResult] = field(default_factory=list)
     steps: int = 0
     error: Optional[str] = None
-    worker_lost: bool = False
-
-
-@dataclass
-class _Worker:
-    url: str
-    client: OrchestratorClient
+    recovered: dict[str, str] = field(default_factory=dict)  # agent -> the state it was in
+    agent_error: Optional[str] = None  # an agent that cannot be brought back: the run ends
 
 
 class LeagueOrchestrator(AbstractOrchestrator):
     env_settings = LeagueEnvSpec
     episode_settings = GameEpisodeSettings
+    clock = staticmethod(time.monotonic)  # the scheduler's clock (a test may give its own)
 
     def __init__(self) -> None:
         super().__init__()
@@ -99,14 +91,15 @@ class LeagueOrchestrator(AbstractOrchestrator):
         self.seats: list[str] = []
         self.spaces: dict[str, tuple[Any, Any]] = {}
         self.manager: Optional[LeagueManager] = None
-        self.workers: list[_Worker] = []
-        self.pool: dict[str, Optional[str]] = {}  # frozen agent -> snapshot checkpoint held
-        self._last_use: dict[str, int] = {}
-        self._pending: dict[str, RunningJob] = {}  # player -> its job waiting for agents
-        self._busy: set[str] = set()
-        self._next_player = 0
+        self.scheduler: Optional[Scheduler] = None
+        self.clients: list[Optional[OrchestratorClient]] = []  # per worker, once set up
         self._agents_loaded = False  # a resumed league's players got their weights back
         self.evaluations: list[dict[str, Any]] = []
+
+    @property
+    def pool(self) -> dict[str, Optional[str]]:
+        """Frozen agent -> the snapshot checkpoint it holds."""
+        return self.scheduler.pool if self.scheduler is not None else {}
 
     # ---- initialize and registration -----------------------------------------------------
     def validate_initialize(self, env: dict[str, Any], agents_needed: int) -> None:
@@ -123,21 +116,27 @@ class LeagueOrchestrator(AbstractOrchestrator):
             raise InvalidRequest(f"env.league.players: ids must be unique, got {ids}")
         if not any(p.type == "main" for p in settings.players):
             raise InvalidRequest("env.league.players: a league needs a main player")
+        if settings.worker_backoff_max < settings.worker_backoff:
+            raise InvalidRequest("env.league.workerBackoffMax: at least workerBackoff")
         if agents_needed <= len(ids):
             raise InvalidRequest(f"agentsNeeded {agents_needed}: one agent per player "
                                  f"({len(ids)}) and at least one frozen agent (skipTrain) "
                                  "for the snapshots")
-        _probe({"id": env["id"], "kwargs": env.get("kwargs", {})})
+        probe_game({"id": env["id"], "kwargs": env.get("kwargs", {})})
 
     def do_initialize(self, env: dict[str, Any], agents_needed: int) -> None:
         self._close_workers()
-        self.settings = LeagueSettings.model_validate(env["league"])
+        s = self.settings = LeagueSettings.model_validate(env["league"])
         self.env = {"id": env["id"], "kwargs": dict(env.get("kwargs", {}))}
-        _, _, self.seats, self.spaces = _probe(self.env)
-        self.manager, self.pool, self._pending, self._busy = None, {}, {}, set()
-        self.evaluations, self._agents_loaded = [], False
+        game = probe_game(self.env)
+        self.seats, self.spaces = game.seats, game.spaces
+        self.manager, self.evaluations, self._agents_loaded = None, [], False
+        self.scheduler = Scheduler([p.id for p in s.players], s.workers, Backoff(
+            max_failures=s.max_worker_failures, first_s=s.worker_backoff,
+            max_s=s.worker_backoff_max))
+        self.clients = [None] * len(s.workers)
         self.update_status({"game": self.env["id"], "seats": list(self.seats),
-                            "players": [p.id for p in self.settings.players]})
+                            "players": [p.id for p in s.players]})
         self.manager = self._load()  # a league in the directory: resumed (its counts now)
         if self.manager is not None:
             self._report()
@@ -172,7 +171,7 @@ class LeagueOrchestrator(AbstractOrchestrator):
 
     def do_register_agent(self, agent_name: str, agent_url: str, skip_train: bool) -> None:
         if self._in_pool(agent_name, skip_train):
-            self.pool[agent_name] = None
+            self.scheduler.add_pool_agent(agent_name)
 
     def _in_pool(self, name: str, skip_train: bool) -> bool:
         """Whether the agent is a frozen one that loads snapshots (module doc)."""
@@ -186,26 +185,24 @@ class LeagueOrchestrator(AbstractOrchestrator):
 
     def do_start_episode(self, config: GameEpisodeSettings) -> None:
         if config.lineup is not None or config.exhaustive is not None:
-            self._set_up_workers()  # (an evaluation of agents as they are: no league needed)
-            self._forward(config)
-        else:
-            if self.manager is None:
-                self.manager = self._create()
-                self._save()
-            elif not self._agents_loaded:  # a resumed league: its players' latest weights
-                call = self._call_timeout()
-                for pid, player in self.manager.active.items():
-                    self.agents[pid].client.build_model(player.checkpoint_path, timeout=call)
-            self._agents_loaded = True
-            self._set_up_workers()
-            self._report()
-            self._run_jobs(config)
+            self._forward(config)  # (an evaluation of agents as they are: no league needed)
+            return
+        if self.manager is None:
+            self.manager = self._create()
+            self._save()
+        elif not self._agents_loaded:  # a resumed league: its players' latest weights
+            call = self._call_timeout()
+            for pid, player in self.manager.active.items():
+                self.agents[pid].client.build_model(player.checkpoint_path, timeout=call)
+        self._agents_loaded = True
+        self._report()
+        self._run_jobs(config)
 
     def league_view(self) -> Optional[dict[str, Any]]:
         if self.manager is None:
             return None
         return {**self.manager.view(), "pool": dict(self.pool),
-                "workers": [w.url for w in self.workers]}
+                "workers": self.scheduler.view(self.clock())}
 
     def extra_results(self) -> dict[str, Any]:
         return {"evaluations": list(self.evaluations)}
@@ -220,10 +217,6 @@ class LeagueOrchestrator(AbstractOrchestrator):
     # ---- set-up --------------------------------------------------------------------------
     def _path(self, name: str) -> str:
         return f"{self.settings.directory.rstrip('/')}/{name}"
-
-    def _set_up_workers(self) -> None:
-        if not self.workers:
-            self.workers = [self._set_up_worker(url) for url in self.settings.workers]
 
     def _load(self) -> Optional[LeagueManager]:
         """The league saved in the directory, if there is one (its agents' weights are
@@ -253,29 +246,43 @@ class LeagueOrchestrator(AbstractOrchestrator):
         return LeagueManager.create(specs, one_phase_step=s.one_phase_step,
                                     max_active_player_job=s.max_active_player_job, seed=s.seed)
 
-    def _set_up_worker(self, url: str) -> _Worker:
-        call = self._call_timeout()
-        client = OrchestratorClient(url, token=self._token(), timeout=call)
+    def _connect(self, url: str) -> OrchestratorClient:
+        """A fresh client of a worker (it accepts whichever instance answers: a worker set
+        up again may be a restarted process)."""
+        return OrchestratorClient(url, token=self._token(), timeout=self._call_timeout())
+
+    def _set_up_worker(self, index: int) -> Optional[str]:
+        """Reset the worker (leaving the agents as they are: they play on other workers),
+        initialize it with the game and register every agent; None when done, else the
+        error. (In a job thread, or the hook's: the scheduler holds every agent meanwhile.)"""
+        url, call = self.scheduler.workers[index].url, self._call_timeout()
+        old, self.clients[index] = self.clients[index], None
+        if old is not None:
+            old.close()
+        client = self._connect(url)
         try:
             if client.status().state != "uninitialized":
-                client.reset(timeout=call)
+                client.reset(reset_agents=False, timeout=call)
             client.initialize(self.env, agents_needed=len(self.agents), timeout=call)
             for agent in self.agents.values():
                 client.register_agent(agent.name, agent.url, skip_train=agent.skip_train)
-        except ServiceError as exc:
+        except (ServiceError, ValueError) as exc:
             client.close()
-            raise RuntimeError(f"setting up worker {url}: {exc}") from exc
-        return _Worker(url, client)
+            return f"setting it up: {exc}"
+        self.clients[index] = client
+        return None
 
     def _close_workers(self, reset: bool = False) -> None:
-        workers, self.workers = self.workers, []
-        for worker in workers:
+        clients, self.clients = self.clients, [None] * len(self.clients)
+        for client in clients:
+            if client is None:
+                continue
             if reset:
                 try:
-                    worker.client.reset(timeout=self._call_timeout())
+                    client.reset(timeout=self._call_timeout())
                 except ServiceError as exc:
-                    log.warning("resetting worker %s: %s", worker.url, exc)
-            worker.client.close()
+                    log.warning("resetting worker %s: %s", client.base_url, exc)
+            client.close()
 
     def _call_timeout(self) -> float:
         return max((a.client.timeout for a in self.agents.values()), default=30.0)
@@ -285,7 +292,9 @@ class LeagueOrchestrator(AbstractOrchestrator):
 
     # ---- jobs ----------------------------------------------------------------------------
     def _run_jobs(self, config: GameEpisodeSettings) -> None:
-        """Jobs on every free worker until the budget is spent (module doc)."""
+        """Set-ups and jobs on the workers until the budget is spent (module doc); the
+        scheduler decides, this runs its tasks in threads and reports back."""
+        sched = self.scheduler
         mains_before = self._main_steps()
         games_before = len(self.results)
         limit = config.episode_limit()
@@ -296,156 +305,165 @@ class LeagueOrchestrator(AbstractOrchestrator):
                 return True
             return limit is not None and len(self.results) - games_before >= limit
 
-        running: dict[futures.Future, tuple[_Worker, _Launch]] = {}
-        with futures.ThreadPoolExecutor(len(self.workers),
+        tasks: dict[futures.Future, tuple[int, Optional[Assignment]]] = {}
+        with futures.ThreadPoolExecutor(len(sched.workers),
                                         thread_name_prefix="league-job") as pool:
             try:
                 while True:
-                    if not self.should_stop and not spent():
-                        for worker in self._free_workers(running):
-                            launch = self._next_launch()
-                            if launch is None:
+                    now = self.clock()
+                    stopping = self.should_stop or spent()
+                    if not stopping:
+                        started = len(tasks)
+                        index = sched.next_set_up(now)
+                        if index is not None:
+                            sched.begin_set_up(index)
+                            tasks[pool.submit(self._set_up_worker, index)] = (index, None)
+                        for index in sched.idle():
+                            assignment = sched.next_job(self.manager, index, now)
+                            if assignment is None:
                                 break
-                            running[pool.submit(self._play, worker, launch)] = (worker, launch)
-                    if not running:
-                        if self.should_stop or spent():
+                            tasks[pool.submit(self._play, assignment)] = (index, assignment)
+                        if len(tasks) > started:
+                            self._report()
+                    if not tasks:
+                        if stopping:
                             return
-                        raise RuntimeError("no job can start: every player's opponent is "
-                                           "waiting for an agent no job will free")
-                    done, _ = futures.wait(running, timeout=WAKE_S,
+                        reason = sched.exhausted()
+                        if reason is not None:
+                            raise RuntimeError(reason)
+                        wait = sched.next_retry(now)
+                        if wait is None:
+                            raise RuntimeError("no job can start: every player's opponent "
+                                               "is waiting for an agent no job will free")
+                        self._pause(wait)
+                        continue
+                    wait = sched.next_retry(now)
+                    done, _ = futures.wait(tasks, timeout=min(WAKE_S, wait or WAKE_S),
                                            return_when=futures.FIRST_COMPLETED)
                     for future in done:
-                        worker, launch = running.pop(future)
-                        self._finish(worker, launch, future.result())
+                        index, assignment = tasks.pop(future)
+                        self._ended(index, assignment, future.result())
             finally:
-                for worker, launch in running.values():  # cancelled: stop their games
-                    try:
-                        worker.client.stop_episode()
-                    except ServiceError:
-                        pass
-                for future, (worker, launch) in running.items():
-                    self._finish(worker, launch, future.result())
+                for index, assignment in tasks.values():  # cancelled: stop their games
+                    client = self.clients[index]
+                    if assignment is not None and client is not None:
+                        _quietly(client.stop_episode)
+                for future, (index, assignment) in tasks.items():
+                    self._ended(index, assignment, future.result())
 
-    def _free_workers(self, running: dict) -> list[_Worker]:
-        busy = {id(worker) for worker, _ in running.values()}
-        return [w for w in self.workers if id(w) not in busy]
+    def _pause(self, seconds: float) -> None:
+        """Wait for a worker's backoff, waking early on stopEpisode."""
+        if self._lifecycle is not None:
+            self.wait_for_cancel(seconds)
+        else:  # (called outside a service: a test drives the hook itself)
+            time.sleep(seconds)
 
-    def _next_launch(self) -> Optional[_Launch]:
-        """A job that can start now, its agents marked busy: first the jobs waiting for
-        agents, oldest first, then a new job for the next player in turn. A waiting job
-        reserves the agents it needs, so later jobs cannot keep taking them (an exploiter
-        waiting for the main player's agent would otherwise starve)."""
-        reserved: set[str] = set()
-        for pid, running in sorted(self._pending.items(), key=lambda kv: kv[1].job_id):
-            launch = self._assign(running, reserved)
-            if launch is not None:
-                del self._pending[pid]
-                return self._hold(launch)
-            reserved |= self._needs(running)
-        ids = [p.id for p in self.settings.players]
-        for k in range(len(ids)):
-            pid = ids[(self._next_player + k) % len(ids)]
-            if pid in self._pending or pid in self._busy or pid in reserved:
-                continue
-            running = self.manager.launch_job(pid)
-            if running is None:
-                continue
-            launch = self._assign(running, reserved)
-            if launch is None:
-                self._pending[pid] = running
-                reserved |= self._needs(running)
-                continue
-            self._next_player = (self._next_player + k + 1) % len(ids)
-            return self._hold(launch)
-        return None
+    def _ended(self, index: int, assignment: Optional[Assignment], outcome: Any) -> None:
+        """A task ended: a set-up (`outcome` its error or None) or a job."""
+        if assignment is not None:
+            self._finish(assignment, outcome)
+        elif outcome is None:
+            self.scheduler.set_up_done(index)
+            worker = self.scheduler.workers[index]
+            log.info("worker %d %s set up%s", index, worker.url,
+                     f" again (after: {worker.last_error})" if worker.set_ups > 1 else "")
+            self._report()
+        else:
+            self._worker_failed(index, outcome)
 
-    def _hold(self, launch: _Launch) -> _Launch:
-        self._busy |= launch.agents
-        return launch
+    def _worker_failed(self, index: int, error: str) -> Failure:
+        failure = self.scheduler.task_failed(index, error, self.clock())
+        log.warning("%s", failure.describe())
+        self._report()
+        return failure
 
-    def _needs(self, running: RunningJob) -> set[str]:
-        """The agents a job needs by name (a snapshot takes whichever pool agent is free)."""
-        job = running.job
-        return {job.launch_player} | ({job.opponent} if job.opponent in self.manager.active
-                                      else set())
-
-    def _assign(self, running: RunningJob, reserved: set[str]) -> Optional[_Launch]:
-        """The agents for this job, if they are free and not reserved: the opponent's own
-        agent, or a pool agent holding the snapshot (else the free one used longest ago,
-        to load it)."""
-        home, opponent = running.job.launch_player, running.job.opponent
-        taken = self._busy | reserved
-        if home in taken:
-            return None
-        if opponent == home or opponent in self.manager.active:
-            return None if opponent in taken else _Launch(running, opponent)
-        checkpoint = self.manager.historical[opponent].checkpoint_path
-        free = [name for name in self.pool if name not in taken]
-        holding = [name for name in free if self.pool[name] == checkpoint]
-        if holding:
-            return _Launch(running, holding[0])
-        if not free:
-            return None
-        name = min(free, key=lambda n: self._last_use.get(n, -1))
-        return _Launch(running, name, load=checkpoint)
-
-    def _play(self, worker: _Worker, launch: _Launch) -> _Outcome:
-        """One job on `worker` (in a job thread: HTTP only, no league state touched)."""
-        s, home, opponent = self.settings, launch.home, launch.opponent_agent
+    def _play(self, assignment: Assignment) -> _Outcome:
+        """One job on its worker (in a job thread: HTTP only, no league state touched)."""
+        s, home, opponent = self.settings, assignment.home, assignment.opponent_agent
         lineup = {self.seats[0]: home, self.seats[1]: opponent}
         agents = {home: AgentSettings(mode="collect", train=True)}
         if opponent != home:
             agents[opponent] = AgentSettings(mode=s.opponent_mode, train=False)
-        seed = None if s.seed is None else s.seed + launch.running.job_id * s.num_envs
+        seed = None if s.seed is None else s.seed + assignment.job_id * s.num_envs
         config = EpisodeConfig(num_episodes=s.games_per_job, seed=seed,
                                num_envs=min(s.num_envs, s.games_per_job), train=True,
                                lineup=lineup, seat_assignment="alternate", agents=agents)
-        client = worker.client
+        client = self.clients[assignment.worker]
         try:
-            if launch.load is not None:
-                self.agents[opponent].client.build_model(launch.load,
+            if assignment.load is not None:
+                self.agents[opponent].client.build_model(assignment.load,
                                                          timeout=self._call_timeout())
-            before = client.status().payload
-            client.start_episode(config, wait=True, timeout=s.job_timeout)
-            client.stop_episode()
-            games = client.get_results(since=before.get("episodesDone", 0)).episodes
-            steps = client.status().payload.get("agentSteps", {}).get(home, 0)
-            return _Outcome(games, steps - before.get("agentSteps", {}).get(home, 0))
+            played = client.play(config, timeout=s.job_timeout)
+            return _Outcome(played.episodes, played.agent_steps(home))
         except WaitTimeout as exc:
-            try:
-                client.stop_episode()
-            except ServiceError:
-                pass
-            return _Outcome(error=f"timed out after {s.job_timeout} s: {exc}")
-        except ServiceUnavailable as exc:
-            return _Outcome(error=str(exc), worker_lost=True)
-        except ServiceError as exc:
-            return _Outcome(error=str(exc))
-
-    def _finish(self, worker: _Worker, launch: _Launch, outcome: _Outcome) -> None:
-        """A job ended: the league learns its games (or its failure), snapshots the player
-        if due, and is saved; then its agents are free."""
-        job, job_id = launch.running.job, launch.running.job_id
+            error = f"timed out after {s.job_timeout} s: {exc}"
+        except (ServiceError, ValueError) as exc:  # (ValueError: an answer out of the spec)
+            error = f"{type(exc).__name__}: {exc}"
+        _quietly(client.stop_episode)  # a worker still playing lets go of the agents
+        outcome = _Outcome(error=error)
         try:
-            if launch.load is not None and outcome.error is None:
-                self.pool[launch.opponent_agent] = launch.load
-            self._last_use[launch.opponent_agent] = job_id
-            if outcome.error is not None:
-                self.manager.fail_job(job_id, outcome.error)
-                if launch.load is not None:
-                    self.pool[launch.opponent_agent] = None  # (the load may not have happened)
-                self._lose_worker(worker, outcome)
-                return
+            for name in sorted(assignment.agents):
+                found = self._recover_agent(name)
+                if found is not None:
+                    outcome.recovered[name] = found
+        except (RuntimeError, ServiceError) as exc:
+            outcome.agent_error = str(exc)
+        return outcome
+
+    def _recover_agent(self, name: str) -> Optional[str]:
+        """Bring an agent a failed job used back to ready: wait out a request of the job's
+        it is still answering; end the episode the job left it in; register it again if it
+        was reset. Returns the state it was found in (None: ready already); RuntimeError
+        when it cannot be (unreachable, failed, restarted, without its model)."""
+        agent, call = self.agents[name], self._call_timeout()
+        where = f"agent {name!r} at {agent.url}"
+        try:
+            status = agent.client.status()
+            if status.state in AGENT.busy_states:
+                status = agent.client.wait_for_state(AGENT_SETTLED, timeout=call)
+            if status.state == "ready":
+                return None
+            if status.state == "in_episode":
+                agent.client.episode_stopped()
+            elif status.state == "initialized":  # (reset with its model: told its spaces)
+                agent.client.agent_registered({"name": name, "train": not agent.skip_train,
+                                               **self.agent_config(name)})
+            else:
+                reason = f" ({status.reason})" if status.reason else ""
+                raise RuntimeError(f"{where} is '{status.state}'{reason} after a failed "
+                                   "job: the league cannot go on without it")
+        except ServiceError as exc:
+            raise RuntimeError(f"{where} cannot be brought back to ready after a failed "
+                               f"job: {exc}") from exc
+        log.info("%s was '%s' after a failed job: back to ready", where, status.state)
+        return status.state
+
+    def _finish(self, assignment: Assignment, outcome: _Outcome) -> None:
+        """A job ended: the league learns its games (or its failure), snapshots the player
+        if due, and is saved; then its agents and worker are free."""
+        job, job_id = assignment.running.job, assignment.job_id
+        if outcome.error is not None:
+            details: dict[str, Any] = {"worker": self.scheduler.workers[assignment.worker].url}
+            if outcome.recovered:
+                details["recovered"] = dict(outcome.recovered)
+            self.manager.fail_job(job_id, _one_line(outcome.error), details)
+            failure = self.scheduler.job_failed(assignment, outcome.error, self.clock())
+            log.warning("league job %d failed on %s", job_id, failure.describe())
+            self._save()
+            self._report()
+            if outcome.agent_error is not None:
+                raise RuntimeError(outcome.agent_error)
+            return
+        try:
             results = []
             for game in outcome.games:
-                extra = game.model_extra
-                seat = next(seat for seat, agent in extra["seats"].items()
+                seat = next(seat for seat, agent in (game.seats or {}).items()
                             if agent == job.launch_player)
-                results.append(result_for(seat, extra["winner"]))
-                self.record_episode(job.launch_player, extra["returns"][seat], game.length,
+                results.append(result_for(seat, game.winner))
+                self.record_episode(job.launch_player, game.returns[seat], game.length,
                                     every_s=1.0, job=job_id, opponent=job.opponent,
-                                    branch=job.branch, seats=extra["seats"],
-                                    winner=extra["winner"], illegal=extra["illegal"])
+                                    branch=job.branch, seats=game.seats,
+                                    winner=game.winner, illegal=game.illegal)
             self.env_steps += sum(game.length for game in outcome.games)
             self.manager.finish_job(job_id, results, outcome.steps)
             self._snapshot_if_due(job.launch_player)
@@ -454,7 +472,7 @@ class LeagueOrchestrator(AbstractOrchestrator):
                 timeout=self._call_timeout())
             self._save()
         finally:
-            self._busy -= launch.agents
+            self.scheduler.job_done(assignment)
             self._report()
 
     def _snapshot_if_due(self, player_id: str) -> None:
@@ -470,30 +488,62 @@ class LeagueOrchestrator(AbstractOrchestrator):
             client.build_model(self.manager.active[player_id].initial_checkpoint,
                                timeout=call)
 
-    def _lose_worker(self, worker: _Worker, outcome: _Outcome) -> None:
-        log.warning("league job on %s failed: %s", worker.url, outcome.error)
-        if outcome.worker_lost and worker in self.workers:
-            self.workers.remove(worker)
-            worker.client.close()
-            if not self.workers:
-                raise RuntimeError(f"every worker is lost; the last, {worker.url}: "
-                                   f"{outcome.error}")
-
+    # ---- calls of the league's own -------------------------------------------------------
     def _forward(self, config: GameEpisodeSettings) -> None:
-        """A plain game call (a lineup, an enumeration) on the first worker."""
-        if not self.workers:
-            raise RuntimeError("every worker is lost: nothing can play this call")
-        client = self.workers[0].client
-        before = client.status().payload.get("episodesDone", 0)
-        client.start_episode(config, wait=True, timeout=self.settings.job_timeout)
-        client.stop_episode()
-        results = client.get_results(since=before)
+        """A plain game call (a lineup, an enumeration) on a set-up worker; a worker that
+        fails it counts the failure (module doc) and the call goes to the next."""
+        agents = set(config.lineup.values()) if config.lineup else {config.exhaustive.agent}
+        while True:
+            index = self._worker_for_call()
+            if index is None:
+                return  # (stopEpisode)
+            client = self.clients[index]
+            self.scheduler.begin_task(index)
+            try:
+                results = client.play(config, timeout=self.settings.job_timeout).results
+            except BadRequest as exc:  # (the call is wrong, not the worker)
+                self.scheduler.release(index)
+                raise RuntimeError(f"worker {client.base_url} refused the call: {exc}") \
+                    from exc
+            except (ServiceError, ValueError) as exc:
+                _quietly(client.stop_episode)
+                for name in sorted(agents):
+                    self._recover_agent(name)  # (RuntimeError: the run ends, naming it)
+                self._worker_failed(index, f"{type(exc).__name__}: {exc}")
+                continue
+            self.scheduler.task_done(index)
+            break
         for game in results.episodes:
-            extra = {k: v for k, v in game.model_dump(by_alias=True).items()
+            extra = {k: v for k, v in game.model_dump(by_alias=True, exclude_unset=True).items()
                      if k not in ("episode", "agent", "return", "length", "envSteps")}
             self.record_episode(game.agent, game.return_, game.length, **extra)
         if config.exhaustive is not None and results.evaluations:
             self.evaluations.append(results.evaluations[-1])
+
+    def _worker_for_call(self) -> Optional[int]:
+        """A set-up worker with no task (no job runs now): an idle one, else the next one
+        due set up now, waiting out backoffs; RuntimeError once none is left, None on
+        stopEpisode."""
+        sched = self.scheduler
+        while not self.should_stop:
+            reason = sched.exhausted()
+            if reason is not None:
+                raise RuntimeError(reason)
+            idle = sched.idle()
+            if idle:
+                return idle[0]
+            now = self.clock()
+            index = sched.next_set_up(now)
+            if index is None:
+                wait = sched.next_retry(now)
+                if wait is None:  # (every live worker busy: not while no job runs)
+                    raise RuntimeError(f"no worker can take the call: {sched.view(now)}")
+                self._pause(wait)
+                continue
+            sched.begin_set_up(index)
+            error = self._set_up_worker(index)
+            self._ended(index, None, error)
+        return None
 
     # ---- state ---------------------------------------------------------------------------
     def _main_steps(self) -> int:
@@ -505,12 +555,29 @@ class LeagueOrchestrator(AbstractOrchestrator):
 
     def _report(self) -> None:
         m = self.manager
+        if m is None:  # (a worker set up for an evaluation before the league began)
+            return
         self.update_status({
             "agentSteps": {pid: p.total_agent_step for pid, p in m.active.items()},
             "envSteps": self.env_steps, "episodesDone": len(self.results),
-            "league": {"jobs": m.jobs_launched, "running": len(m.running),
-                       "snapshots": len(m.historical), "workers": len(self.workers)}})
+            "league": {"jobs": m.jobs_launched, "finished": m.jobs_finished,
+                       "failed": m.jobs_failed, "running": len(m.running),
+                       "snapshots": len(m.historical),
+                       "workers": len(self.scheduler.live())}})
 
 
 def _kind(player: Any) -> str:
     return next(name for name, cls in PLAYER_TYPES.items() if type(player) is cls)
+
+
+def _quietly(call: Any) -> None:
+    """A best-effort call to a worker that may be gone."""
+    try:
+        call()
+    except ServiceError:
+        pass
+
+
+def _one_line(error: str, limit: int = 500) -> str:
+    line = " ".join(error.split())
+    return line if len(line) <= limit else line[:limit - 3] + "..."

@@ -79,20 +79,48 @@ MODELS = {"agent": {"Status": schemas.Status, "ApiVersion": schemas.ApiVersion,
                            "EpisodeConfig": schemas.EpisodeConfig,
                            "EpisodeResult": schemas.EpisodeResult,
                            "Results": schemas.Results, "League": schemas.League,
-                           "LeagueSettings": schemas.LeagueSettings}}
+                           "LeagueSettings": schemas.LeagueSettings,
+                           "LeagueWorker": schemas.LeagueWorker,
+                           "OrchestratorStatus": schemas.OrchestratorStatus,
+                           "OrchestratorProgress": schemas.OrchestratorProgress,
+                           "LeagueProgress": schemas.LeagueProgress}}
+
+
+def spec_fields(spec_schemas: dict, schema: dict) -> set[str]:
+    """A schema's properties, through allOf and $ref (an orchestrator's Status)."""
+    if "$ref" in schema:
+        return spec_fields(spec_schemas, spec_schemas[schema["$ref"].rsplit("/", 1)[1]])
+    fields = set(schema.get("properties", {}))
+    for part in schema.get("allOf", ()):
+        fields |= spec_fields(spec_schemas, part)
+    return fields
 
 
 @pytest.mark.parametrize("role", ["agent", "orchestrator"])
 def test_pydantic_models_have_the_spec_fields(role):
     spec_schemas = load_spec(role)["components"]["schemas"]
     for name, model in MODELS[role].items():
-        spec_fields = set(spec_schemas[name]["properties"])
+        wanted = spec_fields(spec_schemas, spec_schemas[name])
         model_fields = {f.alias or n for n, f in model.model_fields.items()}
         model_fields = {re.sub(r"_(\w)", lambda m: m.group(1).upper(), f) for f in model_fields}
-        assert spec_fields == model_fields, f"{role} {name}"
+        assert wanted == model_fields, f"{role} {name}"
     # maps and unions (the pydantic side: a type alias each, e.g. schemas.Space);
     # ThinkerSettings: the Thinker config's own snake_case keys, checked by load_config
     plain_maps = {"Tensor", "TensorMap", "Observation", "ObservationMap", "Observations",
                   "Space", "ThinkerSettings"}
     assert not set(spec_schemas) - set(MODELS[role]) - plain_maps - set(
         MODELS["agent"]), "a spec schema has no model"
+
+
+def test_an_orchestrators_status_payload_is_typed():
+    """The status long-poll answers an OrchestratorStatus; what the league and the harness
+    read from it (agentSteps, episodesDone, the league's counts) are declared fields."""
+    spec = load_spec("orchestrator")
+    answer = spec["paths"]["/status"]["get"]["responses"]["200"]["content"]["application/json"]
+    assert answer["schema"] == {"$ref": "#/components/schemas/OrchestratorStatus"}
+    status = schemas.OrchestratorStatus.model_validate({
+        "state": "running", "resourceVersion": 3, "payload": {
+            "agentSteps": {"main": 7}, "episodesDone": 2, "envSteps": 12, "other": 1,
+            "league": {"jobs": 3, "failed": 1, "workers": 2}}})
+    assert status.payload.agent_steps == {"main": 7} and status.payload.episodes_done == 2
+    assert status.payload.league.failed == 1 and status.payload.model_extra == {"other": 1}

@@ -162,16 +162,13 @@ def test_episode_quotas_split_evenly_with_the_remainder_first():
 
 def test_played_counts_what_a_call_moved():
     from mistk_rl.client import Played
-    from mistk_rl.schemas import Results, Status
+    from mistk_rl.schemas import OrchestratorProgress, Results
 
-    def status(env_steps, agent_steps):
-        return Status(state="ready", resource_version=1,
-                      payload={"envSteps": env_steps, "agentSteps": agent_steps})
-
-    played = Played(Results(), status(10, {"a": 4}), status(25, {"a": 9, "b": 3}))
-    assert played.moved("envSteps") == 15
-    assert played.moved("agentSteps", "a") == 5 and played.moved("agentSteps", "b") == 3
-    assert played.moved("episodesDone") == 0 and played.episodes == []
+    played = Played(Results(), OrchestratorProgress(env_steps=10, agent_steps={"a": 4}),
+                    OrchestratorProgress(env_steps=25, agent_steps={"a": 9, "b": 3}))
+    assert played.env_steps == 15 and played.episodes == []
+    assert played.agent_steps("a") == 5 and played.agent_steps("b") == 3
+    assert played.agent_steps("nobody") == 0
 
 
 def test_next_eval_point_stops_at_multiples_and_the_budget():

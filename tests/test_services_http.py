@@ -198,6 +198,15 @@ def test_orchestrator_reset_resets_its_agents(launch):
     assert orch.get_results().episodes == []
 
 
+def test_orchestrator_reset_can_leave_its_agents_as_they_are(launch):
+    """(A league resets a failed worker while the agents play on its other workers.)"""
+    orch, agent, agent_service = ready_pair(launch)
+    assert orch.reset(reset_agents=False, timeout=30).state == "uninitialized"
+    assert agent.status().state == "ready"  # untouched: still registered, with its model
+    orch.initialize({"id": "CartPole-v1"})
+    assert orch.register_agent("player", agent_service.url).state == "ready"  # again
+
+
 def test_token_is_required_when_configured(launch):
     token = "s3cret-token"
     orch_service = launch("orchestrator", GYM_ORCHESTRATOR, token=token)

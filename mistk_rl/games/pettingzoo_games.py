@@ -18,10 +18,13 @@ import re
 import warnings
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import Any, NamedTuple, Optional
 
 import numpy as np
 from gymnasium import spaces
+
+from mistk_rl.errors import InvalidRequest
+from mistk_rl.spaces import SUPPORTED
 
 MASK_KEY, OBS_KEY = "action_mask", "observation"
 ILLEGAL_REWARD = -1.0  # the mover's reward for an illegal move, as PettingZoo's classic games
@@ -101,6 +104,40 @@ def seat_spaces(env: Any) -> dict[str, tuple[spaces.Space, spaces.Space]]:
             raise GameError(f"seat {seat}: action space {act_space} is not Discrete")
         out[seat] = (obs_space, act_space)
     return out
+
+
+class GameInfo(NamedTuple):
+    """What `probe_game` found: the API a game is played through, its registry id, its
+    seats (in the env's order) and each seat's (observation, action) space."""
+
+    api: str
+    registry_id: str
+    seats: list[str]
+    spaces: dict[str, tuple[spaces.Space, spaces.Space]]
+
+
+def probe_game(env: dict[str, Any]) -> GameInfo:
+    """The game `env` names (``{"id": ..., "kwargs": {...}}``), from one instance made and
+    closed. Raises `mistk_rl.errors.InvalidRequest` (a 400 for a service's caller) when it is
+    no game an orchestrator can play: an unknown id, kwargs its constructor refuses, an
+    action space other than Discrete, an observation space `mistk_rl.spaces` cannot carry.
+    Orchestrators that serve games (the game orchestrator, the league) check initialize with
+    it and take their seats and spaces from it."""
+    try:
+        api, registry_id = resolve_id(env["id"])
+        game = make_env(api, registry_id, env.get("kwargs", {}))
+        try:
+            found = seat_spaces(game)
+        finally:
+            game.close()
+    except GameError as exc:
+        raise InvalidRequest(str(exc)) from exc
+    for seat, (obs_space, _) in found.items():
+        if not isinstance(obs_space, SUPPORTED):
+            raise InvalidRequest(f"{registry_id} seat {seat}: observation space {obs_space} "
+                                 "is not supported: Box, Discrete, MultiDiscrete or "
+                                 "MultiBinary (or a dict of observation and action_mask)")
+    return GameInfo(api, registry_id, list(found), found)
 
 
 def split_obs(obs: Any, info: Optional[dict] = None) -> tuple[np.ndarray, Optional[np.ndarray]]:

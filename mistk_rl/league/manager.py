@@ -8,7 +8,9 @@ snapshot and tells it where the snapshot's checkpoint was saved.
 - The league starts with a snapshot of every main player's initial weights, so the
   branches that need historical players always have candidates.
 - At most `max_active_player_job` jobs per player are running; a slot is released when its
-  job finishes, fails to launch or times out (`finish_job`, `fail_job`).
+  job finishes, fails to launch or times out (`finish_job`, `fail_job`). `jobs_launched`
+  counts the jobs handed out (their ids), `jobs_finished` and `jobs_failed` how they ended
+  (the others are still running or waiting for agents).
 - Every finished game updates the payoff (self-play games excepted) and the ratings.
 - `take_snapshot` adds the frozen copy and says whether the player now resets to its
   initial weights (only the snapshotted player can).
@@ -54,6 +56,8 @@ class LeagueManager:
     recent: deque = field(default_factory=lambda: deque(maxlen=RECENT_JOBS))
     snapshots_taken: int = 0
     jobs_launched: int = 0
+    jobs_finished: int = 0
+    jobs_failed: int = 0
 
     def __post_init__(self) -> None:
         self.rng = np.random.default_rng(self.seed)
@@ -135,14 +139,19 @@ class LeagueManager:
                 for result in results:
                     self.ratings.update(job.launch_player, job.opponent, result)
         self.active[job.launch_player].total_agent_step += steps
+        self.jobs_finished += 1
         self.recent.append({**asdict(job), "job_id": job_id, "results": {
             r: results.count(r) for r in ("win", "draw", "loss")}, "steps": steps})
 
-    def fail_job(self, job_id: int, reason: str = "") -> None:
-        """The job did not launch, or timed out: its slot is free again, nothing recorded."""
+    def fail_job(self, job_id: int, reason: str = "",
+                 details: Optional[dict[str, Any]] = None) -> None:
+        """The job did not launch, failed or timed out: its slot is free again, nothing
+        recorded but the failure (with `details`, e.g. what was done about it)."""
         running = self.running.pop(job_id, None)
         if running is not None:
-            self.recent.append({**asdict(running.job), "job_id": job_id, "failed": reason})
+            self.jobs_failed += 1
+            self.recent.append({**asdict(running.job), "job_id": job_id, "failed": reason,
+                                **(details or {})})
 
     # ---- snapshots -----------------------------------------------------------------------
     def snapshot_due(self, player_id: str) -> bool:
@@ -170,13 +179,17 @@ class LeagueManager:
             "max_active_player_job": self.max_active_player_job, "seed": self.seed,
             "running": [{"job_id": r.job_id, **asdict(r.job)} for r in self.running.values()],
             "recent": list(self.recent), "snapshots_taken": self.snapshots_taken,
-            "jobs_launched": self.jobs_launched, "rng": self.rng.bit_generator.state}
+            "jobs_launched": self.jobs_launched, "jobs_finished": self.jobs_finished,
+            "jobs_failed": self.jobs_failed, "rng": self.rng.bit_generator.state}
 
     @classmethod
     def from_state(cls, state: dict[str, Any]) -> "LeagueManager":
         league = cls(max_active_player_job=state["max_active_player_job"], seed=state["seed"],
                      snapshots_taken=state["snapshots_taken"],
-                     jobs_launched=state["jobs_launched"])
+                     jobs_launched=state["jobs_launched"],
+                     # (league.json files from before these counts: none)
+                     jobs_finished=state.get("jobs_finished", 0),
+                     jobs_failed=state.get("jobs_failed", 0))
         league.payoff.load_state_dict(state["payoff"])
         league.ratings = Ratings.from_state(state["ratings"])
         for spec in state["active"]:
@@ -188,6 +201,7 @@ class LeagueManager:
         league.recent.extend(state["recent"])
         for r in state["running"]:  # whatever ran them stopped with the league: slots free
             league.recent.append({**r, "failed": "the league restarted"})
+            league.jobs_failed += 1
         league.rng.bit_generator.state = state["rng"]
         return league
 
@@ -206,7 +220,8 @@ class LeagueManager:
         return {"players": self.table(),
                 "payoff": {"ids": ids, "winRate": self.payoff.matrix(ids).round(4).tolist(),
                            "games": [[self.payoff.played(a, b) for b in ids] for a in ids]},
-                "jobs": {"launched": self.jobs_launched,
+                "jobs": {"launched": self.jobs_launched, "finished": self.jobs_finished,
+                         "failed": self.jobs_failed,
                          "running": [{"job_id": r.job_id, **asdict(r.job)}
                                      for r in self.running.values()],
                          "recent": list(self.recent)[-recent:]}}

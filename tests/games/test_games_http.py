@@ -36,14 +36,14 @@ def test_two_agent_services_play_tictactoe(launch):
                         "seatAssignment": "alternate"}, wait=True, timeout=120)
     results = orch.get_results()
     assert len(results.episodes) == 40
-    seats = [e.model_extra["seats"] for e in results.episodes]
+    seats = [e.seats for e in results.episodes]
     assert {s["player_1"] for s in seats} == {"learner", "random"}  # alternated
     totals = results.totals
     games = sum(t["games"] for t in totals["learner"].values())
     assert games == 40 and sum(t["illegal"] for a in totals.values()
                                for t in a.values()) == 0
     for episode in results.episodes:  # one result per game, seen from both seats
-        returns = episode.model_extra["returns"]
+        returns = episode.returns
         assert returns["player_1"] == -returns["player_2"]
     status = learner.status().payload  # the learner got transitions for all its moves
     moves = orch.status().payload["agentSteps"]["learner"]

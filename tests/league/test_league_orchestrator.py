@@ -1,16 +1,19 @@
-"""The league orchestrator's job loop in-process, against scripted workers and agents: what a
-failed job or a lost worker leaves behind, and how the frozen pool loads snapshots."""
+"""The league orchestrator's job loop in-process, against scripted workers and agents on a
+clock the test holds: what a failed job leaves behind, how a failing worker is retried and
+dropped, what ends a run, the agents a dead worker left mid-episode, and how the frozen
+pool loads snapshots."""
 from __future__ import annotations
 
 import itertools
 
 import pytest
 
-from mistk_rl.client import ServerError, ServiceUnavailable
+from mistk_rl.client import (OrchestratorClient, ServerError, ServiceRestarted,
+                             ServiceUnavailable)
 from mistk_rl.orchestrator import RegisteredAgent
-from mistk_rl.schemas import EpisodeConfig, EpisodeResult, Results, Status
+from mistk_rl.schemas import EpisodeConfig, EpisodeResult, OrchestratorProgress, Results, Status
 from orchestrators import league_orchestrator
-from orchestrators.league_orchestrator import LeagueOrchestrator, _Worker
+from orchestrators.league_orchestrator import LeagueOrchestrator
 
 
 class FakeAgent:
@@ -19,6 +22,8 @@ class FakeAgent:
     def __init__(self) -> None:
         self.built: list[str] = []
         self.saved: list[str] = []
+        self.state, self.reason = "ready", None
+        self.stopped = 0
 
     def build_model(self, path, timeout=None):
         self.built.append(path)
@@ -26,24 +31,76 @@ class FakeAgent:
     def save_model(self, path, timeout=None):
         self.saved.append(path)
 
+    def status(self):
+        return Status(state=self.state, resource_version=1, reason=self.reason)
+
+    def wait_for_state(self, states, timeout=60.0):
+        return self.status()
+
+    def episode_stopped(self):
+        assert self.state == "in_episode"
+        self.state = "ready"
+        self.stopped += 1
+
 
 class FakeWorker:
-    """Plays each job's games instantly: the first seat always wins. `fail` maps a call
-    number to the exception that call raises."""
+    """Plays each job's games instantly: the first seat always wins. `fail` maps a
+    startEpisode call number to the exception it raises; from call `dies_at` on, the
+    worker is gone (every call: ServiceUnavailable) and leaves its job's agents
+    mid-episode. A job's agents must be ready, as a real worker's episodeStarted needs."""
 
-    def __init__(self, fail=None) -> None:
+    def __init__(self, fail=None, dies_at=None) -> None:
         self.games: list[EpisodeResult] = []
         self.steps: dict[str, int] = {}
         self.calls = itertools.count()
         self.fail = fail or {}
+        self.dies_at = dies_at
+        self.dead = False
         self.lineups: list[dict] = []
+        self.resets: list[bool] = []
+        self.agents: dict = {}  # name -> FakeAgent (the test wires them)
+        self.state = "uninitialized"
+
+    def _alive(self):
+        if self.dead:
+            raise ServiceUnavailable("GET http://w/status: cannot connect (refused)")
 
     def status(self):
-        return Status(state="ready", resource_version=1,
-                      payload={"episodesDone": len(self.games), "agentSteps": dict(self.steps)})
+        self._alive()
+        return Status(state=self.state, resource_version=1)
 
-    def start_episode(self, config: EpisodeConfig, wait=True, timeout=None):
-        error = self.fail.get(next(self.calls))
+    def reset(self, reset_agents=True, timeout=None):
+        self._alive()
+        self.resets.append(reset_agents)
+        self.state = "uninitialized"
+
+    def initialize(self, env, agents_needed=1, timeout=None):
+        self._alive()
+        self.state = "waiting_for_agents"
+
+    def register_agent(self, name, url, skip_train=False):
+        self._alive()
+        if self.agents[name].state != "ready":  # (the agent refuses agentRegistered)
+            raise ServerError(f"registerAgent: {name} is {self.agents[name].state}")
+        self.state = "ready"
+
+    def progress(self):
+        self._alive()
+        return OrchestratorProgress(episodes_done=len(self.games), agent_steps=dict(self.steps))
+
+    def start_episode(self, config: EpisodeConfig, wait=True, timeout=None, on_status=None):
+        self._alive()
+        call = next(self.calls)
+        for name in set(config.lineup.values()):
+            if self.agents[name].state != "ready":
+                self.state = "failed"
+                raise ServerError(f"episodeStarted: 409 {name} is {self.agents[name].state}")
+        if self.dies_at is not None and call >= self.dies_at:
+            for name in set(config.lineup.values()):
+                self.agents[name].state = "in_episode"
+            self.dead = True
+            self._alive()
+        error = self.fail.get(call)
         if error is not None:
             raise error
         self.lineups.append(dict(config.lineup))
@@ -60,23 +117,44 @@ class FakeWorker:
                 self.steps[agent] = self.steps.get(agent, 0) + (3 if seat == seats[0] else 2)
 
     def stop_episode(self):
-        pass
+        self._alive()
 
     def get_results(self, since=0):
+        self._alive()
         return Results(episodes=self.games[since:])
 
     def close(self):
         pass
 
+    play = OrchestratorClient.play  # the SDK's, over the calls above
+
+
+class Clock:
+    """The league's clock: moves when the league waits out a backoff, and by `tick` each
+    time the league reads it (time passing while jobs run elsewhere)."""
+
+    def __init__(self) -> None:
+        self.t = 0.0
+        self.tick = 0.0
+        self.pauses: list[float] = []
+
+    def now(self) -> float:
+        self.t += self.tick
+        return self.t
+
+    def pause(self, seconds: float) -> None:
+        self.pauses.append(seconds)
+        self.t += seconds
+
 
 def _league(tmp_path, monkeypatch, workers, players=(("main", "main"),), pool=1,
-            games_per_job=4):
+            games_per_job=4, **settings):
     orch = LeagueOrchestrator()
     orch.data_dir = tmp_path
     settings = {"players": [{"id": i, "type": t} for i, t in players],
                 "workers": [f"http://w{i}" for i in range(len(workers))],
                 "onePhaseStep": 10 ** 6, "gamesPerJob": games_per_job, "numEnvs": 2,
-                "seed": 0}
+                "seed": 0, "maxWorkerFailures": 3, "workerBackoff": 1.0, **settings}
     env = {"id": "classic/tictactoe-v3", "kwargs": {}, "league": settings}
     orch.agents_needed = len(players) + pool
     orch.validate_initialize(env, orch.agents_needed)
@@ -88,7 +166,13 @@ def _league(tmp_path, monkeypatch, workers, players=(("main", "main"),), pool=1,
                                                      FakeAgent())
         orch.do_register_agent(f"frozen_{k}", "http://a", True)
     by_url = {f"http://w{i}": w for i, w in enumerate(workers)}
-    monkeypatch.setattr(orch, "_set_up_worker", lambda url: _Worker(url, by_url[url]))
+    for worker in workers:
+        worker.agents = {name: agent.client for name, agent in orch.agents.items()}
+    monkeypatch.setattr(orch, "_connect", lambda url: by_url[url])
+    clock = Clock()
+    monkeypatch.setattr(orch, "clock", clock.now)
+    monkeypatch.setattr(orch, "_pause", clock.pause)
+    orch.test_clock = clock
     return orch
 
 
@@ -100,27 +184,85 @@ def test_a_failed_job_frees_its_slot_and_agents_and_records_nothing(tmp_path, mo
     failed = [job for job in m.recent if "failed" in job]
     finished = [job for job in m.recent if "results" in job]
     assert len(failed) == 2 and len(finished) == 3  # 12 games of 4 each
-    assert not m.running and not orch._busy and not orch._pending
+    assert (m.jobs_launched, m.jobs_finished, m.jobs_failed) == (5, 3, 2)
+    assert not m.running and not orch.scheduler.busy and not orch.scheduler.pending
     assert len(orch.results) == 12
     played = sum(m.payoff.played("main", p) for p in m.historical)
     assert played == sum(4 for job in finished if job["opponent"] != "main")
+    # each failure: a wait, then the worker set up again, its own agents left alone
+    (health,) = orch.league_view()["workers"]
+    assert (health["state"], health["failures"], health["failed"], health["setUps"]) == (
+        "idle", 0, 2, 3)
+    assert orch.test_clock.pauses == [1.0, 1.0] and worker.resets == [False, False]
 
 
-def test_a_lost_worker_is_dropped_and_the_league_goes_on(tmp_path, monkeypatch):
-    lost = FakeWorker(fail={0: ServiceUnavailable("gone")})
-    good = FakeWorker()
+def test_a_restarted_worker_is_set_up_again_and_plays_on(tmp_path, monkeypatch):
+    worker = FakeWorker(fail={0: ServiceRestarted("http://w0", "a", "b")})
+    orch = _league(tmp_path, monkeypatch, [worker])
+    orch.do_start_episode(EpisodeConfig(num_episodes=8))
+    assert orch.manager.jobs_failed == 1 and orch.manager.jobs_finished == 2
+    assert orch.scheduler.workers[0].set_ups == 2 and orch.test_clock.pauses == [1.0]
+
+
+def test_a_worker_failing_in_a_row_is_dropped_and_the_league_goes_on(tmp_path, monkeypatch):
+    lost, good = FakeWorker(dies_at=0), FakeWorker()
     orch = _league(tmp_path, monkeypatch, [lost, good],
                    players=(("main", "main"), ("exploiter", "main_exploiter")))
-    orch.do_start_episode(EpisodeConfig(num_episodes=16))
-    assert [w.client for w in orch.workers] == [good]
-    assert len(orch.results) == 16 and not orch.manager.running and not orch._busy
+    orch.test_clock.tick = 0.5  # the good worker's jobs take time: the lost one's waits end
+    orch.do_start_episode(EpisodeConfig(num_episodes=40))
+    w_lost, w_good = orch.scheduler.workers
+    assert (w_lost.state, w_lost.failures, w_lost.failed) == ("dropped", 3, 3)
+    assert "cannot connect" in w_lost.last_error
+    assert w_good.state == "idle" and w_good.failed == 0
+    m = orch.manager
+    assert m.jobs_failed == 1  # its set-ups failed too, but they are no jobs
+    assert len(orch.results) == 40 and not m.running and not orch.scheduler.busy
+    assert orch.league_view()["workers"][0]["state"] == "dropped"
 
 
-def test_the_league_fails_clearly_when_every_worker_is_lost(tmp_path, monkeypatch):
-    orch = _league(tmp_path, monkeypatch, [FakeWorker(fail={0: ServiceUnavailable("gone")})])
-    with pytest.raises(RuntimeError, match="every worker is lost"):
-        orch.do_start_episode(EpisodeConfig(num_episodes=4))
-    assert not orch.manager.running  # (its slot released all the same)
+def test_an_agent_left_mid_episode_is_brought_back_to_ready_before_its_next_job(
+        tmp_path, monkeypatch):
+    lost, good = FakeWorker(dies_at=0), FakeWorker()
+    orch = _league(tmp_path, monkeypatch, [lost, good])
+    orch.do_start_episode(EpisodeConfig(num_episodes=8))
+    (failed,) = [job for job in orch.manager.recent if "failed" in job]
+    assert failed["worker"] == "http://w0" and "cannot connect" in failed["failed"]
+    held = {"main"} | ({"frozen_0"} if failed["opponent"] != "main" else set())
+    assert failed["recovered"] == dict.fromkeys(held, "in_episode")
+    assert orch.agents["main"].client.state == "ready"
+    assert orch.agents["main"].client.stopped == 1
+    assert orch.manager.jobs_finished == 2 and len(good.lineups) == 2  # main played on
+
+
+def test_the_run_ends_naming_every_worker_when_none_is_left(tmp_path, monkeypatch):
+    orch = _league(tmp_path, monkeypatch, [FakeWorker(dies_at=0), FakeWorker(dies_at=0)],
+                   players=(("main", "main"), ("exploiter", "main_exploiter")), pool=2)
+    with pytest.raises(RuntimeError) as raised:
+        orch.do_start_episode(EpisodeConfig(num_episodes=1000))
+    reason = str(raised.value)
+    assert reason.startswith("no healthy worker left: worker 0 http://w0 failed 3 times in "
+                             "a row: ")
+    assert "; worker 1 http://w1 failed 3 times in a row: " in reason
+    assert "cannot connect" in reason
+    m = orch.manager
+    assert m.jobs_failed <= 2 and m.jobs_launched - m.jobs_failed <= 2  # launches bounded
+    assert all(p in (1.0, 2.0) for p in orch.test_clock.pauses)  # backoff: 1 s, then 2 s
+    assert not orch.scheduler.busy
+
+
+def test_an_agent_that_cannot_be_brought_back_ends_the_run_naming_it(tmp_path, monkeypatch):
+    class BreakingWorker(FakeWorker):
+        def start_episode(self, config, wait=True, timeout=None, on_status=None):
+            main = self.agents["main"]  # (the worker's step made it fail)
+            main.state, main.reason = "failed", "do_step raised ValueError: nan"
+            raise ServerError("worker failed")
+
+    worker = BreakingWorker()
+    orch = _league(tmp_path, monkeypatch, [worker])
+    with pytest.raises(RuntimeError, match=r"agent 'main' at http://a is 'failed' \(do_step "
+                                           r"raised ValueError: nan\) after a failed job"):
+        orch.do_start_episode(EpisodeConfig(num_episodes=8))
+    assert orch.manager.jobs_failed == 1 and worker.lineups == []
 
 
 def test_pool_agents_load_a_snapshot_once_and_keep_it(tmp_path, monkeypatch):
@@ -148,18 +290,21 @@ def _always_the_seed_snapshot(launch_job):
     return launch
 
 
-def test_a_job_waiting_for_an_agent_gets_it_before_new_jobs(tmp_path, monkeypatch):
-    orch = _league(tmp_path, monkeypatch, [FakeWorker()],
-                   players=(("main", "main"), ("exploiter", "main_exploiter"),
-                            ("league_exploiter", "league_exploiter")))
-    orch.manager = orch._create()
-    orch._busy.add("main")  # main is in a job
-    orch._next_player = 1
-    launch = orch._next_launch()  # the exploiter must wait for main; the league exploiter goes
-    assert launch.home == "league_exploiter"
-    assert orch._pending["exploiter"].job.opponent == "main"
-    orch._busy.discard("main")  # main's job ended: the waiting job comes first
-    launch = orch._next_launch()
-    assert (launch.home, launch.opponent_agent) == ("exploiter", "main")
-    assert not orch._pending and orch._busy >= {"exploiter", "main"}
-    assert orch._next_launch() is None  # main is taken; the league exploiter still plays
+def test_an_evaluation_goes_to_a_set_up_worker_and_moves_on_from_a_dead_one(
+        tmp_path, monkeypatch):
+    dead, good = FakeWorker(), FakeWorker()
+    dead.dead = True
+    orch = _league(tmp_path, monkeypatch, [dead, good])
+    orch.do_start_episode(EpisodeConfig(num_episodes=4, lineup={"player_1": "main",
+                                                                "player_2": "frozen_0"}))
+    assert len(orch.results) == 4 and len(good.lineups) == 1
+    w_dead, w_good = orch.scheduler.workers
+    assert (w_dead.state, w_dead.failures) == ("backoff", 1)  # its set-up failed
+    assert (w_good.state, w_good.jobs) == ("idle", 1)
+    assert orch.test_clock.pauses == []  # the good one was set up meanwhile: no wait
+    good.dead = True  # the next evaluation: no worker answers; it waits out the backoffs
+    with pytest.raises(RuntimeError, match="no healthy worker left"):
+        orch.do_start_episode(EpisodeConfig(num_episodes=4, lineup={
+            "player_1": "main", "player_2": "frozen_0"}))
+    assert [w.state for w in orch.scheduler.workers] == ["dropped", "dropped"]
+    assert orch.test_clock.pauses and max(orch.test_clock.pauses) <= 2.0

@@ -1,0 +1,219 @@
+"""The league's scheduler, pure: worker set-ups, backoff and drops on a clock the test
+holds; job slots per worker; agent reservations; the next player; the pool's snapshots."""
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+from mistk_rl.league import scheduler as scheduler_module
+from mistk_rl.league.manager import LeagueManager
+from mistk_rl.league.scheduler import (BACKOFF, BUSY, DROPPED, IDLE, NEW, SETTING_UP,
+                                       Backoff, Scheduler)
+
+PLAYERS = [{"type": "main", "id": "main", "checkpoint": "main.pt"},
+           {"type": "main_exploiter", "id": "me", "checkpoint": "me.pt"},
+           {"type": "league_exploiter", "id": "le", "checkpoint": "le.pt"}]
+URLS = ["http://w0", "http://w1"]
+
+
+def _league(players=PLAYERS) -> LeagueManager:
+    return LeagueManager.create(players, one_phase_step=10 ** 6, seed=0)
+
+
+def _scheduler(players=("main", "me", "le"), urls=URLS, pool=("frozen_0",),
+               backoff=Backoff(max_failures=3, first_s=1.0, max_s=3.0)) -> Scheduler:
+    sched = Scheduler(players, urls, backoff)
+    for name in pool:
+        sched.add_pool_agent(name)
+    return sched
+
+
+def _set_up_all(sched: Scheduler, now: float = 0.0) -> None:
+    while (index := sched.next_set_up(now)) is not None:
+        sched.begin_set_up(index)
+        sched.set_up_done(index)
+
+
+def test_backoff_doubles_up_to_its_cap():
+    backoff = Backoff(max_failures=5, first_s=0.5, max_s=3.0)
+    assert [backoff.delay(n) for n in range(1, 6)] == [0.5, 1.0, 2.0, 3.0, 3.0]
+    with pytest.raises(ValueError):
+        Backoff(max_failures=0)
+    with pytest.raises(ValueError):
+        Backoff(first_s=2.0, max_s=1.0)
+
+
+def test_workers_are_set_up_one_at_a_time_before_their_first_job():
+    sched, league = _scheduler(), _league()
+    assert [w.state for w in sched.workers] == [NEW, NEW]
+    assert sched.idle() == [] and sched.holding_jobs(0.0)
+    first = sched.next_set_up(0.0)
+    sched.begin_set_up(first)
+    assert sched.workers[first].state == SETTING_UP
+    assert sched.next_set_up(0.0) is None  # one set-up at a time
+    sched.set_up_done(first)
+    assert sched.idle() == [first]
+    assert sched.next_job(league, first, 0.0) is None  # the other is due: jobs wait
+    _set_up_all(sched)
+    assert sched.idle() == [0, 1] and not sched.holding_jobs(0.0)
+    assert [w.set_ups for w in sched.workers] == [1, 1]
+
+
+def test_a_failing_worker_backs_off_doubling_and_is_dropped_after_failures_in_a_row():
+    sched, league = _scheduler(), _league()
+    _set_up_all(sched)
+    job = sched.next_job(league, 0, now=0.0)
+    failure = sched.job_failed(job, "GET http://w0/status: cannot connect", now=10.0)
+    assert failure.delay == 1.0 and not failure.dropped
+    assert "worker 0 http://w0: failure 1 in a row; set up again in 1 s" in failure.describe()
+    w0 = sched.workers[0]
+    assert (w0.state, w0.retry_at, w0.failures) == (BACKOFF, 11.0, 1)
+    assert not sched.busy  # the job's agents are free again
+    assert sched.due(10.5) == [] and sched.next_retry(10.5) == 0.5
+    assert sched.next_set_up(10.5) is None  # not yet
+    assert sched.next_set_up(11.0) == 0
+    sched.begin_set_up(0)
+    failure = sched.task_failed(0, "setting it up: cannot connect", now=11.0)
+    assert failure.delay == 2.0 and sched.workers[0].retry_at == 13.0
+    sched.begin_set_up(sched.next_set_up(13.0))
+    failure = sched.task_failed(0, "setting it up: cannot connect", now=13.0)
+    assert failure.dropped and w0.state == DROPPED and w0.failed == 3
+    assert "dropped after 3 failures in a row" in failure.describe()
+    assert sched.next_retry(100.0) is None and sched.due(100.0) == []
+    assert sched.live() == [1] and sched.exhausted() is None
+
+
+def test_a_finished_job_ends_a_run_of_failures_and_a_set_up_alone_does_not():
+    sched, league = _scheduler(), _league()
+    _set_up_all(sched)
+    for now in (0.0, 10.0):  # a worker that sets up but fails every job
+        job = sched.next_job(league, 0, now)
+        assert job is not None and job.worker == 0
+        sched.job_failed(job, "ServiceFailed: the worker failed", now)
+        sched.begin_set_up(sched.next_set_up(now + 5))
+        sched.set_up_done(0)
+    assert sched.workers[0].failures == 2
+    job = sched.next_job(league, 0, 20.0)
+    sched.job_done(job)
+    w0 = sched.workers[0]
+    assert (w0.state, w0.failures, w0.failed, w0.jobs, w0.set_ups) == (IDLE, 0, 2, 1, 3)
+
+
+def test_with_every_worker_dropped_the_reason_names_each_and_its_last_error():
+    sched = _scheduler(backoff=Backoff(max_failures=1))
+    for index in (0, 1):
+        sched.begin_set_up(sched.next_set_up(0.0))
+        sched.task_failed(index, f"setting it up: worker {index} is gone\n  (trace)", 0.0)
+    reason = sched.exhausted()
+    assert reason == ("no healthy worker left: worker 0 http://w0 failed 1 times in a row: "
+                      "setting it up: worker 0 is gone (trace); worker 1 http://w1 failed "
+                      "1 times in a row: setting it up: worker 1 is gone (trace)")
+    long = "x" * 10_000
+    sched = _scheduler(urls=URLS[:1], backoff=Backoff(max_failures=1))
+    sched.begin_set_up(0)
+    sched.task_failed(0, long, 0.0)
+    assert len(sched.exhausted()) < 400  # an error is kept short
+
+
+def test_a_due_set_up_holds_new_jobs_until_the_agents_are_free():
+    sched, league = _scheduler(), _league()
+    _set_up_all(sched)
+    running = sched.next_job(league, 0, 0.0)
+    failed = sched.next_job(league, 1, 0.0)
+    assert running and failed and not running.agents & failed.agents
+    sched.job_failed(failed, "restarted", now=0.0)
+    assert sched.next_set_up(1.0) is None  # due, but agents are in a job
+    assert sched.holding_jobs(1.0)
+    sched.job_done(running)
+    assert sched.workers[0].state == IDLE
+    assert sched.next_job(league, 0, 1.0) is None  # held back for the set-up
+    assert sched.next_set_up(1.0) == 1
+    sched.begin_set_up(1)
+    with pytest.raises(ValueError, match="set-up due"):
+        sched.begin_set_up(1)
+    sched.set_up_done(1)
+    assert sched.next_job(league, 0, 1.0) is not None
+
+
+def test_idle_workers_take_jobs_in_turn():
+    sched, league = _scheduler(players=("main",), urls=URLS + ["http://w2"]), \
+        _league(PLAYERS[:1])
+    _set_up_all(sched)
+    used = []
+    for now in range(6):
+        index = sched.idle()[0]
+        job = sched.next_job(league, index, float(now))
+        assert sched.workers[index].state == BUSY and sched.workers[index].job_id == job.job_id
+        used.append(index)
+        sched.job_done(job)
+        league.finish_job(job.job_id, ["win"])
+    assert used == [0, 1, 2, 0, 1, 2]
+    assert [w.jobs for w in sched.workers] == [2, 2, 2]
+
+
+def test_a_job_waiting_for_an_agent_gets_it_before_new_jobs():
+    sched, league = _scheduler(urls=URLS + ["http://w2"]), _league()
+    _set_up_all(sched)
+    sched.busy.add("main")  # main is in a job (elsewhere)
+    sched.next_player = 1
+    job = sched.next_job(league, 0, 0.0)  # the exploiter must wait for main; le goes
+    assert job.home == "le"
+    assert sched.pending["me"].job.opponent == "main"
+    sched.busy.discard("main")  # main's job ended: the waiting job comes first
+    job = sched.next_job(league, 1, 0.0)
+    assert (job.home, job.opponent_agent) == ("me", "main")
+    assert not sched.pending and sched.busy >= {"me", "main", "le"}
+    assert sched.next_job(league, 2, 0.0) is None  # every player's agent is taken
+    assert sched.workers[2].state == IDLE  # (and the worker stays free)
+
+
+def test_pool_agents_load_a_snapshot_once_keep_it_and_forget_a_failed_load():
+    sched, league = _scheduler(players=("main",), urls=URLS[:1],
+                               pool=("frozen_0", "frozen_1")), _league(PLAYERS[:1])
+    _set_up_all(sched)
+    (seed,) = league.historical
+    jobs = []
+    while len(jobs) < 3:
+        running = league.launch_job("main")
+        running.job.opponent, running.job.branch = seed, "pfsp"
+        league.running[running.job_id] = running
+        assignment = sched._assign(league, running, set())
+        jobs.append(assignment)
+        sched.busy |= assignment.agents
+        if len(jobs) == 1:  # the first load fails: nobody holds the snapshot
+            assignment.worker = None
+            sched.job_failed(assignment, "buildModel failed", 0.0)
+        else:
+            sched.job_done(assignment)
+    first, second, third = jobs
+    assert first.load == "main.pt" and second.load == "main.pt"  # loaded again
+    assert second.opponent_agent == "frozen_1"  # the pool agent used longest ago
+    assert third.load is None and third.opponent_agent == "frozen_1"  # held: no load
+    assert sched.pool == {"frozen_0": None, "frozen_1": "main.pt"}
+
+
+def test_the_league_package_is_pure():
+    """mistk_rl/league imports the standard library, numpy, trueskill (ratings' maths) and
+    its own modules, plus mistk_rl.errors/files: no HTTP, no services, no clock in the
+    scheduler."""
+    allowed = {"numpy", "trueskill", "mistk_rl.errors", "mistk_rl.files"}
+    package = Path(scheduler_module.__file__).parent
+    for path in package.glob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = ([a.name for a in node.names] if isinstance(node, ast.Import)
+                     else [node.module] if isinstance(node, ast.ImportFrom) else [])
+            for name in names:
+                top = name.split(".")[0]
+                ok = (name in allowed or top in allowed or name.startswith("mistk_rl.league")
+                      or (top != "mistk_rl" and _stdlib(top)))
+                assert ok, f"{path.name} imports {name}"
+    source = Path(scheduler_module.__file__).read_text()
+    for forbidden in ("import threading", "import time", "requests", "client"):
+        assert forbidden not in source.split('"""', 2)[2], forbidden
+
+
+def _stdlib(name: str) -> bool:
+    import sys
+    return name in sys.stdlib_module_names or name == "__future__"
