@@ -1,5 +1,5 @@
-"""The replay-buffer interface and the pieces every buffer shares: config merge, sampling
-from ring storage (`storage.py`) as items or as one collated batch."""
+"""The replay-buffer interface and the pieces every buffer shares: config, random state,
+sampling from ring storage (`storage.py`) as items or as one collated batch."""
 from __future__ import annotations
 
 import abc
@@ -8,24 +8,9 @@ from typing import Any
 
 import numpy as np
 
+from mistk_rl.rl.config import deep_merge
 from mistk_rl.rl.data.buffers.storage import Ring, TransitionRing
 from mistk_rl.rl.data.collate import default_collate, to_batch_tensor
-
-
-def merge_config(defaults: dict, config: dict | None, path: str = "") -> dict:
-    """Deep-merge ``config`` over ``defaults``; a key the defaults lack is a typo, so refuse it."""
-    merged = copy.deepcopy(defaults)
-    for key, value in (config or {}).items():
-        name = f"{path}{key}"
-        if key not in defaults:
-            raise ValueError(f"unknown config key {name!r}; valid keys: {sorted(defaults)}")
-        if isinstance(defaults[key], dict):
-            if not isinstance(value, dict):
-                raise ValueError(f"config key {name!r} must be a dict, got {value!r}")
-            merged[key] = merge_config(defaults[key], value, f"{name}.")
-        else:
-            merged[key] = copy.deepcopy(value)
-    return merged
 
 
 def as_transitions(data: dict | list[dict] | tuple[dict, ...]) -> list[dict]:
@@ -47,7 +32,7 @@ class ReplayBuffer(abc.ABC):
     takes_priority_feedback = False
 
     def __init__(self, config: dict | None = None, seed: int | None = None) -> None:
-        self.config = merge_config(self.default_config(), config)
+        self.config = deep_merge(self.default_config(), config)
         self._rng = np.random.default_rng(seed)
 
     @classmethod
