@@ -39,7 +39,7 @@ from mistk_rl.errors import InvalidRequest
 from mistk_rl.games.symmetries import GAMES, BoardSymmetries, symmetries_for
 from mistk_rl.implementation import PROGRESS_EVERY_S
 from mistk_rl.rl.config import ConfigError, deep_merge, save_config
-from mistk_rl.rl.data.buffers import AdvancedReplayBuffer, NaiveReplayBuffer
+from mistk_rl.rl.data.buffers import BUFFERS
 from mistk_rl.rl.data.collate import stack_observations
 from mistk_rl.rl.learner import (CheckpointHook, Learner, LogHook, load_checkpoint,
                                  save_checkpoint)
@@ -49,7 +49,6 @@ from mistk_rl.rl.policies.random import RandomPolicy
 from mistk_rl.rl.trainers import OffPolicyTrainer, OnPolicyTrainer
 from mistk_rl.spaces import space_from_dict, space_to_dict
 
-BUFFERS = {"naive": NaiveReplayBuffer, "advanced": AdvancedReplayBuffer}
 CHECKPOINT_FORMAT = 2  # 2: + trainer and rng (format 1 restores weights and counters)
 
 

@@ -10,7 +10,6 @@ import torch
 
 from mistk_rl.rl.data.buffers import (
     AdvancedReplayBuffer,
-    EpisodeReplayBuffer,
     NaiveReplayBuffer,
     ThroughputController,
 )
@@ -38,7 +37,7 @@ def per(size: int = 16, seed: int = 0, clock=None, **config) -> AdvancedReplayBu
 
 
 # ---------------------------------------------------------------- config
-@pytest.mark.parametrize("cls", [NaiveReplayBuffer, AdvancedReplayBuffer, EpisodeReplayBuffer])
+@pytest.mark.parametrize("cls", [NaiveReplayBuffer, AdvancedReplayBuffer])
 def test_unknown_config_key_names_key_and_valid_keys(cls):
     with pytest.raises(ValueError, match=r"'replay_buffer_sise'.*replay_buffer_size"):
         cls({"replay_buffer_sise": 3})
@@ -57,7 +56,6 @@ def test_nested_config_is_merged_and_checked():
     assert (defaults["replay_buffer_size"], defaults["alpha"], defaults["beta"],
             defaults["anneal_step"]) == (4096, 0.6, 0.4, 100000)
     assert NaiveReplayBuffer.default_config()["replay_buffer_size"] == 10000
-    assert EpisodeReplayBuffer.default_config()["replay_buffer_size"] == 1000
 
 
 # ---------------------------------------------------------------- naive
@@ -181,16 +179,6 @@ def test_pushing_nothing_changes_nothing(make):
     assert buffer.count() == 2
     assert sorted(buffer.sample_batch(2)["reward"].tolist()) == sorted(
         float(item["reward"]) for item in rich(2))
-
-
-def test_episode_sample_batch_stacks_windows():
-    buffer = EpisodeReplayBuffer(seed=0)
-    buffer.push_episodes([episode(3, tag=0), episode(6, tag=1)])
-    batch = buffer.sample_batch(5, unroll_len=4)
-    assert batch["obs"].shape == (5, 4, 2) and batch["mask"].shape == (5, 4)
-    assert batch["mask"].dtype == torch.bool
-    with pytest.raises(ValueError, match="unroll_len"):
-        buffer.sample_batch(2)
 
 
 # ---------------------------------------------------------------- prioritized sampling
@@ -357,62 +345,6 @@ def test_stats():
     assert quiet.stats()["mean_use"] is None
 
 
-# ---------------------------------------------------------------- episodes
-def episode(length: int, tag: int) -> list[dict]:
-    return [{"obs": np.array([tag, t], dtype=np.float32), "reward": 1.0, "done": t == length - 1,
-             "tag": tag} for t in range(length)]
-
-
-def test_episode_windows_stay_inside_one_episode():
-    buffer = EpisodeReplayBuffer(seed=0)
-    buffer.push(episode(3, tag=0))
-    buffer.push_episodes([episode(7, tag=1), episode(5, tag=2)])
-    assert buffer.count() == 3
-    for window in buffer.sample(200, unroll_len=5):
-        assert len(window) == 5
-        tags = {step["tag"] for step in window if step["mask"]}
-        assert len(tags) == 1
-        real = [step for step in window if step["mask"]]
-        times = [int(step["obs"][1]) for step in real]
-        assert times == list(range(times[0], times[0] + len(real)))  # consecutive steps
-        if tags == {0}:  # the short episode: 3 real steps, then 2 zero pads
-            assert [step["mask"] for step in window] == [True] * 3 + [False] * 2
-            for pad in window[3:]:
-                np.testing.assert_array_equal(pad["obs"], np.zeros(2, np.float32))
-                assert pad["obs"].dtype == np.float32
-                assert pad["reward"] == 0.0 and pad["done"] is False and pad["tag"] == 0
-                assert pad["replay_unique_id"] == 0
-        else:
-            assert all(step["mask"] for step in window)
-
-
-def test_episode_window_starts_proportional_to_length():
-    buffer = EpisodeReplayBuffer(seed=5)
-    buffer.push_episodes([episode(10, tag=0), episode(30, tag=1)])
-    windows = buffer.sample(8000, unroll_len=5)  # 6 and 26 valid starts
-    share = np.mean([window[0]["tag"] == 1 for window in windows])
-    assert share == pytest.approx(26 / 32, abs=0.015)
-    starts = np.bincount([int(w[0]["obs"][1]) for w in windows if w[0]["tag"] == 1])
-    assert len(starts) == 26  # every start 0..25 occurs, none later
-    # unroll_len 1: exactly proportional to the number of steps.
-    share = np.mean([w[0]["tag"] == 1 for w in buffer.sample(8000, unroll_len=1)])
-    assert share == pytest.approx(0.75, abs=0.015)
-
-
-def test_whole_episodes_and_push_errors():
-    buffer = EpisodeReplayBuffer({"replay_buffer_size": 2}, seed=0)
-    buffer.push_episodes([episode(2, tag=0), episode(3, tag=1), episode(4, tag=2)])
-    assert buffer.count() == 2
-    episodes = buffer.sample(2)
-    assert sorted(len(ep) for ep in episodes) == [3, 4]
-    assert all("mask" not in step for ep in episodes for step in ep)
-    assert buffer.sample(3) is None
-    with pytest.raises(TypeError, match="push_episodes"):
-        buffer.push([episode(2, tag=0)])
-    with pytest.raises(TypeError):
-        buffer.push([])
-
-
 # ---------------------------------------------------------------- save / restore
 def fill_naive(seed):
     buffer = NaiveReplayBuffer({"replay_buffer_size": 20}, seed=seed)
@@ -435,21 +367,14 @@ def fill_advanced(seed):
     return buffer, step
 
 
-def fill_episode(seed):
-    buffer = EpisodeReplayBuffer({"replay_buffer_size": 4}, seed=seed)
-    buffer.push_episodes([episode(n, tag=n) for n in (2, 9, 4, 6, 3)])
-    return buffer, lambda b: b.sample(3, unroll_len=4) + b.sample(2)
-
-
 def summary(batch):
     if batch is None:
         return None
-    flat = [s for item in batch for s in (item if isinstance(item, list) else [item])]
-    return [(s["replay_unique_id"], s.get("IS"), s.get("use"), s.get("mask"),
-             float(s["obs"][-1])) for s in flat]
+    return [(s["replay_unique_id"], s.get("IS"), s.get("use"), float(s["obs"][-1]))
+            for s in batch]
 
 
-@pytest.mark.parametrize("fill", [fill_naive, fill_advanced, fill_episode])
+@pytest.mark.parametrize("fill", [fill_naive, fill_advanced])
 def test_state_dict_round_trip_samples_identically(fill):
     original, step = fill(seed=11)
     for _ in range(2):

@@ -6,7 +6,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from mistk_rl.rl.data.buffers.base import Meta, TransitionReplayBuffer, as_transitions
+from mistk_rl.rl.data.buffers.base import Meta, ReplayBuffer, as_transitions
 from mistk_rl.rl.data.buffers.throughput import ThroughputController
 from mistk_rl.rl.data.priority import PrioritySampler
 
@@ -14,7 +14,7 @@ _COUNTERS = ("pushed", "sampled", "removed_by_use", "removed_by_staleness", "ref
              "refused_sample", "sample_calls")
 
 
-class AdvancedReplayBuffer(TransitionReplayBuffer):
+class AdvancedReplayBuffer(ReplayBuffer):
     """FIFO ring with prioritized experience replay (Schaul et al. 2016) and data-quality rules.
 
     Sampling: a `PrioritySampler` over the slots (P(i) proportional to p_i^alpha, stratified,
