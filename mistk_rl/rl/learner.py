@@ -17,6 +17,7 @@ import numpy as np
 import torch
 
 from mistk_rl.files import atomic_write_bytes
+from mistk_rl.rl.data.samples import Samples
 from mistk_rl.rl.policies.base import LearnMode
 
 POSITIONS = ("before_run", "after_run", "before_iter", "after_iter")
@@ -72,7 +73,7 @@ class Learner:
             if hasattr(hook, "close"):
                 hook.close()
 
-    def train(self, batch: dict) -> dict[str, Any]:
+    def train(self, batch: Samples) -> dict[str, Any]:
         """One update; returns the policy's info (loss, ... and maybe per-sample priority)."""
         self.start()
         self._call("before_iter")

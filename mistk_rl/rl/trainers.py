@@ -27,10 +27,9 @@ import torch
 
 from mistk_rl.rl.data.collate import concat, default_collate
 from mistk_rl.rl.data.returns import NStepAccumulator, gae
+from mistk_rl.rl.data.samples import ReplaySamples, RolloutSamples
 from mistk_rl.rl.learner import Learner
 from mistk_rl.rl.normalize import Normalizer
-
-META_KEYS = ("replay_unique_id", "replay_buffer_idx", "priority", "IS", "use", "staleness")
 
 
 class OffPolicyTrainer:
@@ -88,19 +87,17 @@ class OffPolicyTrainer:
                 break
             if self.normalizer is not None:
                 batch = self._normalized(batch)
-            # of the buffer's meta keys the learner needs only the IS weight
-            info = self.learner.train({key: value for key, value in batch.items()
-                                       if key not in META_KEYS or key == "IS"})
+            info = self.learner.train(batch)
             if "priority" in info and self.buffer.takes_priority_feedback:
-                self.buffer.update({"replay_unique_id": batch["replay_unique_id"].numpy(),
+                self.buffer.update({"replay_unique_id": batch.ids.numpy(),
                                     "priority": np.asarray(info["priority"])})
             done += 1
         return done
 
-    def _normalized(self, batch: dict) -> dict:
+    def _normalized(self, batch: ReplaySamples) -> ReplaySamples:
         norm = self.normalizer
-        return {**batch, "obs": norm.obs(batch["obs"]), "next_obs": norm.obs(batch["next_obs"]),
-                "reward": norm.reward(batch["reward"])}
+        return batch._replace(obs=norm.obs(batch.obs), next_obs=norm.obs(batch.next_obs),
+                              reward=norm.reward(batch.reward))
 
     def state_dict(self) -> dict:
         """The train schedule's position, the n-step windows in progress and, with
@@ -183,7 +180,8 @@ class OnPolicyTrainer:
         self._count = 0
         return 1
 
-    def _rollout_batch(self) -> dict:
+    def _rollout_batch(self) -> RolloutSamples:
+        """Each entity's steps with their GAE targets, the entities one after another."""
         learn = self.policy.config["learn"]
         pieces = []
         for steps in self._rollout.values():
@@ -194,10 +192,12 @@ class OnPolicyTrainer:
             advantage, returns = gae(batch["reward"].numpy().astype(np.float32),
                                      batch["value"].numpy().astype(np.float32), next_values,
                                      terminated, dones, learn["gamma"], learn["gae_lambda"])
-            batch["advantage"] = torch.as_tensor(advantage, dtype=torch.float32)
-            batch["return"] = torch.as_tensor(returns, dtype=torch.float32)
-            pieces.append(batch)
-        merged = {key: concat([p[key] for p in pieces]) for key, value in pieces[0].items()
-                  if isinstance(value, (torch.Tensor, dict))}  # (a dict: Dict observations)
-        merged["env_steps"] = self.learner.env_steps
-        return merged
+            pieces.append(RolloutSamples(
+                obs=batch["obs"], action=batch["action"], log_prob=batch["log_prob"],
+                value=batch["value"], advantage=torch.as_tensor(advantage, dtype=torch.float32),
+                returns=torch.as_tensor(returns, dtype=torch.float32),
+                action_mask=batch.get("action_mask")))
+        rows = {field: None if getattr(pieces[0], field) is None
+                else concat([getattr(piece, field) for piece in pieces])
+                for field in RolloutSamples._fields if field != "env_steps"}
+        return RolloutSamples(**rows, env_steps=self.learner.env_steps)

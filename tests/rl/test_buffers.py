@@ -13,6 +13,7 @@ from mistk_rl.rl.data.buffers import (
     NaiveReplayBuffer,
     ThroughputController,
 )
+from mistk_rl.rl.data.samples import ReplaySamples
 from mistk_rl.rl.learner import load_checkpoint, save_checkpoint
 
 
@@ -107,23 +108,43 @@ def test_sample_batch_is_the_collated_sample(make):
         if expected is None:
             assert got is None
             continue
-        expected = default_collate(expected)
-        assert got.keys() == expected.keys()
-        for key in expected:
-            assert got[key].dtype == expected[key].dtype, key
-            torch.testing.assert_close(got[key], expected[key], msg=key)
-    assert got is None or got["obs"].shape == (6, 3)
+        expected = ReplaySamples.from_columns(default_collate(expected))
+        assert [field is None for field in got] == [field is None for field in expected]
+        for key, want in expected._asdict().items():
+            if want is not None:
+                assert getattr(got, key).dtype == want.dtype, key
+                torch.testing.assert_close(getattr(got, key), want, msg=key)
+    assert got is None or got.obs.shape == (6, 3)
+    assert (got.weight is None) == isinstance(batches, NaiveReplayBuffer)  # PER: IS weights
+
+
+def test_a_batch_is_typed_and_refuses_what_does_not_fit():
+    buffer = per(size=8, seed=0)
+    buffer.push(rich(3))
+    batch = buffer.sample_batch(3)
+    assert sorted(batch.ids.tolist()) == [0, 1, 2] and batch.weight.tolist() == [1.0] * 3
+    assert batch.gamma_n is None and batch.next_action_mask is None  # not in these transitions
+    odd = NaiveReplayBuffer(seed=0)
+    odd.push([{**step, "note_id": 1} for step in rich(2)])
+    with pytest.raises(ValueError, match=r"unknown \['note_id'\]"):
+        odd.sample_batch(2)
+    odd.clear()
+    odd.push(transitions(2))  # obs and reward only
+    with pytest.raises(ValueError, match=r"missing \['action', 'next_obs', 'terminated'\]"):
+        odd.sample_batch(2)
 
 
 def test_column_storage_widens_dtypes_and_falls_back_to_objects():
     buffer = NaiveReplayBuffer({"replay_buffer_size": 8}, seed=0)
-    buffer.push([{"obs": np.zeros(2, np.float32), "reward": 1}])  # an int reward first
-    buffer.push([{"obs": np.ones(2), "reward": 0.5}])  # float64 obs, float reward
+    def step(obs, reward):
+        return {"obs": obs, "action": 0, "reward": reward, "next_obs": obs, "terminated": False}
+    buffer.push([step(np.zeros(2, np.float32), 1)])  # an int reward first
+    buffer.push([step(np.ones(2), 0.5)])  # float64 obs, float reward
     batch = buffer.sample_batch(2)
-    assert sorted(batch["reward"].tolist()) == [0.5, 1.0]  # 0.5 was not cut to an int
-    assert sorted(batch["obs"].sum(dim=1).tolist()) == [0.0, 2.0]
+    assert sorted(batch.reward.tolist()) == [0.5, 1.0]  # 0.5 was not cut to an int
+    assert sorted(batch.obs.sum(dim=1).tolist()) == [0.0, 2.0]
     # an item of another layout switches to object storage; everything stays sampleable
-    buffer.push({"obs": np.full(3, 7.0), "reward": 2.0, "note": "odd"})
+    buffer.push({**step(np.full(3, 7.0), 2.0), "note": "odd"})
     assert sorted(item["reward"] for item in buffer.sample(3)) == [0.5, 1.0, 2.0]
     odd = next(item for item in buffer.sample(3) if item["reward"] == 2.0)
     assert odd["note"] == "odd" and odd["obs"].tolist() == [7.0] * 3
@@ -131,7 +152,7 @@ def test_column_storage_widens_dtypes_and_falls_back_to_objects():
         buffer.sample_batch(3)  # mixed items: the error default_collate gives
     buffer.clear()  # a fresh start may use columns again
     buffer.push(rich(3))
-    assert buffer.sample_batch(3)["next_obs"].shape == (3, 3)
+    assert buffer.sample_batch(3).next_obs.shape == (3, 3)
 
 
 def dict_transitions(n: int) -> list[dict]:
@@ -154,18 +175,18 @@ def test_dict_observations_are_stored_one_array_per_key(make, tmp_path):
     assert not ring._objects and ring._columns[("obs", "planes")].dtype == np.uint8
     assert ring._columns[("next_obs", "planes")].shape == (8, 2, 4, 4)
     batch = buffer.sample_batch(4)
-    assert batch["obs"]["planes"].dtype == torch.uint8 and batch["obs"]["cue"].shape == (4, 3)
+    assert batch.obs["planes"].dtype == torch.uint8 and batch.obs["cue"].shape == (4, 3)
     for key in ("cue", "planes"):  # each row's next_obs follows its obs, whatever the key
-        rows = batch["obs"][key].reshape(4, -1)[:, 0].long()
-        assert torch.equal(batch["next_obs"][key].reshape(4, -1)[:, 0].long(), rows + 1)
-        assert torch.equal(batch["reward"].long(), rows)
+        rows = batch.obs[key].reshape(4, -1)[:, 0].long()
+        assert torch.equal(batch.next_obs[key].reshape(4, -1)[:, 0].long(), rows + 1)
+        assert torch.equal(batch.reward.long(), rows)
     item = buffer.sample(1)[0]
     assert item["obs"]["planes"].dtype == np.uint8 and item["obs"]["planes"].shape == (2, 4, 4)
     save_checkpoint(buffer.state_dict(), tmp_path / "buffer.pt")
     restored = make()
     restored.load_state_dict(load_checkpoint(tmp_path / "buffer.pt"))
     assert restored._ring._columns.keys() == ring._columns.keys()
-    assert restored.sample_batch(2)["next_obs"]["planes"].dtype == torch.uint8
+    assert restored.sample_batch(2).next_obs["planes"].dtype == torch.uint8
 
 
 @pytest.mark.parametrize("make", [lambda: NaiveReplayBuffer({"replay_buffer_size": 4}, seed=0),
@@ -177,7 +198,7 @@ def test_pushing_nothing_changes_nothing(make):
     buffer.push(rich(2))
     buffer.push([])
     assert buffer.count() == 2
-    assert sorted(buffer.sample_batch(2)["reward"].tolist()) == sorted(
+    assert sorted(buffer.sample_batch(2).reward.tolist()) == sorted(
         float(item["reward"]) for item in rich(2))
 
 

@@ -133,15 +133,16 @@ def test_on_policy_trainer_trains_every_n_steps_with_bootstrapped_gae():
         learner.env_steps += 1
         trainer.observe("e", t)
         trainer.maybe_train()
-    assert len(batches) == 2 and all(len(b["advantage"]) == 8 for b in batches)
+    assert len(batches) == 2 and all(len(b.advantage) == 8 for b in batches)
+    assert [b.env_steps for b in batches] == [8, 16]
     batch = batches[0]
-    value = batch["value"]
+    value = batch.value
     # no termination: every delta bootstraps from V(next_obs) (same obs here, so V(s))
-    delta = batch["reward"] + 0.98 * value - value
+    delta = 1.0 + 0.98 * value - value  # (every reward is 1)
     # step 5 is truncated: its advantage is its delta alone (the recursion stops there)
-    assert batch["advantage"][5].item() == pytest.approx(delta[5].item(), rel=1e-5)
-    assert batch["return"][5].item() == pytest.approx(
-        (batch["advantage"][5] + value[5]).item(), rel=1e-5)
+    assert batch.advantage[5].item() == pytest.approx(delta[5].item(), rel=1e-5)
+    assert batch.returns[5].item() == pytest.approx(
+        (batch.advantage[5] + value[5]).item(), rel=1e-5)
 
 
 def test_end_of_agent_episode_flushes_every_entity():

@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from mistk_rl.rl.data.returns import nstep_transitions
+from mistk_rl.rl.data.samples import ReplaySamples
 from mistk_rl.rl.envs.base import Timestep
 from mistk_rl.rl.policies.dqn import DQNPolicy
 from mistk_rl.orchestrator import replay_batch
@@ -50,10 +51,11 @@ def test_no_legal_action_adds_nothing():
 
 def test_a_masked_batch_trains():
     policy = DQNPolicy({"learn": {"batch_size": 4}}, OBS, ACT, seed=0)
-    batch = {"obs": torch.rand(4, 3), "action": torch.tensor([0, 1, 2, 3]),
-             "reward": torch.ones(4), "next_obs": torch.rand(4, 3),
-             "terminated": torch.zeros(4), "next_action_mask": torch.tensor(
-                 [[1, 0, 0, 0], [0, 1, 1, 0], [1, 1, 1, 1], [0, 0, 0, 1]], dtype=torch.bool)}
+    batch = ReplaySamples(obs=torch.rand(4, 3), action=torch.tensor([0, 1, 2, 3]),
+                          reward=torch.ones(4), next_obs=torch.rand(4, 3),
+                          terminated=torch.zeros(4), next_action_mask=torch.tensor(
+                              [[1, 0, 0, 0], [0, 1, 1, 0], [1, 1, 1, 1], [0, 0, 0, 1]],
+                              dtype=torch.bool))
     assert np.isfinite(policy.learn_mode.forward(batch)["loss"])
 
 

@@ -15,10 +15,11 @@ import torch
 from gymnasium import spaces
 
 from mistk_rl.rl.config import deep_merge
+from mistk_rl.rl.data.samples import Samples
 
 
 class LearnMode(NamedTuple):
-    forward: Callable[[dict], dict]  # one update on a collated batch -> scalars (+ priority)
+    forward: Callable[[Samples], dict]  # one update on a batch -> scalars (+ priority)
     state_dict: Callable[[], dict]
     load_state_dict: Callable[[dict], None]
     monitor_vars: Callable[[], list[str]]
@@ -90,7 +91,7 @@ class Policy(ABC):
 
     # ---- to implement -----------------------------------------------------------------
     @abstractmethod
-    def _forward_learn(self, batch: dict) -> dict:
+    def _forward_learn(self, batch: Samples) -> dict:
         ...
 
     @abstractmethod

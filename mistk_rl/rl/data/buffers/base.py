@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import abc
 import copy
-from typing import Any
-
 import numpy as np
 
 from mistk_rl.rl.config import deep_merge
 from mistk_rl.rl.data.buffers.storage import TransitionRing
 from mistk_rl.rl.data.collate import default_collate, to_batch_tensor
+from mistk_rl.rl.data.samples import ReplaySamples
 
 
 def as_transitions(data: dict | list[dict] | tuple[dict, ...]) -> list[dict]:
@@ -63,19 +62,20 @@ class ReplayBuffer(abc.ABC):
         drawn = self._draw(size, learner_iter)
         return None if drawn is None else self._items(*drawn)
 
-    def sample_batch(self, size: int, learner_iter: int = 0) -> dict[str, Any] | None:
-        """The same draw as `sample`, collated: what ``default_collate(sample(...))`` gives
-        (tensors with a batch dim, meta keys included), built from the columns without a
-        dict per item. Learners call this."""
+    def sample_batch(self, size: int, learner_iter: int = 0) -> ReplaySamples | None:
+        """The same draw as `sample`, as the typed batch a learner takes: the fields hold
+        what ``default_collate(sample(...))`` gives (tensors with a batch dim), built from
+        the columns without a dict per item."""
         drawn = self._draw(size, learner_iter)
         if drawn is None:
             return None
         slots, meta = drawn
         columns = self._ring.columns(slots)
         if columns is None:  # object storage: collate the items
-            return default_collate(self._items(slots, meta))
+            return ReplaySamples.from_columns(default_collate(self._items(slots, meta)))
         columns.update(meta)
-        return {key: to_batch_tensor(value) for key, value in columns.items()}
+        return ReplaySamples.from_columns({key: to_batch_tensor(value)
+                                           for key, value in columns.items()})
 
     @abc.abstractmethod
     def clear(self) -> None:
