@@ -177,3 +177,27 @@ def test_observe_all_stores_what_observing_one_by_one_stores():
     assert filled(batched=True) == filled(batched=False)
     # a:0: its first episode (4), then 2 full windows of the next; a:1: 6 full windows
     assert len(filled(batched=True)) == 4 + 2 + 6
+
+
+def test_ppo_learns_under_the_action_mask_it_acted_under():
+    """The rollout keeps each step's action mask, so the first minibatch's log-probs are the
+    ones recorded when acting: ratio 1 (no KL, nothing clipped) before any update."""
+    policy = PPOPolicy({"learn": {"epochs": 1, "batch_size": 8}}, OBS,
+                       spaces.Discrete(4), seed=0)
+    batches = []
+    learner = Learner(policy.learn_mode)
+    original = learner.learn_mode.forward
+    learner.learn_mode = learner.learn_mode._replace(
+        forward=lambda b: batches.append(b) or original(b))
+    trainer = OnPolicyTrainer(policy, learner, {"n_steps": 8})
+    for i in range(8):
+        mask = torch.tensor([[True, i % 2 == 0, True, False]])
+        out = policy.collect_mode.forward(torch.zeros(1, 4), mask, i)
+        item = {k: v[0] for k, v in out.items() if isinstance(v, torch.Tensor) and v.dim()}
+        trainer.observe("e", policy.collect_mode.process_transition(
+            np.zeros(4, np.float32), item, 1.0, np.zeros(4, np.float32), False, False))
+        learner.env_steps += 1
+    trainer.maybe_train()
+    (batch,) = batches
+    assert batch.action_mask.shape == (8, 4) and not batch.action_mask[:, 3].any()
+    assert learner.last_info["approx_kl"] == 0.0 and learner.last_info["clip_frac"] == 0.0

@@ -6,7 +6,9 @@ Gaussian with a state-independent log-std (SB3, CleanRL), flattened to prod(shap
     collect: sample from the policy; remember log-prob and value with each transition. A Box
              action is sent to the env clipped to the space's bounds ("env_action") while the
              transition keeps the sampled one and its log-prob (SB3 and CleanRL do the same:
-             the ratio is then taken between densities of the same unbounded sample)
+             the ratio is then taken between densities of the same unbounded sample). An
+             action mask stays with the transition: the learner's log-prob of the action is
+             taken under the mask it was sampled under, or the ratio starts away from 1
     learn:   one call per rollout, a `RolloutSamples` (advantages from GAE, by the trainer):
              `epochs` passes of shuffled minibatches, advantage normalisation per minibatch,
              loss = -min(r A, clip(r, 1-eps, 1+eps) A) + c_v (V - R)^2 - c_e H, grad clipping;
@@ -161,6 +163,8 @@ class PPOPolicy(Policy):
                 out["value"] = self.model.compute_critic(encoded)["value"]
         if self.continuous:
             out["env_action"] = self._clip(out["action"])
+        if mask is not None:  # the learner evaluates the action under the same mask
+            out["action_mask"] = mask
         return out
 
     def _forward_eval(self, obs: torch.Tensor, mask: Optional[torch.Tensor]) -> dict:
@@ -181,6 +185,8 @@ class PPOPolicy(Policy):
         transition = super()._process_transition(obs, output, reward, next_obs, terminated,
                                                   truncated)
         transition.update(log_prob=output["log_prob"], value=output["value"])
+        if "action_mask" in output:
+            transition["action_mask"] = output["action_mask"]
         return transition
 
     def _state_dict(self) -> dict:
