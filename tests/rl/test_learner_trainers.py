@@ -10,9 +10,8 @@ import torch
 from gymnasium import spaces
 
 from mistk_rl.rl.data.buffers import AdvancedReplayBuffer, NaiveReplayBuffer
-from mistk_rl.rl.learner import (CheckpointHook, FunctionHook, Learner, LogHook,
+from mistk_rl.rl.learner import (CheckpointHook, FunctionHook, LearnMode, Learner, LogHook,
                                  load_checkpoint)
-from mistk_rl.rl.policies.base import LearnMode
 from mistk_rl.rl.policies.dqn import DQNPolicy
 from mistk_rl.rl.policies.ppo import PPOPolicy
 from mistk_rl.rl.trainers import OffPolicyTrainer, OnPolicyTrainer
@@ -29,7 +28,7 @@ def _fake_learn_mode(calls: list) -> LearnMode:
         weights["w"] += 1
         return {"loss": float(len(calls)), "vector": np.ones(2)}
     return LearnMode(forward, lambda: {"w": weights["w"].clone()},
-                     lambda s: weights.update(w=s["w"]), lambda: ["loss"])
+                     lambda s: weights.update(w=s["w"]))
 
 
 def test_hooks_run_at_their_positions_and_frequency():
@@ -201,3 +200,22 @@ def test_ppo_learns_under_the_action_mask_it_acted_under():
     (batch,) = batches
     assert batch.action_mask.shape == (8, 4) and not batch.action_mask[:, 3].any()
     assert learner.last_info["approx_kl"] == 0.0 and learner.last_info["clip_frac"] == 0.0
+
+
+def test_ppo_refuses_a_transition_of_an_action_it_did_not_choose():
+    policy = PPOPolicy(None, OBS, ACT, seed=0)
+    with pytest.raises(ValueError, match="did not choose"):
+        policy.collect_mode.process_transition(np.zeros(4, np.float32),
+                                               {"action": torch.tensor(1)}, 1.0,
+                                               np.zeros(4, np.float32), False, False)
+
+
+def test_each_policy_names_its_trainer_and_only_a_replay_warms_up():
+    assert DQNPolicy.trainer_cls is OffPolicyTrainer and PPOPolicy.trainer_cls is OnPolicyTrainer
+    for policy_cls in (DQNPolicy, PPOPolicy):
+        policy = policy_cls(None, OBS, ACT, seed=0)
+        config = {"policy": policy.config, **policy_cls.trainer_cls.agent_config({})}
+        trainer = policy_cls.trainer_cls.from_agent_config(
+            policy, Learner(policy.learn_mode), config, seed=0, normalizer=None, augment=None)
+        assert trainer.warming_up == (policy_cls is DQNPolicy)
+        assert ("bufferSize" in trainer.progress()) == (policy_cls is DQNPolicy)

@@ -19,11 +19,12 @@ from mistk_rl.rl.data.samples import ReplaySamples
 from mistk_rl.rl.models import QNetwork, without_aliases
 from mistk_rl.rl.policies.base import Policy, adam
 from mistk_rl.rl.schedules import make_schedule
+from mistk_rl.rl.trainers import OffPolicyTrainer
 from mistk_rl.rl.wrappers import ArgmaxSample, EpsGreedySample, TargetNetwork
 
 
 class DQNPolicy(Policy):
-    on_policy = False
+    trainer_cls = OffPolicyTrainer
     masks_next_actions = True
 
     @classmethod
@@ -58,7 +59,6 @@ class DQNPolicy(Policy):
                                              action_n=int(self.action_space.n))
         self.eval_model = ArgmaxSample(self.model)
         self.epsilon = make_schedule(cfg["collect"]["eps"])
-        self.epsilon_override: Optional[float] = None  # episodeStarted's, for its episodes
         if cfg["learn"]["loss"] not in ("huber", "mse"):
             raise ValueError(f"learn.loss must be 'huber' or 'mse', not {cfg['learn']['loss']!r}")
 
@@ -128,9 +128,6 @@ class DQNPolicy(Policy):
         self.target.load_state_dict({**state["target"],
                                      "model": without_aliases(state["target"]["model"])})
         self.optimizer.load_state_dict(state["optimizer"])
-
-    def _monitor_vars(self) -> list[str]:
-        return ["loss", "q_mean", "td_abs_mean", "grad_norm"]
 
 
 def _masked(q: torch.Tensor, legal: Optional[torch.Tensor]) -> torch.Tensor:

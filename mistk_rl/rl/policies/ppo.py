@@ -27,11 +27,12 @@ from mistk_rl.rl.data.collate import Batch, batch_len, batch_rows
 from mistk_rl.rl.data.samples import RolloutSamples
 from mistk_rl.rl.models import ActorCritic, without_aliases
 from mistk_rl.rl.policies.base import Policy, adam
+from mistk_rl.rl.trainers import OnPolicyTrainer
 from mistk_rl.rl.wrappers import ArgmaxSample, GaussianSample, MultinomialSample
 
 
 class PPOPolicy(Policy):
-    on_policy = True
+    trainer_cls = OnPolicyTrainer
     action_spaces = (spaces.Discrete, spaces.Box)
 
     @classmethod
@@ -182,6 +183,9 @@ class PPOPolicy(Policy):
 
     def _process_transition(self, obs: Any, output: dict, reward: float, next_obs: Any,
                             terminated: bool, truncated: bool) -> dict:
+        if "log_prob" not in output:  # the agent replays an action someone else chose
+            raise ValueError("this agent did not choose that action: an on-policy learner "
+                             "cannot use it (it has no log-prob or value of it)")
         transition = super()._process_transition(obs, output, reward, next_obs, terminated,
                                                   truncated)
         transition.update(log_prob=output["log_prob"], value=output["value"])
@@ -198,6 +202,3 @@ class PPOPolicy(Policy):
 
     def _generators(self) -> dict[str, torch.Generator]:
         return {"minibatch": self.torch_rng, "sampling": self.collect_model.generator}
-
-    def _monitor_vars(self) -> list[str]:
-        return ["loss", "policy_loss", "value_loss", "entropy", "approx_kl", "clip_frac"]

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import abc
 import copy
+from typing import Any
+
 import numpy as np
 
 from mistk_rl.rl.config import deep_merge
@@ -84,6 +86,10 @@ class ReplayBuffer(abc.ABC):
     @abc.abstractmethod
     def count(self) -> int:
         """Number of valid (sampleable) items."""
+
+    def stats(self) -> dict[str, Any]:
+        """What the buffer counts, for the agent's status: here the valid items."""
+        return {"count": self.count()}
 
     @abc.abstractmethod
     def state_dict(self) -> dict:
