@@ -45,15 +45,6 @@ class Hook:
         """Release what the hook holds (files, writers); the learner calls it when closed."""
 
 
-class FunctionHook(Hook):
-    def __init__(self, position: str, fn: Callable[["Learner"], None], every: int = 1) -> None:
-        super().__init__(position, every)
-        self.fn = fn
-
-    def __call__(self, learner: "Learner") -> None:
-        self.fn(learner)
-
-
 class Learner:
     """Counts iterations, keeps the last info, runs hooks."""
 

@@ -10,7 +10,7 @@ import torch
 from gymnasium import spaces
 
 from mistk_rl.rl.data.buffers import AdvancedReplayBuffer, NaiveReplayBuffer
-from mistk_rl.rl.learner import (CheckpointHook, FunctionHook, LearnMode, Learner, LogHook,
+from mistk_rl.rl.learner import (CheckpointHook, Hook, LearnMode, Learner, LogHook,
                                  load_checkpoint)
 from mistk_rl.rl.policies.dqn import DQNPolicy
 from mistk_rl.rl.policies.ppo import PPOPolicy
@@ -31,18 +31,29 @@ def _fake_learn_mode(calls: list) -> LearnMode:
                      lambda s: weights.update(w=s["w"]))
 
 
+class Note(Hook):
+    """Notes `label(learner)` in `seen` each time it runs."""
+
+    def __init__(self, position, seen, label, every=1):
+        super().__init__(position, every)
+        self.seen, self.label = seen, label
+
+    def __call__(self, learner):
+        self.seen.append(self.label(learner))
+
+
 def test_hooks_run_at_their_positions_and_frequency():
     calls, seen = [], []
     learner = Learner(_fake_learn_mode(calls), [
-        FunctionHook("before_run", lambda lr: seen.append("before_run")),
-        FunctionHook("after_iter", lambda lr: seen.append(f"iter{lr.train_iter}"), every=2),
-        FunctionHook("after_run", lambda lr: seen.append("after_run"))])
+        Note("before_run", seen, lambda lr: "before_run"),
+        Note("after_iter", seen, lambda lr: f"iter{lr.train_iter}", every=2),
+        Note("after_run", seen, lambda lr: "after_run")])
     for _ in range(5):
         learner.train({})
     learner.close()
     assert seen == ["before_run", "iter2", "iter4", "after_run"]
     with pytest.raises(ValueError, match="valid: before_run"):
-        FunctionHook("sometimes", print)
+        Hook("sometimes")
 
 
 def test_checkpoint_and_log_hooks(tmp_path):
@@ -118,7 +129,7 @@ def test_nstep_reaches_the_buffer():
 def test_on_policy_trainer_trains_every_n_steps_with_bootstrapped_gae():
     policy = PPOPolicy({"learn": {"epochs": 1, "batch_size": 8}}, OBS, ACT, seed=0)
     batches = []
-    learner = Learner(policy.learn_mode, [FunctionHook("before_iter", lambda lr: None)])
+    learner = Learner(policy.learn_mode, [Note("before_iter", [], lambda lr: None)])
     original = learner.learn_mode.forward
     learner.learn_mode = learner.learn_mode._replace(
         forward=lambda b: batches.append(b) or original(b))

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from mistk_rl.rl.data.returns import nstep_transitions
+from mistk_rl.rl.data.returns import NStepAccumulator
 from mistk_rl.rl.data.samples import ReplaySamples
 from mistk_rl.rl.envs.base import Timestep
 from mistk_rl.rl.policies.dqn import DQNPolicy
@@ -63,10 +63,11 @@ def test_nstep_keeps_the_mask_of_the_window_end():
     steps = [{"obs": i, "action": 0, "reward": 1.0, "next_obs": i + 1, "terminated": False,
               "truncated": False, "next_action_mask": np.array([i % 2 == 0, True])}
              for i in range(4)]
-    (first, *_) = nstep_transitions(steps, n=3, gamma=0.9)
-    assert first["next_obs"] == 3 and first["next_action_mask"].tolist() == [True, True]
-    assert nstep_transitions(steps, n=2, gamma=0.9)[0]["next_action_mask"].tolist() == [
-        False, True]
+    def first(n: int) -> dict:
+        acc = NStepAccumulator(n, gamma=0.9)
+        return next(item for transition in steps for item in acc.push(transition))
+    assert first(3)["next_obs"] == 3 and first(3)["next_action_mask"].tolist() == [True, True]
+    assert first(2)["next_action_mask"].tolist() == [False, True]
 
 
 def test_the_orchestrator_replays_the_next_masks_the_env_gives():
