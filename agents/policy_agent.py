@@ -13,20 +13,30 @@ How the MISTK calls map onto RL:
 - saveModel(path): everything training needs to continue (see `_checkpoint_state`), written
   atomically; the periodic checkpoint (`checkpoint_every`) writes the same.
 
+One update, hop by hop (the agent does not own the env loop, so the steps live in several
+files): replayAction -> `do_replay_action` -> the policy's `collect_mode.process_transition`
+(a transition dict per entity) -> its `trainer_cls` (`mistk_rl/rl/trainers.py`):
+- DQN, `OffPolicyTrainer`: n-step windows (`data/returns.py`) -> `buffer.push`; on schedule
+  `buffer.sample_batch` -> `ReplaySamples` (`data/samples.py`) -> `Learner.train` ->
+  `DQNPolicy._forward_learn` -> new priorities -> `buffer.update`;
+- PPO, `OnPolicyTrainer`: the rollout; every `n_steps`, GAE -> `RolloutSamples` ->
+  `Learner.train` -> `PPOPolicy._forward_learn`.
+
 Normalisation (`normalize` in the config, `mistk_rl.rl.normalize`) happens here, at the
 service boundary, so the policies never know about it. The policy always acts on normalised
 observations; the statistics move only in collect mode (observations at getAction, returns at
 replayAction). What is stored follows SB3:
-- on-policy (PPO): the rollout stores the normalised observations the policy acted on and the
+- a rollout (PPO) stores the normalised observations the policy acted on and the
   scaled rewards. The importance ratio compares log-probs of the same input, and a rollout is
   used once, right after it was collected, so its normalisation is never stale.
-- off-policy (DQN): the replay buffer stores raw observations and rewards; the trainer
+- a replay (DQN): the buffer stores raw observations and rewards; the trainer
   normalises each sampled batch with the current statistics. A transition lives through many
   statistics updates: normalised once at storage it would mix scales across the buffer, and
   the checkpointed buffer stays valid whatever the statistics.
 """
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Optional
 
@@ -39,17 +49,15 @@ from mistk_rl.errors import InvalidRequest
 from mistk_rl.games.symmetries import GAMES, BoardSymmetries, symmetries_for
 from mistk_rl.implementation import PROGRESS_EVERY_S
 from mistk_rl.rl.config import ConfigError, deep_merge, save_config
-from mistk_rl.rl.data.buffers import AdvancedReplayBuffer, NaiveReplayBuffer
 from mistk_rl.rl.data.collate import stack_observations
 from mistk_rl.rl.learner import (CheckpointHook, Learner, LogHook, load_checkpoint,
                                  save_checkpoint)
 from mistk_rl.rl.normalize import Normalizer
 from mistk_rl.rl.policies.base import Policy
 from mistk_rl.rl.policies.random import RandomPolicy
-from mistk_rl.rl.trainers import OffPolicyTrainer, OnPolicyTrainer
+from mistk_rl.rl.trainers import Trainer
 from mistk_rl.spaces import space_from_dict, space_from_request, space_to_dict
 
-BUFFERS = {"naive": NaiveReplayBuffer, "advanced": AdvancedReplayBuffer}
 CHECKPOINT_FORMAT = 2  # 2: + trainer and rng (format 1 restores weights and counters)
 
 
@@ -60,15 +68,13 @@ class PolicyAgent(AbstractAgent):
 
     # ---- config ------------------------------------------------------------------------
     @classmethod
-    def default_config(cls, buffer_type: str = "naive") -> dict:
-        on_policy = cls.policy_cls.on_policy
-        config: dict[str, Any] = {
+    def default_config(cls, hparams: Optional[Mapping[str, Any]] = None) -> dict:
+        """The defaults; the policy's trainer adds its sections (`train`, `log_every`, and
+        for a replay `buffer`, whose defaults follow `hparams`' buffer.type, ...)."""
+        return {
             "seed": None,
             "policy": cls.policy_cls.default_config(),
-            "train": (OnPolicyTrainer if on_policy else OffPolicyTrainer).default_config(),
-            # learner iterations between TensorBoard/CSV rows (0: off); a PPO iteration is a
-            # whole rollout, a DQN one a single minibatch
-            "log_every": 1 if on_policy else 100,
+            **cls.policy_cls.trainer_cls.agent_config(hparams or {}),
             # learner iterations between checkpoints to checkpoints/latest.pt; 0: off. The
             # harness's training loop saves its own at each evaluation (training.checkpoints)
             "checkpoint_every": 0,
@@ -83,28 +89,10 @@ class PolicyAgent(AbstractAgent):
             "normalize": {"obs": False, "reward": False, "clip_obs": 10.0, "clip_reward": 10.0,
                           "gamma": None, "epsilon": 1e-8},
         }
-        if not on_policy:
-            if buffer_type not in BUFFERS:
-                raise ConfigError(f"buffer.type {buffer_type!r} is not one of "
-                                  f"{', '.join(BUFFERS)}")
-            config["buffer"] = {"type": buffer_type,
-                                **BUFFERS[buffer_type].default_config()}
-            config["buffer"]["replay_buffer_size"] = 100_000
-            # the replay buffer goes into checkpoints, so a resumed run learns from the same
-            # data (measured on CartPole: 7 MB of a 9 MB checkpoint, 0.1 s to save). Off: a
-            # resumed run refills it from empty, training on a small buffer at first
-            config["checkpoint_buffer"] = True
-            # null, or "board_symmetries": each transition is stored under every symmetry
-            # of the game's board (`mistk_rl.games.symmetries`; the game is the one the
-            # orchestrator names at registration)
-            config["augment"] = None
-        return config
 
     @classmethod
     def compile_config(cls, hparams: Optional[dict]) -> dict:
-        hparams = hparams or {}
-        buffer_type = (hparams.get("buffer") or {}).get("type", "naive")
-        return deep_merge(cls.default_config(buffer_type), hparams)
+        return deep_merge(cls.default_config(hparams), hparams)
 
     # ---- lifecycle hooks -----------------------------------------------------------------
     def __init__(self) -> None:
@@ -114,7 +102,7 @@ class PolicyAgent(AbstractAgent):
         self.properties: dict[str, Any] = {}
         self.policy: Optional[Policy] = None
         self.learner: Optional[Learner] = None
-        self.trainer: Any = None
+        self.trainer: Optional[Trainer] = None
         self.warmup: Optional[RandomPolicy] = None
         self.normalizer: Optional[Normalizer] = None
         self.mode = "collect"
@@ -218,19 +206,17 @@ class PolicyAgent(AbstractAgent):
             self.augment = symmetries_for(config.get("properties", {}).get("game"))
         if self.policy is None:  # (validate_registration checked the spaces)
             self._build(self.observation_space, self.action_space)
-        if self.trainer is not None and hasattr(self.trainer, "augment"):
-            self.trainer.augment = self.augment and self.augment.augment
 
     def validate_episode_start(self, episode: EpisodeInfo) -> None:
-        if episode.epsilon is not None and not hasattr(self.policy, "epsilon_override"):
+        if episode.epsilon is not None and (self.policy is None
+                                            or self.policy.exploration(0) is None):
             raise InvalidRequest(f"epsilon: {type(self.policy).__name__} has no "
                                  "epsilon-greedy exploration to set")
 
     def do_episode_started(self, episode: EpisodeInfo) -> None:
         self._require_model()
         self.mode = episode.mode
-        if hasattr(self.policy, "epsilon_override"):
-            self.policy.epsilon_override = episode.epsilon
+        self.policy.epsilon_override = episode.epsilon  # (None for policies without one)
         self._pending.clear()
         if self.normalizer is not None:
             self.normalizer.end_episodes()
@@ -258,7 +244,8 @@ class PolicyAgent(AbstractAgent):
             # the batch's arrays (slicing every tensor per entity cost more than the forward)
             rows = {key: value.numpy() for key, value in out.items()
                     if isinstance(value, torch.Tensor) and value.dim() > 0}
-            if normalizer is not None and normalizer.norm_obs and self.policy.on_policy:
+            if (normalizer is not None and normalizer.norm_obs
+                    and not self.trainer.normalizes_samples):
                 rows["obs"] = batch.numpy()  # what the rollout stores (module doc)
             # (updated, not replaced: in a turn-based game an entity's transition completes
             # only after requests for other entities, its opponent's moves, came between)
@@ -275,9 +262,9 @@ class PolicyAgent(AbstractAgent):
             return  # evaluation episodes never train the agent
         process = self.policy.collect_mode.process_transition
         next_masks = batch.new_action_mask if self.policy.masks_next_actions else None
-        # on-policy: normalised obs and scaled rewards go into the rollout; off-policy: raw
-        # ones into the buffer, normalised when sampled (module doc)
-        normalizer = self.normalizer if self.policy.on_policy else None
+        # a rollout gets normalised obs and scaled rewards; a replay buffer raw ones, which
+        # its trainer normalises when sampled (module doc)
+        normalizer = None if self.trainer.normalizes_samples else self.normalizer
         if self.normalizer is not None:
             self.normalizer.update_rewards(
                 batch.rewards, {e: bool(batch.terminated[e]) or bool(batch.truncated[e])
@@ -291,9 +278,13 @@ class PolicyAgent(AbstractAgent):
                 if prev_obs is None:
                     prev_obs = normalizer.obs(batch.prev_obs[entity])
                 new_obs, reward = normalizer.obs(new_obs), float(normalizer.reward(reward))
-            transitions[entity] = process(
-                batch.prev_obs[entity] if prev_obs is None else prev_obs, output, reward,
-                new_obs, bool(batch.terminated[entity]), bool(batch.truncated[entity]))
+            try:
+                transitions[entity] = process(
+                    batch.prev_obs[entity] if prev_obs is None else prev_obs, output, reward,
+                    new_obs, bool(batch.terminated[entity]), bool(batch.truncated[entity]))
+            except ValueError as exc:
+                raise ValueError(f"replayAction for {entity!r} with action {action}: "
+                                 f"{exc}") from exc
             if next_masks is not None:
                 transitions[entity]["next_action_mask"] = np.asarray(next_masks[entity],
                                                                      dtype=bool)
@@ -328,11 +319,10 @@ class PolicyAgent(AbstractAgent):
         info = self.learner.last_info
         progress = {"algorithm": type(self.policy).__name__, "envSteps": self.learner.env_steps,
                     "updates": self.learner.train_iter, "mode": self.mode,
-                    "loss": info.get("loss")}
-        if hasattr(self.policy, "epsilon"):
-            progress["epsilon"] = float(self.policy.exploration(self.learner.env_steps))
-        if hasattr(self.trainer, "buffer"):
-            progress["bufferSize"] = self.trainer.buffer.count()
+                    "loss": info.get("loss"), **self.trainer.progress()}
+        epsilon = self.policy.exploration(self.learner.env_steps)
+        if epsilon is not None:
+            progress["epsilon"] = float(epsilon)
         return progress
 
     def _build(self, obs_space: spaces.Space, act_space: spaces.Space,
@@ -352,20 +342,19 @@ class PolicyAgent(AbstractAgent):
                                         every=self.config["checkpoint_every"],
                                         state=self._checkpoint_state))
         self.learner = Learner(self.policy.learn_mode, hooks)
-        if self.policy.on_policy:
-            self.trainer = OnPolicyTrainer(self.policy, self.learner, self.config["train"])
-        else:
-            buffer_cfg = {k: v for k, v in self.config["buffer"].items() if k != "type"}
-            buffer = BUFFERS[self.config["buffer"]["type"]](buffer_cfg, seed=seed)
-            self.trainer = OffPolicyTrainer(self.policy, self.learner, buffer,
-                                            self.config["train"],
-                                            save_buffer=self.config["checkpoint_buffer"],
-                                            normalizer=self.normalizer,
-                                            augment=self.augment and self.augment.augment)
+        self.trainer = self.policy.trainer_cls.from_agent_config(
+            self.policy, self.learner, self.config, seed=seed, normalizer=self.normalizer,
+            augment=self._augmented if self.config.get("augment") else None)
+        if self.trainer.warming_up:  # acts uniformly at random until learning starts
             self.warmup = RandomPolicy(None, obs_space, act_space, seed=seed)
         if checkpoint is not None:
             self._restore(checkpoint)
         self.update_status(self.progress())
+
+    def _augmented(self, transition: dict) -> list[dict]:
+        """A transition's images under the game's board symmetries (`augment`), which the
+        game named at registration (checked there): the trainer stores them all."""
+        return self.augment.augment(transition)
 
     def _output_for(self, entity: str, action: Any) -> dict:
         """What the model said when it chose the replayed `action` (PPO needs its log-prob and
@@ -384,9 +373,8 @@ class PolicyAgent(AbstractAgent):
                                      rtol=1e-6, atol=1e-6)
             if chosen:
                 return {key: values[i] for key, values in rows.items()}
-        if self.policy.on_policy:
-            raise ValueError(f"replayAction for {entity!r} with action {action} that this "
-                             "agent did not choose: an on-policy learner cannot use it")
+        # an action this agent did not choose: the action is all the policy gets (an
+        # on-policy one refuses it: the transition lacks what it said when acting)
         return {"action": torch.as_tensor(action)}
 
     def _checkpoint_state(self) -> dict:

@@ -1,11 +1,12 @@
 """Config trees: every component's defaults, merged with what the user wrote.
 
-Each component (policy, buffer, collector, ...) declares `default_config()`; `compile_config`
-stacks them into one tree `{name: defaults}` and deep-merges the user's config over it, as
-DI-engine does. Unlike DI-engine the merge is strict: a key that is not in the defaults is a
-typo until proven otherwise, so it is an error that names the key's full path and suggests the
-closest valid key. A default of `{}` marks an *open* mapping (model kwargs, env kwargs) that
-accepts any keys.
+Each component (policy, buffer, trainer, ...) declares `default_config()`; an agent stacks
+them into one tree and `deep_merge` merges the user's config over it, as DI-engine does (and
+each component merges its own section again when built on its own). It is the one merge
+here: the Thinker's settings go through it too. Unlike DI-engine it is strict: a key that is
+not in the defaults is a typo until proven otherwise, so it is an error that names the key's
+full path and suggests the closest valid key. A default of `{}` marks an *open* mapping
+(model kwargs, env kwargs) that accepts any keys.
 """
 from __future__ import annotations
 
@@ -86,20 +87,6 @@ def _unknown_key_message(key: Any, path: str, defaults: Mapping) -> str:
     message = f"unknown config key '{key_path}'; valid {level}: {', '.join(valid)}"
     close = difflib.get_close_matches(str(key), valid, n=1)
     return f"{message}. Did you mean '{close[0]}'?" if close else message
-
-
-def compile_config(*components: tuple[str, Mapping], user: Mapping | None = None) -> dict:
-    """Merge `user` over the tree `{name: defaults}` built from named components.
-
-    Example: `compile_config(("policy", DQNPolicy.default_config()),
-    ("buffer", ReplayBuffer.default_config()), user=yaml_dict)`.
-    """
-    defaults: dict[str, Any] = {}
-    for name, component_defaults in components:
-        if name in defaults:
-            raise ConfigError(f"component '{name}' given twice")
-        defaults[name] = component_defaults
-    return deep_merge(defaults, user)
 
 
 # ---- files ----------------------------------------------------------------------------------

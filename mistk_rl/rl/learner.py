@@ -11,15 +11,23 @@ import csv
 import io
 import math
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Any, Callable, NamedTuple, Optional
 
 import numpy as np
 import torch
 
 from mistk_rl.files import atomic_write_bytes
-from mistk_rl.rl.policies.base import LearnMode
+from mistk_rl.rl.data.samples import Samples
 
 POSITIONS = ("before_run", "after_run", "before_iter", "after_iter")
+
+
+class LearnMode(NamedTuple):
+    """What a learner runs: a policy's `learn_mode` (`policies.base.Policy`)."""
+
+    forward: Callable[[Samples], dict]  # one update on a batch -> scalars (+ priority)
+    state_dict: Callable[[], dict]
+    load_state_dict: Callable[[dict], None]
 
 
 class Hook:
@@ -33,14 +41,8 @@ class Hook:
     def __call__(self, learner: "Learner") -> None:
         raise NotImplementedError
 
-
-class FunctionHook(Hook):
-    def __init__(self, position: str, fn: Callable[["Learner"], None], every: int = 1) -> None:
-        super().__init__(position, every)
-        self.fn = fn
-
-    def __call__(self, learner: "Learner") -> None:
-        self.fn(learner)
+    def close(self) -> None:
+        """Release what the hook holds (files, writers); the learner calls it when closed."""
 
 
 class Learner:
@@ -69,10 +71,9 @@ class Learner:
             self._call("after_run")
             self._running = False
         for hook in (h for hooks in self.hooks.values() for h in hooks):
-            if hasattr(hook, "close"):
-                hook.close()
+            hook.close()
 
-    def train(self, batch: dict) -> dict[str, Any]:
+    def train(self, batch: Samples) -> dict[str, Any]:
         """One update; returns the policy's info (loss, ... and maybe per-sample priority)."""
         self.start()
         self._call("before_iter")

@@ -132,9 +132,6 @@ class ActorCritic(nn.Module):
         encoder = self.actor_encoder if self.critic_encoder is None else self.critic_encoder
         return encoder(obs)
 
-    def compute_actor(self, obs: torch.Tensor) -> dict[str, torch.Tensor]:
-        return self.head.actor(self.actor_encoder(obs))
-
     def compute_critic(self, obs: torch.Tensor) -> dict[str, torch.Tensor]:
         return {"value": self.head.value(self._critic_features(obs)).squeeze(-1)}
 

@@ -12,6 +12,10 @@ time, for one or more entities. A trainer turns that stream into learner updates
 - `OnPolicyTrainer` (PPO): per-entity rollouts; every `n_steps` transitions, GAE and one
   learner call on the whole rollout.
 
+A policy names its trainer (`Policy.trainer_cls`); an agent builds it from its config
+(`agent_config`, `from_agent_config`) and drives it through the `Trainer` protocol, so the
+agent never asks which kind of learner it serves.
+
 Both save what they hold between updates (`state_dict`) for an agent's checkpoint. A
 checkpoint outlives the env episodes that were in progress when it was taken (an
 orchestrator cannot restore those), so `load_state_dict` ends them as cut episodes, as
@@ -20,30 +24,131 @@ last step per entity bootstraps from the value of its next observation.
 """
 from __future__ import annotations
 
-from typing import Any, Callable, Mapping, Optional
+from typing import Any, Callable, ClassVar, Mapping, Optional, Protocol
 
 import numpy as np
 import torch
 
-from mistk_rl.rl.data.collate import concat, default_collate
+from mistk_rl.rl.config import ConfigError
+from mistk_rl.rl.data.buffers import BUFFERS
+from mistk_rl.rl.data.collate import Batch, concat, default_collate
 from mistk_rl.rl.data.returns import NStepAccumulator, gae
+from mistk_rl.rl.data.samples import ReplaySamples, RolloutSamples
 from mistk_rl.rl.learner import Learner
 from mistk_rl.rl.normalize import Normalizer
 
-META_KEYS = ("replay_unique_id", "replay_buffer_idx", "priority", "IS", "use", "staleness")
+Augment = Callable[[dict], list[dict]]  # a transition -> those to store (e.g. its symmetries)
+
+
+class TrainedPolicy(Protocol):
+    """What a trainer reads of its policy: the merged config (learn.batch_size, gamma, ...)."""
+
+    config: dict
+
+
+class ValuePolicy(TrainedPolicy, Protocol):
+    def value(self, obs: Batch) -> torch.Tensor:
+        """V(obs), to bootstrap a rollout's last step."""
+
+
+class Buffer(Protocol):
+    """What `OffPolicyTrainer` needs of a replay buffer (`data.buffers.ReplayBuffer`)."""
+
+    takes_priority_feedback: bool  # `update` uses the learner's priorities
+
+    def push(self, data: list[dict], collect_iter: int = 0) -> bool: ...
+    def sample_batch(self, size: int, learner_iter: int = 0) -> Optional[ReplaySamples]: ...
+    def update(self, info: dict) -> None: ...
+    def count(self) -> int: ...
+    def stats(self) -> dict[str, Any]: ...
+    def state_dict(self) -> dict: ...
+    def load_state_dict(self, state: dict) -> None: ...
+
+
+class Trainer(Protocol):
+    """What an agent service drives, whatever the algorithm: each env step's transitions in,
+    learner updates out on the trainer's own schedule, its state into checkpoints."""
+
+    # True: the trainer stores raw transitions and normalises each sample it draws (a
+    # replayed transition outlives many statistics updates); False: it stores transitions as
+    # the policy saw them, normalised by the agent
+    normalizes_samples: ClassVar[bool]
+
+    @classmethod
+    def agent_config(cls, hparams: Mapping[str, Any]) -> dict:
+        """The defaults of the agent config's sections this trainer reads (`train`, ...),
+        given the user's config (some defaults depend on a choice in it)."""
+
+    @classmethod
+    def from_agent_config(cls, policy: TrainedPolicy, learner: Learner, config: dict, *,
+                          seed: Optional[int], normalizer: Optional[Normalizer],
+                          augment: Optional[Augment]) -> Trainer:
+        """Built from the agent's merged config."""
+
+    @property
+    def warming_up(self) -> bool:
+        """Act with a uniformly random policy for now (a replay's first data)."""
+
+    def observe_all(self, transitions: Mapping[str, dict]) -> None:
+        """One env step's transition per entity."""
+
+    def maybe_train(self) -> int:
+        """Run the updates due now; how many ran."""
+
+    def end_all_episodes(self) -> None:
+        """The agent's episode ended: what waits for more steps of it is complete now."""
+
+    def progress(self) -> dict[str, Any]:
+        """What the agent's status shows about the trainer."""
+
+    def state_dict(self) -> dict: ...
+    def load_state_dict(self, state: dict) -> None: ...
 
 
 class OffPolicyTrainer:
+    normalizes_samples = True
+
     @classmethod
     def default_config(cls) -> dict:
+        """The `train` section: the update schedule."""
         return {"learning_starts": 1000, "train_freq": 256, "gradient_steps": 128}
 
-    def __init__(self, policy: Any, learner: Learner, buffer: Any, config: dict,
+    @classmethod
+    def agent_config(cls, hparams: Mapping[str, Any]) -> dict:
+        buffer_type = (hparams.get("buffer") or {}).get("type", "naive")
+        if buffer_type not in BUFFERS:
+            raise ConfigError(f"buffer.type {buffer_type!r} is not one of {', '.join(BUFFERS)}")
+        return {
+            "train": cls.default_config(),
+            # learner iterations (one minibatch each) between TensorBoard/CSV rows (0: off)
+            "log_every": 100,
+            "buffer": {"type": buffer_type, **BUFFERS[buffer_type].default_config(),
+                       "replay_buffer_size": 100_000},
+            # the replay buffer goes into checkpoints, so a resumed run learns from the same
+            # data (measured on CartPole: 7 MB of a 9 MB checkpoint, 0.1 s to save). Off: a
+            # resumed run refills it from empty, training on a small buffer at first
+            "checkpoint_buffer": True,
+            # null, or "board_symmetries": each transition is stored under every symmetry
+            # of the game's board (`mistk_rl.games.symmetries`; the game is the one the
+            # orchestrator names at registration)
+            "augment": None,
+        }
+
+    @classmethod
+    def from_agent_config(cls, policy: TrainedPolicy, learner: Learner, config: dict, *,
+                          seed: Optional[int], normalizer: Optional[Normalizer],
+                          augment: Optional[Augment]) -> OffPolicyTrainer:
+        buffer_config = {k: v for k, v in config["buffer"].items() if k != "type"}
+        buffer = BUFFERS[config["buffer"]["type"]](buffer_config, seed=seed)
+        return cls(policy, learner, buffer, config["train"],
+                   save_buffer=config["checkpoint_buffer"], normalizer=normalizer,
+                   augment=augment)
+
+    def __init__(self, policy: TrainedPolicy, learner: Learner, buffer: Buffer, config: dict,
                  save_buffer: bool = True, normalizer: Optional[Normalizer] = None,
-                 augment: Optional[Callable[[dict], list[dict]]] = None) -> None:
+                 augment: Optional[Augment] = None) -> None:
         self.policy, self.learner, self.buffer, self.config = policy, learner, buffer, config
         self.normalizer = normalizer
-        # a transition -> the transitions to store (e.g. its images under board symmetries)
         self.augment = augment
         self.batch_size = policy.config["learn"]["batch_size"]
         self.save_buffer = save_buffer  # the replay buffer goes into `state_dict`
@@ -75,6 +180,11 @@ class OffPolicyTrainer:
         for entity in list(self._nstep):
             self.end_episode(entity)
 
+    def progress(self) -> dict[str, Any]:
+        """The replay's size, and its statistics (a prioritized one's counters, use and
+        staleness of the last sample, beta, ...)."""
+        return {"bufferSize": self.buffer.count(), "buffer": self.buffer.stats()}
+
     def maybe_train(self) -> int:
         """Run the updates due at the current env step; returns how many ran."""
         steps = self.learner.env_steps
@@ -88,19 +198,17 @@ class OffPolicyTrainer:
                 break
             if self.normalizer is not None:
                 batch = self._normalized(batch)
-            # of the buffer's meta keys the learner needs only the IS weight
-            info = self.learner.train({key: value for key, value in batch.items()
-                                       if key not in META_KEYS or key == "IS"})
+            info = self.learner.train(batch)
             if "priority" in info and self.buffer.takes_priority_feedback:
-                self.buffer.update({"replay_unique_id": batch["replay_unique_id"].numpy(),
+                self.buffer.update({"replay_unique_id": batch.ids.numpy(),
                                     "priority": np.asarray(info["priority"])})
             done += 1
         return done
 
-    def _normalized(self, batch: dict) -> dict:
+    def _normalized(self, batch: ReplaySamples) -> ReplaySamples:
         norm = self.normalizer
-        return {**batch, "obs": norm.obs(batch["obs"]), "next_obs": norm.obs(batch["next_obs"]),
-                "reward": norm.reward(batch["reward"])}
+        return batch._replace(obs=norm.obs(batch.obs), next_obs=norm.obs(batch.next_obs),
+                              reward=norm.reward(batch.reward))
 
     def state_dict(self) -> dict:
         """The train schedule's position, the n-step windows in progress and, with
@@ -137,11 +245,27 @@ class OffPolicyTrainer:
 
 
 class OnPolicyTrainer:
+    normalizes_samples = False  # the rollout keeps what the policy acted on
+
     @classmethod
     def default_config(cls) -> dict:
+        """The `train` section: transitions per rollout, over all entities."""
         return {"n_steps": 256}
 
-    def __init__(self, policy: Any, learner: Learner, config: dict) -> None:
+    @classmethod
+    def agent_config(cls, hparams: Mapping[str, Any]) -> dict:
+        # learner iterations (one whole rollout each) between TensorBoard/CSV rows (0: off)
+        return {"train": cls.default_config(), "log_every": 1}
+
+    @classmethod
+    def from_agent_config(cls, policy: ValuePolicy, learner: Learner, config: dict, *,
+                          seed: Optional[int], normalizer: Optional[Normalizer],
+                          augment: Optional[Augment]) -> OnPolicyTrainer:
+        """(`normalizer`: the agent normalises what the rollout stores; `augment`: none, a
+        transition's log-prob is its own observation's; the config has no key for it.)"""
+        return cls(policy, learner, config["train"])
+
+    def __init__(self, policy: ValuePolicy, learner: Learner, config: dict) -> None:
         self.policy, self.learner, self.config = policy, learner, config
         self._rollout: dict[str, list[dict]] = {}
         self._count = 0
@@ -157,12 +281,12 @@ class OnPolicyTrainer:
         for entity, transition in transitions.items():
             self.observe(entity, transition)
 
-    def end_episode(self, entity: str) -> None:
+    def end_all_episodes(self) -> None:
         """Nothing to do: transitions carry their own terminated/truncated flags, and a
         rollout bootstraps from the value of its last next_obs."""
 
-    def end_all_episodes(self) -> None:
-        """As `end_episode`, for every entity."""
+    def progress(self) -> dict[str, Any]:
+        return {}
 
     def state_dict(self) -> dict:
         """The rollout collected so far (it was collected with the current weights)."""
@@ -183,7 +307,8 @@ class OnPolicyTrainer:
         self._count = 0
         return 1
 
-    def _rollout_batch(self) -> dict:
+    def _rollout_batch(self) -> RolloutSamples:
+        """Each entity's steps with their GAE targets, the entities one after another."""
         learn = self.policy.config["learn"]
         pieces = []
         for steps in self._rollout.values():
@@ -194,10 +319,12 @@ class OnPolicyTrainer:
             advantage, returns = gae(batch["reward"].numpy().astype(np.float32),
                                      batch["value"].numpy().astype(np.float32), next_values,
                                      terminated, dones, learn["gamma"], learn["gae_lambda"])
-            batch["advantage"] = torch.as_tensor(advantage, dtype=torch.float32)
-            batch["return"] = torch.as_tensor(returns, dtype=torch.float32)
-            pieces.append(batch)
-        merged = {key: concat([p[key] for p in pieces]) for key, value in pieces[0].items()
-                  if isinstance(value, (torch.Tensor, dict))}  # (a dict: Dict observations)
-        merged["env_steps"] = self.learner.env_steps
-        return merged
+            pieces.append(RolloutSamples(
+                obs=batch["obs"], action=batch["action"], log_prob=batch["log_prob"],
+                value=batch["value"], advantage=torch.as_tensor(advantage, dtype=torch.float32),
+                returns=torch.as_tensor(returns, dtype=torch.float32),
+                action_mask=batch.get("action_mask")))
+        rows = {field: None if getattr(pieces[0], field) is None
+                else concat([getattr(piece, field) for piece in pieces])
+                for field in RolloutSamples._fields if field != "env_steps"}
+        return RolloutSamples(**rows, env_steps=self.learner.env_steps)

@@ -12,7 +12,8 @@ from pathlib import Path
 from typing import Any, Callable, Optional
 
 import numpy as np
-import yaml
+
+from mistk_rl.rl.config import deep_merge, load_config_file
 
 VPFn = Callable[[np.ndarray], tuple[np.ndarray, np.ndarray]]
 """A value-policy function: a batch of observations [n, ...] -> (values [n], logits [n, A])."""
@@ -86,23 +87,14 @@ class ThinkerConfig:
         return self.wrapper_type != 1
 
 
-KEYS = frozenset(f.name for f in dataclasses.fields(ThinkerConfig))
-
-
 def load_config(config: str | Path | dict[str, Any] | None = None,
                 **overrides: Any) -> ThinkerConfig:
-    """Defaults, then `config` (a YAML file's path or a mapping), then `overrides`."""
-    values: dict[str, Any] = {}
+    """Defaults, then `config` (a YAML or JSON file's path, or a mapping), then `overrides`,
+    merged strictly as every config here is (`mistk_rl.rl.config.deep_merge`): an unknown
+    key or a mistyped number is an error that names it."""
     if isinstance(config, (str, Path)):
-        loaded = yaml.safe_load(Path(config).read_text()) or {}
-        if not isinstance(loaded, dict):
-            raise ValueError(f"{config}: a Thinker config file holds a mapping of settings")
-        values.update(loaded)
-    elif config is not None:
-        values.update(config)
-    values.update(overrides)
-    unknown = sorted(set(values) - KEYS)
-    if unknown:
-        raise ValueError(f"unknown Thinker setting(s) {', '.join(map(repr, unknown))}; "
-                         f"valid: {', '.join(sorted(KEYS))}")
-    return ThinkerConfig(**values)
+        config = load_config_file(config)
+    values = {**(config or {}), **overrides}
+    vp_fn = values.pop("vp_fn", None)  # a callable: passed as is, never deep-copied
+    defaults = {f.name: f.default for f in dataclasses.fields(ThinkerConfig) if f.name != "vp_fn"}
+    return ThinkerConfig(**deep_merge(defaults, values, path="thinker"), vp_fn=vp_fn)

@@ -3,8 +3,9 @@
 Replay: a ring of real transitions per env (`Replay`), entry t of env e holding s_t, the
 action before it, a_t, r_t, the episode's end, truncation and V_tree(s_t). A sample is a window
 of 2k + 1 entries (k = model_unroll_len, also the n of the n-step value target), drawn with
-prioritized replay (alpha priority_alpha; beta annealed from priority_beta to 1 over
-total_steps; priority |v(s_t) - target_t|).
+prioritized replay (`mistk_rl.rl.data.priority.PrioritySampler`, the DQN agent's too: alpha
+priority_alpha; beta annealed from priority_beta to 1 over total_steps; priority
+|v(s_t) - target_t|).
 
 Losses of one window, each summed over the unroll, masked once the episode has ended, and
 scaled by the importance weight:
@@ -36,7 +37,7 @@ import torch
 import torch.nn.functional as F
 
 from mistk_rl.files import atomic_write_bytes
-from mistk_rl.rl.data.segment_tree import MinSegmentTree, SumSegmentTree
+from mistk_rl.rl.data.priority import PrioritySampler
 from mistk_rl.thinker.config import ThinkerConfig
 
 
@@ -52,7 +53,6 @@ class TrainableModel(Protocol):
     vp: Optional[torch.nn.Module]     # the value-policy net (model.VPNet), unless vp_fn
 
 CHECKPOINT = "ckp_model.tar"
-PRIORITY_EPS = 1e-6  # a sample whose value is exact keeps a little chance to be drawn
 
 
 # ---- value targets ------------------------------------------------------------------------
@@ -107,8 +107,9 @@ class Window(NamedTuple):
 class Replay:
     """`env_n` rings of `length` real transitions, and priorities over window starts.
 
-    A start t gets a priority once entry t + window - 1 is recorded and loses it when its slot
-    is overwritten, so every drawn window lies inside the ring."""
+    A start t becomes drawable (`priorities`, over env * length + slot) once entry
+    t + window - 1 is recorded and stops being so when its slot is overwritten, so every drawn
+    window lies inside the ring."""
 
     FIELDS = ("frames", "prev_actions", "actions", "rewards", "dones", "truncated",
               "baselines", "probs")
@@ -118,7 +119,7 @@ class Replay:
         if length < window:
             raise ValueError(f"model_buffer_n / env_n = {length} real steps per env cannot "
                              f"hold a sample of {window} (2 model_unroll_len + 1)")
-        self.env_n, self.length, self.window, self.alpha = env_n, length, window, alpha
+        self.env_n, self.length, self.window = env_n, length, window
         shape = (env_n, length)
         self.frames = np.zeros(shape + obs_shape, dtype=obs_dtype)
         self.prev_actions = np.zeros(shape, dtype=np.int64)
@@ -130,9 +131,7 @@ class Replay:
         self.probs = (np.zeros(shape + (num_actions,), dtype=np.float32) if with_probs
                       else None)
         self.t = 0  # entries recorded per env
-        self.max_priority = 1.0  # new starts get the largest priority seen (already ^alpha)
-        self.sum_tree = SumSegmentTree(env_n * length)
-        self.min_tree = MinSegmentTree(env_n * length)
+        self.priorities = PrioritySampler(env_n * length, alpha)
         self._rows = np.arange(env_n) * length
 
     def add(self, **entry: Optional[np.ndarray]) -> None:
@@ -141,25 +140,22 @@ class Replay:
             store = getattr(self, name)
             if store is not None:
                 store[:, slot] = entry[name]
-        self._set(self._rows + slot, None)  # this slot's old window is gone
+        self.priorities.remove(self._rows + slot)  # this slot's old window is gone
         self.t += 1
         start = self.t - self.window
         if start >= 0:  # the window from `start` is complete now
-            self._set(self._rows + start % self.length,
-                      np.full(self.env_n, self.max_priority))
+            self.priorities.add(self._rows + start % self.length)
 
     @property
     def ready(self) -> bool:
-        return self.sum_tree.reduce() > 0
+        return self.priorities.total > 0
 
     def sample(self, batch: int, beta: float, rng: np.random.Generator, k: int) -> Window:
-        total = self.sum_tree.reduce()
-        targets = (np.arange(batch) + rng.random(batch)) * (total / batch)  # stratified
-        leaves = self.sum_tree.find_prefixsum_idx(targets)
+        leaves = self.priorities.sample(batch, rng)
         env, start = np.divmod(leaves, self.length)
         slots = (start[:, None] + np.arange(self.window)) % self.length
         rows = env[:, None]
-        weights = (self.sum_tree[leaves] / self.min_tree.reduce()) ** -beta
+        weights = self.priorities.weights(leaves, beta)
         return Window(leaves, self.frames[rows, slots[:, :k + 1]], self.prev_actions[rows, slots],
                       self.actions[rows, slots], self.rewards[rows, slots],
                       self.dones[rows, slots], self.truncated[rows, slots],
@@ -168,14 +164,8 @@ class Replay:
                       weights.astype(np.float32))
 
     def update_priorities(self, leaves: np.ndarray, errors: np.ndarray) -> None:
-        priorities = (np.abs(errors) + PRIORITY_EPS) ** self.alpha
-        self.max_priority = max(self.max_priority, float(priorities.max()))
-        self._set(leaves, priorities)
-
-    def _set(self, leaves: np.ndarray, priorities: Optional[np.ndarray]) -> None:
-        """Priorities of starts; None: not drawable (sum 0, min neutral)."""
-        self.sum_tree[leaves] = 0.0 if priorities is None else priorities
-        self.min_tree[leaves] = np.inf if priorities is None else priorities
+        """Priorities |v(s_t) - target_t| of the sampled starts."""
+        self.priorities.update(leaves, np.abs(errors))
 
     def mark_boundary(self) -> None:
         """End every env's trajectory at the last entry (a resumed run starts new episodes):
@@ -186,11 +176,11 @@ class Replay:
             self.truncated[:, slot] = True
 
     def state_dict(self) -> dict[str, Any]:
-        leaves = np.arange(self.env_n * self.length)
         state: dict[str, Any] = {name: torch.from_numpy(getattr(self, name).copy())
                                  for name in self.FIELDS if getattr(self, name) is not None}
-        state.update(t=self.t, max_priority=self.max_priority, window=self.window,
-                     priorities=torch.from_numpy(self.sum_tree[leaves]))
+        sampler = {key: torch.from_numpy(value) if isinstance(value, np.ndarray) else value
+                   for key, value in self.priorities.state_dict().items()}
+        state.update(t=self.t, window=self.window, sampler=sampler)
         return state
 
     @classmethod
@@ -202,10 +192,16 @@ class Replay:
         for name in cls.FIELDS:
             if name in state:
                 setattr(replay, name, state[name].numpy().copy())
-        replay.t, replay.max_priority = int(state["t"]), float(state["max_priority"])
-        priorities = state["priorities"].numpy()
-        drawable = priorities > 0
-        replay._set(np.flatnonzero(drawable), priorities[drawable])
+        replay.t = int(state["t"])
+        sampler = state.get("sampler")
+        if sampler is None:  # written before PrioritySampler: the leaves and the max, p^alpha
+            leaves = state["priorities"].numpy()
+            sampler = {"sum_leaves": leaves,
+                       "priority": leaves ** (1 / alpha) if alpha else (leaves > 0) * 1.0,
+                       "max_priority": float(state["max_priority"]) ** (1 / alpha) if alpha
+                       else 1.0}
+        replay.priorities.load_state_dict({key: value.numpy() if torch.is_tensor(value)
+                                           else value for key, value in sampler.items()})
         return replay
 
 

@@ -10,10 +10,10 @@ import torch
 
 from mistk_rl.rl.data.buffers import (
     AdvancedReplayBuffer,
-    EpisodeReplayBuffer,
     NaiveReplayBuffer,
     ThroughputController,
 )
+from mistk_rl.rl.data.samples import ReplaySamples
 from mistk_rl.rl.learner import load_checkpoint, save_checkpoint
 
 
@@ -38,7 +38,7 @@ def per(size: int = 16, seed: int = 0, clock=None, **config) -> AdvancedReplayBu
 
 
 # ---------------------------------------------------------------- config
-@pytest.mark.parametrize("cls", [NaiveReplayBuffer, AdvancedReplayBuffer, EpisodeReplayBuffer])
+@pytest.mark.parametrize("cls", [NaiveReplayBuffer, AdvancedReplayBuffer])
 def test_unknown_config_key_names_key_and_valid_keys(cls):
     with pytest.raises(ValueError, match=r"'replay_buffer_sise'.*replay_buffer_size"):
         cls({"replay_buffer_sise": 3})
@@ -57,7 +57,6 @@ def test_nested_config_is_merged_and_checked():
     assert (defaults["replay_buffer_size"], defaults["alpha"], defaults["beta"],
             defaults["anneal_step"]) == (4096, 0.6, 0.4, 100000)
     assert NaiveReplayBuffer.default_config()["replay_buffer_size"] == 10000
-    assert EpisodeReplayBuffer.default_config()["replay_buffer_size"] == 1000
 
 
 # ---------------------------------------------------------------- naive
@@ -109,23 +108,43 @@ def test_sample_batch_is_the_collated_sample(make):
         if expected is None:
             assert got is None
             continue
-        expected = default_collate(expected)
-        assert got.keys() == expected.keys()
-        for key in expected:
-            assert got[key].dtype == expected[key].dtype, key
-            torch.testing.assert_close(got[key], expected[key], msg=key)
-    assert got is None or got["obs"].shape == (6, 3)
+        expected = ReplaySamples.from_columns(default_collate(expected))
+        assert [field is None for field in got] == [field is None for field in expected]
+        for key, want in expected._asdict().items():
+            if want is not None:
+                assert getattr(got, key).dtype == want.dtype, key
+                torch.testing.assert_close(getattr(got, key), want, msg=key)
+    assert got is None or got.obs.shape == (6, 3)
+    assert (got.weight is None) == isinstance(batches, NaiveReplayBuffer)  # PER: IS weights
+
+
+def test_a_batch_is_typed_and_refuses_what_does_not_fit():
+    buffer = per(size=8, seed=0)
+    buffer.push(rich(3))
+    batch = buffer.sample_batch(3)
+    assert sorted(batch.ids.tolist()) == [0, 1, 2] and batch.weight.tolist() == [1.0] * 3
+    assert batch.gamma_n is None and batch.next_action_mask is None  # not in these transitions
+    odd = NaiveReplayBuffer(seed=0)
+    odd.push([{**step, "note_id": 1} for step in rich(2)])
+    with pytest.raises(ValueError, match=r"unknown \['note_id'\]"):
+        odd.sample_batch(2)
+    odd.clear()
+    odd.push(transitions(2))  # obs and reward only
+    with pytest.raises(ValueError, match=r"missing \['action', 'next_obs', 'terminated'\]"):
+        odd.sample_batch(2)
 
 
 def test_column_storage_widens_dtypes_and_falls_back_to_objects():
     buffer = NaiveReplayBuffer({"replay_buffer_size": 8}, seed=0)
-    buffer.push([{"obs": np.zeros(2, np.float32), "reward": 1}])  # an int reward first
-    buffer.push([{"obs": np.ones(2), "reward": 0.5}])  # float64 obs, float reward
+    def step(obs, reward):
+        return {"obs": obs, "action": 0, "reward": reward, "next_obs": obs, "terminated": False}
+    buffer.push([step(np.zeros(2, np.float32), 1)])  # an int reward first
+    buffer.push([step(np.ones(2), 0.5)])  # float64 obs, float reward
     batch = buffer.sample_batch(2)
-    assert sorted(batch["reward"].tolist()) == [0.5, 1.0]  # 0.5 was not cut to an int
-    assert sorted(batch["obs"].sum(dim=1).tolist()) == [0.0, 2.0]
+    assert sorted(batch.reward.tolist()) == [0.5, 1.0]  # 0.5 was not cut to an int
+    assert sorted(batch.obs.sum(dim=1).tolist()) == [0.0, 2.0]
     # an item of another layout switches to object storage; everything stays sampleable
-    buffer.push({"obs": np.full(3, 7.0), "reward": 2.0, "note": "odd"})
+    buffer.push({**step(np.full(3, 7.0), 2.0), "note": "odd"})
     assert sorted(item["reward"] for item in buffer.sample(3)) == [0.5, 1.0, 2.0]
     odd = next(item for item in buffer.sample(3) if item["reward"] == 2.0)
     assert odd["note"] == "odd" and odd["obs"].tolist() == [7.0] * 3
@@ -133,7 +152,7 @@ def test_column_storage_widens_dtypes_and_falls_back_to_objects():
         buffer.sample_batch(3)  # mixed items: the error default_collate gives
     buffer.clear()  # a fresh start may use columns again
     buffer.push(rich(3))
-    assert buffer.sample_batch(3)["next_obs"].shape == (3, 3)
+    assert buffer.sample_batch(3).next_obs.shape == (3, 3)
 
 
 def dict_transitions(n: int) -> list[dict]:
@@ -156,18 +175,18 @@ def test_dict_observations_are_stored_one_array_per_key(make, tmp_path):
     assert not ring._objects and ring._columns[("obs", "planes")].dtype == np.uint8
     assert ring._columns[("next_obs", "planes")].shape == (8, 2, 4, 4)
     batch = buffer.sample_batch(4)
-    assert batch["obs"]["planes"].dtype == torch.uint8 and batch["obs"]["cue"].shape == (4, 3)
+    assert batch.obs["planes"].dtype == torch.uint8 and batch.obs["cue"].shape == (4, 3)
     for key in ("cue", "planes"):  # each row's next_obs follows its obs, whatever the key
-        rows = batch["obs"][key].reshape(4, -1)[:, 0].long()
-        assert torch.equal(batch["next_obs"][key].reshape(4, -1)[:, 0].long(), rows + 1)
-        assert torch.equal(batch["reward"].long(), rows)
+        rows = batch.obs[key].reshape(4, -1)[:, 0].long()
+        assert torch.equal(batch.next_obs[key].reshape(4, -1)[:, 0].long(), rows + 1)
+        assert torch.equal(batch.reward.long(), rows)
     item = buffer.sample(1)[0]
     assert item["obs"]["planes"].dtype == np.uint8 and item["obs"]["planes"].shape == (2, 4, 4)
     save_checkpoint(buffer.state_dict(), tmp_path / "buffer.pt")
     restored = make()
     restored.load_state_dict(load_checkpoint(tmp_path / "buffer.pt"))
     assert restored._ring._columns.keys() == ring._columns.keys()
-    assert restored.sample_batch(2)["next_obs"]["planes"].dtype == torch.uint8
+    assert restored.sample_batch(2).next_obs["planes"].dtype == torch.uint8
 
 
 @pytest.mark.parametrize("make", [lambda: NaiveReplayBuffer({"replay_buffer_size": 4}, seed=0),
@@ -179,18 +198,8 @@ def test_pushing_nothing_changes_nothing(make):
     buffer.push(rich(2))
     buffer.push([])
     assert buffer.count() == 2
-    assert sorted(buffer.sample_batch(2)["reward"].tolist()) == sorted(
+    assert sorted(buffer.sample_batch(2).reward.tolist()) == sorted(
         float(item["reward"]) for item in rich(2))
-
-
-def test_episode_sample_batch_stacks_windows():
-    buffer = EpisodeReplayBuffer(seed=0)
-    buffer.push_episodes([episode(3, tag=0), episode(6, tag=1)])
-    batch = buffer.sample_batch(5, unroll_len=4)
-    assert batch["obs"].shape == (5, 4, 2) and batch["mask"].shape == (5, 4)
-    assert batch["mask"].dtype == torch.bool
-    with pytest.raises(ValueError, match="unroll_len"):
-        buffer.sample_batch(2)
 
 
 # ---------------------------------------------------------------- prioritized sampling
@@ -357,62 +366,6 @@ def test_stats():
     assert quiet.stats()["mean_use"] is None
 
 
-# ---------------------------------------------------------------- episodes
-def episode(length: int, tag: int) -> list[dict]:
-    return [{"obs": np.array([tag, t], dtype=np.float32), "reward": 1.0, "done": t == length - 1,
-             "tag": tag} for t in range(length)]
-
-
-def test_episode_windows_stay_inside_one_episode():
-    buffer = EpisodeReplayBuffer(seed=0)
-    buffer.push(episode(3, tag=0))
-    buffer.push_episodes([episode(7, tag=1), episode(5, tag=2)])
-    assert buffer.count() == 3
-    for window in buffer.sample(200, unroll_len=5):
-        assert len(window) == 5
-        tags = {step["tag"] for step in window if step["mask"]}
-        assert len(tags) == 1
-        real = [step for step in window if step["mask"]]
-        times = [int(step["obs"][1]) for step in real]
-        assert times == list(range(times[0], times[0] + len(real)))  # consecutive steps
-        if tags == {0}:  # the short episode: 3 real steps, then 2 zero pads
-            assert [step["mask"] for step in window] == [True] * 3 + [False] * 2
-            for pad in window[3:]:
-                np.testing.assert_array_equal(pad["obs"], np.zeros(2, np.float32))
-                assert pad["obs"].dtype == np.float32
-                assert pad["reward"] == 0.0 and pad["done"] is False and pad["tag"] == 0
-                assert pad["replay_unique_id"] == 0
-        else:
-            assert all(step["mask"] for step in window)
-
-
-def test_episode_window_starts_proportional_to_length():
-    buffer = EpisodeReplayBuffer(seed=5)
-    buffer.push_episodes([episode(10, tag=0), episode(30, tag=1)])
-    windows = buffer.sample(8000, unroll_len=5)  # 6 and 26 valid starts
-    share = np.mean([window[0]["tag"] == 1 for window in windows])
-    assert share == pytest.approx(26 / 32, abs=0.015)
-    starts = np.bincount([int(w[0]["obs"][1]) for w in windows if w[0]["tag"] == 1])
-    assert len(starts) == 26  # every start 0..25 occurs, none later
-    # unroll_len 1: exactly proportional to the number of steps.
-    share = np.mean([w[0]["tag"] == 1 for w in buffer.sample(8000, unroll_len=1)])
-    assert share == pytest.approx(0.75, abs=0.015)
-
-
-def test_whole_episodes_and_push_errors():
-    buffer = EpisodeReplayBuffer({"replay_buffer_size": 2}, seed=0)
-    buffer.push_episodes([episode(2, tag=0), episode(3, tag=1), episode(4, tag=2)])
-    assert buffer.count() == 2
-    episodes = buffer.sample(2)
-    assert sorted(len(ep) for ep in episodes) == [3, 4]
-    assert all("mask" not in step for ep in episodes for step in ep)
-    assert buffer.sample(3) is None
-    with pytest.raises(TypeError, match="push_episodes"):
-        buffer.push([episode(2, tag=0)])
-    with pytest.raises(TypeError):
-        buffer.push([])
-
-
 # ---------------------------------------------------------------- save / restore
 def fill_naive(seed):
     buffer = NaiveReplayBuffer({"replay_buffer_size": 20}, seed=seed)
@@ -435,21 +388,14 @@ def fill_advanced(seed):
     return buffer, step
 
 
-def fill_episode(seed):
-    buffer = EpisodeReplayBuffer({"replay_buffer_size": 4}, seed=seed)
-    buffer.push_episodes([episode(n, tag=n) for n in (2, 9, 4, 6, 3)])
-    return buffer, lambda b: b.sample(3, unroll_len=4) + b.sample(2)
-
-
 def summary(batch):
     if batch is None:
         return None
-    flat = [s for item in batch for s in (item if isinstance(item, list) else [item])]
-    return [(s["replay_unique_id"], s.get("IS"), s.get("use"), s.get("mask"),
-             float(s["obs"][-1])) for s in flat]
+    return [(s["replay_unique_id"], s.get("IS"), s.get("use"), float(s["obs"][-1]))
+            for s in batch]
 
 
-@pytest.mark.parametrize("fill", [fill_naive, fill_advanced, fill_episode])
+@pytest.mark.parametrize("fill", [fill_naive, fill_advanced])
 def test_state_dict_round_trip_samples_identically(fill):
     original, step = fill(seed=11)
     for _ in range(2):

@@ -1,4 +1,4 @@
-"""Collate a list of nested samples into tensors and back."""
+"""Collate a list of nested samples into tensors; batches of observations."""
 from __future__ import annotations
 
 from collections import namedtuple
@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from mistk_rl.rl.data.collate import (batch_len, batch_rows, concat, default_collate,
-                                      default_decollate, stack_observations)
+                                      stack_observations)
 
 Pair = namedtuple("Pair", "left right")
 
@@ -48,48 +48,6 @@ def test_collate_structure_and_dtypes():
     assert batch["id"] == ["item0", "item1", "item2"] and batch["info"] == [None] * 3
 
 
-def as_tensor_tree(value):
-    """The expected decollated form: numeric leaves as tensors with collate's dtypes."""
-    if isinstance(value, dict):
-        return {k: as_tensor_tree(v) for k, v in value.items()}
-    if isinstance(value, tuple):
-        items = [as_tensor_tree(v) for v in value]
-        return type(value)(*items) if hasattr(value, "_fields") else tuple(items)
-    if value is None or isinstance(value, str):
-        return value
-    leaf = value.clone() if isinstance(value, torch.Tensor) else torch.as_tensor(np.array(value))
-    if leaf.dtype in (torch.bool, torch.uint8):
-        return leaf
-    return leaf.to(torch.float32 if leaf.is_floating_point() else torch.int64)
-
-
-def assert_same(a, b):
-    assert type(a) is type(b)
-    if isinstance(a, torch.Tensor):
-        assert a.dtype == b.dtype and torch.equal(a, b)
-    elif isinstance(a, dict):
-        assert a.keys() == b.keys()
-        for key in a:
-            assert_same(a[key], b[key])
-    elif isinstance(a, (tuple, list)):
-        assert len(a) == len(b)
-        for x, y in zip(a, b):
-            assert_same(x, y)
-    else:
-        assert a == b
-
-
-def test_round_trip():
-    items = [sample(i) for i in range(4)]
-    batch = default_collate(items)
-    back = default_decollate(batch)
-    assert len(back) == 4
-    for item, restored in zip(items, back):
-        assert_same(restored, as_tensor_tree(item))
-        np.testing.assert_array_equal(restored["obs"].numpy(), item["obs"])
-    assert_same(default_collate(back), batch)  # and the batch survives the trip exactly
-
-
 def test_collate_errors():
     with pytest.raises(ValueError, match="non-empty"):
         default_collate([])
@@ -97,8 +55,6 @@ def test_collate_errors():
         default_collate([{"a": 1}, {"b": 1}])
     with pytest.raises(ValueError, match="obs"):
         default_collate([{"obs": np.zeros(2)}, {"obs": np.zeros(3)}])
-    with pytest.raises(ValueError, match="batch size"):
-        default_decollate({"a": None})
 
 
 def test_batches_of_dict_observations_stack_index_and_join_per_key():

@@ -9,8 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from mistk_rl.rl.config import (ConfigError, compile_config, deep_merge, load_config_file,
-                                save_config)
+from mistk_rl.rl.config import ConfigError, deep_merge, load_config_file, save_config
 from mistk_rl.rl.schedules import (ConstantSchedule, ExponentialSchedule, LinearSchedule,
                                    constant, exponential, linear, make_schedule)
 
@@ -127,20 +126,6 @@ def test_merging_a_tree_over_itself_changes_nothing(tree):
     before = copy.deepcopy(tree)
     assert deep_merge(tree, tree) == before
     assert tree == before
-
-
-def test_compile_config_builds_named_tree_and_merges_user():
-    config = compile_config(("policy", DEFAULTS["policy"]), ("buffer", DEFAULTS["buffer"]),
-                            user={"buffer": {"size": 20000}})
-    assert config["buffer"]["size"] == 20000
-    assert config["policy"] == DEFAULTS["policy"]
-    with pytest.raises(ConfigError, match="'learner'; valid top-level keys: policy, buffer"):
-        compile_config(("policy", {}), ("buffer", {}), user={"learner": {}})
-
-
-def test_compile_config_rejects_a_duplicate_component():
-    with pytest.raises(ConfigError, match="'policy' given twice"):
-        compile_config(("policy", {}), ("policy", {}))
 
 
 # ---- files ----------------------------------------------------------------------------------

@@ -6,6 +6,7 @@ import pytest
 import torch
 from gymnasium import spaces
 
+from mistk_rl.rl.data.samples import ReplaySamples
 from mistk_rl.rl.encoders import (DictEncoder, FlatEncoder, ImageEncoder, is_image_space,
                                   make_encoder)
 from mistk_rl.rl.policies.dqn import DQNPolicy
@@ -74,11 +75,11 @@ def test_dict_spaces_concatenate_their_keys_and_never_read_the_action_mask():
 def test_dqn_learns_on_image_observations():
     space = spaces.Box(0, 255, (1, 6, 6), np.uint8)
     policy = DQNPolicy({"model": {"hidden_sizes": [32]}}, space, spaces.Discrete(3), seed=0)
-    batch = {"obs": _batch(space), "action": torch.tensor([0, 1, 2, 0, 1]),
-             "reward": torch.ones(B), "next_obs": _batch(space), "terminated": torch.zeros(B)}
+    batch = ReplaySamples(obs=_batch(space), action=torch.tensor([0, 1, 2, 0, 1]),
+                          reward=torch.ones(B), next_obs=_batch(space), terminated=torch.zeros(B))
     losses = [policy.learn_mode.forward(batch)["loss"] for _ in range(30)]
     assert losses[-1] < losses[0]
-    assert policy.eval_mode.forward(batch["obs"], None)["action"].shape == (B,)
+    assert policy.eval_mode.forward(batch.obs, None)["action"].shape == (B,)
 
 
 def test_ppo_eval_mode_samples_when_not_deterministic():

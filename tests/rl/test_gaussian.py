@@ -6,6 +6,7 @@ import pytest
 import torch
 from gymnasium import spaces
 
+from mistk_rl.rl.data.samples import RolloutSamples
 from mistk_rl.rl.models import ActorCritic
 from mistk_rl.rl.policies.dqn import DQNPolicy
 from mistk_rl.rl.policies.ppo import PPOPolicy
@@ -71,8 +72,9 @@ def test_continuous_ppo_learns_on_a_rollout():
     policy = PPOPolicy({"learn": {"epochs": 2, "batch_size": 32}}, OBS, ACT, seed=0)
     obs = torch.as_tensor(np.stack([OBS.sample() for _ in range(64)]))
     out = policy.collect_mode.forward(obs, None, 0)
-    batch = {"obs": obs, "action": out["action"], "log_prob": out["log_prob"],
-             "advantage": torch.randn(64), "return": torch.randn(64)}
+    batch = RolloutSamples(obs=obs, action=out["action"], log_prob=out["log_prob"],
+                           value=out["value"], advantage=torch.randn(64),
+                           returns=torch.randn(64))
     before = policy.model.head.log_std.detach().clone()
     info = policy.learn_mode.forward(batch)
     assert np.isfinite(info["loss"]) and not torch.equal(policy.model.head.log_std, before)
@@ -93,9 +95,9 @@ def test_ppo_encoders_follow_the_observation_space(obs_space, encoder):
     assert type(policy.model.actor_encoder).__name__ == encoder
     obs = torch.as_tensor(np.stack([obs_space.sample() for _ in range(8)]))
     out = policy.collect_mode.forward(obs, None, 0)
-    info = policy.learn_mode.forward({"obs": obs, "action": out["action"],
-                                      "log_prob": out["log_prob"],
-                                      "advantage": torch.randn(8), "return": torch.randn(8)})
+    info = policy.learn_mode.forward(RolloutSamples(
+        obs=obs, action=out["action"], log_prob=out["log_prob"], value=out["value"],
+        advantage=torch.randn(8), returns=torch.randn(8)))
     assert np.isfinite(info["loss"])
 
 

@@ -10,9 +10,8 @@ import torch
 from gymnasium import spaces
 
 from mistk_rl.rl.data.buffers import AdvancedReplayBuffer, NaiveReplayBuffer
-from mistk_rl.rl.learner import (CheckpointHook, FunctionHook, Learner, LogHook,
+from mistk_rl.rl.learner import (CheckpointHook, Hook, LearnMode, Learner, LogHook,
                                  load_checkpoint)
-from mistk_rl.rl.policies.base import LearnMode
 from mistk_rl.rl.policies.dqn import DQNPolicy
 from mistk_rl.rl.policies.ppo import PPOPolicy
 from mistk_rl.rl.trainers import OffPolicyTrainer, OnPolicyTrainer
@@ -29,21 +28,32 @@ def _fake_learn_mode(calls: list) -> LearnMode:
         weights["w"] += 1
         return {"loss": float(len(calls)), "vector": np.ones(2)}
     return LearnMode(forward, lambda: {"w": weights["w"].clone()},
-                     lambda s: weights.update(w=s["w"]), lambda: ["loss"])
+                     lambda s: weights.update(w=s["w"]))
+
+
+class Note(Hook):
+    """Notes `label(learner)` in `seen` each time it runs."""
+
+    def __init__(self, position, seen, label, every=1):
+        super().__init__(position, every)
+        self.seen, self.label = seen, label
+
+    def __call__(self, learner):
+        self.seen.append(self.label(learner))
 
 
 def test_hooks_run_at_their_positions_and_frequency():
     calls, seen = [], []
     learner = Learner(_fake_learn_mode(calls), [
-        FunctionHook("before_run", lambda lr: seen.append("before_run")),
-        FunctionHook("after_iter", lambda lr: seen.append(f"iter{lr.train_iter}"), every=2),
-        FunctionHook("after_run", lambda lr: seen.append("after_run"))])
+        Note("before_run", seen, lambda lr: "before_run"),
+        Note("after_iter", seen, lambda lr: f"iter{lr.train_iter}", every=2),
+        Note("after_run", seen, lambda lr: "after_run")])
     for _ in range(5):
         learner.train({})
     learner.close()
     assert seen == ["before_run", "iter2", "iter4", "after_run"]
     with pytest.raises(ValueError, match="valid: before_run"):
-        FunctionHook("sometimes", print)
+        Hook("sometimes")
 
 
 def test_checkpoint_and_log_hooks(tmp_path):
@@ -119,7 +129,7 @@ def test_nstep_reaches_the_buffer():
 def test_on_policy_trainer_trains_every_n_steps_with_bootstrapped_gae():
     policy = PPOPolicy({"learn": {"epochs": 1, "batch_size": 8}}, OBS, ACT, seed=0)
     batches = []
-    learner = Learner(policy.learn_mode, [FunctionHook("before_iter", lambda lr: None)])
+    learner = Learner(policy.learn_mode, [Note("before_iter", [], lambda lr: None)])
     original = learner.learn_mode.forward
     learner.learn_mode = learner.learn_mode._replace(
         forward=lambda b: batches.append(b) or original(b))
@@ -133,15 +143,16 @@ def test_on_policy_trainer_trains_every_n_steps_with_bootstrapped_gae():
         learner.env_steps += 1
         trainer.observe("e", t)
         trainer.maybe_train()
-    assert len(batches) == 2 and all(len(b["advantage"]) == 8 for b in batches)
+    assert len(batches) == 2 and all(len(b.advantage) == 8 for b in batches)
+    assert [b.env_steps for b in batches] == [8, 16]
     batch = batches[0]
-    value = batch["value"]
+    value = batch.value
     # no termination: every delta bootstraps from V(next_obs) (same obs here, so V(s))
-    delta = batch["reward"] + 0.98 * value - value
+    delta = 1.0 + 0.98 * value - value  # (every reward is 1)
     # step 5 is truncated: its advantage is its delta alone (the recursion stops there)
-    assert batch["advantage"][5].item() == pytest.approx(delta[5].item(), rel=1e-5)
-    assert batch["return"][5].item() == pytest.approx(
-        (batch["advantage"][5] + value[5]).item(), rel=1e-5)
+    assert batch.advantage[5].item() == pytest.approx(delta[5].item(), rel=1e-5)
+    assert batch.returns[5].item() == pytest.approx(
+        (batch.advantage[5] + value[5]).item(), rel=1e-5)
 
 
 def test_end_of_agent_episode_flushes_every_entity():
@@ -176,3 +187,46 @@ def test_observe_all_stores_what_observing_one_by_one_stores():
     assert filled(batched=True) == filled(batched=False)
     # a:0: its first episode (4), then 2 full windows of the next; a:1: 6 full windows
     assert len(filled(batched=True)) == 4 + 2 + 6
+
+
+def test_ppo_learns_under_the_action_mask_it_acted_under():
+    """The rollout keeps each step's action mask, so the first minibatch's log-probs are the
+    ones recorded when acting: ratio 1 (no KL, nothing clipped) before any update."""
+    policy = PPOPolicy({"learn": {"epochs": 1, "batch_size": 8}}, OBS,
+                       spaces.Discrete(4), seed=0)
+    batches = []
+    learner = Learner(policy.learn_mode)
+    original = learner.learn_mode.forward
+    learner.learn_mode = learner.learn_mode._replace(
+        forward=lambda b: batches.append(b) or original(b))
+    trainer = OnPolicyTrainer(policy, learner, {"n_steps": 8})
+    for i in range(8):
+        mask = torch.tensor([[True, i % 2 == 0, True, False]])
+        out = policy.collect_mode.forward(torch.zeros(1, 4), mask, i)
+        item = {k: v[0] for k, v in out.items() if isinstance(v, torch.Tensor) and v.dim()}
+        trainer.observe("e", policy.collect_mode.process_transition(
+            np.zeros(4, np.float32), item, 1.0, np.zeros(4, np.float32), False, False))
+        learner.env_steps += 1
+    trainer.maybe_train()
+    (batch,) = batches
+    assert batch.action_mask.shape == (8, 4) and not batch.action_mask[:, 3].any()
+    assert learner.last_info["approx_kl"] == 0.0 and learner.last_info["clip_frac"] == 0.0
+
+
+def test_ppo_refuses_a_transition_of_an_action_it_did_not_choose():
+    policy = PPOPolicy(None, OBS, ACT, seed=0)
+    with pytest.raises(ValueError, match="did not choose"):
+        policy.collect_mode.process_transition(np.zeros(4, np.float32),
+                                               {"action": torch.tensor(1)}, 1.0,
+                                               np.zeros(4, np.float32), False, False)
+
+
+def test_each_policy_names_its_trainer_and_only_a_replay_warms_up():
+    assert DQNPolicy.trainer_cls is OffPolicyTrainer and PPOPolicy.trainer_cls is OnPolicyTrainer
+    for policy_cls in (DQNPolicy, PPOPolicy):
+        policy = policy_cls(None, OBS, ACT, seed=0)
+        config = {"policy": policy.config, **policy_cls.trainer_cls.agent_config({})}
+        trainer = policy_cls.trainer_cls.from_agent_config(
+            policy, Learner(policy.learn_mode), config, seed=0, normalizer=None, augment=None)
+        assert trainer.warming_up == (policy_cls is DQNPolicy)
+        assert ("bufferSize" in trainer.progress()) == (policy_cls is DQNPolicy)

@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 import torch
 
-from mistk_rl.rl.data.returns import nstep_transitions
+from mistk_rl.rl.data.returns import NStepAccumulator
+from mistk_rl.rl.data.samples import ReplaySamples
 from mistk_rl.rl.envs.base import Timestep
 from mistk_rl.rl.policies.dqn import DQNPolicy
 from mistk_rl.orchestrator import replay_batch
@@ -50,10 +51,11 @@ def test_no_legal_action_adds_nothing():
 
 def test_a_masked_batch_trains():
     policy = DQNPolicy({"learn": {"batch_size": 4}}, OBS, ACT, seed=0)
-    batch = {"obs": torch.rand(4, 3), "action": torch.tensor([0, 1, 2, 3]),
-             "reward": torch.ones(4), "next_obs": torch.rand(4, 3),
-             "terminated": torch.zeros(4), "next_action_mask": torch.tensor(
-                 [[1, 0, 0, 0], [0, 1, 1, 0], [1, 1, 1, 1], [0, 0, 0, 1]], dtype=torch.bool)}
+    batch = ReplaySamples(obs=torch.rand(4, 3), action=torch.tensor([0, 1, 2, 3]),
+                          reward=torch.ones(4), next_obs=torch.rand(4, 3),
+                          terminated=torch.zeros(4), next_action_mask=torch.tensor(
+                              [[1, 0, 0, 0], [0, 1, 1, 0], [1, 1, 1, 1], [0, 0, 0, 1]],
+                              dtype=torch.bool))
     assert np.isfinite(policy.learn_mode.forward(batch)["loss"])
 
 
@@ -61,10 +63,11 @@ def test_nstep_keeps_the_mask_of_the_window_end():
     steps = [{"obs": i, "action": 0, "reward": 1.0, "next_obs": i + 1, "terminated": False,
               "truncated": False, "next_action_mask": np.array([i % 2 == 0, True])}
              for i in range(4)]
-    (first, *_) = nstep_transitions(steps, n=3, gamma=0.9)
-    assert first["next_obs"] == 3 and first["next_action_mask"].tolist() == [True, True]
-    assert nstep_transitions(steps, n=2, gamma=0.9)[0]["next_action_mask"].tolist() == [
-        False, True]
+    def first(n: int) -> dict:
+        acc = NStepAccumulator(n, gamma=0.9)
+        return next(item for transition in steps for item in acc.push(transition))
+    assert first(3)["next_obs"] == 3 and first(3)["next_action_mask"].tolist() == [True, True]
+    assert first(2)["next_action_mask"].tolist() == [False, True]
 
 
 def test_the_orchestrator_replays_the_next_masks_the_env_gives():

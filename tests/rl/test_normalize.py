@@ -129,10 +129,10 @@ def test_dqn_agent_stores_raw_observations_and_normalises_samples(tmp_path):
     assert agent.learner.train_iter > 0
     sample = agent.trainer.buffer.sample_batch(8, learner_iter=0)
     normalised = agent.trainer._normalized(sample)
-    np.testing.assert_allclose(normalised["obs"].numpy(),
-                               agent.normalizer.obs(sample["obs"].numpy()), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(normalised.obs.numpy(),
+                               agent.normalizer.obs(sample.obs.numpy()), rtol=1e-5, atol=1e-6)
     # raw: CartPole's observations as the env gave them, not clipped or centred
-    assert not np.allclose(sample["obs"].numpy(), normalised["obs"].numpy())
+    assert not np.allclose(sample.obs.numpy(), normalised.obs.numpy())
 
 
 def test_statistics_frozen_in_eval_mode_and_restored_from_a_checkpoint(tmp_path):

@@ -83,7 +83,7 @@ def test_replay_draws_only_complete_windows_inside_the_ring():
 
 def test_replay_priorities_steer_sampling_and_survive_a_round_trip():
     replay = _filled(11)
-    leaves = np.flatnonzero(replay.sum_tree[np.arange(12)] > 0)  # the drawable starts
+    leaves = np.flatnonzero(replay.priorities.drawable())  # the drawable starts
     assert sorted(leaves) == [0, 1, 2, 5, 6, 7, 8, 11]
     replay.update_priorities(leaves, np.where(leaves == 7, 10.0, 0.1))  # slot 1 of env 1
     w = replay.sample(256, 1.0, np.random.default_rng(0), k=1)

@@ -1,4 +1,4 @@
-"""Turn a list of samples into one batch of tensors (and back), keeping the nesting.
+"""Turn a list of samples into one batch of tensors, keeping the nesting.
 
 Rules, applied recursively with the first item deciding the structure:
 - dict: collated key by key (all items must have the same keys);
@@ -7,7 +7,6 @@ Rules, applied recursively with the first item deciding the structure:
   stacked along a new dim 0 (floats -> float32, bools -> bool, ints -> int64 except uint8,
   kept so image observations stay 8-bit);
 - anything else (str, None, objects, lists that are not numeric): left as a list of values.
-``default_decollate`` inverts it: tensors are split along dim 0 into per-item tensors.
 """
 from __future__ import annotations
 
@@ -93,7 +92,7 @@ def _is_mapping(value: Any) -> bool:
     return type(value) is dict or isinstance(value, Mapping)  # the cheap check first
 
 
-def _collate(batch: list, path: str, keys: Any = None) -> Any:
+def _collate(batch: list, path: str) -> Any:
     first = batch[0]
     if _is_mapping(first):
         first_keys = first.keys()
@@ -102,7 +101,7 @@ def _collate(batch: list, path: str, keys: Any = None) -> Any:
                 raise ValueError(f"items differ at {path or '<root>'}: expected keys "
                                  f"{sorted(map(str, first_keys))}, got {item!r:.200}")
         return {key: _collate([item[key] for item in batch], f"{path}.{key}".lstrip("."))
-                for key in (first_keys if keys is None else keys)}
+                for key in first_keys}
     if isinstance(first, tuple):
         if any(not isinstance(item, tuple) or len(item) != len(first) for item in batch):
             raise ValueError(f"items differ at {path or '<root>'}: tuples of unequal length")
@@ -111,48 +110,8 @@ def _collate(batch: list, path: str, keys: Any = None) -> Any:
     return _stack(batch, path)
 
 
-def default_collate(batch: list, keys: Any = None) -> Any:
-    """A list of samples -> the same structure with a batch dim (see the module doc).
-
-    For samples that are dicts, `keys` picks the top-level keys to collate (default: all).
-    """
+def default_collate(batch: list) -> Any:
+    """A list of samples -> the same structure with a batch dim (see the module doc)."""
     if not isinstance(batch, (list, tuple)) or not batch:
         raise ValueError("default_collate needs a non-empty list of samples")
-    return _collate(list(batch), "", keys)
-
-
-def _batch_size(collated: Any) -> int | None:
-    if isinstance(collated, torch.Tensor):
-        return collated.shape[0]
-    if isinstance(collated, list):
-        return len(collated)
-    if isinstance(collated, Mapping):
-        values = collated.values()
-    elif isinstance(collated, tuple):
-        values = collated
-    else:
-        return None
-    return next((n for n in map(_batch_size, values) if n is not None), None)
-
-
-def _decollate(collated: Any, size: int) -> list:
-    if isinstance(collated, torch.Tensor):
-        return list(collated.unbind(0))
-    if isinstance(collated, Mapping):
-        columns = {key: _decollate(value, size) for key, value in collated.items()}
-        return [{key: column[i] for key, column in columns.items()} for i in range(size)]
-    if isinstance(collated, tuple):
-        columns = [_decollate(value, size) for value in collated]
-        make = (lambda row: type(collated)(*row)) if hasattr(collated, "_fields") else tuple
-        return [make(row) for row in zip(*columns)] if columns else [collated] * size
-    if isinstance(collated, list):
-        return list(collated)
-    raise TypeError(f"cannot decollate a {type(collated).__name__}")
-
-
-def default_decollate(batch: Any) -> list:
-    """The inverse of ``default_collate``: a batch -> a list of per-item samples."""
-    size = _batch_size(batch)
-    if size is None:
-        raise ValueError("default_decollate found no tensor or list to take the batch size from")
-    return _decollate(batch, size)
+    return _collate(list(batch), "")

@@ -1,4 +1,4 @@
-"""n-step transitions (batch and streaming) and generalized advantage estimation.
+"""Streaming n-step transitions and generalized advantage estimation.
 
 Episode ends follow gymnasium: ``terminated`` means the MDP ended (no bootstrap), while
 ``truncated`` only cuts the episode (the learner still bootstraps from ``next_obs``).
@@ -35,39 +35,15 @@ def _ends_episode(step: dict) -> bool:
     return bool(step["terminated"]) or bool(step["truncated"])
 
 
-def nstep_transitions(trajectory: list[dict], n: int, gamma: float) -> list[dict]:
-    """n-step transitions of a trajectory (several episodes back to back are fine).
-
-    Item t: reward = sum_{k<m} gamma^k r_{t+k} with m = min(n, steps to the episode end,
-    inclusive, or to the trajectory end); next_obs of step t+m-1; gamma_n = gamma**m, so the
-    learner's target is reward + gamma_n * (1 - terminated) * Q(next_obs). Other keys are
-    copied from step t.
-    """
-    _check_nstep(n, gamma)
-    length = len(trajectory)
-    if length == 0:
-        return []
-    rewards = np.array([step["reward"] for step in trajectory], dtype=np.float64)
-    ends = np.flatnonzero([_ends_episode(step) for step in trajectory])
-    t = np.arange(length)
-    # Last step of each item's episode: the first end at or after t (else the trajectory end).
-    next_end = np.searchsorted(ends, t)
-    episode_last = np.append(ends, length - 1)[next_end]
-    m = np.minimum(n, episode_last - t + 1)
-    returns = np.zeros(length)
-    for k in range(n):  # loop over the window, vectorised over time
-        returns += np.where(k < m, gamma ** k * rewards[np.minimum(t + k, length - 1)], 0.0)
-    last = t + m - 1
-    return [_nstep_item(trajectory[i], trajectory[j], r, mi, gamma)
-            for i, j, r, mi in zip(t.tolist(), last.tolist(), returns.tolist(), m.tolist())]
-
-
 class NStepAccumulator:
-    """Streaming ``nstep_transitions`` for an agent that sees one transition at a time.
+    """n-step transitions of a stream that arrives one transition at a time.
 
-    ``push`` returns the items it completes: the oldest pending one once n are pending, or all
-    pending ones when the pushed transition ends the episode. Call ``flush`` when a stream is
-    cut without an episode end. Outputs equal ``nstep_transitions`` on the same stream.
+    Item t: reward = sum_{k<m} gamma^k r_{t+k} with m = min(n, steps to the episode's end,
+    inclusive, or to the stream's cut); next_obs of step t+m-1; gamma_n = gamma**m, so the
+    learner's target is reward + gamma_n * (1 - terminated) * Q(next_obs). Other keys are
+    copied from step t. ``push`` returns the items it completes: the oldest pending one once n
+    are pending, or all pending ones when the pushed transition ends the episode. Call
+    ``flush`` when a stream is cut without an episode end.
     """
 
     def __init__(self, n: int, gamma: float) -> None:

@@ -8,20 +8,16 @@ while the modes share one set of weights.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from typing import Any, Callable, NamedTuple, Optional
+from typing import Any, Callable, ClassVar, NamedTuple, Optional
 
 import numpy as np
 import torch
 from gymnasium import spaces
 
 from mistk_rl.rl.config import deep_merge
-
-
-class LearnMode(NamedTuple):
-    forward: Callable[[dict], dict]  # one update on a collated batch -> scalars (+ priority)
-    state_dict: Callable[[], dict]
-    load_state_dict: Callable[[dict], None]
-    monitor_vars: Callable[[], list[str]]
+from mistk_rl.rl.data.samples import Samples
+from mistk_rl.rl.learner import LearnMode
+from mistk_rl.rl.trainers import Trainer
 
 
 class CollectMode(NamedTuple):
@@ -45,7 +41,8 @@ class Policy(ABC):
     """Base of DQN, PPO and the random policy. Subclasses declare `default_config()` and
     implement the `_forward_*` methods; `self.config` is the merged config."""
 
-    on_policy: bool = False
+    # what turns the transitions of an agent's stream into this policy's learn steps
+    trainer_cls: ClassVar[type[Trainer]]
     # transitions keep the legal actions of next_obs ("next_action_mask") when the env gives
     # them, for learners that bootstrap from the next state's best action
     masks_next_actions: bool = False
@@ -74,11 +71,18 @@ class Policy(ABC):
     def _init(self) -> None:
         """Build the model, wrappers and optimiser from `self.config`."""
 
+    # episodeStarted's epsilon for its episodes, where `exploration` has one to override
+    epsilon_override: Optional[float] = None
+
+    def exploration(self, env_step: int) -> Optional[float]:
+        """Collect mode's epsilon at `env_step` for an epsilon-greedy policy (the status shows
+        it, episodeStarted may override it); None: this policy has none."""
+        return None
+
     # ---- the modes --------------------------------------------------------------------
     @property
     def learn_mode(self) -> LearnMode:
-        return LearnMode(self._forward_learn, self._state_dict, self._load_state_dict,
-                         self._monitor_vars)
+        return LearnMode(self._forward_learn, self._state_dict, self._load_state_dict)
 
     @property
     def collect_mode(self) -> CollectMode:
@@ -90,7 +94,7 @@ class Policy(ABC):
 
     # ---- to implement -----------------------------------------------------------------
     @abstractmethod
-    def _forward_learn(self, batch: dict) -> dict:
+    def _forward_learn(self, batch: Samples) -> dict:
         ...
 
     @abstractmethod
@@ -118,9 +122,6 @@ class Policy(ABC):
     @abstractmethod
     def _load_state_dict(self, state: dict) -> None:
         ...
-
-    def _monitor_vars(self) -> list[str]:
-        return ["loss"]
 
     # ---- random state -------------------------------------------------------------------
     def rng_state(self) -> dict:

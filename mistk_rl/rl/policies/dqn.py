@@ -1,6 +1,6 @@
 """DQN with the usual improvements, each a config switch: double Q-learning, a dueling head,
-n-step returns (`gamma_n` in the batch), prioritized replay (IS weights in when the batch
-has them, new priorities out) and a hard or soft target network.
+n-step returns (the batch's `gamma_n`), prioritized replay (the batch's IS `weight` in, new
+priorities out) and a hard or soft target network. It learns from `ReplaySamples`.
 
     learn:   TD target  r + gamma_n * (1 - terminated) * Q_target(s', argmax_a Q(s', a)),
              a ranging over the legal actions of s' when transitions carry next_action_mask
@@ -15,14 +15,16 @@ from typing import Optional
 import torch
 import torch.nn.functional as F
 
+from mistk_rl.rl.data.samples import ReplaySamples
 from mistk_rl.rl.models import QNetwork, without_aliases
 from mistk_rl.rl.policies.base import Policy, adam
 from mistk_rl.rl.schedules import make_schedule
+from mistk_rl.rl.trainers import OffPolicyTrainer
 from mistk_rl.rl.wrappers import ArgmaxSample, EpsGreedySample, TargetNetwork
 
 
 class DQNPolicy(Policy):
-    on_policy = False
+    trainer_cls = OffPolicyTrainer
     masks_next_actions = True
 
     @classmethod
@@ -57,28 +59,26 @@ class DQNPolicy(Policy):
                                              action_n=int(self.action_space.n))
         self.eval_model = ArgmaxSample(self.model)
         self.epsilon = make_schedule(cfg["collect"]["eps"])
-        self.epsilon_override: Optional[float] = None  # episodeStarted's, for its episodes
         if cfg["learn"]["loss"] not in ("huber", "mse"):
             raise ValueError(f"learn.loss must be 'huber' or 'mse', not {cfg['learn']['loss']!r}")
 
-    def _forward_learn(self, batch: dict) -> dict:
+    def _forward_learn(self, batch: ReplaySamples) -> dict:
         cfg = self.config["learn"]
-        obs, next_obs = batch["obs"], batch["next_obs"]  # raw: the model's encoder encodes
-        action = batch["action"].long().view(-1)
-        reward = batch["reward"].float().view(-1)
-        not_done = 1.0 - batch["terminated"].float().view(-1)
-        gamma_n = (batch["gamma_n"].float().view(-1) if "gamma_n" in batch
+        obs, next_obs = batch.obs, batch.next_obs  # raw: the model's encoder encodes
+        action = batch.action.long().view(-1)
+        reward = batch.reward.float().view(-1)
+        not_done = 1.0 - batch.terminated.float().view(-1)
+        gamma_n = (batch.gamma_n.float().view(-1) if batch.gamma_n is not None
                    else torch.full_like(reward, cfg["gamma"]))
         if not self.model.training:  # (a module-tree walk per update otherwise)
             self.model.train()
         q = self.model(obs)["logit"].gather(1, action[:, None]).squeeze(1)
-        td_target = self._td_target(next_obs, reward, not_done, gamma_n,
-                                    batch.get("next_action_mask"))
+        td_target = self._td_target(next_obs, reward, not_done, gamma_n, batch.next_action_mask)
         td_error = q - td_target
         per_sample = (F.smooth_l1_loss(q, td_target, reduction="none") if cfg["loss"] == "huber"
                       else td_error.pow(2))
         # prioritized replay: weight by importance sampling; new priorities go back out
-        weight = batch["IS"].float().view(-1) if "IS" in batch else 1.0
+        weight = batch.weight.float().view(-1) if batch.weight is not None else 1.0
         loss = (per_sample * weight).mean()
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
@@ -128,9 +128,6 @@ class DQNPolicy(Policy):
         self.target.load_state_dict({**state["target"],
                                      "model": without_aliases(state["target"]["model"])})
         self.optimizer.load_state_dict(state["optimizer"])
-
-    def _monitor_vars(self) -> list[str]:
-        return ["loss", "q_mean", "td_abs_mean", "grad_norm"]
 
 
 def _masked(q: torch.Tensor, legal: Optional[torch.Tensor]) -> torch.Tensor:

@@ -6,8 +6,10 @@ Gaussian with a state-independent log-std (SB3, CleanRL), flattened to prod(shap
     collect: sample from the policy; remember log-prob and value with each transition. A Box
              action is sent to the env clipped to the space's bounds ("env_action") while the
              transition keeps the sampled one and its log-prob (SB3 and CleanRL do the same:
-             the ratio is then taken between densities of the same unbounded sample)
-    learn:   one call per rollout (advantages already computed with GAE by the trainer):
+             the ratio is then taken between densities of the same unbounded sample). An
+             action mask stays with the transition: the learner's log-prob of the action is
+             taken under the mask it was sampled under, or the ratio starts away from 1
+    learn:   one call per rollout, a `RolloutSamples` (advantages from GAE, by the trainer):
              `epochs` passes of shuffled minibatches, advantage normalisation per minibatch,
              loss = -min(r A, clip(r, 1-eps, 1+eps) A) + c_v (V - R)^2 - c_e H, grad clipping;
              lr and clip range optionally annealed linearly to 0 over `anneal_env_steps`
@@ -22,13 +24,15 @@ import torch
 from gymnasium import spaces
 
 from mistk_rl.rl.data.collate import Batch, batch_len, batch_rows
+from mistk_rl.rl.data.samples import RolloutSamples
 from mistk_rl.rl.models import ActorCritic, without_aliases
 from mistk_rl.rl.policies.base import Policy, adam
+from mistk_rl.rl.trainers import OnPolicyTrainer
 from mistk_rl.rl.wrappers import ArgmaxSample, GaussianSample, MultinomialSample
 
 
 class PPOPolicy(Policy):
-    on_policy = True
+    trainer_cls = OnPolicyTrainer
     action_spaces = (spaces.Discrete, spaces.Box)
 
     @classmethod
@@ -101,13 +105,13 @@ class PPOPolicy(Policy):
         horizon = self.config["learn"]["anneal_env_steps"]
         return 1.0 if not horizon else max(0.0, 1.0 - env_steps / horizon)
 
-    def _forward_learn(self, batch: dict) -> dict:
+    def _forward_learn(self, batch: RolloutSamples) -> dict:
         cfg = self.config["learn"]
-        left = self._progress_left(int(batch.get("env_steps", 0)))
+        left = self._progress_left(batch.env_steps)
         for group in self.optimizer.param_groups:
             group["lr"] = cfg["lr"] * left
         clip = cfg["clip"] * left if cfg["anneal_env_steps"] else cfg["clip"]
-        obs = self._encode(batch["obs"])
+        obs = self._encode(batch.obs)
         n = batch_len(obs)
         stats: dict[str, list[float]] = {}
         if not self.model.training:  # (a module-tree walk per update otherwise)
@@ -122,21 +126,21 @@ class PPOPolicy(Policy):
         info.update(lr=cfg["lr"] * left, clip=clip)
         return info
 
-    def _minibatch_step(self, batch: dict, obs: Batch, idx: torch.Tensor,
+    def _minibatch_step(self, batch: RolloutSamples, obs: Batch, idx: torch.Tensor,
                         clip: float) -> dict[str, float]:
         cfg = self.config["learn"]
         obs = batch_rows(obs, idx)
-        advantage = batch["advantage"][idx].float()
+        advantage = batch.advantage[idx].float()
         if cfg["adv_norm"] and len(idx) > 1:
             advantage = (advantage - advantage.mean()) / (advantage.std() + 1e-8)
-        mask = batch["action_mask"][idx] if "action_mask" in batch else None
-        out = self.collect_model(obs, mask=mask, action=batch["action"][idx])
-        log_ratio = out["log_prob"] - batch["log_prob"][idx].float()
+        mask = batch.action_mask[idx] if batch.action_mask is not None else None
+        out = self.collect_model(obs, mask=mask, action=batch.action[idx])
+        log_ratio = out["log_prob"] - batch.log_prob[idx].float()
         ratio = log_ratio.exp()
         policy_loss = -torch.min(ratio * advantage,
                                  ratio.clamp(1 - clip, 1 + clip) * advantage).mean()
         value = out["value"] if "value" in out else self.model.compute_critic(obs)["value"]
-        value_loss = (value - batch["return"][idx].float()).pow(2).mean()
+        value_loss = (value - batch.returns[idx].float()).pow(2).mean()
         entropy = out["entropy"].mean()
         loss = policy_loss + cfg["value_coef"] * value_loss - cfg["entropy_coef"] * entropy
         self.optimizer.zero_grad(set_to_none=True)
@@ -160,6 +164,8 @@ class PPOPolicy(Policy):
                 out["value"] = self.model.compute_critic(encoded)["value"]
         if self.continuous:
             out["env_action"] = self._clip(out["action"])
+        if mask is not None:  # the learner evaluates the action under the same mask
+            out["action_mask"] = mask
         return out
 
     def _forward_eval(self, obs: torch.Tensor, mask: Optional[torch.Tensor]) -> dict:
@@ -177,9 +183,14 @@ class PPOPolicy(Policy):
 
     def _process_transition(self, obs: Any, output: dict, reward: float, next_obs: Any,
                             terminated: bool, truncated: bool) -> dict:
+        if "log_prob" not in output:  # the agent replays an action someone else chose
+            raise ValueError("this agent did not choose that action: an on-policy learner "
+                             "cannot use it (it has no log-prob or value of it)")
         transition = super()._process_transition(obs, output, reward, next_obs, terminated,
                                                   truncated)
         transition.update(log_prob=output["log_prob"], value=output["value"])
+        if "action_mask" in output:
+            transition["action_mask"] = output["action_mask"]
         return transition
 
     def _state_dict(self) -> dict:
@@ -191,6 +202,3 @@ class PPOPolicy(Policy):
 
     def _generators(self) -> dict[str, torch.Generator]:
         return {"minibatch": self.torch_rng, "sampling": self.collect_model.generator}
-
-    def _monitor_vars(self) -> list[str]:
-        return ["loss", "policy_loss", "value_loss", "entropy", "approx_kl", "clip_frac"]

@@ -7,6 +7,7 @@ from typing import Optional
 import torch
 
 from mistk_rl.rl.data.collate import batch_len
+from mistk_rl.rl.data.samples import Samples
 from mistk_rl.rl.policies.base import Policy
 
 
@@ -27,7 +28,7 @@ class RandomPolicy(Policy):
     def _forward_eval(self, obs: torch.Tensor, mask: Optional[torch.Tensor]) -> dict:
         return self._sample(obs, mask)
 
-    def _forward_learn(self, batch: dict) -> dict:
+    def _forward_learn(self, batch: Samples) -> dict:
         return {}
 
     def _generators(self) -> dict[str, torch.Generator]:

@@ -6,23 +6,21 @@ from collections.abc import Callable
 
 import numpy as np
 
-from mistk_rl.rl.data.buffers.base import Meta, TransitionReplayBuffer, as_transitions
+from mistk_rl.rl.data.buffers.base import Meta, ReplayBuffer, as_transitions
 from mistk_rl.rl.data.buffers.throughput import ThroughputController
-from mistk_rl.rl.data.segment_tree import MinSegmentTree, SumSegmentTree, last_occurrence
+from mistk_rl.rl.data.priority import PrioritySampler
 
 _COUNTERS = ("pushed", "sampled", "removed_by_use", "removed_by_staleness", "refused_push",
              "refused_sample", "sample_calls")
 
 
-class AdvancedReplayBuffer(TransitionReplayBuffer):
+class AdvancedReplayBuffer(ReplayBuffer):
     """FIFO ring with prioritized experience replay (Schaul et al. 2016) and data-quality rules.
 
-    Sampling: item i is drawn with probability P(i) = p_i^alpha / sum_j p_j^alpha by stratified
-    sampling (one uniform draw in each of ``size`` equal slices of the total mass, so a batch
-    may hold an item twice) and weighted by w_i = (N P(i))^-beta / max_j (N P(j))^-beta. beta
-    grows linearly from ``beta`` to 1 over ``anneal_step`` sample calls (0: fixed). New items
-    get the largest priority seen so far (1.0 at first) so each is likely seen once. With
-    ``priority: False`` every valid item weighs 1: uniform sampling, IS weights 1.
+    Sampling: a `PrioritySampler` over the slots (P(i) proportional to p_i^alpha, stratified,
+    IS weights (N P(i))^-beta over their max); beta grows linearly from ``beta`` to 1 over
+    ``anneal_step`` sample calls (0: fixed). New items get the largest priority seen so far.
+    With ``priority: False`` every valid item weighs 1: uniform sampling, IS weights 1.
 
     Removal (an item is invalidated: leaf weight 0, never drawn again, not in ``count()``):
     - use: an item is returned by the sample in which its use count reaches ``max_use``, and
@@ -37,8 +35,6 @@ class AdvancedReplayBuffer(TransitionReplayBuffer):
     ``update`` finds an item's slot from its unique id alone (id k lives in slot k % size), so
     lookups are O(1); an update for an id that was overwritten or removed is ignored.
     """
-
-    EPSILON = 1e-6  # added to updated priorities so no item becomes impossible to draw
 
     @classmethod
     def default_config(cls) -> dict:
@@ -74,7 +70,7 @@ class AdvancedReplayBuffer(TransitionReplayBuffer):
         slots = self._ring.put(items)
         self._use[slots] = 0
         self._collect_iter[slots] = collect_iter
-        self._set_priority(slots, np.full(len(slots), self._max_priority))
+        self._sampler.add(slots)
         self._counters["pushed"] += len(items)
         return True
 
@@ -88,17 +84,10 @@ class AdvancedReplayBuffer(TransitionReplayBuffer):
         priority = np.asarray(info["priority"], dtype=np.float64).ravel()
         if ids.shape != priority.shape:
             raise ValueError(f"update got {ids.size} ids and {priority.size} priorities")
-        if not np.all(np.isfinite(priority) & (priority >= 0)):
-            raise ValueError("priorities must be finite and >= 0")
         slots, live = self._ring.slots_of(ids)
         if "replay_buffer_idx" in info:
             live &= np.asarray(info["replay_buffer_idx"], dtype=np.int64).ravel() == slots
-        keep = last_occurrence(ids)
-        keep = keep[live[keep]]
-        if keep.size:
-            priority = priority[keep] + self.EPSILON
-            self._max_priority = max(self._max_priority, float(priority.max()))
-            self._set_priority(slots[keep], priority)
+        self._sampler.update(slots[live], priority[live])
 
     def _draw(self, size: int, learner_iter: int) -> tuple[np.ndarray, Meta] | None:
         if size < 1:
@@ -107,9 +96,10 @@ class AdvancedReplayBuffer(TransitionReplayBuffer):
         if not self._thruput.can_sample(size, self.count()):
             self._counters["refused_sample"] += 1
             return None
-        slots = self._stratified_slots(size)
+        slots = self._sampler.sample(size, self._rng)
         meta = {"replay_unique_id": self._ring.ids[slots], "replay_buffer_idx": slots,
-                "priority": self._priority[slots], "IS": self._importance_weights(slots)}
+                "priority": self._sampler.priority[slots],
+                "IS": self._sampler.weights(slots, self.beta)}
         np.add.at(self._use, slots, 1)
         meta["use"] = use = self._use[slots]
         meta["staleness"] = staleness = learner_iter - self._collect_iter[slots]
@@ -145,18 +135,14 @@ class AdvancedReplayBuffer(TransitionReplayBuffer):
         """
         counters = {k: v for k, v in self._counters.items() if k != "sample_calls"}
         return {"count": self.count(), **counters, **self._last_sample, "beta": self.beta,
-                "max_priority": self._max_priority}
+                "max_priority": self._sampler.max_priority}
 
     def state_dict(self) -> dict:
-        leaves = np.arange(self._ring.size)
         return {
             "ring": self._ring.state_dict(),
-            "priority": self._priority.copy(),
+            **self._sampler.state_dict(),  # priority, max_priority, sum_leaves
             "use": self._use.copy(),
             "collect_iter": self._collect_iter.copy(),
-            "sum_leaves": self._sum_tree[leaves],
-            "min_leaves": self._min_tree[leaves],
-            "max_priority": self._max_priority,
             "counters": dict(self._counters),
             "last_sample": dict(self._last_sample),
             "thruput": self._thruput.state_dict(),
@@ -165,13 +151,9 @@ class AdvancedReplayBuffer(TransitionReplayBuffer):
 
     def load_state_dict(self, state: dict) -> None:
         self._ring.load_state_dict(state["ring"])
-        self._priority = np.array(state["priority"], dtype=np.float64)
+        self._sampler.load_state_dict(state)
         self._use = np.array(state["use"], dtype=np.int64)
         self._collect_iter = np.array(state["collect_iter"], dtype=np.int64)
-        leaves = np.arange(self._ring.size)
-        self._sum_tree[leaves] = state["sum_leaves"]
-        self._min_tree[leaves] = state["min_leaves"]
-        self._max_priority = float(state["max_priority"])
         self._counters = dict(state["counters"])
         self._last_sample = dict(state["last_sample"])
         self._thruput.load_state_dict(state["thruput"])
@@ -180,33 +162,15 @@ class AdvancedReplayBuffer(TransitionReplayBuffer):
     # ----------------------------------------------------------------- internals
     def _reset_storage(self) -> None:
         size = self._ring.size
-        self._sum_tree = SumSegmentTree(size)
-        self._min_tree = MinSegmentTree(size)
-        self._priority = np.zeros(size, dtype=np.float64)
+        # priority off: alpha 0 makes every leaf 1 (uniform draws, IS weights 1)
+        alpha = self.config["alpha"] if self.config["priority"] else 0.0
+        self._sampler = PrioritySampler(size, alpha)
         self._use = np.zeros(size, dtype=np.int64)
         self._collect_iter = np.zeros(size, dtype=np.int64)
-        self._max_priority = 1.0
-
-    def _set_priority(self, slots: np.ndarray, priority: np.ndarray) -> None:
-        self._priority[slots] = priority
-        leaf = priority ** self.config["alpha"] if self.config["priority"] else 1.0
-        self._sum_tree[slots] = leaf
-        self._min_tree[slots] = leaf
 
     def _invalidate(self, slots: np.ndarray) -> None:
         self._ring.valid[slots] = False
-        self._sum_tree[slots] = 0.0
-        self._min_tree[slots] = np.inf
-
-    def _stratified_slots(self, size: int) -> np.ndarray:
-        """Stratified: one uniform point in each of ``size`` equal slices of the total mass."""
-        total = self._sum_tree.reduce()
-        points = (np.arange(size) + self._rng.random(size)) * (total / size)
-        return self._sum_tree.find_prefixsum_idx(points)
-
-    def _importance_weights(self, slots: np.ndarray) -> np.ndarray:
-        # (N P_i)^-beta / (N P_min)^-beta = (leaf_i / leaf_min)^-beta: N and the total cancel.
-        return (self._sum_tree[slots] / self._min_tree.reduce()) ** -self.beta
+        self._sampler.remove(slots)
 
     def _remove_used(self, slots: np.ndarray) -> None:
         used_up = np.unique(slots[self._use[slots] >= self.config["max_use"]])

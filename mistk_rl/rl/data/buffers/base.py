@@ -1,5 +1,5 @@
-"""The replay-buffer interface and the pieces every buffer shares: config merge, sampling
-from ring storage (`storage.py`) as items or as one collated batch."""
+"""The replay-buffer interface and the pieces every buffer shares: config, random state,
+sampling from ring storage (`storage.py`) as items or as one collated batch."""
 from __future__ import annotations
 
 import abc
@@ -8,24 +8,10 @@ from typing import Any
 
 import numpy as np
 
-from mistk_rl.rl.data.buffers.storage import Ring, TransitionRing
+from mistk_rl.rl.config import deep_merge
+from mistk_rl.rl.data.buffers.storage import TransitionRing
 from mistk_rl.rl.data.collate import default_collate, to_batch_tensor
-
-
-def merge_config(defaults: dict, config: dict | None, path: str = "") -> dict:
-    """Deep-merge ``config`` over ``defaults``; a key the defaults lack is a typo, so refuse it."""
-    merged = copy.deepcopy(defaults)
-    for key, value in (config or {}).items():
-        name = f"{path}{key}"
-        if key not in defaults:
-            raise ValueError(f"unknown config key {name!r}; valid keys: {sorted(defaults)}")
-        if isinstance(defaults[key], dict):
-            if not isinstance(value, dict):
-                raise ValueError(f"config key {name!r} must be a dict, got {value!r}")
-            merged[key] = merge_config(defaults[key], value, f"{name}.")
-        else:
-            merged[key] = copy.deepcopy(value)
-    return merged
+from mistk_rl.rl.data.samples import ReplaySamples
 
 
 def as_transitions(data: dict | list[dict] | tuple[dict, ...]) -> list[dict]:
@@ -36,8 +22,12 @@ def as_transitions(data: dict | list[dict] | tuple[dict, ...]) -> list[dict]:
     return list(items)
 
 
+Meta = dict[str, np.ndarray]  # meta key -> one value per drawn slot
+
+
 class ReplayBuffer(abc.ABC):
-    """What every buffer offers the learner and the collector.
+    """A buffer of single transitions in a `TransitionRing`: subclasses choose the slots of
+    a sample (`_draw`) and the meta keys that go with them; items and batches are built here.
 
     Each buffer owns its ``np.random.Generator`` (seeded by ``seed``) and saves its state in
     ``state_dict``, so a restored buffer draws exactly the samples the original would have.
@@ -47,8 +37,9 @@ class ReplayBuffer(abc.ABC):
     takes_priority_feedback = False
 
     def __init__(self, config: dict | None = None, seed: int | None = None) -> None:
-        self.config = merge_config(self.default_config(), config)
+        self.config = deep_merge(self.default_config(), config)
         self._rng = np.random.default_rng(seed)
+        self._ring = TransitionRing(self.config["replay_buffer_size"])
 
     @classmethod
     @abc.abstractmethod
@@ -56,23 +47,37 @@ class ReplayBuffer(abc.ABC):
         """The full set of config keys with their defaults (a fresh plain dict)."""
 
     @abc.abstractmethod
-    def push(self, data: Any, collect_iter: int = 0) -> bool:
-        """Store data; False when the buffer refused it (nothing was stored then)."""
+    def push(self, data: dict | list[dict], collect_iter: int = 0) -> bool:
+        """Store transitions; False when the buffer refused them (nothing was stored then)."""
 
     @abc.abstractmethod
     def update(self, info: dict) -> None:
         """Feed back information about sampled items (e.g. new priorities)."""
 
     @abc.abstractmethod
-    def sample(self, size: int, learner_iter: int = 0) -> list | None:
-        """``size`` items with meta keys added, or None when there is not enough valid data."""
+    def _draw(self, size: int, learner_iter: int) -> tuple[np.ndarray, Meta] | None:
+        """The slots of the next sample and their meta values, or None (refused / too few)."""
 
-    def sample_batch(self, size: int, learner_iter: int = 0) -> dict[str, Any] | None:
-        """The same draw as `sample`, collated: what ``default_collate(sample(...))`` gives
-        (tensors with a batch dim, meta keys included). Learners call this: buffers that
-        store columns build it without a dict per item."""
-        items = self.sample(size, learner_iter)
-        return None if items is None else default_collate(items)
+    def sample(self, size: int, learner_iter: int = 0) -> list[dict] | None:
+        """``size`` items (copies) with meta keys added, or None when there is not enough
+        valid data."""
+        drawn = self._draw(size, learner_iter)
+        return None if drawn is None else self._items(*drawn)
+
+    def sample_batch(self, size: int, learner_iter: int = 0) -> ReplaySamples | None:
+        """The same draw as `sample`, as the typed batch a learner takes: the fields hold
+        what ``default_collate(sample(...))`` gives (tensors with a batch dim), built from
+        the columns without a dict per item."""
+        drawn = self._draw(size, learner_iter)
+        if drawn is None:
+            return None
+        slots, meta = drawn
+        columns = self._ring.columns(slots)
+        if columns is None:  # object storage: collate the items
+            return ReplaySamples.from_columns(default_collate(self._items(slots, meta)))
+        columns.update(meta)
+        return ReplaySamples.from_columns({key: to_batch_tensor(value)
+                                           for key, value in columns.items()})
 
     @abc.abstractmethod
     def clear(self) -> None:
@@ -81,6 +86,10 @@ class ReplayBuffer(abc.ABC):
     @abc.abstractmethod
     def count(self) -> int:
         """Number of valid (sampleable) items."""
+
+    def stats(self) -> dict[str, Any]:
+        """What the buffer counts, for the agent's status: here the valid items."""
+        return {"count": self.count()}
 
     @abc.abstractmethod
     def state_dict(self) -> dict:
@@ -95,39 +104,6 @@ class ReplayBuffer(abc.ABC):
 
     def _load_rng_state(self, state: dict) -> None:
         self._rng.bit_generator.state = copy.deepcopy(state)
-
-
-Meta = dict[str, np.ndarray]  # meta key -> one value per drawn slot
-
-
-class TransitionReplayBuffer(ReplayBuffer):
-    """A buffer of single transitions in a `TransitionRing`: subclasses only choose the slots
-    (`_draw`) and the meta keys that go with them; items and batches are built here."""
-
-    _ring_cls: type[Ring] = TransitionRing
-
-    def __init__(self, config: dict | None = None, seed: int | None = None) -> None:
-        super().__init__(config, seed)
-        self._ring = self._ring_cls(self.config["replay_buffer_size"])
-
-    @abc.abstractmethod
-    def _draw(self, size: int, learner_iter: int) -> tuple[np.ndarray, Meta] | None:
-        """The slots of the next sample and their meta values, or None (refused / too few)."""
-
-    def sample(self, size: int, learner_iter: int = 0) -> list[dict] | None:
-        drawn = self._draw(size, learner_iter)
-        return None if drawn is None else self._items(*drawn)
-
-    def sample_batch(self, size: int, learner_iter: int = 0) -> dict[str, Any] | None:
-        drawn = self._draw(size, learner_iter)
-        if drawn is None:
-            return None
-        slots, meta = drawn
-        columns = self._ring.columns(slots)
-        if columns is None:  # object storage: collate the items
-            return default_collate(self._items(slots, meta))
-        columns.update(meta)
-        return {key: to_batch_tensor(value) for key, value in columns.items()}
 
     def _items(self, slots: np.ndarray, meta: Meta) -> list[dict]:
         """Each drawn item (a copy) with its meta keys."""

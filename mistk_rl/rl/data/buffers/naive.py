@@ -3,10 +3,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from mistk_rl.rl.data.buffers.base import Meta, TransitionReplayBuffer, as_transitions
+from mistk_rl.rl.data.buffers.base import Meta, ReplayBuffer, as_transitions
 
 
-class NaiveReplayBuffer(TransitionReplayBuffer):
+class NaiveReplayBuffer(ReplayBuffer):
     """A ring of ``replay_buffer_size`` transitions; the oldest is overwritten first.
 
     ``sample(size)`` draws ``size`` distinct items uniformly (without replacement, so a batch

@@ -57,9 +57,6 @@ class Ring:
         slots = ids % self.size
         return slots, (self.ids[slots] == ids) & self.valid[slots]
 
-    def meta(self, slot: int) -> dict:
-        return {"replay_unique_id": int(self.ids[slot]), "replay_buffer_idx": int(slot)}
-
     def count(self) -> int:
         return int(np.count_nonzero(self.valid))
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-from mistk_rl.rl.data.buffers.base import merge_config
+from mistk_rl.rl.config import deep_merge
 
 
 class ThroughputController:
@@ -25,7 +25,7 @@ class ThroughputController:
 
     def __init__(self, config: dict | None = None,
                  clock: Callable[[], float] = time.monotonic) -> None:
-        self.config = merge_config(self.default_config(), config)
+        self.config = deep_merge(self.default_config(), config)
         if self.config["window_seconds"] <= 0:
             raise ValueError(f"window_seconds must be > 0, got {self.config['window_seconds']}")
         self._clock = clock
