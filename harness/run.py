@@ -301,7 +301,7 @@ def _play_blocks(config: RunConfig, orch: OrchestratorClient, say: Callable[[str
         """Print each episode as it finishes (the wait's long-polls bring the news)."""
         nonlocal printed
         if status.payload.get("episodesDone", 0) > printed:
-            for episode in orch.get_results().episodes[printed:]:
+            for episode in orch.get_results(since=printed).episodes:
                 say(f"  episode {episode.episode:4d}  agent {episode.agent}  "
                     f"return {episode.return_:9.2f}  length {episode.length}")
                 printed += 1
