@@ -8,6 +8,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
 from mistk_rl.games.opponents import OPPONENTS
+from mistk_rl.league.player import PLAYER_TYPES
 
 Tensor = Union[float, int, list[Any]]
 """A number or a nested list of numbers (the spec's ``Tensor``)."""
@@ -125,7 +126,7 @@ class StepRequest(Body):
 
 class LeaguePlayerSpec(Body):
     id: str = Field(pattern=r"^[A-Za-z0-9_.:-]{1,64}$")
-    type: Literal["main", "main_exploiter", "league_exploiter"]
+    type: Annotated[str, AfterValidator(PLAYER_TYPES.validate)]
 
 
 class LeagueSettings(Body):

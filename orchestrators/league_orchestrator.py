@@ -52,8 +52,8 @@ from typing import Any, Optional
 from mistk_rl.client import BadRequest, OrchestratorClient, ServiceError, WaitTimeout
 from mistk_rl.errors import InvalidRequest
 from mistk_rl.games.pettingzoo_games import probe_game, result_for
-from mistk_rl.league.manager import PLAYER_TYPES, LeagueManager
-from mistk_rl.league.player import MainPlayer
+from mistk_rl.league.manager import LeagueManager
+from mistk_rl.league.player import PLAYER_TYPES, BattleActivePlayer, MainPlayer
 from mistk_rl.league.scheduler import Assignment, Backoff, Failure, Scheduler
 from mistk_rl.lifecycle import AGENT
 from mistk_rl.orchestrator import AbstractOrchestrator
@@ -114,6 +114,11 @@ class LeagueOrchestrator(AbstractOrchestrator):
         ids = [p.id for p in settings.players]
         if len(set(ids)) != len(ids):
             raise InvalidRequest(f"env.league.players: ids must be unique, got {ids}")
+        solo = [p.id for p in settings.players
+                if not issubclass(PLAYER_TYPES[p.type], BattleActivePlayer)]
+        if solo:  # (they train alone, on gym orchestrator workers: not on these game workers)
+            raise InvalidRequest(f"env.league.players: {solo} do not play games; this "
+                                 "league's workers are game orchestrators")
         if not any(p.type == "main" for p in settings.players):
             raise InvalidRequest("env.league.players: a league needs a main player")
         if settings.worker_backoff_max < settings.worker_backoff:
@@ -226,7 +231,7 @@ class LeagueOrchestrator(AbstractOrchestrator):
             return None
         manager = LeagueManager.load(state_file)
         given = {p.id: p.type for p in self.settings.players}
-        kinds = {pid: _kind(p) for pid, p in manager.active.items()}
+        kinds = {pid: p.kind for pid, p in manager.active.items()}
         if given != kinds:
             raise ValueError(f"{state_file} holds a league of {kinds}; the settings name "
                              f"{given}: give another directory for a new league")
@@ -566,8 +571,7 @@ class LeagueOrchestrator(AbstractOrchestrator):
                        "workers": len(self.scheduler.live())}})
 
 
-def _kind(player: Any) -> str:
-    return next(name for name, cls in PLAYER_TYPES.items() if type(player) is cls)
+
 
 
 def _quietly(call: Any) -> None:

@@ -28,13 +28,10 @@ import numpy as np
 
 from mistk_rl.files import atomic_write_json
 from mistk_rl.league.payoff import BattleSharedPayoff
-from mistk_rl.league.player import (ActivePlayer, HistoricalPlayer, Job, LeagueExploiter,
-                                    MainExploiter, MainPlayer, SoloActivePlayer)
+from mistk_rl.league.player import (PLAYER_TYPES, ActivePlayer, HistoricalPlayer, Job,
+                                    MainPlayer, SoloActivePlayer)
 from mistk_rl.league.ratings import Ratings
 
-PLAYER_TYPES: dict[str, type[ActivePlayer]] = {
-    "main": MainPlayer, "main_exploiter": MainExploiter, "league_exploiter": LeagueExploiter,
-    "solo": SoloActivePlayer}
 RECENT_JOBS = 100
 
 
@@ -80,10 +77,7 @@ class LeagueManager:
         each main player is snapshotted at step 0."""
         league = cls(max_active_player_job=max_active_player_job, seed=seed)
         for spec in players:
-            kind = PLAYER_TYPES.get(spec["type"])
-            if kind is None:
-                raise ValueError(f"player type {spec['type']!r} is not one of "
-                                 f"{', '.join(PLAYER_TYPES)}")
+            kind = PLAYER_TYPES[PLAYER_TYPES.validate(spec["type"])]
             extra = {k: v for k, v in spec.items()
                      if k not in ("type", "id", "category", "checkpoint", "initial_checkpoint")}
             player = kind(spec["id"], spec.get("category", "default"), spec["checkpoint"],
@@ -171,9 +165,8 @@ class LeagueManager:
 
     # ---- persistence ---------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
-        kinds = {cls: name for name, cls in PLAYER_TYPES.items()}
         return {
-            "active": [{"type": kinds[type(p)], **asdict(p)} for p in self.active_players],
+            "active": [{"type": p.kind, **asdict(p)} for p in self.active_players],
             "historical": [asdict(p) for p in self.historical_players],
             "payoff": self.payoff.state_dict(), "ratings": self.ratings.state_dict(),
             "max_active_player_job": self.max_active_player_job, "seed": self.seed,
