@@ -179,7 +179,8 @@ class SoloActivePlayer(ActivePlayer):
     job settings: env kwargs, env copies, episodes, and an epsilon decaying exponentially
     with the player's steps, ``(start - end) * exp(-steps / decay) + end`` (nervex's
     formula; its yaml: .95 -> .05 over 10,000). `Job.settings` is the EpisodeConfig a gym
-    orchestrator runs the job with (``startEpisode(job.settings)``)."""
+    orchestrator runs the job with (``startEpisode(job.settings)``). A snapshot is due every
+    `one_phase_step` of its env steps."""
 
     kind = "solo"
     env_kwargs: dict = field(default_factory=dict)
@@ -192,6 +193,11 @@ class SoloActivePlayer(ActivePlayer):
     @classmethod
     def default_branches(cls) -> dict[str, float]:
         return {"solo": 1.0}
+
+    def is_trained_enough(self, league: LeagueView) -> bool:
+        """Pure: a snapshot is due every `one_phase_step` env steps (the seed's solo rule:
+        there are no opponents whose win rates could make it earlier)."""
+        return self.total_agent_step - self.last_enough_step >= self.one_phase_step
 
     def epsilon(self) -> float:
         return float((self.eps_start - self.eps_end)
