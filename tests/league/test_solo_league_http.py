@@ -100,3 +100,58 @@ def test_a_solo_league_trains_on_gym_workers_and_resumes(launch, tmp_path):
     assert len(resumed.payoff["solo"]["learner"]) == len(solo) + 1
     assert resumed.payoff["solo"]["learner"][-1]["epsilon"] < epsilons[-1]
     again.reset()
+
+
+TINY_RUN = {
+    "name": "tiny_solo_league",
+    "orchestrator": {"target": LEAGUE, "env": {"id": "CartPole-v1", "league": {
+        "players": [{**LEARNER, "envKwargs": {"max_episode_steps": 30}}],
+        "onePhaseStep": 150, "seed": 0}}},
+    "workers": [{"target": GYM}],
+    "agents": [{"name": "learner", "target": DQN, "hyperparameters": SMALL_DQN}],
+    "training": {"env_steps": 400, "eval_every": 200, "eval_episodes": 2, "max_steps": 30,
+                 "checkpoints": 1}}
+
+
+class Crash(Exception):
+    """Stands for the harness dying right after the first evaluation's checkpoint."""
+
+
+def _crash_at_first_eval(msg: str) -> None:
+    if "eval at" in msg:
+        raise Crash(msg)
+
+
+def test_the_harness_trains_a_solo_league_evaluates_it_and_resumes_it(tmp_path,
+                                                                      monkeypatch):
+    from harness.config import RunConfig
+    from harness.run import run, run_from_file
+    from harness.training import Progress
+    from tests.conftest import REPO
+
+    monkeypatch.chdir(REPO)
+    run_dir = tmp_path / "run"
+    with pytest.raises(Crash):
+        run(RunConfig.model_validate(TINY_RUN), run_dir, say=_crash_at_first_eval)
+    cut = Progress.load(run_dir)
+    (first,) = cut.evals
+    assert first["env_steps"] == cut.train_steps >= 200  # (jobs are whole: past the point)
+    assert set(first["players"]) == {"learner"} and first["best"] == "learner"
+    assert len(first["returns"]) == 2 and all(r <= 30 for r in first["returns"])
+    assert cut.checkpoints == {"learner": f"checkpoints/step-{cut.train_steps}.pt"}
+    league_file = run_dir / "league" / "league.json"
+    state = json.loads(league_file.read_text())
+    assert state["active"][0]["total_agent_step"] == cut.train_steps
+
+    assert run_from_file(None, resume=run_dir, quiet=True) == 0
+    results = json.loads((run_dir / "results.json").read_text())
+    evals = results["evals"]
+    assert len(evals) == 2 and evals[0] == first and results["resumed_at"] == [cut.train_steps]
+    assert evals[-1]["env_steps"] >= 400
+    (row,) = [p for p in results["league"]["players"] if p["id"] == "learner"]
+    assert row["steps"] == evals[-1]["env_steps"]  # the league went on from its directory
+    solo = results["league"]["payoff"]["solo"]["learner"]
+    assert sum(j["steps"] for j in solo) == row["steps"]
+    assert (run_dir / "learning_curve.png").exists()
+    assert Progress.load(run_dir).checkpoints == {
+        "learner": f"checkpoints/step-{evals[-1]['env_steps']}.pt"}
