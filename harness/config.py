@@ -7,6 +7,8 @@ from typing import Any, Literal, Optional
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from mistk_rl.league.player import PLAYER_TYPES, SoloActivePlayer
+
 
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")
@@ -39,6 +41,14 @@ class EnvSpec(BaseModel):
     # the league orchestrator's settings (the spec's LeagueSettings, camelCase keys): the
     # harness reads it (it fills in `workers` with the URLs of the workers it starts)
     league: Optional[dict[str, Any]] = None
+
+    def solo_players(self) -> Optional[list[str]]:
+        """A solo league's player ids (every player of type solo), else None."""
+        players = (self.league or {}).get("players") or []
+        kinds = [PLAYER_TYPES[PLAYER_TYPES.validate(p.get("type", ""))] for p in players]
+        if not players or not all(issubclass(k, SoloActivePlayer) for k in kinds):
+            return None
+        return [p.get("id") for p in players]
 
 
 class OrchestratorSpec(ServiceSpec):
@@ -147,8 +157,12 @@ class RunConfig(_Strict):
     training: Optional[TrainingSpec] = None
     game_training: Optional[GameTrainingSpec] = None
     evaluation: Optional[GameEvaluation] = None  # games: after the run, and `mistk-rl eval`
-    # a league's game orchestrators (orchestrator.env.league): started or given by URL
+    # a league's workers (orchestrator.env.league): game orchestrators, or a solo league's
+    # gym orchestrators; started or given by URL
     workers: list[ServiceSpec] = Field(default_factory=list)
+    # a solo league's evaluations: the gym orchestrator its players are evaluated on
+    # (default: started as the first worker is, or the gym orchestrator)
+    evaluator: Optional[ServiceSpec] = None
     token: Optional[str] = None  # default: $MISTK_RL_TOKEN
     timeouts: Timeouts = Field(default_factory=Timeouts)
 
@@ -163,7 +177,20 @@ class RunConfig(_Strict):
             raise ValueError("give one of 'episodes' (play), 'training' (train and "
                              "evaluate) or 'game_training' (games), not "
                              f"{' and '.join(given)}")
-        if self.training is not None and len(self.agents) != 1:
+        league = self.orchestrator.env.league
+        solo = self.orchestrator.env.solo_players() if league is not None else None
+        if league is not None and self.training is not None and solo is None:
+            raise ValueError("'training' with a league trains a solo league (every player of "
+                             "type solo); a league of players that play each other trains "
+                             "with 'game_training'")
+        if solo is not None and self.game_training is not None:
+            raise ValueError("a solo league plays no games: train it with 'training'")
+        if solo is not None and sorted(a.name for a in self.agents) != sorted(solo):
+            raise ValueError(f"a solo league's agents are its players ({', '.join(solo)}), "
+                             f"one each, not {', '.join(a.name for a in self.agents)}")
+        if self.evaluator is not None and solo is None:
+            raise ValueError("'evaluator' is a solo league's (its players' evaluations)")
+        if self.training is not None and solo is None and len(self.agents) != 1:
             raise ValueError("training drives exactly one agent")
         if self.game_training is not None and self.evaluation is None:
             raise ValueError("game_training needs 'evaluation': its agent is the one "
@@ -182,11 +209,11 @@ class RunConfig(_Strict):
             if unknown:
                 raise ValueError(f"game_training.stop_when names opponents "
                                  f"{', '.join(unknown)} the evaluation does not play")
-        league = self.orchestrator.env.league
         if self.workers and league is None:
             raise ValueError("'workers' are a league's: orchestrator.env.league is not set")
         if league is not None and not self.workers and not league.get("workers"):
-            raise ValueError("a league needs 'workers' (game orchestrators) to play its jobs")
+            raise ValueError("a league needs 'workers' (game orchestrators, or a solo league's "
+                             "gym orchestrators) to play its jobs")
         if not given:
             self.episodes = [EpisodeBlock()]
         return self

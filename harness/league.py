@@ -1,12 +1,28 @@
-"""What a league run adds to its results: the evaluation by seat order, the league table,
-the kept checkpoint, a payoff-matrix heatmap and ratings-over-time plots (PNG)."""
+"""League runs. A battle league's results: the evaluation by seat order, the league table,
+the kept checkpoint, a payoff-matrix heatmap and ratings-over-time plots (PNG).
+
+A solo league (players that train alone on gym orchestrator workers) trains as a plain gym
+training run does (`harness.training`, the same ``training:`` keys and `Progress`): blocks
+of the league's jobs until the players took the env steps to the next evaluation point (in
+all: the budget and the evaluations count every player's env steps; jobs are whole, so a
+block may run past the point), then every player's agent is evaluated greedily on fixed
+seeds on a gym orchestrator of the harness's (the evaluator: `eval_episodes` episodes each,
+`train: false`), and every agent saves a checkpoint. An evaluation's ``mean_return`` is the
+best player's (its ``players`` has each one's); ``stop_value`` stops the run once the best
+player reaches it."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
+from harness.config import TrainingSpec
+from harness.loop import Evaluated, run_loop
+from harness.progress import TrainingProgress
+from harness.training import (Progress, evaluate_returns, run_episodes, tensorboard_writer,
+                              write_curve)
 from mistk_rl.client import OrchestratorClient
 from mistk_rl.games.opponents import OPPONENTS
+from mistk_rl.schemas import EpisodeConfig
 
 SEAT_ORDER = ("first", "second", "third", "fourth")
 
@@ -42,7 +58,10 @@ def league_results(orch: OrchestratorClient, evals: list[dict], run_dir: Path,
 
 
 def table_text(league: dict[str, Any], rows: int = 12) -> str:
-    """The league table as text (best first), for the end of a run."""
+    """The league table as text (best first), for the end of a run; a solo league's: its
+    players' steps, epsilon and last job's mean return, and their snapshots."""
+    if any("epsilon" in row for row in league["players"]):
+        return _solo_table_text(league)
     lines = [f"league: {league['jobs']['launched']} jobs, {len(league['players'])} players "
              f"(best {min(rows, len(league['players']))} by TrueSkill exposure)",
              f"  {'player':32s} {'kind':16s} {'steps':>8s} {'exposure':>9s} {'elo':>6s}"]
@@ -50,6 +69,133 @@ def table_text(league: dict[str, Any], rows: int = 12) -> str:
         lines.append(f"  {row['id']:32s} {row['kind']:16s} {row['steps']:8d} "
                      f"{row['exposure']:9.2f} {row['elo']:6.0f}")
     return "\n".join(lines)
+
+
+def _solo_table_text(league: dict[str, Any]) -> str:
+    jobs = league["jobs"]
+    players = [row for row in league["players"] if "epsilon" in row]
+    snapshots = len(league["players"]) - len(players)
+    lines = [f"solo league: {jobs['launched']} jobs ({jobs['failed']} failed), "
+             f"{len(players)} players, {snapshots} snapshots",
+             f"  {'player':32s} {'steps':>8s} {'epsilon':>8s} {'last job mean return':>21s}"]
+    for row in sorted(players, key=lambda r: r["id"]):
+        eps = "-" if row["epsilon"] is None else f"{row['epsilon']:.4f}"
+        mean = "-" if row["mean_return"] is None else f"{row['mean_return']:.2f}"
+        lines.append(f"  {row['id']:32s} {row['steps']:8d} {eps:>8s} {mean:>21s}")
+    return "\n".join(lines)
+
+
+def train_solo_league(league: OrchestratorClient, evaluator: "Evaluator", spec: TrainingSpec,
+                      run_dir: Path, timeout: float, say: Callable[[str], None],
+                      checkpoints: Any = None, progress: Optional[Progress] = None,
+                      quiet: bool = False, title: str = "") -> Progress:
+    """A solo league's training loop (module doc), from the start or from `progress` (a
+    resumed run: the league resumes from its directory); returns where it ended."""
+    resumed = progress is not None
+    progress = progress or Progress()
+    if resumed:
+        progress.resumed_at.append(progress.train_steps)
+    schedule = _SoloSchedule(league, evaluator, spec, run_dir, timeout, progress, resumed,
+                             title)
+    run_loop(schedule, progress.wall_s, say, checkpoints, quiet,
+             progress.evals[-1]["mean_return"] if progress.evals else None,
+             f"the best player reached stop_value {spec.stop_value}: stopping",
+             done=progress.done)
+    return progress
+
+
+class Evaluator:
+    """The gym orchestrator a solo league's players are evaluated on: it takes one agent,
+    so a player's agent is registered before its evaluation (the last one is kept)."""
+
+    def __init__(self, client: OrchestratorClient, env: dict[str, Any],
+                 agent_urls: dict[str, str], timeout: float) -> None:
+        self.client, self.env, self.agent_urls = client, env, agent_urls
+        self.timeout = timeout
+        self.current: Optional[str] = None
+
+    def use(self, player: str) -> OrchestratorClient:
+        if self.current != player:
+            if self.client.status().state != "uninitialized":
+                self.client.reset(reset_agents=False, timeout=self.timeout)
+            self.current = None
+            self.client.initialize(self.env, agents_needed=1, timeout=self.timeout)
+            self.client.register_agent(player, self.agent_urls[player])
+            self.current = player
+        return self.client
+
+
+class _SoloSchedule:
+    """Solo league training for `run_loop` (module doc)."""
+
+    unit, eval_label = "env steps", "last eval (best player)"
+
+    def __init__(self, league: OrchestratorClient, evaluator: Evaluator, spec: TrainingSpec,
+                 run_dir: Path, timeout: float, progress: Progress, resumed: bool,
+                 title: str) -> None:
+        self.league, self.evaluator, self.spec = league, evaluator, spec
+        self.run_dir, self.timeout, self.progress, self.title = run_dir, timeout, progress, title
+        self.budget, self.eval_every = spec.env_steps, spec.eval_every
+        self.players = list(evaluator.agent_urls)
+        self.episodes_before = progress.episodes
+        self.writer = tensorboard_writer(run_dir / "tensorboard", purge_step=(
+            progress.train_steps + 1 if resumed else None))
+
+    def steps(self) -> int:
+        return self.progress.train_steps
+
+    def train_block(self, target: int, shown: TrainingProgress) -> None:
+        progress = self.progress
+        while progress.train_steps < target:
+            done = progress.train_steps
+            base = self.league.progress().env_steps
+            played = self.league.play(EpisodeConfig(num_steps=target - done),
+                                      timeout=self.timeout, on_status=lambda status: shown.update(
+                                          done + status.payload.get("envSteps", base) - base))
+            if played.env_steps <= 0:
+                raise RuntimeError(f"the league played no env steps toward {target}")
+            progress.train_steps += played.env_steps
+            progress.train_episodes += len(played.episodes)
+            for e in played.episodes:
+                at = done + (played.env_steps if e.env_steps is None else e.env_steps - base)
+                self.writer.add_scalar(f"train/{e.agent}/episode_return", e.return_, at)
+                progress.train_returns.append([at, e.return_])
+
+    def evaluate(self, wall_s: float) -> Evaluated:
+        progress, spec = self.progress, self.spec
+        players = {}
+        for player in self.players:
+            result = evaluate_returns(self.evaluator.use(player), spec, self.timeout)
+            players[player] = {"mean_return": result.mean_return,
+                               "std_return": result.std_return, "returns": result.returns}
+            self.writer.add_scalar(f"eval/{player}/mean_return", result.mean_return,
+                                   progress.train_steps)
+        best = max(players, key=lambda p: players[p]["mean_return"])
+        top = players[best]
+        stop = spec.stop_value is not None and top["mean_return"] >= spec.stop_value
+        progress.evals.append({"env_steps": progress.train_steps, "wall_s": wall_s,
+                               **top, "best": best, "players": players,
+                               "train_episodes": progress.train_episodes})
+        progress.done = stop
+        self.writer.flush()
+        each = (f"mean return {top['mean_return']:7.2f} ± {top['std_return']:.2f}"
+                if len(players) == 1 else ", ".join(
+                    f"{p} {r['mean_return']:.2f} ± {r['std_return']:.2f}"
+                    for p, r in players.items()) + f" (best {best})")
+        return Evaluated(top["mean_return"], (
+            f"  eval at {progress.train_steps:7d} env steps ({wall_s:7.1f} s): {each} over "
+            f"{len(top['returns'])} episodes"), stop)
+
+    def save(self, checkpoints: dict[str, str], wall_s: float) -> None:
+        self.progress.checkpoints = checkpoints
+        self.progress.episodes = run_episodes(self.league, self.episodes_before)
+        self.progress.wall_s = wall_s
+        self.progress.save(self.run_dir)
+
+    def close(self) -> None:
+        self.writer.close()
+        write_curve(self.progress.evals, self.run_dir, self.spec.stop_value,
+                    self.progress.train_returns, self.title)
 
 
 def plot_payoff(payoff: dict[str, Any], path: Path) -> None:

@@ -19,10 +19,10 @@ from typing import Callable, Optional
 
 import yaml
 
-from harness.config import (AgentSpec, ConfigError, RunConfig, load_config, resume_config,
-                            with_seed)
+from harness.config import (AgentSpec, ConfigError, RunConfig, ServiceSpec, load_config,
+                            resume_config, with_seed)
 from harness.games import GameProgress, evaluate, summary, train_games
-from harness.league import league_results, table_text
+from harness.league import Evaluator, league_results, table_text, train_solo_league
 from harness.training import Checkpoints, Progress, first_success, run_episodes, train
 from mistk_rl.client import AgentClient, OrchestratorClient, ServiceError
 from mistk_rl.files import atomic_write_json
@@ -162,6 +162,7 @@ def run(config: RunConfig, run_dir: Path, say: Callable[[str], None] = print,
         orch_spec = config.orchestrator
         env = orch_spec.env.model_dump(exclude_none=True)
         share: tuple[str, ...] = ()
+        evaluator_url = None
         if orch_spec.env.league is not None:  # the league's directory, shared by its services
             name = str(orch_spec.env.league.get("directory", "league")).split("/")[0]
             share = ("--share", f"{name}={(run_dir / name).resolve()}")
@@ -169,6 +170,10 @@ def run(config: RunConfig, run_dir: Path, say: Callable[[str], None] = print,
                        for i, w in enumerate(config.workers)]
             env["league"] = {**env["league"],
                              "workers": list(env["league"].get("workers", ())) + workers}
+            if orch_spec.env.solo_players() is not None:  # its players' evaluations
+                spec = config.evaluator or _default_evaluator(config)
+                evaluator_url = spec.url or launch("orchestrator", "evaluator", spec.target,
+                                                   tuple(spec.args))
         orch_url = orch_spec.url or launch("orchestrator", "orchestrator", orch_spec.target,
                                            tuple(orch_spec.args) + share)
         agent_urls = {a.name: a.url or launch("agent", a.name, a.target, tuple(a.args) + share)
@@ -185,8 +190,13 @@ def run(config: RunConfig, run_dir: Path, say: Callable[[str], None] = print,
                                                       timeout=timeouts.call))
         agents = {name: stack.enter_context(AgentClient(url, token=token, timeout=timeouts.call))
                   for name, url in agent_urls.items()}
+        evaluator = evaluator_url and Evaluator(
+            stack.enter_context(OrchestratorClient(evaluator_url, token=token,
+                                                   timeout=timeouts.call)),
+            {"id": env["id"], "kwargs": env.get("kwargs", {})}, agent_urls, timeouts.call)
         episodes, progress, outcome = _sequence(config, env, orch, agents, agent_urls,
-                                                run_dir, say, resume, quiet, evaluate_only)
+                                                run_dir, say, resume, quiet, evaluate_only,
+                                                evaluator)
     if evaluate_only:
         results = {"name": config.name, "evaluation": outcome["evaluation"],
                    "wall_s": round(time.monotonic() - started, 3)}
@@ -209,10 +219,11 @@ def _sequence(config: RunConfig, env: dict, orch: OrchestratorClient,
               agents: dict[str, AgentClient],
               agent_urls: dict[str, str], run_dir: Path, say: Callable[[str], None],
               resume: Optional[Progress | GameProgress], quiet: bool,
-              evaluate_only: bool = False
+              evaluate_only: bool = False, evaluator: Optional[Evaluator] = None
               ) -> tuple[list[dict], Optional[Progress], dict]:
     """The MISTK sequence; returns results.json's episodes, the training progress and what
-    game training and evaluation add to the results ("evals", "evaluation")."""
+    game training and evaluation add to the results ("evals", "evaluation"; a league's
+    "league"). `evaluator`: a solo league's (its players are evaluated there)."""
     call_timeout = config.timeouts.call
     outcome: dict = {}
     episodes_before = resume.episodes if resume else []  # (train moves resume on)
@@ -250,8 +261,16 @@ def _sequence(config: RunConfig, env: dict, orch: OrchestratorClient,
             local = {a.name: data_dir(run_dir, a.name) for a in config.agents if a.target}
             checkpoints = Checkpoints(agents, config.training.checkpoints, local, call_timeout)
         with _step("training"):
-            progress = train(orch, config.training, run_dir, config.timeouts.episodes, say,
-                             checkpoints, resume, quiet=quiet, title=config.name)
+            if evaluator is not None:  # a solo league (harness.league)
+                progress = train_solo_league(orch, evaluator, config.training, run_dir,
+                                             config.timeouts.episodes, say, checkpoints,
+                                             resume, quiet=quiet, title=config.name)
+            else:
+                progress = train(orch, config.training, run_dir, config.timeouts.episodes,
+                                 say, checkpoints, resume, quiet=quiet, title=config.name)
+        if evaluator is not None:
+            with _step("league results"):
+                outcome["league"] = orch.get_league().model_dump()
     else:
         _play_blocks(config, orch, say)
     if config.evaluation is not None and not evaluate_only:
@@ -275,6 +294,9 @@ def _sequence(config: RunConfig, env: dict, orch: OrchestratorClient,
                 agents[spec.name].save_model(spec.save_path, timeout=call_timeout)
     with _step("reset"):
         orch.reset(timeout=call_timeout)  # resets the registered agents too
+        if evaluator is not None:
+            evaluator.client.reset(reset_agents=False, timeout=call_timeout)
+            evaluator.client.terminate()
         for agent in agents.values():
             agent.terminate()
         orch.terminate()
@@ -287,6 +309,15 @@ def _saved_model(spec: AgentSpec, run_dir: Path) -> Optional[str]:
     if spec.save_path and spec.target and (data_dir(run_dir, spec.name) / spec.save_path).exists():
         return spec.save_path
     return None
+
+
+def _default_evaluator(config: RunConfig) -> ServiceSpec:
+    """A solo league's evaluator when the config names none: started as its first worker
+    is (a gym orchestrator), or the gym orchestrator."""
+    first = config.workers[0] if config.workers else None
+    if first is not None and first.target:
+        return ServiceSpec(target=first.target, args=list(first.args))
+    return ServiceSpec(target="orchestrators.gym_orchestrator:GymOrchestrator")
 
 
 def data_dir(run_dir: Path, name: str) -> Path:

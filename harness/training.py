@@ -143,7 +143,7 @@ class _GymSchedule:
         self.budget, self.eval_every = spec.env_steps, spec.eval_every
         self.seed = resumed_seed(spec.seed, len(progress.evals)) if resumed else spec.seed
         self.episodes_before = progress.episodes
-        self.writer = _tensorboard(run_dir / "tensorboard",
+        self.writer = tensorboard_writer(run_dir / "tensorboard",
                                    purge_step=progress.train_steps + 1 if resumed else None)
 
     def steps(self) -> int:
@@ -160,7 +160,7 @@ class _GymSchedule:
             self.progress.train_returns.append([done + at, e.return_])
 
     def evaluate(self, wall_s: float) -> Evaluated:
-        result, progress = _evaluate(self.orch, self.spec, self.timeout), self.progress
+        result, progress = evaluate_returns(self.orch, self.spec, self.timeout), self.progress
         progress.evals.append({"env_steps": progress.train_steps, "wall_s": wall_s,
                                "mean_return": result.mean_return,
                                "std_return": result.std_return, "returns": result.returns,
@@ -206,7 +206,8 @@ def _train_block(orch: OrchestratorClient, spec: TrainingSpec, budget: int, seed
         for e in played.episodes]
 
 
-def _evaluate(orch: OrchestratorClient, spec: TrainingSpec, timeout: float) -> EvalResult:
+def evaluate_returns(orch: OrchestratorClient, spec: TrainingSpec,
+                     timeout: float) -> EvalResult:
     """`eval_episodes` greedy episodes on the fixed evaluation seeds."""
     episodes = orch.play(EpisodeConfig(
         num_episodes=spec.eval_episodes, seed=spec.eval_seed, max_steps=spec.max_steps,
@@ -271,7 +272,7 @@ class _NullWriter:
     def close(self) -> None: ...
 
 
-def _tensorboard(log_dir: Path, purge_step: Optional[int] = None) -> "object":
+def tensorboard_writer(log_dir: Path, purge_step: Optional[int] = None) -> "object":
     """A writer; `purge_step` hides what a crashed run logged from that step on."""
     try:
         from torch.utils.tensorboard import SummaryWriter

@@ -2,12 +2,14 @@
 field names equal). The SDK returns these; the wire format is camelCase JSON."""
 from __future__ import annotations
 
+import dataclasses
 from typing import Annotated, Any, Literal, Optional, Union
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 from pydantic.alias_generators import to_camel
 
 from mistk_rl.games.opponents import OPPONENTS
+from mistk_rl.league.player import PLAYER_TYPES
 
 Tensor = Union[float, int, list[Any]]
 """A number or a nested list of numbers (the spec's ``Tensor``)."""
@@ -124,8 +126,31 @@ class StepRequest(Body):
 
 
 class LeaguePlayerSpec(Body):
+    """A league's player: its id (the name its agent registers with), its type, and the
+    settings of its type (a solo player's: `SoloActivePlayer`'s env kwargs, env copies,
+    episodes per job and epsilon decay); a setting its type does not have is refused."""
+
     id: str = Field(pattern=r"^[A-Za-z0-9_.:-]{1,64}$")
-    type: Literal["main", "main_exploiter", "league_exploiter"]
+    type: Annotated[str, AfterValidator(PLAYER_TYPES.validate)]
+    env_kwargs: Optional[dict[str, Any]] = None
+    num_envs: Optional[int] = Field(default=None, ge=1, le=1024)
+    episodes_per_job: Optional[int] = Field(default=None, ge=1, le=100_000)
+    eps_start: Optional[float] = Field(default=None, ge=0, le=1)
+    eps_end: Optional[float] = Field(default=None, ge=0, le=1)
+    eps_decay: Optional[int] = Field(default=None, ge=0)
+
+    @model_validator(mode="after")
+    def _settings_of_its_type(self) -> "LeaguePlayerSpec":
+        known = {f.name for f in dataclasses.fields(PLAYER_TYPES[self.type])}
+        alien = [to_camel(k) for k in self.settings() if k not in known]
+        if alien:
+            raise ValueError(f"player {self.id!r} ({self.type}) has no setting "
+                             f"{', '.join(alien)}: those are a solo player's")
+        return self
+
+    def settings(self) -> dict[str, Any]:
+        """Its type's settings given (snake_case: the player class's fields)."""
+        return self.model_dump(exclude={"id", "type"}, exclude_none=True)
 
 
 class LeagueSettings(Body):
@@ -192,6 +217,7 @@ class LeagueWorker(Body):
     job: Optional[int] = None
     retry_in_s: Optional[float] = Field(default=None, alias="retryInS")
     last_error: Optional[str] = None
+    player: Optional[str] = None  # solo leagues: the player it is bound to
 
 
 class League(Body):

@@ -1,5 +1,6 @@
 """LeagueOrchestrator: a league of agent services trains by playing each other on game
-orchestrators (`GameOrchestrator` workers, anywhere on the network).
+orchestrators (`GameOrchestrator` workers, anywhere on the network), or, a solo league,
+each alone on gym orchestrators (`GymOrchestrator` workers).
 
 initialize names the game and the league (``env.league``: players, workers, directory, ...).
 Agents registered to train are the active players, named as in ``players``; agents
@@ -40,20 +41,37 @@ this class does the HTTP:
 
 ``directory`` must name the same files for every agent: serve them with
 ``--share league=DIR`` (or mount one volume there).
+
+A solo league (every player of type ``solo``, `SoloActivePlayer`; a mix of solo and battle
+players is refused) trains single-agent players on a gymnasium env (``env.id``), on gym
+orchestrator workers. A gym orchestrator takes exactly one agent, so each worker is bound
+to one player at set-up (worker i to player i modulo the players; at least one worker per
+player), and registers that player's agent only; a player's jobs run one at a time on its
+workers (its agent is in one episode at a time), the players' side by side. A job is the
+player's `Job.settings` (numEnvs, numEpisodes, envKwargs, and the player's decaying epsilon
+in ``agents.ID.epsilon``), played with ``startEpisode`` on its worker; its episodes' env
+steps advance the player (its snapshot clock: a snapshot every ``onePhaseStep``), its mean
+return goes to the league's `SoloSharedPayoff`. startEpisode runs jobs until the players
+took ``numSteps`` env steps in all (or ``numEpisodes`` episodes were played). There are no
+frozen agents, no lineups and no enumerations; everything else (league.json, checkpoints,
+resuming, faults) is as for battle players.
 """
 from __future__ import annotations
 
 import concurrent.futures as futures
+import importlib
 import logging
 import time
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
+import gymnasium as gym
+
 from mistk_rl.client import BadRequest, OrchestratorClient, ServiceError, WaitTimeout
 from mistk_rl.errors import InvalidRequest
 from mistk_rl.games.pettingzoo_games import probe_game, result_for
-from mistk_rl.league.manager import PLAYER_TYPES, LeagueManager
-from mistk_rl.league.player import MainPlayer
+from mistk_rl.league.manager import LeagueManager
+from mistk_rl.league.player import PLAYER_TYPES, MainPlayer, SoloActivePlayer
 from mistk_rl.league.scheduler import Assignment, Backoff, Failure, Scheduler
 from mistk_rl.lifecycle import AGENT
 from mistk_rl.orchestrator import AbstractOrchestrator
@@ -72,7 +90,7 @@ class _Outcome:
     """How a job ended, seen from its thread: its games and moves, or its error and what
     was done about its agents."""
 
-    games: list[EpisodeResult] = field(default_factory=list)
+    games: list[EpisodeResult] = field(default_factory=list)  # (solo: episodes)
     steps: int = 0
     error: Optional[str] = None
     recovered: dict[str, str] = field(default_factory=dict)  # agent -> the state it was in
@@ -89,7 +107,8 @@ class LeagueOrchestrator(AbstractOrchestrator):
         self.env: dict[str, Any] = {}
         self.settings: Optional[LeagueSettings] = None
         self.seats: list[str] = []
-        self.spaces: dict[str, tuple[Any, Any]] = {}
+        self.spaces: dict[str, tuple[Any, Any]] = {}  # seat -> spaces (solo: "" -> the env's)
+        self.solo = False  # a solo league (module doc): gym workers, bound to players
         self.manager: Optional[LeagueManager] = None
         self.scheduler: Optional[Scheduler] = None
         self.clients: list[Optional[OrchestratorClient]] = []  # per worker, once set up
@@ -114,29 +133,68 @@ class LeagueOrchestrator(AbstractOrchestrator):
         ids = [p.id for p in settings.players]
         if len(set(ids)) != len(ids):
             raise InvalidRequest(f"env.league.players: ids must be unique, got {ids}")
-        if not any(p.type == "main" for p in settings.players):
-            raise InvalidRequest("env.league.players: a league needs a main player")
         if settings.worker_backoff_max < settings.worker_backoff:
             raise InvalidRequest("env.league.workerBackoffMax: at least workerBackoff")
+        solo = [p.id for p in settings.players if _is_solo(p.type)]
+        if solo and len(solo) < len(ids):
+            battle = [p.id for p in settings.players if not _is_solo(p.type)]
+            raise InvalidRequest(
+                f"env.league.players: a league is solo (players training alone on gym "
+                f"orchestrator workers) or battle (players playing each other on game "
+                f"orchestrator workers), not a mix: solo {solo}, battle {battle}")
+        if solo:
+            self._validate_solo(env, settings, agents_needed)
+            return
+        if not any(p.type == "main" for p in settings.players):
+            raise InvalidRequest("env.league.players: a league needs a main player")
         if agents_needed <= len(ids):
             raise InvalidRequest(f"agentsNeeded {agents_needed}: one agent per player "
                                  f"({len(ids)}) and at least one frozen agent (skipTrain) "
                                  "for the snapshots")
         probe_game({"id": env["id"], "kwargs": env.get("kwargs", {})})
 
+    def _validate_solo(self, env: dict[str, Any], settings: LeagueSettings,
+                       agents_needed: int) -> None:
+        """A solo league's settings: a worker per player at least, an agent per player and
+        no other, an env every player's kwargs can make (module doc)."""
+        ids = [p.id for p in settings.players]
+        if len(settings.workers) < len(ids):
+            raise InvalidRequest(
+                f"env.league.workers: a solo league binds each gym orchestrator worker to "
+                f"one player (a gym orchestrator takes one agent): {len(settings.workers)} "
+                f"workers for {len(ids)} solo players; give at least {len(ids)}")
+        if settings.pool is not None:
+            raise InvalidRequest("env.league.pool: a solo league has no frozen agents")
+        if agents_needed != len(ids):
+            raise InvalidRequest(f"agentsNeeded {agents_needed}: a solo league's agents are "
+                                 f"its players, one each ({len(ids)})")
+        kwargs = dict(env.get("kwargs", {}))
+        _probe_gym({"id": env["id"], "kwargs": kwargs}, self.env_modules)
+        for p in settings.players:
+            if p.env_kwargs:
+                _probe_gym({"id": env["id"], "kwargs": {**kwargs, **p.env_kwargs}},
+                           self.env_modules, f"player {p.id!r}: ")
+
     def do_initialize(self, env: dict[str, Any], agents_needed: int) -> None:
         self._close_workers()
         s = self.settings = LeagueSettings.model_validate(env["league"])
         self.env = {"id": env["id"], "kwargs": dict(env.get("kwargs", {}))}
-        game = probe_game(self.env)
-        self.seats, self.spaces = game.seats, game.spaces
+        self.solo = all(_is_solo(p.type) for p in s.players)
+        if self.solo:
+            self.seats, self.spaces = [], {"": _probe_gym(self.env, self.env_modules)}
+        else:
+            game = probe_game(self.env)
+            self.seats, self.spaces = game.seats, game.spaces
         self.manager, self.evaluations, self._agents_loaded = None, [], False
         self.scheduler = Scheduler([p.id for p in s.players], s.workers, Backoff(
             max_failures=s.max_worker_failures, first_s=s.worker_backoff,
-            max_s=s.worker_backoff_max))
+            max_s=s.worker_backoff_max), bind=self.solo)
         self.clients = [None] * len(s.workers)
-        self.update_status({"game": self.env["id"], "seats": list(self.seats),
-                            "players": [p.id for p in s.players]})
+        if self.solo:
+            self.update_status({"env": self.env["id"], "players": [p.id for p in s.players]})
+        else:
+            self.update_status({"game": self.env["id"], "seats": list(self.seats),
+                                "players": [p.id for p in s.players]})
         self.manager = self._load()  # a league in the directory: resumed (its counts now)
         if self.manager is not None:
             self._report()
@@ -153,21 +211,28 @@ class LeagueOrchestrator(AbstractOrchestrator):
                                  "player's id, or with skipTrain as a frozen opponent")
         if skip_train and name in players:
             raise InvalidRequest(f"player {name!r} trains: register it without skipTrain")
+        if skip_train and self.solo:
+            raise InvalidRequest(f"agent {name!r}: a solo league has no frozen agents "
+                                 "(skipTrain); its agents are its players")
         if len(self.agents) + 1 == self.agents_needed:
             missing = players - set(self.agents) - {name}
             if missing:
                 raise InvalidRequest(f"the last agent leaves players {sorted(missing)} "
                                      "without an agent")
-            if not self.pool and not self._in_pool(name, skip_train):
+            if not self.solo and not self.pool and not self._in_pool(name, skip_train):
                 raise InvalidRequest("the last agent leaves the league without a frozen "
                                      "agent (skipTrain, in pool) to load snapshots")
         return ()
 
     def agent_config(self, name: str, seats: tuple[str, ...] = ()) -> dict[str, Any]:
-        obs_space, act_space = self.spaces[self.seats[0]]  # (a game's seats share them)
+        if self.solo:
+            obs_space, act_space = self.spaces[""]
+            properties = {"env": self.env["id"], "league": True}
+        else:
+            obs_space, act_space = self.spaces[self.seats[0]]  # (a game's seats share them)
+            properties = {"game": self.env["id"], "league": True}
         return {"observationSpace": space_to_dict(obs_space),
-                "actionSpace": space_to_dict(act_space),
-                "properties": {"game": self.env["id"], "league": True}}
+                "actionSpace": space_to_dict(act_space), "properties": properties}
 
     def do_register_agent(self, agent_name: str, agent_url: str, skip_train: bool) -> None:
         if self._in_pool(agent_name, skip_train):
@@ -182,6 +247,10 @@ class LeagueOrchestrator(AbstractOrchestrator):
         missing = [p.id for p in self.settings.players if p.id not in self.agents]
         if missing:  # (the lifecycle allows startEpisode only once all are registered)
             raise InvalidRequest(f"players {missing} have no agent")
+        if self.solo and (config.lineup is not None or config.exhaustive is not None):
+            raise InvalidRequest("lineup and exhaustive are games': a solo league plays no "
+                                 "games (evaluate a solo player's agent on a gym "
+                                 "orchestrator)")
 
     def do_start_episode(self, config: GameEpisodeSettings) -> None:
         if config.lineup is not None or config.exhaustive is not None:
@@ -226,7 +295,7 @@ class LeagueOrchestrator(AbstractOrchestrator):
             return None
         manager = LeagueManager.load(state_file)
         given = {p.id: p.type for p in self.settings.players}
-        kinds = {pid: _kind(p) for pid, p in manager.active.items()}
+        kinds = {pid: p.kind for pid, p in manager.active.items()}
         if given != kinds:
             raise ValueError(f"{state_file} holds a league of {kinds}; the settings name "
                              f"{given}: give another directory for a new league")
@@ -242,7 +311,7 @@ class LeagueOrchestrator(AbstractOrchestrator):
             self.agents[p.id].client.save_model(initial, timeout=call)
             self.agents[p.id].client.save_model(latest, timeout=call)
             specs.append({"type": p.type, "id": p.id, "checkpoint": latest,
-                          "initial_checkpoint": initial})
+                          "initial_checkpoint": initial, **p.settings()})
         return LeagueManager.create(specs, one_phase_step=s.one_phase_step,
                                     max_active_player_job=s.max_active_player_job, seed=s.seed)
 
@@ -253,18 +322,21 @@ class LeagueOrchestrator(AbstractOrchestrator):
 
     def _set_up_worker(self, index: int) -> Optional[str]:
         """Reset the worker (leaving the agents as they are: they play on other workers),
-        initialize it with the game and register every agent; None when done, else the
-        error. (In a job thread, or the hook's: the scheduler holds every agent meanwhile.)"""
+        initialize it with the game and register every agent (a solo league's: the env,
+        and the agent of the player it is bound to); None when done, else the error. (In a
+        job thread, or the hook's: the scheduler holds those agents meanwhile.)"""
         url, call = self.scheduler.workers[index].url, self._call_timeout()
         old, self.clients[index] = self.clients[index], None
         if old is not None:
             old.close()
         client = self._connect(url)
+        player = self.scheduler.workers[index].player  # (solo: the one it registers)
+        agents = [self.agents[player]] if player is not None else list(self.agents.values())
         try:
             if client.status().state != "uninitialized":
                 client.reset(reset_agents=False, timeout=call)
-            client.initialize(self.env, agents_needed=len(self.agents), timeout=call)
-            for agent in self.agents.values():
+            client.initialize(self.env, agents_needed=len(agents), timeout=call)
+            for agent in agents:
                 client.register_agent(agent.name, agent.url, skip_train=agent.skip_train)
         except (ServiceError, ValueError) as exc:
             client.close()
@@ -295,12 +367,12 @@ class LeagueOrchestrator(AbstractOrchestrator):
         """Set-ups and jobs on the workers until the budget is spent (module doc); the
         scheduler decides, this runs its tasks in threads and reports back."""
         sched = self.scheduler
-        mains_before = self._main_steps()
+        steps_before = self._budget_steps()
         games_before = len(self.results)
         limit = config.episode_limit()
 
         def spent() -> bool:
-            if config.num_steps is not None and (self._main_steps() - mains_before
+            if config.num_steps is not None and (self._budget_steps() - steps_before
                                                  >= config.num_steps):
                 return True
             return limit is not None and len(self.results) - games_before >= limit
@@ -315,12 +387,15 @@ class LeagueOrchestrator(AbstractOrchestrator):
                     if not stopping:
                         started = len(tasks)
                         index = sched.next_set_up(now)
-                        if index is not None:
+                        while index is not None:  # (bound workers: one per player at once)
                             sched.begin_set_up(index)
                             tasks[pool.submit(self._set_up_worker, index)] = (index, None)
+                            index = sched.next_set_up(now)
                         for index in sched.idle():
                             assignment = sched.next_job(self.manager, index, now)
                             if assignment is None:
+                                if sched.bound:  # (another worker's player may have one)
+                                    continue
                                 break
                             tasks[pool.submit(self._play, assignment)] = (index, assignment)
                         if len(tasks) > started:
@@ -380,20 +455,25 @@ class LeagueOrchestrator(AbstractOrchestrator):
     def _play(self, assignment: Assignment) -> _Outcome:
         """One job on its worker (in a job thread: HTTP only, no league state touched)."""
         s, home, opponent = self.settings, assignment.home, assignment.opponent_agent
-        lineup = {self.seats[0]: home, self.seats[1]: opponent}
-        agents = {home: AgentSettings(mode="collect", train=True)}
-        if opponent != home:
-            agents[opponent] = AgentSettings(mode=s.opponent_mode, train=False)
-        seed = None if s.seed is None else s.seed + assignment.job_id * s.num_envs
-        config = EpisodeConfig(num_episodes=s.games_per_job, seed=seed,
-                               num_envs=min(s.num_envs, s.games_per_job), train=True,
-                               lineup=lineup, seat_assignment="alternate", agents=agents)
+        if self.solo:  # the player's own settings (module doc)
+            config = self._solo_config(assignment)
+        else:
+            lineup = {self.seats[0]: home, self.seats[1]: opponent}
+            agents = {home: AgentSettings(mode="collect", train=True)}
+            if opponent != home:
+                agents[opponent] = AgentSettings(mode=s.opponent_mode, train=False)
+            seed = None if s.seed is None else s.seed + assignment.job_id * s.num_envs
+            config = EpisodeConfig(num_episodes=s.games_per_job, seed=seed,
+                                   num_envs=min(s.num_envs, s.games_per_job), train=True,
+                                   lineup=lineup, seat_assignment="alternate", agents=agents)
         client = self.clients[assignment.worker]
         try:
             if assignment.load is not None:
                 self.agents[opponent].client.build_model(assignment.load,
                                                          timeout=self._call_timeout())
             played = client.play(config, timeout=s.job_timeout)
+            if self.solo:  # (a gym orchestrator counts its env steps, all the agent's)
+                return _Outcome(played.episodes, played.env_steps)
             return _Outcome(played.episodes, played.agent_steps(home))
         except WaitTimeout as exc:
             error = f"timed out after {s.job_timeout} s: {exc}"
@@ -409,6 +489,15 @@ class LeagueOrchestrator(AbstractOrchestrator):
         except (RuntimeError, ServiceError) as exc:
             outcome.agent_error = str(exc)
         return outcome
+
+    def _solo_config(self, assignment: Assignment) -> EpisodeConfig:
+        """A solo job's startEpisode: `Job.settings` (numEnvs, numEpisodes, train, the
+        player's agent with its epsilon, envKwargs), seeded per job when the league is."""
+        settings = dict(assignment.running.job.settings)
+        if self.settings.seed is not None:
+            settings["seed"] = (self.settings.seed
+                                + assignment.job_id * settings.get("numEnvs", 1))
+        return EpisodeConfig.model_validate(settings)
 
     def _recover_agent(self, name: str) -> Optional[str]:
         """Bring an agent a failed job used back to ready: wait out a request of the job's
@@ -455,6 +544,9 @@ class LeagueOrchestrator(AbstractOrchestrator):
                 raise RuntimeError(outcome.agent_error)
             return
         try:
+            if self.solo:
+                self._finish_solo(assignment, outcome)
+                return
             results = []
             for game in outcome.games:
                 seat = next(seat for seat, agent in (game.seats or {}).items()
@@ -474,6 +566,29 @@ class LeagueOrchestrator(AbstractOrchestrator):
         finally:
             self.scheduler.job_done(assignment)
             self._report()
+
+    def _finish_solo(self, assignment: Assignment, outcome: _Outcome) -> None:
+        """A solo job's episodes: the league's results, the player's env steps, the
+        payoff's record of the job (mean return of its whole episodes), a snapshot if due,
+        the player's weights and league.json."""
+        job, job_id, player = assignment.running.job, assignment.job_id, assignment.home
+        steps_before, returns = self.env_steps, []
+        for episode in outcome.games:
+            self.env_steps += episode.length
+            if not (episode.abnormal or episode.cancelled):
+                returns.append(episode.return_)
+            extra = {"envIndex": episode.env_index, "terminated": episode.terminated,
+                     "truncated": episode.truncated, "abnormal": episode.abnormal,
+                     "cancelled": episode.cancelled}
+            self.record_episode(player, episode.return_, episode.length, every_s=1.0,
+                                job=job_id, branch=job.branch,
+                                **{k: v for k, v in extra.items() if v is not None})
+        self.env_steps = steps_before + outcome.steps  # (the worker's count is the truth)
+        self.manager.finish_job(job_id, [], outcome.steps, returns=returns)
+        self._snapshot_if_due(player)
+        self.agents[player].client.save_model(self.manager.active[player].checkpoint_path,
+                                              timeout=self._call_timeout())
+        self._save()
 
     def _snapshot_if_due(self, player_id: str) -> None:
         if not self.manager.snapshot_due(player_id):
@@ -546,9 +661,11 @@ class LeagueOrchestrator(AbstractOrchestrator):
         return None
 
     # ---- state ---------------------------------------------------------------------------
-    def _main_steps(self) -> int:
+    def _budget_steps(self) -> int:
+        """What a startEpisode's numSteps counts: the main players' moves (a solo league:
+        every player's env steps)."""
         return sum(p.total_agent_step for p in self.manager.active.values()
-                   if isinstance(p, MainPlayer))
+                   if self.solo or isinstance(p, MainPlayer))
 
     def _save(self) -> None:
         self.manager.save(self.resolve_path(self._path(STATE)))
@@ -566,8 +683,39 @@ class LeagueOrchestrator(AbstractOrchestrator):
                        "workers": len(self.scheduler.live())}})
 
 
-def _kind(player: Any) -> str:
-    return next(name for name, cls in PLAYER_TYPES.items() if type(player) is cls)
+
+
+
+def _is_solo(kind: str) -> bool:
+    """Whether players of this registered type train alone (a solo league's)."""
+    return issubclass(PLAYER_TYPES[kind], SoloActivePlayer)
+
+
+def _probe_gym(env: dict[str, Any], modules: frozenset[str],
+               who: str = "") -> tuple[gym.Space, gym.Space]:
+    """A gymnasium env's (observation, action) spaces, from one instance made and closed;
+    InvalidRequest when it cannot be made or its spaces are not supported. ``MODULE:ID``
+    only for modules the orchestrator was started with (``--env-module``)."""
+    module = env["id"].rpartition(":")[0]
+    if module and module not in modules:
+        raise InvalidRequest(f"{who}env {env['id']!r}: module {module!r} is not one this "
+                             f"orchestrator may import (--env-module {module})")
+    try:
+        if module:
+            importlib.import_module(module)
+        probe = gym.make(env["id"], **env.get("kwargs", {}))
+    except Exception as exc:  # noqa: BLE001 - whatever gymnasium or the env raises
+        raise InvalidRequest(f"{who}env {env['id']!r} cannot be made with kwargs "
+                             f"{env.get('kwargs', {})}: {type(exc).__name__}: {exc}") from exc
+    try:
+        for space in (probe.observation_space, probe.action_space):
+            space_to_dict(space)
+        return probe.observation_space, probe.action_space
+    except ValueError as exc:
+        raise InvalidRequest(f"{who}env {env['id']!r} has a space that is not supported: "
+                             f"{exc}") from exc
+    finally:
+        probe.close()
 
 
 def _quietly(call: Any) -> None:

@@ -112,6 +112,15 @@ def test_pydantic_models_have_the_spec_fields(role):
         MODELS["agent"]), "a spec schema has no model"
 
 
+def test_league_player_entries_have_the_spec_fields():
+    """LeagueSettings' players items (inline in the spec) are LeaguePlayerSpec's fields."""
+    items = load_spec("orchestrator")["components"]["schemas"]["LeagueSettings"][
+        "properties"]["players"]["items"]
+    fields = {f.alias or n for n, f in schemas.LeaguePlayerSpec.model_fields.items()}
+    assert set(items["properties"]) == fields
+    assert items["additionalProperties"] is False
+
+
 def test_an_orchestrators_status_payload_is_typed():
     """The status long-poll answers an OrchestratorStatus; what the league and the harness
     read from it (agentSteps, episodesDone, the league's counts) are declared fields."""

@@ -31,7 +31,7 @@ def test_spec_enums_are_the_registries(role):
 
 def test_the_orchestrator_spec_names_its_registries():
     names = {s["x-mistk-registry"] for s in _marked(load_spec("orchestrator"), [])}
-    assert "opponents" in names
+    assert names == {"opponents", "league_players"}
 
 
 def test_registry_refuses_twins_and_suggests_names():
@@ -115,3 +115,28 @@ def test_an_option_of_another_orchestrator_is_refused_by_name():
     with pytest.raises(InvalidRequest, match="'league'"):
         refuse_unknown_options({"id": "x", "league": {}}, gym.env_settings, "env",
                                "GymOrchestrator")
+
+
+def test_a_new_player_type_is_declared_by_its_class_alone():
+    """Writing an ActivePlayer subclass with a `kind` registers it: league settings accept it
+    and league.json names it."""
+    from dataclasses import dataclass
+
+    from mistk_rl.league.manager import LeagueManager
+    from mistk_rl.league.player import PLAYER_TYPES, MainPlayer
+    from mistk_rl.schemas import LeaguePlayerSpec
+
+    @dataclass
+    class Sparring(MainPlayer):
+        kind = "test_sparring"
+
+    try:
+        assert LeaguePlayerSpec(id="s", type="test_sparring").type == "test_sparring"
+        league = LeagueManager.create([{"type": "test_sparring", "id": "s", "checkpoint": "c"}],
+                                      one_phase_step=10)
+        assert league.state_dict()["active"][0]["type"] == "test_sparring"
+        assert type(LeagueManager.from_state(league.state_dict()).active["s"]) is Sparring
+    finally:
+        PLAYER_TYPES._entries.pop("test_sparring")
+    with pytest.raises(ValidationError, match="Did you mean 'main_exploiter'"):
+        LeaguePlayerSpec(id="s", type="main_exploitr")

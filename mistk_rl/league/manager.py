@@ -11,7 +11,9 @@ snapshot and tells it where the snapshot's checkpoint was saved.
   job finishes, fails to launch or times out (`finish_job`, `fail_job`). `jobs_launched`
   counts the jobs handed out (their ids), `jobs_finished` and `jobs_failed` how they ended
   (the others are still running or waiting for agents).
-- Every finished game updates the payoff (self-play games excepted) and the ratings.
+- Every finished game updates the payoff (self-play games excepted) and the ratings. A
+  solo player's finished job (episodes against the env) goes to `solo_payoff`
+  (`SoloSharedPayoff`: its last jobs, each with the episodes' mean return).
 - `take_snapshot` adds the frozen copy and says whether the player now resets to its
   initial weights (only the snapshotted player can).
 """
@@ -27,14 +29,11 @@ from typing import Any, Iterable, Optional
 import numpy as np
 
 from mistk_rl.files import atomic_write_json
-from mistk_rl.league.payoff import BattleSharedPayoff
-from mistk_rl.league.player import (ActivePlayer, HistoricalPlayer, Job, LeagueExploiter,
-                                    MainExploiter, MainPlayer, SoloActivePlayer)
+from mistk_rl.league.payoff import BattleSharedPayoff, SoloSharedPayoff
+from mistk_rl.league.player import (PLAYER_TYPES, ActivePlayer, HistoricalPlayer, Job,
+                                    MainPlayer, SoloActivePlayer)
 from mistk_rl.league.ratings import Ratings
 
-PLAYER_TYPES: dict[str, type[ActivePlayer]] = {
-    "main": MainPlayer, "main_exploiter": MainExploiter, "league_exploiter": LeagueExploiter,
-    "solo": SoloActivePlayer}
 RECENT_JOBS = 100
 
 
@@ -49,6 +48,7 @@ class LeagueManager:
     active: dict[str, ActivePlayer] = field(default_factory=dict)
     historical: dict[str, HistoricalPlayer] = field(default_factory=dict)
     payoff: BattleSharedPayoff = field(default_factory=BattleSharedPayoff)
+    solo_payoff: SoloSharedPayoff = field(default_factory=SoloSharedPayoff)
     ratings: Ratings = field(default_factory=Ratings)
     max_active_player_job: int = 3
     seed: Optional[int] = None
@@ -80,10 +80,7 @@ class LeagueManager:
         each main player is snapshotted at step 0."""
         league = cls(max_active_player_job=max_active_player_job, seed=seed)
         for spec in players:
-            kind = PLAYER_TYPES.get(spec["type"])
-            if kind is None:
-                raise ValueError(f"player type {spec['type']!r} is not one of "
-                                 f"{', '.join(PLAYER_TYPES)}")
+            kind = PLAYER_TYPES[PLAYER_TYPES.validate(spec["type"])]
             extra = {k: v for k, v in spec.items()
                      if k not in ("type", "id", "category", "checkpoint", "initial_checkpoint")}
             player = kind(spec["id"], spec.get("category", "default"), spec["checkpoint"],
@@ -104,6 +101,8 @@ class LeagueManager:
             raise ValueError(f"player id {player.player_id!r} is taken")
         self.payoff.add_player(player.player_id)
         self.ratings.add_player(player.player_id, like=like)
+        if isinstance(player, SoloActivePlayer):
+            self.solo_payoff.add_player(player.player_id)
         (self.historical if isinstance(player, HistoricalPlayer) else self.active)[
             player.player_id] = player
 
@@ -128,20 +127,33 @@ class LeagueManager:
         self.running[running.job_id] = running
         return running
 
-    def finish_job(self, job_id: int, results: list[str], steps: int = 0) -> None:
+    def finish_job(self, job_id: int, results: list[str], steps: int = 0,
+                   returns: Optional[list[float]] = None) -> None:
         """The job's games ended, `results` from the launching player's side; `steps`: the
-        env steps its player took (towards its snapshots)."""
+        env steps its player took (towards its snapshots). A solo job (no opponent) gives
+        its episodes' `returns` instead, recorded in `solo_payoff`."""
         running = self.running.pop(job_id)
         job = running.job
-        if job.opponent:  # (a solo job has none)
+        if job.opponent:
             self.payoff.update(job.launch_player, job.opponent, results)
             if job.opponent != job.launch_player:
                 for result in results:
                     self.ratings.update(job.launch_player, job.opponent, result)
+            summary: dict[str, Any] = {r: results.count(r) for r in ("win", "draw", "loss")}
+        else:  # a solo job: against the env
+            returns = [float(r) for r in returns or ()]
+            summary = {"episodes": len(returns), "mean_return": (
+                round(float(np.mean(returns)), 6) if returns else None)}
+            if job.launch_player in self.solo_payoff.jobs:
+                epsilon = job.settings.get("agents", {}).get(job.launch_player, {}).get(
+                    "epsilon")
+                self.solo_payoff.update(job.launch_player, {
+                    "job_id": job_id, **summary, "steps": steps, "epsilon": epsilon,
+                    "at_step": self.active[job.launch_player].total_agent_step + steps})
         self.active[job.launch_player].total_agent_step += steps
         self.jobs_finished += 1
-        self.recent.append({**asdict(job), "job_id": job_id, "results": {
-            r: results.count(r) for r in ("win", "draw", "loss")}, "steps": steps})
+        self.recent.append({**asdict(job), "job_id": job_id, "results": summary,
+                            "steps": steps})
 
     def fail_job(self, job_id: int, reason: str = "",
                  details: Optional[dict[str, Any]] = None) -> None:
@@ -171,11 +183,11 @@ class LeagueManager:
 
     # ---- persistence ---------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
-        kinds = {cls: name for name, cls in PLAYER_TYPES.items()}
         return {
-            "active": [{"type": kinds[type(p)], **asdict(p)} for p in self.active_players],
+            "active": [{"type": p.kind, **asdict(p)} for p in self.active_players],
             "historical": [asdict(p) for p in self.historical_players],
             "payoff": self.payoff.state_dict(), "ratings": self.ratings.state_dict(),
+            "solo_payoff": self.solo_payoff.state_dict(),
             "max_active_player_job": self.max_active_player_job, "seed": self.seed,
             "running": [{"job_id": r.job_id, **asdict(r.job)} for r in self.running.values()],
             "recent": list(self.recent), "snapshots_taken": self.snapshots_taken,
@@ -191,11 +203,16 @@ class LeagueManager:
                      jobs_finished=state.get("jobs_finished", 0),
                      jobs_failed=state.get("jobs_failed", 0))
         league.payoff.load_state_dict(state["payoff"])
+        if "solo_payoff" in state:  # (league.json files from before solo leagues: none)
+            league.solo_payoff.load_state_dict(state["solo_payoff"])
         league.ratings = Ratings.from_state(state["ratings"])
         for spec in state["active"]:
             spec = dict(spec)
             player = PLAYER_TYPES[spec.pop("type")](**spec)
             league.active[player.player_id] = player
+            if (isinstance(player, SoloActivePlayer)
+                    and player.player_id not in league.solo_payoff.jobs):
+                league.solo_payoff.add_player(player.player_id)
         for spec in state["historical"]:
             league.historical[spec["player_id"]] = HistoricalPlayer(**spec)
         league.recent.extend(state["recent"])
@@ -214,12 +231,17 @@ class LeagueManager:
 
     def view(self, recent: int = 20) -> dict[str, Any]:
         """What GET /league shows: the table, the payoff matrix (row against column: win
-        rate, draws half, and raw games), the jobs running and the last `recent`."""
+        rate, draws half, and raw games; and `solo`: each solo player's last jobs), the
+        jobs running and the last `recent`."""
         ids = [p.player_id for p in itertools.chain(self.active_players,
                                                     self.historical_players)]
-        return {"players": self.table(),
-                "payoff": {"ids": ids, "winRate": self.payoff.matrix(ids).round(4).tolist(),
-                           "games": [[self.payoff.played(a, b) for b in ids] for a in ids]},
+        payoff: dict[str, Any] = {
+            "ids": ids, "winRate": self.payoff.matrix(ids).round(4).tolist(),
+            "games": [[self.payoff.played(a, b) for b in ids] for a in ids]}
+        if self.solo_payoff.jobs:
+            payoff["solo"] = {p: list(jobs)[-recent:]
+                              for p, jobs in self.solo_payoff.jobs.items()}
+        return {"players": self.table(), "payoff": payoff,
                 "jobs": {"launched": self.jobs_launched, "finished": self.jobs_finished,
                          "failed": self.jobs_failed,
                          "running": [{"job_id": r.job_id, **asdict(r.job)}
@@ -227,12 +249,18 @@ class LeagueManager:
                          "recent": list(self.recent)[-recent:]}}
 
     def table(self) -> list[dict[str, Any]]:
-        """One row per player: kind, steps, parent, ratings; best first (TrueSkill exposure)."""
+        """One row per player: kind, steps, parent, ratings (a solo player: its epsilon and
+        its last job's mean return too); best first (TrueSkill exposure)."""
         rows = []
         for player in itertools.chain(self.active_players, self.historical_players):
-            rows.append({"id": player.player_id, "kind": type(player).__name__,
-                         "steps": player.total_agent_step,
-                         "parent": getattr(player, "parent_id", None),
-                         "exposure": self.ratings.exposure(player.player_id),
-                         "elo": self.ratings.elo[player.player_id]})
+            row = {"id": player.player_id, "kind": type(player).__name__,
+                   "steps": player.total_agent_step,
+                   "parent": getattr(player, "parent_id", None),
+                   "exposure": self.ratings.exposure(player.player_id),
+                   "elo": self.ratings.elo[player.player_id]}
+            if isinstance(player, SoloActivePlayer):  # its exploration, its last job's return
+                jobs = self.solo_payoff.jobs.get(player.player_id) or [{}]
+                row["epsilon"] = round(player.epsilon(), 6) if player.eps_decay else None
+                row["mean_return"] = jobs[-1].get("mean_return")
+            rows.append(row)
         return sorted(rows, key=lambda row: -row["exposure"])

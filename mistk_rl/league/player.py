@@ -28,14 +28,18 @@ snapshot of every main player.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Optional, Protocol, Sequence
+from typing import ClassVar, Optional, Protocol, Sequence
 
 import numpy as np
 
 from mistk_rl.league.payoff import BattleSharedPayoff
 from mistk_rl.league.pfsp import NoCandidates, pfsp, remove_monotonic_suffix
+from mistk_rl.registry import Registry
 
 STRONG_WIN_RATE = 0.7
+# every ActivePlayer subclass with a `kind` is one (declared by writing the class): league
+# configs name players by it, and the spec's enum, the request models and league.json read it
+PLAYER_TYPES: Registry[type["ActivePlayer"]] = Registry("league_players", "league player type")
 
 
 @dataclass
@@ -82,11 +86,18 @@ class ActivePlayer(Player):
     """A player that trains. Subclasses set `branches` (name -> probability, in order) and
     implement `_<name>_branch`, and say who counts for `is_trained_enough`."""
 
+    kind: ClassVar[str]  # its type in league configs (registers the class)
+
     one_phase_step: int = 20_000
     strong_win_rate: float = STRONG_WIN_RATE
     initial_checkpoint: str = ""  # what a reset reloads
     last_enough_step: int = 0
     branches: dict[str, float] = field(default_factory=dict)
+
+    def __init_subclass__(cls, **kwargs) -> None:
+        super().__init_subclass__(**kwargs)
+        if "kind" in cls.__dict__:
+            PLAYER_TYPES.add(cls.kind, cls)
 
     def __post_init__(self) -> None:
         if not self.branches:
@@ -168,8 +179,10 @@ class SoloActivePlayer(ActivePlayer):
     job settings: env kwargs, env copies, episodes, and an epsilon decaying exponentially
     with the player's steps, ``(start - end) * exp(-steps / decay) + end`` (nervex's
     formula; its yaml: .95 -> .05 over 10,000). `Job.settings` is the EpisodeConfig a gym
-    orchestrator runs the job with (``startEpisode(job.settings)``)."""
+    orchestrator runs the job with (``startEpisode(job.settings)``). A snapshot is due every
+    `one_phase_step` of its env steps."""
 
+    kind = "solo"
     env_kwargs: dict = field(default_factory=dict)
     num_envs: int = 8
     episodes_per_job: int = 2
@@ -180,6 +193,11 @@ class SoloActivePlayer(ActivePlayer):
     @classmethod
     def default_branches(cls) -> dict[str, float]:
         return {"solo": 1.0}
+
+    def is_trained_enough(self, league: LeagueView) -> bool:
+        """Pure: a snapshot is due every `one_phase_step` env steps (the seed's solo rule:
+        there are no opponents whose win rates could make it earlier)."""
+        return self.total_agent_step - self.last_enough_step >= self.one_phase_step
 
     def epsilon(self) -> float:
         return float((self.eps_start - self.eps_end)
@@ -220,6 +238,8 @@ class BattleActivePlayer(ActivePlayer):
 
 @dataclass
 class MainPlayer(BattleActivePlayer):
+    kind = "main"
+
     @classmethod
     def default_branches(cls) -> dict[str, float]:
         return {"pfsp": 0.5, "sp": 0.35, "verification": 0.15}
@@ -257,6 +277,7 @@ class MainPlayer(BattleActivePlayer):
 
 @dataclass
 class MainExploiter(BattleActivePlayer):
+    kind = "main_exploiter"
     min_valid_win_rate: float = 0.1
 
     @classmethod
@@ -277,6 +298,7 @@ class MainExploiter(BattleActivePlayer):
 
 @dataclass
 class LeagueExploiter(BattleActivePlayer):
+    kind = "league_exploiter"
     mutate_prob: float = 0.25
 
     @classmethod

@@ -31,6 +31,20 @@ Workers
   worker that sets up but fails every job is dropped all the same.
 - With every worker dropped, `exhausted` names each one's last error: the caller ends the
   run with it (nothing is left to retry on).
+
+Bound workers (a solo league: players that train alone on gym orchestrators, which take
+exactly one agent)
+
+- With ``bind=True`` worker i is bound to player ``i % len(players)`` for good (so each
+  player needs a worker: workers >= players): its set-up registers that player's agent
+  only, and it runs that player's jobs only. A player's jobs run one at a time (its agent
+  is in one episode at a time); a player with several workers has spares, which take over
+  while one backs off.
+- The set-up rule holds per player: a worker's set-up waits until its player's agent is in
+  no job and no other worker of that player is being set up, and while one is due, that
+  player's new jobs wait (the other players' go on).
+- A player whose workers are all dropped cannot train: `exhausted` names the player and
+  its workers.
 """
 from __future__ import annotations
 
@@ -77,6 +91,7 @@ class WorkerHealth:
     last_error: Optional[str] = None
     last_task: int = -1  # when it was last given a task (a counter): least recent first
     job_id: Optional[int] = None  # the job it runs
+    player: Optional[str] = None  # bound workers: the one player whose jobs it runs
 
     @property
     def live(self) -> bool:
@@ -88,7 +103,8 @@ class WorkerHealth:
                  else round(max(self.retry_at - now, 0.0), 3))
         return {"url": self.url, "state": self.state, "failures": self.failures,
                 "failed": self.failed, "jobs": self.jobs, "setUps": self.set_ups,
-                "job": self.job_id, "retryInS": retry, "lastError": self.last_error}
+                "job": self.job_id, "retryInS": retry, "lastError": self.last_error,
+                "player": self.player}
 
 
 @dataclass
@@ -137,14 +153,22 @@ class Assignment:
 
 class Scheduler:
     """Job slots per worker, agent reservations, the next player, worker health (module
-    doc). `players`: the active players' ids in turn order; `workers`: the workers' URLs."""
+    doc). `players`: the active players' ids in turn order; `workers`: the workers' URLs;
+    `bind`: each worker bound to one player (solo players, module doc)."""
 
     def __init__(self, players: Iterable[str], workers: Iterable[str],
-                 backoff: Backoff = Backoff()) -> None:
+                 backoff: Backoff = Backoff(), bind: bool = False) -> None:
         self.players = list(players)
         self.workers = [WorkerHealth(i, url) for i, url in enumerate(workers)]
         if not self.workers:
             raise ValueError("a scheduler needs at least one worker")
+        self.bound = bind
+        if bind:
+            if len(self.workers) < len(self.players):
+                raise ValueError(f"{len(self.workers)} workers for {len(self.players)} "
+                                 "players: bound workers need one per player at least")
+            for worker in self.workers:
+                worker.player = self.players[worker.index % len(self.players)]
         self.backoff = backoff
         self.pool: dict[str, Optional[str]] = {}  # frozen agent -> the checkpoint it holds
         self.last_use: dict[str, int] = {}  # pool agent -> the last job it was in
@@ -166,15 +190,26 @@ class Scheduler:
 
     def next_set_up(self, now: float) -> Optional[int]:
         """The worker to set up now, if one is due and a set-up can run: none running, and
-        no agent in a job (module doc). The caller then calls `begin_set_up`."""
-        if self.busy or any(w.state == SETTING_UP for w in self.workers):
-            return None
-        due = self.due(now)
-        return due[0] if due else None
+        no agent in a job (module doc; bound workers: none of its player's running, and its
+        player's agent in no job). The caller then calls `begin_set_up`."""
+        if not self.bound:
+            if self.busy or any(w.state == SETTING_UP for w in self.workers):
+                return None
+            due = self.due(now)
+            return due[0] if due else None
+        for index in self.due(now):
+            player = self.workers[index].player
+            if player not in self.busy and not any(
+                    w.state == SETTING_UP and w.player == player for w in self.workers):
+                return index
+        return None
 
-    def holding_jobs(self, now: float) -> bool:
-        """Whether new jobs wait: a set-up is due or running."""
-        return bool(self.due(now)) or any(w.state == SETTING_UP for w in self.workers)
+    def holding_jobs(self, now: float, player: Optional[str] = None) -> bool:
+        """Whether new jobs wait: a set-up is due or running (bound workers: one of
+        `player`'s)."""
+        mine = [w for w in self.workers if player is None or w.player == player]
+        due = set(self.due(now))
+        return any(w.index in due or w.state == SETTING_UP for w in mine)
 
     def idle(self) -> list[int]:
         """Set-up workers with no task, least recently given one first."""
@@ -185,7 +220,10 @@ class Scheduler:
         worker = self.workers[index]
         if worker.state not in (NEW, BACKOFF):
             raise ValueError(f"worker {index} is {worker.state}: no set-up due")
-        if self.busy:
+        if self.bound and worker.player in self.busy:
+            raise ValueError(f"agent {worker.player!r} is in a job: the set-up of its "
+                             f"worker {index} registers it")
+        if not self.bound and self.busy:
             raise ValueError(f"agents {sorted(self.busy)} are in jobs: a set-up registers "
                              "every agent")
         worker.state, worker.retry_at = SETTING_UP, None
@@ -240,12 +278,17 @@ class Scheduler:
         return [w.index for w in self.workers if w.live]
 
     def exhausted(self) -> Optional[str]:
-        """None while a worker is left; else why the run must end, naming every worker."""
+        """None while a worker is left (bound workers: one for every player); else why the
+        run must end, naming every worker (of the player left without one)."""
+        if self.bound:
+            for player in self.players:
+                mine = [w for w in self.workers if w.player == player]
+                if not any(w.live for w in mine):
+                    return f"player {player!r} has no healthy worker left: " + _failures(mine)
+            return None
         if any(w.live for w in self.workers):
             return None
-        return "no healthy worker left: " + "; ".join(
-            f"worker {w.index} {w.url} failed {w.failures} times in a row: {w.last_error}"
-            for w in self.workers)
+        return "no healthy worker left: " + _failures(self.workers)
 
     def view(self, now: Optional[float] = None) -> list[dict[str, Any]]:
         return [w.view(now) for w in self.workers]
@@ -263,6 +306,8 @@ class Scheduler:
         first the jobs waiting for agents, oldest first, then a new job for the next player
         in turn (module doc). None when no job can start, or new jobs wait for a set-up."""
         self._expect(worker, IDLE)
+        if self.bound:
+            return self._bound_job(league, worker, now)
         if self.holding_jobs(now):
             return None
         assignment = self._next_assignment(league)
@@ -270,6 +315,25 @@ class Scheduler:
             assignment.worker = worker
             self.busy |= assignment.agents
             self.begin_task(worker, assignment.job_id)
+        return assignment
+
+    def _bound_job(self, league: LeagueManager, worker: int,
+                   now: float) -> Optional[Assignment]:
+        """The next job of the worker's player, if its agent is free and none of its
+        workers is due a set-up."""
+        player = self.workers[worker].player
+        if player in self.busy or self.holding_jobs(now, player):
+            return None
+        running = league.launch_job(player)
+        if running is None:
+            return None
+        if running.job.opponent:
+            league.fail_job(running.job_id, "a bound worker runs solo jobs only")
+            raise ValueError(f"player {player!r} got a job against {running.job.opponent!r}:"
+                             " bound workers run solo jobs (players that train alone) only")
+        assignment = Assignment(running, player, worker=worker)
+        self.busy.add(player)
+        self.begin_task(worker, assignment.job_id)
         return assignment
 
     def job_done(self, assignment: Assignment) -> None:
@@ -347,6 +411,11 @@ class Scheduler:
             return None
         name = min(free, key=lambda n: self.last_use.get(n, -1))
         return Assignment(running, name, load=checkpoint)
+
+
+def _failures(workers: Iterable[WorkerHealth]) -> str:
+    return "; ".join(f"worker {w.index} {w.url} failed {w.failures} times in a row: "
+                     f"{w.last_error}" for w in workers)
 
 
 def _short(error: str) -> str:

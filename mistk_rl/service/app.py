@@ -21,6 +21,7 @@ from connexion.resolver import Resolver
 
 # (imported for their registries, which the specs' enums name)
 import mistk_rl.games.opponents  # noqa: F401
+import mistk_rl.league.player  # noqa: F401
 from mistk_rl.limits import Limits
 from mistk_rl.registry import Registry
 from mistk_rl.service.handlers import AgentService, OrchestratorService

@@ -39,7 +39,7 @@ def test_evaluation_by_seat_order():
 
 
 def test_league_configs_load_and_are_checked(tmp_path):
-    for name in ("tictactoe_league.yaml", "connect4_league.yaml"):
+    for name in ("tictactoe_league.yaml", "connect4_league.yaml", "cartpole_solo_league.yaml"):
         config = load_config(REPO / "configs" / name)
         assert config.orchestrator.env.league and len(config.workers) == 2
         assert [a.name for a in config.agents if a.train] == [
@@ -74,3 +74,27 @@ def test_plots_are_written(tmp_path):
     plot_ratings(evals, tmp_path / "ratings.png")
     assert (tmp_path / "payoff.png").stat().st_size > 1000
     assert (tmp_path / "ratings.png").stat().st_size > 1000
+
+
+def test_a_solo_league_config_trains_with_training_and_its_players_as_agents():
+    import yaml
+    from pydantic import ValidationError
+
+    from harness.config import RunConfig
+
+    config = load_config(REPO / "configs" / "cartpole_solo_league.yaml")
+    assert config.orchestrator.env.solo_players() == ["fast", "slow"]
+    assert config.training is not None and config.evaluator is None
+    data = yaml.safe_load((REPO / "configs" / "cartpole_solo_league.yaml").read_text())
+    games = {**data, "training": None, "game_training": {"agent_steps": 100},
+             "evaluation": {"agent": "fast", "against": [{"opponent": "random",
+                                                          "exhaustive": True}]}}
+    with pytest.raises(ValidationError, match="solo league plays no games"):
+        RunConfig.model_validate(games)
+    battle = yaml.safe_load(yaml.safe_dump(data))
+    battle["orchestrator"]["env"]["league"]["players"][1] = {"id": "slow", "type": "main"}
+    with pytest.raises(ValidationError, match="'training' with a league trains a solo league"):
+        RunConfig.model_validate(battle)
+    stranger = {**data, "agents": [data["agents"][0], {**data["agents"][1], "name": "other"}]}
+    with pytest.raises(ValidationError, match=r"agents are its players \(fast, slow\)"):
+        RunConfig.model_validate(stranger)

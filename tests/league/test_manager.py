@@ -22,7 +22,7 @@ def test_every_main_player_starts_with_a_snapshot():
     assert seed.parent_id == "main" and seed.checkpoint_path == "main.pt"
     with pytest.raises(ValueError, match="main player"):
         LeagueManager.create(PLAYERS[1:], one_phase_step=100)
-    with pytest.raises(ValueError, match="not one of"):
+    with pytest.raises(ValueError, match="unknown league player type 'boss'"):
         LeagueManager.create([{**PLAYERS[0], "type": "boss"}], one_phase_step=100)
 
 

@@ -196,9 +196,9 @@ def test_pool_agents_load_a_snapshot_once_keep_it_and_forget_a_failed_load():
 
 def test_the_league_package_is_pure():
     """mistk_rl/league imports the standard library, numpy, trueskill (ratings' maths) and
-    its own modules, plus mistk_rl.errors/files: no HTTP, no services, no clock in the
-    scheduler."""
-    allowed = {"numpy", "trueskill", "mistk_rl.errors", "mistk_rl.files"}
+    its own modules, plus mistk_rl.errors/files/registry (the player types' registry): no
+    HTTP, no services, no clock in the scheduler."""
+    allowed = {"numpy", "trueskill", "mistk_rl.errors", "mistk_rl.files", "mistk_rl.registry"}
     package = Path(scheduler_module.__file__).parent
     for path in package.glob("*.py"):
         for node in ast.walk(ast.parse(path.read_text())):
@@ -217,3 +217,40 @@ def test_the_league_package_is_pure():
 def _stdlib(name: str) -> bool:
     import sys
     return name in sys.stdlib_module_names or name == "__future__"
+
+
+SOLO = [{"type": "solo", "id": p, "checkpoint": f"{p}.pt"} for p in ("a", "b")]
+
+
+def test_bound_workers_run_their_players_jobs_one_at_a_time():
+    league = _league(SOLO)
+    with pytest.raises(ValueError, match="2 workers for 3 players"):
+        Scheduler(["a", "b", "c"], URLS, bind=True)
+    sched = Scheduler(["a", "b"], URLS + ["http://w2"], Backoff(max_failures=2), bind=True)
+    assert [w.player for w in sched.workers] == ["a", "b", "a"]
+    # set-ups of different players' workers run side by side, one per player at a time
+    first, second = sched.next_set_up(0.0), None
+    sched.begin_set_up(first)
+    second = sched.next_set_up(0.0)
+    sched.begin_set_up(second)
+    assert (first, second) == (0, 1) and sched.next_set_up(0.0) is None  # w2 is a's too
+    sched.set_up_done(1)
+    b_job = sched.next_job(league, 1, 0.0)  # b's worker is ready: b plays
+    assert b_job.home == "b" and b_job.agents == {"b"} and b_job.running.job.settings
+    sched.set_up_done(0)
+    assert sched.next_job(league, 0, 0.0) is None  # a's w2 is due its set-up: a waits
+    assert sched.next_set_up(0.0) == 2
+    sched.begin_set_up(2)
+    sched.set_up_done(2)
+    a_job = sched.next_job(league, 0, 0.0)
+    assert a_job.home == "a" and sched.next_job(league, 2, 0.0) is None  # a is busy
+    sched.job_done(a_job)
+    league.finish_job(a_job.job_id, [], 10, returns=[1.0])
+    assert sched.next_job(league, 2, 0.0).home == "a"  # its other worker takes the next
+    # a player whose workers are all dropped cannot train: the run ends naming it
+    sched.job_failed(b_job, "gone", 0.0)
+    assert sched.exhausted() is None
+    sched.begin_set_up(1)
+    sched.task_failed(1, "gone again", 5.0)
+    assert sched.exhausted() == ("player 'b' has no healthy worker left: worker 1 http://w1 "
+                                 "failed 2 times in a row: gone again")
