@@ -18,8 +18,7 @@ from typing import Any, Callable, Optional
 from harness.config import TrainingSpec
 from harness.loop import Evaluated, run_loop
 from harness.progress import TrainingProgress
-from harness.training import (Progress, evaluate_returns, run_episodes, tensorboard_writer,
-                              write_curve)
+from harness.training import GymSchedule, Progress, evaluate_returns
 from mistk_rl.client import OrchestratorClient
 from mistk_rl.games.opponents import OPPONENTS
 from mistk_rl.schemas import EpisodeConfig
@@ -125,33 +124,27 @@ class Evaluator:
         return self.client
 
 
-class _SoloSchedule:
-    """Solo league training for `run_loop` (module doc)."""
+class _SoloSchedule(GymSchedule):
+    """Solo league training for `run_loop` (module doc): the league's jobs train, every
+    player is evaluated; progress, checkpoints and the curve as for gym training."""
 
     unit, eval_label = "env steps", "last eval (best player)"
 
     def __init__(self, league: OrchestratorClient, evaluator: Evaluator, spec: TrainingSpec,
                  run_dir: Path, timeout: float, progress: Progress, resumed: bool,
                  title: str) -> None:
-        self.league, self.evaluator, self.spec = league, evaluator, spec
-        self.run_dir, self.timeout, self.progress, self.title = run_dir, timeout, progress, title
-        self.budget, self.eval_every = spec.env_steps, spec.eval_every
-        self.players = list(evaluator.agent_urls)
-        self.episodes_before = progress.episodes
-        self.writer = tensorboard_writer(run_dir / "tensorboard", purge_step=(
-            progress.train_steps + 1 if resumed else None))
-
-    def steps(self) -> int:
-        return self.progress.train_steps
+        super().__init__(league, spec, run_dir, timeout, progress, resumed, title)
+        self.evaluator, self.players = evaluator, list(evaluator.agent_urls)
 
     def train_block(self, target: int, shown: TrainingProgress) -> None:
         progress = self.progress
         while progress.train_steps < target:
             done = progress.train_steps
-            base = self.league.progress().env_steps
-            played = self.league.play(EpisodeConfig(num_steps=target - done),
-                                      timeout=self.timeout, on_status=lambda status: shown.update(
-                                          done + status.payload.get("envSteps", base) - base))
+            base = self.orch.progress().env_steps
+            played = self.orch.play(
+                EpisodeConfig(num_steps=target - done), timeout=self.timeout,
+                on_status=lambda status: shown.update(
+                    done + status.payload.get("envSteps", base) - base))
             if played.env_steps <= 0:
                 raise RuntimeError(f"the league played no env steps toward {target}")
             progress.train_steps += played.env_steps
@@ -185,17 +178,6 @@ class _SoloSchedule:
         return Evaluated(top["mean_return"], (
             f"  eval at {progress.train_steps:7d} env steps ({wall_s:7.1f} s): {each} over "
             f"{len(top['returns'])} episodes"), stop)
-
-    def save(self, checkpoints: dict[str, str], wall_s: float) -> None:
-        self.progress.checkpoints = checkpoints
-        self.progress.episodes = run_episodes(self.league, self.episodes_before)
-        self.progress.wall_s = wall_s
-        self.progress.save(self.run_dir)
-
-    def close(self) -> None:
-        self.writer.close()
-        write_curve(self.progress.evals, self.run_dir, self.spec.stop_value,
-                    self.progress.train_returns, self.title)
 
 
 def plot_payoff(payoff: dict[str, Any], path: Path) -> None:

@@ -122,17 +122,19 @@ def train(orch: OrchestratorClient, spec: TrainingSpec, run_dir: Path, timeout: 
     progress = progress or Progress()
     if resumed:
         progress.resumed_at.append(progress.train_steps)
-    schedule = _GymSchedule(orch, spec, run_dir, timeout, progress, resumed, title)
+    schedule = GymSchedule(orch, spec, run_dir, timeout, progress, resumed, title)
     run_loop(schedule, progress.wall_s, say, checkpoints, quiet,
              progress.evals[-1]["mean_return"] if progress.evals else None,
              f"reached stop_value {spec.stop_value}: stopping", done=progress.done)
     return progress
 
 
-class _GymSchedule:
+class GymSchedule:
     """Gym training for `run_loop`: blocks of training episodes over `num_envs` env copies
     that stop exactly at each evaluation point and continue their episodes afterwards, and
-    greedy evaluations on fixed seeds; the curve goes to TensorBoard, CSV and PNG."""
+    greedy evaluations on fixed seeds; the curve goes to TensorBoard, CSV and PNG. (A solo
+    league's schedule, `harness.league`, trains and evaluates its own way and keeps the
+    rest.)"""
 
     unit, eval_label = "env steps", "last eval"
 

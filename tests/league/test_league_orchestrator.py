@@ -165,6 +165,12 @@ def _league(tmp_path, monkeypatch, workers, players=(("main", "main"),), pool=1,
         orch.agents[f"frozen_{k}"] = RegisteredAgent(f"frozen_{k}", "http://a", True,
                                                      FakeAgent())
         orch.do_register_agent(f"frozen_{k}", "http://a", True)
+    return wire_workers(orch, workers, monkeypatch)
+
+
+def wire_workers(orch: LeagueOrchestrator, workers: list, monkeypatch) -> LeagueOrchestrator:
+    """`orch` reaches the fake `workers` at http://w0, http://w1, ... (they see its agents),
+    and waits on a test clock (`orch.test_clock`) instead of the wall clock."""
     by_url = {f"http://w{i}": w for i, w in enumerate(workers)}
     for worker in workers:
         worker.agents = {name: agent.client for name, agent in orch.agents.items()}

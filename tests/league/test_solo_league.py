@@ -16,7 +16,7 @@ from mistk_rl.league.manager import LeagueManager
 from mistk_rl.orchestrator import RegisteredAgent
 from mistk_rl.schemas import EpisodeConfig, EpisodeResult, OrchestratorProgress, Results, Status
 from orchestrators.league_orchestrator import LeagueOrchestrator
-from tests.league.test_league_orchestrator import Clock, FakeAgent
+from tests.league.test_league_orchestrator import FakeAgent, wire_workers
 
 ENV = "CartPole-v1"
 
@@ -118,15 +118,7 @@ def _solo_league(tmp_path, monkeypatch, workers, players, **settings):
     for p in players:
         orch.agents[p["id"]] = RegisteredAgent(p["id"], f"http://{p['id']}", False,
                                                FakeAgent())
-    by_url = {f"http://w{i}": w for i, w in enumerate(workers)}
-    for worker in workers:
-        worker.agents = {name: agent.client for name, agent in orch.agents.items()}
-    monkeypatch.setattr(orch, "_connect", lambda url: by_url[url])
-    clock = Clock()
-    monkeypatch.setattr(orch, "clock", clock.now)
-    monkeypatch.setattr(orch, "_pause", clock.pause)
-    orch.test_clock = clock
-    return orch
+    return wire_workers(orch, workers, monkeypatch)
 
 
 def test_a_solo_job_plays_its_settings_and_the_league_learns_its_results(tmp_path,
