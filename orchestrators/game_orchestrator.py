@@ -28,10 +28,11 @@ import numpy as np
 
 from mistk_rl.client import ServiceError, ServiceUnavailable
 from mistk_rl.errors import InvalidRequest
-from mistk_rl.games.enumerate import enumerate_lines
+from mistk_rl.games.enumerate import check_enumerable, enumerate_lines
 from mistk_rl.games.opponents import OPPONENTS
-from mistk_rl.games.pettingzoo_games import (RESULTS, Decision, GameCopy, Outcome, make_copy,
-                                             probe_game, result_for, winner)
+from mistk_rl.games.pettingzoo_games import (RESULTS, Decision, GameCopy, GameInfo, Outcome,
+                                             check_lineup, make_copy, probe_game, result_for,
+                                             winner)
 from mistk_rl.implementation import PROGRESS_EVERY_S
 from mistk_rl.orchestrator import AbstractOrchestrator, episode_quotas, replay_batch
 from mistk_rl.schemas import ExhaustiveSpec, GameEpisodeSettings
@@ -126,22 +127,8 @@ class GameOrchestrator(AbstractOrchestrator):
         if config.lineup is not None:
             self._check_lineup(config.lineup)
         if config.exhaustive is not None:
-            self._check_exhaustive(config.exhaustive)
-
-    def _check_exhaustive(self, spec: ExhaustiveSpec) -> None:
-        """Refuse (400) what cannot be enumerated: an unknown agent, a game that is not a
-        two-seat turn-based one, an opponent that cannot play in its spaces."""
-        if spec.agent not in self.agents:
-            raise InvalidRequest(f"exhaustive.agent {spec.agent!r} is not registered "
-                                 f"(registered: {', '.join(sorted(self.agents)) or 'none'})")
-        if self.api != "aec" or len(self.seats) != 2:
-            raise InvalidRequest(f"exhaustive evaluation enumerates two-seat turn-based "
-                                 f"games; {self.registry_id} is not one")
-        for seat in self.seats:
-            try:
-                OPPONENTS[spec.opponent].check_spaces(*self.spaces[seat])
-            except ValueError as exc:
-                raise InvalidRequest(f"exhaustive.opponent {spec.opponent}: {exc}") from exc
+            check_enumerable(self._game(), config.exhaustive.agent,
+                             config.exhaustive.opponent, self.agents)
 
     def _run_exhaustive(self, spec: ExhaustiveSpec) -> dict[str, Any]:
         """Every game of the agent (greedy) against every reply of the opponent, in each
@@ -157,14 +144,13 @@ class GameOrchestrator(AbstractOrchestrator):
             agent.client.episode_stopped()
         return {"agent": spec.agent, "opponent": spec.opponent, **report}
 
+    def _game(self) -> GameInfo:
+        return GameInfo(self.api, self.registry_id, self.seats, self.spaces)
+
     def _check_lineup(self, lineup: dict[str, str]) -> None:
-        if sorted(lineup) != sorted(self.seats):
-            raise InvalidRequest(f"lineup names seats {', '.join(sorted(lineup))}; "
-                                 f"{self.registry_id} has {', '.join(self.seats)}")
+        check_lineup(self._game(), lineup, self.agents)
         for seat, name in lineup.items():
-            agent = self.agents.get(name)
-            if agent is None:
-                raise InvalidRequest(f"lineup[{seat!r}]: {name!r} is not registered")
+            agent = self.agents[name]
             if _space_key(self._spaces_of(agent.seats)) != _space_key(self.spaces[seat]):
                 raise InvalidRequest(f"lineup[{seat!r}]: {name!r} was registered for other "
                                      "spaces than this seat's")

@@ -69,7 +69,8 @@ import gymnasium as gym
 
 from mistk_rl.client import BadRequest, OrchestratorClient, ServiceError, WaitTimeout
 from mistk_rl.errors import InvalidRequest
-from mistk_rl.games.pettingzoo_games import probe_game, result_for
+from mistk_rl.games.enumerate import check_enumerable
+from mistk_rl.games.pettingzoo_games import GameInfo, check_lineup, probe_game, result_for
 from mistk_rl.league.manager import LeagueManager
 from mistk_rl.league.player import PLAYER_TYPES, MainPlayer, SoloActivePlayer
 from mistk_rl.league.scheduler import Assignment, Backoff, Failure, Scheduler
@@ -107,6 +108,7 @@ class LeagueOrchestrator(AbstractOrchestrator):
         self.env: dict[str, Any] = {}
         self.settings: Optional[LeagueSettings] = None
         self.seats: list[str] = []
+        self.game: Optional[GameInfo] = None  # a battle league's game (a solo league: None)
         self.spaces: dict[str, tuple[Any, Any]] = {}  # seat -> spaces (solo: "" -> the env's)
         self.solo = False  # a solo league (module doc): gym workers, bound to players
         self.manager: Optional[LeagueManager] = None
@@ -181,10 +183,11 @@ class LeagueOrchestrator(AbstractOrchestrator):
         self.env = {"id": env["id"], "kwargs": dict(env.get("kwargs", {}))}
         self.solo = all(_is_solo(p.type) for p in s.players)
         if self.solo:
+            self.game = None
             self.seats, self.spaces = [], {"": _probe_gym(self.env, self.env_modules)}
         else:
-            game = probe_game(self.env)
-            self.seats, self.spaces = game.seats, game.spaces
+            self.game = probe_game(self.env)
+            self.seats, self.spaces = self.game.seats, self.game.spaces
         self.manager, self.evaluations, self._agents_loaded = None, [], False
         self.scheduler = Scheduler([p.id for p in s.players], s.workers, Backoff(
             max_failures=s.max_worker_failures, first_s=s.worker_backoff,
@@ -251,6 +254,15 @@ class LeagueOrchestrator(AbstractOrchestrator):
             raise InvalidRequest("lineup and exhaustive are games': a solo league plays no "
                                  "games (evaluate a solo player's agent on a gym "
                                  "orchestrator)")
+        if self.game is None:
+            return
+        # a game call forwarded to a worker: checked here, so a caller's mistake is a 400
+        # and not a worker's refusal that fails the league
+        if config.lineup is not None:
+            check_lineup(self.game, config.lineup, self.agents)
+        if config.exhaustive is not None:
+            check_enumerable(self.game, config.exhaustive.agent, config.exhaustive.opponent,
+                             self.agents)
 
     def do_start_episode(self, config: GameEpisodeSettings) -> None:
         if config.lineup is not None or config.exhaustive is not None:

@@ -140,3 +140,15 @@ def test_a_new_player_type_is_declared_by_its_class_alone():
         PLAYER_TYPES._entries.pop("test_sparring")
     with pytest.raises(ValidationError, match="Did you mean 'main_exploiter'"):
         LeaguePlayerSpec(id="s", type="main_exploitr")
+
+
+def test_a_null_option_is_not_set_wherever_it_belongs():
+    """The spec's nullable options: null means "not set", for any orchestrator."""
+    from mistk_rl.service.handlers import refuse_unknown_options
+
+    gym, game, _ = _classes()
+    assert refuse_unknown_options({"numEpisodes": 2, "maxSteps": None, "lineup": None},
+                                  game.episode_settings, "startEpisode", "GameOrchestrator") \
+        == {"numEpisodes": 2}
+    assert refuse_unknown_options({"id": "x", "league": None}, gym.env_settings, "env",
+                                  "GymOrchestrator") == {"id": "x"}

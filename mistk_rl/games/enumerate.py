@@ -13,12 +13,13 @@ the work for bigger games.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Iterable, Optional
 
 import numpy as np
 
-from mistk_rl.games.opponents import Opponent
-from mistk_rl.games.pettingzoo_games import GameCopy, make_copy, result_for, winner
+from mistk_rl.errors import InvalidRequest
+from mistk_rl.games.opponents import OPPONENTS, Opponent
+from mistk_rl.games.pettingzoo_games import GameCopy, GameInfo, make_copy, result_for, winner
 
 # the agent's greedy actions for a batch of positions: ({entity: obs}, {entity: mask} or None)
 # -> {entity: action}; entities are "SEAT:k", one per position (the orchestrator asks its
@@ -43,6 +44,24 @@ def _position(game: GameCopy, node: _Node) -> list:
         game.act({seat: action})
         _, decisions = game.advance()
     return decisions
+
+
+def check_enumerable(game: GameInfo, agent: str, opponent: str,
+                     registered: Iterable[str]) -> None:
+    """InvalidRequest unless `agent`'s games against `opponent` can be enumerated: the agent
+    is registered, the game is a two-seat turn-based one, the opponent plays its spaces."""
+    known = sorted(registered)
+    if agent not in known:
+        raise InvalidRequest(f"exhaustive.agent {agent!r} is not registered "
+                             f"(registered: {', '.join(known) or 'none'})")
+    if game.api != "aec" or len(game.seats) != 2:
+        raise InvalidRequest(f"exhaustive evaluation enumerates two-seat turn-based games; "
+                             f"{game.registry_id} is not one")
+    for seat in game.seats:
+        try:
+            OPPONENTS[opponent].check_spaces(*game.spaces[seat])
+        except ValueError as exc:
+            raise InvalidRequest(f"exhaustive.opponent {opponent}: {exc}") from exc
 
 
 def enumerate_lines(api: str, registry_id: str, kwargs: dict[str, Any], seats: list[str],

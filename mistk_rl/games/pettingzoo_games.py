@@ -18,7 +18,7 @@ import re
 import warnings
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from typing import Any, NamedTuple, Optional
+from typing import Any, Iterable, NamedTuple, Optional
 
 import numpy as np
 from gymnasium import spaces
@@ -138,6 +138,18 @@ def probe_game(env: dict[str, Any]) -> GameInfo:
                                  "is not supported: Box, Discrete, MultiDiscrete or "
                                  "MultiBinary (or a dict of observation and action_mask)")
     return GameInfo(api, registry_id, list(found), found)
+
+
+def check_lineup(game: GameInfo, lineup: dict[str, str], registered: Iterable[str]) -> None:
+    """InvalidRequest unless `lineup` (seat -> agent) names each of the game's seats once,
+    each with a registered agent: what a game call's ``lineup`` must be wherever it runs."""
+    if sorted(lineup) != sorted(game.seats):
+        raise InvalidRequest(f"lineup names seats {', '.join(sorted(lineup))}; "
+                             f"{game.registry_id} has {', '.join(game.seats)}")
+    known = set(registered)
+    for seat, name in lineup.items():
+        if name not in known:
+            raise InvalidRequest(f"lineup[{seat!r}]: {name!r} is not registered")
 
 
 def split_obs(obs: Any, info: Optional[dict] = None) -> tuple[np.ndarray, Optional[np.ndarray]]:

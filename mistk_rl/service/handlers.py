@@ -293,11 +293,9 @@ class OrchestratorService(_Service):
         orchestrator.env_modules = frozenset(env_modules)
 
     def initialize(self, body: dict[str, Any]) -> Response:
-        model = self.orchestrator.env_settings
-        refuse_unknown_options(body["env"], model, "env", type(self.orchestrator).__name__)
-        env = {"id": body["env"]["id"], "kwargs": body["env"].get("kwargs", {}),
-               **{k: v for k, v in body["env"].items()
-                  if k not in ("id", "kwargs") and v is not None}}
+        given = refuse_unknown_options(body["env"], self.orchestrator.env_settings, "env",
+                                       type(self.orchestrator).__name__)
+        env = {"kwargs": {}, **given}
         agents_needed = body.get("agentsNeeded", 1)
         self.orchestrator.validate_initialize(env, agents_needed)
 
@@ -338,7 +336,8 @@ class OrchestratorService(_Service):
 
     def startEpisode(self, body: dict[str, Any]) -> Response:  # noqa: N802
         model = self.orchestrator.episode_settings
-        refuse_unknown_options(body, model, "startEpisode", type(self.orchestrator).__name__)
+        body = refuse_unknown_options(body, model, "startEpisode",
+                                      type(self.orchestrator).__name__)
         try:
             config = model.model_validate(body)
         except ValueError as exc:
@@ -496,11 +495,13 @@ def _what_answered(exc: Exception) -> str:
 
 
 def refuse_unknown_options(given: dict[str, Any], model: type[BaseModel], what: str,
-                  owner: str) -> None:
-    """400 naming the first key of `given` that `model` (an orchestrator's settings) does
-    not take: another orchestrator's option, or a misspelling (with a suggestion)."""
+                           owner: str) -> dict[str, Any]:
+    """`given` without its nulls (the spec's nullable options: "not set"); 400 naming the
+    first other key that `model` (an orchestrator's settings) does not take: another
+    orchestrator's option, or a misspelling (with a suggestion)."""
     known = [f.alias or name for name, f in model.model_fields.items()]
-    for key in given:
-        if key not in known:
+    for key, value in given.items():
+        if key not in known and value is not None:
             raise InvalidRequest(f"{what}: {key!r} is not an option of {owner} (its "
                                  f"options: {', '.join(known)}){suggest(key, known)}")
+    return {key: value for key, value in given.items() if value is not None}

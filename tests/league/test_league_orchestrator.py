@@ -11,7 +11,9 @@ import pytest
 from mistk_rl.client import (OrchestratorClient, ServerError, ServiceRestarted,
                              ServiceUnavailable)
 from mistk_rl.orchestrator import RegisteredAgent
-from mistk_rl.schemas import EpisodeConfig, EpisodeResult, OrchestratorProgress, Results, Status
+from mistk_rl.errors import InvalidRequest
+from mistk_rl.schemas import (EpisodeConfig, EpisodeResult, GameEpisodeSettings,
+                              OrchestratorProgress, Results, Status)
 from orchestrators import league_orchestrator
 from orchestrators.league_orchestrator import LeagueOrchestrator
 
@@ -314,3 +316,21 @@ def test_an_evaluation_goes_to_a_set_up_worker_and_moves_on_from_a_dead_one(
             "player_1": "main", "player_2": "frozen_0"}))
     assert [w.state for w in orch.scheduler.workers] == ["dropped", "dropped"]
     assert orch.test_clock.pauses and max(orch.test_clock.pauses) <= 2.0
+
+
+@pytest.mark.parametrize("call, complaint", [
+    ({"lineup": {"player_1": "main", "seat_9": "frozen_0"}}, "lineup names seats"),
+    ({"lineup": {"player_1": "main", "player_2": "nobody"}}, "'nobody' is not registered"),
+    ({"exhaustive": {"agent": "nobody", "opponent": "random"}}, "exhaustive.agent 'nobody'"),
+    ({"exhaustive": {"agent": "main", "opponent": "connect4_winblock"}},
+     "exhaustive.opponent connect4_winblock"),
+])
+def test_a_game_call_the_workers_would_refuse_is_a_400_here(tmp_path, monkeypatch, call,
+                                                            complaint):
+    """A lineup or enumeration the league forwards is checked before it is accepted: a
+    caller's mistake is a 400, not a worker's refusal that fails the league."""
+    orch = _league(tmp_path, monkeypatch, [FakeWorker()])
+    with pytest.raises(InvalidRequest, match=complaint):
+        orch.validate_start_episode(GameEpisodeSettings.model_validate(call))
+    orch.validate_start_episode(GameEpisodeSettings.model_validate(
+        {"lineup": {"player_1": "main", "player_2": "frozen_0"}}))
