@@ -61,6 +61,7 @@ from __future__ import annotations
 import concurrent.futures as futures
 import importlib
 import logging
+import sys
 import time
 from dataclasses import dataclass, field
 from typing import Any, Optional
@@ -435,8 +436,16 @@ class LeagueOrchestrator(AbstractOrchestrator):
                     client = self.clients[index]
                     if assignment is not None and client is not None:
                         _quietly(client.stop_episode)
-                for future, (index, assignment) in tasks.items():
-                    self._ended(index, assignment, future.result())
+                errors = []
+                for future, (index, assignment) in tasks.items():  # every one settled, so
+                    try:  # no agent or worker stays held by a job that is over
+                        self._ended(index, assignment, future.result())
+                    except Exception as exc:  # noqa: BLE001 (re-raised below)
+                        errors.append(exc)
+                if errors and sys.exc_info()[1] is None:
+                    raise errors[0]
+                for exc in errors:  # (the error that ended the loop is the one to report)
+                    log.warning("settling a job after the run ended: %s", exc)
 
     def _pause(self, seconds: float) -> None:
         """Wait for a worker's backoff, waking early on stopEpisode."""
@@ -586,7 +595,7 @@ class LeagueOrchestrator(AbstractOrchestrator):
         job, job_id, player = assignment.running.job, assignment.job_id, assignment.home
         steps_before, returns = self.env_steps, []
         for episode in outcome.games:
-            self.env_steps += episode.length
+            self.env_steps += episode.length  # (each result's envSteps: the count at its end)
             if not (episode.abnormal or episode.cancelled):
                 returns.append(episode.return_)
             extra = {"envIndex": episode.env_index, "terminated": episode.terminated,
