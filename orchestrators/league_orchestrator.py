@@ -74,7 +74,7 @@ from mistk_rl.games.enumerate import check_enumerable
 from mistk_rl.games.pettingzoo_games import GameInfo, check_lineup, probe_game, result_for
 from mistk_rl.league.manager import LeagueManager
 from mistk_rl.league.player import PLAYER_TYPES, MainPlayer, SoloActivePlayer
-from mistk_rl.league.scheduler import Assignment, Backoff, Failure, Scheduler
+from mistk_rl.league.scheduler import Assignment, Backoff, Failure, Scheduler, one_line
 from mistk_rl.lifecycle import AGENT
 from mistk_rl.orchestrator import AbstractOrchestrator
 from mistk_rl.schemas import (AgentSettings, EpisodeConfig, EpisodeResult, GameEpisodeSettings,
@@ -556,7 +556,7 @@ class LeagueOrchestrator(AbstractOrchestrator):
             details: dict[str, Any] = {"worker": self.scheduler.workers[assignment.worker].url}
             if outcome.recovered:
                 details["recovered"] = dict(outcome.recovered)
-            self.manager.fail_job(job_id, _one_line(outcome.error), details)
+            self.manager.fail_job(job_id, one_line(outcome.error, 500), details)
             failure = self.scheduler.job_failed(assignment, outcome.error, self.clock())
             log.warning("league job %d failed on %s", job_id, failure.describe())
             self._save()
@@ -745,8 +745,3 @@ def _quietly(call: Any) -> None:
         call()
     except ServiceError:
         pass
-
-
-def _one_line(error: str, limit: int = 500) -> str:
-    line = " ".join(error.split())
-    return line if len(line) <= limit else line[:limit - 3] + "..."

@@ -260,7 +260,7 @@ class Scheduler:
         worker.failures += 1
         worker.failed += 1
         worker.job_id = None
-        worker.last_error = _short(error)
+        worker.last_error = one_line(error)
         if worker.failures >= self.backoff.max_failures:
             worker.state, worker.retry_at = DROPPED, None
             return Failure(worker, None)
@@ -418,7 +418,7 @@ def _failures(workers: Iterable[WorkerHealth]) -> str:
                      f"{w.last_error}" for w in workers)
 
 
-def _short(error: str) -> str:
-    """An error on one line, cut to ERROR_CHARS."""
+def one_line(error: str, limit: int = ERROR_CHARS) -> str:
+    """An error on one line, cut to `limit` characters (for logs, job records, status)."""
     line = " ".join(str(error).split())
-    return line if len(line) <= ERROR_CHARS else line[:ERROR_CHARS - 3] + "..."
+    return line if len(line) <= limit else line[:limit - 3] + "..."

@@ -11,7 +11,6 @@ full path and suggests the closest valid key. A default of `{}` marks an *open* 
 from __future__ import annotations
 
 import copy
-import difflib
 import json
 import numbers
 import re
@@ -22,6 +21,7 @@ from typing import Any
 import yaml
 
 from mistk_rl.files import atomic_write_bytes
+from mistk_rl.registry import suggest
 
 
 class ConfigError(ValueError):
@@ -85,8 +85,7 @@ def _unknown_key_message(key: Any, path: str, defaults: Mapping) -> str:
     key_path = f"{path}.{key}" if path else str(key)
     level = f"keys under '{path}'" if path else "top-level keys"
     message = f"unknown config key '{key_path}'; valid {level}: {', '.join(valid)}"
-    close = difflib.get_close_matches(str(key), valid, n=1)
-    return f"{message}. Did you mean '{close[0]}'?" if close else message
+    return message + suggest(str(key), valid)
 
 
 # ---- files ----------------------------------------------------------------------------------

@@ -183,7 +183,8 @@ class OffPolicyTrainer:
     def progress(self) -> dict[str, Any]:
         """The replay's size, and its statistics (a prioritized one's counters, use and
         staleness of the last sample, beta, ...)."""
-        return {"bufferSize": self.buffer.count(), "buffer": self.buffer.stats()}
+        stats = self.buffer.stats()  # (per replayed step: the valid items are counted once)
+        return {"bufferSize": stats["count"], "buffer": stats}
 
     def maybe_train(self) -> int:
         """Run the updates due at the current env step; returns how many ran."""
