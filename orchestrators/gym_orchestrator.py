@@ -16,7 +16,7 @@ import importlib
 import json
 import sys
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import Any, Iterable, Optional
 
 import gymnasium as gym
 import numpy as np
@@ -73,19 +73,7 @@ class GymOrchestrator(AbstractOrchestrator):
         if agents_needed != 1:
             raise InvalidRequest("GymOrchestrator plays single-agent envs: agentsNeeded "
                                  f"must be 1, not {agents_needed}")
-        module, _, name = env["id"].rpartition(":")
-        if module and module not in self.env_modules:  # checked before anything is imported
-            raise InvalidRequest(
-                f"env {env['id']!r}: module {module!r} is not one this orchestrator may "
-                "import; its operator can allow it with --env-module "
-                f"{module} (allowed now: {', '.join(sorted(self.env_modules)) or 'none'})")
-        try:  # "module:EnvId-v0": the module registers the env, as gym.make does
-            if module:
-                importlib.import_module(module)
-            gym.spec(name)
-        except (ImportError, gym.error.Error) as exc:
-            raise InvalidRequest(f"unknown gymnasium env {env['id']!r}: {exc}") from exc
-        _probe(env)  # bad kwargs, settings or spaces: 400 now, not a failed service later
+        probe_env(env, self.env_modules)
 
     def validate_start_episode(self, config: GymEpisodeSettings) -> None:
         if config.env_kwargs:  # bad kwargs: 400 now, not a failed service later
@@ -245,6 +233,27 @@ class GymOrchestrator(AbstractOrchestrator):
         managers, self.managers = list(self.managers.values()), {}
         for manager in managers:
             manager.close()
+
+
+def probe_env(env: dict[str, Any], modules: Iterable[str]) -> tuple[gym.Space, gym.Space]:
+    """What initialize checks of a gymnasium env (and the league's solo workers' env): its
+    module, when named (``MODULE:ID``), is one of `modules` (``--env-module``) before anything
+    is imported; its id is registered; one instance is made and closed, and its spaces are
+    ones the services carry. Returns the (observation, action) spaces; InvalidRequest (400)
+    otherwise: bad kwargs or settings fail now, not as a failed service later."""
+    module, _, name = env["id"].rpartition(":")
+    if module and module not in modules:
+        raise InvalidRequest(
+            f"env {env['id']!r}: module {module!r} is not one this orchestrator may "
+            "import; its operator can allow it with --env-module "
+            f"{module} (allowed now: {', '.join(sorted(modules)) or 'none'})")
+    try:  # "module:EnvId-v0": the module registers the env, as gym.make does
+        if module:
+            importlib.import_module(module)
+        gym.spec(name)
+    except (ImportError, gym.error.Error) as exc:
+        raise InvalidRequest(f"unknown gymnasium env {env['id']!r}: {exc}") from exc
+    return _probe(env)
 
 
 def _probe(env: dict[str, Any]) -> tuple[gym.Space, gym.Space]:

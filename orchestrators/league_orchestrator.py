@@ -59,7 +59,6 @@ resuming, faults) is as for battle players.
 from __future__ import annotations
 
 import concurrent.futures as futures
-import importlib
 import logging
 import sys
 import time
@@ -77,6 +76,7 @@ from mistk_rl.league.player import PLAYER_TYPES, MainPlayer, SoloActivePlayer
 from mistk_rl.league.scheduler import Assignment, Backoff, Failure, Scheduler, one_line
 from mistk_rl.lifecycle import AGENT
 from mistk_rl.orchestrator import AbstractOrchestrator
+from orchestrators.gym_orchestrator import probe_env
 from mistk_rl.schemas import (AgentSettings, EpisodeConfig, EpisodeResult, GameEpisodeSettings,
                               LeagueEnvSpec, LeagueSettings)
 from mistk_rl.spaces import space_to_dict
@@ -714,29 +714,11 @@ def _is_solo(kind: str) -> bool:
 
 def _probe_gym(env: dict[str, Any], modules: frozenset[str],
                who: str = "") -> tuple[gym.Space, gym.Space]:
-    """A gymnasium env's (observation, action) spaces, from one instance made and closed;
-    InvalidRequest when it cannot be made or its spaces are not supported. ``MODULE:ID``
-    only for modules the orchestrator was started with (``--env-module``)."""
-    module = env["id"].rpartition(":")[0]
-    if module and module not in modules:
-        raise InvalidRequest(f"{who}env {env['id']!r}: module {module!r} is not one this "
-                             f"orchestrator may import (--env-module {module})")
+    """`probe_env` (the gym orchestrator's initialize check), its refusal naming `who`."""
     try:
-        if module:
-            importlib.import_module(module)
-        probe = gym.make(env["id"], **env.get("kwargs", {}))
-    except Exception as exc:  # noqa: BLE001 - whatever gymnasium or the env raises
-        raise InvalidRequest(f"{who}env {env['id']!r} cannot be made with kwargs "
-                             f"{env.get('kwargs', {})}: {type(exc).__name__}: {exc}") from exc
-    try:
-        for space in (probe.observation_space, probe.action_space):
-            space_to_dict(space)
-        return probe.observation_space, probe.action_space
-    except ValueError as exc:
-        raise InvalidRequest(f"{who}env {env['id']!r} has a space that is not supported: "
-                             f"{exc}") from exc
-    finally:
-        probe.close()
+        return probe_env(env, modules)
+    except InvalidRequest as exc:
+        raise InvalidRequest(f"{who}{exc}") from exc
 
 
 def _quietly(call: Any) -> None:
