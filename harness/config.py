@@ -7,7 +7,7 @@ from typing import Any, Literal, Optional
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from mistk_rl.league.player import PLAYER_TYPES, SoloActivePlayer
+from mistk_rl.league.player import PLAYER_TYPES, solo_players
 
 
 class _Strict(BaseModel):
@@ -45,10 +45,11 @@ class EnvSpec(BaseModel):
     def solo_players(self) -> Optional[list[str]]:
         """A solo league's player ids (every player of type solo), else None."""
         players = (self.league or {}).get("players") or []
-        kinds = [PLAYER_TYPES[PLAYER_TYPES.validate(p.get("type", ""))] for p in players]
-        if not players or not all(issubclass(k, SoloActivePlayer) for k in kinds):
+        types = {p.get("id"): PLAYER_TYPES.validate(p.get("type", "")) for p in players}
+        try:
+            return solo_players(types) if types else None
+        except ValueError:  # a mix: no solo league (the league orchestrator names both)
             return None
-        return [p.get("id") for p in players]
 
 
 class OrchestratorSpec(ServiceSpec):

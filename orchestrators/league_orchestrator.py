@@ -72,7 +72,7 @@ from mistk_rl.errors import InvalidRequest
 from mistk_rl.games.enumerate import check_enumerable
 from mistk_rl.games.pettingzoo_games import GameInfo, check_lineup, probe_game, result_for
 from mistk_rl.league.manager import LeagueManager
-from mistk_rl.league.player import PLAYER_TYPES, MainPlayer, SoloActivePlayer
+from mistk_rl.league.player import MainPlayer, solo_players
 from mistk_rl.league.scheduler import Assignment, Backoff, Failure, Scheduler, one_line
 from mistk_rl.lifecycle import AGENT
 from mistk_rl.orchestrator import AbstractOrchestrator
@@ -138,13 +138,10 @@ class LeagueOrchestrator(AbstractOrchestrator):
             raise InvalidRequest(f"env.league.players: ids must be unique, got {ids}")
         if settings.worker_backoff_max < settings.worker_backoff:
             raise InvalidRequest("env.league.workerBackoffMax: at least workerBackoff")
-        solo = [p.id for p in settings.players if _is_solo(p.type)]
-        if solo and len(solo) < len(ids):
-            battle = [p.id for p in settings.players if not _is_solo(p.type)]
-            raise InvalidRequest(
-                f"env.league.players: a league is solo (players training alone on gym "
-                f"orchestrator workers) or battle (players playing each other on game "
-                f"orchestrator workers), not a mix: solo {solo}, battle {battle}")
+        try:
+            solo = solo_players({p.id: p.type for p in settings.players})
+        except ValueError as exc:
+            raise InvalidRequest(f"env.league.players: {exc}") from exc
         if solo:
             self._validate_solo(env, settings, agents_needed)
             return
@@ -182,7 +179,7 @@ class LeagueOrchestrator(AbstractOrchestrator):
         self._close_workers()
         s = self.settings = LeagueSettings.model_validate(env["league"])
         self.env = {"id": env["id"], "kwargs": dict(env.get("kwargs", {}))}
-        self.solo = all(_is_solo(p.type) for p in s.players)
+        self.solo = solo_players({p.id: p.type for p in s.players}) is not None
         if self.solo:
             self.game = None
             self.seats, self.spaces = [], {"": _probe_gym(self.env, self.env_modules)}
@@ -705,11 +702,6 @@ class LeagueOrchestrator(AbstractOrchestrator):
 
 
 
-
-
-def _is_solo(kind: str) -> bool:
-    """Whether players of this registered type train alone (a solo league's)."""
-    return issubclass(PLAYER_TYPES[kind], SoloActivePlayer)
 
 
 def _probe_gym(env: dict[str, Any], modules: frozenset[str],

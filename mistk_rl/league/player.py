@@ -311,3 +311,20 @@ class LeagueExploiter(BattleActivePlayer):
 
     def reset_on_snapshot(self, rng: np.random.Generator) -> bool:
         return bool(rng.random() < self.mutate_prob)
+
+
+def solo_players(types: dict[str, str]) -> Optional[list[str]]:
+    """Which kind of league players of these registered types (id -> type) make: the ids
+    when every one trains alone (a solo league: gym orchestrator workers), None when every
+    one plays the others (a battle league: game orchestrator workers); ValueError naming
+    both for a mix."""
+    solo = [pid for pid, kind in types.items()
+            if issubclass(PLAYER_TYPES[kind], SoloActivePlayer)]
+    if not solo:
+        return None
+    if len(solo) < len(types):
+        battle = [pid for pid in types if pid not in solo]
+        raise ValueError(f"a league is solo (players training alone on gym orchestrator "
+                         f"workers) or battle (players playing each other on game "
+                         f"orchestrator workers), not a mix: solo {solo}, battle {battle}")
+    return solo
