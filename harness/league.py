@@ -115,11 +115,9 @@ class Evaluator:
 
     def use(self, player: str) -> OrchestratorClient:
         if self.current != player:
-            if self.client.status().state != "uninitialized":
-                self.client.reset(reset_agents=False, timeout=self.timeout)
             self.current = None
-            self.client.initialize(self.env, agents_needed=1, timeout=self.timeout)
-            self.client.register_agent(player, self.agent_urls[player])
+            self.client.set_up(self.env, [(player, self.agent_urls[player], False)],
+                               timeout=self.timeout)
             self.current = player
         return self.client
 

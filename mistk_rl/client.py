@@ -358,6 +358,18 @@ class OrchestratorClient(_ServiceClient):
         return self._finish(self._status_call("POST", "/initialize", json_body=body.wire()),
                             wait, timeout)
 
+    def set_up(self, env: Union[dict, str], agents: Sequence[tuple[str, str, bool]], *,
+               timeout: Optional[float] = None) -> None:
+        """Make this orchestrator ready to play `env` with `agents` ((name, url, skipTrain)
+        each), whatever it was doing: reset unless it is new (leaving the agents as they
+        are: they may be playing on other orchestrators), initialize, register each. How a
+        league sets up its workers, and the harness its evaluator."""
+        if self.status().state != "uninitialized":
+            self.reset(reset_agents=False, timeout=timeout)
+        self.initialize(env, agents_needed=len(agents), timeout=timeout)
+        for name, url, skip_train in agents:
+            self.register_agent(name, url, skip_train=skip_train)
+
     def register_agent(self, agent_name: str, agent_url: str, skip_train: bool = False,
                        seats: Optional[Sequence[str]] = None) -> Status:
         """Register the agent at `agent_url`; for games, `seats` it holds (default: the

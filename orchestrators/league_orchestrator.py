@@ -343,11 +343,8 @@ class LeagueOrchestrator(AbstractOrchestrator):
         player = self.scheduler.workers[index].player  # (solo: the one it registers)
         agents = [self.agents[player]] if player is not None else list(self.agents.values())
         try:
-            if client.status().state != "uninitialized":
-                client.reset(reset_agents=False, timeout=call)
-            client.initialize(self.env, agents_needed=len(agents), timeout=call)
-            for agent in agents:
-                client.register_agent(agent.name, agent.url, skip_train=agent.skip_train)
+            client.set_up(self.env, [(a.name, a.url, a.skip_train) for a in agents],
+                          timeout=call)
         except (ServiceError, ValueError) as exc:
             client.close()
             return f"setting it up: {exc}"

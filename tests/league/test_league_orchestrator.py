@@ -129,6 +129,7 @@ class FakeWorker:
         pass
 
     play = OrchestratorClient.play  # the SDK's, over the calls above
+    set_up = OrchestratorClient.set_up
 
 
 class Clock:

@@ -94,6 +94,7 @@ class FakeGymWorker:
         pass
 
     play = OrchestratorClient.play  # the SDK's, over the calls above
+    set_up = OrchestratorClient.set_up
 
 
 def _players(*ids, **settings):
