@@ -12,13 +12,14 @@ best player's (its ``players`` has each one's); ``stop_value`` stops the run onc
 player reaches it."""
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 from typing import Any, Callable, Optional
 
 from harness.config import TrainingSpec
-from harness.loop import Evaluated, run_loop
+from harness.loop import Evaluated
 from harness.progress import TrainingProgress
-from harness.training import GymSchedule, Progress, evaluate_returns
+from harness.training import GymSchedule, Progress, evaluate_returns, train
 from mistk_rl.client import OrchestratorClient
 from mistk_rl.games.opponents import OPPONENTS
 from mistk_rl.schemas import EpisodeConfig
@@ -90,17 +91,9 @@ def train_solo_league(league: OrchestratorClient, evaluator: "Evaluator", spec: 
                       quiet: bool = False, title: str = "") -> Progress:
     """A solo league's training loop (module doc), from the start or from `progress` (a
     resumed run: the league resumes from its directory); returns where it ended."""
-    resumed = progress is not None
-    progress = progress or Progress()
-    if resumed:
-        progress.resumed_at.append(progress.train_steps)
-    schedule = _SoloSchedule(league, evaluator, spec, run_dir, timeout, progress, resumed,
-                             title)
-    run_loop(schedule, progress.wall_s, say, checkpoints, quiet,
-             progress.evals[-1]["mean_return"] if progress.evals else None,
-             f"the best player reached stop_value {spec.stop_value}: stopping",
-             done=progress.done)
-    return progress
+    return train(league, spec, run_dir, timeout, say, checkpoints, progress, quiet, title,
+                 schedule=functools.partial(_SoloSchedule, evaluator=evaluator),
+                 stop_line="the best player reached stop_value {}: stopping")
 
 
 class Evaluator:
@@ -128,9 +121,9 @@ class _SoloSchedule(GymSchedule):
 
     unit, eval_label = "env steps", "last eval (best player)"
 
-    def __init__(self, league: OrchestratorClient, evaluator: Evaluator, spec: TrainingSpec,
-                 run_dir: Path, timeout: float, progress: Progress, resumed: bool,
-                 title: str) -> None:
+    def __init__(self, league: OrchestratorClient, spec: TrainingSpec, run_dir: Path,
+                 timeout: float, progress: Progress, resumed: bool, title: str, *,
+                 evaluator: Evaluator) -> None:
         super().__init__(league, spec, run_dir, timeout, progress, resumed, title)
         self.evaluator, self.players = evaluator, list(evaluator.agent_urls)
 
@@ -154,16 +147,16 @@ class _SoloSchedule(GymSchedule):
 
     def evaluate(self, wall_s: float) -> Evaluated:
         progress, spec = self.progress, self.spec
-        players = {}
+        players, results = {}, {}
         for player in self.players:
-            result = evaluate_returns(self.evaluator.use(player), spec, self.timeout)
+            result = results[player] = evaluate_returns(self.evaluator.use(player), spec,
+                                                        self.timeout)
             players[player] = {"mean_return": result.mean_return,
                                "std_return": result.std_return, "returns": result.returns}
             self.writer.add_scalar(f"eval/{player}/mean_return", result.mean_return,
                                    progress.train_steps)
         best = max(players, key=lambda p: players[p]["mean_return"])
-        top = players[best]
-        stop = spec.stop_value is not None and top["mean_return"] >= spec.stop_value
+        top, stop = players[best], results[best].stop
         progress.evals.append({"env_steps": progress.train_steps, "wall_s": wall_s,
                                **top, "best": best, "players": players,
                                "train_episodes": progress.train_episodes})

@@ -115,17 +115,20 @@ def resumed_seed(seed: int, evals_done: int) -> int:
 def train(orch: OrchestratorClient, spec: TrainingSpec, run_dir: Path, timeout: float,
           say: Callable[[str], None], checkpoints: Optional[Checkpoints] = None,
           progress: Optional[Progress] = None, quiet: bool = False,
-          title: str = "") -> Progress:
+          title: str = "", schedule: Optional[Callable[..., "GymSchedule"]] = None,
+          stop_line: str = "reached stop_value {}: stopping") -> Progress:
     """Run the training loop (`harness.loop`), from the start or from `progress`; returns
-    where it ended (the evaluations are also written to disk)."""
+    where it ended (the evaluations are also written to disk). `schedule` makes the
+    schedule from (orch, spec, run_dir, timeout, progress, resumed, title): a `GymSchedule`
+    by default, a solo league's (`harness.league`) otherwise."""
     resumed = progress is not None
     progress = progress or Progress()
     if resumed:
         progress.resumed_at.append(progress.train_steps)
-    schedule = GymSchedule(orch, spec, run_dir, timeout, progress, resumed, title)
-    run_loop(schedule, progress.wall_s, say, checkpoints, quiet,
+    made = (schedule or GymSchedule)(orch, spec, run_dir, timeout, progress, resumed, title)
+    run_loop(made, progress.wall_s, say, checkpoints, quiet,
              progress.evals[-1]["mean_return"] if progress.evals else None,
-             f"reached stop_value {spec.stop_value}: stopping", done=progress.done)
+             stop_line.format(spec.stop_value), done=progress.done)
     return progress
 
 
