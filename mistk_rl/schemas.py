@@ -144,8 +144,10 @@ class LeaguePlayerSpec(Body):
         known = {f.name for f in dataclasses.fields(PLAYER_TYPES[self.type])}
         alien = [to_camel(k) for k in self.settings() if k not in known]
         if alien:
+            own = [to_camel(k) for k in type(self).model_fields
+                   if k in known and k not in ("id", "type")]
             raise ValueError(f"player {self.id!r} ({self.type}) has no setting "
-                             f"{', '.join(alien)}: those are a solo player's")
+                             f"{', '.join(alien)} (its settings: {', '.join(own) or 'none'})")
         return self
 
     def settings(self) -> dict[str, Any]:
