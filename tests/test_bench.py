@@ -26,6 +26,8 @@ def test_bench_transport_and_envs_write_records(tmp_path):
         for record in records:
             assert record["bench"] == what and record["envs"] == 2
             assert record["steps_per_s"] > 0
+            if record["mode"].startswith("http"):  # the bytes on the wire, counted
+                assert record["wire_bytes_per_step"] > record["raw_bytes_per_step"] > 0
 
 
 def test_parity_outcome_and_comparison():

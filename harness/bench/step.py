@@ -4,6 +4,9 @@ transport: env steps per second on CartPole-v1 with the random agent, driving th
 (ready observations -> one `step` call carrying the last transitions -> env manager step) with
 the agent called in-process (its service object, no HTTP) and over HTTP (a real gunicorn
 service on loopback; JSON, and the binary tensor encoding), at each env count, in one run.
+Over HTTP it also counts the bytes on the wire per env step (requests and answers, heads
+included) against the raw bytes of what an env step must carry: the observation, a float32
+reward and the two flags (`RAW_STEP_BYTES`).
 
 envs: env steps per second of each env manager and of gymnasium's SyncVectorEnv and
 AsyncVectorEnv at the same env counts, with constant actions, on CartPole-v1 and on a
@@ -42,8 +45,14 @@ if "SlowCartPole-v0" not in gym.registry:
     gym.register("SlowCartPole-v0", entry_point=SlowCartPole)
 
 
-def _drive(act: Callable[[dict, Any], dict], manager: EnvManager, steps: int) -> float:
-    """Run the orchestrator's step loop for at least `steps` env steps; steps per second."""
+# CartPole-v1's observation (4 float32), a float32 reward, terminated and truncated (1 byte
+# each); no action mask
+RAW_STEP_BYTES = 4 * 4 + 4 + 2
+
+
+def _drive(act: Callable[[dict, Any], dict], manager: EnvManager, steps: int
+           ) -> tuple[int, float]:
+    """Run the orchestrator's step loop for at least `steps` env steps; (steps, seconds)."""
     replay = None
     done_steps, started = 0, time.perf_counter()
     while done_steps < steps:
@@ -57,7 +66,7 @@ def _drive(act: Callable[[dict, Any], dict], manager: EnvManager, steps: int) ->
                   "terminated": {f"e{i}": ts.terminated for i, ts in timesteps.items()},
                   "truncated": {f"e{i}": ts.truncated for i, ts in timesteps.items()}}
         done_steps += len(timesteps)
-    return done_steps / (time.perf_counter() - started)
+    return done_steps, time.perf_counter() - started
 
 
 def cartpole_agent_config(name: str = "bench") -> dict:
@@ -121,14 +130,27 @@ def bench_transport(env_counts: list[int], steps: int) -> list[dict]:
                         else:
                             client.episode_started(first["obs"])
                         _drive(act, manager, max(n * 5, 100))  # warm-up
-                        rate = _drive(act, manager, max(steps, n * 20))
+                        wire = client.transport.bytes_sent + client.transport.bytes_received
+                        taken, seconds = _drive(act, manager, max(steps, n * 20))
+                        wire = (client.transport.bytes_sent
+                                + client.transport.bytes_received - wire)
                         if start is not None:
                             service.episodeStopped()
                         else:
                             client.episode_stopped()
-                    records.append({"bench": "transport", "mode": mode, "envs": n,
-                                    "steps_per_s": round(rate, 1)})
-                    print(f"  transport {mode:9s} envs {n:4d}: {rate:10.1f} env steps/s")
+                    record = {"bench": "transport", "mode": mode, "envs": n,
+                              "steps_per_s": round(taken / seconds, 1)}
+                    line = (f"  transport {mode:11s} envs {n:4d}: "
+                            f"{taken / seconds:10.1f} env steps/s")
+                    if start is None:  # over HTTP: what crossed the wire
+                        per_step = wire / taken
+                        record.update(wire_bytes_per_step=round(per_step, 1),
+                                      raw_bytes_per_step=RAW_STEP_BYTES,
+                                      wire_to_raw=round(per_step / RAW_STEP_BYTES, 2))
+                        line += (f"  {per_step:7.1f} wire bytes/step "
+                                 f"({per_step / RAW_STEP_BYTES:.1f}x the raw {RAW_STEP_BYTES})")
+                    records.append(record)
+                    print(line)
             client.close()
         finally:
             served.stop()
