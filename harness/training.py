@@ -148,7 +148,7 @@ class GymSchedule:
         self.budget, self.eval_every = spec.env_steps, spec.eval_every
         self.seed = resumed_seed(spec.seed, len(progress.evals)) if resumed else spec.seed
         self.episodes_before = progress.episodes
-        self.writer = tensorboard_writer(run_dir / "tensorboard",
+        self.writer = _tensorboard(run_dir / "tensorboard",
                                    purge_step=progress.train_steps + 1 if resumed else None)
 
     def steps(self) -> int:
@@ -277,7 +277,7 @@ class _NullWriter:
     def close(self) -> None: ...
 
 
-def tensorboard_writer(log_dir: Path, purge_step: Optional[int] = None) -> "object":
+def _tensorboard(log_dir: Path, purge_step: Optional[int] = None) -> "object":
     """A writer; `purge_step` hides what a crashed run logged from that step on."""
     try:
         from torch.utils.tensorboard import SummaryWriter
