@@ -374,7 +374,12 @@ class OrchestratorService(_Service):
     def reset(self, reset_agents: bool = True) -> Response:
         def hook() -> None:
             self.orchestrator.do_reset()
-            errors = self._reset_agents() if reset_agents else self._forget_agents()
+            if reset_agents:
+                errors = self._reset_agents()
+            else:  # let go of them as they are: they may be playing elsewhere
+                errors = []
+                for agent in self.orchestrator.agents.values():
+                    agent.client.close()
             self.orchestrator.agents.clear()
             self.orchestrator.results = []
             self.orchestrator.env_steps = 0
@@ -403,12 +408,6 @@ class OrchestratorService(_Service):
             finally:
                 agent.client.close()
         return errors
-
-    def _forget_agents(self) -> list[str]:
-        """Let go of the registered agents as they are (reset with resetAgents=false)."""
-        for agent in self.orchestrator.agents.values():
-            agent.client.close()
-        return []
 
     def _handshake(self, client: AgentClient, name: str, url: str, skip_train: bool,
                    seats: tuple[str, ...]) -> frozenset[str]:
