@@ -8,13 +8,16 @@ How the MISTK calls map onto RL:
 - buildModel(path): load a checkpoint (``weights_only``) and continue from it, or build fresh
   once the spaces are known (at registration, or now if modelProperties carries them).
 - episodeStarted(mode): "collect" explores and learns, "eval" acts greedily and never learns.
-- getAction: one batched forward pass for all entities in the request.
-- replayAction: transitions into the trainer, which updates on its schedule.
+- getAction / step / stepColumns: one batched forward pass for all rows (`do_act`); the
+  service keeps what the model said under each row's step id.
+- the outcomes of those steps (stepColumns, or replayAction / step's replay): transitions
+  assembled by the service from what it kept, into the trainer (`do_learn`), which updates
+  on its schedule.
 - saveModel(path): everything training needs to continue (see `_checkpoint_state`), written
   atomically; the periodic checkpoint (`checkpoint_every`) writes the same.
 
 One update, hop by hop (the agent does not own the env loop, so the steps live in several
-files): replayAction -> `do_replay_action` -> the policy's `collect_mode.process_transition`
+files): stepColumns -> `mistk_rl.service.steps` (the kept rows) -> `do_learn` -> the policy's `collect_mode.process_transition`
 (a transition dict per entity) -> its `trainer_cls` (`mistk_rl/rl/trainers.py`):
 - DQN, `OffPolicyTrainer`: n-step windows (`data/returns.py`) -> `buffer.push`; on schedule
   `buffer.sample_batch` -> `ReplaySamples` (`data/samples.py`) -> `Learner.train` ->
@@ -44,12 +47,11 @@ import numpy as np
 import torch
 from gymnasium import spaces
 
-from mistk_rl.agent import AbstractAgent, EpisodeInfo, Observations, ReplayBatch
+from mistk_rl.agent import AbstractAgent, Acted, Acting, EpisodeInfo, Transitions
 from mistk_rl.errors import InvalidRequest
 from mistk_rl.games.symmetries import GAMES, BoardSymmetries, symmetries_for
 from mistk_rl.implementation import PROGRESS_EVERY_S
 from mistk_rl.rl.config import ConfigError, deep_merge, save_config
-from mistk_rl.rl.data.collate import stack_observations
 from mistk_rl.rl.learner import (CheckpointHook, Learner, LogHook, load_checkpoint,
                                  save_checkpoint)
 from mistk_rl.rl.normalize import Normalizer
@@ -106,7 +108,6 @@ class PolicyAgent(AbstractAgent):
         self.warmup: Optional[RandomPolicy] = None
         self.normalizer: Optional[Normalizer] = None
         self.mode = "collect"
-        self._pending: dict[str, tuple[dict, int]] = {}  # entity -> (batch output, row)
         self.augment: Optional[BoardSymmetries] = None  # set at registration
 
     def validate_initialize(self, props: dict[str, Any], hparams: dict[str, Any]) -> None:
@@ -217,79 +218,81 @@ class PolicyAgent(AbstractAgent):
         self._require_model()
         self.mode = episode.mode
         self.policy.epsilon_override = episode.epsilon  # (None for policies without one)
-        self._pending.clear()
         if self.normalizer is not None:
             self.normalizer.end_episodes()
         (self.policy.eval_mode if self.mode == "eval" else self.policy.collect_mode).reset()
         self.update_status({"mode": self.mode})
 
-    def do_get_action(self, obs: Observations,
-                      action_mask: Optional[Observations] = None) -> dict[str, Any]:
+    def do_act(self, batch: Acting) -> Acted:
+        """One forward pass for all rows. In collect mode the extras keep what the model
+        said (the sampled action, log-prob, value; with obs normalisation for a rollout, the
+        normalised observation it acted on): the service keeps them under each row's step
+        id and hands them back with the transition (`do_learn`)."""
         self._require_model()
-        names = list(obs)
-        batch = stack_observations([obs[n] for n in names])
-        mask = (torch.as_tensor(np.stack([np.asarray(action_mask[n]) for n in names])).bool()
-                if action_mask else None)
+        obs = batch.obs
+        obs = ({key: torch.as_tensor(column) for key, column in obs.items()}
+               if isinstance(obs, dict) else torch.as_tensor(obs))
+        mask = None if batch.action_mask is None else torch.as_tensor(batch.action_mask)
         normalizer = self.normalizer
         if normalizer is not None and normalizer.norm_obs:
             if self.mode != "eval":  # eval mode: frozen statistics
-                normalizer.update_obs(batch.numpy())
-            batch = normalizer.obs(batch)
+                normalizer.update_obs(obs.numpy())
+            obs = normalizer.obs(obs)
         if self.mode == "eval":
-            out = self.policy.eval_mode.forward(batch, mask)
-        else:
-            actor = self.warmup if self.trainer.warming_up and self.warmup else self.policy
-            out = actor.collect_mode.forward(batch, mask, self.learner.env_steps)
-            # what the model said, per entity, for the replay that follows: a row index into
-            # the batch's arrays (slicing every tensor per entity cost more than the forward)
-            rows = {key: value.numpy() for key, value in out.items()
-                    if isinstance(value, torch.Tensor) and value.dim() > 0}
-            if (normalizer is not None and normalizer.norm_obs
-                    and not self.trainer.normalizes_samples):
-                rows["obs"] = batch.numpy()  # what the rollout stores (module doc)
-            # (updated, not replaced: in a turn-based game an entity's transition completes
-            # only after requests for other entities, its opponent's moves, came between)
-            self._pending.update((name, (rows, i)) for i, name in enumerate(names))
+            out = self.policy.eval_mode.forward(obs, mask)
+            return Acted(out.get("env_action", out["action"]).numpy())
+        actor = self.warmup if self.trainer.warming_up and self.warmup else self.policy
+        out = actor.collect_mode.forward(obs, mask, self.learner.env_steps)
+        extras = {key: value.numpy() for key, value in out.items()
+                  if isinstance(value, torch.Tensor) and value.dim() > 0 and key != "env_action"}
+        if normalizer is not None and normalizer.norm_obs and not self.trainer.normalizes_samples:
+            extras["obs"] = obs.numpy()  # what the rollout stores (module doc)
         # Box actions: "env_action" is the sample clipped to the bounds, "action" the sample
-        actions = out.get("env_action", out["action"]).tolist()
-        if isinstance(self.policy.action_space, spaces.Discrete):
-            return {name: int(actions[i]) for i, name in enumerate(names)}
-        return {name: actions[i] for i, name in enumerate(names)}
+        return Acted(out.get("env_action", out["action"]).numpy(), extras)
 
-    def do_replay_action(self, batch: ReplayBatch) -> None:
+    def do_learn(self, transitions: Transitions) -> None:
         self._require_model()
         if self.mode == "eval":
             return  # evaluation episodes never train the agent
         process = self.policy.collect_mode.process_transition
-        next_masks = batch.new_action_mask if self.policy.masks_next_actions else None
+        next_masks = transitions.next_action_mask if self.policy.masks_next_actions else None
         # a rollout gets normalised obs and scaled rewards; a replay buffer raw ones, which
         # its trainer normalises when sampled (module doc)
         normalizer = None if self.trainer.normalizes_samples else self.normalizer
+        keys = (transitions.names if transitions.names is not None
+                else transitions.envs.tolist())
+        rewards = transitions.rewards.tolist()
+        terminated, truncated = transitions.terminated.tolist(), transitions.truncated.tolist()
         if self.normalizer is not None:
-            self.normalizer.update_rewards(
-                batch.rewards, {e: bool(batch.terminated[e]) or bool(batch.truncated[e])
-                                for e in batch.rewards})
-        transitions = {}
-        for entity, action in batch.actions.items():
-            output = self._output_for(entity, action)
-            prev_obs, reward = output.pop("obs", None), float(batch.rewards[entity])
-            new_obs = batch.new_obs[entity]
+            self.normalizer.update_rewards(dict(zip(keys, rewards)), {
+                key: term or trunc for key, term, trunc in zip(keys, terminated, truncated)})
+        extras, matched = transitions.extras, transitions.matched
+        obs, next_obs = transitions.obs, transitions.next_obs
+        row = ((lambda columns, i: {k: v[i] for k, v in columns.items()})
+               if isinstance(obs, dict) else (lambda columns, i: columns[i]))
+        batch = {}
+        for i, key in enumerate(keys):
+            if matched is None or matched[i]:
+                output = {name: torch.as_tensor(values[i]) for name, values in extras.items()}
+                output.setdefault("action", torch.as_tensor(transitions.actions[i]))
+            else:  # an action this agent did not choose: the action is all the policy gets
+                output = {"action": torch.as_tensor(transitions.actions[i])}  # (an on-policy
+                # one refuses it: the transition lacks what it said when acting)
+            prev_obs, reward, new_obs = output.pop("obs", None), rewards[i], row(next_obs, i)
             if normalizer is not None:
                 if prev_obs is None:
-                    prev_obs = normalizer.obs(batch.prev_obs[entity])
+                    prev_obs = normalizer.obs(row(obs, i))
                 new_obs, reward = normalizer.obs(new_obs), float(normalizer.reward(reward))
             try:
-                transitions[entity] = process(
-                    batch.prev_obs[entity] if prev_obs is None else prev_obs, output, reward,
-                    new_obs, bool(batch.terminated[entity]), bool(batch.truncated[entity]))
+                batch[key] = process(row(obs, i) if prev_obs is None else prev_obs, output,
+                                     reward, new_obs, terminated[i], truncated[i])
             except ValueError as exc:
-                raise ValueError(f"replayAction for {entity!r} with action {action}: "
-                                 f"{exc}") from exc
+                raise ValueError(f"replayAction for {key!r} with action "
+                                 f"{transitions.actions[i]}: {exc}") from exc
             if next_masks is not None:
-                transitions[entity]["next_action_mask"] = np.asarray(next_masks[entity],
-                                                                     dtype=bool)
-        self.learner.env_steps += len(transitions)
-        self.trainer.observe_all(transitions)
+                batch[key]["next_action_mask"] = np.asarray(next_masks[i], dtype=bool)
+        self.learner.env_steps += len(batch)
+        self.trainer.observe_all(batch)
         self.trainer.maybe_train()
         self.update_status(self.progress(), every_s=PROGRESS_EVERY_S)
 
@@ -298,7 +301,6 @@ class PolicyAgent(AbstractAgent):
             self.trainer.end_all_episodes()
         if self.normalizer is not None:
             self.normalizer.end_episodes()
-        self._pending.clear()
 
     def do_save_model(self, path: Path) -> None:
         self._require_model()
@@ -308,7 +310,6 @@ class PolicyAgent(AbstractAgent):
         if unload_model:
             self._drop_model()
             self.config = {}
-        self._pending.clear()
 
     def do_terminate(self) -> None:
         self._drop_model()
@@ -355,27 +356,6 @@ class PolicyAgent(AbstractAgent):
         """A transition's images under the game's board symmetries (`augment`), which the
         game named at registration (checked there): the trainer stores them all."""
         return self.augment.augment(transition)
-
-    def _output_for(self, entity: str, action: Any) -> dict:
-        """What the model said when it chose the replayed `action` (PPO needs its log-prob and
-        value). A Box action comes back as sent, clipped to the bounds; the output holds the
-        sample behind it ("action"), which is what the learner evaluates."""
-        discrete = isinstance(self.policy.action_space, spaces.Discrete)
-        action = int(np.asarray(action).reshape(())) if discrete else np.asarray(action)
-        pending = self._pending.pop(entity, None)
-        if pending is not None:
-            rows, i = pending
-            if discrete:
-                chosen = int(rows["action"][i]) == action
-            else:
-                sent = rows["env_action"][i] if "env_action" in rows else rows["action"][i]
-                chosen = np.allclose(sent.reshape(-1), action.reshape(-1).astype(sent.dtype),
-                                     rtol=1e-6, atol=1e-6)
-            if chosen:
-                return {key: values[i] for key, values in rows.items()}
-        # an action this agent did not choose: the action is all the policy gets (an
-        # on-policy one refuses it: the transition lacks what it said when acting)
-        return {"action": torch.as_tensor(action)}
 
     def _checkpoint_state(self) -> dict:
         """What saveModel and the periodic hook write and buildModel(path) reads: weights,

@@ -11,7 +11,8 @@ from typing import Any, Optional
 import numpy as np
 from gymnasium import spaces
 
-from mistk_rl.agent import AbstractAgent, Observations, saved_seed, seed_hyperparameter
+from mistk_rl.agent import (AbstractAgent, Acted, Acting, Observations, saved_seed,
+                            seed_hyperparameter)
 from mistk_rl.errors import InvalidRequest
 from mistk_rl.files import atomic_write_json
 
@@ -51,6 +52,25 @@ class RandomAgent(AbstractAgent):
         self.actions_taken += len(actions)
         self.update_status({"actionsTaken": self.actions_taken})
         return actions
+
+    def do_act(self, batch: Acting) -> Acted:
+        """All rows at once for a Discrete space (with masks: uniform over each row's legal
+        actions); other spaces row by row, as `do_get_action`."""
+        space = self.action_space
+        if not isinstance(space, spaces.Discrete):
+            return super().do_act(batch)
+        rng, n = space.np_random, len(batch)
+        if batch.action_mask is None:
+            actions = rng.integers(0, space.n, size=n) + int(space.start)
+        else:
+            mask = batch.action_mask.reshape(n, -1)
+            if not mask.any(axis=1).all():
+                raise ValueError("action mask allows no action")
+            actions = np.where(mask, rng.random(mask.shape), -1.0).argmax(axis=1) \
+                + int(space.start)
+        self.actions_taken += n
+        self.update_status({"actionsTaken": self.actions_taken})
+        return Acted(actions)
 
     def _sample(self, mask: Optional[np.ndarray]) -> Any:
         space = self.action_space

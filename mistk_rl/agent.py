@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import json
 from abc import ABC, abstractmethod
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Optional, Union
 
 import numpy as np
 from gymnasium import spaces
@@ -43,6 +43,79 @@ class ReplayBatch:
     new_action_mask: Optional[dict[str, np.ndarray]] = None  # legal actions in new_obs
 
 
+Columns = Union[np.ndarray, dict[str, np.ndarray]]
+"""One row per env copy: an array [N, ...], or for a Dict space one such array per key."""
+
+
+@dataclass
+class Acting:
+    """What to act on, in columns: row i is env copy ``envs[i]`` (or entity ``names[i]``,
+    when the request was keyed by entity: getAction, step)."""
+
+    envs: np.ndarray  # [N] int
+    obs: Columns
+    action_mask: Optional[np.ndarray] = None  # [N, A] bool: the legal actions now
+    names: Optional[list[str]] = None  # the entity form's keys
+
+    def __len__(self) -> int:
+        return len(self.envs)
+
+    def row_names(self, agent_name: Optional[str]) -> list[str]:
+        """An entity name per row: the request's, or ``<agent>:<env>`` for columns (what
+        an orchestrator names its env copies in the entity form)."""
+        if self.names is not None:
+            return self.names
+        return [f"{agent_name}:{int(env)}" for env in self.envs]
+
+    def obs_row(self, i: int) -> Any:
+        return ({key: column[i] for key, column in self.obs.items()}
+                if isinstance(self.obs, dict) else self.obs[i])
+
+
+@dataclass
+class Acted:
+    """An agent's answer to `Acting`: an action per row and, optionally, per-row arrays it
+    wants back with each transition (what the model said: log-prob, value, ...). The
+    service keeps both under the row's step id (`mistk_rl.service.steps`)."""
+
+    actions: np.ndarray  # [N, ...]
+    extras: dict[str, np.ndarray] = field(default_factory=dict)  # name -> [N, ...]
+
+
+@dataclass
+class Transitions:
+    """Rows of transitions, assembled by the service from what the agent acted on (obs,
+    actions, extras: kept under each step's id) and what the env answered (rewards, flags,
+    the next observations and masks)."""
+
+    envs: np.ndarray  # [N] int
+    obs: Columns
+    actions: np.ndarray
+    extras: dict[str, np.ndarray]  # as `Acted` gave them; empty for a row's action the
+    # agent did not choose (the stateless replayAction, with an action of the caller's)
+    rewards: np.ndarray  # [N] float
+    next_obs: Columns
+    terminated: np.ndarray  # [N] bool
+    truncated: np.ndarray  # [N] bool
+    next_action_mask: Optional[np.ndarray] = None  # legal actions in next_obs
+    names: Optional[list[str]] = None
+    matched: Optional[np.ndarray] = None  # [N] bool: extras hold this row's (None: all)
+
+    def __len__(self) -> int:
+        return len(self.envs)
+
+    def row_names(self, agent_name: Optional[str]) -> list[str]:
+        return Acting.row_names(self, agent_name)  # type: ignore[arg-type]
+
+
+def rows_to_map(names: list[str], columns: Columns) -> dict[str, Any]:
+    """Columns -> entity -> row (a Dict space's: entity -> {key: row})."""
+    if isinstance(columns, dict):
+        return {name: {key: column[i] for key, column in columns.items()}
+                for i, name in enumerate(names)}
+    return dict(zip(names, columns))
+
+
 def seed_hyperparameter(hparams: dict[str, Any]) -> Optional[int]:
     """The optional ``seed`` hyperparameter of a model-free agent (random, scripted)."""
     seed = hparams.get("seed")
@@ -59,10 +132,16 @@ def saved_seed(path: Optional[Path], seed: Optional[int]) -> Optional[int]:
 
 
 class AbstractAgent(ServiceImplementation, ABC):
-    """Subclass and implement `do_get_action` and `do_save_model`; the other hooks default to
-    doing nothing. Keep hook names distinct from trigger names (the service owns those)."""
+    """Subclass and implement `do_get_action` (or its columnar form `do_act`) and
+    `do_save_model`; the other hooks default to doing nothing (`do_learn` hands
+    `do_replay_action` what it learns from). Keep hook names distinct from trigger names
+    (the service owns those)."""
 
     def __init__(self) -> None:
+        cls = type(self)
+        if (cls.do_get_action is AbstractAgent.do_get_action
+                and cls.do_act is AbstractAgent.do_act):
+            raise TypeError(f"{cls.__name__} must implement do_get_action or do_act")
         super().__init__()
         self.name: Optional[str] = None
         self.observation_space: Optional[spaces.Space] = None
@@ -106,13 +185,43 @@ class AbstractAgent(ServiceImplementation, ABC):
     def do_episode_started(self, episode: EpisodeInfo) -> None:
         """An episode starts."""
 
-    @abstractmethod
     def do_get_action(self, obs: Observations,
                       action_mask: Optional[Observations] = None) -> dict[str, Any]:
-        """One action per entity in `obs` (numbers, lists or numpy arrays)."""
+        """One action per entity in `obs` (numbers, lists or numpy arrays). Implement this
+        or `do_act` (the columnar form, which the service calls)."""
+        raise NotImplementedError(f"{type(self).__name__} implements neither do_get_action "
+                                  "nor do_act")
 
     def do_replay_action(self, batch: ReplayBatch) -> None:
         """Learn from the transitions that followed the last actions."""
+
+    # ---- the columnar hooks: what the service calls (defaults: the entity-keyed hooks) ----
+    def do_act(self, batch: Acting) -> Acted:
+        """One action per row. Override to act on the columns directly (one forward pass,
+        no per-row Python); the default asks `do_get_action` with entity-keyed dicts."""
+        names = batch.row_names(self.name)
+        mask = None if batch.action_mask is None else dict(zip(names, batch.action_mask))
+        actions = self.do_get_action(rows_to_map(names, batch.obs), mask)
+        missing = [name for name in names if name not in actions]
+        if missing:
+            raise ValueError(f"do_get_action answered no action for {missing[:3]}")
+        return Acted(np.asarray([actions[name] for name in names]))
+
+    def do_learn(self, transitions: Transitions) -> None:
+        """Learn from rows of transitions. Override to take the columns directly; the
+        default hands `do_replay_action` an entity-keyed `ReplayBatch`."""
+        if type(self).do_replay_action is AbstractAgent.do_replay_action:
+            return  # an agent that does not learn (the default do_replay_action)
+        names = transitions.row_names(self.name)
+        self.do_replay_action(ReplayBatch(
+            prev_obs=rows_to_map(names, transitions.obs),
+            actions=dict(zip(names, transitions.actions)),
+            rewards=dict(zip(names, transitions.rewards.tolist())),
+            new_obs=rows_to_map(names, transitions.next_obs),
+            terminated=dict(zip(names, transitions.terminated.tolist())),
+            truncated=dict(zip(names, transitions.truncated.tolist())),
+            new_action_mask=None if transitions.next_action_mask is None
+            else dict(zip(names, transitions.next_action_mask))))
 
     def do_episode_stopped(self) -> None:
         """The episode is over."""

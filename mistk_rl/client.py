@@ -17,10 +17,12 @@ from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Mapping, Optional, Sequence, Union
 from urllib.parse import urlsplit
 
+import numpy as np
+
 from mistk_rl import codec
 from mistk_rl.jsonable import to_jsonable
-from mistk_rl.schemas import (AgentConfig, AgentInitParams, ApiVersion, EpisodeConfig,
-                              EpisodeResult, EpisodeSettings, EpisodeStart, League,
+from mistk_rl.schemas import (AgentConfig, AgentInitParams, ApiVersion, ColumnActions,
+                              EpisodeConfig, EpisodeResult, EpisodeSettings, EpisodeStart, League,
                               OrchestratorInitParams, OrchestratorProgress,
                               OrchestratorStatus, Problem, Replay, Results, Status)
 from mistk_rl.transport import Transport, TransportError
@@ -169,14 +171,15 @@ class _ServiceClient:
     # -- plumbing --
     def _call(self, method: str, path: str, *, json_body: Any = None,
               params: Optional[Mapping[str, Any]] = None, timeout: Optional[float] = None,
-              tensors: bool = False) -> Any:
-        """One request; with `tensors`, the body and the answer use the binary encoding."""
+              tensors: bool = False, columns: bool = False) -> Any:
+        """One request; with `tensors`, the body and the answer use the binary encoding
+        (`columns`: a body of numpy columns, `codec.encode`'s column form)."""
         if params:
             params = {k: (str(v).lower() if isinstance(v, bool) else v)
                       for k, v in params.items() if v is not None}
         content_type = accept = "application/json"
         if tensors:
-            body = codec.encode(json_body)
+            body = codec.encode(json_body, columns=columns)
             content_type = codec.CONTENT_TYPE
             accept = f"{codec.CONTENT_TYPE}, application/json"  # actions come back binary
         else:
@@ -271,6 +274,13 @@ class _ServiceClient:
             status = self.status(status.resource_version, min(LONG_POLL_CHUNK, remaining))
 
 
+def _columns(value: Any) -> Any:
+    """A column as an array; a Dict space's (a dict of columns) as a dict of arrays."""
+    if isinstance(value, Mapping):
+        return {key: np.asarray(column) for key, column in value.items()}
+    return np.asarray(value)
+
+
 class AgentClient(_ServiceClient):
     """Client of an agent service (``/v1/mistk/agent``).
 
@@ -335,6 +345,32 @@ class AgentClient(_ServiceClient):
         if action_mask:
             body["actionMask"] = action_mask
         return self._call("POST", "/step", json_body=body, tensors=self.binary)["actions"]
+
+    def step_columns(self, envs: Any, obs: Any, *, action_mask: Any = None,
+                     step_ids: Any = None, rewards: Any = None, terminated: Any = None,
+                     truncated: Any = None, act: Any = None,
+                     reset: Optional[Mapping[str, Any]] = None) -> ColumnActions:
+        """The columnar step (`stepColumns`, capability ``columns``): row i of each column is
+        env copy ``envs[i]``. Report earlier steps' outcomes by their `step_ids` (-1: none)
+        with `rewards`, `terminated` and `truncated`, `obs` being what each step led to;
+        `reset` ({rows, obs, actionMask}) gives the observations that rows whose episode
+        ended act on; `act` (bool per row) leaves rows that only report. Returns the
+        actions and step ids of the acting rows, in row order. Columns are numpy arrays
+        (or lists); a Dict observation space's `obs` is a dict of columns."""
+        body: dict[str, Any] = {"envs": np.asarray(envs), "obs": _columns(obs)}
+        for key, value in (("actionMask", action_mask), ("stepIds", step_ids),
+                           ("rewards", rewards), ("terminated", terminated),
+                           ("truncated", truncated), ("act", act)):
+            if value is not None:
+                body[key] = np.asarray(value)
+        if reset is not None:
+            body["reset"] = {key: _columns(value) for key, value in reset.items()
+                             if value is not None}
+        answer = self._call("POST", "/stepColumns", json_body=body, tensors=self.binary,
+                            columns=True)
+        return ColumnActions.model_construct(  # (arrays: no validation to do)
+            actions=np.asarray(answer["actions"]),
+            step_ids=np.asarray(answer["stepIds"], dtype=np.int64))
 
     def episode_stopped(self) -> Status:
         return self._status_call("POST", "/episodeStopped")

@@ -13,6 +13,14 @@ array per key, each with its own dtype (uint8 planes stay uint8 next to float ve
     a map of dict observations: {"entities": [...], "keys": {"planes": {"dtype": "|u1",
                                  "shape": [N, 4, 7, 7], "offset": 0}, ...}}
 
+Columns (`stepColumns`: one array per field, rows = env copies) are encoded with
+``encode(body, columns=True)``: every numpy array in the body, at any depth (``obs``,
+``obs.planes`` for a Dict space's key, ``reset.rows``), is one entry of ``arrays``; an
+integer vector that counts up by one (env indices, step ids) travels as its first value:
+
+    header = {"arrays": {"obs": {"dtype": "<f4", "shape": [N, 4], "offset": 0},
+                         "stepIds": {"dtype": "<i8", "shape": [N], "range": 1024}}, ...}
+
 Decoding gives the same dict a JSON body would, with numpy arrays (views into the body, no
 copy) as values, so handlers do not care which encoding arrived.
 """
@@ -43,9 +51,12 @@ class StackedMap(dict):
     array: np.ndarray | dict[str, np.ndarray]
 
 
-def encode(body: Mapping[str, Any]) -> bytes:
+def encode(body: Mapping[str, Any], columns: bool = False) -> bytes:
     """`body` (maps of entity -> array-like or dict of array-likes, in the body or in its
-    `CONTAINERS`) as one binary message."""
+    `CONTAINERS`) as one binary message; with `columns`, a body of numpy arrays at any
+    depth (module doc)."""
+    if columns:
+        return _encode_columns(body)
     maps: dict[str, dict] = {}
     values: dict[str, Any] = {}
     chunks: list[bytes] = []
@@ -81,6 +92,48 @@ def encode(body: Mapping[str, Any]) -> bytes:
     return _LENGTH.pack(len(header)) + header + b"".join(chunks)
 
 
+def _encode_columns(body: Mapping[str, Any]) -> bytes:
+    arrays: dict[str, dict] = {}
+    values: dict[str, Any] = {}
+    chunks: list[bytes] = []
+    offset = 0
+
+    def walk(node: Mapping[str, Any], prefix: str) -> None:
+        nonlocal offset
+        for key, value in node.items():
+            path = f"{prefix}{key}"
+            if isinstance(value, np.ndarray):
+                if value.dtype.kind not in "biuf":
+                    raise ValueError(f"{path}: an array of dtype {value.dtype}, not numbers")
+                start = _range_start(value)
+                if start is not None:
+                    arrays[path] = {"dtype": value.dtype.str, "shape": [len(value)],
+                                    "range": start}
+                    continue
+                value = np.ascontiguousarray(value)
+                arrays[path] = {"dtype": value.dtype.str, "shape": list(value.shape),
+                                "offset": offset}
+                chunks.append(value.tobytes())
+                offset += value.nbytes
+            elif _is_mapping(value):
+                walk(value, path + ".")
+            else:
+                values[path] = value
+    walk(body, "")
+    header = json.dumps({"arrays": arrays, "values": values}, separators=(",", ":")).encode()
+    return _LENGTH.pack(len(header)) + header + b"".join(chunks)
+
+
+def _range_start(array: np.ndarray) -> int | None:
+    """The first value of an integer vector that counts up by one, else None."""
+    if array.ndim != 1 or len(array) < 2 or array.dtype.kind not in "iu":
+        return None
+    first = int(array[0])
+    if int(array[-1]) - first != len(array) - 1 or not (np.diff(array) == 1).all():
+        return None
+    return first
+
+
 def decode(data: bytes) -> dict[str, Any]:
     """The body `encode` was given, with each entity's value a numpy array (a view).
 
@@ -104,7 +157,13 @@ def _decode(data: bytes) -> dict[str, Any]:
         raise ValueError(f"the header length {length} runs past the body "
                          f"({len(data) - _LENGTH.size} bytes after it)")
     header = _object(_HEADER.decode(bytes(data[_LENGTH.size:base]).decode("utf-8")),
-                     "the header", required=("maps",), optional=("values",))
+                     "the header", optional=("maps", "arrays", "values"))
+    if "arrays" in header:  # columns
+        if "maps" in header:
+            raise ValueError("the header has both maps (entities) and arrays (columns)")
+        return _decode_columns(data, base, header)
+    if "maps" not in header:
+        raise ValueError("the header lacks 'maps'")
     body: dict[str, Any] = {}
     for path, value in _object(header.get("values", {}), "the header's values").items():
         _put(body, path, value)
@@ -130,6 +189,58 @@ def _decode(data: bytes) -> dict[str, Any]:
             stacked.array = array
         _put(body, path, stacked)
     return body
+
+
+MAX_COLUMN_DEPTH = 3  # reset.obs.planes
+
+
+def _decode_columns(data: bytes, base: int, header: dict) -> dict[str, Any]:
+    body: dict[str, Any] = {}
+    for path, value in _object(header.get("values", {}), "the header's values").items():
+        _put_column(body, path, value)
+    for path, meta in _object(header["arrays"], "the header's arrays").items():
+        where = f"arrays[{path!r}]"
+        if isinstance(meta, dict) and "range" in meta:
+            meta = _object(meta, where, required=("dtype", "shape", "range"), optional=())
+            dtype = np.dtype(_dtype_string(meta["dtype"], where))
+            shape = meta["shape"]
+            start = meta["range"]
+            if dtype.kind not in "iu" or type(start) is not int or type(shape) is not list \
+                    or len(shape) != 1:
+                raise ValueError(f"{where}: a range is an integer vector: dtype, [length], "
+                                 "first value")
+            length = _count(shape[0], f"{where}.shape entry")
+            array = np.arange(start, start + length, dtype=np.int64)
+            if length and (array[-1] > np.iinfo(dtype).max or start < np.iinfo(dtype).min):
+                raise ValueError(f"{where}: the range does not fit {dtype}")
+            _put_column(body, path, array.astype(dtype))
+            continue
+        shape = _object(meta, where, required=_ARRAY_FIELDS, optional=()).get("shape")
+        rows = shape[0] if type(shape) is list and shape and type(shape[0]) is int else -1
+        _put_column(body, path, _array(data, base, meta, rows, where, also=()))
+    return body
+
+
+def _dtype_string(value: Any, where: str) -> str:
+    if type(value) is not str:
+        raise ValueError(f"{where}.dtype {value!r} is not a dtype string")
+    return value
+
+
+def _put_column(body: dict, path: str, value: Any) -> None:
+    """`body[a][b][c] = value` for path ``a.b.c`` (at most `MAX_COLUMN_DEPTH` parts), never
+    over another value or inside one."""
+    parts = path.split(".")
+    if not all(parts) or len(parts) > MAX_COLUMN_DEPTH:
+        raise ValueError(f"{path!r} is not a field path of at most {MAX_COLUMN_DEPTH} parts")
+    *parents, leaf = parts
+    for key in parents:
+        body = body.setdefault(key, {})
+        if type(body) is not dict:
+            raise ValueError(f"{path!r} is inside {key!r}, which is not an object")
+    if leaf in body:
+        raise ValueError(f"{path!r} is given twice")
+    body[leaf] = value
 
 
 def _no_constant(name: str) -> None:

@@ -13,6 +13,7 @@ from mistk_rl.errors import InvalidRequest
 from mistk_rl.files import atomic_write_json
 from mistk_rl.implementation import ServiceImplementation
 from mistk_rl.schemas import EnvSpec, EpisodeSettings
+from mistk_rl.stepping import replay_batch
 
 
 @dataclass
@@ -87,7 +88,7 @@ class AbstractOrchestrator(ServiceImplementation, ABC):
     def act(self, agent: RegisteredAgent, obs: dict[str, Any], replay: dict[str, dict],
             masks: Optional[dict[str, Any]]) -> dict[str, Any]:
         """One request for all of `agent`'s entities that must act: `step` (with the
-        transitions in `replay`, entity -> REPLAY_FIELDS) when the agent offers it, else
+        transitions in `replay`, entity -> `mistk_rl.stepping.REPLAY_FIELDS`) when the agent offers it, else
         replayAction then getAction."""
         if "step" in agent.capabilities:
             return agent.client.step(obs, replay=replay_batch(replay) if replay else None,
@@ -150,17 +151,6 @@ class AbstractOrchestrator(ServiceImplementation, ABC):
 
     def do_terminate(self) -> None:
         """Release resources (close the environment)."""
-
-
-REPLAY_FIELDS = ("prevObs", "actions", "rewards", "newObs", "terminated", "truncated")
-
-
-def replay_batch(replay: dict[str, dict]) -> dict[str, dict]:
-    """Per-entity transitions -> the spec's Replay (one map per field); the next masks only
-    when every entity has one."""
-    fields = REPLAY_FIELDS + (("newActionMask",) if all(
-        "newActionMask" in t for t in replay.values()) else ())
-    return {f: {entity: t[f] for entity, t in replay.items()} for f in fields}
 
 
 def episode_quotas(limit: Optional[int], n: int) -> list[float]:

@@ -125,6 +125,44 @@ class StepRequest(Body):
     action_mask: Optional[dict[str, Tensor]] = None
 
 
+Column = Any
+"""The spec's ``Column``: one row per env copy, nested lists (JSON) or a numpy array; for a
+Dict observation space a dict of them (checked against the spaces by the service)."""
+
+
+class ColumnReset(Body):
+    """stepColumns' rows whose episode ended and was reset: what they act on instead."""
+
+    rows: Column
+    obs: Column
+    action_mask: Optional[Column] = None
+
+
+class StepColumns(Body):
+    """The columnar step (the spec's StepColumns; `AgentClient.step_columns` says each)."""
+
+    envs: Column
+    obs: Column
+    action_mask: Optional[Column] = None
+    step_ids: Optional[Column] = None
+    rewards: Optional[Column] = None
+    terminated: Optional[Column] = None
+    truncated: Optional[Column] = None
+    act: Optional[Column] = None
+    reset: Optional[ColumnReset] = None
+
+
+class ColumnActions(Body):
+    """stepColumns' answer: the acting rows' actions, and the step id of each (name it when
+    reporting that step's outcome)."""
+
+    actions: Column
+    step_ids: Column
+
+    def __len__(self) -> int:
+        return len(self.step_ids)
+
+
 class LeaguePlayerSpec(Body):
     """A league's player: its id (the name its agent registers with), its type, and the
     settings of its type (a solo player's: `SoloActivePlayer`'s env kwargs, env copies,

@@ -34,7 +34,8 @@ from mistk_rl.games.pettingzoo_games import (RESULTS, Decision, GameCopy, GameIn
                                              check_lineup, make_copy, probe_game, result_for,
                                              winner)
 from mistk_rl.implementation import PROGRESS_EVERY_S
-from mistk_rl.orchestrator import AbstractOrchestrator, episode_quotas, replay_batch
+from mistk_rl.orchestrator import AbstractOrchestrator, episode_quotas
+from mistk_rl.stepping import replay_batch
 from mistk_rl.schemas import ExhaustiveSpec, GameEpisodeSettings
 from mistk_rl.spaces import space_to_dict
 

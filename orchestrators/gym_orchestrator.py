@@ -24,12 +24,13 @@ import numpy as np
 from mistk_rl.client import ServiceError, ServiceUnavailable
 from mistk_rl.errors import InvalidRequest
 from mistk_rl.implementation import PROGRESS_EVERY_S
-from mistk_rl.orchestrator import AbstractOrchestrator, episode_quotas, replay_batch
+from mistk_rl.orchestrator import AbstractOrchestrator, episode_quotas
 from mistk_rl.rl.envs import MANAGERS, EnvManager, Timestep, make_env_fns
 from mistk_rl.rl.envs.base import EnvFn
 from mistk_rl.thinker.gym_env import ThinkerEnvFactory
 from mistk_rl.schemas import GymEnvSpec, GymEpisodeSettings
 from mistk_rl.spaces import SUPPORTED, coerce_action, space_to_dict
+from mistk_rl.stepping import Outcome, Stepper, stepper_for
 
 
 BINARY_FROM_ENVS = 8  # measured: JSON is faster for one env, the binary encoding from 16 up
@@ -50,7 +51,7 @@ class _Carried:
 
     manager: EnvManager
     running: dict[int, _Running]
-    sent: dict[int, tuple[Any, Any]]  # async managers: steps still in flight
+    stepper: Stepper  # the actions still in flight (async managers), with their step ids
 
 
 class GymOrchestrator(AbstractOrchestrator):
@@ -102,15 +103,15 @@ class GymOrchestrator(AbstractOrchestrator):
         agent.client.binary = "tensors" in agent.capabilities and n >= BINARY_FROM_ENVS
         live = [i for i in range(n) if i not in manager.retired]
         carried = self._carried.pop(_key(config), None)
-        sent: dict[int, tuple[Any, Any]] = {}  # env -> (obs, action) of its step in flight
         if config.resume and carried is not None and carried.manager is manager:
             running = {i: carried.running.get(i, _Running()) for i in live}
-            sent = {i: step for i, step in carried.sent.items() if i in running}
+            stepper = carried.stepper
         else:
             manager.reset(live, seeds={i: None if config.seed is None else config.seed + i
                                        for i in live})
             running = {i: _Running(None if config.seed is None else config.seed + i)
                        for i in live}
+            stepper = stepper_for(agent.client, agent.capabilities, agent.name, n)
         quotas = episode_quotas(config.episode_limit(), n)
         finished = [0] * n
         active = {i for i in live if quotas[i] > 0}
@@ -120,23 +121,19 @@ class GymOrchestrator(AbstractOrchestrator):
         ready = {i: obs for i, obs in manager.ready_obs.items() if i in active}
         agent.client.episode_started({entity(i): o for i, o in ready.items()},
                                      mode=mode,
-                                     action_mask=_masks(manager, ready, entity),
+                                     action_mask=_entity_masks(_masks(manager, ready), entity),
                                      episode=len(self.results),
                                      epsilon=self.exploration(config, agent))
-        replay: dict[str, dict] = {}
+        outcomes: dict[int, Outcome] = {}  # env -> what its last step led to, to report
         cut = False  # resume: the step budget ran out with episodes in progress
         try:
             while active and not self.should_stop and not cut:
                 ready = {i: obs for i, obs in manager.ready_obs.items() if i in active}
-                actions: dict[str, Any] = {}
-                if ready:  # (async: all may still be in flight; the replay then waits)
-                    actions = self.act(agent, {entity(i): o for i, o in ready.items()},
-                                        replay, _masks(manager, ready, entity))
-                    replay = {}
-                for i in ready:
-                    sent[i] = (ready[i], actions[entity(i)])
-                timesteps = manager.step({i: coerce_action(self.action_space,
-                                                           actions[entity(i)])
+                # (async managers: all may still be in flight; the outcomes then wait)
+                actions = stepper.step(ready, outcomes, _masks(manager, ready)) if ready else {}
+                if ready:
+                    outcomes = {}
+                timesteps = manager.step({i: coerce_action(self.action_space, actions[i])
                                           for i in ready})
                 to_reset = []
                 for i, ts in timesteps.items():
@@ -148,7 +145,7 @@ class GymOrchestrator(AbstractOrchestrator):
                     capped = (real and config.max_steps is not None
                               and episode.length >= config.max_steps)
                     if learn:
-                        replay[entity(i)] = _transition(*sent.pop(i), ts, truncated=capped)
+                        outcomes[i] = _outcome(ts, truncated=capped)
                     if not (ts.done or capped or ts.abnormal):
                         continue
                     self._finish(agent.name, i, episode, ts, capped, learn)
@@ -165,11 +162,11 @@ class GymOrchestrator(AbstractOrchestrator):
                 cut = (config.resume and config.num_steps is not None
                        and self.env_steps - start_steps >= config.num_steps)
                 self._report(every_s=PROGRESS_EVERY_S)
-            if replay:  # the last transitions, which no next step carried
-                agent.client.replay_action(replay_batch(replay))
+            if outcomes:  # the last outcomes, which no next step carried
+                stepper.step({}, outcomes)
             if cut and not self.should_stop:  # kept for the next resume run
                 self._carried[_key(config)] = _Carried(
-                    manager, {i: running[i] for i in active}, sent)
+                    manager, {i: running[i] for i in active}, stepper)
             elif self.should_stop:  # stopped mid-run: the episodes in progress end here
                 for i in sorted(active):
                     if running[i].length:
@@ -300,22 +297,22 @@ def _key(config: GymEpisodeSettings) -> tuple:
     return (config.num_envs, config.env_manager, config.step_timeout, config.train, kwargs)
 
 
-def _transition(obs: Any, action: Any, ts: Timestep, truncated: bool) -> dict:
-    """One entity's replay entry; an abnormal step ends its episode as a truncation. Envs
-    that put the legal actions in info["action_mask"] send those of the new observation,
-    so a learner bootstraps from legal actions only."""
-    entry = {"prevObs": obs, "actions": action, "rewards": float(ts.reward), "newObs": ts.obs,
-             "terminated": bool(ts.terminated and not ts.abnormal),
-             "truncated": bool(ts.truncated or truncated or ts.abnormal)}
-    if "action_mask" in ts.info:
-        entry["newActionMask"] = np.asarray(ts.info["action_mask"])
-    return entry
+def _outcome(ts: Timestep, truncated: bool) -> Outcome:
+    """What an env copy's step led to, for its agent; an abnormal step ends its episode as
+    a truncation. Envs that put the legal actions in info["action_mask"] give those of the
+    new observation, so a learner bootstraps from legal actions only."""
+    return Outcome(ts.obs, float(ts.reward), bool(ts.terminated and not ts.abnormal),
+                   bool(ts.truncated or truncated or ts.abnormal), ts.info.get("action_mask"))
 
 
-def _masks(manager: EnvManager, ready: dict[int, Any], entity) -> Optional[dict[str, Any]]:
+def _masks(manager: EnvManager, ready: dict[int, Any]) -> Optional[dict[int, Any]]:
     """Action masks of the ready envs (gymnasium envs such as Taxi put them in
     info["action_mask"]); None when the env has none."""
     info = manager.ready_info
-    masks = {entity(i): np.asarray(info[i]["action_mask"]) for i in ready
+    masks = {i: np.asarray(info[i]["action_mask"]) for i in ready
              if "action_mask" in info.get(i, {})}
     return masks or None
+
+
+def _entity_masks(masks: Optional[dict[int, Any]], entity) -> Optional[dict[str, Any]]:
+    return {entity(i): m for i, m in masks.items()} if masks else None

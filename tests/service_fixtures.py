@@ -4,6 +4,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Optional
 
+import numpy as np
+
 from agents.random_agent import RandomAgent
 
 
@@ -19,10 +21,10 @@ class FlakyAgent(RandomAgent):
             raise RuntimeError("injected failure in do_build_model")
         super().do_build_model(path)
 
-    def do_get_action(self, obs, action_mask=None):
+    def do_act(self, batch):
         if self.fail_in == "get_action":
-            raise RuntimeError("injected failure in do_get_action")
-        return super().do_get_action(obs, action_mask)
+            raise RuntimeError("injected failure in do_act")
+        return super().do_act(batch)
 
 
 class BlockingAgent(RandomAgent):
@@ -51,12 +53,13 @@ class CountingAgent(RandomAgent):
         self.replayed += len(batch.actions)
         self.update_status({"replayed": self.replayed})
 
-    def do_get_action(self, obs, action_mask=None):
-        actions = super().do_get_action(obs, action_mask)
-        if action_mask:
+    def do_act(self, batch):
+        acted = super().do_act(batch)
+        if batch.action_mask is not None:
             masked = getattr(self, "masked", 0) + 1
-            bad = getattr(self, "violations", 0) + sum(
-                int(not action_mask[k].reshape(-1)[int(a)]) for k, a in actions.items())
+            chosen = batch.action_mask.reshape(len(batch), -1)[
+                np.arange(len(batch)), acted.actions.astype(int)]
+            bad = getattr(self, "violations", 0) + int((~chosen.astype(bool)).sum())
             self.masked, self.violations = masked, bad
             self.update_status({"masked": masked, "violations": bad})
-        return actions
+        return acted

@@ -74,7 +74,8 @@ MODELS = {"agent": {"Status": schemas.Status, "ApiVersion": schemas.ApiVersion,
                     "AgentConfig": schemas.AgentConfig, "EpisodeStart": schemas.EpisodeStart,
                     "ActionRequest": schemas.ActionRequest,
                     "ActionResponse": schemas.ActionResponse, "Replay": schemas.Replay,
-                    "StepRequest": schemas.StepRequest},
+                    "StepRequest": schemas.StepRequest,
+                    "StepColumns": schemas.StepColumns, "ColumnActions": schemas.ColumnActions},
           "orchestrator": {"OrchestratorInitParams": schemas.OrchestratorInitParams,
                            "EpisodeConfig": schemas.EpisodeConfig,
                            "EpisodeResult": schemas.EpisodeResult,
@@ -107,7 +108,7 @@ def test_pydantic_models_have_the_spec_fields(role):
     # maps and unions (the pydantic side: a type alias each, e.g. schemas.Space);
     # ThinkerSettings: the Thinker config's own snake_case keys, checked by load_config
     plain_maps = {"Tensor", "TensorMap", "Observation", "ObservationMap", "Observations",
-                  "Space", "ThinkerSettings"}
+                  "Space", "ThinkerSettings", "Column"}
     assert not set(spec_schemas) - set(MODELS[role]) - plain_maps - set(
         MODELS["agent"]), "a spec schema has no model"
 

@@ -1,9 +1,10 @@
 """Step-path benchmarks (`mistk-rl bench transport` and `mistk-rl bench envs`).
 
-transport: env steps per second on CartPole-v1 with the random agent, driving the same loop
-(ready observations -> one `step` call carrying the last transitions -> env manager step) with
-the agent called in-process (its service object, no HTTP) and over HTTP (a real gunicorn
-service on loopback; JSON, and the binary tensor encoding), at each env count, in one run.
+transport: env steps per second on CartPole-v1 with the random agent, driving the gym
+orchestrator's loop (ready observations -> one step request carrying the last steps'
+outcomes -> env manager step, through `mistk_rl.stepping`) with the agent called in-process
+(its service object, no HTTP) and over HTTP (a real gunicorn service on loopback; stepColumns
+as JSON and binary, and the entity-keyed step), at each env count, in one run.
 Over HTTP it also counts the bytes on the wire per env step (requests and answers, heads
 included) against the raw bytes of what an env step must carry: the observation, a float32
 reward and the two flags (`RAW_STEP_BYTES`).
@@ -22,9 +23,11 @@ from typing import Any, Callable
 import gymnasium as gym
 import numpy as np
 
+from mistk_rl.client import AgentClient
 from mistk_rl.jsonable import to_jsonable
 from mistk_rl.rl.envs import MANAGERS, EnvManager, make_env_fns
 from mistk_rl.spaces import space_to_dict
+from mistk_rl.stepping import Outcome, Stepper, stepper_for
 
 SLOW_ENV = "harness.bench.step:SlowCartPole-v0"
 
@@ -50,23 +53,32 @@ if "SlowCartPole-v0" not in gym.registry:
 RAW_STEP_BYTES = 4 * 4 + 4 + 2
 
 
-def _drive(act: Callable[[dict, Any], dict], manager: EnvManager, steps: int
-           ) -> tuple[int, float]:
-    """Run the orchestrator's step loop for at least `steps` env steps; (steps, seconds)."""
-    replay = None
+def _drive(stepper: Stepper, manager: EnvManager, steps: int) -> tuple[int, float]:
+    """Run the orchestrator's step loop (`orchestrators.gym_orchestrator`: ready copies act,
+    the last steps' outcomes ride along) for at least `steps` env steps; (steps, seconds)."""
+    outcomes: dict[int, Outcome] = {}
     done_steps, started = 0, time.perf_counter()
     while done_steps < steps:
-        ready = manager.ready_obs
-        obs = {f"e{i}": o for i, o in ready.items()}
-        actions = act(obs, replay)
-        timesteps = manager.step({i: int(actions[f"e{i}"]) for i in ready})
-        replay = {"prevObs": obs, "actions": actions,
-                  "rewards": {f"e{i}": ts.reward for i, ts in timesteps.items()},
-                  "newObs": {f"e{i}": ts.obs for i, ts in timesteps.items()},
-                  "terminated": {f"e{i}": ts.terminated for i, ts in timesteps.items()},
-                  "truncated": {f"e{i}": ts.truncated for i, ts in timesteps.items()}}
+        actions = stepper.step(manager.ready_obs, outcomes)
+        timesteps = manager.step({i: int(a) for i, a in actions.items()})
+        outcomes = {i: Outcome(ts.obs, ts.reward, ts.terminated, ts.truncated)
+                    for i, ts in timesteps.items()}
         done_steps += len(timesteps)
+    stepper.step({}, outcomes)
     return done_steps, time.perf_counter() - started
+
+
+class InProcessClient(AgentClient):
+    """The SDK's agent client calling a service object's handlers directly: the agent
+    without HTTP (no transport, no pipeline), the request bodies built as over the wire."""
+
+    def __init__(self, service: Any) -> None:
+        super().__init__("http://in-process")
+        self.service = service
+
+    def _call(self, method: str, path: str, *, json_body: Any = None, **_: Any) -> Any:
+        handler = getattr(self.service, path.strip("/"))
+        return (handler() if json_body is None else handler(json_body))[0]
 
 
 def cartpole_agent_config(name: str = "bench") -> dict:
@@ -90,9 +102,18 @@ def start_random_agent(tmp: Path, name: str = "bench"):
     return service, client
 
 
+# how each mode reaches the agent: (client, binary encoding, the entity-keyed step)
+TRANSPORT_MODES = ("inprocess", "http", "http-binary", "http-entity")
+
+
 def bench_transport(env_counts: list[int], steps: int) -> list[dict]:
+    """Modes: the agent in-process (its service object, no HTTP), over HTTP with stepColumns
+    as JSON and in the binary encoding, and over HTTP with the entity-keyed step (what an
+    agent without the columns capability gets; binary from `BINARY_FROM_ENVS` copies, as
+    the gym orchestrator sends it)."""
     from agents.random_agent import RandomAgent
     from mistk_rl.service.handlers import AgentService
+    from orchestrators.gym_orchestrator import BINARY_FROM_ENVS
 
     records = []
     with tempfile.TemporaryDirectory(prefix="mistk-bench-") as tmp:
@@ -101,54 +122,38 @@ def bench_transport(env_counts: list[int], steps: int) -> list[dict]:
         service.lifecycle.wait_for_state("initialized", 30)
         service.agentRegistered(cartpole_agent_config())
         served, client = start_random_agent(Path(tmp))
+        inprocess = InProcessClient(service)
         try:
-
-            def inprocess(obs: dict, replay: Any) -> dict:
-                body = {"obs": to_jsonable(obs)}
-                if replay:
-                    body["replay"] = to_jsonable(replay)
-                return service.step(body)[0]["actions"]
-
-            def http(obs: dict, replay: Any) -> dict:
-                client.binary = False
-                return client.step(obs, replay=replay)
-
-            def http_binary(obs: dict, replay: Any) -> dict:
-                client.binary = True
-                return client.step(obs, replay=replay)
-
             for n in env_counts:
-                for mode, act, start in (("inprocess", inprocess, service.episodeStarted),
-                                         ("http", http, None),
-                                         ("http-binary", http_binary, None)):
+                for mode in TRANSPORT_MODES:
+                    agent = inprocess if mode == "inprocess" else client
+                    client.binary = mode == "http-binary" or (mode == "http-entity"
+                                                              and n >= BINARY_FROM_ENVS)
+                    capabilities = frozenset({"step"} if mode == "http-entity"
+                                             else {"columns"})
                     with MANAGERS["base"](make_env_fns("CartPole-v1", None, n)) as manager:
                         manager.launch(seed=0)
-                        first = {"obs": to_jsonable({f"e{i}": o for i, o in
-                                                     manager.ready_obs.items()})}
-                        if start is not None:
-                            start(first)
-                        else:
-                            client.episode_started(first["obs"])
-                        _drive(act, manager, max(n * 5, 100))  # warm-up
+                        agent.episode_started(to_jsonable({f"e{i}": o for i, o in
+                                                           manager.ready_obs.items()}))
+                        _drive(stepper_for(agent, capabilities, "bench", n), manager,
+                               max(n * 5, 100))  # warm-up
                         wire = client.transport.bytes_sent + client.transport.bytes_received
-                        taken, seconds = _drive(act, manager, max(steps, n * 20))
+                        taken, seconds = _drive(stepper_for(agent, capabilities, "bench", n),
+                                                manager, max(steps, n * 20))
                         wire = (client.transport.bytes_sent
                                 + client.transport.bytes_received - wire)
-                        if start is not None:
-                            service.episodeStopped()
-                        else:
-                            client.episode_stopped()
+                        agent.episode_stopped()
                     record = {"bench": "transport", "mode": mode, "envs": n,
                               "steps_per_s": round(taken / seconds, 1)}
                     line = (f"  transport {mode:11s} envs {n:4d}: "
                             f"{taken / seconds:10.1f} env steps/s")
-                    if start is None:  # over HTTP: what crossed the wire
+                    if mode != "inprocess":  # over HTTP: what crossed the wire
                         per_step = wire / taken
                         record.update(wire_bytes_per_step=round(per_step, 1),
                                       raw_bytes_per_step=RAW_STEP_BYTES,
                                       wire_to_raw=round(per_step / RAW_STEP_BYTES, 2))
                         line += (f"  {per_step:7.1f} wire bytes/step "
-                                 f"({per_step / RAW_STEP_BYTES:.1f}x the raw {RAW_STEP_BYTES})")
+                                 f"({per_step / RAW_STEP_BYTES:.2f}x the raw {RAW_STEP_BYTES})")
                     records.append(record)
                     print(line)
             client.close()

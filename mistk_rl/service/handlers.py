@@ -13,14 +13,16 @@ import math
 import re
 from dataclasses import dataclass
 from pathlib import Path
+from collections.abc import Mapping
 from typing import Any, Iterable, Optional
 from urllib.parse import SplitResult, urlsplit
 
 import numpy as np
+from gymnasium import spaces
 from pydantic import BaseModel
 
 from mistk_rl import API_VERSION
-from mistk_rl.agent import AbstractAgent, EpisodeInfo, ReplayBatch
+from mistk_rl.agent import AbstractAgent, Acting, Columns, EpisodeInfo, ReplayBatch, Transitions
 from mistk_rl.client import AgentClient, Conflict, ServiceError, ServiceUnavailable
 from mistk_rl.codec import StackedMap
 from mistk_rl.errors import IllegalState, InvalidRequest, NotFound
@@ -29,6 +31,7 @@ from mistk_rl.lifecycle import AGENT, ORCHESTRATOR, Lifecycle
 from mistk_rl.limits import Limits
 from mistk_rl.orchestrator import AbstractOrchestrator, RegisteredAgent
 from mistk_rl.registry import suggest
+from mistk_rl.service.steps import StepStore, entity_acting, entity_transitions, take_rows
 from mistk_rl.spaces import (ValueCheck, mask_check, observation_dtypes, space_from_request,
                              value_check)
 
@@ -143,16 +146,54 @@ class _SpaceChecks:
     mask: ValueCheck  # actionMask: the actions to pick from now, at least one
     next_mask: ValueCheck  # a replayed newActionMask: none allowed once an episode is over
     obs_dtypes: Optional[dict[str, np.dtype]]  # a Dict space's: what its keys are cast to
+    obs_dtype: Optional[np.dtype] = None  # a fundamental space's: what columns are cast to
+    action_dtype: Optional[np.dtype] = None  # the narrowest dtype of the actions answered
 
     @classmethod
     def of(cls, obs_space: Any, act_space: Any) -> "_SpaceChecks":
         return cls(value_check(obs_space, "the observation space is", float_bounds=False),
                    value_check(act_space, "the action space is"), mask_check(act_space),
                    mask_check(act_space, allows_some=False),
-                   observation_dtypes(obs_space))
+                   observation_dtypes(obs_space),
+                   None if obs_space is None or isinstance(obs_space, spaces.Dict)
+                   else np.dtype(obs_space.dtype), _action_dtype(act_space))
 
     def observations(self, values: dict[str, Any], field: str) -> dict[str, Any]:
         return _arrays(values, self.obs, field, self.obs_dtypes)
+
+    def obs_columns(self, value: Any, field: str, rows: int) -> Columns:
+        """Observation columns (a Dict space's: an object with one column per key), checked
+        against the space in one pass per column, cast to the space's dtypes."""
+        if self.obs_dtypes is None:
+            column = _column(value, field, rows)
+            self.obs(_Rows(column, rows), field)
+            return column if self.obs_dtype is None else column.astype(self.obs_dtype,
+                                                                        copy=False)
+        if not isinstance(value, dict) or value.keys() != self.obs_dtypes.keys():
+            given = sorted(value) if isinstance(value, dict) else "one column"
+            raise InvalidRequest(f"{field}: one column per key of the Dict space "
+                                 f"{sorted(self.obs_dtypes)}, not {given}", field=field)
+        columns = {key: _column(column, f"{field}[{key!r}]", rows)
+                   for key, column in value.items()}
+        self.obs(_Rows(columns, rows), field)
+        return {key: column.astype(self.obs_dtypes[key], copy=False)
+                for key, column in columns.items()}
+
+    def mask_columns(self, value: Any, field: str, rows: int, now: bool = True) -> np.ndarray:
+        """Action masks [rows, A]; `now`: each row must allow an action (else it is the
+        mask of a final observation, which may allow none)."""
+        column = _column(value, field, rows, "biu")
+        (self.mask if now else self.next_mask)(_Rows(column, rows), field)
+        return column.astype(bool, copy=False)
+
+
+def _action_dtype(space: Any) -> Optional[np.dtype]:
+    """Discrete actions travel as the narrowest integer type that holds the space (a byte
+    for up to 256 actions); other spaces' as their dtype."""
+    if isinstance(space, spaces.Discrete):
+        low, high = int(space.start), int(space.start + space.n - 1)
+        return np.result_type(np.min_scalar_type(low), np.min_scalar_type(high))
+    return None if space is None or isinstance(space, spaces.Dict) else np.dtype(space.dtype)
 
 
 def _replay_batch(body: dict[str, Any], checks: _SpaceChecks, prefix: str = "") -> ReplayBatch:
@@ -174,9 +215,88 @@ def _replay_batch(body: dict[str, Any], checks: _SpaceChecks, prefix: str = "") 
                        if body.get("newActionMask") else None)
 
 
+class _Rows(Mapping):
+    """A column as the space checks take it (`mistk_rl.spaces.value_check`): rows keyed by
+    their index, all in one `array` (a Dict space's: one per key); a wrong row is named by
+    its index."""
+
+    def __init__(self, array: Columns, rows: int) -> None:
+        self.array = array
+        self.rows = rows
+
+    def __len__(self) -> int:
+        return self.rows
+
+    def __iter__(self):
+        return iter(range(self.rows))
+
+    def __getitem__(self, row: int) -> Any:
+        if isinstance(self.array, dict):
+            return {key: column[row] for key, column in self.array.items()}
+        return self.array[row]
+
+
+def _column(value: Any, field: str, rows: int, kinds: str = "biuf",
+            dtype: Any = None) -> np.ndarray:
+    """One column: an array (binary body) or nested lists (JSON) of `rows` rows of numbers
+    of `kinds`; cast to `dtype` when given (after the checks)."""
+    try:
+        array = value if isinstance(value, np.ndarray) else np.asarray(value)
+    except ValueError as exc:  # ragged nested lists
+        raise InvalidRequest(f"{field}: not a rectangular array of numbers ({exc})",
+                             field=field) from exc
+    if array.ndim == 0 or len(array) != rows:
+        raise InvalidRequest(f"{field}: {0 if array.ndim == 0 else len(array)} rows, "
+                             f"where envs has {rows}", field=field)
+    if array.dtype.kind not in kinds:
+        raise InvalidRequest(f"{field}: values of dtype {array.dtype}, not "
+                             f"{_KINDS.get(kinds, 'numbers')}", field=field)
+    return array if dtype is None else array.astype(dtype, copy=False)
+
+
+_KINDS = {"b": "booleans", "biu": "integers", "biuf": "numbers"}
+
+
+def _flags(value: Any, field: str, rows: int) -> np.ndarray:
+    array = _column(value, field, rows, "biu")
+    if array.ndim != 1 or (array.dtype.kind != "b" and ((array < 0) | (array > 1)).any()):
+        raise InvalidRequest(f"{field}: one flag (true/false or 0/1) per row", field=field)
+    return array.astype(bool, copy=False)
+
+
+@dataclass
+class _ColumnStep:
+    """A stepColumns request, checked: who acts on what, and which steps' outcomes came."""
+
+    acting: Optional[Acting]
+    step_ids: np.ndarray  # [M]: the steps reported
+    outcome_envs: np.ndarray  # [M]: their env copies
+    rewards: np.ndarray
+    terminated: np.ndarray
+    truncated: np.ndarray
+    next_obs: Columns
+    next_mask: Optional[np.ndarray]
+
+
+def _replace_rows(columns: Columns, rows: np.ndarray, values: Columns) -> Columns:
+    """`columns` with `rows` replaced by `values` (a copy)."""
+    if isinstance(columns, dict):
+        return {key: _replace_rows(column, rows, values[key]) for key, column in columns.items()}
+    out = columns.copy()
+    out[rows] = values
+    return out
+
+
+def _plain(actions: np.ndarray) -> list:
+    """Actions as JSON-ready Python values, one per row."""
+    return np.asarray(actions).tolist()
+
+
 class AgentService(_Service):
     role = "agent"
-    capabilities = ("step", "tensors")  # tensors: the binary encoding on the step path
+    # step: replayAction + getAction in one call; tensors: the binary encoding on the step
+    # path; columns: stepColumns
+    capabilities = ("step", "tensors", "columns")
 
     def __init__(self, agent: AbstractAgent, data_dir: Path,
                  limits: Limits = Limits(), shares: Optional[dict[str, Path]] = None) -> None:
@@ -184,6 +304,7 @@ class AgentService(_Service):
         self.agent = agent
         self._initialized = False
         self._checks = _SpaceChecks.of(None, None)  # until an orchestrator gives spaces
+        self.steps = StepStore()  # what the agent acted on, by step id
 
     def initialize(self, body: dict[str, Any]) -> Response:
         props, hparams = body.get("modelProperties", {}), body.get("hyperparameters", {})
@@ -233,43 +354,150 @@ class AgentService(_Service):
                            action_mask=_arrays(body["actionMask"], checks.mask, "actionMask")
                            if "actionMask" in body else None)
         self.agent.validate_episode_start(info)
-        self.lifecycle.run("episode_started", lambda: self.agent.do_episode_started(info))
+
+        def hook() -> None:
+            self.steps.end_episode()
+            self.agent.do_episode_started(info)
+        self.lifecycle.run("episode_started", hook)
         return self._done()
 
     def getAction(self, body: dict[str, Any]) -> Response:  # noqa: N802
-        obs, mask = self._observations(body)
-        actions = self.lifecycle.run("get_action", lambda: self.agent.do_get_action(obs, mask))
-        return {"actions": to_jsonable(actions)}, 200, JSON
+        acting = self._acting(body)
+        return {"actions": self.lifecycle.run("get_action", lambda: self._act(acting))}, 200, JSON
 
     def replayAction(self, body: dict[str, Any]) -> Response:  # noqa: N802
-        batch = _replay_batch(body, self._checks)
-        self.lifecycle.run("replay_action", lambda: self.agent.do_replay_action(batch))
+        replay = _replay_batch(body, self._checks)
+        self.lifecycle.run("replay_action", lambda: self._learn_entities(replay))
         return self._done()
 
     def step(self, body: dict[str, Any]) -> Response:
-        batch = _replay_batch(body["replay"], self._checks, "replay.") if body.get(
+        replay = _replay_batch(body["replay"], self._checks, "replay.") if body.get(
             "replay") else None
-        obs, mask = self._observations(body)
+        acting = self._acting(body)
 
         def hook() -> Any:
-            if batch is not None:
-                self.agent.do_replay_action(batch)
-            return self.agent.do_get_action(obs, mask)
-        return {"actions": to_jsonable(self.lifecycle.run("step", hook))}, 200, JSON
+            if replay is not None:
+                self._learn_entities(replay)
+            return self._act(acting)
+        return {"actions": self.lifecycle.run("step", hook)}, 200, JSON
+
+    def stepColumns(self, body: dict[str, Any]) -> Response:  # noqa: N802
+        """The columnar step (module `mistk_rl.service.steps`): the outcomes of earlier
+        steps, named by step id, become transitions the agent learns from; then it acts on
+        the rows that act. Everything is checked before the lifecycle moves."""
+        request = self._column_step(body)
+        kept = self.steps.lookup(request.step_ids) if len(request.step_ids) else None
+
+        def hook() -> Any:
+            if kept is not None:
+                self.agent.do_learn(Transitions(
+                    envs=request.outcome_envs, obs=kept.obs, actions=kept.actions,
+                    extras=kept.extras, rewards=request.rewards, next_obs=request.next_obs,
+                    terminated=request.terminated, truncated=request.truncated,
+                    next_action_mask=request.next_mask))
+                self.steps.release(request.step_ids)
+            if request.acting is None:
+                return {"actions": [], "stepIds": []}
+            acted = self.agent.do_act(request.acting)
+            ids = self.steps.put(request.acting.obs, acted)
+            return {"actions": self._answer(acted.actions), "stepIds": ids}
+        return self.lifecycle.run("step", hook), 200, JSON
+
+    # ---- the step path's pieces --------------------------------------------------------
+    def _acting(self, body: dict[str, Any]) -> Acting:
+        """The entity form's observations (and masks) as rows, checked."""
+        return entity_acting(*self._observations(body))
+
+    def _act(self, acting: Acting) -> dict[str, Any]:
+        """Act on the entity form's rows; entity -> action, each kept under a step id."""
+        acted = self.agent.do_act(acting)
+        self.steps.put(acting.obs, acted, acting.names)
+        return dict(zip(acting.names, _plain(acted.actions)))
+
+    def _learn_entities(self, replay: ReplayBatch) -> None:
+        transitions = entity_transitions(replay, self.steps)
+        self.agent.do_learn(transitions)
+        self.steps.forget(transitions.names)
+
+    def _answer(self, actions: Any) -> np.ndarray:
+        """Actions as the narrowest dtype of the space (a byte per Discrete(n <= 256))."""
+        actions = np.asarray(actions)
+        dtype = self._checks.action_dtype
+        return actions if dtype is None or actions.dtype == dtype else actions.astype(dtype)
+
+    def _column_step(self, body: dict[str, Any]) -> _ColumnStep:
+        checks = self._checks
+        envs = _column(body["envs"], "envs", len(body["envs"]), "iu")
+        n = len(envs)
+        if envs.ndim != 1 or (envs < 0).any() or len(np.unique(envs)) != n:
+            raise InvalidRequest("envs: one distinct env copy index (>= 0) per row",
+                                 field="envs")
+        self.limits.check("max_envs", n, "the rows of a stepColumns request")
+        obs = checks.obs_columns(body["obs"], "obs", n)
+        mask = (checks.mask_columns(body["actionMask"], "actionMask", n, now=False)
+                if body.get("actionMask") is not None else None)
+        acts = (_flags(body["act"], "act", n) if "act" in body
+                else np.ones(n, bool))
+        ids = (_column(body["stepIds"], "stepIds", n, "iu").astype(np.int64, copy=False)
+               if "stepIds" in body else np.full(n, -1, np.int64))
+        reported = ids >= 0
+        outcome_rows = np.flatnonzero(reported)
+        acting_obs, acting_mask = obs, mask
+        reset = body.get("reset")
+        if reset:
+            rows = _column(reset["rows"], "reset.rows", len(reset["rows"]), "iu")
+            if rows.ndim != 1 or ((rows < 0) | (rows >= n)).any() or len(np.unique(rows)) \
+                    != len(rows):
+                raise InvalidRequest(f"reset.rows: distinct row indices in [0, {n})",
+                                     field="reset.rows")
+            reset_obs = checks.obs_columns(reset["obs"], "reset.obs", len(rows))
+            acting_obs = _replace_rows(obs, rows, reset_obs)
+            if mask is not None:
+                if reset.get("actionMask") is None:
+                    raise InvalidRequest("reset.actionMask: actionMask is given, so the "
+                                         "reset rows need theirs", field="reset.actionMask")
+                acting_mask = mask.copy()
+                acting_mask[rows] = checks.mask_columns(reset["actionMask"],
+                                                        "reset.actionMask", len(rows))
+        if mask is not None and acts.any():  # what acting rows pick from must allow one
+            checks.mask(_Rows(acting_mask[acts], int(acts.sum())), "actionMask")
+        step = _ColumnStep(None, ids[outcome_rows], envs[outcome_rows], np.zeros(0), np.zeros(0, bool),
+                           np.zeros(0, bool), take_rows(obs, outcome_rows),
+                           None if mask is None else mask[outcome_rows])
+        if len(outcome_rows):
+            step.rewards = _column(body.get("rewards", []), "rewards", n).astype(
+                np.float64, copy=False)[outcome_rows]
+            if step.rewards.ndim != 1 or not np.isfinite(step.rewards).all():
+                raise InvalidRequest("rewards: one finite number per row", field="rewards")
+            step.terminated = _flags(body.get("terminated", []), "terminated", n)[outcome_rows]
+            step.truncated = (_flags(body["truncated"], "truncated", n)[outcome_rows]
+                              if "truncated" in body else np.zeros(len(outcome_rows), bool))
+        if acts.any():
+            rows = np.flatnonzero(acts) if not acts.all() else slice(None)
+            step.acting = Acting(envs[rows], take_rows(acting_obs, rows),
+                                 None if acting_mask is None else acting_mask[rows])
+        return step
 
     def _observations(self, body: dict[str, Any]) -> tuple[dict, Optional[dict]]:
         """A request's observations and action masks, checked against the spaces."""
         obs = self._checks.observations(body["obs"], "obs")
+        if body.get("actionMask") and body["actionMask"].keys() != obs.keys():
+            raise InvalidRequest(f"actionMask names entities {sorted(body['actionMask'])}, obs "
+                                 f"names {sorted(obs)}: one mask per entity", field="actionMask")
         mask = (_arrays(body["actionMask"], self._checks.mask, "actionMask")
                 if body.get("actionMask") else None)
         return obs, mask
 
     def episodeStopped(self) -> Response:  # noqa: N802
-        self.lifecycle.run("episode_stopped", self.agent.do_episode_stopped)
+        def hook() -> None:
+            self.steps.end_episode()
+            self.agent.do_episode_stopped()
+        self.lifecycle.run("episode_stopped", hook)
         return self._done()
 
     def reset(self, unload_model: bool = True) -> Response:
         def hook() -> None:
+            self.steps.clear()
             self.agent.do_reset(unload_model)
             self._initialized = self._initialized and not unload_model
 

@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from typing import Any, Awaitable, Callable, Optional
 from urllib.parse import parse_qsl
 
+import numpy as np
 from connexion.json_schema import resolve_refs
 
 from mistk_rl import codec
@@ -40,7 +41,7 @@ from mistk_rl.service.validation import Check, compile_schema
 
 log = logging.getLogger(__name__)
 Send = Callable[[dict], Awaitable[None]]
-STEP_OPERATIONS = frozenset({"getAction", "replayAction", "step"})
+STEP_OPERATIONS = frozenset({"getAction", "replayAction", "step", "stepColumns"})
 JSON_TYPE = "application/json"
 
 
@@ -116,7 +117,8 @@ class Pipeline:
                                       f"{operation.id}: {type(exc).__name__}: {exc}",
                                       None, self.instance)
         if wants_binary and operation.step and "actions" in result:
-            return await send_bytes(send, status, codec.encode(result),
+            columns = isinstance(result["actions"], np.ndarray)
+            return await send_bytes(send, status, codec.encode(result, columns=columns),
                                     codec.CONTENT_TYPE.encode(), (self.instance,))
         await send_bytes(send, status, _dumps(result), JSON_TYPE.encode(), (self.instance,))
 
@@ -363,7 +365,14 @@ def _snake(name: str) -> str:
 
 # ---- answering ------------------------------------------------------------------------------
 def _dumps(body: Any) -> bytes:
-    return json.dumps(body, separators=(",", ":")).encode()
+    return json.dumps(body, separators=(",", ":"), default=_numpy_to_list).encode()
+
+
+def _numpy_to_list(value: Any) -> Any:
+    """What json cannot write itself: a handler's numpy columns (stepColumns)."""
+    if isinstance(value, (np.ndarray, np.generic)):
+        return value.tolist()
+    raise TypeError(f"{type(value).__name__} is not JSON serializable")
 
 
 async def send_bytes(send: Send, status: int, payload: bytes, content_type: bytes,

@@ -50,11 +50,14 @@ def compile_schema(schema: dict) -> Check:
     """A function `check(value, path)` raising InvalidRequest; refs must be resolved."""
     if schema.get("x-tensor"):
         return _tensor
+    if schema.get("x-column"):
+        return _column
     unknown = set(schema) - IGNORED - {"type", "properties", "required",
                                        "additionalProperties", "items", "oneOf", "enum",
                                        "minimum", "maximum", "minLength", "maxLength",
                                        "pattern", "minProperties", "maxProperties",
-                                       "minItems", "maxItems", "x-tensor", KEY_PATTERN}
+                                       "minItems", "maxItems", "x-tensor", "x-column",
+                                       KEY_PATTERN}
     if unknown:
         raise ValueError(f"schema keywords not supported by the step-path validator: "
                          f"{sorted(unknown)}")
@@ -141,6 +144,31 @@ def _string(schema: dict) -> list[Check]:
         checks.append(lambda v, p: not regex.search(v) and _fail(
             f"{v!r} does not match {schema['pattern']!r}", p))
     return checks
+
+
+def _column(value: Any, path: str) -> None:
+    """``x-column: true``: rows of numbers, one per env copy: an array (JSON) or a numpy
+    array of rank >= 1 (binary), or, for a Dict observation space, an object with one such
+    per key. Only the shape of the body is checked here: the service checks each column
+    against the registered spaces with numpy, in one pass (`handlers.AgentService`)."""
+    if isinstance(value, dict) and value:
+        for key, column in value.items():
+            if not _is_column(column):
+                _fail(f"{_short(column)} is not an array of rows", _join(path, key))
+        return
+    if not _is_column(value):
+        _fail(f"{_short(value)} is not an array of rows (or an object of them, one per "
+              "key of a Dict space)", path)
+
+
+def _is_column(value: Any) -> bool:
+    return isinstance(value, list) or (isinstance(value, np.ndarray) and value.ndim >= 1
+                                       and value.dtype.kind in "biuf")
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
 
 
 def _guard(schema: dict) -> Callable[[Any], bool]:

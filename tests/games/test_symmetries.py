@@ -53,6 +53,7 @@ def test_symmetric_positions_are_stored_once():
 def test_a_dqn_agent_stores_every_image_of_a_move(tmp_path):
     from agents.dqn_agent import DQNAgent
     from mistk_rl.agent import ReplayBatch
+    from tests.entity_steps import EntitySteps
     from mistk_rl.errors import InvalidRequest
     from mistk_rl.spaces import space_from_dict
 
@@ -75,7 +76,7 @@ def test_a_dqn_agent_stores_every_image_of_a_move(tmp_path):
     obs, _ = _play(tictactoe_v3.env, [0, 4, 5])
     after, mask = _play(tictactoe_v3.env, [0, 4, 5, 1])
     agent.mode = "collect"
-    agent.do_replay_action(ReplayBatch(
+    EntitySteps(agent).replay_action(ReplayBatch(
         prev_obs={"p": obs}, actions={"p": np.int64(1)}, rewards={"p": 0.0},
         new_obs={"p": after}, terminated={"p": False}, truncated={"p": False},
         new_action_mask={"p": mask}))

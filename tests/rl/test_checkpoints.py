@@ -21,6 +21,7 @@ from mistk_rl.rl.learner import Learner, LogHook, load_checkpoint, save_checkpoi
 from mistk_rl.rl.policies.dqn import DQNPolicy
 from mistk_rl.rl.policies.ppo import PPOPolicy
 from mistk_rl.rl.trainers import OffPolicyTrainer, OnPolicyTrainer
+from tests.entity_steps import EntitySteps
 
 ENVS = 2
 DQN_HP = {"seed": 0, "log_every": 0, "policy": {
@@ -55,9 +56,10 @@ class Envs:
     def play(self, agent, steps: int) -> list[int]:
         """`steps` collect steps (per env copy); returns the actions taken."""
         agent.do_episode_started(EpisodeInfo(dict(self.obs), "collect"))
+        steps_of = EntitySteps(agent)
         taken = []
         for _ in range(steps):
-            actions = agent.do_get_action(self.obs)
+            actions = steps_of.get_action(self.obs)
             batch = ReplayBatch(dict(self.obs), {}, {}, {}, {}, {})
             for i, env in enumerate(self.envs):
                 name = f"p:{i}"
@@ -67,7 +69,7 @@ class Envs:
                     obs, term, trunc)
                 self.obs[name] = env.reset()[0] if term or trunc else obs
                 taken.append(actions[name])
-            agent.do_replay_action(batch)
+            steps_of.replay_action(batch)
         agent.do_episode_stopped()
         return taken
 

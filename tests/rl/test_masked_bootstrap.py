@@ -10,8 +10,8 @@ from mistk_rl.rl.data.returns import NStepAccumulator
 from mistk_rl.rl.data.samples import ReplaySamples
 from mistk_rl.rl.envs.base import Timestep
 from mistk_rl.rl.policies.dqn import DQNPolicy
-from mistk_rl.orchestrator import replay_batch
-from orchestrators.gym_orchestrator import _transition
+from mistk_rl.stepping import EntityStepper, replay_batch
+from orchestrators.gym_orchestrator import _outcome
 
 OBS = gym.spaces.Box(-1, 1, (3,), np.float32)
 ACT = gym.spaces.Discrete(4)
@@ -74,12 +74,17 @@ def test_the_orchestrator_replays_the_next_masks_the_env_gives():
     with_mask = Timestep(obs=5, reward=0.0, terminated=False, truncated=False,
                          info={"action_mask": np.array([1, 0, 1], dtype=np.int8)})
     without = Timestep(obs=5, reward=0.0, terminated=False, truncated=False)
-    both = replay_batch({"a": _transition(4, 1, with_mask, False),
-                   "b": _transition(4, 1, with_mask, False)})
-    assert both["newActionMask"]["a"].tolist() == [1, 0, 1]
-    mixed = replay_batch({"a": _transition(4, 1, with_mask, False),
-                    "b": _transition(4, 1, without, False)})
-    assert "newActionMask" not in mixed
+    assert _outcome(with_mask, truncated=False).action_mask.tolist() == [1, 0, 1]
+    assert _outcome(without, truncated=False).action_mask is None
+
+    def replayed(*timesteps: Timestep) -> dict:
+        stepper = EntityStepper(None, frozenset(), "p", num_envs=len(timesteps))
+        stepper.sent = {i: (4, 1) for i in range(len(timesteps))}
+        return replay_batch({stepper.entity(i): stepper._transition(i, _outcome(ts, False))
+                             for i, ts in enumerate(timesteps)})
+    both = replayed(with_mask, with_mask)
+    assert both["newActionMask"]["p:0"].tolist() == [1, 0, 1]
+    assert "newActionMask" not in replayed(with_mask, without)
 
 
 def test_replayed_next_masks_reach_the_dqn_replay_buffer(tmp_path):

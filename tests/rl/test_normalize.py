@@ -13,6 +13,7 @@ from agents.ppo_agent import PPOAgent
 from mistk_rl.agent import EpisodeInfo, ReplayBatch
 from mistk_rl.errors import InvalidRequest
 from mistk_rl.rl.normalize import Normalizer, RunningMeanStd
+from tests.entity_steps import EntitySteps
 
 CONFIG = {"obs": True, "reward": True, "clip_obs": 10.0, "clip_reward": 10.0, "gamma": None,
           "epsilon": 1e-8}
@@ -95,9 +96,10 @@ def _play(agent, env_id, steps, mode="collect", seed=0):
     obs = {f"p:{i}": env.reset(seed=seed + i)[0] for i, env in enumerate(envs)}
     seen = []
     agent.do_episode_started(EpisodeInfo(dict(obs), mode))
+    steps_of = EntitySteps(agent)
     for _ in range(steps):
         seen += list(obs.values())
-        actions = agent.do_get_action(obs)
+        actions = steps_of.get_action(obs)
         batch = ReplayBatch(dict(obs), {}, {}, {}, {}, {})
         for i, env in enumerate(envs):
             name = f"p:{i}"
@@ -105,7 +107,7 @@ def _play(agent, env_id, steps, mode="collect", seed=0):
             batch.actions[name], batch.rewards[name] = np.asarray(actions[name]), reward
             batch.new_obs[name], batch.terminated[name], batch.truncated[name] = new, term, trunc
             obs[name] = env.reset()[0] if term or trunc else new
-        agent.do_replay_action(batch)
+        steps_of.replay_action(batch)
     agent.do_episode_stopped()
     return np.array(seen)
 
@@ -158,7 +160,7 @@ def test_statistics_frozen_in_eval_mode_and_restored_from_a_checkpoint(tmp_path)
     obs = {"p:0": np.array([0.5, -0.5, 3.0], np.float32)}
     for a in (agent, restored):
         a.do_episode_started(EpisodeInfo(dict(obs), "eval"))
-    assert agent.do_get_action(obs) == restored.do_get_action(obs)
+    assert EntitySteps(agent).get_action(obs) == EntitySteps(restored).get_action(obs)
 
 
 def test_obs_normalisation_needs_a_box_observation_space(tmp_path):

@@ -1,0 +1,291 @@
+"""stepColumns: env copies as columns, each observation sent once, transitions assembled by
+the agent's service from what it kept under each step id."""
+from __future__ import annotations
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch
+
+from agents.dqn_agent import DQNAgent
+from agents.ppo_agent import PPOAgent
+from agents.random_agent import RandomAgent
+from mistk_rl import codec
+from mistk_rl.agent import Acted
+from mistk_rl.errors import InvalidRequest
+from mistk_rl.rl.envs import MANAGERS, make_env_fns
+from mistk_rl.service.handlers import AgentService
+from mistk_rl.service.steps import StepStore
+from mistk_rl.spaces import space_to_dict
+from harness.bench.step import InProcessClient
+from mistk_rl.stepping import ColumnStepper, EntityStepper, Outcome
+from tests.conftest import RANDOM_AGENT
+
+CARTPOLE = gym.make("CartPole-v1")
+SPACES = {"observationSpace": space_to_dict(CARTPOLE.observation_space),
+          "actionSpace": space_to_dict(CARTPOLE.action_space)}
+
+
+class RecordingAgent(RandomAgent):
+    """A RandomAgent that keeps every batch of transitions it is given."""
+
+    def do_initialize(self, props, hparams) -> None:
+        super().do_initialize(props, hparams)
+        self.learned = []
+
+    def do_learn(self, transitions) -> None:
+        self.learned.append(transitions)
+
+
+def _service(tmp_path, agent, hparams=None, spaces=SPACES) -> AgentService:
+    service = AgentService(agent, tmp_path / type(agent).__name__)
+    service.initialize({"hyperparameters": {"seed": 0, **(hparams or {})}})
+    service.lifecycle.wait_for_state("initialized", 10)
+    service.buildModel()
+    service.lifecycle.wait_for_state("initialized", 10)
+    service.agentRegistered({"name": "p", **spaces})
+    return service
+
+
+def _obs(n: int, value: float) -> np.ndarray:
+    return np.full((n, 4), value, np.float32)
+
+
+# ---- the store ------------------------------------------------------------------------------
+def test_the_store_gives_back_rows_by_step_id_in_any_order_across_batches():
+    store = StepStore()
+    first = store.put(_obs(3, 0) + np.arange(3)[:, None], Acted(np.array([0, 1, 0])))
+    second = store.put(_obs(2, 10) + np.arange(2)[:, None], Acted(np.array([1, 1]),
+                                                                   {"v": np.array([.5, .6])}))
+    ids = np.array([second[1], first[2], first[0]])
+    kept = store.lookup(ids)
+    assert kept.obs[:, 0].tolist() == [11, 2, 0] and kept.actions.tolist() == [1, 0, 0]
+    assert kept.extras == {}  # the first batch has no extras: only what all rows have
+    store.release(ids)
+    with pytest.raises(InvalidRequest, match=f"step id {first[0]} is not one"):
+        store.lookup(np.array([first[1], first[0]]))
+    assert store.lookup(np.array([first[1], second[0]])).obs[:, 0].tolist() == [1, 10]
+    assert len(store) == 2
+
+
+def test_a_whole_batch_comes_back_as_it_was_kept():
+    store = StepStore()
+    ids = store.put(_obs(4, 1), Acted(np.arange(4), {"logp": np.ones(4)}))
+    kept = store.lookup(ids)
+    assert kept.extras["logp"].tolist() == [1, 1, 1, 1]
+    store.release(ids)
+    assert len(store) == 0
+    with pytest.raises(InvalidRequest):
+        store.lookup(ids)
+
+
+def test_the_store_is_bounded_and_ids_never_repeat():
+    store = StepStore(max_batches=2)
+    old = store.put(_obs(1, 0), Acted(np.array([0])))
+    later = [store.put(_obs(1, 0), Acted(np.array([0]))) for _ in range(2)]
+    with pytest.raises(InvalidRequest, match="too old"):
+        store.lookup(old)
+    store.clear()
+    assert store.put(_obs(1, 0), Acted(np.array([0])))[0] > later[-1][0]
+
+
+def test_the_entity_form_matches_only_the_action_the_agent_chose():
+    store = StepStore()
+    store.put(np.zeros((2, 1)), Acted(np.array([[0.5], [0.25]]), {"logp": np.array([1., 2.])}),
+              names=["a", "b"])
+    matched, kept = store.match(["b", "a"], np.array([[0.25], [0.9]]))
+    assert matched.tolist() == [True, False] and kept.extras["logp"][0] == 2.0
+    store.forget(["a", "b"])
+    assert len(store) == 0
+
+
+# ---- the service ----------------------------------------------------------------------------
+def test_transitions_are_assembled_from_what_the_agent_acted_on(tmp_path):
+    service = _service(tmp_path, RecordingAgent())
+    agent = service.agent
+    service.episodeStarted({"obs": {"p:0": [0, 0, 0, 0]}})
+    first = service.stepColumns({"envs": [0, 1, 2], "obs": _obs(3, 1).tolist()})[0]
+    assert agent.learned == [] and len(first["stepIds"]) == 3
+    # copy 1's episode ended: obs holds where it ended, reset.obs what it acts on now;
+    # copy 2 is done and only reports
+    answer = service.stepColumns({
+        "envs": [0, 1, 2], "obs": _obs(3, 2).tolist(), "stepIds": first["stepIds"].tolist(),
+        "rewards": [1.0, 2.0, 3.0], "terminated": [False, True, False],
+        "truncated": [False, False, True], "act": [True, True, False],
+        "reset": {"rows": [1], "obs": [[9, 9, 9, 9]]}})[0]
+    (learned,) = agent.learned
+    assert learned.envs.tolist() == [0, 1, 2]
+    assert learned.obs[:, 0].tolist() == [1, 1, 1]  # what each acted on
+    assert learned.actions.tolist() == first["actions"].tolist()
+    assert learned.next_obs[:, 0].tolist() == [2, 2, 2]
+    assert learned.rewards.tolist() == [1, 2, 3]
+    assert learned.terminated.tolist() == [False, True, False]
+    assert learned.truncated.tolist() == [False, False, True]
+    assert len(answer["actions"]) == 2 and answer["actions"].dtype == np.uint8
+    kept = service.steps.lookup(answer["stepIds"])
+    assert kept.obs[:, 0].tolist() == [2, 9]  # copy 1 acted on its reset observation
+
+
+@pytest.mark.parametrize("body, match", [
+    ({"envs": [0, 0], "obs": [[0] * 4] * 2}, "distinct"),
+    ({"envs": [0, 1], "obs": [[0] * 4]}, "1 rows, where envs has 2"),
+    ({"envs": [0], "obs": [[0, 0, 0, float("nan")]]}, r"obs\[0\]: not every number"),
+    ({"envs": [0], "obs": [[0, 0, 0]]}, r"shape \(3,\) is not \(4,\)"),
+    ({"envs": [0], "obs": [[0] * 4], "stepIds": [12345], "rewards": [0],
+      "terminated": [False]}, "step id 12345 is not one"),
+    ({"envs": [0], "obs": [[0] * 4], "reset": {"rows": [1], "obs": [[0] * 4]}},
+     r"reset.rows: distinct row indices in \[0, 1\)"),
+    ({"envs": [0], "obs": [[0] * 4], "actionMask": [[0, 0]]}, "allows no action"),
+    ({"envs": [0], "obs": [[0] * 4], "act": [2]}, "one flag"),
+])
+def test_bad_columns_are_refused_and_change_nothing(tmp_path, body, match):
+    service = _service(tmp_path, RecordingAgent())
+    service.episodeStarted({"obs": {"p": [0, 0, 0, 0]}})
+    ids = service.stepColumns({"envs": [0], "obs": [[0] * 4]})[0]["stepIds"]
+    version, waiting = service.lifecycle.version, len(service.steps)
+    with pytest.raises(InvalidRequest, match=match):
+        service.stepColumns(body)
+    assert service.lifecycle.version == version and len(service.steps) == waiting
+    service.stepColumns({"envs": [0], "obs": [[0] * 4], "stepIds": ids.tolist(),
+                         "rewards": [0], "terminated": [False]})  # still waiting
+
+
+def test_dict_observations_travel_one_column_per_key(tmp_path):
+    space = gym.spaces.Dict({"pos": gym.spaces.Box(-1, 1, (2,), np.float32),
+                             "cell": gym.spaces.Box(0, 9, (3,), np.uint8)})
+    service = _service(tmp_path, RecordingAgent(), spaces={
+        "observationSpace": space_to_dict(space), "actionSpace": SPACES["actionSpace"]})
+    service.episodeStarted({"obs": {"p": {"pos": [0, 0], "cell": [0, 0, 0]}}})
+    body = {"envs": np.arange(2), "obs": {"pos": np.zeros((2, 2), np.float32),
+                                          "cell": np.ones((2, 3), np.uint8)}}
+    ids = service.stepColumns(codec.decode(codec.encode(body, columns=True)))[0]["stepIds"]
+    service.stepColumns({"envs": [0, 1], "obs": {"pos": [[0, 0]] * 2, "cell": [[2] * 3] * 2},
+                         "stepIds": ids.tolist(), "rewards": [0, 0],
+                         "terminated": [False, False]})
+    (learned,) = service.agent.learned
+    assert learned.obs["cell"].dtype == np.uint8 and learned.next_obs["cell"][0, 0] == 2
+    with pytest.raises(InvalidRequest, match="one column per key"):
+        service.stepColumns({"envs": [0], "obs": {"pos": [[0, 0]]}})
+
+
+def test_a_ppo_agent_learns_from_columns_with_what_it_said_when_acting(tmp_path):
+    """PPO refuses a transition without its log-prob and value: an update proves they came
+    back from the store."""
+    service = _service(tmp_path, PPOAgent(), {"log_every": 0, "train": {"n_steps": 32}})
+    n = 4
+    with MANAGERS["base"](make_env_fns("CartPole-v1", None, n)) as manager:
+        manager.launch(seed=0)
+        service.episodeStarted({"obs": {f"p:{i}": o.tolist()
+                                        for i, o in manager.ready_obs.items()}})
+        stepper = ColumnStepper(InProcessClient(service))
+        outcomes = {}
+        for _ in range(10):
+            actions = stepper.step(manager.ready_obs, outcomes)
+            outcomes = {i: Outcome(t.obs, t.reward, t.terminated, t.truncated)
+                        for i, t in manager.step({i: int(a) for i, a in actions.items()}).items()}
+    assert service.agent.learner.train_iter == 1 and service.agent.learner.env_steps == 36
+
+
+def _train(service: AgentService, stepper, steps: int, n: int = 2) -> None:
+    with MANAGERS["base"](make_env_fns("CartPole-v1", None, n)) as manager:
+        manager.launch(seed=0)
+        service.episodeStarted({"obs": {f"p:{i}": o.tolist()
+                                        for i, o in manager.ready_obs.items()}})
+        outcomes = {}
+        for _ in range(steps):
+            actions = stepper.step(manager.ready_obs, outcomes)
+            outcomes = {i: Outcome(t.obs, t.reward, t.terminated, t.truncated)
+                        for i, t in manager.step({i: int(a) for i, a in actions.items()}).items()}
+        stepper.step({}, outcomes)
+        service.episodeStopped()
+
+
+@pytest.mark.parametrize("agent_cls, hparams", [
+    (DQNAgent, {"log_every": 0, "train": {"learning_starts": 40, "train_freq": 10,
+                                          "gradient_steps": 5},
+                "policy": {"model": {"hidden_sizes": [32]}}}),
+    (PPOAgent, {"log_every": 0, "train": {"n_steps": 64},
+                "policy": {"learn": {"epochs": 2, "batch_size": 32}}})])
+def test_columns_and_the_entity_form_train_an_agent_alike(tmp_path, agent_cls, hparams):
+    """One pipeline: the same seeded agent driven by stepColumns and by the entity-keyed
+    step ends with the same weights and counters."""
+    by_columns = _service(tmp_path / "c", agent_cls(), hparams)
+    by_entities = _service(tmp_path / "e", agent_cls(), hparams)
+    _train(by_columns, ColumnStepper(InProcessClient(by_columns)), 150)
+    _train(by_entities, EntityStepper(InProcessClient(by_entities), frozenset({"step"}), "p", 2),
+           150)
+    a, b = by_columns.agent, by_entities.agent
+    assert a.learner.env_steps == b.learner.env_steps == 300
+    assert a.learner.train_iter == b.learner.train_iter > 0
+    for x, y in zip(a.policy.model.parameters(), b.policy.model.parameters()):
+        assert torch.equal(x, y)
+
+
+def test_the_column_stepper_sends_each_observation_once_with_masks_for_resets(tmp_path):
+    service = _service(tmp_path, RecordingAgent())
+    service.episodeStarted({"obs": {"p": [0, 0, 0, 0]}})
+    stepper = ColumnStepper(InProcessClient(service))
+    mask = np.array([1, 0], bool)
+    first = stepper.step({0: _obs(1, 1)[0], 1: _obs(1, 1)[0]}, {}, {0: mask, 1: mask})
+    assert stepper.in_flight() == {0, 1} and set(first) == {0, 1}
+    outcomes = {0: Outcome(_obs(1, 2)[0], 1.0, False, False, mask),
+                1: Outcome(_obs(1, 3)[0], 1.0, True, False, np.zeros(2, bool))}
+    second = stepper.step({0: _obs(1, 2)[0], 1: _obs(1, 7)[0]}, outcomes, {0: mask, 1: mask})
+    assert second == {0: 0, 1: 0}  # the masks allow action 0 only
+    (learned,) = service.agent.learned
+    assert learned.next_obs[:, 0].tolist() == [2, 3]
+    assert learned.next_action_mask.tolist() == [[True, False], [False, False]]
+    kept = service.steps.lookup(np.array(sorted(stepper.step_ids.values())))
+    assert kept.obs[:, 0].tolist() == [2, 7]  # copy 1 acts on its reset observation
+
+
+# ---- the wire -------------------------------------------------------------------------------
+def test_columns_round_trip_the_binary_encoding_with_counting_vectors_as_ranges():
+    body = {"envs": np.arange(5), "stepIds": np.arange(100, 105), "obs": _obs(5, 0.5),
+            "rewards": np.ones(5, np.float32), "act": np.array([1, 0, 1, 1, 1], bool),
+            "reset": {"rows": np.array([3]), "obs": _obs(1, 2)}}
+    data = codec.encode(body, columns=True)
+    header = data[4:4 + int.from_bytes(data[:4], "little")]
+    assert b'"range":100' in header and b'"range":0' in header
+    back = codec.decode(data)
+    for key in ("envs", "stepIds", "obs", "rewards", "act"):
+        np.testing.assert_array_equal(back[key], body[key])
+        assert back[key].dtype == body[key].dtype
+    np.testing.assert_array_equal(back["reset"]["obs"], body["reset"]["obs"])
+
+
+@pytest.mark.parametrize("header", [
+    {"arrays": {"a": {"dtype": "<f4", "shape": [3], "range": 0}}},  # a float range
+    {"arrays": {"a.b.c.d": {"dtype": "<i8", "shape": [1], "range": 0}}},  # too deep
+    {"arrays": {}, "maps": {}},  # both forms
+    {"arrays": {"a": {"dtype": "<f4", "shape": [4], "offset": 0}}},  # past the body
+])
+def test_malformed_columns_are_invalid_requests(header):
+    import json
+
+    raw = json.dumps(header).encode()
+    with pytest.raises(InvalidRequest, match="malformed"):
+        codec.decode(len(raw).to_bytes(4, "little") + raw)
+
+
+@pytest.mark.parametrize("binary", [False, True])
+def test_step_columns_over_http(launch, binary):
+    service = launch("agent", RANDOM_AGENT)
+    agent = service.client()
+    assert "columns" in agent.api_version().capabilities
+    agent.initialize(hyperparameters={"seed": 1})
+    agent.build_model()
+    agent.agent_registered({"name": "p", **SPACES})
+    agent.episode_started({"p": [0, 0, 0, 0]})
+    agent.binary = binary
+    first = agent.step_columns(np.arange(8), _obs(8, 0))
+    assert len(first) == 8 and first.actions.dtype.kind in "iu"
+    assert set(first.actions.tolist()) <= {0, 1}
+    second = agent.step_columns(np.arange(8), _obs(8, 0), step_ids=first.step_ids,
+                                rewards=np.ones(8), terminated=np.zeros(8, bool),
+                                truncated=np.zeros(8, bool))
+    assert second.step_ids[0] == first.step_ids[-1] + 1
+    with pytest.raises(Exception, match="is not one this agent is waiting on"):
+        agent.step_columns(np.arange(8), _obs(8, 0), step_ids=first.step_ids,
+                           rewards=np.ones(8), terminated=np.zeros(8, bool))
+    assert agent.status().state == "in_episode"
