@@ -62,6 +62,9 @@ class AbstractAgent(ServiceImplementation, ABC):
     """Subclass and implement `do_get_action` and `do_save_model`; the other hooks default to
     doing nothing. Keep hook names distinct from trigger names (the service owns those)."""
 
+    # steps run on the service's event loop (no thread hop); False if one blocks on I/O
+    steps_inline: bool = True
+
     def __init__(self) -> None:
         super().__init__()
         self.name: Optional[str] = None

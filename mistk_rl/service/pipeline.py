@@ -35,6 +35,7 @@ from connexion.json_schema import resolve_refs
 
 from mistk_rl import codec
 from mistk_rl.errors import InvalidRequest, MistkError
+from mistk_rl.jsonable import dumps, loads_fast
 from mistk_rl.limits import Limits
 from mistk_rl.service.validation import Check, compile_schema
 
@@ -77,6 +78,7 @@ class Operation:
     body_required: bool = False
     binary: bool = False  # the spec lists the binary tensor encoding for the body
     step: bool = False
+    inline: bool = False  # a step run on the event loop itself (no thread hop)
     waits: bool = False  # the handler is a coroutine (a long-poll): awaited on the loop
 
 
@@ -90,6 +92,9 @@ class Pipeline:
         self.token = token
         self.limits = limits
         self.routes = _operations(resolve_refs(spec), service, base_path)
+        inline = getattr(service.impl, "steps_inline", False)
+        for operation in self.routes.values():
+            operation.inline = operation.step and inline
         # every answer names the instance (the SDK notices a restarted service by it)
         self.instance = (b"mistk-instance", service.lifecycle.instance.encode())
         self.control = ThreadPoolExecutor(control_threads, thread_name_prefix="control")
@@ -118,7 +123,7 @@ class Pipeline:
         if wants_binary and operation.step and "actions" in result:
             return await send_bytes(send, status, codec.encode(result),
                                     codec.CONTENT_TYPE.encode(), (self.instance,))
-        await send_bytes(send, status, _dumps(result), JSON_TYPE.encode(), (self.instance,))
+        await send_bytes(send, status, dumps(result), JSON_TYPE.encode(), (self.instance,))
 
     async def _serve(self, op: Operation, scope: dict, headers: dict,
                      receive: Any) -> tuple[Any, int]:
@@ -134,6 +139,9 @@ class Pipeline:
                 kwargs["body"] = self._decode(op, headers, raw)
         if op.waits:
             return await self._long_poll(op, kwargs)
+        if op.inline:
+            result, status, _ = op.handler(**kwargs)
+            return result, status
         pool = self.steps if op.step else self.control
         result, status, _ = await asyncio.get_running_loop().run_in_executor(
             pool, lambda: op.handler(**kwargs))
@@ -187,16 +195,28 @@ class Pipeline:
             raise Refused(415, "Unsupported Media Type",
                           f"Content-Type {content_type or '(none)'!r} is not accepted here: "
                           f"use {' or '.join(accepted)}")
-        op.body(body, "")
+        try:
+            op.body(body, "")
+        except RecursionError:  # (a list a thousand deep where the spec wants a number)
+            raise InvalidRequest("the request body nests too deeply") from None
         return body
 
 
 # ---- decoding -------------------------------------------------------------------------------
 def parse_json(raw: bytes, max_depth: Optional[int]) -> Any:
     """Strict JSON: UTF-8, no NaN or Infinity (JSON has none; Python accepts them), nesting
-    at most `max_depth` deep (a deep free-form object would make later code recurse)."""
+    at most `max_depth` deep (a deep free-form object would make later code recurse).
+
+    Without a depth bound (the step bodies) orjson decodes first (`jsonable.loads_fast`:
+    7x faster than `json` for 64 entities); a body it refuses goes down the `json` path,
+    which says what is wrong and where (and reads 1e400 as `json` always did)."""
     if not raw:
         raise InvalidRequest("the request body is empty: this operation needs a JSON body")
+    if max_depth is None:
+        try:
+            return loads_fast(raw)
+        except ValueError:
+            pass
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -362,10 +382,6 @@ def _snake(name: str) -> str:
 
 
 # ---- answering ------------------------------------------------------------------------------
-def _dumps(body: Any) -> bytes:
-    return json.dumps(body, separators=(",", ":")).encode()
-
-
 async def send_bytes(send: Send, status: int, payload: bytes, content_type: bytes,
                      extra_headers: tuple = ()) -> None:
     await send({"type": "http.response.start", "status": status,
@@ -382,7 +398,7 @@ async def send_problem(send: Send, status: int, title: str, detail: str,
     headers = [instance]
     if extra and "retryAfter" in extra:
         headers.append((b"retry-after", str(extra["retryAfter"]).encode()))
-    await send_bytes(send, status, _dumps(body), b"application/problem+json", tuple(headers))
+    await send_bytes(send, status, dumps(body), b"application/problem+json", tuple(headers))
 
 
 def _too_large(limit: int) -> Refused:
