@@ -137,6 +137,9 @@ class AbstractAgent(ServiceImplementation, ABC):
     `do_replay_action` what it learns from). Keep hook names distinct from trigger names
     (the service owns those)."""
 
+    # steps run on the service's event loop (no thread hop); False if one blocks on I/O
+    steps_inline: bool = True
+
     def __init__(self) -> None:
         cls = type(self)
         if (cls.do_get_action is AbstractAgent.do_get_action

@@ -20,7 +20,7 @@ from urllib.parse import urlsplit
 import numpy as np
 
 from mistk_rl import codec
-from mistk_rl.jsonable import to_jsonable
+from mistk_rl.jsonable import dumps, loads_fast, to_jsonable
 from mistk_rl.schemas import (AgentConfig, AgentInitParams, ApiVersion, ColumnActions,
                               EpisodeConfig, EpisodeResult, EpisodeSettings, EpisodeStart, League,
                               OrchestratorInitParams, OrchestratorProgress,
@@ -138,6 +138,14 @@ class WaitTimeout(ServiceError, TimeoutError):
         self.last = last
 
 
+def _loads(raw: bytes) -> Any:
+    """An answer's JSON: orjson, else `json` (which also reads a NaN an answer may hold)."""
+    try:
+        return loads_fast(raw)
+    except ValueError:
+        return json.loads(raw)
+
+
 _ERRORS: dict[int, type[ServiceError]] = {400: BadRequest, 401: Unauthorized, 404: NotFound,
                                           409: Conflict, 413: PayloadTooLarge}
 
@@ -183,7 +191,7 @@ class _ServiceClient:
             content_type = codec.CONTENT_TYPE
             accept = f"{codec.CONTENT_TYPE}, application/json"  # actions come back binary
         else:
-            body = None if json_body is None else json.dumps(to_jsonable(json_body)).encode()
+            body = None if json_body is None else dumps(json_body)
         timeout = timeout or self.timeout
         try:
             response = self.transport.request(method, path, body=body, params=params,
@@ -200,9 +208,9 @@ class _ServiceClient:
         if response.status < 400:
             if response.headers.get("Content-Type", "").startswith(codec.CONTENT_TYPE):
                 return codec.decode(response.body)
-            return json.loads(response.body) if response.body else None
+            return _loads(response.body) if response.body else None
         try:
-            data = json.loads(response.body)
+            data = _loads(response.body)
             problem = Problem.model_validate({"status": response.status,
                                              "title": data.get("title") or response.reason,
                                              **{k: v for k, v in data.items()

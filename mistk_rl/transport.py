@@ -109,11 +109,12 @@ class _Connection:
             status, reason, version, headers = self._read_head()
             if not 100 <= status < 200:
                 break
-        connection = _tokens(headers, "connection")
+        connection = _tokens(headers, "connection") if "connection" in headers else ()
         closes = "close" in connection or (version == "HTTP/1.0" and "keep-alive" not in connection)
         if head_only or status in (204, 304):
             body = b""
-        elif "chunked" in _tokens(headers, "transfer-encoding"):
+        elif "transfer-encoding" in headers and "chunked" in _tokens(headers,
+                                                                     "transfer-encoding"):
             body = self._read_chunked()
         elif "content-length" in headers:
             try:
@@ -294,7 +295,8 @@ class Transport:
             if conn is None:
                 return self._connect(timeout), False
             if conn.still_open():
-                conn.sock.settimeout(timeout)
+                if conn.sock.gettimeout() != timeout:  # (setting it costs two fcntl calls)
+                    conn.sock.settimeout(timeout)
                 return conn, True
             conn.close()
 

@@ -7,6 +7,7 @@ typo fails at once with a clear message instead of in a worker boot loop.
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import logging
 import os
 import sys
@@ -15,6 +16,8 @@ from pathlib import Path
 from typing import Any, Optional
 
 from gunicorn.app.base import BaseApplication
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+from uvicorn_worker import UvicornWorker
 
 from mistk_rl.agent import AbstractAgent
 from mistk_rl.limits import Limits
@@ -39,7 +42,7 @@ class ServeOptions:
     # NAME -> DIR: paths NAME/... resolve inside DIR (`mistk_rl.files.resolve_in`)
     shares: dict[str, Path] = field(default_factory=dict)
     log_level: str = "info"
-    worker_class: str = "uvicorn_worker.UvicornWorker"
+    worker_class: str = "mistk_rl.service.server.ServiceWorker"
 
 
 def import_implementation(role: str, target: str) -> type:
@@ -79,6 +82,60 @@ def _one_thread_for_math() -> None:
     """The machines have 2 cores shared by services and env workers."""
     if "torch" in sys.modules:
         sys.modules["torch"].set_num_threads(1)
+
+
+class _HeadWithBody:
+    """A connection's transport that sends an answer's head together with its body.
+
+    uvicorn writes the head when the app sends ``http.response.start`` and the body on
+    ``http.response.body``: two sends, two TCP segments, and often two reads for the client.
+    Here the head of a final answer (not ``100 Continue``, which the client waits for) is
+    held until the next write, the end of the answer (`flush`, a HEAD answer has no body)
+    or `close`. Everything else is the transport's own."""
+
+    def __init__(self, transport: Any) -> None:
+        self._transport = transport
+        self._head = b""
+
+    def write(self, data: bytes) -> None:
+        if self._head:
+            data, self._head = self._head + data, b""
+        elif data[:7] == b"HTTP/1." and data[9:10] != b"1" and data[-4:] == b"\r\n\r\n":
+            self._head = data
+            return
+        self._transport.write(data)
+
+    def flush(self) -> None:
+        if self._head:
+            data, self._head = self._head, b""
+            self._transport.write(data)
+
+    def close(self) -> None:
+        self.flush()
+        self._transport.close()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._transport, name)
+
+
+class CoalescingHttpTools(HttpToolsProtocol):
+    def connection_made(self, transport: Any) -> None:  # type: ignore[override]
+        super().connection_made(_HeadWithBody(transport))
+
+    def on_response_complete(self) -> None:
+        self.transport.flush()
+        super().on_response_complete()
+
+
+class ServiceWorker(UvicornWorker):
+    """uvicorn as these services need it: one answer is one send (`_HeadWithBody`), no
+    Date or Server header (bytes on every answer that nobody reads), no access log and no
+    proxy headers (loopback or a private network: nothing rewrites the client), uvloop
+    where it is installed."""
+
+    CONFIG_KWARGS = {"http": CoalescingHttpTools, "server_header": False,
+                     "date_header": False, "access_log": False, "proxy_headers": False,
+                     "loop": "uvloop" if importlib.util.find_spec("uvloop") else "asyncio"}
 
 
 class _Gunicorn(BaseApplication):

@@ -1,0 +1,244 @@
+"""The step path's speed-ups keep every rule: steps inline on the event loop (an agent may opt
+out), orjson with the `json` path's refusals and messages, and an answer's head sent with
+its body. In-process ASGI as in test_pipeline.py, plus one served agent."""
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from agents.random_agent import RandomAgent
+from mistk_rl import jsonable
+from mistk_rl.service.app import create_app
+from mistk_rl.service.handlers import AgentService
+from mistk_rl.service.pipeline import STEP_OPERATIONS
+from mistk_rl.service.server import CoalescingHttpTools, ServiceWorker, _HeadWithBody
+from tests.conftest import RANDOM_AGENT
+from tests.test_pipeline import _asgi
+
+OBS = b'{"obs": {"p": [0, 0, 0, 0]}}'
+STEP = {"getAction": OBS, "step": OBS,
+        "replayAction": (b'{"prevObs": {"p": [0, 0, 0, 0]}, "actions": {"p": 0}, '
+                         b'"rewards": {"p": 1}, "terminated": {"p": false}, '
+                         b'"newObs": {"p": [0, 0, 0, 0]}}')}
+
+
+class ThreadNoting(RandomAgent):
+    """Notes the thread each step hook runs in; a step blocks while `hold` is set, and
+    episodeStopped while `hold_stop` is (each says so on `entered`)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.threads: list[str] = []
+        self.hold, self.hold_stop = threading.Event(), threading.Event()
+        self.entered, self.release = threading.Event(), threading.Event()
+
+    def _noted(self) -> None:
+        self.threads.append(threading.current_thread().name)
+
+    def _maybe_hold(self, flag: threading.Event) -> None:
+        if flag.is_set():
+            self.entered.set()
+            assert self.release.wait(10)
+
+    def do_get_action(self, obs, action_mask=None):
+        self._noted()
+        self._maybe_hold(self.hold)
+        return super().do_get_action(obs, action_mask)
+
+    def do_replay_action(self, batch) -> None:
+        self._noted()
+
+    def do_episode_stopped(self) -> None:
+        self._maybe_hold(self.hold_stop)
+
+
+class OnThePool(ThreadNoting):
+    steps_inline = False  # e.g. its step waits on a remote model server
+
+
+def _in_episode(agent: RandomAgent, tmp_path: Path) -> AgentService:
+    from harness.bench.step import cartpole_agent_config
+
+    service = AgentService(agent, tmp_path)
+    service.initialize({})
+    service.lifecycle.wait_for_state("initialized", 10)
+    service.agentRegistered(cartpole_agent_config("p"))
+    service.episodeStarted({"obs": {"p": [0, 0, 0, 0]}})
+    return service
+
+
+def _call(app, method: str, path: str, body: bytes = b""):
+    return _asgi(app, method, "/v1/mistk/agent" + path, "",
+                 [(b"content-type", b"application/json"),
+                  (b"content-length", str(len(body)).encode())], [body])
+
+
+@pytest.mark.parametrize("cls, where", [(ThreadNoting, "loop"), (OnThePool, "step")])
+def test_steps_run_inline_on_the_loop_unless_the_agent_opts_out(tmp_path, cls, where):
+    agent = cls()
+    app = create_app(_in_episode(agent, tmp_path))
+
+    async def scenario():
+        loop_thread = threading.current_thread().name
+        answers = [await _call(app, "POST", f"/{op}", STEP[op]) for op in sorted(STEP)]
+        return loop_thread, answers
+    loop_thread, answers = asyncio.run(scenario())
+    assert [a[0] for a in answers] == [200, 200, 200]
+    assert len(agent.threads) == 3  # one hook per operation (the step has no replay)
+    for name in agent.threads:
+        assert (name == loop_thread) if where == "loop" else name.startswith("step_")
+
+
+def test_an_opted_out_step_still_gets_409_beside_a_running_step(tmp_path):
+    agent = OnThePool()
+    app = create_app(_in_episode(agent, tmp_path))
+    agent.hold.set()
+
+    async def scenario():
+        first = asyncio.create_task(_call(app, "POST", "/getAction", OBS))
+        await asyncio.get_running_loop().run_in_executor(None, agent.entered.wait, 10)
+        agent.hold.clear()
+        second = await _call(app, "POST", "/getAction", OBS)
+        agent.release.set()
+        return await first, second
+    first, second = asyncio.run(scenario())
+    assert first[0] == 200
+    assert second[0] == 409 and "busy" in json.loads(second[2])["detail"]
+
+
+def test_an_inline_step_gets_409_while_a_control_operation_runs(tmp_path):
+    """Inline steps run one at a time on the loop; the lifecycle still refuses a step while
+    a control operation (on its pool) holds the agent, and the loop stays free meanwhile."""
+    agent = ThreadNoting()
+    service = _in_episode(agent, tmp_path)
+    app = create_app(service)
+    agent.hold_stop.set()
+
+    async def scenario():
+        stopping = asyncio.create_task(_call(app, "POST", "/episodeStopped"))
+        await asyncio.get_running_loop().run_in_executor(None, agent.entered.wait, 10)
+        refused = await _call(app, "POST", "/getAction", OBS)
+        status = await _call(app, "GET", "/status")
+        agent.release.set()
+        return refused, status, await stopping
+    refused, status, stopped = asyncio.run(scenario())
+    problem = json.loads(refused[2])
+    assert refused[0] == 409 and problem["state"] == "episode_stopping", problem
+    assert status[0] == 200 and stopped[0] == 200
+    assert service.lifecycle.state == "ready" and agent.threads == []
+
+
+def test_the_step_operations_are_the_spec_operations_that_serve_per_step():
+    assert {"getAction", "replayAction", "step"} <= STEP_OPERATIONS
+
+
+# ---- JSON -----------------------------------------------------------------------------------
+@pytest.mark.parametrize("depth", [2_000, 200_000, 4_000_000])
+def test_a_step_body_nested_past_any_parser_gets_400_not_a_crash(tmp_path, depth):
+    """orjson before 3.9.15 recursed without a bound (a 2M-deep list crashed the process);
+    a body that might nest deeper than `FAST_DEPTH` goes to `json`, which refuses it."""
+    app = create_app(_in_episode(RandomAgent(), tmp_path))
+    body = b'{"obs": {"p": ' + b"[" * depth + b"]" * depth + b"}}"
+    status, _, answer = asyncio.run(_call(app, "POST", "/getAction", body))
+    assert status == 400, answer
+    assert "nests too deeply" in json.loads(answer)["detail"]
+
+
+def test_a_step_body_with_many_brackets_is_read_by_json_as_well(tmp_path):
+    """Past `FAST_DEPTH` brackets a body is read by the `json` path: same answer."""
+    service = _in_episode(RandomAgent(), tmp_path)
+    service.episodeStopped()
+    entities = [f"e{i}" for i in range(jsonable.FAST_DEPTH + 1)]
+    service.episodeStarted({"obs": {e: [0, 0, 0, 0] for e in entities}})
+    app = create_app(service)
+    body = json.dumps({"obs": {e: [0, 0, 0, 0] for e in entities}}).encode()
+    status, _, answer = asyncio.run(_call(app, "POST", "/getAction", body))
+    assert status == 200 and set(json.loads(answer)["actions"]) == set(entities)
+
+
+@pytest.mark.parametrize("text, where", [
+    (b'{"obs": {"p": [0, 0, 0, NaN]}}', "obs['p'][3]: NaN is not a JSON number"),
+    (b'{"obs": {"p": [0, 0, 0, 1e400]}}', "obs['p']"),  # json reads inf: the check refuses
+    (b'{"obs": {"p": "\xff"}}', "not valid UTF-8"),
+    (b'{"obs": {"p": [0, 0, 0, 0]}', "not valid JSON"),
+])
+def test_a_step_body_orjson_refuses_gets_the_json_paths_message(tmp_path, text, where):
+    app = create_app(_in_episode(RandomAgent(), tmp_path))
+    status, _, answer = asyncio.run(_call(app, "POST", "/getAction", text))
+    assert status == 400 and where in json.loads(answer)["detail"], answer
+
+
+def test_dumps_writes_what_json_writes_of_to_jsonable():
+    f32 = np.array([0.7, 1e-8, 3.4e38], np.float32)
+    for value in ({"obs": {"p": f32, "q": np.int64(3), "r": np.bool_(True)}},
+                  {"a": [1, (2, 3)], "b": "x"}, {"nan": [float("nan")]},
+                  {"inf": np.array([np.inf])}, {1: "int key"}, {"big": 2 ** 70},
+                  {"empty": None}):
+        expected = json.dumps(jsonable.to_jsonable(value), separators=(",", ":"))
+        assert json.loads(jsonable.dumps(value)) == json.loads(expected) or (
+            jsonable.dumps(value).decode() == expected)
+    # the numbers a float32 array has as float64 (orjson's own numpy writes 0.7f as 0.7)
+    assert json.loads(jsonable.dumps(f32)) == f32.tolist()
+    assert jsonable.dumps({"x": [float("nan")]}) == b'{"x":[NaN]}'  # json's NaN, not null
+
+
+def test_loads_fast_refuses_what_it_must_leave_to_json():
+    for raw in (b"[NaN]", b"1e400", b'"\xff"', b"[" * 5000 + b"]" * 5000):
+        with pytest.raises(ValueError):
+            jsonable.loads_fast(raw)
+    assert jsonable.loads_fast(b'{"a": [1, 2.5, true, null]}') == {"a": [1, 2.5, True, None]}
+
+
+# ---- the worker -----------------------------------------------------------------------------
+class _Transport:
+    def __init__(self) -> None:
+        self.writes: list[bytes] = []
+        self.closed = False
+
+    def write(self, data: bytes) -> None:
+        self.writes.append(data)
+
+    def close(self) -> None:
+        self.closed = True
+
+    def is_closing(self) -> bool:
+        return self.closed
+
+
+def test_an_answers_head_goes_out_with_its_body():
+    raw = _Transport()
+    transport = _HeadWithBody(raw)
+    transport.write(b"HTTP/1.1 100 Continue\r\n\r\n")  # the client waits for this one
+    assert raw.writes == [b"HTTP/1.1 100 Continue\r\n\r\n"]
+    transport.write(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\n")
+    assert len(raw.writes) == 1
+    transport.write(b"{}")
+    assert raw.writes[1] == b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\n{}"
+    transport.write(b"HTTP/1.1 200 OK\r\ncontent-length: 5\r\n\r\n")  # a HEAD answer
+    transport.flush()  # (the protocol flushes at the end of every answer)
+    assert raw.writes[2].endswith(b"content-length: 5\r\n\r\n")
+    transport.write(b"HTTP/1.1 500 Internal Server Error\r\n\r\n")
+    transport.close()
+    assert raw.writes[3].startswith(b"HTTP/1.1 500") and raw.closed
+    assert transport.is_closing()  # the rest is the transport's own
+
+
+def test_the_worker_serves_with_the_coalescing_protocol_and_no_date_or_server_header():
+    assert ServiceWorker.CONFIG_KWARGS["http"] is CoalescingHttpTools
+    assert not ServiceWorker.CONFIG_KWARGS["date_header"]
+    assert not ServiceWorker.CONFIG_KWARGS["server_header"]
+
+
+def test_a_served_answer_comes_whole_and_without_date_or_server(launch):
+    client = launch("agent", RANDOM_AGENT).client()
+    response = client.transport.request("GET", "/apiVersion")
+    assert response.status == 200 and json.loads(response.body)["role"] == "agent"
+    assert "date" not in response.headers and "server" not in response.headers
+    head = client.transport.request("HEAD", "/apiVersion")  # (connexion answers HEAD)
+    assert head.body == b""
+    assert client.transport.request("GET", "/apiVersion").status == 200  # still in step
