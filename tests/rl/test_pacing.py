@@ -10,6 +10,8 @@ import pytest
 import torch
 from gymnasium import spaces
 
+from agents.dqn_agent import DQNAgent
+from agents.ppo_agent import PPOAgent
 from mistk_rl.rl.config import ConfigError
 from mistk_rl.rl.data.buffers import NaiveReplayBuffer
 from mistk_rl.rl.learner import Hook, Learner, load_checkpoint, save_checkpoint
@@ -250,3 +252,43 @@ def test_background_step_that_fails_fails_the_next_request():
 def test_request_pacer_needs_no_thread():
     trainer = _dqn({"learning_starts": 1, "train_freq": 1, "gradient_steps": 1})
     assert type(trainer.pacer) is Pacer and trainer.progress()["learnIn"] == "request"
+
+
+# ---- through the agent (in-process, real CartPole copies: tests/rl/test_checkpoints.py) ----
+from tests.rl.test_checkpoints import (DQN_HP, PPO_HP, Envs, _agent,  # noqa: E402
+                                       _counters, _same_weights)
+
+
+def test_ppo_agent_resumed_mid_update_pays_the_rest_as_the_original(tmp_path):
+    """One minibatch step per request: a saveModel taken while an update is half paid
+    resumes it, and the two runs act and learn alike from there (seeded, reproducible)."""
+    hp = {**PPO_HP, "train": {**PPO_HP["train"], "updates_per_request": 1}}
+    original = _agent(PPOAgent, hp, tmp_path / "a")
+    # a rollout (64 transitions) completes at request 32, which pays 1 of its 4 steps (and
+    # no rollout is in progress: a checkpoint cuts those, so the runs would differ there)
+    Envs(0).play(original, 32)
+    assert original.progress()["updatesOwed"] == 3
+    original.do_save_model(tmp_path / "a" / "ckpt.pt")
+    restored = _agent(PPOAgent, {**hp, "seed": 7}, tmp_path / "b", tmp_path / "a" / "ckpt.pt")
+    assert _counters(restored) == _counters(original)
+    assert Envs(100).play(original, 80) == Envs(100).play(restored, 80)
+    assert original.progress() == restored.progress() and original.progress()["updates"] == 3
+    assert _same_weights(original, restored)
+
+
+def test_agent_learning_in_background_saves_resumes_and_leaves_no_thread(tmp_path):
+    before = set(threading.enumerate())
+    hp = {**DQN_HP, "train": {**DQN_HP["train"], "learn_in": "background"}}
+    agent = _agent(DQNAgent, hp, tmp_path / "a")
+    Envs(0).play(agent, 100)
+    assert agent.progress()["learnIn"] == "background"
+    agent.do_save_model(tmp_path / "a" / "ckpt.pt")
+    saved = load_checkpoint(tmp_path / "a" / "ckpt.pt")
+    restored = _agent(DQNAgent, hp, tmp_path / "b", tmp_path / "a" / "ckpt.pt")
+    # the restored agent acts with the weights it learned (the learner thread's copy's)
+    for name, value in restored.policy.model.state_dict().items():
+        assert torch.equal(value, saved["learner"]["policy"]["model"][name])
+    Envs(100).play(restored, 20)
+    for each in (agent, restored):
+        each.do_terminate()
+    assert set(threading.enumerate()) == before
