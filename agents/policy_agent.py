@@ -11,8 +11,10 @@ How the MISTK calls map onto RL:
 - getAction / step / stepColumns: one batched forward pass for all rows (`do_act`); the
   service keeps what the model said under each row's step id.
 - the outcomes of those steps (stepColumns, or replayAction / step's replay): transitions
-  assembled by the service from what it kept, into the trainer (`do_learn`), which updates
-  on its schedule.
+  assembled by the service from what it kept, into the trainer (`do_learn`), which owes
+  updates on its schedule and pays a bounded number of gradient steps per request, or runs
+  them on a learner thread (`train.learn_in`, `mistk_rl/rl/pacing.py`): learning never holds
+  a request for long.
 - saveModel(path): everything training needs to continue (see `_checkpoint_state`), written
   atomically; the periodic checkpoint (`checkpoint_every`) writes the same.
 
@@ -23,7 +25,8 @@ files): stepColumns -> `mistk_rl.service.steps` (the kept rows) -> `do_learn` ->
   `buffer.sample_batch` -> `ReplaySamples` (`data/samples.py`) -> `Learner.train` ->
   `DQNPolicy._forward_learn` -> new priorities -> `buffer.update`;
 - PPO, `OnPolicyTrainer`: the rollout; every `n_steps`, GAE -> `RolloutSamples` ->
-  `Learner.train` -> `PPOPolicy._forward_learn`.
+  `Learner.plan` -> `PPOPolicy._plan_update` (the minibatch steps), then over the next
+  requests `Learner.train_step` -> `PPOPolicy._update_step`.
 
 Normalisation (`normalize` in the config, `mistk_rl.rl.normalize`) happens here, at the
 service boundary, so the policies never know about it. The policy always acts on normalised
@@ -364,15 +367,16 @@ class PolicyAgent(AbstractAgent):
         `checkpoint_buffer`), the random generators, and the config and spaces to rebuild
         the model, and the normaliser's statistics.
         """
-        return {"agent": type(self).__name__, "format": CHECKPOINT_FORMAT,
-                "config": self.config,
-                "spaces": {"observation": space_to_dict(self.policy.observation_space),
-                           "action": space_to_dict(self.policy.action_space)},
-                "learner": self.learner.state_dict(),
-                "trainer": self.trainer.state_dict(),
-                "rng": {"policy": self.policy.rng_state(),
-                        "warmup": self.warmup.rng_state() if self.warmup else None},
-                "normalizer": self.normalizer.state_dict() if self.normalizer else None}
+        with self.trainer.paused():  # (learn_in background: no step while it is read)
+            return {"agent": type(self).__name__, "format": CHECKPOINT_FORMAT,
+                    "config": self.config,
+                    "spaces": {"observation": space_to_dict(self.policy.observation_space),
+                               "action": space_to_dict(self.policy.action_space)},
+                    "learner": self.learner.state_dict(),
+                    "trainer": self.trainer.state_dict(),
+                    "rng": {"policy": self.policy.rng_state(),
+                            "warmup": self.warmup.rng_state() if self.warmup else None},
+                    "normalizer": self.normalizer.state_dict() if self.normalizer else None}
 
     def _restore(self, checkpoint: dict) -> None:
         self.learner.load_state_dict(checkpoint["learner"])  # first: the trainer's pushes
@@ -390,6 +394,8 @@ class PolicyAgent(AbstractAgent):
             raise RuntimeError("no model yet: call buildModel, then register the agent")
 
     def _drop_model(self) -> None:
+        if self.trainer is not None:  # (a learner thread stops first: it uses the learner)
+            self.trainer.close()
         if self.learner is not None:
             self.learner.close()
         self.policy = self.learner = self.trainer = self.warmup = self.normalizer = None

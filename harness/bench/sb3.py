@@ -20,6 +20,7 @@ import numpy as np
 import torch
 
 from harness.config import RunConfig
+from mistk_rl.rl import pacing
 from mistk_rl.rl.config import ConfigError
 
 # the agents' keys with no bearing on what is learned (logging, checkpoints, threads)
@@ -87,6 +88,9 @@ def sb3_setup(config: RunConfig) -> Sb3Setup:
     if cfg.pop("augment", None) is not None:
         raise Unmappable("augment: SB3 stores transitions as they come (no board symmetries)")
     normalize = _normalize(cfg.pop("normalize", None), merged["policy"]["learn"]["gamma"])
+    cfg["train"] = dict(cfg["train"])
+    for key in pacing.config():  # when the updates run, not which: SB3 runs a burst at once
+        cfg["train"].pop(key)
     mapper = _dqn_kwargs if algo == "dqn" else _ppo_kwargs
     kwargs = mapper(cfg, spec.num_envs, spec.env_steps)
     env = config.orchestrator.env

@@ -4,6 +4,13 @@ Hooks run at four positions (before_run, after_run, before_iter, after_iter), so
 checkpointing and logging are pluggable instead of baked into the training loop. Two built-in
 hooks: `CheckpointHook` (atomic torch checkpoints every N iterations) and `LogHook`
 (TensorBoard event files plus a CSV of the same scalars).
+
+An update made of several gradient steps (PPO's epochs x minibatches) can also run a step at
+a time: `plan` freezes it (the batch, every step's rows, drawn now) into an `UpdatePlan`, and
+`train_step` runs its next step. The learner iteration is still the whole update (its counter,
+`last_info` and iteration hooks move with the plan's last step), so `log_every` and
+`checkpoint_every` mean the same either way. A trainer uses this to bound the work of one
+request (`mistk_rl.rl.pacing`).
 """
 from __future__ import annotations
 
@@ -11,6 +18,7 @@ import csv
 import io
 import math
 from pathlib import Path
+from dataclasses import dataclass, field
 from typing import Any, Callable, NamedTuple, Optional
 
 import numpy as np
@@ -22,12 +30,48 @@ from mistk_rl.rl.data.samples import Samples
 POSITIONS = ("before_run", "after_run", "before_iter", "after_iter")
 
 
+@dataclass
+class UpdatePlan:
+    """One update laid out as gradient steps, frozen when it is planned: the batch, each
+    step's rows of it (random draws happen at planning, so running the steps later, or
+    interleaved with acting, draws nothing), the settings of the moment (lr, clip, ...), and
+    what the steps done so far reported."""
+
+    batch: Samples
+    rows: list[torch.Tensor]  # step i trains on batch rows rows[i]
+    settings: dict[str, float]
+    done: int = 0
+    stats: dict[str, list[float]] = field(default_factory=dict)
+
+    @property
+    def left(self) -> int:
+        return len(self.rows) - self.done
+
+    def info(self) -> dict[str, Any]:
+        """The update's info: each scalar's mean over its steps, and the settings."""
+        return {**{key: float(np.mean(values)) for key, values in self.stats.items()},
+                **self.settings}
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"batch": self.batch._asdict(), "rows": list(self.rows),
+                "settings": dict(self.settings), "done": self.done,
+                "stats": {key: list(values) for key, values in self.stats.items()}}
+
+    @classmethod
+    def from_state(cls, state: dict[str, Any], batch_type: type) -> UpdatePlan:
+        return cls(batch_type(**state["batch"]), list(state["rows"]), dict(state["settings"]),
+                   int(state["done"]), {k: list(v) for k, v in state["stats"].items()})
+
+
 class LearnMode(NamedTuple):
     """What a learner runs: a policy's `learn_mode` (`policies.base.Policy`)."""
 
     forward: Callable[[Samples], dict]  # one update on a batch -> scalars (+ priority)
     state_dict: Callable[[], dict]
     load_state_dict: Callable[[dict], None]
+    # the same update a step at a time (module doc); None: `forward` is one gradient step
+    plan: Optional[Callable[[Samples], UpdatePlan]] = None
+    step: Optional[Callable[[UpdatePlan], dict[str, float]]] = None  # the next step's scalars
 
 
 class Hook:
@@ -82,6 +126,27 @@ class Learner:
         self.last_info = info
         self._call("after_iter")
         return info
+
+    def plan(self, batch: Samples) -> UpdatePlan:
+        """Freeze the update `train(batch)` would run into steps for `train_step`."""
+        return self.learn_mode.plan(batch)
+
+    def train_step(self, plan: UpdatePlan) -> Optional[dict[str, Any]]:
+        """Run `plan`'s next step; with its last, the iteration completes and the update's
+        info is returned (None before). `train(batch)` and planning the same batch, then
+        stepping it through, run the same computation."""
+        self.start()
+        if plan.done == 0:
+            self._call("before_iter")
+        for key, value in self.learn_mode.step(plan).items():
+            plan.stats.setdefault(key, []).append(value)
+        plan.done += 1
+        if plan.left:
+            return None
+        self.train_iter += 1
+        self.last_info = plan.info()
+        self._call("after_iter")
+        return self.last_info
 
     def state_dict(self) -> dict[str, Any]:
         return {"policy": self.learn_mode.state_dict(), "train_iter": self.train_iter,

@@ -4,13 +4,18 @@ An agent service does not own its environment loop: transitions arrive one repla
 time, for one or more entities. A trainer turns that stream into learner updates.
 
 - `OffPolicyTrainer` (DQN): per-entity n-step accumulation into a replay buffer, then
-  `gradient_steps` updates every `train_freq` env steps once `learning_starts` is reached,
+  `gradient_steps` updates owed every `train_freq` env steps once `learning_starts` is reached,
   feeding new priorities back to a prioritized buffer. With a `Normalizer`, the buffer holds
   raw observations and rewards and each sampled batch is normalised with the statistics of
   the moment (SB3's off-policy handling of VecNormalize; an n-step reward, a discounted sum,
   is scaled as a whole, and clipped as a whole).
-- `OnPolicyTrainer` (PPO): per-entity rollouts; every `n_steps` transitions, GAE and one
-  learner call on the whole rollout.
+- `OnPolicyTrainer` (PPO): per-entity rollouts; every `n_steps` transitions, GAE, and the
+  learner's update on the whole rollout frozen into its minibatch steps (`UpdatePlan`).
+
+Neither runs what falls due at once: both owe it, and a pacer (`mistk_rl.rl.pacing`, the
+`train` section's learn_in, updates_per_request and max_update_seconds_per_request) pays a
+bounded number of steps per request, or runs them on a learner thread beside the requests.
+The debt (and PPO's plans) is part of `state_dict`, so a resumed run pays what was owed.
 
 A policy names its trainer (`Policy.trainer_cls`); an agent builds it from its config
 (`agent_config`, `from_agent_config`) and drives it through the `Trainer` protocol, so the
@@ -29,12 +34,13 @@ from typing import Any, Callable, ClassVar, Mapping, Optional, Protocol
 import numpy as np
 import torch
 
+from mistk_rl.rl import pacing
 from mistk_rl.rl.config import ConfigError
 from mistk_rl.rl.data.buffers import BUFFERS
 from mistk_rl.rl.data.collate import Batch, concat, default_collate
 from mistk_rl.rl.data.returns import NStepAccumulator, gae
 from mistk_rl.rl.data.samples import ReplaySamples, RolloutSamples
-from mistk_rl.rl.learner import Learner
+from mistk_rl.rl.learner import Learner, UpdatePlan
 from mistk_rl.rl.normalize import Normalizer
 
 Augment = Callable[[dict], list[dict]]  # a transition -> those to store (e.g. its symmetries)
@@ -93,7 +99,8 @@ class Trainer(Protocol):
         """One env step's transition per entity."""
 
     def maybe_train(self) -> int:
-        """Run the updates due now; how many ran."""
+        """Owe the updates due now and pay some of what is owed (`mistk_rl.rl.pacing`); how
+        many gradient steps ran."""
 
     def end_all_episodes(self) -> None:
         """The agent's episode ended: what waits for more steps of it is complete now."""
@@ -101,20 +108,63 @@ class Trainer(Protocol):
     def progress(self) -> dict[str, Any]:
         """What the agent's status shows about the trainer."""
 
+    def paused(self) -> Any:
+        """A context during which no learning runs beside the caller (a checkpoint reads the
+        learner's weights in it)."""
+
+    def close(self) -> None:
+        """Stop learning beside requests (learn_in "background"); a no-op otherwise."""
+
     def state_dict(self) -> dict: ...
     def load_state_dict(self, state: dict) -> None: ...
 
 
-class OffPolicyTrainer:
+class PacedTrainer:
+    """What both trainers share: the pacer that pays their debt (`mistk_rl.rl.pacing`), and,
+    with learn_in "background", the split of the policy into the acting one and the copy the
+    learner thread trains (the learner is pointed at the copy)."""
+
+    policy: Any
+    learner: Learner
+    pacer: pacing.Pacer
+
+    def _pace(self, train: Mapping[str, Any]) -> None:
+        if train["learn_in"] == "background":
+            acting = self.policy
+            self.policy = pacing.BackgroundPacer.split(acting)
+            self.learner.learn_mode = self.policy.learn_mode
+            self.pacer = pacing.BackgroundPacer(self, train, acting, self.policy)
+        else:
+            self.pacer = pacing.Pacer(self, train)
+
+    def maybe_train(self) -> int:
+        with self.pacer.paused():
+            self._schedule()
+        return self.pacer.pay()
+
+    def paused(self) -> Any:
+        return self.pacer.paused()
+
+    def close(self) -> None:
+        self.pacer.close()
+
+    def _schedule(self) -> None:
+        """Owe what falls due at the current env step."""
+        raise NotImplementedError
+
+
+class OffPolicyTrainer(PacedTrainer):
     normalizes_samples = True
 
     @classmethod
     def default_config(cls) -> dict:
-        """The `train` section: the update schedule."""
-        return {"learning_starts": 1000, "train_freq": 256, "gradient_steps": 128}
+        """The `train` section: the update schedule, and how its steps are paid (pacing)."""
+        return {"learning_starts": 1000, "train_freq": 256, "gradient_steps": 128,
+                **pacing.config()}
 
     @classmethod
     def agent_config(cls, hparams: Mapping[str, Any]) -> dict:
+        pacing.check_config(hparams.get("train") or {})
         buffer_type = (hparams.get("buffer") or {}).get("type", "naive")
         if buffer_type not in BUFFERS:
             raise ConfigError(f"buffer.type {buffer_type!r} is not one of {', '.join(BUFFERS)}")
@@ -154,6 +204,8 @@ class OffPolicyTrainer:
         self.save_buffer = save_buffer  # the replay buffer goes into `state_dict`
         self._nstep: dict[str, NStepAccumulator] = {}
         self._last_train = 0
+        self._owed = 0  # gradient steps due and not run yet
+        self._pace({**pacing.config(), **config})
 
     @property
     def warming_up(self) -> bool:
@@ -165,15 +217,17 @@ class OffPolicyTrainer:
     def observe_all(self, transitions: Mapping[str, dict]) -> None:
         """One env step's transition per entity; what completes an n-step window goes to the
         buffer in one push (one write per column for all entities)."""
-        done: list[dict] = []
-        for entity, transition in transitions.items():
-            done += self._accumulator(entity).push(transition)
-        self._push(done)
+        with self.pacer.paused():
+            done: list[dict] = []
+            for entity, transition in transitions.items():
+                done += self._accumulator(entity).push(transition)
+            self._push(done)
 
     def end_episode(self, entity: str) -> None:
         """The episode was cut off without a done flag: emit what the n-step window holds."""
         if entity in self._nstep:
-            self._push(self._nstep[entity].flush())
+            with self.pacer.paused():
+                self._push(self._nstep[entity].flush())
 
     def end_all_episodes(self) -> None:
         """The agent's episode ended (e.g. a run of several env copies): flush every entity."""
@@ -182,29 +236,37 @@ class OffPolicyTrainer:
 
     def progress(self) -> dict[str, Any]:
         """The replay's size, and its statistics (a prioritized one's counters, use and
-        staleness of the last sample, beta, ...)."""
-        stats = self.buffer.stats()  # (per replayed step: the valid items are counted once)
-        return {"bufferSize": stats["count"], "buffer": stats}
+        staleness of the last sample, beta, ...), and the pacer's debt and guard counter."""
+        with self.pacer.paused():
+            stats = self.buffer.stats()  # (per replayed step: the valid items counted once)
+            return {"bufferSize": stats["count"], "buffer": stats, **self.pacer.progress()}
 
-    def maybe_train(self) -> int:
-        """Run the updates due at the current env step; returns how many ran."""
+    def _schedule(self) -> None:
+        """`gradient_steps` more owed every `train_freq` env steps, once learning starts."""
         steps = self.learner.env_steps
-        if self.warming_up or steps - self._last_train < self.config["train_freq"]:
-            return 0
-        self._last_train = steps
-        done = 0
-        for _ in range(self.config["gradient_steps"]):
-            batch = self.buffer.sample_batch(self.batch_size, learner_iter=self.learner.train_iter)
-            if batch is None:
-                break
-            if self.normalizer is not None:
-                batch = self._normalized(batch)
-            info = self.learner.train(batch)
-            if "priority" in info and self.buffer.takes_priority_feedback:
-                self.buffer.update({"replay_unique_id": batch.ids.numpy(),
-                                    "priority": np.asarray(info["priority"])})
-            done += 1
-        return done
+        if not self.warming_up and steps - self._last_train >= self.config["train_freq"]:
+            self._last_train = steps
+            self._owed += self.config["gradient_steps"]
+
+    def owed(self) -> int:
+        return self._owed
+
+    def pay_one(self) -> bool:
+        """One gradient step on a sampled batch. A buffer that cannot give a batch yet (a
+        prioritized one short of its minimum) drops the debt: the steps due now are skipped,
+        as they were when updates ran at once."""
+        batch = self.buffer.sample_batch(self.batch_size, learner_iter=self.learner.train_iter)
+        if batch is None:
+            self._owed = 0
+            return False
+        if self.normalizer is not None:
+            batch = self._normalized(batch)
+        self._owed -= 1  # first: a checkpoint hook of this step sees it paid
+        info = self.learner.train(batch)
+        if "priority" in info and self.buffer.takes_priority_feedback:
+            self.buffer.update({"replay_unique_id": batch.ids.numpy(),
+                                "priority": np.asarray(info["priority"])})
+        return True
 
     def _normalized(self, batch: ReplaySamples) -> ReplaySamples:
         norm = self.normalizer
@@ -212,16 +274,24 @@ class OffPolicyTrainer:
                               reward=norm.reward(batch.reward))
 
     def state_dict(self) -> dict:
-        """The train schedule's position, the n-step windows in progress and, with
-        `save_buffer`, the replay buffer (contents, priorities and its RNG)."""
-        return {"last_train": self._last_train,
-                "nstep": {entity: acc.pending() for entity, acc in self._nstep.items()
-                          if len(acc)},
-                "buffer": self.buffer.state_dict() if self.save_buffer else None}
+        """The train schedule's position and the steps owed, the n-step windows in progress
+        and, with `save_buffer`, the replay buffer (contents, priorities and its RNG)."""
+        with self.pacer.paused():
+            return {"last_train": self._last_train, "owed": self._owed,
+                    "nstep": {entity: acc.pending() for entity, acc in self._nstep.items()
+                              if len(acc)},
+                    "buffer": self.buffer.state_dict() if self.save_buffer else None}
 
     def load_state_dict(self, state: dict) -> None:
         """Restore `state_dict`; its n-step windows end as cut episodes (module doc)."""
+        with self.pacer.paused():
+            self._load_state_dict(state)
+        if isinstance(self.pacer, pacing.BackgroundPacer):
+            self.pacer.publish_now()
+
+    def _load_state_dict(self, state: dict) -> None:
         self._last_train = int(state["last_train"])
+        self._owed = int(state.get("owed", 0))  # (checkpoints from before the debt: none)
         if state["buffer"] is not None:
             self.buffer.load_state_dict(state["buffer"])
         self._nstep.clear()
@@ -245,16 +315,18 @@ class OffPolicyTrainer:
             self.buffer.push(transitions, collect_iter=self.learner.train_iter)
 
 
-class OnPolicyTrainer:
+class OnPolicyTrainer(PacedTrainer):
     normalizes_samples = False  # the rollout keeps what the policy acted on
 
     @classmethod
     def default_config(cls) -> dict:
-        """The `train` section: transitions per rollout, over all entities."""
-        return {"n_steps": 256}
+        """The `train` section: transitions per rollout, over all entities, and how the
+        update's minibatch steps are paid (pacing)."""
+        return {"n_steps": 256, **pacing.config()}
 
     @classmethod
     def agent_config(cls, hparams: Mapping[str, Any]) -> dict:
+        pacing.check_config(hparams.get("train") or {})
         # learner iterations (one whole rollout each) between TensorBoard/CSV rows (0: off)
         return {"train": cls.default_config(), "log_every": 1}
 
@@ -270,43 +342,68 @@ class OnPolicyTrainer:
         self.policy, self.learner, self.config = policy, learner, config
         self._rollout: dict[str, list[dict]] = {}
         self._count = 0
+        # completed rollouts' updates, frozen, the first one in progress: acting between
+        # their steps is on-policy enough, as each transition keeps its acting log-prob
+        self._plans: list[UpdatePlan] = []
+        self._pace({**pacing.config(), **config})
 
     warming_up = False
 
     def observe(self, entity: str, transition: dict) -> None:
-        self._rollout.setdefault(entity, []).append(transition)
-        self._count += 1
+        self.observe_all({entity: transition})
 
     def observe_all(self, transitions: Mapping[str, dict]) -> None:
         """One env step's transition per entity."""
-        for entity, transition in transitions.items():
-            self.observe(entity, transition)
+        with self.pacer.paused():
+            for entity, transition in transitions.items():
+                self._rollout.setdefault(entity, []).append(transition)
+                self._count += 1
 
     def end_all_episodes(self) -> None:
         """Nothing to do: transitions carry their own terminated/truncated flags, and a
         rollout bootstraps from the value of its last next_obs."""
 
     def progress(self) -> dict[str, Any]:
-        return {}
+        """The pacer's debt (minibatch steps of the frozen updates) and guard counter."""
+        return self.pacer.progress()
 
     def state_dict(self) -> dict:
-        """The rollout collected so far (it was collected with the current weights)."""
-        return {"rollout": {entity: list(steps) for entity, steps in self._rollout.items()},
-                "count": self._count}
+        """The rollout collected so far, and the updates frozen and not yet fully run, with
+        how far each got (its batch, rows and the steps' stats so far)."""
+        with self.pacer.paused():
+            return {"rollout": {entity: list(steps) for entity, steps in self._rollout.items()},
+                    "count": self._count,
+                    # (a checkpoint hook runs after a plan's last step, before it is let go)
+                    "plans": [plan.state_dict() for plan in self._plans if plan.left]}
 
     def load_state_dict(self, state: dict) -> None:
         """Restore `state_dict`; each entity's episode in progress ends as a cut one."""
-        self._rollout = {entity: [*steps[:-1], {**steps[-1], "truncated": True}]
-                         for entity, steps in state["rollout"].items() if steps}
-        self._count = int(state["count"])
+        with self.pacer.paused():
+            self._rollout = {entity: [*steps[:-1], {**steps[-1], "truncated": True}]
+                             for entity, steps in state["rollout"].items() if steps}
+            self._count = int(state["count"])
+            self._plans = [UpdatePlan.from_state(plan, RolloutSamples)
+                           for plan in state.get("plans", [])]
+        if isinstance(self.pacer, pacing.BackgroundPacer):
+            self.pacer.publish_now()
 
-    def maybe_train(self) -> int:
+    def _schedule(self) -> None:
+        """A complete rollout becomes an update owed: GAE with the weights of now, and its
+        minibatch steps drawn now, as a one-shot update would have drawn them."""
         if self._count < self.config["n_steps"]:
-            return 0
-        self.learner.train(self._rollout_batch())
+            return
+        self._plans.append(self.learner.plan(self._rollout_batch()))
         self._rollout.clear()
         self._count = 0
-        return 1
+
+    def owed(self) -> int:
+        return sum(plan.left for plan in self._plans)
+
+    def pay_one(self) -> bool:
+        self.learner.train_step(self._plans[0])
+        if not self._plans[0].left:
+            self._plans.pop(0)
+        return True
 
     def _rollout_batch(self) -> RolloutSamples:
         """Each entity's steps with their GAE targets, the entities one after another."""

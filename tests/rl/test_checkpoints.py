@@ -182,16 +182,18 @@ def test_on_policy_rollout_in_progress_is_kept_and_cut(tmp_path):
     for t in range(3):
         original.observe_all({"a": _transition(t), "b": _transition(10 + t)})
     save_checkpoint(original.state_dict(), tmp_path / "t.pt")
-    restored = OnPolicyTrainer(policy, Learner(policy.learn_mode), {"n_steps": 8})
+    restored = OnPolicyTrainer(policy, Learner(policy.learn_mode),
+                               {"n_steps": 8, "updates_per_request": 100})
     restored.load_state_dict(load_checkpoint(tmp_path / "t.pt"))
     assert restored._count == 6
     for entity in ("a", "b"):
         steps = restored._rollout[entity]
         assert [s["truncated"] for s in steps] == [False, False, True]
         np.testing.assert_array_equal(steps[0]["obs"], original._rollout[entity][0]["obs"])
-    # the next two steps complete the rollout: 8 transitions, one update
+    # the next two steps complete the rollout: 8 transitions, one update of 20 epochs x 1
+    # minibatch steps, all paid in this request (updates_per_request 100)
     restored.observe_all({"a": _transition(20), "b": _transition(30)})
-    assert restored.maybe_train() == 1 and restored.learner.train_iter == 1
+    assert restored.maybe_train() == 20 and restored.learner.train_iter == 1
 
 
 def test_log_hook_resumed_keeps_rows_up_to_the_checkpoint(tmp_path):

@@ -130,9 +130,9 @@ def test_on_policy_trainer_trains_every_n_steps_with_bootstrapped_gae():
     policy = PPOPolicy({"learn": {"epochs": 1, "batch_size": 8}}, OBS, ACT, seed=0)
     batches = []
     learner = Learner(policy.learn_mode, [Note("before_iter", [], lambda lr: None)])
-    original = learner.learn_mode.forward
+    original = learner.learn_mode.plan
     learner.learn_mode = learner.learn_mode._replace(
-        forward=lambda b: batches.append(b) or original(b))
+        plan=lambda b: batches.append(b) or original(b))
     trainer = OnPolicyTrainer(policy, learner, {"n_steps": 8})
     obs = torch.zeros(1, 4)
     for i in range(16):
@@ -196,9 +196,9 @@ def test_ppo_learns_under_the_action_mask_it_acted_under():
                        spaces.Discrete(4), seed=0)
     batches = []
     learner = Learner(policy.learn_mode)
-    original = learner.learn_mode.forward
+    original = learner.learn_mode.plan
     learner.learn_mode = learner.learn_mode._replace(
-        forward=lambda b: batches.append(b) or original(b))
+        plan=lambda b: batches.append(b) or original(b))
     trainer = OnPolicyTrainer(policy, learner, {"n_steps": 8})
     for i in range(8):
         mask = torch.tensor([[True, i % 2 == 0, True, False]])

@@ -82,7 +82,8 @@ class Policy(ABC):
     # ---- the modes --------------------------------------------------------------------
     @property
     def learn_mode(self) -> LearnMode:
-        return LearnMode(self._forward_learn, self._state_dict, self._load_state_dict)
+        return LearnMode(self._forward_learn, self._state_dict, self._load_state_dict,
+                         self._plan_update, self._update_step)
 
     @property
     def collect_mode(self) -> CollectMode:
@@ -93,6 +94,12 @@ class Policy(ABC):
         return EvalMode(self._forward_eval, self._reset)
 
     # ---- to implement -----------------------------------------------------------------
+    # an update of several gradient steps also runs a step at a time (`learner.UpdatePlan`):
+    # `_plan_update(batch)` freezes it, `_update_step(plan)` runs the next step. None: one
+    # `_forward_learn` call is one gradient step
+    _plan_update: Optional[Callable[[Samples], Any]] = None
+    _update_step: Optional[Callable[[Any], dict]] = None
+
     @abstractmethod
     def _forward_learn(self, batch: Samples) -> dict:
         ...

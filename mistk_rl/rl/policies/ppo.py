@@ -9,8 +9,9 @@ Gaussian with a state-independent log-std (SB3, CleanRL), flattened to prod(shap
              the ratio is then taken between densities of the same unbounded sample). An
              action mask stays with the transition: the learner's log-prob of the action is
              taken under the mask it was sampled under, or the ratio starts away from 1
-    learn:   one call per rollout, a `RolloutSamples` (advantages from GAE, by the trainer):
-             `epochs` passes of shuffled minibatches, advantage normalisation per minibatch,
+    learn:   one update per rollout, a `RolloutSamples` (advantages from GAE, by the trainer):
+             `epochs` passes of shuffled minibatches (planned at once, run a minibatch step
+             at a time by a trainer that bounds its work per request), advantage normalisation per minibatch,
              loss = -min(r A, clip(r, 1-eps, 1+eps) A) + c_v (V - R)^2 - c_e H, grad clipping;
              lr and clip range optionally annealed linearly to 0 over `anneal_env_steps`
     eval:    argmax of the policy logits; the Gaussian's mean (clipped) for Box
@@ -25,6 +26,7 @@ from gymnasium import spaces
 
 from mistk_rl.rl.data.collate import Batch, batch_len, batch_rows
 from mistk_rl.rl.data.samples import RolloutSamples
+from mistk_rl.rl.learner import UpdatePlan
 from mistk_rl.rl.models import ActorCritic, without_aliases
 from mistk_rl.rl.policies.base import Policy, adam
 from mistk_rl.rl.trainers import OnPolicyTrainer
@@ -106,25 +108,35 @@ class PPOPolicy(Policy):
         return 1.0 if not horizon else max(0.0, 1.0 - env_steps / horizon)
 
     def _forward_learn(self, batch: RolloutSamples) -> dict:
+        """The whole update at once: its plan, stepped through (`_plan_update`)."""
+        plan = self._plan_update(batch)
+        while plan.left:
+            for key, value in self._update_step(plan).items():
+                plan.stats.setdefault(key, []).append(value)
+            plan.done += 1
+        return plan.info()
+
+    def _plan_update(self, batch: RolloutSamples) -> UpdatePlan:
+        """The update on a rollout as `epochs` x minibatch steps, each epoch's shuffle drawn
+        now (in the order the one-shot loop drew them), with the lr and clip of the
+        rollout's env step: run later, a step after a step, it is the same update."""
         cfg = self.config["learn"]
         left = self._progress_left(batch.env_steps)
-        for group in self.optimizer.param_groups:
-            group["lr"] = cfg["lr"] * left
         clip = cfg["clip"] * left if cfg["anneal_env_steps"] else cfg["clip"]
-        obs = self._encode(batch.obs)
-        n = batch_len(obs)
-        stats: dict[str, list[float]] = {}
-        if not self.model.training:  # (a module-tree walk per update otherwise)
-            self.model.train()
+        n, size = batch_len(self._encode(batch.obs)), cfg["batch_size"]
+        rows = []
         for _ in range(cfg["epochs"]):
             order = torch.randperm(n, generator=self.torch_rng)
-            for start in range(0, n, cfg["batch_size"]):
-                idx = order[start:start + cfg["batch_size"]]
-                for key, value in self._minibatch_step(batch, obs, idx, clip).items():
-                    stats.setdefault(key, []).append(value)
-        info = {key: float(np.mean(values)) for key, values in stats.items()}
-        info.update(lr=cfg["lr"] * left, clip=clip)
-        return info
+            rows += [order[start:start + size] for start in range(0, n, size)]
+        return UpdatePlan(batch, rows, {"lr": cfg["lr"] * left, "clip": clip})
+
+    def _update_step(self, plan: UpdatePlan) -> dict[str, float]:
+        for group in self.optimizer.param_groups:  # (another plan may have run in between)
+            group["lr"] = plan.settings["lr"]
+        if not self.model.training:  # (a module-tree walk per update otherwise)
+            self.model.train()
+        return self._minibatch_step(plan.batch, self._encode(plan.batch.obs),
+                                    plan.rows[plan.done], plan.settings["clip"])
 
     def _minibatch_step(self, batch: RolloutSamples, obs: Batch, idx: torch.Tensor,
                         clip: float) -> dict[str, float]:
