@@ -45,12 +45,12 @@ class ThreadNoting(RandomAgent):
             self.entered.set()
             assert self.release.wait(10)
 
-    def do_get_action(self, obs, action_mask=None):
+    def do_act(self, batch):
         self._noted()
         self._maybe_hold(self.hold)
-        return super().do_get_action(obs, action_mask)
+        return super().do_act(batch)
 
-    def do_replay_action(self, batch) -> None:
+    def do_learn(self, transitions) -> None:
         self._noted()
 
     def do_episode_stopped(self) -> None:
