@@ -228,19 +228,11 @@ def _dtype_string(value: Any, where: str) -> str:
 
 
 def _put_column(body: dict, path: str, value: Any) -> None:
-    """`body[a][b][c] = value` for path ``a.b.c`` (at most `MAX_COLUMN_DEPTH` parts), never
-    over another value or inside one."""
+    """`body[a][b][c] = value` for path ``a.b.c`` (at most `MAX_COLUMN_DEPTH` parts)."""
     parts = path.split(".")
     if not all(parts) or len(parts) > MAX_COLUMN_DEPTH:
         raise ValueError(f"{path!r} is not a field path of at most {MAX_COLUMN_DEPTH} parts")
-    *parents, leaf = parts
-    for key in parents:
-        body = body.setdefault(key, {})
-        if type(body) is not dict:
-            raise ValueError(f"{path!r} is inside {key!r}, which is not an object")
-    if leaf in body:
-        raise ValueError(f"{path!r} is given twice")
-    body[leaf] = value
+    _set(body, path, parts, value)
 
 
 def _no_constant(name: str) -> None:
@@ -321,16 +313,21 @@ def _is_mapping(value: Any) -> bool:
 
 def _put(body: dict, path: str, value: Any) -> None:
     """`body[path] = value` for a field path as `_flatten` makes them: a field, or one in a
-    container (``replay.prevObs``); never over another field or inside one."""
+    container (``replay.prevObs``)."""
     parts = path.split(".")
     if not all(parts) or len(parts) > 2 or (len(parts) == 2 and parts[0] not in CONTAINERS):
         raise ValueError(f"{path!r} is not a field path (a field, or one inside "
                          f"{', '.join(sorted(CONTAINERS))})")
+    _set(body, path, parts, value)
+
+
+def _set(body: dict, path: str, parts: list[str], value: Any) -> None:
+    """Put `value` at `parts` in `body`, never over another field or inside one."""
     *parents, leaf = parts
     for key in parents:
         body = body.setdefault(key, {})
         if type(body) is not dict:
-            raise ValueError(f"{path!r} is inside {key!r}, which is not a container")
+            raise ValueError(f"{path!r} is inside {key!r}, which is not an object")
     if leaf in body:
         raise ValueError(f"{path!r} is given twice")
     body[leaf] = value
