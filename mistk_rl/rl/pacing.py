@@ -8,7 +8,11 @@ completed rollout frozen into its epochs x minibatches steps, `learner.UpdatePla
 pacer pays it. The `train` section says how (`config()`):
 
 - learn_in "request" (the default): each request pays at most `updates_per_request` steps,
-  and stops before the next one once `max_update_seconds_per_request` have passed (at least
+  or twice what the schedule has owed per request on average so far (rounded down),
+  whichever is more (so
+  requests that each bring many env steps, e.g. 256 env copies or a batch of local
+  inference's experience, pay off what they bring instead of letting the debt grow), and
+  stops before the next step once `max_update_seconds_per_request` have passed (at least
   one step runs per request, so the debt always shrinks). The debt left waits for the next
   requests; acting in between uses the weights as they stand (a PPO rollout keeps the
   log-prob of each action as it was taken, so the importance ratio stays right). The work
@@ -44,9 +48,9 @@ def config() -> dict:
         # where owed gradient steps run: "request" (deterministic) or "background" (a
         # learner thread; not bit-reproducible)
         "learn_in": "request",
-        # the most gradient steps one request runs (a PPO minibatch is one step); the rest
-        # waits for the next requests. Below what the schedule asks per request, the debt
-        # grows (status: updatesOwed)
+        # the most gradient steps one request runs (a PPO minibatch is one step), unless the
+        # schedule owes more per request on average: then twice that average (module doc);
+        # the rest waits for the next requests (status: updatesOwed)
         "updates_per_request": 16,
         # a request starts no further step after this long (a slow model); null: no guard.
         # Keep it well under the orchestrator's --agent-timeout
@@ -89,19 +93,41 @@ class Pacer:
         self.limit = train["updates_per_request"]
         self.seconds = train["max_update_seconds_per_request"]
         self.budget_hits = 0  # requests the time guard cut short
+        # the rate the schedule owes at: steps it added to the debt over the requests so far
+        self.arrived, self.requests = 0, 0
+        self._left = 0  # the debt the last request left
+
+    def request_limit(self) -> int:
+        """This request's most steps: `updates_per_request`, or twice the steps owed per
+        request on average, whichever is more (a debt that arrives faster than the fixed
+        bound drains too)."""
+        owed = self.debtor.owed()
+        self.arrived += max(0, owed - self._left)
+        self.requests += 1
+        return max(self.limit, 2 * self.arrived // self.requests)
 
     def pay(self) -> int:
-        """Run owed steps, at most `updates_per_request`, none started after the time budget
+        """Run owed steps, at most `request_limit()`, none started after the time budget
         (the first always runs); how many ran."""
-        done, start = 0, self.clock()
-        while done < self.limit and self.debtor.owed() > 0:
+        done, start, limit = 0, self.clock(), self.request_limit()
+        while done < limit and self.debtor.owed() > 0:
             if done and self.seconds is not None and self.clock() - start >= self.seconds:
                 self.budget_hits += 1
                 break
             if not self.debtor.pay_one():
                 break
             done += 1
+        self._left = self.debtor.owed()
         return done
+
+    def state_dict(self) -> dict:
+        """The owed rate's counts (a resumed run bounds its requests as the original did)."""
+        return {"arrived": self.arrived, "requests": self.requests, "left": self._left}
+
+    def load_state_dict(self, state: Optional[dict]) -> None:
+        state = state or {}  # (checkpoints from before the rate: none)
+        self.arrived, self.requests = int(state.get("arrived", 0)), int(state.get("requests", 0))
+        self._left = int(state.get("left", self.debtor.owed()))
 
     def paused(self) -> contextlib.AbstractContextManager:
         """A block during which no learning runs (nothing runs beside a request here)."""

@@ -278,6 +278,7 @@ class OffPolicyTrainer(PacedTrainer):
         and, with `save_buffer`, the replay buffer (contents, priorities and its RNG)."""
         with self.pacer.paused():
             return {"last_train": self._last_train, "owed": self._owed,
+                    "pacer": self.pacer.state_dict(),
                     "nstep": {entity: acc.pending() for entity, acc in self._nstep.items()
                               if len(acc)},
                     "buffer": self.buffer.state_dict() if self.save_buffer else None}
@@ -292,6 +293,7 @@ class OffPolicyTrainer(PacedTrainer):
     def _load_state_dict(self, state: dict) -> None:
         self._last_train = int(state["last_train"])
         self._owed = int(state.get("owed", 0))  # (checkpoints from before the debt: none)
+        self.pacer.load_state_dict(state.get("pacer"))
         if state["buffer"] is not None:
             self.buffer.load_state_dict(state["buffer"])
         self._nstep.clear()
@@ -372,7 +374,7 @@ class OnPolicyTrainer(PacedTrainer):
         how far each got (its batch, rows and the steps' stats so far)."""
         with self.pacer.paused():
             return {"rollout": {entity: list(steps) for entity, steps in self._rollout.items()},
-                    "count": self._count,
+                    "count": self._count, "pacer": self.pacer.state_dict(),
                     # (a checkpoint hook runs after a plan's last step, before it is let go)
                     "plans": [plan.state_dict() for plan in self._plans if plan.left]}
 
@@ -384,6 +386,7 @@ class OnPolicyTrainer(PacedTrainer):
             self._count = int(state["count"])
             self._plans = [UpdatePlan.from_state(plan, RolloutSamples)
                            for plan in state.get("plans", [])]
+            self.pacer.load_state_dict(state.get("pacer"))
         if isinstance(self.pacer, pacing.BackgroundPacer):
             self.pacer.publish_now()
 

@@ -53,6 +53,22 @@ def test_debt_is_paid_over_requests_at_most_updates_per_request_each():
     assert trainer.progress()["updatesOwed"] == 17
 
 
+def test_requests_that_bring_many_env_steps_pay_what_they_bring():
+    """A request of many env copies owes more than updates_per_request: the bound follows
+    the owed rate (twice its mean per request), so the debt stays bounded."""
+    trainer = _dqn({"learning_starts": 10, "train_freq": 10, "gradient_steps": 10,
+                    "updates_per_request": 2})
+    owed = []
+    for request in range(40):  # 8 env steps per request: 8 owed per request on average
+        for i in range(8):
+            trainer.learner.env_steps += 1
+            trainer.observe_all({f"e{i}": _transition(request * 8 + i)})
+        trainer.maybe_train()
+        owed.append(trainer.progress()["updatesOwed"])
+    assert max(owed) <= 20 and owed[-1] <= 10  # a fixed bound of 2 would owe 240 by now
+    assert trainer.pacer.requests == 40
+
+
 def test_updates_paid_at_once_when_the_bound_allows_are_the_same_updates():
     """Paying a burst over several requests runs the same steps on the same samples as
     paying it at once when no transition arrives in between; the weights match."""
@@ -106,7 +122,10 @@ def test_a_buffer_short_of_a_batch_drops_what_is_due():
     assert _step(trainer, 0) == 0 and trainer.owed() == 0
 
 
-def _ppo_rollout(policy: PPOPolicy, trainer: OnPolicyTrainer, n: int, start: int = 0) -> None:
+def _ppo_rollout(policy: PPOPolicy, trainer: OnPolicyTrainer, n: int, start: int = 0,
+                 requests: bool = True) -> None:
+    """`n` env steps, each its own request (`requests`: paying what it may, as an agent's
+    step requests do) or all in one (the caller pays)."""
     for i in range(start, start + n):
         obs = np.full(4, i % 5 / 5, np.float32)
         out = policy.collect_mode.forward(torch.as_tensor(obs)[None], None, i)
@@ -115,6 +134,8 @@ def _ppo_rollout(policy: PPOPolicy, trainer: OnPolicyTrainer, n: int, start: int
                                                    False)
         trainer.learner.env_steps += 1
         trainer.observe_all({"e": t})
+        if requests:
+            trainer.maybe_train()
 
 
 def _ppo(train: dict) -> tuple[PPOPolicy, OnPolicyTrainer]:
@@ -132,7 +153,7 @@ def test_ppo_split_update_equals_the_one_shot_update():
     reference = PPOPolicy({"learn": {"epochs": 3, "batch_size": 4}}, OBS, ACT, seed=0)
     reference.learn_mode.load_state_dict(policy.learn_mode.state_dict())
     reference.load_rng_state(policy.rng_state())
-    _ppo_rollout(policy, trainer, 1, start=7)
+    _ppo_rollout(policy, trainer, 1, start=7, requests=False)
     batch = trainer._rollout_batch()  # (what the trainer freezes next)
     one_shot = Learner(reference.learn_mode).train(batch)
     paid = [trainer.maybe_train()]
@@ -149,12 +170,13 @@ def test_ppo_acts_between_minibatch_steps_and_queues_the_next_update():
     log-prob of the weights that acted); a rollout completed meanwhile is frozen too and
     paid after it."""
     policy, trainer = _ppo({"updates_per_request": 1})
-    _ppo_rollout(policy, trainer, 8)
-    assert trainer.maybe_train() == 1 and trainer.owed() == 5
-    _ppo_rollout(policy, trainer, 8, start=8)  # acting, one step paid per request
-    for _ in range(8):
-        trainer.maybe_train()
-    assert trainer.learner.train_iter == 1 and trainer.owed() == 3
+    _ppo_rollout(policy, trainer, 8)  # the 8th request freezes the update, pays one step
+    assert trainer.owed() == 5 and trainer.learner.train_iter == 0
+    _ppo_rollout(policy, trainer, 3, start=8)  # acting, one step paid per request
+    assert trainer.learner.train_iter == 0 and trainer.owed() == 2
+    _ppo_rollout(policy, trainer, 5, start=11, requests=False)  # a second rollout, then
+    assert trainer.maybe_train() == 2  # one request: 12 owed over 12 requests, 2 per request
+    assert trainer.learner.train_iter == 1 and trainer.owed() == 6  # the second is queued
     while trainer.owed():
         trainer.maybe_train()
     assert trainer.learner.train_iter == 2
@@ -164,8 +186,7 @@ def test_debt_and_plans_round_trip_through_state_dict(tmp_path):
     """A checkpoint taken with steps owed resumes paying exactly what the original pays."""
     def run(restore_after: int | None) -> list[torch.Tensor]:
         policy, trainer = _ppo({"updates_per_request": 2})
-        _ppo_rollout(policy, trainer, 8)
-        trainer.maybe_train()
+        _ppo_rollout(policy, trainer, 8)  # the last request pays 2 of the 6 steps
         if restore_after is not None:
             save_checkpoint({"trainer": trainer.state_dict(),
                              "learner": trainer.learner.state_dict(),
