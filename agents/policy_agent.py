@@ -50,10 +50,12 @@ import numpy as np
 import torch
 from gymnasium import spaces
 
-from mistk_rl.agent import AbstractAgent, Acted, Acting, EpisodeInfo, Transitions
+from mistk_rl.agent import (AbstractAgent, Acted, Acting, EpisodeInfo, PolicyCopy,
+                            Transitions, rounds)
 from mistk_rl.errors import InvalidRequest
 from mistk_rl.games.symmetries import GAMES, BoardSymmetries, symmetries_for
 from mistk_rl.implementation import PROGRESS_EVERY_S
+from mistk_rl.rl.actor import Actor, weights as actor_weights
 from mistk_rl.rl.config import ConfigError, deep_merge, save_config
 from mistk_rl.rl.learner import (CheckpointHook, Learner, LogHook, load_checkpoint,
                                  save_checkpoint)
@@ -70,6 +72,7 @@ class PolicyAgent(AbstractAgent):
     """Subclasses set `policy_cls` (and may override `default_config`)."""
 
     policy_cls: type[Policy]
+    local_inference = True
 
     # ---- config ------------------------------------------------------------------------
     @classmethod
@@ -109,6 +112,7 @@ class PolicyAgent(AbstractAgent):
         self.learner: Optional[Learner] = None
         self.trainer: Optional[Trainer] = None
         self.warmup: Optional[RandomPolicy] = None
+        self.actor: Optional[Actor] = None
         self.normalizer: Optional[Normalizer] = None
         self.mode = "collect"
         self.augment: Optional[BoardSymmetries] = None  # set at registration
@@ -232,26 +236,10 @@ class PolicyAgent(AbstractAgent):
         normalised observation it acted on): the service keeps them under each row's step
         id and hands them back with the transition (`do_learn`)."""
         self._require_model()
-        obs = batch.obs
-        obs = ({key: torch.as_tensor(column) for key, column in obs.items()}
-               if isinstance(obs, dict) else torch.as_tensor(obs))
-        mask = None if batch.action_mask is None else torch.as_tensor(batch.action_mask)
-        normalizer = self.normalizer
-        if normalizer is not None and normalizer.norm_obs:
-            if self.mode != "eval":  # eval mode: frozen statistics
-                normalizer.update_obs(obs.numpy())
-            obs = normalizer.obs(obs)
-        if self.mode == "eval":
-            out = self.policy.eval_mode.forward(obs, mask)
-            return Acted(out.get("env_action", out["action"]).numpy())
-        actor = self.warmup if self.trainer.warming_up and self.warmup else self.policy
-        out = actor.collect_mode.forward(obs, mask, self.learner.env_steps)
-        extras = {key: value.numpy() for key, value in out.items()
-                  if isinstance(value, torch.Tensor) and value.dim() > 0 and key != "env_action"}
-        if normalizer is not None and normalizer.norm_obs and not self.trainer.normalizes_samples:
-            extras["obs"] = obs.numpy()  # what the rollout stores (module doc)
-        # Box actions: "env_action" is the sample clipped to the bounds, "action" the sample
-        return Acted(out.get("env_action", out["action"]).numpy(), extras)
+        actions, extras = self.actor.act(batch.obs, batch.action_mask, mode=self.mode,
+                                         env_steps=self.learner.env_steps,
+                                         warming_up=self.trainer.warming_up)
+        return Acted(actions, extras)
 
     def do_learn(self, transitions: Transitions) -> None:
         self._require_model()
@@ -266,38 +254,63 @@ class PolicyAgent(AbstractAgent):
                 else transitions.envs.tolist())
         rewards = transitions.rewards.tolist()
         terminated, truncated = transitions.terminated.tolist(), transitions.truncated.tolist()
-        if self.normalizer is not None:
-            self.normalizer.update_rewards(dict(zip(keys, rewards)), {
-                key: term or trunc for key, term, trunc in zip(keys, terminated, truncated)})
         extras, matched = transitions.extras, transitions.matched
         obs, next_obs = transitions.obs, transitions.next_obs
         row = ((lambda columns, i: {k: v[i] for k, v in columns.items()})
                if isinstance(obs, dict) else (lambda columns, i: columns[i]))
-        batch = {}
-        for i, key in enumerate(keys):
-            if matched is None or matched[i]:
-                output = {name: torch.as_tensor(values[i]) for name, values in extras.items()}
-                output.setdefault("action", torch.as_tensor(transitions.actions[i]))
-            else:  # an action this agent did not choose: the action is all the policy gets
-                output = {"action": torch.as_tensor(transitions.actions[i])}  # (an on-policy
-                # one refuses it: the transition lacks what it said when acting)
-            prev_obs, reward, new_obs = output.pop("obs", None), rewards[i], row(next_obs, i)
-            if normalizer is not None:
-                if prev_obs is None:
-                    prev_obs = normalizer.obs(row(obs, i))
-                new_obs, reward = normalizer.obs(new_obs), float(normalizer.reward(reward))
-            try:
-                batch[key] = process(row(obs, i) if prev_obs is None else prev_obs, output,
-                                     reward, new_obs, terminated[i], truncated[i])
-            except ValueError as exc:
-                raise ValueError(f"replayAction for {key!r} with action "
-                                 f"{transitions.actions[i]}: {exc}") from exc
-            if next_masks is not None:
-                batch[key]["next_action_mask"] = np.asarray(next_masks[i], dtype=bool)
-        self.learner.env_steps += len(batch)
-        self.trainer.observe_all(batch)
+        # one step per entity at a time: rows of one entity (local inference's batches)
+        # go in order, one round each
+        for rows in rounds(keys) if len(set(keys)) < len(keys) else [range(len(keys))]:
+            if self.normalizer is not None:
+                self.normalizer.update_rewards({keys[i]: rewards[i] for i in rows},
+                                               {keys[i]: terminated[i] or truncated[i]
+                                                for i in rows})
+            batch = {}
+            for i in rows:
+                key = keys[i]
+                if matched is None or matched[i]:
+                    output = {name: torch.as_tensor(values[i]) for name, values in extras.items()}
+                    output.setdefault("action", torch.as_tensor(transitions.actions[i]))
+                else:  # an action this agent did not choose: the action is all the policy
+                    # gets (an on-policy one refuses it: it lacks what it said when acting)
+                    output = {"action": torch.as_tensor(transitions.actions[i])}
+                prev_obs, reward, new_obs = output.pop("obs", None), rewards[i], row(next_obs, i)
+                if normalizer is not None:
+                    if prev_obs is None:
+                        prev_obs = normalizer.obs(row(obs, i))
+                    new_obs, reward = normalizer.obs(new_obs), float(normalizer.reward(reward))
+                try:
+                    batch[key] = process(row(obs, i) if prev_obs is None else prev_obs, output,
+                                         reward, new_obs, terminated[i], truncated[i])
+                except ValueError as exc:
+                    raise ValueError(f"replayAction for {key!r} with action "
+                                     f"{transitions.actions[i]}: {exc}") from exc
+                if next_masks is not None:
+                    batch[key]["next_action_mask"] = np.asarray(next_masks[i], dtype=bool)
+            self.learner.env_steps += len(batch)
+            self.trainer.observe_all(batch)
         self.trainer.maybe_train()
         self.update_status(self.progress(), every_s=PROGRESS_EVERY_S)
+
+    def do_policy_copy(self, weights: bool) -> PolicyCopy:
+        """The policy's config and, when asked, the acting weights (local inference). An
+        agent that normalises observations offers none: a copy would act on statistics
+        that move only here."""
+        self._require_model()
+        if self.normalizer is not None and self.normalizer.norm_obs:
+            raise InvalidRequest("local inference: this agent normalises observations "
+                                 "(normalize.obs), which a copy cannot follow; turn one off")
+        with self.trainer.paused():  # (learn_in background: no step while weights are read)
+            return PolicyCopy(
+                policy=type(self.policy).__name__, config=self.policy.config,
+                observation_space=space_to_dict(self.policy.observation_space),
+                action_space=space_to_dict(self.policy.action_space),
+                seed=self.config["seed"], env_steps=self.learner.env_steps,
+                warmup_until=(self.config["train"].get("learning_starts", 0)
+                              if self.warmup is not None else 0),
+                version=self.learner.train_iter, extras=self.policy.transition_extras(),
+                optional_extras=sorted(self.policy.optional_extras),
+                weights=actor_weights(self.policy) if weights else None)
 
     def do_episode_stopped(self) -> None:
         if self.trainer is not None and self.mode == "collect":
@@ -351,6 +364,8 @@ class PolicyAgent(AbstractAgent):
             augment=self._augmented if self.config.get("augment") else None)
         if self.trainer.warming_up:  # acts uniformly at random until learning starts
             self.warmup = RandomPolicy(None, obs_space, act_space, seed=seed)
+        self.actor = Actor(self.policy, self.warmup, self.normalizer,
+                           keep_obs=not self.trainer.normalizes_samples)
         if checkpoint is not None:
             self._restore(checkpoint)
         self.update_status(self.progress())
@@ -399,3 +414,4 @@ class PolicyAgent(AbstractAgent):
         if self.learner is not None:
             self.learner.close()
         self.policy = self.learner = self.trainer = self.warmup = self.normalizer = None
+        self.actor = None

@@ -41,7 +41,7 @@ def _bench(args: argparse.Namespace) -> int:
                      steps=args.steps, seeds=seeds,
                      config=Path(args.config) if args.config else None, suite=args.suite,
                      entries=args.entries.split(",") if args.entries else None,
-                     behaviour=args.behaviour)
+                     behaviour=args.behaviour, local_inference=args.local_inference)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -131,6 +131,10 @@ def build_parser() -> argparse.ArgumentParser:
                        help="thinker-model: who takes the real steps (solver: a shortest "
                             "solution's next move, a random one 30%% of the time; random: "
                             "uniform moves, which solve too rarely to learn rewards from)")
+    bench.add_argument("--local-inference", action="store_true",
+                       help="parity, learning-*: our agents act with a policy copy in the "
+                            "orchestrator (local inference), sending experience once per "
+                            "learning cycle (DQN train_freq, PPO n_steps env steps)")
     bench.add_argument("--json", default=None, help="also write the figures here")
     bench.set_defaults(func=_bench)
     return parser

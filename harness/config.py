@@ -8,6 +8,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from mistk_rl.league.player import PLAYER_TYPES, solo_players
+from mistk_rl.schemas import AgentSettings, LocalInferenceSettings
 
 
 class _Strict(BaseModel):
@@ -56,6 +57,16 @@ class OrchestratorSpec(ServiceSpec):
     env: EnvSpec
 
 
+class LocalInferenceSpec(_Strict):
+    """Act with a copy of the agent's policy in the orchestrator, next to the env (local
+    inference, `mistk_rl.stepping.LocalStepper`): the experience goes to the agent every
+    `batch_steps` env steps; new weights come back once the agent made `sync_every`
+    updates (DQN: gradient steps; PPO: whole updates) since the copy's."""
+
+    sync_every: int = Field(default=1, ge=1)
+    batch_steps: int = Field(default=64, ge=1, le=65536)
+
+
 class AgentSpec(ServiceSpec):
     name: str = Field(pattern=r"^[A-Za-z0-9_.:-]{1,64}$")
     hyperparameters: dict[str, Any] = Field(default_factory=dict)
@@ -64,6 +75,17 @@ class AgentSpec(ServiceSpec):
     save_path: Optional[str] = None  # saveModel here when the run ends
     train: bool = True  # false: registered with skipTrain (never gets replayAction)
     seats: Optional[list[str]] = None  # games: the seats it holds (default: the next free)
+    # training and evaluation episodes act with a copy of its policy in the orchestrator
+    # (an agent with the capability "local": DQN, PPO; gym envs)
+    local_inference: Optional[LocalInferenceSpec] = None
+
+    def settings(self) -> Optional[AgentSettings]:
+        """How it plays in a training run's episodes, when that is not the default."""
+        if self.local_inference is None:
+            return None
+        return AgentSettings(local_inference=LocalInferenceSettings(
+            sync_every=self.local_inference.sync_every,
+            batch_steps=self.local_inference.batch_steps))
 
 
 class EpisodeBlock(_Strict):

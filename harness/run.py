@@ -266,8 +266,10 @@ def _sequence(config: RunConfig, env: dict, orch: OrchestratorClient,
                                              config.timeouts.episodes, say, checkpoints,
                                              resume, quiet=quiet, title=config.name)
             else:
+                settings = {a.name: a.settings() for a in config.agents if a.settings()}
                 progress = train(orch, config.training, run_dir, config.timeouts.episodes,
-                                 say, checkpoints, resume, quiet=quiet, title=config.name)
+                                 say, checkpoints, resume, quiet=quiet, title=config.name,
+                                 agents=settings)
         if evaluator is not None:
             with _step("league results"):
                 outcome["league"] = orch.get_league().model_dump()

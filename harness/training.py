@@ -22,7 +22,8 @@ import csv
 import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Callable, Optional, Sequence
+from functools import partial
+from typing import Callable, Mapping, Optional, Sequence
 
 import numpy as np
 
@@ -31,7 +32,7 @@ from harness.loop import Evaluated, run_loop
 from harness.progress import TrainingProgress
 from mistk_rl.client import AgentClient, OrchestratorClient
 from mistk_rl.files import atomic_write_json
-from mistk_rl.schemas import EpisodeConfig, EpisodeResult
+from mistk_rl.schemas import AgentSettings, EpisodeConfig, EpisodeResult
 
 
 @dataclass
@@ -116,16 +117,19 @@ def train(orch: OrchestratorClient, spec: TrainingSpec, run_dir: Path, timeout: 
           say: Callable[[str], None], checkpoints: Optional[Checkpoints] = None,
           progress: Optional[Progress] = None, quiet: bool = False,
           title: str = "", schedule: Optional[Callable[..., "GymSchedule"]] = None,
-          stop_line: str = "reached stop_value {}: stopping") -> Progress:
+          stop_line: str = "reached stop_value {}: stopping",
+          agents: Optional[Mapping[str, AgentSettings]] = None) -> Progress:
     """Run the training loop (`harness.loop`), from the start or from `progress`; returns
     where it ended (the evaluations are also written to disk). `schedule` makes the
     schedule from (orch, spec, run_dir, timeout, progress, resumed, title): a `GymSchedule`
-    by default, a solo league's (`harness.league`) otherwise."""
+    by default, a solo league's (`harness.league`) otherwise. `agents`: how agents play in
+    the default schedule's episodes (e.g. local inference)."""
     resumed = progress is not None
     progress = progress or Progress()
     if resumed:
         progress.resumed_at.append(progress.train_steps)
-    made = (schedule or GymSchedule)(orch, spec, run_dir, timeout, progress, resumed, title)
+    made = (schedule or partial(GymSchedule, agents=agents or {}))(
+        orch, spec, run_dir, timeout, progress, resumed, title)
     run_loop(made, progress.wall_s, say, checkpoints, quiet,
              progress.evals[-1]["mean_return"] if progress.evals else None,
              stop_line.format(spec.stop_value), done=progress.done)
@@ -142,8 +146,10 @@ class GymSchedule:
     unit, eval_label = "env steps", "last eval"
 
     def __init__(self, orch: OrchestratorClient, spec: TrainingSpec, run_dir: Path,
-                 timeout: float, progress: Progress, resumed: bool, title: str) -> None:
+                 timeout: float, progress: Progress, resumed: bool, title: str,
+                 agents: Optional[Mapping[str, AgentSettings]] = None) -> None:
         self.orch, self.spec, self.run_dir, self.timeout = orch, spec, run_dir, timeout
+        self.agents = dict(agents or {})  # how agents play in its episodes
         self.progress, self.title = progress, title
         self.budget, self.eval_every = spec.env_steps, spec.eval_every
         self.seed = resumed_seed(spec.seed, len(progress.evals)) if resumed else spec.seed
@@ -157,7 +163,8 @@ class GymSchedule:
     def train_block(self, target: int, shown: TrainingProgress) -> None:
         done = self.progress.train_steps
         steps, episodes = _train_block(self.orch, self.spec, target - done, self.seed,
-                                       self.timeout, lambda block: shown.update(done + block))
+                                       self.timeout, lambda block: shown.update(done + block),
+                                       self.agents)
         self.progress.train_steps += steps
         self.progress.train_episodes += len(episodes)
         for at, e in episodes:
@@ -165,7 +172,8 @@ class GymSchedule:
             self.progress.train_returns.append([done + at, e.return_])
 
     def evaluate(self, wall_s: float) -> Evaluated:
-        result, progress = evaluate_returns(self.orch, self.spec, self.timeout), self.progress
+        result = evaluate_returns(self.orch, self.spec, self.timeout, self.agents)
+        progress = self.progress
         progress.evals.append({"env_steps": progress.train_steps, "wall_s": wall_s,
                                "mean_return": result.mean_return,
                                "std_return": result.std_return, "returns": result.returns,
@@ -192,7 +200,8 @@ class GymSchedule:
 
 
 def _train_block(orch: OrchestratorClient, spec: TrainingSpec, budget: int, seed: int,
-                 timeout: float, on_steps: Callable[[int], None] = lambda steps: None
+                 timeout: float, on_steps: Callable[[int], None] = lambda steps: None,
+                 agents: Optional[Mapping[str, AgentSettings]] = None
                  ) -> tuple[int, list[tuple[int, EpisodeResult]]]:
     """Train for exactly `budget` env steps; returns the steps taken and the episodes
     finished, each with the block's env steps when it ended (`on_steps` hears the block's
@@ -203,7 +212,8 @@ def _train_block(orch: OrchestratorClient, spec: TrainingSpec, budget: int, seed
     steps_before = orch.progress().env_steps
     played = orch.play(EpisodeConfig(
         num_steps=budget, seed=seed, max_steps=spec.max_steps, train=True,
-        num_envs=spec.num_envs, env_manager=spec.env_manager, resume=True), timeout=timeout,
+        num_envs=spec.num_envs, env_manager=spec.env_manager, resume=True,
+        agents=dict(agents or {})), timeout=timeout,
         on_status=lambda status: on_steps(
             status.payload.get("envSteps", steps_before) - steps_before))
     return played.env_steps, [
@@ -211,13 +221,13 @@ def _train_block(orch: OrchestratorClient, spec: TrainingSpec, budget: int, seed
         for e in played.episodes]
 
 
-def evaluate_returns(orch: OrchestratorClient, spec: TrainingSpec,
-                     timeout: float) -> EvalResult:
+def evaluate_returns(orch: OrchestratorClient, spec: TrainingSpec, timeout: float,
+                     agents: Optional[Mapping[str, AgentSettings]] = None) -> EvalResult:
     """`eval_episodes` greedy episodes on the fixed evaluation seeds."""
     episodes = orch.play(EpisodeConfig(
         num_episodes=spec.eval_episodes, seed=spec.eval_seed, max_steps=spec.max_steps,
         train=False, num_envs=spec.eval_envs or spec.eval_episodes,
-        env_manager=spec.env_manager), timeout=timeout).episodes
+        env_manager=spec.env_manager, agents=dict(agents or {})), timeout=timeout).episodes
     return summarize([e.return_ for e in episodes if not e.abnormal], spec.stop_value)
 
 

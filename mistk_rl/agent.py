@@ -107,6 +107,55 @@ class Transitions:
     def row_names(self, agent_name: Optional[str]) -> list[str]:
         return Acting.row_names(self, agent_name)  # type: ignore[arg-type]
 
+    def take(self, rows: np.ndarray) -> "Transitions":
+        """These rows only, in this order."""
+        def part(columns: Any) -> Any:
+            if columns is None:
+                return None
+            if isinstance(columns, dict):
+                return {key: column[rows] for key, column in columns.items()}
+            return columns[rows]
+        return Transitions(
+            envs=self.envs[rows], obs=part(self.obs), actions=self.actions[rows],
+            extras=part(self.extras), rewards=self.rewards[rows],
+            next_obs=part(self.next_obs), terminated=self.terminated[rows],
+            truncated=self.truncated[rows], next_action_mask=part(self.next_action_mask),
+            names=None if self.names is None else [self.names[i] for i in rows],
+            matched=part(self.matched))
+
+
+@dataclass
+class PolicyCopy:
+    """What acting with a copy of an agent's policy takes (local inference: `getPolicy`,
+    and the weights a `replayColumns` answer brings)."""
+
+    policy: str  # the policy's name (`mistk_rl.rl.actor.POLICIES`)
+    config: dict[str, Any]  # its config, merged
+    observation_space: dict[str, Any]  # the spaces, as the spec writes them
+    action_space: dict[str, Any]
+    seed: Optional[int]
+    env_steps: int  # the env steps the agent has learned from
+    warmup_until: int  # act uniformly at random until this many env steps (a replay's start)
+    version: int  # the learner updates behind these weights
+    extras: dict[str, tuple[int, ...]]  # what each transition carries of the model's output
+    optional_extras: list[str]  # ... of which these may be missing
+    weights: Optional[dict[str, np.ndarray]] = None  # None: not asked for
+
+
+def rounds(keys: list) -> list[list[int]]:
+    """Rows grouped so that no key repeats within a group, in order: the k-th row of each
+    key goes to group k (experience from local inference holds several steps per env copy,
+    in time order; a learner takes one step per entity at a time)."""
+    seen: dict[Any, int] = {}
+    groups: list[list[int]] = []
+    for row, key in enumerate(keys):
+        k = seen.get(key, 0)
+        seen[key] = k + 1
+        if k == len(groups):
+            groups.append([])
+        groups[k].append(row)
+    return groups
+
 
 def rows_to_map(names: list[str], columns: Columns) -> dict[str, Any]:
     """Columns -> entity -> row (a Dict space's: entity -> {key: row})."""
@@ -139,6 +188,9 @@ class AbstractAgent(ServiceImplementation, ABC):
 
     # steps run on the service's event loop (no thread hop); False if one blocks on I/O
     steps_inline: bool = True
+    # a caller may act with a copy of the policy (`do_policy_copy`) and send experience
+    # (`do_learn` with the extras the copy declares): capability "local"
+    local_inference: bool = False
 
     def __init__(self) -> None:
         cls = type(self)
@@ -216,15 +268,23 @@ class AbstractAgent(ServiceImplementation, ABC):
         if type(self).do_replay_action is AbstractAgent.do_replay_action:
             return  # an agent that does not learn (the default do_replay_action)
         names = transitions.row_names(self.name)
-        self.do_replay_action(ReplayBatch(
-            prev_obs=rows_to_map(names, transitions.obs),
-            actions=dict(zip(names, transitions.actions)),
-            rewards=dict(zip(names, transitions.rewards.tolist())),
-            new_obs=rows_to_map(names, transitions.next_obs),
-            terminated=dict(zip(names, transitions.terminated.tolist())),
-            truncated=dict(zip(names, transitions.truncated.tolist())),
-            new_action_mask=None if transitions.next_action_mask is None
-            else dict(zip(names, transitions.next_action_mask))))
+        for rows in rounds(names) if len(set(names)) < len(names) else [None]:
+            part = transitions if rows is None else transitions.take(np.asarray(rows))
+            keys = names if rows is None else [names[i] for i in rows]
+            self.do_replay_action(ReplayBatch(
+                prev_obs=rows_to_map(keys, part.obs),
+                actions=dict(zip(keys, part.actions)),
+                rewards=dict(zip(keys, part.rewards.tolist())),
+                new_obs=rows_to_map(keys, part.next_obs),
+                terminated=dict(zip(keys, part.terminated.tolist())),
+                truncated=dict(zip(keys, part.truncated.tolist())),
+                new_action_mask=None if part.next_action_mask is None
+                else dict(zip(keys, part.next_action_mask))))
+
+    def do_policy_copy(self, weights: bool) -> PolicyCopy:
+        """A copy of the policy to act with elsewhere (`local_inference` agents); with the
+        weights when `weights`."""
+        raise NotImplementedError(f"{type(self).__name__} offers no local inference")
 
     def do_episode_stopped(self) -> None:
         """The episode is over."""

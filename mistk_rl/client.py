@@ -23,8 +23,9 @@ from mistk_rl import codec
 from mistk_rl.jsonable import dumps, loads_fast, to_jsonable
 from mistk_rl.schemas import (AgentConfig, AgentInitParams, ApiVersion, ColumnActions,
                               EpisodeConfig, EpisodeResult, EpisodeSettings, EpisodeStart, League,
-                              OrchestratorInitParams, OrchestratorProgress,
-                              OrchestratorStatus, Problem, Replay, Results, Status)
+                              Learned, OrchestratorInitParams, OrchestratorProgress,
+                              OrchestratorStatus, PolicyCopy, Problem, Replay, Results, Status)
+from mistk_rl.rl.actor import unpack
 from mistk_rl.transport import Transport, TransportError
 
 DEFAULT_TIMEOUT = 30.0
@@ -187,7 +188,7 @@ class _ServiceClient:
                       for k, v in params.items() if v is not None}
         content_type = accept = "application/json"
         if tensors:
-            body = codec.encode(json_body, columns=columns)
+            body = None if json_body is None else codec.encode(json_body, columns=columns)
             content_type = codec.CONTENT_TYPE
             accept = f"{codec.CONTENT_TYPE}, application/json"  # actions come back binary
         else:
@@ -289,6 +290,11 @@ def _columns(value: Any) -> Any:
     return np.asarray(value)
 
 
+def _arrays(value: Optional[Mapping[str, Any]]) -> Optional[dict[str, np.ndarray]]:
+    """Named arrays (weights) from either encoding (`mistk_rl.rl.actor.pack`)."""
+    return None if value is None else unpack(value)
+
+
 class AgentClient(_ServiceClient):
     """Client of an agent service (``/v1/mistk/agent``).
 
@@ -379,6 +385,44 @@ class AgentClient(_ServiceClient):
         return ColumnActions.model_construct(  # (arrays: no validation to do)
             actions=np.asarray(answer["actions"]),
             step_ids=np.asarray(answer["stepIds"], dtype=np.int64))
+
+    def get_policy(self, weights: bool = True) -> PolicyCopy:
+        """A copy of the agent's policy to act with locally (`getPolicy`, capability
+        ``local``): its name, config and, with `weights`, the acting model's weights (name
+        -> numpy array). `mistk_rl.stepping.LocalStepper` builds and uses it."""
+        answer = self._call("GET", "/policy", params={"weights": weights},
+                            tensors=self.binary, columns=True)
+        arrays = _arrays(answer.pop("weights", None))
+        copy = PolicyCopy.model_validate(answer)
+        copy.weights = arrays  # (arrays: not validated as a model field)
+        return copy
+
+    def replay_columns(self, envs: Any, obs: Any, actions: Any, rewards: Any, next_obs: Any,
+                       terminated: Any, truncated: Any = None, *,
+                       extras: Optional[Mapping[str, Any]] = None,
+                       next_action_mask: Any = None, weights_version: int = -1,
+                       sync_every: int = 1) -> Learned:
+        """Experience gathered with a copy of the policy (`replayColumns`): row i is one
+        step of env copy ``envs[i]`` (a copy's steps in time order), with the model
+        outputs the copy declares in `extras`. The answer carries the weights once they
+        are `sync_every` updates newer than `weights_version`."""
+        body: dict[str, Any] = {"envs": np.asarray(envs), "obs": _columns(obs),
+                                "actions": np.asarray(actions), "rewards": np.asarray(rewards),
+                                "nextObs": _columns(next_obs),
+                                "terminated": np.asarray(terminated),
+                                "weightsVersion": int(weights_version),
+                                "syncEvery": int(sync_every)}
+        if truncated is not None:
+            body["truncated"] = np.asarray(truncated)
+        if extras:
+            body["extras"] = {k: np.asarray(v) for k, v in extras.items()}
+        if next_action_mask is not None:
+            body["nextActionMask"] = np.asarray(next_action_mask)
+        answer = self._call("POST", "/replayColumns", json_body=body, tensors=self.binary,
+                            columns=True)
+        return Learned.model_construct(env_steps=int(answer["envSteps"]),
+                                       version=int(answer["version"]),
+                                       weights=_arrays(answer.get("weights")))
 
     def episode_stopped(self) -> Status:
         return self._status_call("POST", "/episodeStopped")

@@ -115,13 +115,18 @@ def _encode_columns(body: Mapping[str, Any]) -> bytes:
                                 "offset": offset}
                 chunks.append(value.tobytes())
                 offset += value.nbytes
-            elif _is_mapping(value):
+            elif _is_mapping(value) and _holds_arrays(value):
                 walk(value, path + ".")
-            else:
+            else:  # (a mapping without arrays, e.g. a config, goes whole)
                 values[path] = value
     walk(body, "")
     header = json.dumps({"arrays": arrays, "values": values}, separators=(",", ":")).encode()
     return _LENGTH.pack(len(header)) + header + b"".join(chunks)
+
+
+def _holds_arrays(node: Mapping[str, Any]) -> bool:
+    return any(isinstance(v, np.ndarray) or (_is_mapping(v) and _holds_arrays(v))
+               for v in node.values())
 
 
 def _range_start(array: np.ndarray) -> int | None:

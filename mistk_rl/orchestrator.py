@@ -13,7 +13,7 @@ from mistk_rl.errors import InvalidRequest
 from mistk_rl.files import atomic_write_json
 from mistk_rl.implementation import ServiceImplementation
 from mistk_rl.schemas import EnvSpec, EpisodeSettings
-from mistk_rl.stepping import replay_batch
+from mistk_rl.stepping import LocalInference, replay_batch
 
 
 @dataclass
@@ -33,6 +33,8 @@ class AbstractOrchestrator(ServiceImplementation, ABC):
     # another orchestrator's is a 400 naming it; the spec lists every orchestrator's)
     env_settings: ClassVar[type[EnvSpec]] = EnvSpec
     episode_settings: ClassVar[type[EpisodeSettings]] = EpisodeSettings
+    # runs agents' policy copies next to its envs (agents' localInference setting)
+    local_inference: ClassVar[bool] = False
 
     def __init__(self) -> None:
         super().__init__()
@@ -72,6 +74,21 @@ class AbstractOrchestrator(ServiceImplementation, ABC):
             if settings.mode == "eval" and settings.train:
                 raise InvalidRequest(f"agents[{name!r}]: mode eval never learns; "
                                      "train needs mode collect")
+            if settings.local_inference is not None:
+                if not self.local_inference:
+                    raise InvalidRequest(f"agents[{name!r}].localInference: "
+                                         f"{type(self).__name__} does not run policy copies")
+                if "local" not in self.agents[name].capabilities:
+                    raise InvalidRequest(f"agents[{name!r}].localInference: the agent offers "
+                                         "no policy copy (it does not list the capability "
+                                         "'local')")
+
+    def local_inference_settings(self, config: EpisodeSettings,
+                                 agent: RegisteredAgent) -> Optional[LocalInference]:
+        """How `agent` acts here with a copy of its policy in this call, if it does."""
+        settings = config.agents.get(agent.name)
+        local = settings.local_inference if settings is not None else None
+        return None if local is None else LocalInference(local.sync_every, local.batch_steps)
 
     def record_episode(self, agent: str, episode_return: float, length: int,
                        every_s: float = 0.0, **extra: Any) -> dict[str, Any]:

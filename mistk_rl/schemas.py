@@ -152,6 +152,47 @@ class StepColumns(Body):
     reset: Optional[ColumnReset] = None
 
 
+class PolicyCopy(Body):
+    """getPolicy's answer (local inference; `mistk_rl.agent.PolicyCopy` says each field)."""
+
+    policy: str
+    config: dict[str, Any]
+    observation_space: Space
+    action_space: Space
+    seed: Optional[int] = None
+    env_steps: int
+    warmup_until: int
+    version: int
+    extras: dict[str, list[int]]
+    optional_extras: list[str]
+    weights: Optional[dict[str, Any]] = None  # name -> array
+
+
+class ReplayColumns(Body):
+    """Experience from a copy of the policy (`AgentClient.replay_columns` says each)."""
+
+    envs: Column
+    obs: Column
+    actions: Column
+    extras: Optional[dict[str, Column]] = None
+    rewards: Column
+    next_obs: Column
+    terminated: Column
+    truncated: Optional[Column] = None
+    next_action_mask: Optional[Column] = None
+    weights_version: int = -1
+    sync_every: int = 1
+
+
+class Learned(Body):
+    """replayColumns' answer: the agent's env steps and weights' version, and the weights
+    when they are due."""
+
+    env_steps: int
+    version: int
+    weights: Optional[dict[str, Any]] = None
+
+
 class ColumnActions(Body):
     """stepColumns' answer: the acting rows' actions, and the step id of each (name it when
     reporting that step's outcome)."""
@@ -303,12 +344,20 @@ class OrchestratorStatus(Status):
     payload: OrchestratorProgress = Field(default_factory=OrchestratorProgress)
 
 
+class LocalInferenceSettings(Body):
+    """Act with a copy of the agent's policy next to the env (`mistk_rl.stepping`)."""
+
+    sync_every: int = Field(default=1, ge=1)
+    batch_steps: int = Field(default=64, ge=1, le=65536)
+
+
 class AgentSettings(Body):
     """How one agent plays in one startEpisode call (None: the call's default)."""
 
     mode: Optional[Literal["collect", "eval"]] = None
     train: Optional[bool] = None
     epsilon: Optional[float] = Field(default=None, ge=0, le=1)
+    local_inference: Optional[LocalInferenceSettings] = None
 
 
 class ExhaustiveSpec(Body):

@@ -10,7 +10,15 @@ which copies must act now (their observations). A stepper turns that into reques
   step (or replayAction then getAction), each copy an entity ``name:i`` (``name`` alone for
   one copy), the transitions sent whole.
 
-Both answer ``env -> action`` for the copies that act, so the loop does not care which.
+- `LocalStepper` (local inference, opt-in per agent; capability ``local``): acts with a copy
+  of the agent's policy in this process (`getPolicy`), keeps each step's transition and
+  sends them every `batch_steps` env steps in one replayColumns request, whose answer
+  brings new weights once the agent has made `sync_every` updates since the copy's. The
+  agent service still owns learning, checkpoints and the lifecycle; the copy explores as
+  the agent would (`mistk_rl.rl.actor.Actor`: the epsilon at the env step, sampling, the
+  warm-up, masks), with weights at most `sync_every` updates and one batch old.
+
+All answer ``env -> action`` for the copies that act, so the loop does not care which.
 """
 from __future__ import annotations
 
@@ -20,6 +28,9 @@ from typing import Any, Mapping, Optional, Protocol
 import numpy as np
 
 from mistk_rl.client import AgentClient
+from mistk_rl.rl.actor import Actor, load_weights, policy_class
+from mistk_rl.rl.policies.random import RandomPolicy
+from mistk_rl.spaces import space_from_dict
 
 Masks = Optional[Mapping[int, Any]]
 
@@ -50,8 +61,21 @@ class Stepper(Protocol):
         """The env copies whose action's outcome is not reported yet."""
 
 
+@dataclass(frozen=True)
+class LocalInference:
+    """How an agent's policy copy is used (`LocalStepper`)."""
+
+    sync_every: int = 1  # take new weights once the agent made this many updates
+    batch_steps: int = 64  # send the experience every this many env steps
+
+
 def stepper_for(client: AgentClient, capabilities: frozenset[str], name: str,
-                num_envs: int) -> Stepper:
+                num_envs: int, local: Optional[LocalInference] = None, *, mode: str = "collect",
+                learn: bool = True, epsilon: Optional[float] = None) -> Stepper:
+    """The stepper for this agent: local inference when asked for (the agent must list
+    ``local``), else the columnar step, else the entity form."""
+    if local is not None:
+        return LocalStepper(client, local, mode=mode, learn=learn, epsilon=epsilon)
     if "columns" in capabilities:
         return ColumnStepper(client)
     return EntityStepper(client, capabilities, name, num_envs)
@@ -179,3 +203,83 @@ def replay_batch(replay: dict[str, dict]) -> dict[str, dict]:
     fields = REPLAY_FIELDS + (("newActionMask",) if all(
         "newActionMask" in t for t in replay.values()) else ())
     return {f: {entity: t[f] for entity, t in replay.items()} for f in fields}
+
+
+class LocalStepper:
+    """Local inference (module doc)."""
+
+    def __init__(self, client: AgentClient, settings: LocalInference = LocalInference(), *,
+                 mode: str = "collect", learn: bool = True,
+                 epsilon: Optional[float] = None) -> None:
+        self.client, self.settings, self.mode, self.learn = client, settings, mode, learn
+        copy = client.get_policy(weights=True)
+        obs_space = space_from_dict(copy.observation_space.model_dump(by_alias=True,
+                                                                      exclude_none=True))
+        act_space = space_from_dict(copy.action_space.model_dump(by_alias=True,
+                                                                 exclude_none=True))
+        # the copy draws its own random numbers: seeded from the agent's seed and where its
+        # learning stands, so two copies of one run do not repeat each other's draws
+        seed = None if copy.seed is None else int(
+            np.random.SeedSequence([copy.seed, copy.env_steps]).generate_state(1)[0])
+        self.policy = policy_class(copy.policy)(copy.config, obs_space, act_space, seed=seed)
+        load_weights(self.policy, copy.weights)
+        self.policy.epsilon_override = epsilon
+        (self.policy.eval_mode if mode == "eval" else self.policy.collect_mode).reset()
+        warmup = (RandomPolicy(None, obs_space, act_space, seed=seed)
+                  if copy.warmup_until > copy.env_steps else None)
+        self.actor = Actor(self.policy, warmup)
+        self.warmup_until, self.version = copy.warmup_until, copy.version
+        self.env_steps = copy.env_steps  # the agent's, plus the steps not yet sent
+        self.extras = set(copy.extras)
+        self.sent: dict[int, tuple[Any, Any, dict]] = {}  # env -> obs, action, extras
+        self.rows: list[tuple] = []  # transitions not yet sent
+        self.sends = 0  # replayColumns requests made
+
+    def in_flight(self) -> set[int]:
+        return set(self.sent)
+
+    def step(self, ready: Mapping[int, Any], outcomes: Mapping[int, Outcome],
+             masks: Masks = None) -> dict[int, Any]:
+        for i, outcome in outcomes.items():
+            obs, action, extras = self.sent.pop(i)
+            if self.learn:
+                self.rows.append((i, obs, action, extras, outcome))
+        if self.rows and (len(self.rows) >= self.settings.batch_steps or not ready):
+            self.flush()
+        if not ready:
+            return {}
+        envs = list(ready)
+        mask = (None if not masks else _mask_column([masks.get(i) for i in envs], masks))
+        actions, extras = self.actor.act(
+            _stack([ready[i] for i in envs]), mask, mode=self.mode,
+            env_steps=self.env_steps + len(self.rows),
+            warming_up=self.env_steps + len(self.rows) < self.warmup_until)
+        kept = {k: v for k, v in extras.items() if k in self.extras}
+        for row, i in enumerate(envs):
+            self.sent[i] = (ready[i], actions[row], {k: v[row] for k, v in kept.items()})
+        return dict(zip(envs, actions))
+
+    def flush(self) -> None:
+        """Send the transitions kept so far (one replayColumns request); take the weights
+        the answer brings."""
+        if not self.rows:
+            return
+        rows, self.rows = self.rows, []
+        outcomes = [o for *_, o in rows]
+        extras = {k: np.stack([e[k] for *_, e, _ in rows]) for k in rows[0][3]}
+        next_masks = [o.action_mask for o in outcomes]
+        answer = self.client.replay_columns(
+            np.asarray([i for i, *_ in rows], np.int64), _stack([r[1] for r in rows]),
+            np.stack([np.asarray(r[2]) for r in rows]),
+            np.asarray([o.reward for o in outcomes], np.float32),
+            _stack([o.obs for o in outcomes]),
+            np.asarray([o.terminated for o in outcomes]),
+            np.asarray([o.truncated for o in outcomes]), extras=extras,
+            next_action_mask=(None if all(m is None for m in next_masks)
+                              else _mask_column(next_masks, None)),
+            weights_version=self.version, sync_every=self.settings.sync_every)
+        self.sends += 1
+        self.env_steps = answer.env_steps
+        if answer.weights is not None:
+            load_weights(self.policy, answer.weights)
+            self.version = answer.version

@@ -57,6 +57,7 @@ class _Carried:
 class GymOrchestrator(AbstractOrchestrator):
     env_settings = GymEnvSpec
     episode_settings = GymEpisodeSettings
+    local_inference = True
 
     def __init__(self) -> None:
         super().__init__()
@@ -100,7 +101,11 @@ class GymOrchestrator(AbstractOrchestrator):
         (agent,) = self.agents.values()
         manager = self._manager(config)
         n = manager.env_num
-        agent.client.binary = "tensors" in agent.capabilities and n >= BINARY_FROM_ENVS
+        local = self.local_inference_settings(config, agent)
+        mode, learn = self.play_settings(config, agent)
+        # (local inference: batches of experience and weights, binary whatever the copies)
+        agent.client.binary = "tensors" in agent.capabilities and (
+            n >= BINARY_FROM_ENVS or local is not None)
         live = [i for i in range(n) if i not in manager.retired]
         carried = self._carried.pop(_key(config), None)
         if config.resume and carried is not None and carried.manager is manager:
@@ -111,12 +116,13 @@ class GymOrchestrator(AbstractOrchestrator):
                                        for i in live})
             running = {i: _Running(None if config.seed is None else config.seed + i)
                        for i in live}
-            stepper = stepper_for(agent.client, agent.capabilities, agent.name, n)
+            stepper = stepper_for(agent.client, agent.capabilities, agent.name, n, local,
+                                  mode=mode, learn=learn,
+                                  epsilon=self.exploration(config, agent))
         quotas = episode_quotas(config.episode_limit(), n)
         finished = [0] * n
         active = {i for i in live if quotas[i] > 0}
         entity = (lambda i: agent.name) if n == 1 else (lambda i: f"{agent.name}:{i}")
-        mode, learn = self.play_settings(config, agent)
         start_steps = self.env_steps
         ready = {i: obs for i, obs in manager.ready_obs.items() if i in active}
         agent.client.episode_started({entity(i): o for i, o in ready.items()},
@@ -162,8 +168,8 @@ class GymOrchestrator(AbstractOrchestrator):
                 cut = (config.resume and config.num_steps is not None
                        and self.env_steps - start_steps >= config.num_steps)
                 self._report(every_s=PROGRESS_EVERY_S)
-            if outcomes:  # the last outcomes, which no next step carried
-                stepper.step({}, outcomes)
+            stepper.step({}, outcomes)  # the last outcomes, which no next step carried
+            # (and local inference's experience not sent yet)
             if cut and not self.should_stop:  # kept for the next resume run
                 self._carried[_key(config)] = _Carried(
                     manager, {i: running[i] for i in active}, stepper)

@@ -75,7 +75,9 @@ MODELS = {"agent": {"Status": schemas.Status, "ApiVersion": schemas.ApiVersion,
                     "ActionRequest": schemas.ActionRequest,
                     "ActionResponse": schemas.ActionResponse, "Replay": schemas.Replay,
                     "StepRequest": schemas.StepRequest,
-                    "StepColumns": schemas.StepColumns, "ColumnActions": schemas.ColumnActions},
+                    "StepColumns": schemas.StepColumns, "ColumnActions": schemas.ColumnActions,
+                    "PolicyCopy": schemas.PolicyCopy, "ReplayColumns": schemas.ReplayColumns,
+                    "Learned": schemas.Learned},
           "orchestrator": {"OrchestratorInitParams": schemas.OrchestratorInitParams,
                            "EpisodeConfig": schemas.EpisodeConfig,
                            "EpisodeResult": schemas.EpisodeResult,
@@ -108,7 +110,7 @@ def test_pydantic_models_have_the_spec_fields(role):
     # maps and unions (the pydantic side: a type alias each, e.g. schemas.Space);
     # ThinkerSettings: the Thinker config's own snake_case keys, checked by load_config
     plain_maps = {"Tensor", "TensorMap", "Observation", "ObservationMap", "Observations",
-                  "Space", "ThinkerSettings", "Column"}
+                  "Space", "ThinkerSettings", "Column", "Weights"}  # (Weights: `rl.actor.pack`)
     assert not set(spec_schemas) - set(MODELS[role]) - plain_maps - set(
         MODELS["agent"]), "a spec schema has no model"
 

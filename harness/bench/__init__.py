@@ -102,7 +102,7 @@ def bench_sb3(algo: str, seed: int, eval_every: Optional[int],
 
 def bench_parity(suite: str = "classic", seeds: Optional[list[int]] = None,
                  entries: Optional[list[str]] = None, config: Optional[Path] = None,
-                 json_out: Optional[Path] = None) -> int:
+                 json_out: Optional[Path] = None, local_inference: bool = False) -> int:
     from harness.bench.parity import DEFAULT_SEEDS, SUITES
     from harness.bench.parity import bench_parity as run_parity
 
@@ -114,7 +114,8 @@ def bench_parity(suite: str = "classic", seeds: Optional[list[int]] = None,
         unknown = [n for n in names if n not in known]
         if unknown:
             raise SystemExit(f"unknown suite entries {unknown}; known: {sorted(known)}")
-    records, summaries = run_parity(names, seeds or DEFAULT_SEEDS[suite], config)
+    records, summaries = run_parity(names, seeds or DEFAULT_SEEDS[suite], config,
+                                    local_inference)
     if json_out is not None:
         _write(json_out, records, summaries=summaries)
     return 0
@@ -124,15 +125,17 @@ def run_bench(what: str, n: Optional[int] = None, json_out: Optional[Path] = Non
               eval_every: Optional[int] = None, env_counts: Optional[list[int]] = None,
               steps: int = 20000, seeds: Optional[list[int]] = None,
               config: Optional[Path] = None, suite: str = "classic",
-              entries: Optional[list[str]] = None, behaviour: str = "solver") -> int:
+              entries: Optional[list[str]] = None, behaviour: str = "solver",
+              local_inference: bool = False) -> int:
     from harness.bench.step import bench_envs, bench_transport
 
     counts = env_counts or [1, 16, 64, 256]
     if what == "parity":
-        return bench_parity(suite, seeds, entries, config, json_out)
+        return bench_parity(suite, seeds, entries, config, json_out, local_inference)
     if what.startswith("learning-"):  # the suite's CartPole entry (or --config) for the algo
         algo = what.split("-")[1]
-        return bench_parity("classic", seeds, [f"{algo}_cartpole"], config, json_out)
+        return bench_parity("classic", seeds, [f"{algo}_cartpole"], config, json_out,
+                            local_inference)
     if what in ("transport", "envs"):
         bench = bench_transport if what == "transport" else bench_envs
         records = bench(counts, steps)

@@ -129,13 +129,29 @@ def _records(name: str, config: RunConfig, algo: str, seed: int, system: str, re
     return record
 
 
-def run_entry(name: str, seeds: list[int], config_path: Optional[Path] = None
-              ) -> tuple[list[dict], dict]:
-    """Both sides of one entry, seed by seed; returns its records and its summary."""
+def with_local_inference(config: RunConfig) -> RunConfig:
+    """The config with every agent acting through a policy copy in the orchestrator that
+    sends its experience once per learning cycle (DQN: train_freq env steps; PPO: n_steps):
+    the copy acts with fixed weights for a cycle and the agent learns from it at once, as
+    SB3 collects and then trains."""
+    data = config.model_dump()
+    for agent in data["agents"]:
+        train = agent["hyperparameters"].get("train") or {}
+        agent["local_inference"] = {"sync_every": 1, "batch_steps": int(
+            train.get("train_freq") or train.get("n_steps") or 64)}
+    return RunConfig.model_validate(data)
+
+
+def run_entry(name: str, seeds: list[int], config_path: Optional[Path] = None,
+              local_inference: bool = False) -> tuple[list[dict], dict]:
+    """Both sides of one entry, seed by seed; returns its records and its summary.
+    `local_inference`: ours acts through policy copies (`with_local_inference`)."""
     from harness.run import run
     from harness.bench.sb3 import Unmappable, run_sb3, sb3_setup
 
     config = load_config(config_path or entry_path(name))
+    if local_inference:
+        config = with_local_inference(config)
     spec = config.training
     if spec is None:
         raise SystemExit(f"{config_path or entry_path(name)} has no training section")
@@ -184,13 +200,14 @@ def run_entry(name: str, seeds: list[int], config_path: Optional[Path] = None
     return records, summary
 
 
-def bench_parity(entries: list[str], seeds: list[int],
-                 config_path: Optional[Path] = None) -> tuple[list[dict], list[dict]]:
+def bench_parity(entries: list[str], seeds: list[int], config_path: Optional[Path] = None,
+                 local_inference: bool = False) -> tuple[list[dict], list[dict]]:
     """Every entry in turn (or the one config at `config_path`); prints a row per seed and a
     summary table; returns (records, summaries)."""
     records, summaries = [], []
     for name in entries:
-        entry_records, summary = run_entry(name, seeds, config_path)
+        entry_records, summary = run_entry(name, seeds, config_path, local_inference)
+        summary["local_inference"] = local_inference
         records += entry_records
         summaries.append(summary)
     print("\n" + summary_table(summaries), flush=True)

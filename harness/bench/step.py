@@ -76,9 +76,14 @@ class InProcessClient(AgentClient):
         super().__init__("http://in-process")
         self.service = service
 
-    def _call(self, method: str, path: str, *, json_body: Any = None, **_: Any) -> Any:
-        handler = getattr(self.service, path.strip("/"))
-        return (handler() if json_body is None else handler(json_body))[0]
+    OPERATIONS = {"/policy": "getPolicy"}  # paths not named as their operation
+
+    def _call(self, method: str, path: str, *, json_body: Any = None,
+              params: Any = None, **_: Any) -> Any:
+        handler = getattr(self.service, self.OPERATIONS.get(path, path.strip("/")))
+        if json_body is None:
+            return handler(**(params or {}))[0]
+        return handler(json_body)[0]
 
 
 def cartpole_agent_config(name: str = "bench") -> dict:

@@ -242,11 +242,18 @@ class OffPolicyTrainer(PacedTrainer):
             return {"bufferSize": stats["count"], "buffer": stats, **self.pacer.progress()}
 
     def _schedule(self) -> None:
-        """`gradient_steps` more owed every `train_freq` env steps, once learning starts."""
-        steps = self.learner.env_steps
-        if not self.warming_up and steps - self._last_train >= self.config["train_freq"]:
-            self._last_train = steps
-            self._owed += self.config["gradient_steps"]
+        """`gradient_steps` more owed every `train_freq` env steps, once learning starts;
+        a request that brought several `train_freq` of env steps (many env copies, a batch
+        of local inference's experience) owes for each."""
+        steps, freq = self.learner.env_steps, self.config["train_freq"]
+        if self.warming_up or steps - self._last_train < freq:
+            return
+        if self._last_train < self.config["learning_starts"]:  # the first: at the start
+            due, self._last_train = 1, steps
+        else:
+            due = (steps - self._last_train) // freq
+            self._last_train += due * freq
+        self._owed += due * self.config["gradient_steps"]
 
     def owed(self) -> int:
         return self._owed

@@ -31,6 +31,7 @@ from mistk_rl.lifecycle import AGENT, ORCHESTRATOR, Lifecycle
 from mistk_rl.limits import Limits
 from mistk_rl.orchestrator import AbstractOrchestrator, RegisteredAgent
 from mistk_rl.registry import suggest
+from mistk_rl.rl.actor import pack
 from mistk_rl.service.steps import StepStore, entity_acting, entity_transitions, take_rows
 from mistk_rl.spaces import (ValueCheck, mask_check, observation_dtypes, space_from_request,
                              value_check)
@@ -287,6 +288,41 @@ def _replace_rows(columns: Columns, rows: np.ndarray, values: Columns) -> Column
     return out
 
 
+def _extras(given: Any, declared: Mapping[str, tuple], optional: Iterable[str],
+            rows: int) -> dict[str, np.ndarray]:
+    """replayColumns' extras: the columns the policy copy declares (name -> row shape),
+    finite numbers, all but the optional ones present."""
+    if not isinstance(given, dict):
+        raise InvalidRequest("extras: an object of columns", field="extras")
+    unknown = sorted(set(given) - set(declared))
+    missing = sorted(set(declared) - set(given) - set(optional))
+    if unknown or missing:
+        raise InvalidRequest(f"extras: the policy copy declares {sorted(declared) or 'none'}"
+                             + (f"; unknown: {unknown}" if unknown else "")
+                             + (f"; missing: {missing}" if missing else ""), field="extras")
+    columns = {}
+    for name, value in given.items():
+        column = _column(value, f"extras[{name!r}]", rows)
+        if column.shape[1:] != tuple(declared[name]) or not np.isfinite(column).all():
+            raise InvalidRequest(f"extras[{name!r}]: rows of shape {tuple(declared[name])} "
+                                 f"of finite numbers, not {column.shape[1:]}",
+                                 field=f"extras.{name}")
+        columns[name] = column
+    return columns
+
+
+def _policy_answer(copy: Any) -> dict[str, Any]:
+    answer = {"policy": copy.policy, "config": copy.config, "seed": copy.seed,
+              "observationSpace": copy.observation_space, "actionSpace": copy.action_space,
+              "envSteps": copy.env_steps, "warmupUntil": copy.warmup_until,
+              "version": copy.version,
+              "extras": {name: list(shape) for name, shape in copy.extras.items()},
+              "optionalExtras": list(copy.optional_extras)}
+    if copy.weights is not None:
+        answer["weights"] = pack(copy.weights)
+    return answer
+
+
 def _plain(actions: np.ndarray) -> list:
     """Actions as JSON-ready Python values, one per row."""
     return np.asarray(actions).tolist()
@@ -305,6 +341,8 @@ class AgentService(_Service):
         self._initialized = False
         self._checks = _SpaceChecks.of(None, None)  # until an orchestrator gives spaces
         self.steps = StepStore()  # what the agent acted on, by step id
+        if agent.local_inference:  # getPolicy and replayColumns
+            self.capabilities = (*self.capabilities, "local")
 
     def initialize(self, body: dict[str, Any]) -> Response:
         props, hparams = body.get("modelProperties", {}), body.get("hyperparameters", {})
@@ -402,6 +440,67 @@ class AgentService(_Service):
             ids = self.steps.put(request.acting.obs, acted)
             return {"actions": self._answer(acted.actions), "stepIds": ids}
         return self.lifecycle.run("step", hook), 200, JSON
+
+    # ---- local inference: a copy of the policy acts next to the env ----------------------
+    def getPolicy(self, weights: bool = True) -> Response:  # noqa: N802
+        """The policy copy (`AbstractAgent.do_policy_copy`); read on the step path, so no
+        step or update writes the weights while they are read."""
+        self._policy_copy()
+        return _policy_answer(self.agent.do_policy_copy(weights)), 200, JSON
+
+    def replayColumns(self, body: dict[str, Any]) -> Response:  # noqa: N802
+        """Experience from a copy of the policy: whole transitions in columns, learned from
+        as the agent's own steps; newer weights in the answer when due."""
+        copy = self._policy_copy()
+        transitions = self._replay_columns(body, copy)
+        since, every = body.get("weightsVersion", -1), body.get("syncEvery", 1)
+
+        def hook() -> Any:
+            self.agent.do_learn(transitions)
+            now = self.agent.do_policy_copy(weights=False)
+            answer = {"envSteps": now.env_steps, "version": now.version}
+            if now.version >= since + every:
+                answer["weights"] = pack(self.agent.do_policy_copy(weights=True).weights)
+            return answer
+        return self.lifecycle.run("replay_action", hook), 200, JSON
+
+    def _policy_copy(self) -> Any:
+        """The policy copy without weights, or why there is none (before any state change)."""
+        if not self.agent.local_inference:
+            raise InvalidRequest(f"{type(self.agent).__name__} offers no local inference "
+                                 "(no capability 'local')")
+        state = self.lifecycle.state
+        if state not in ("ready", "in_episode"):
+            raise IllegalState("getPolicy", state, self.lifecycle.allowed(),
+                               detail=f"getPolicy: no registered model in state '{state}' "
+                                      "(register the agent first)")
+        return self.agent.do_policy_copy(weights=False)
+
+    def _replay_columns(self, body: dict[str, Any], copy: Any) -> Transitions:
+        """A replayColumns body as `Transitions`, every column checked against the spaces
+        and the extras against what the policy copy declares."""
+        checks = self._checks
+        envs = _column(body["envs"], "envs", len(body["envs"]), "iu")
+        n = len(envs)
+        if envs.ndim != 1 or (envs < 0).any():
+            raise InvalidRequest("envs: one env copy index (>= 0) per row", field="envs")
+        self.limits.check("max_envs", len(np.unique(envs)), "the env copies of a "
+                          "replayColumns request")
+        actions = _column(body["actions"], "actions", n)
+        checks.action(_Rows(actions, n), "actions")
+        rewards = _column(body["rewards"], "rewards", n).astype(np.float64, copy=False)
+        if rewards.ndim != 1 or not np.isfinite(rewards).all():
+            raise InvalidRequest("rewards: one finite number per row", field="rewards")
+        return Transitions(
+            envs=envs, obs=checks.obs_columns(body["obs"], "obs", n), actions=actions,
+            extras=_extras(body.get("extras") or {}, copy.extras, copy.optional_extras, n),
+            rewards=rewards, next_obs=checks.obs_columns(body["nextObs"], "nextObs", n),
+            terminated=_flags(body["terminated"], "terminated", n),
+            truncated=(_flags(body["truncated"], "truncated", n) if "truncated" in body
+                       else np.zeros(n, bool)),
+            next_action_mask=(checks.mask_columns(body["nextActionMask"], "nextActionMask",
+                                                  n, now=False)
+                              if body.get("nextActionMask") is not None else None))
 
     # ---- the step path's pieces --------------------------------------------------------
     def _acting(self, body: dict[str, Any]) -> Acting:

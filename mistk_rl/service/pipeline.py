@@ -45,7 +45,8 @@ from mistk_rl.service.validation import Check, compile_schema
 
 log = logging.getLogger(__name__)
 Send = Callable[[dict], Awaitable[None]]
-STEP_OPERATIONS = frozenset({"getAction", "replayAction", "step", "stepColumns"})
+STEP_OPERATIONS = frozenset({"getAction", "replayAction", "step", "stepColumns",
+                             "getPolicy", "replayColumns"})
 JSON_TYPE = "application/json"
 
 
@@ -81,6 +82,7 @@ class Operation:
     body: Optional[Check] = None  # the JSON body's check; None: the operation takes no body
     body_required: bool = False
     binary: bool = False  # the spec lists the binary tensor encoding for the body
+    binary_answer: bool = False  # ... for the 200 answer (when the caller accepts it)
     step: bool = False
     inline: bool = False  # a step run on the event loop itself (no thread hop)
     waits: bool = False  # the handler is a coroutine (a long-poll): awaited on the loop
@@ -124,8 +126,8 @@ class Pipeline:
             return await send_problem(send, 500, "Internal Server Error",
                                       f"{operation.id}: {type(exc).__name__}: {exc}",
                                       None, self.instance)
-        if wants_binary and operation.step and "actions" in result:
-            columns = isinstance(result["actions"], np.ndarray)
+        if wants_binary and operation.binary_answer:  # (entity maps, or columns)
+            columns = not isinstance(result.get("actions"), dict)
             return await send_bytes(send, status, codec.encode(result, columns=columns),
                                     codec.CONTENT_TYPE.encode(), (self.instance,))
         await send_bytes(send, status, dumps(result), JSON_TYPE.encode(), (self.instance,))
@@ -372,6 +374,8 @@ def _operations(spec: dict, service: Any, base_path: str) -> dict[tuple[str, str
             operation = Operation(op_id, handler, secured, params,
                                   step=op_id in STEP_OPERATIONS,
                                   waits=inspect.iscoroutinefunction(handler))
+            answer = op.get("responses", {}).get("200", {})
+            operation.binary_answer = codec.CONTENT_TYPE in answer.get("content", {})
             body = op.get("requestBody")
             if body:
                 content = body["content"]

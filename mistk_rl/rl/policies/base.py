@@ -71,6 +71,14 @@ class Policy(ABC):
     def _init(self) -> None:
         """Build the model, wrappers and optimiser from `self.config`."""
 
+    def transition_extras(self) -> dict[str, tuple[int, ...]]:
+        """What a transition needs of the model's output when it acted (name -> shape of
+        one row; `optional_extras` may be missing): a caller that acts with a copy of this
+        policy (local inference) sends these with its experience."""
+        return {}
+
+    optional_extras: ClassVar[frozenset[str]] = frozenset()
+
     # episodeStarted's epsilon for its episodes, where `exploration` has one to override
     epsilon_override: Optional[float] = None
 

@@ -180,6 +180,16 @@ class PPOPolicy(Policy):
             out["action_mask"] = mask
         return out
 
+    optional_extras = frozenset({"action_mask"})  # (acting under a mask)
+
+    def transition_extras(self) -> dict[str, tuple[int, ...]]:
+        """The sampled action (for a Box: before clipping), its log-prob and the value."""
+        action = (int(np.prod(self.action_space.shape)),) if self.continuous else ()
+        extras = {"action": action, "log_prob": (), "value": ()}
+        if not self.continuous:
+            extras["action_mask"] = (int(self.action_space.n),)
+        return extras
+
     def _forward_eval(self, obs: torch.Tensor, mask: Optional[torch.Tensor]) -> dict:
         with torch.no_grad():
             if not self.continuous:
