@@ -127,7 +127,7 @@ def run_bench(what: str, n: Optional[int] = None, json_out: Optional[Path] = Non
               config: Optional[Path] = None, suite: str = "classic",
               entries: Optional[list[str]] = None, behaviour: str = "solver",
               local_inference: bool = False) -> int:
-    from harness.bench.step import bench_envs, bench_transport
+    from harness.bench.step import bench_envs, bench_local, bench_transport
 
     counts = env_counts or [1, 16, 64, 256]
     if what == "parity":
@@ -139,6 +139,8 @@ def run_bench(what: str, n: Optional[int] = None, json_out: Optional[Path] = Non
     if what in ("transport", "envs"):
         bench = bench_transport if what == "transport" else bench_envs
         records = bench(counts, steps)
+        if what == "transport":  # and a learning agent acting remotely or through a copy
+            records += bench_local(counts, steps)
         if json_out is not None:
             _write(json_out, records)
         return 0

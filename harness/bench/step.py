@@ -167,6 +167,60 @@ def bench_transport(env_counts: list[int], steps: int) -> list[dict]:
     return records
 
 
+# a DQN agent that acts epsilon-greedily with its network and keeps every transition, but
+# never trains (the figures are of the step path, not of learning)
+ACTING_DQN = {"seed": 0, "log_every": 0, "train": {"learning_starts": 0, "train_freq": 10**9},
+              "policy": {"model": {"hidden_sizes": [64, 64]}}}
+LOCAL_MODES = ("dqn-inprocess", "dqn-http", "dqn-local")
+
+
+def bench_local(env_counts: list[int], steps: int, batch_steps: int = 64) -> list[dict]:
+    """Local inference against the agent acting remotely: a DQN agent (`ACTING_DQN`) in
+    process (stepColumns to its service object), over HTTP (stepColumns, binary from
+    `BINARY_FROM_ENVS` copies) and through a policy copy here that sends its experience
+    every `batch_steps` env steps (replayColumns, binary)."""
+    from agents.dqn_agent import DQNAgent
+    from mistk_rl.launch import start_service
+    from mistk_rl.service.handlers import AgentService
+    from mistk_rl.stepping import ColumnStepper, LocalInference, LocalStepper
+    from orchestrators.gym_orchestrator import BINARY_FROM_ENVS
+
+    records = []
+    with tempfile.TemporaryDirectory(prefix="mistk-bench-") as tmp:
+        service = AgentService(DQNAgent(), Path(tmp) / "inprocess")
+        service.initialize({"hyperparameters": ACTING_DQN})
+        service.lifecycle.wait_for_state("initialized", 30)
+        service.agentRegistered(cartpole_agent_config())
+        served = start_service("agent", "agents.dqn_agent:DQNAgent",
+                               data_dir=Path(tmp) / "served", log_path=Path(tmp) / "agent.log")
+        client = served.client()
+        client.initialize(hyperparameters=ACTING_DQN)
+        client.build_model()
+        client.agent_registered(cartpole_agent_config())
+        try:
+            for n in env_counts:
+                for mode in LOCAL_MODES:
+                    agent = InProcessClient(service) if mode == "dqn-inprocess" else client
+                    client.binary = mode == "dqn-local" or n >= BINARY_FROM_ENVS
+                    with MANAGERS["base"](make_env_fns("CartPole-v1", None, n)) as manager:
+                        manager.launch(seed=0)
+                        agent.episode_started(to_jsonable({f"e{i}": o for i, o in
+                                                           manager.ready_obs.items()}))
+                        make = ((lambda: LocalStepper(agent, LocalInference(1, batch_steps)))
+                                if mode == "dqn-local" else (lambda: ColumnStepper(agent)))
+                        _drive(make(), manager, max(n * 5, 100))  # warm-up
+                        taken, seconds = _drive(make(), manager, max(steps, n * 20))
+                        agent.episode_stopped()
+                    records.append({"bench": "transport", "mode": mode, "envs": n,
+                                    "steps_per_s": round(taken / seconds, 1)})
+                    print(f"  transport {mode:13s} envs {n:4d}: "
+                          f"{taken / seconds:10.1f} env steps/s")
+            client.close()
+        finally:
+            served.stop()
+    return records
+
+
 WARMUP_STEPS = 5  # batched steps before timing, for every manager and vector env alike
 
 

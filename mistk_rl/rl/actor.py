@@ -109,7 +109,7 @@ def load_weights(policy: Policy, arrays: dict[str, Any]) -> None:
                          f"model does not have, or lack them")
     new = {}
     for name, tensor in state.items():
-        value = torch.as_tensor(np.asarray(arrays[name]), dtype=tensor.dtype)
+        value = torch.tensor(np.asarray(arrays[name]), dtype=tensor.dtype)  # (a copy)
         if value.shape != tensor.shape:
             raise ValueError(f"weights[{name!r}]: shape {tuple(value.shape)}, the model's is "
                              f"{tuple(tensor.shape)}")
