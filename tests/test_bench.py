@@ -20,7 +20,8 @@ def test_bench_transport_and_envs_write_records(tmp_path):
         assert proc.returncode == 0, proc.stderr
         records = json.loads(out.read_text())["records"]
         modes = {r["mode"] for r in records}
-        expected = ({"inprocess", "http", "http-binary", "http-entity"} if what == "transport"
+        expected = ({"inprocess", "http", "http-binary", "http-entity", "dqn-inprocess",
+                     "dqn-http", "dqn-local"} if what == "transport"
                     else
                     {"base", "subprocess", "async", "gym_sync", "gym_async"})
         assert modes == expected
@@ -102,7 +103,7 @@ def test_learning_aliases_run_the_cartpole_entry(monkeypatch):
     calls = []
     monkeypatch.setattr(bench, "bench_parity", lambda *args: calls.append(args) or 0)
     assert bench.run_bench("learning-dqn", seeds=[4]) == 0
-    assert calls == [("classic", [4], ["dqn_cartpole"], None, None)]
+    assert calls == [("classic", [4], ["dqn_cartpole"], None, None, False)]
 
 
 def test_bench_parity_runs_both_sides(tmp_path):

@@ -83,7 +83,8 @@ def _agree(name: str, value) -> None:
 
 
 def test_the_step_operations_are_in_the_spec():
-    assert set(STEP_OPERATIONS) <= set(SCHEMAS)
+    assert set(STEP_OPERATIONS) - {"getPolicy"} <= set(SCHEMAS)  # (a GET: no body)
+    assert "/policy" in SPECS["agent"]["paths"]
 
 
 @settings(max_examples=300, deadline=None)
