@@ -25,7 +25,6 @@ from mistk_rl.schemas import (AgentConfig, AgentInitParams, ApiVersion, ColumnAc
                               EpisodeConfig, EpisodeResult, EpisodeSettings, EpisodeStart, League,
                               Learned, OrchestratorInitParams, OrchestratorProgress,
                               OrchestratorStatus, PolicyCopy, Problem, Replay, Results, Status)
-from mistk_rl.rl.actor import unpack
 from mistk_rl.transport import Transport, TransportError
 
 DEFAULT_TIMEOUT = 30.0
@@ -291,8 +290,8 @@ def _columns(value: Any) -> Any:
 
 
 def _arrays(value: Optional[Mapping[str, Any]]) -> Optional[dict[str, np.ndarray]]:
-    """Named arrays (weights) from either encoding (`mistk_rl.rl.actor.pack`)."""
-    return None if value is None else unpack(value)
+    """Named arrays (weights) from either encoding (`codec.pack_arrays`)."""
+    return None if value is None else codec.unpack_arrays(value)
 
 
 class AgentClient(_ServiceClient):

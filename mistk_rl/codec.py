@@ -336,3 +336,23 @@ def _set(body: dict, path: str, parts: list[str], value: Any) -> None:
     if leaf in body:
         raise ValueError(f"{path!r} is given twice")
     body[leaf] = value
+
+
+def pack_arrays(arrays: dict[str, np.ndarray]) -> dict[str, Any]:
+    """Named arrays as the wire carries weights: the names and shapes, and all values in one
+    float32 vector (parameter names hold dots, which field paths cannot)."""
+    return {"names": list(arrays), "shapes": [list(a.shape) for a in arrays.values()],
+            "values": np.concatenate([np.asarray(a, np.float32).reshape(-1)
+                                      for a in arrays.values()]) if arrays
+            else np.zeros(0, np.float32)}
+
+
+def unpack_arrays(wire: dict[str, Any]) -> dict[str, np.ndarray]:
+    """`pack_arrays`' inverse; a ValueError when the shapes do not add up to the values."""
+    values = np.asarray(wire["values"], np.float32).reshape(-1)
+    sizes = [int(np.prod(shape)) for shape in wire["shapes"]]
+    if len(wire["names"]) != len(sizes) or sum(sizes) != len(values):
+        raise ValueError("weights: names, shapes and values do not agree")
+    parts = np.split(values, np.cumsum(sizes)[:-1]) if sizes else []
+    return {name: part.reshape(shape)
+            for name, part, shape in zip(wire["names"], parts, wire["shapes"])}

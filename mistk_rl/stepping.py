@@ -28,8 +28,6 @@ from typing import Any, Mapping, Optional, Protocol
 import numpy as np
 
 from mistk_rl.client import AgentClient
-from mistk_rl.rl.actor import Actor, load_weights, policy_class
-from mistk_rl.rl.policies.random import RandomPolicy
 from mistk_rl.spaces import space_from_dict
 
 Masks = Optional[Mapping[int, Any]]
@@ -211,6 +209,12 @@ class LocalStepper:
     def __init__(self, client: AgentClient, settings: LocalInference = LocalInference(), *,
                  mode: str = "collect", learn: bool = True,
                  epsilon: Optional[float] = None) -> None:
+        # (imported here: torch loads only in processes that run a copy, not in every
+        # orchestrator and SDK caller)
+        from mistk_rl.rl.actor import Actor, load_weights, policy_class
+        from mistk_rl.rl.policies.random import RandomPolicy
+
+        self._load_weights = load_weights
         self.client, self.settings, self.mode, self.learn = client, settings, mode, learn
         copy = client.get_policy(weights=True)
         obs_space = space_from_dict(copy.observation_space.model_dump(by_alias=True,
@@ -222,7 +226,7 @@ class LocalStepper:
         seed = None if copy.seed is None else int(
             np.random.SeedSequence([copy.seed, copy.env_steps]).generate_state(1)[0])
         self.policy = policy_class(copy.policy)(copy.config, obs_space, act_space, seed=seed)
-        load_weights(self.policy, copy.weights)
+        self._load_weights(self.policy, copy.weights)
         self.policy.epsilon_override = epsilon
         (self.policy.eval_mode if mode == "eval" else self.policy.collect_mode).reset()
         warmup = (RandomPolicy(None, obs_space, act_space, seed=seed)
@@ -281,5 +285,5 @@ class LocalStepper:
         self.sends += 1
         self.env_steps = answer.env_steps
         if answer.weights is not None:
-            load_weights(self.policy, answer.weights)
+            self._load_weights(self.policy, answer.weights)
             self.version = answer.version

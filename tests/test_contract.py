@@ -110,7 +110,7 @@ def test_pydantic_models_have_the_spec_fields(role):
     # maps and unions (the pydantic side: a type alias each, e.g. schemas.Space);
     # ThinkerSettings: the Thinker config's own snake_case keys, checked by load_config
     plain_maps = {"Tensor", "TensorMap", "Observation", "ObservationMap", "Observations",
-                  "Space", "ThinkerSettings", "Column", "Weights"}  # (Weights: `rl.actor.pack`)
+                  "Space", "ThinkerSettings", "Column", "Weights"}  # (Weights: `codec.pack_arrays`)
     assert not set(spec_schemas) - set(MODELS[role]) - plain_maps - set(
         MODELS["agent"]), "a spec schema has no model"
 

@@ -96,3 +96,16 @@ def test_no_private_names_imported_across_modules():
                                  f"{alias.name}" for alias in node.names
                                  if alias.name.startswith("_") and not alias.name.startswith("__")]
     assert reaching == []
+
+
+def test_services_and_callers_that_run_no_model_do_not_load_torch():
+    """torch takes seconds to import: the SDK, the serving pipeline, the step path and the
+    gym orchestrator must not load it (a policy copy loads it where one runs)."""
+    modules = ("mistk_rl.client", "mistk_rl.service.app", "mistk_rl.stepping",
+               "orchestrators.gym_orchestrator", "agents.random_agent")
+    done = subprocess.run(
+        [sys.executable, "-c", f"import sys; import {', '.join(modules)}; "
+                               "print('torch' in sys.modules)"],
+        cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip() == "False"

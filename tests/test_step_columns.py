@@ -221,6 +221,24 @@ def test_columns_and_the_entity_form_train_an_agent_alike(tmp_path, agent_cls, h
         assert torch.equal(x, y)
 
 
+def test_an_eval_episode_keeps_nothing_and_leaves_steps_in_flight_alone(tmp_path):
+    """A resumed training run reports steps it took before an evaluation: the evaluation's
+    steps (never reported) must not push them out of the bounded store."""
+    service = _service(tmp_path, RecordingAgent())
+    service.episodeStarted({"obs": {"p": [0, 0, 0, 0]}})
+    client = InProcessClient(service)
+    in_flight = client.step_columns(np.arange(2), _obs(2, 0)).step_ids
+    service.episodeStopped()
+    service.episodeStarted({"obs": {"p": [0, 0, 0, 0]}, "mode": "eval"})
+    for _ in range(service.steps.max_batches + 10):
+        assert client.step_columns(np.arange(2), _obs(2, 1)).step_ids.tolist() == [-1, -1]
+    service.episodeStopped()
+    service.episodeStarted({"obs": {"p": [0, 0, 0, 0]}})
+    client.step_columns(np.arange(2), _obs(2, 2), step_ids=in_flight, rewards=np.ones(2),
+                        terminated=np.zeros(2, bool))
+    assert service.agent.learned[-1].obs[:, 0].tolist() == [0, 0]
+
+
 def test_the_column_stepper_sends_each_observation_once_with_masks_for_resets(tmp_path):
     service = _service(tmp_path, RecordingAgent())
     service.episodeStarted({"obs": {"p": [0, 0, 0, 0]}})

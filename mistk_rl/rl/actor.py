@@ -80,26 +80,6 @@ def weights(policy: Policy) -> dict[str, np.ndarray]:
             for name, tensor in policy.model.state_dict().items()}
 
 
-def pack(arrays: dict[str, np.ndarray]) -> dict[str, Any]:
-    """Named arrays as the wire carries weights: the names and shapes, and all values in one
-    float32 vector (parameter names hold dots, which field paths cannot)."""
-    return {"names": list(arrays), "shapes": [list(a.shape) for a in arrays.values()],
-            "values": np.concatenate([np.asarray(a, np.float32).reshape(-1)
-                                      for a in arrays.values()]) if arrays
-            else np.zeros(0, np.float32)}
-
-
-def unpack(wire: dict[str, Any]) -> dict[str, np.ndarray]:
-    """`pack`'s inverse; a ValueError when the shapes do not add up to the values."""
-    values = np.asarray(wire["values"], np.float32).reshape(-1)
-    sizes = [int(np.prod(shape)) for shape in wire["shapes"]]
-    if len(wire["names"]) != len(sizes) or sum(sizes) != len(values):
-        raise ValueError("weights: names, shapes and values do not agree")
-    parts = np.split(values, np.cumsum(sizes)[:-1]) if sizes else []
-    return {name: part.reshape(shape)
-            for name, part, shape in zip(wire["names"], parts, wire["shapes"])}
-
-
 def load_weights(policy: Policy, arrays: dict[str, Any]) -> None:
     """Put `weights`' arrays into the acting model; a missing, extra or misshapen one is a
     ValueError naming it (the copy must be of the same architecture)."""

@@ -24,6 +24,7 @@ from pydantic import BaseModel
 from mistk_rl import API_VERSION
 from mistk_rl.agent import AbstractAgent, Acting, Columns, EpisodeInfo, ReplayBatch, Transitions
 from mistk_rl.client import AgentClient, Conflict, ServiceError, ServiceUnavailable
+from mistk_rl import codec
 from mistk_rl.codec import StackedMap
 from mistk_rl.errors import IllegalState, InvalidRequest, NotFound
 from mistk_rl.jsonable import to_jsonable
@@ -31,7 +32,6 @@ from mistk_rl.lifecycle import AGENT, ORCHESTRATOR, Lifecycle
 from mistk_rl.limits import Limits
 from mistk_rl.orchestrator import AbstractOrchestrator, RegisteredAgent
 from mistk_rl.registry import suggest
-from mistk_rl.rl.actor import pack
 from mistk_rl.service.steps import StepStore, entity_acting, entity_transitions, take_rows
 from mistk_rl.spaces import (ValueCheck, mask_check, observation_dtypes, space_from_request,
                              value_check)
@@ -319,7 +319,7 @@ def _policy_answer(copy: Any) -> dict[str, Any]:
               "extras": {name: list(shape) for name, shape in copy.extras.items()},
               "optionalExtras": list(copy.optional_extras)}
     if copy.weights is not None:
-        answer["weights"] = pack(copy.weights)
+        answer["weights"] = codec.pack_arrays(copy.weights)
     return answer
 
 
@@ -341,6 +341,9 @@ class AgentService(_Service):
         self._initialized = False
         self._checks = _SpaceChecks.of(None, None)  # until an orchestrator gives spaces
         self.steps = StepStore()  # what the agent acted on, by step id
+        # an eval episode never learns: its steps are not kept (step ids -1), so it cannot
+        # push out what a training run left in flight (a resumed run's actions, say)
+        self._keeps_steps = True
         if agent.local_inference:  # getPolicy and replayColumns
             self.capabilities = (*self.capabilities, "local")
 
@@ -395,6 +398,7 @@ class AgentService(_Service):
 
         def hook() -> None:
             self.steps.end_episode()
+            self._keeps_steps = info.mode != "eval"
             self.agent.do_episode_started(info)
         self.lifecycle.run("episode_started", hook)
         return self._done()
@@ -437,7 +441,8 @@ class AgentService(_Service):
             if request.acting is None:
                 return {"actions": [], "stepIds": []}
             acted = self.agent.do_act(request.acting)
-            ids = self.steps.put(request.acting.obs, acted)
+            ids = (self.steps.put(request.acting.obs, acted) if self._keeps_steps
+                   else np.full(len(acted.actions), -1, np.int64))
             return {"actions": self._answer(acted.actions), "stepIds": ids}
         return self.lifecycle.run("step", hook), 200, JSON
 
@@ -460,7 +465,8 @@ class AgentService(_Service):
             now = self.agent.do_policy_copy(weights=False)
             answer = {"envSteps": now.env_steps, "version": now.version}
             if now.version >= since + every:
-                answer["weights"] = pack(self.agent.do_policy_copy(weights=True).weights)
+                answer["weights"] = codec.pack_arrays(
+                    self.agent.do_policy_copy(weights=True).weights)
             return answer
         return self.lifecycle.run("replay_action", hook), 200, JSON
 
@@ -510,7 +516,8 @@ class AgentService(_Service):
     def _act(self, acting: Acting) -> dict[str, Any]:
         """Act on the entity form's rows; entity -> action, each kept under a step id."""
         acted = self.agent.do_act(acting)
-        self.steps.put(acting.obs, acted, acting.names)
+        if self._keeps_steps:
+            self.steps.put(acting.obs, acted, acting.names)
         return dict(zip(acting.names, _plain(acted.actions)))
 
     def _learn_entities(self, replay: ReplayBatch) -> None:
