@@ -235,9 +235,10 @@ class LocalStepper:
         self.warmup_until, self.version = copy.warmup_until, copy.version
         self.env_steps = copy.env_steps  # the agent's, plus the steps not yet sent
         self.extras = set(copy.extras)
-        self.sent: dict[int, tuple[Any, Any, dict]] = {}  # env -> obs, action, extras
-        self.rows: list[tuple] = []  # transitions not yet sent
+        self.sent: dict[int, tuple[_Acted, int]] = {}  # env -> its action's batch and row
+        self.rows: list[tuple[int, _Acted, int, Outcome]] = []  # transitions not yet sent
         self.sends = 0  # replayColumns requests made
+        self._batches = 0  # batches acted on so far (their order: a copy's steps in time)
 
     def in_flight(self) -> set[int]:
         return set(self.sent)
@@ -245,40 +246,48 @@ class LocalStepper:
     def step(self, ready: Mapping[int, Any], outcomes: Mapping[int, Outcome],
              masks: Masks = None) -> dict[int, Any]:
         for i, outcome in outcomes.items():
-            obs, action, extras = self.sent.pop(i)
+            batch, row = self.sent.pop(i)
             if self.learn:
-                self.rows.append((i, obs, action, extras, outcome))
+                self.rows.append((i, batch, row, outcome))
         if self.rows and (len(self.rows) >= self.settings.batch_steps or not ready):
             self.flush()
         if not ready:
             return {}
         envs = list(ready)
         mask = (None if not masks else _mask_column([masks.get(i) for i in envs], masks))
+        obs = _stack([ready[i] for i in envs])
         actions, extras = self.actor.act(
-            _stack([ready[i] for i in envs]), mask, mode=self.mode,
-            env_steps=self.env_steps + len(self.rows),
+            obs, mask, mode=self.mode, env_steps=self.env_steps + len(self.rows),
             warming_up=self.env_steps + len(self.rows) < self.warmup_until)
-        kept = {k: v for k, v in extras.items() if k in self.extras}
-        for row, i in enumerate(envs):
-            self.sent[i] = (ready[i], actions[row], {k: v[row] for k, v in kept.items()})
+        batch = _Acted(self._batches, obs, actions,
+                       {k: v for k, v in extras.items() if k in self.extras})
+        self._batches += 1
+        self.sent.update((i, (batch, row)) for row, i in enumerate(envs))
         return dict(zip(envs, actions))
 
     def flush(self) -> None:
-        """Send the transitions kept so far (one replayColumns request); take the weights
-        the answer brings."""
+        """Send the transitions kept so far (one replayColumns request), a batch's rows
+        taken together (batches in the order they acted: each copy's steps in time order);
+        take the weights the answer brings."""
         if not self.rows:
             return
         rows, self.rows = self.rows, []
-        outcomes = [o for *_, o in rows]
-        extras = {k: np.stack([e[k] for *_, e, _ in rows]) for k in rows[0][3]}
+        groups: dict[int, list[int]] = {}  # batch -> the positions of its rows
+        for pos, (_, batch, _, _) in enumerate(rows):
+            groups.setdefault(batch.seq, []).append(pos)
+        order = [pos for seq in sorted(groups) for pos in groups[seq]]
+        taken = [rows[group[0]][1].take([rows[pos][2] for pos in group])
+                 for group in (groups[seq] for seq in sorted(groups))]
+        outcomes = [rows[pos][3] for pos in order]
         next_masks = [o.action_mask for o in outcomes]
         answer = self.client.replay_columns(
-            np.asarray([i for i, *_ in rows], np.int64), _stack([r[1] for r in rows]),
-            np.stack([np.asarray(r[2]) for r in rows]),
+            np.asarray([rows[pos][0] for pos in order], np.int64),
+            _concat([t.obs for t in taken]), np.concatenate([t.actions for t in taken]),
             np.asarray([o.reward for o in outcomes], np.float32),
             _stack([o.obs for o in outcomes]),
             np.asarray([o.terminated for o in outcomes]),
-            np.asarray([o.truncated for o in outcomes]), extras=extras,
+            np.asarray([o.truncated for o in outcomes]),
+            extras={k: np.concatenate([t.extras[k] for t in taken]) for k in taken[0].extras},
             next_action_mask=(None if all(m is None for m in next_masks)
                               else _mask_column(next_masks, None)),
             weights_version=self.version, sync_every=self.settings.sync_every)
@@ -287,3 +296,26 @@ class LocalStepper:
         if answer.weights is not None:
             self._load_weights(self.policy, answer.weights)
             self.version = answer.version
+
+
+@dataclass
+class _Acted:
+    """One batch the copy acted on: its rows' observations, actions and extras."""
+
+    seq: int
+    obs: Any  # an array [N, ...], or a dict of them
+    actions: np.ndarray
+    extras: dict[str, np.ndarray]
+
+    def take(self, rows: list[int]) -> "_Acted":
+        index = np.asarray(rows)
+        obs = ({k: v[index] for k, v in self.obs.items()} if isinstance(self.obs, dict)
+               else self.obs[index])
+        return _Acted(self.seq, obs, self.actions[index],
+                      {k: v[index] for k, v in self.extras.items()})
+
+
+def _concat(parts: list) -> Any:
+    if isinstance(parts[0], Mapping):
+        return {key: np.concatenate([p[key] for p in parts]) for key in parts[0]}
+    return np.concatenate(parts)
