@@ -48,11 +48,15 @@ class Actor:
                  normalizer: Optional[Normalizer] = None, keep_obs: bool = False) -> None:
         self.policy, self.warmup, self.normalizer = policy, warmup, normalizer
         self.keep_obs = keep_obs and normalizer is not None and normalizer.norm_obs
+        # the outputs a transition needs (PPO: log-prob, value, ...; DQN: none), all that
+        # is kept per step (the Q-values of a step, say, would be carried for nothing)
+        self.extras = frozenset(policy.transition_extras())
 
     def act(self, obs: Any, mask: Optional[np.ndarray], *, mode: str, env_steps: int,
             warming_up: bool) -> tuple[np.ndarray, dict[str, np.ndarray]]:
         """Actions [N, ...] for the rows of `obs` (an array, or a dict of arrays), and in
-        collect mode the extras: every per-row output of the model but the env action."""
+        collect mode the extras: the model's per-row outputs its transitions need
+        (`Policy.transition_extras`)."""
         obs = ({key: torch.as_tensor(column) for key, column in obs.items()}
                if isinstance(obs, dict) else torch.as_tensor(obs))
         mask = None if mask is None else torch.as_tensor(mask)
@@ -66,8 +70,7 @@ class Actor:
             return out.get("env_action", out["action"]).numpy(), {}
         actor = self.warmup if warming_up and self.warmup is not None else self.policy
         out = actor.collect_mode.forward(obs, mask, env_steps)
-        extras = {key: value.numpy() for key, value in out.items()
-                  if isinstance(value, torch.Tensor) and value.dim() > 0 and key != "env_action"}
+        extras = {key: value.numpy() for key, value in out.items() if key in self.extras}
         if self.keep_obs:
             extras["obs"] = obs.numpy()
         # Box actions: "env_action" is the sample clipped to the bounds, "action" the sample
