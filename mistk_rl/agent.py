@@ -47,6 +47,20 @@ Columns = Union[np.ndarray, dict[str, np.ndarray]]
 """One row per env copy: an array [N, ...], or for a Dict space one such array per key."""
 
 
+def take_rows(columns: Columns, rows: Any) -> Columns:
+    """Rows of columns (a Dict space's: of each key's)."""
+    if isinstance(columns, dict):
+        return {key: column[rows] for key, column in columns.items()}
+    return columns[rows]
+
+
+def concat_rows(parts: list[Columns]) -> Columns:
+    """Columns one after the other (a Dict space's: key by key)."""
+    if isinstance(parts[0], dict):
+        return {key: np.concatenate([p[key] for p in parts]) for key in parts[0]}
+    return np.concatenate(parts)
+
+
 @dataclass
 class Acting:
     """What to act on, in columns: row i is env copy ``envs[i]`` (or entity ``names[i]``,
@@ -110,11 +124,7 @@ class Transitions:
     def take(self, rows: np.ndarray) -> "Transitions":
         """These rows only, in this order."""
         def part(columns: Any) -> Any:
-            if columns is None:
-                return None
-            if isinstance(columns, dict):
-                return {key: column[rows] for key, column in columns.items()}
-            return columns[rows]
+            return None if columns is None else take_rows(columns, rows)
         return Transitions(
             envs=self.envs[rows], obs=part(self.obs), actions=self.actions[rows],
             extras=part(self.extras), rewards=self.rewards[rows],

@@ -27,6 +27,7 @@ from typing import Any, Mapping, Optional, Protocol
 
 import numpy as np
 
+from mistk_rl.agent import concat_rows, take_rows
 from mistk_rl.client import AgentClient
 from mistk_rl.spaces import space_from_dict
 
@@ -234,7 +235,6 @@ class LocalStepper:
         self.actor = Actor(self.policy, warmup)
         self.warmup_until, self.version = copy.warmup_until, copy.version
         self.env_steps = copy.env_steps  # the agent's, plus the steps not yet sent
-        self.extras = set(copy.extras)
         self.sent: dict[int, tuple[_Acted, int]] = {}  # env -> its action's batch and row
         self.rows: list[tuple[int, _Acted, int, Outcome]] = []  # transitions not yet sent
         self.sends = 0  # replayColumns requests made
@@ -259,8 +259,7 @@ class LocalStepper:
         actions, extras = self.actor.act(
             obs, mask, mode=self.mode, env_steps=self.env_steps + len(self.rows),
             warming_up=self.env_steps + len(self.rows) < self.warmup_until)
-        batch = _Acted(self._batches, obs, actions,
-                       {k: v for k, v in extras.items() if k in self.extras})
+        batch = _Acted(self._batches, obs, actions, extras)
         self._batches += 1
         self.sent.update((i, (batch, row)) for row, i in enumerate(envs))
         return dict(zip(envs, actions))
@@ -282,7 +281,7 @@ class LocalStepper:
         next_masks = [o.action_mask for o in outcomes]
         answer = self.client.replay_columns(
             np.asarray([rows[pos][0] for pos in order], np.int64),
-            _concat([t.obs for t in taken]), np.concatenate([t.actions for t in taken]),
+            concat_rows([t.obs for t in taken]), np.concatenate([t.actions for t in taken]),
             np.asarray([o.reward for o in outcomes], np.float32),
             _stack([o.obs for o in outcomes]),
             np.asarray([o.terminated for o in outcomes]),
@@ -309,13 +308,5 @@ class _Acted:
 
     def take(self, rows: list[int]) -> "_Acted":
         index = np.asarray(rows)
-        obs = ({k: v[index] for k, v in self.obs.items()} if isinstance(self.obs, dict)
-               else self.obs[index])
-        return _Acted(self.seq, obs, self.actions[index],
-                      {k: v[index] for k, v in self.extras.items()})
-
-
-def _concat(parts: list) -> Any:
-    if isinstance(parts[0], Mapping):
-        return {key: np.concatenate([p[key] for p in parts]) for key in parts[0]}
-    return np.concatenate(parts)
+        return _Acted(self.seq, take_rows(self.obs, index), self.actions[index],
+                      take_rows(self.extras, index))

@@ -21,10 +21,9 @@ import numpy as np
 from gymnasium import spaces
 from pydantic import BaseModel
 
-from mistk_rl import API_VERSION
+from mistk_rl import API_VERSION, codec
 from mistk_rl.agent import AbstractAgent, Acting, Columns, EpisodeInfo, ReplayBatch, Transitions
 from mistk_rl.client import AgentClient, Conflict, ServiceError, ServiceUnavailable
-from mistk_rl import codec
 from mistk_rl.codec import StackedMap
 from mistk_rl.errors import IllegalState, InvalidRequest, NotFound
 from mistk_rl.jsonable import to_jsonable
@@ -32,7 +31,8 @@ from mistk_rl.lifecycle import AGENT, ORCHESTRATOR, Lifecycle
 from mistk_rl.limits import Limits
 from mistk_rl.orchestrator import AbstractOrchestrator, RegisteredAgent
 from mistk_rl.registry import suggest
-from mistk_rl.service.steps import StepStore, entity_acting, entity_transitions, take_rows
+from mistk_rl.agent import take_rows
+from mistk_rl.service.steps import StepStore, entity_acting, entity_transitions
 from mistk_rl.spaces import (ValueCheck, mask_check, observation_dtypes, space_from_request,
                              value_check)
 
@@ -450,13 +450,13 @@ class AgentService(_Service):
     def getPolicy(self, weights: bool = True) -> Response:  # noqa: N802
         """The policy copy (`AbstractAgent.do_policy_copy`); read on the step path, so no
         step or update writes the weights while they are read."""
-        self._policy_copy()
+        self._policy_copy("getPolicy")
         return _policy_answer(self.agent.do_policy_copy(weights)), 200, JSON
 
     def replayColumns(self, body: dict[str, Any]) -> Response:  # noqa: N802
         """Experience from a copy of the policy: whole transitions in columns, learned from
         as the agent's own steps; newer weights in the answer when due."""
-        copy = self._policy_copy()
+        copy = self._policy_copy("replayColumns")
         transitions = self._replay_columns(body, copy)
         since, every = body.get("weightsVersion", -1), body.get("syncEvery", 1)
 
@@ -470,15 +470,16 @@ class AgentService(_Service):
             return answer
         return self.lifecycle.run("replay_action", hook), 200, JSON
 
-    def _policy_copy(self) -> Any:
-        """The policy copy without weights, or why there is none (before any state change)."""
+    def _policy_copy(self, operation: str) -> Any:
+        """The policy copy without weights, or why `operation` has none (before any state
+        change)."""
         if not self.agent.local_inference:
             raise InvalidRequest(f"{type(self.agent).__name__} offers no local inference "
                                  "(no capability 'local')")
         state = self.lifecycle.state
         if state not in ("ready", "in_episode"):
-            raise IllegalState("getPolicy", state, self.lifecycle.allowed(),
-                               detail=f"getPolicy: no registered model in state '{state}' "
+            raise IllegalState(operation, state, self.lifecycle.allowed(),
+                               detail=f"{operation}: no registered model in state '{state}' "
                                       "(register the agent first)")
         return self.agent.do_policy_copy(weights=False)
 

@@ -22,7 +22,8 @@ from typing import Any, Optional
 
 import numpy as np
 
-from mistk_rl.agent import Acted, Acting, Columns, ReplayBatch, Transitions
+from mistk_rl.agent import (Acted, Acting, Columns, ReplayBatch, Transitions, concat_rows,
+                            take_rows)
 from mistk_rl.errors import InvalidRequest
 
 
@@ -43,19 +44,6 @@ class _Batch:
     extras: dict[str, np.ndarray]
     waiting: np.ndarray  # [n] bool: no outcome reported yet
     left: int  # rows still waiting
-
-
-def take_rows(columns: Columns, rows: Any) -> Columns:
-    """Rows of columns (a Dict space's: of each key's)."""
-    if isinstance(columns, dict):
-        return {key: column[rows] for key, column in columns.items()}
-    return columns[rows]
-
-
-def concat_rows(parts: list[Columns]) -> Columns:
-    if isinstance(parts[0], dict):
-        return {key: np.concatenate([p[key] for p in parts]) for key in parts[0]}
-    return np.concatenate(parts)
 
 
 class StepStore:
