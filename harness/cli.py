@@ -21,7 +21,8 @@ def _run(args: argparse.Namespace) -> int:
         return 2
     return run_from_file(Path(args.config) if args.config else None,
                          out=Path(args.out) if args.out else None, quiet=args.quiet,
-                         seed=args.seed, resume=Path(args.resume) if args.resume else None)
+                         seed=args.seed, resume=Path(args.resume) if args.resume else None,
+                         cluster=args.cluster)
 
 
 def _eval(args: argparse.Namespace) -> int:
@@ -65,6 +66,12 @@ def build_parser() -> argparse.ArgumentParser:
                      help="continue the training run in RUN_DIR (crashed or stopped) from its "
                           "last checkpoint, with the config saved there (a finished run: "
                           "says so, changes nothing)")
+    run.add_argument("--cluster", default=None, metavar="ADDRESS",
+                     help="place the services the run starts on a Ray cluster (needs "
+                          "mistk-rl[ray]): 'auto' joins the cluster of this machine, "
+                          "HOST:PORT or ray://HOST:PORT one elsewhere, 'local' starts a "
+                          "one-node cluster for the run (overrides the config's cluster "
+                          "address)")
     run.set_defaults(func=_run)
 
     evaluate = sub.add_parser("eval", help="games: evaluate a trained agent against the "

@@ -16,13 +16,19 @@ class _Strict(BaseModel):
 
 
 class ServiceSpec(_Strict):
-    """Either `target` (MODULE:CLASS, started on a free loopback port) or `url` (running)."""
+    """Either `target` (MODULE:CLASS, started on a free loopback port, or on a cluster node)
+    or `url` (running)."""
 
     target: Optional[str] = None
     url: Optional[str] = None
     # more `mistk-rl serve` options for a service the harness starts, e.g.
     # ["--env-module", "my_envs", "--agent-timeout", "60", "--limit", "max_envs=512"]
     args: list[str] = Field(default_factory=list)
+    # what the service asks of its node on a cluster (`cluster:`; unused on one machine):
+    # CPUs, GPUs and custom node resources, e.g. {"game_node": 1} to run it on such a node
+    cpus: float = Field(default=1.0, ge=0)
+    gpus: float = Field(default=0.0, ge=0)
+    resources: dict[str, float] = Field(default_factory=dict)
 
     @model_validator(mode="after")
     def _one_of(self) -> "ServiceSpec":
@@ -166,6 +172,16 @@ class GameTrainingSpec(_Strict):
     stop_when: list[Target] = Field(default_factory=list)
 
 
+class ClusterSpec(_Strict):
+    """Place the services this run starts on a Ray cluster (`mistk_rl.cluster`).
+    `address`: ``auto`` (the cluster this machine belongs to), ``HOST:PORT``,
+    ``ray://HOST:PORT``, or ``local`` (a one-node cluster started for the run)."""
+
+    address: str = "auto"
+    # where services keep their data dirs on their nodes (default: the node's temp dir)
+    data_root: Optional[str] = None
+
+
 class Timeouts(_Strict):
     startup: float = 60.0  # a service answering its first call
     call: float = 30.0  # any one call, and each background operation
@@ -187,6 +203,7 @@ class RunConfig(_Strict):
     # (default: started as the first worker is, or the gym orchestrator)
     evaluator: Optional[ServiceSpec] = None
     token: Optional[str] = None  # default: $MISTK_RL_TOKEN
+    cluster: Optional[ClusterSpec] = None  # none: every service on this machine
     timeouts: Timeouts = Field(default_factory=Timeouts)
 
     @model_validator(mode="after")
@@ -266,6 +283,14 @@ def with_seed(config: RunConfig, seed: int) -> RunConfig:
 
 class ConfigError(ValueError):
     """The config file is missing, not YAML, or does not match the schema."""
+
+
+def with_cluster(config: RunConfig, address: str) -> RunConfig:
+    """The config with its services placed on the Ray cluster at `address` (``--cluster``;
+    the config's own ``cluster.data_root`` stays)."""
+    data = config.model_dump()
+    data["cluster"] = {**(data.get("cluster") or {}), "address": address}
+    return RunConfig.model_validate(data)
 
 
 def resume_config(run_dir: Path, config_path: Optional[Path] = None,

@@ -20,13 +20,14 @@ from typing import Callable, Optional
 import yaml
 
 from harness.config import (AgentSpec, ConfigError, RunConfig, ServiceSpec, load_config,
-                            resume_config, with_seed)
+                            resume_config, with_cluster, with_seed)
 from harness.games import GameProgress, evaluate, summary, train_games
 from harness.league import Evaluator, league_results, table_text, train_solo_league
 from harness.training import Checkpoints, Progress, first_success, run_episodes, train
 from mistk_rl.client import AgentClient, OrchestratorClient, ServiceError
 from mistk_rl.files import atomic_write_json
-from mistk_rl.launch import ServiceProcess, ServiceStartError, spawn_service, wait_ready
+from mistk_rl.cluster import Cluster, ClusterError, PlacedService, Resources
+from mistk_rl.launch import ServiceProcess, ServiceStartError, spawn_service
 from mistk_rl.schemas import EpisodeConfig, Status
 
 
@@ -48,10 +49,11 @@ def _raise_stopped(signum: int, _frame: object) -> None:
 
 def run_from_file(config_path: Optional[Path], out: Optional[Path] = None, quiet: bool = False,
                   seed: Optional[int] = None, resume: Optional[Path] = None,
-                  evaluate_only: bool = False) -> int:
+                  evaluate_only: bool = False, cluster: Optional[str] = None) -> int:
     """CLI entry: run (with `seed` for every seed in the config, if given), or continue the
     run in `resume` from its last checkpoint, or (`evaluate_only`, `mistk-rl eval`) run only
-    the config's evaluation; print a summary, return the exit code."""
+    the config's evaluation; `cluster`: place the services on the Ray cluster at that
+    address. Prints a summary, returns the exit code."""
     say = (lambda *_: None) if quiet else (lambda msg: print(msg, flush=True))
     # SIGINT already unwinds (KeyboardInterrupt); SIGTERM and SIGHUP do the same, so the
     # services this run started are stopped whichever way it is ended
@@ -77,9 +79,11 @@ def run_from_file(config_path: Optional[Path], out: Optional[Path] = None, quiet
             if seed is not None:
                 config = with_seed(config, seed)
             run_dir = out or Path("runs") / f"{config.name}-{datetime.now():%Y%m%d-%H%M%S}"
+        if cluster is not None:
+            config = with_cluster(config, cluster)
         results = run(config, run_dir, say=say, resume=progress, quiet=quiet,
                       evaluate_only=evaluate_only)
-    except (ConfigError, HarnessError) as exc:
+    except (ConfigError, HarnessError, ClusterError) as exc:
         print(f"mistk-rl run: {exc}", file=sys.stderr)
         return 1
     except Stopped as exc:
@@ -148,44 +152,71 @@ def run(config: RunConfig, run_dir: Path, say: Callable[[str], None] = print,
     token = config.token or os.environ.get("MISTK_RL_TOKEN")
     timeouts = config.timeouts
     with ExitStack() as stack:
-        spawned: list[tuple[str, ServiceProcess]] = []
+        spawned: list[tuple[str, ServiceProcess | PlacedService]] = []
+        cluster = None
+        if config.cluster is not None:  # (closed last: after every service is stopped)
+            cluster = Cluster(config.cluster.address, run_id=run_dir.resolve().name,
+                              data_root=config.cluster.data_root)
+            stack.callback(cluster.close)
+            say(f"placing services on the Ray cluster at {config.cluster.address} "
+                f"({len(cluster.node_addresses())} nodes)")
 
-        def launch(role: str, name: str, target: str, extra: tuple[str, ...] = ()) -> str:
-            """Spawn a service (they all boot side by side; the loop below waits)."""
-            service = spawn_service(role, target, data_dir=data_dir(run_dir, name),
-                                    log_path=run_dir / "logs" / f"{name}.log", token=token,
-                                    extra_args=extra)
+        def launch(role: str, name: str, spec: ServiceSpec,
+                   extra: tuple[str, ...] = ()) -> ServiceProcess | PlacedService:
+            """Start a service here or on the cluster (they all boot side by side; the loop
+            below waits)."""
+            args = (*spec.args, *extra)
+            if cluster is not None:
+                service: ServiceProcess | PlacedService = cluster.spawn(
+                    role, name, spec.target, token=token, extra_args=args,
+                    resources=Resources(spec.cpus, spec.gpus, spec.resources))
+            else:
+                service = spawn_service(role, spec.target, data_dir=data_dir(run_dir, name),
+                                        log_path=run_dir / "logs" / f"{name}.log",
+                                        token=token, extra_args=args)
             stack.callback(_stop, service, say)
             spawned.append((name, service))
-            return service.url
+            return service
 
         orch_spec = config.orchestrator
         env = orch_spec.env.model_dump(exclude_none=True)
         share: tuple[str, ...] = ()
-        evaluator_url = None
+        # orchestrators on a cluster call agents on other nodes
+        allow = tuple(arg for host in (cluster.node_addresses() if cluster else ())
+                      for arg in ("--allow-agent-host", host))
+        workers: list[str | ServiceProcess | PlacedService] = []
+        evaluator_service = None
         if orch_spec.env.league is not None:  # the league's directory, shared by its services
             name = str(orch_spec.env.league.get("directory", "league")).split("/")[0]
             share = ("--share", f"{name}={(run_dir / name).resolve()}")
-            workers = [w.url or launch("orchestrator", f"worker{i}", w.target, tuple(w.args))
+            workers = [w.url or launch("orchestrator", f"worker{i}", w, allow)
                        for i, w in enumerate(config.workers)]
-            env["league"] = {**env["league"],
-                             "workers": list(env["league"].get("workers", ())) + workers}
             if orch_spec.env.solo_players() is not None:  # its players' evaluations
                 spec = config.evaluator or _default_evaluator(config)
-                evaluator_url = spec.url or launch("orchestrator", "evaluator", spec.target,
-                                                   tuple(spec.args))
-        orch_url = orch_spec.url or launch("orchestrator", "orchestrator", orch_spec.target,
-                                           tuple(orch_spec.args) + share)
-        agent_urls = {a.name: a.url or launch("agent", a.name, a.target, tuple(a.args) + share)
-                      for a in config.agents}
+                evaluator_service = spec.url or launch("orchestrator", "evaluator", spec, allow)
+        orch_service = orch_spec.url or launch("orchestrator", "orchestrator", orch_spec,
+                                               allow + share)
+        agent_services = {a.name: a.url or launch("agent", a.name, a, share)
+                          for a in config.agents}
         # (callbacks run last first: this one SIGTERMs every service, then each is waited for)
         stack.callback(lambda: [service.begin_stop() for _, service in spawned])
         for name, service in spawned:
             try:
-                wait_ready(service, timeouts.startup)
+                service.wait_ready(timeouts.startup)
             except ServiceStartError as exc:
                 raise HarnessError(f"starting {service.role} {name!r}: {exc}") from exc
-            say(f"started {service.role} {name} ({service.target}) at {service.url}")
+            where = f" on node {service.node_id[:12]}" if isinstance(service, PlacedService) else ""
+            say(f"started {service.role} {name} ({service.target}) at {service.url}{where}")
+        if workers:
+            env["league"] = {**env["league"], "workers": list(env["league"].get("workers", ()))
+                             + [_url(w) for w in workers]}
+        orch_url, agent_urls = _url(orch_service), {n: _url(s) for n, s in agent_services.items()}
+        evaluator_url = evaluator_service and _url(evaluator_service)
+        # the data dirs of the agents this harness started, where it can reach them
+        local_dirs = {} if cluster else {a.name: data_dir(run_dir, a.name)
+                                         for a in config.agents if a.target}
+        placement = {name: {"url": s.url, "node": s.node_id} for name, s in spawned
+                     if isinstance(s, PlacedService)}
         orch = stack.enter_context(OrchestratorClient(orch_url, token=token,
                                                       timeout=timeouts.call))
         agents = {name: stack.enter_context(AgentClient(url, token=token, timeout=timeouts.call))
@@ -196,10 +227,12 @@ def run(config: RunConfig, run_dir: Path, say: Callable[[str], None] = print,
             {"id": env["id"], "kwargs": env.get("kwargs", {})}, agent_urls, timeouts.call)
         episodes, progress, outcome = _sequence(config, env, orch, agents, agent_urls,
                                                 run_dir, say, resume, quiet, evaluate_only,
-                                                evaluator)
+                                                evaluator, local_dirs)
+    if placement:  # where the cluster ran each service
+        outcome["placement"] = placement
     if evaluate_only:
         results = {"name": config.name, "evaluation": outcome["evaluation"],
-                   "wall_s": round(time.monotonic() - started, 3)}
+                   "wall_s": round(time.monotonic() - started, 3), **outcome}
         atomic_write_json(run_dir / "evaluation.json", results)
         return results
     results = {"name": config.name, "episodes": episodes,
@@ -219,11 +252,14 @@ def _sequence(config: RunConfig, env: dict, orch: OrchestratorClient,
               agents: dict[str, AgentClient],
               agent_urls: dict[str, str], run_dir: Path, say: Callable[[str], None],
               resume: Optional[Progress | GameProgress], quiet: bool,
-              evaluate_only: bool = False, evaluator: Optional[Evaluator] = None
+              evaluate_only: bool = False, evaluator: Optional[Evaluator] = None,
+              local_dirs: Optional[dict[str, Path]] = None
               ) -> tuple[list[dict], Optional[Progress], dict]:
     """The MISTK sequence; returns results.json's episodes, the training progress and what
     game training and evaluation add to the results ("evals", "evaluation"; a league's
-    "league"). `evaluator`: a solo league's (its players are evaluated there)."""
+    "league"). `evaluator`: a solo league's (its players are evaluated there). `local_dirs`:
+    the data dirs of agents this harness can reach (it started them on this machine)."""
+    local_dirs = local_dirs or {}
     call_timeout = config.timeouts.call
     outcome: dict = {}
     episodes_before = resume.episodes if resume else []  # (train moves resume on)
@@ -236,7 +272,7 @@ def _sequence(config: RunConfig, env: dict, orch: OrchestratorClient,
         with _step(f"agent {spec.name} buildModel"):
             checkpoint = resume.checkpoints.get(spec.name) if resume else None
             if evaluate_only:
-                checkpoint = spec.model_path or _saved_model(spec, run_dir)
+                checkpoint = spec.model_path or _saved_model(spec, local_dirs)
             agent.build_model(checkpoint or spec.model_path, timeout=call_timeout)
         with _step(f"registerAgent {spec.name}"):
             orch.register_agent(spec.name, agent_urls[spec.name], skip_train=not spec.train,
@@ -248,8 +284,7 @@ def _sequence(config: RunConfig, env: dict, orch: OrchestratorClient,
     elif config.game_training is not None:
         checkpoints = None
         if config.game_training.checkpoints:
-            local = {a.name: data_dir(run_dir, a.name) for a in config.agents if a.target}
-            checkpoints = Checkpoints(agents, config.game_training.checkpoints, local,
+            checkpoints = Checkpoints(agents, config.game_training.checkpoints, local_dirs,
                                       call_timeout)
         with _step("game training"):
             outcome["evals"] = train_games(orch, config.game_training, config.evaluation,
@@ -257,9 +292,9 @@ def _sequence(config: RunConfig, env: dict, orch: OrchestratorClient,
                                            checkpoints, quiet=quiet, progress=resume)
     elif config.training is not None:
         checkpoints = None
-        if config.training.checkpoints:  # pruned where this harness started the agent
-            local = {a.name: data_dir(run_dir, a.name) for a in config.agents if a.target}
-            checkpoints = Checkpoints(agents, config.training.checkpoints, local, call_timeout)
+        if config.training.checkpoints:  # pruned where this harness can reach them
+            checkpoints = Checkpoints(agents, config.training.checkpoints, local_dirs,
+                                      call_timeout)
         with _step("training"):
             if evaluator is not None:  # a solo league (harness.league)
                 progress = train_solo_league(orch, evaluator, config.training, run_dir,
@@ -280,8 +315,9 @@ def _sequence(config: RunConfig, env: dict, orch: OrchestratorClient,
             with _step("league results"):
                 kept = outcome["evals"][-1].get("checkpoint") if outcome["evals"] else None
                 agent = config.evaluation.agent
+                where = local_dirs.get(agent)
                 outcome.update(league_results(orch, outcome["evals"], run_dir, kept and (
-                    data_dir(run_dir, agent) / kept)))
+                    where / kept if where else Path(kept))))
         elif config.game_training is not None:  # its last evaluation is the final one
             outcome["evaluation"] = outcome["evals"][-1]["evaluation"]
         else:
@@ -305,12 +341,18 @@ def _sequence(config: RunConfig, env: dict, orch: OrchestratorClient,
     return episodes, progress, outcome
 
 
-def _saved_model(spec: AgentSpec, run_dir: Path) -> Optional[str]:
-    """The save_path a run in `run_dir` left for this agent, if the harness started it and
-    the file is there."""
-    if spec.save_path and spec.target and (data_dir(run_dir, spec.name) / spec.save_path).exists():
+def _saved_model(spec: AgentSpec, local_dirs: dict[str, Path]) -> Optional[str]:
+    """The save_path a run left for this agent, if the harness started it here and the file
+    is there."""
+    where = local_dirs.get(spec.name)
+    if spec.save_path and where is not None and (where / spec.save_path).exists():
         return spec.save_path
     return None
+
+
+def _url(service: str | ServiceProcess | PlacedService) -> str:
+    """A service's URL: given in the config, or where it was started."""
+    return service if isinstance(service, str) else service.url
 
 
 def _default_evaluator(config: RunConfig) -> ServiceSpec:
@@ -318,7 +360,7 @@ def _default_evaluator(config: RunConfig) -> ServiceSpec:
     is (a gym orchestrator), or the gym orchestrator."""
     first = config.workers[0] if config.workers else None
     if first is not None and first.target:
-        return ServiceSpec(target=first.target, args=list(first.args))
+        return ServiceSpec(**first.model_dump(exclude={"url"}))
     return ServiceSpec(target="orchestrators.gym_orchestrator:GymOrchestrator")
 
 
@@ -367,7 +409,7 @@ class _step:
         return False
 
 
-def _stop(service: ServiceProcess, say: Callable[[str], None]) -> None:
+def _stop(service: ServiceProcess | PlacedService, say: Callable[[str], None]) -> None:
     code = service.stop()
     if code not in (0, -15, None):
         say(f"{service.role} at {service.url} exited with code {code}; log: {service.log_path}")

@@ -42,6 +42,10 @@ class ServiceProcess:
     def alive(self) -> bool:
         return self.process.poll() is None
 
+    def wait_ready(self, timeout: float) -> None:
+        """`wait_ready` (below) for this service."""
+        wait_ready(self, timeout)
+
     def begin_stop(self) -> None:
         """SIGTERM the process group without waiting: stop several side by side, then
         `stop` each (which waits, and kills what is left)."""

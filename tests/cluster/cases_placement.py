@@ -1,0 +1,69 @@
+"""Services placed on the cluster by `mistk-rl run`'s `cluster:` block (`mistk_rl.cluster`)."""
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import pytest
+
+from harness.config import RunConfig
+from harness.run import HarnessError, run
+
+pytestmark = pytest.mark.usefixtures("in_repo")
+
+
+def _config(tmp_path: Path, agent: dict, orchestrator: dict | None = None,
+            startup: float = 60.0) -> RunConfig:
+    return RunConfig.model_validate({
+        "name": "placed",
+        "orchestrator": {"target": "orchestrators.gym_orchestrator:GymOrchestrator",
+                         "env": {"id": "CartPole-v1"}, **(orchestrator or {})},
+        "agents": [{"name": "player", "target": "agents.random_agent:RandomAgent",
+                    "hyperparameters": {"seed": 0}, "save_path": "player.json", **agent}],
+        "episodes": [{"num_episodes": 2, "seed": 0, "max_steps": 50}],
+        "cluster": {"address": "auto", "data_root": str(tmp_path / "nodes")},
+        "timeouts": {"startup": startup, "call": 30}})
+
+
+def test_each_service_runs_on_the_node_its_resources_name(cluster, tmp_path):
+    """The orchestrator asks for `alpha`, the agent for `beta`: each lands on that node,
+    they play over HTTP, and each service wrote only inside its data dir on its node."""
+    config = _config(tmp_path, {"cpus": 0.5, "resources": {"beta": 1}},
+                     {"cpus": 0.5, "resources": {"alpha": 1}})
+    run_dir = tmp_path / "run"
+    results = run(config, run_dir, say=lambda _: None)
+
+    placement = results["placement"]
+    assert placement["orchestrator"]["node"] == cluster.node_ids["alpha"]
+    assert placement["player"]["node"] == cluster.node_ids["beta"]
+    assert [e["length"] for e in results["episodes"]] == [e["length"] for e in
+                                                         json.loads((run_dir / "results.json")
+                                                                    .read_text())["episodes"]]
+    assert len(results["episodes"]) == 2 and all(e["length"] > 0 for e in results["episodes"])
+    # the agent saved its model in its own data dir, on its node; the run dir holds no data
+    node_dirs = tmp_path / "nodes" / "run"
+    assert (node_dirs / "player" / "player.json").is_file()
+    assert {p.name for p in node_dirs.iterdir()} == {"orchestrator", "player", "logs"}
+    assert not (run_dir / "data").exists()
+
+
+def test_a_service_the_cluster_cannot_place_ends_the_run_naming_it(cluster, tmp_path):
+    """No node has `gamma`: the run stops once the startup timeout has passed, with an
+    error naming the agent and what it asked for, and leaves no actor behind."""
+    import ray
+
+    config = _config(tmp_path, {"resources": {"gamma": 1}}, startup=5.0)
+    started = time.monotonic()
+    with pytest.raises(HarnessError, match=r"starting agent 'player'.*not placed.*1 gamma"):
+        run(config, tmp_path / "run", say=lambda _: None)
+    assert time.monotonic() - started < 30
+    assert ray.util.list_named_actors() == []
+
+
+def test_a_service_that_fails_to_start_on_its_node_reports_its_log(cluster, tmp_path):
+    config = _config(tmp_path, {"target": "agents.random_agent:NoSuchAgent"})
+    with pytest.raises(HarnessError, match=r"starting agent 'player'.*NoSuchAgent"):
+        run(config, tmp_path / "run", say=lambda _: None)
+    import ray
+    assert ray.util.list_named_actors() == []

@@ -1,0 +1,92 @@
+"""Services on a Ray cluster (`mistk_rl.cluster`, `mistk-rl run --cluster`).
+
+The cases in `tests/cluster/` start a real three-node cluster on this machine; they run in a
+loopback-only network namespace (``unshare --net``: Ray binds the machine's interface address
+otherwise), in a pytest of their own, started here."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from harness.config import RunConfig, with_cluster
+from mistk_rl.cluster import Resources
+
+REPO = Path(__file__).resolve().parent.parent
+RAY_PROCESSES = ("raylet", "gcs_server", "ray::", "mistk-rl-agent", "mistk-rl-orchestrator",
+                 "default_worker.py")
+
+
+def _ray_processes() -> set[int]:
+    found = set()
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            text = cmdline.read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if any(name in text for name in RAY_PROCESSES):
+            found.add(int(cmdline.parent.name))
+    return found
+
+
+def test_the_cluster_cases_pass_in_a_loopback_only_network():
+    """tests/cluster/cases_*.py inside ``unshare --net --map-root-user`` (lo up), and no Ray
+    or service process is left afterwards."""
+    before = _ray_processes()
+    done = subprocess.run(
+        ["unshare", "--net", "--map-root-user", "sh", "-c",
+         f"ip link set lo up && exec {sys.executable} -m pytest -q -p no:cacheprovider "
+         "-o python_files=cases_*.py tests/cluster/"],
+        cwd=REPO, capture_output=True, text=True, timeout=540,
+        env={**os.environ, "MISTK_RL_NETNS": "1"})
+    assert done.returncode == 0, done.stdout[-8000:] + done.stderr[-3000:]
+    assert " passed" in done.stdout and " skipped" not in done.stdout, done.stdout[-2000:]
+    assert _ray_processes() - before == set()
+
+
+def test_a_cluster_block_and_service_resources_are_read():
+    config = RunConfig.model_validate({
+        "orchestrator": {"target": "orchestrators.gym_orchestrator:GymOrchestrator",
+                         "env": {"id": "CartPole-v1"}},
+        "agents": [{"name": "a", "target": "agents.random_agent:RandomAgent", "gpus": 1,
+                    "resources": {"trainer_node": 0.5}}],
+        "cluster": {"data_root": "/srv/mistk"}})
+    assert config.cluster.address == "auto"
+    assert with_cluster(config, "10.0.0.5:6379").cluster.model_dump() == {
+        "address": "10.0.0.5:6379", "data_root": "/srv/mistk"}
+    agent = config.agents[0]
+    resources = Resources(agent.cpus, agent.gpus, agent.resources)
+    assert resources.options() == {"num_cpus": 1.0, "num_gpus": 1, "resources":
+                                   {"trainer_node": 0.5}}
+    assert str(resources) == "1 CPU, 1 GPU, 0.5 trainer_node"
+    with pytest.raises(ValueError, match="cpus"):
+        RunConfig.model_validate({**config.model_dump(), "agents": [
+            {"name": "a", "target": "x:Y", "cpus": -1}]})
+
+
+def test_a_run_without_a_cluster_does_not_import_ray(tmp_path):
+    """Ray is an extra: one machine never loads it (it takes seconds and a lot of memory)."""
+    done = subprocess.run(
+        [sys.executable, "-c", "import sys; from pathlib import Path; "
+                               "from harness.run import run_from_file; "
+                               f"code = run_from_file(Path('configs/cartpole_random.yaml'), "
+                               f"out=Path({str(tmp_path / 'run')!r}), quiet=True); "
+                               "print(code, 'ray' in sys.modules)"],
+        cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert done.stdout.split() == ["0", "False"], done.stderr[-2000:]
+
+
+def test_no_cluster_at_the_address_is_a_clear_error(tmp_path):
+    """``--cluster`` naming no running cluster: exit 1 with a message saying how to start
+    one, before any service starts."""
+    done = subprocess.run(
+        [sys.executable, "-m", "harness", "run", "configs/cartpole_random.yaml",
+         "--cluster", "127.0.0.1:9", "--out", str(tmp_path / "run"), "--quiet"],
+        cwd=REPO, capture_output=True, text=True, timeout=120,
+        env={**os.environ, "RAY_ADDRESS": ""})
+    assert done.returncode == 1, done.stderr[-2000:]
+    assert "no Ray cluster at '127.0.0.1:9'" in done.stderr and "ray start --head" in done.stderr
+    assert not (tmp_path / "run" / "results.json").exists()
