@@ -22,7 +22,8 @@ import numpy as np
 from mistk_rl import codec
 from mistk_rl.jsonable import dumps, loads_fast, to_jsonable
 from mistk_rl.schemas import (AgentConfig, AgentInitParams, ApiVersion, ColumnActions,
-                              EpisodeConfig, EpisodeResult, EpisodeSettings, EpisodeStart, League,
+                              EpisodeConfig, EpisodeResult, EpisodeSettings, EpisodeStart, FileWritten,
+                              League,
                               Learned, OrchestratorInitParams, OrchestratorProgress,
                               OrchestratorStatus, PolicyCopy, Problem, Replay, Results, Status)
 from mistk_rl.transport import Transport, TransportError
@@ -179,9 +180,11 @@ class _ServiceClient:
     # -- plumbing --
     def _call(self, method: str, path: str, *, json_body: Any = None,
               params: Optional[Mapping[str, Any]] = None, timeout: Optional[float] = None,
-              tensors: bool = False, columns: bool = False) -> Any:
+              tensors: bool = False, columns: bool = False, raw: bool = False,
+              raw_body: Optional[bytes] = None) -> Any:
         """One request; with `tensors`, the body and the answer use the binary encoding
-        (`columns`: a body of numpy columns, `codec.encode`'s column form)."""
+        (`columns`: a body of numpy columns, `codec.encode`'s column form). `raw`: the
+        answer's bytes as they came (a file); `raw_body`: bytes sent as they are."""
         if params:
             params = {k: (str(v).lower() if isinstance(v, bool) else v)
                       for k, v in params.items() if v is not None}
@@ -190,8 +193,12 @@ class _ServiceClient:
             body = None if json_body is None else codec.encode(json_body, columns=columns)
             content_type = codec.CONTENT_TYPE
             accept = f"{codec.CONTENT_TYPE}, application/json"  # actions come back binary
+        elif raw_body is not None:
+            body, content_type = raw_body, "application/octet-stream"
         else:
             body = None if json_body is None else dumps(json_body)
+        if raw:
+            accept = "application/octet-stream, application/problem+json"
         timeout = timeout or self.timeout
         try:
             response = self.transport.request(method, path, body=body, params=params,
@@ -206,6 +213,8 @@ class _ServiceClient:
                 raise ServiceRestarted(self.base_url, self.instance, instance)
             self.instance = instance
         if response.status < 400:
+            if raw:
+                return response.body
             if response.headers.get("Content-Type", "").startswith(codec.CONTENT_TYPE):
                 return codec.decode(response.body)
             return _loads(response.body) if response.body else None
@@ -244,6 +253,17 @@ class _ServiceClient:
     def terminate(self) -> Status:
         """Release the service's resources; legal in every state."""
         return self._status_call("POST", "/terminate")
+
+    def get_file(self, path: str, timeout: Optional[float] = None) -> bytes:
+        """The bytes of a file in the service's data dir (a checkpoint, a snapshot): how
+        files move between services that share no file system. NotFound when it is not there."""
+        return self._call("GET", "/files", params={"path": path}, timeout=timeout, raw=True)
+
+    def put_file(self, path: str, data: bytes, timeout: Optional[float] = None) -> FileWritten:
+        """Write `data` as the file `path` of the service's data dir (atomically); the answer
+        has the SHA-256 the service computed from what it received."""
+        return FileWritten.model_validate(self._call(
+            "PUT", "/files", params={"path": path}, timeout=timeout, raw_body=bytes(data)))
 
     def wait_for_state(self, states: Union[str, Iterable[str]], timeout: float = 60.0, *,
                        after_version: int = -1) -> Status:

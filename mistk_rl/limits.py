@@ -18,6 +18,7 @@ from mistk_rl.errors import InvalidRequest
 @dataclass(frozen=True)
 class Limits:
     max_body_bytes: int = 16 * 1024 * 1024  # a request body; more gets 413
+    max_file_bytes: int = 1024 * 1024 * 1024  # a file put into the data dir (putFile)
     max_json_depth: int = 64  # nesting of a JSON body (hyperparameters, properties)
     max_long_polls: int = 1024  # status long-polls waiting at once; more get 429
     max_space_elements: int = 1_000_000  # numbers in one observation or action, or in its

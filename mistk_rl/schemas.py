@@ -42,6 +42,14 @@ class ApiVersion(Body):
     capabilities: list[str] = Field(default_factory=list)
 
 
+class FileWritten(Body):
+    """putFile's answer: the file as the service stored it."""
+
+    path: str
+    bytes: int
+    sha256: str
+
+
 class Problem(Body):
     model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="allow")
     status: int

@@ -25,7 +25,10 @@ TOKEN = "s3cret"
 OPERATIONS = [(role, path, method, op) for role in ("agent", "orchestrator")
               for path, methods in load_spec(role)["paths"].items()
               for method, op in methods.items()]
-WITH_BODY = [o for o in OPERATIONS if "requestBody" in o[3]]
+# JSON (or binary tensor) bodies; putFile's body is a file: any bytes
+FILE_BODY = [o for o in OPERATIONS
+             if "application/octet-stream" in o[3].get("requestBody", {}).get("content", {})]
+WITH_BODY = [o for o in OPERATIONS if "requestBody" in o[3] and o not in FILE_BODY]
 SECURED = [o for o in OPERATIONS if o[3].get("security") != []]
 
 
@@ -118,6 +121,22 @@ def test_every_body_over_the_limit_gets_413_declared_or_streamed(served, role, p
     _problem(*s.call(method, path, big), 413)
     _problem(*s.call(method, path, chunks=[big[:50], big[50:]]), 413)  # chunked upload
     assert s.version == before
+
+
+@pytest.mark.parametrize("role, path, method, op", FILE_BODY, ids=_ids(FILE_BODY))
+def test_a_file_over_its_limit_gets_413_and_nothing_is_written(served, role, path, method,
+                                                               op):
+    """Files have their own limit (max_file_bytes: checkpoints outgrow request bodies)."""
+    s = served(role, max_body_bytes=16, max_file_bytes=64)
+    octet = "application/octet-stream"
+    for chunks in ([b"x" * 65], [b"x" * 40, b"x" * 25]):  # declared, or streamed
+        _problem(*s.call(method, path, query="path=f.bin", content_type=octet,
+                         chunks=chunks if len(chunks) > 1 else None, body=chunks[0]), 413)
+    assert not (s.service.data_dir / "f.bin").exists()
+    status, _, _ = s.call(method, path, b"x" * 64, query="path=f.bin", content_type=octet)
+    assert status == 200 and (s.service.data_dir / "f.bin").read_bytes() == b"x" * 64
+    problem = _problem(*s.call(method, path, b"{}", query="path=g.bin"), 415)
+    assert octet in problem["detail"] and not (s.service.data_dir / "g.bin").exists()
 
 
 BAD_BODIES = {

@@ -7,6 +7,7 @@ methods, so tests can drive a service in-process without HTTP.
 """
 from __future__ import annotations
 
+import hashlib
 import ipaddress
 import logging
 import math
@@ -26,6 +27,7 @@ from mistk_rl.agent import AbstractAgent, Acting, Columns, EpisodeInfo, ReplayBa
 from mistk_rl.client import AgentClient, Conflict, ServiceError, ServiceUnavailable
 from mistk_rl.codec import StackedMap
 from mistk_rl.errors import IllegalState, InvalidRequest, NotFound
+from mistk_rl.files import atomic_write_bytes
 from mistk_rl.jsonable import to_jsonable
 from mistk_rl.lifecycle import AGENT, ORCHESTRATOR, Lifecycle
 from mistk_rl.limits import Limits
@@ -39,6 +41,7 @@ from mistk_rl.spaces import (ValueCheck, mask_check, observation_dtypes, space_f
 log = logging.getLogger(__name__)
 Response = tuple[dict[str, Any], int, dict[str, str]]
 JSON = {"Content-Type": "application/json"}  # the spec also lists problem+json: be explicit
+OCTET = {"Content-Type": "application/octet-stream"}
 MAX_LONG_POLL_S = 60.0
 
 
@@ -78,6 +81,26 @@ class _Service:
     def terminate(self) -> Response:
         self.lifecycle.run("terminate", self.impl.do_terminate)
         return self._done()
+
+    def getFile(self, path: str) -> tuple[bytes, int, dict[str, str]]:  # noqa: N802
+        resolved = self._path(path)
+        try:
+            return resolved.read_bytes(), 200, OCTET
+        except FileNotFoundError:
+            raise NotFound(f"no file at {path!r}") from None
+        except OSError as exc:
+            raise InvalidRequest(f"{path!r} cannot be read: {exc.strerror}") from None
+
+    def putFile(self, path: str, body: bytes) -> Response:  # noqa: N802
+        if self.lifecycle.state == "terminated":
+            raise IllegalState("putFile", "terminated", self.lifecycle.allowed_api())
+        resolved = self._path(path)
+        try:
+            atomic_write_bytes(resolved, body)
+        except OSError as exc:
+            raise InvalidRequest(f"{path!r} cannot be written: {exc.strerror}") from None
+        return {"path": path, "bytes": len(body),
+                "sha256": hashlib.sha256(body).hexdigest()}, 200, JSON
 
     def _path(self, path: str) -> Path:
         return self.impl.resolve_path(path)

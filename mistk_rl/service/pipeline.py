@@ -48,6 +48,7 @@ Send = Callable[[dict], Awaitable[None]]
 STEP_OPERATIONS = frozenset({"getAction", "replayAction", "step", "stepColumns",
                              "getPolicy", "replayColumns"})
 JSON_TYPE = "application/json"
+OCTET_TYPE = "application/octet-stream"
 
 
 class Refused(MistkError):
@@ -83,6 +84,7 @@ class Operation:
     body_required: bool = False
     binary: bool = False  # the spec lists the binary tensor encoding for the body
     binary_answer: bool = False  # ... for the 200 answer (when the caller accepts it)
+    raw: bool = False  # the body is bytes as sent (application/octet-stream: a file)
     step: bool = False
     inline: bool = False  # a step run on the event loop itself (no thread hop)
     waits: bool = False  # the handler is a coroutine (a long-poll): awaited on the loop
@@ -98,6 +100,13 @@ class Pipeline:
         self.token = token
         self.limits = limits
         self.routes = _operations(resolve_refs(spec), service, base_path)
+        # a spec path's methods, for the Allow header of a 405 (connexion lists only one
+        # operation's when a path has several)
+        self.allow: dict[str, str] = {}
+        for method, path in self.routes:
+            methods = set(self.allow.get(path, "").split(", ")) - {""} | {method}
+            self.allow[path] = ", ".join(sorted(methods | ({"HEAD"} if "GET" in methods
+                                                           else set())))
         inline = getattr(service.impl, "steps_inline", False)
         for operation in self.routes.values():
             operation.inline = operation.step and inline
@@ -111,7 +120,12 @@ class Pipeline:
         operation = (self.routes.get((scope["method"], scope["path"]))
                      if scope["type"] == "http" else None)
         if operation is None:
-            return await self.app(scope, receive, send)
+            allow = self.allow.get(scope["path"]) if scope["type"] == "http" else None
+            if allow is None or scope["method"] == "HEAD" and "HEAD" in allow:
+                return await self.app(scope, receive, send)
+            return await send_problem(send, 405, "Method Not Allowed",
+                                      f"{scope['method']} is not allowed here: {allow}",
+                                      None, self.instance, (b"allow", allow.encode()))
         headers = dict(scope.get("headers") or [])
         wants_binary = codec.CONTENT_TYPE.encode() in headers.get(b"accept", b"")
         try:
@@ -126,6 +140,9 @@ class Pipeline:
             return await send_problem(send, 500, "Internal Server Error",
                                       f"{operation.id}: {type(exc).__name__}: {exc}",
                                       None, self.instance)
+        if isinstance(result, bytes):  # a file
+            return await send_bytes(send, status, result, OCTET_TYPE.encode(),
+                                    (self.instance,))
         if wants_binary and operation.binary_answer:  # (entity maps, or columns)
             columns = not isinstance(result.get("actions"), dict)
             return await send_bytes(send, status, codec.encode(result, columns=columns),
@@ -141,7 +158,8 @@ class Pipeline:
         query = scope.get("query_string", b"")
         kwargs = _query(op, query) if query or op.params else {}
         if op.body is not None:
-            raw = await self._read_body(headers, receive)
+            raw = await self._read_body(headers, receive, self.limits.max_file_bytes
+                                        if op.raw else self.limits.max_body_bytes)
             if raw or op.body_required:
                 kwargs["body"] = self._decode(op, headers, raw)
         if op.waits:
@@ -170,8 +188,7 @@ class Pipeline:
             self.long_polls -= 1
         return result, status
 
-    async def _read_body(self, headers: dict, receive: Any) -> bytes:
-        limit = self.limits.max_body_bytes
+    async def _read_body(self, headers: dict, receive: Any, limit: int) -> bytes:
         length = headers.get(b"content-length")
         if length is not None and length.isdigit() and int(length) > limit:
             raise _too_large(limit)
@@ -191,6 +208,12 @@ class Pipeline:
     def _decode(self, op: Operation, headers: dict, raw: bytes) -> Any:
         content_type = headers.get(b"content-type", b"").split(b";")[0].strip().decode(
             "latin-1").lower()
+        if op.raw:
+            if content_type != OCTET_TYPE:
+                raise Refused(415, "Unsupported Media Type",
+                              f"Content-Type {content_type or '(none)'!r} is not accepted "
+                              f"here: use {OCTET_TYPE}")
+            return raw
         if op.binary and content_type == codec.CONTENT_TYPE:
             body = codec.decode(raw)
         elif content_type == JSON_TYPE or (not raw and op.body_required):
@@ -377,13 +400,20 @@ def _operations(spec: dict, service: Any, base_path: str) -> dict[tuple[str, str
             answer = op.get("responses", {}).get("200", {})
             operation.binary_answer = codec.CONTENT_TYPE in answer.get("content", {})
             body = op.get("requestBody")
-            if body:
+            if body and OCTET_TYPE in body["content"]:  # a file: any bytes
+                operation.raw, operation.body = True, _any_bytes
+                operation.body_required = body.get("required", False)
+            elif body:
                 content = body["content"]
                 operation.body = compile_schema(content[JSON_TYPE]["schema"])
                 operation.body_required = body.get("required", False)
                 operation.binary = codec.CONTENT_TYPE in content
             routes[(method.upper(), base_path + path)] = operation
     return routes
+
+
+def _any_bytes(_body: bytes, _where: str) -> None:
+    """The check of a file body: every byte string is one."""
 
 
 def _snake(name: str) -> str:
@@ -400,11 +430,12 @@ async def send_bytes(send: Send, status: int, payload: bytes, content_type: byte
 
 
 async def send_problem(send: Send, status: int, title: str, detail: str,
-                       extra: Optional[dict], instance: tuple[bytes, bytes]) -> None:
+                       extra: Optional[dict], instance: tuple[bytes, bytes],
+                       *headers: tuple[bytes, bytes]) -> None:
     """An ``application/problem+json`` answer (RFC 9457)."""
     body = {"type": "about:blank", "title": title, "detail": detail, "status": status,
             **(extra or {})}
-    headers = [instance]
+    headers = [instance, *headers]
     if extra and "retryAfter" in extra:
         headers.append((b"retry-after", str(extra["retryAfter"]).encode()))
     await send_bytes(send, status, dumps(body), b"application/problem+json", tuple(headers))
