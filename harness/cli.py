@@ -22,7 +22,7 @@ def _run(args: argparse.Namespace) -> int:
     return run_from_file(Path(args.config) if args.config else None,
                          out=Path(args.out) if args.out else None, quiet=args.quiet,
                          seed=args.seed, resume=Path(args.resume) if args.resume else None,
-                         cluster=args.cluster)
+                         cluster=args.cluster, max_restarts=args.max_restarts)
 
 
 def _eval(args: argparse.Namespace) -> int:
@@ -72,6 +72,10 @@ def build_parser() -> argparse.ArgumentParser:
                           "HOST:PORT or ray://HOST:PORT one elsewhere, 'local' starts a "
                           "one-node cluster for the run (overrides the config's cluster "
                           "address)")
+    run.add_argument("--max-restarts", type=int, default=None, metavar="N",
+                     help="on a cluster: when services of the run are lost (a node is lost), "
+                          "start them again and resume from the last checkpoint, at most N "
+                          "times (default 3; 0 without --cluster)")
     run.set_defaults(func=_run)
 
     evaluate = sub.add_parser("eval", help="games: evaluate a trained agent against the "

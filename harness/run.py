@@ -23,7 +23,8 @@ from harness.config import (AgentSpec, ConfigError, RunConfig, ServiceSpec, load
                             resume_config, with_cluster, with_seed)
 from harness.games import GameProgress, evaluate, summary, train_games
 from harness.league import Evaluator, league_results, table_text, train_solo_league
-from harness.training import Checkpoints, Progress, first_success, run_episodes, train
+from harness.training import (Checkpoints, Progress, first_success, restore_checkpoint,
+                              run_episodes, train)
 from mistk_rl.client import AgentClient, OrchestratorClient, ServiceError
 from mistk_rl.files import atomic_write_json
 from mistk_rl.cluster import Cluster, ClusterError, PlacedService, Resources
@@ -33,6 +34,15 @@ from mistk_rl.schemas import EpisodeConfig, Status
 
 class HarnessError(RuntimeError):
     """A step of the run failed; the message says which and why."""
+
+
+class ServicesLost(HarnessError):
+    """A run on a cluster failed because services it started are gone (their node was lost,
+    or they were killed): `run_from_file` starts them again and resumes."""
+
+    def __init__(self, names: list[str], cause: BaseException) -> None:
+        super().__init__(f"lost {', '.join(names)} ({cause})")
+        self.names = names
 
 
 class Stopped(BaseException):
@@ -49,11 +59,14 @@ def _raise_stopped(signum: int, _frame: object) -> None:
 
 def run_from_file(config_path: Optional[Path], out: Optional[Path] = None, quiet: bool = False,
                   seed: Optional[int] = None, resume: Optional[Path] = None,
-                  evaluate_only: bool = False, cluster: Optional[str] = None) -> int:
+                  evaluate_only: bool = False, cluster: Optional[str] = None,
+                  max_restarts: Optional[int] = None) -> int:
     """CLI entry: run (with `seed` for every seed in the config, if given), or continue the
     run in `resume` from its last checkpoint, or (`evaluate_only`, `mistk-rl eval`) run only
     the config's evaluation; `cluster`: place the services on the Ray cluster at that
-    address. Prints a summary, returns the exit code."""
+    address. A run on a cluster that loses services resumes by itself from its last
+    checkpoint, at most `max_restarts` times (default 3 on a cluster, 0 without). Prints a
+    summary, returns the exit code."""
     say = (lambda *_: None) if quiet else (lambda msg: print(msg, flush=True))
     # SIGINT already unwinds (KeyboardInterrupt); SIGTERM and SIGHUP do the same, so the
     # services this run started are stopped whichever way it is ended
@@ -81,8 +94,10 @@ def run_from_file(config_path: Optional[Path], out: Optional[Path] = None, quiet
             run_dir = out or Path("runs") / f"{config.name}-{datetime.now():%Y%m%d-%H%M%S}"
         if cluster is not None:
             config = with_cluster(config, cluster)
-        results = run(config, run_dir, say=say, resume=progress, quiet=quiet,
-                      evaluate_only=evaluate_only)
+        if max_restarts is None:
+            max_restarts = 3 if config.cluster is not None else 0
+        results = _run_restarting(config, run_dir, say, progress, quiet, evaluate_only,
+                                  max_restarts)
     except (ConfigError, HarnessError, ClusterError) as exc:
         print(f"mistk-rl run: {exc}", file=sys.stderr)
         return 1
@@ -105,6 +120,33 @@ def run_from_file(config_path: Optional[Path], out: Optional[Path] = None, quiet
         say(f"{len(returns)} episodes, mean return {sum(returns) / len(returns):.2f}; "
             f"wall {results['wall_s']:.2f} s; results in {run_dir / 'results.json'}")
     return 0
+
+
+def _run_restarting(config: RunConfig, run_dir: Path, say: Callable[[str], None],
+                    progress: Optional[Progress | GameProgress], quiet: bool,
+                    evaluate_only: bool, max_restarts: int) -> dict:
+    """`run`; when services are lost, start them all again and resume from the last
+    checkpoint (from the start, if none was saved yet), as ``--resume`` would, after a
+    growing pause (2, 4, 8 ... 30 s), at most `max_restarts` times."""
+    restarts = 0
+    while True:
+        try:
+            return run(config, run_dir, say=say, resume=progress, quiet=quiet,
+                       evaluate_only=evaluate_only)
+        except ServicesLost as exc:
+            if restarts >= max_restarts:
+                raise HarnessError(f"{exc}; not restarted again: {restarts} restarts so far, "
+                                   f"--max-restarts {max_restarts}") from exc
+            restarts += 1
+            try:
+                progress = (GameProgress if config.game_training else Progress).load(run_dir)
+                where = "its last checkpoint"
+            except ConfigError:
+                progress, where = None, "the start (no checkpoint yet)"
+            pause = min(2.0 ** restarts, 30.0)
+            say(f"{exc}: starting the run's services again in {pause:.0f} s and resuming "
+                f"from {where} (restart {restarts} of at most {max_restarts})")
+            time.sleep(pause)  # backing off: a node that keeps failing is not hammered
 
 
 def _finished(config: RunConfig, run_dir: Path) -> Optional[str]:
@@ -225,9 +267,17 @@ def run(config: RunConfig, run_dir: Path, say: Callable[[str], None] = print,
             stack.enter_context(OrchestratorClient(evaluator_url, token=token,
                                                    timeout=timeouts.call)),
             {"id": env["id"], "kwargs": env.get("kwargs", {})}, agent_urls, timeouts.call)
-        episodes, progress, outcome = _sequence(config, env, orch, agents, agent_urls,
-                                                run_dir, say, resume, quiet, evaluate_only,
-                                                evaluator, local_dirs)
+        # on a cluster the agents' checkpoints are copied here as they are saved
+        mirror = run_dir / "checkpoints" if cluster else None
+        try:
+            episodes, progress, outcome = _sequence(config, env, orch, agents, agent_urls,
+                                                    run_dir, say, resume, quiet,
+                                                    evaluate_only, evaluator, local_dirs, mirror)
+        except (HarnessError, ServiceError) as exc:  # (a lost service fails some call)
+            lost = [name for name, s in spawned if cluster and not s.alive()]
+            if lost:
+                raise ServicesLost(lost, exc) from exc
+            raise
     if placement:  # where the cluster ran each service
         outcome["placement"] = placement
     if evaluate_only:
@@ -253,12 +303,13 @@ def _sequence(config: RunConfig, env: dict, orch: OrchestratorClient,
               agent_urls: dict[str, str], run_dir: Path, say: Callable[[str], None],
               resume: Optional[Progress | GameProgress], quiet: bool,
               evaluate_only: bool = False, evaluator: Optional[Evaluator] = None,
-              local_dirs: Optional[dict[str, Path]] = None
+              local_dirs: Optional[dict[str, Path]] = None, mirror: Optional[Path] = None
               ) -> tuple[list[dict], Optional[Progress], dict]:
     """The MISTK sequence; returns results.json's episodes, the training progress and what
     game training and evaluation add to the results ("evals", "evaluation"; a league's
     "league"). `evaluator`: a solo league's (its players are evaluated there). `local_dirs`:
-    the data dirs of agents this harness can reach (it started them on this machine)."""
+    the data dirs of agents this harness can reach (it started them on this machine);
+    `mirror`: where checkpoints are copied (`Checkpoints`), and restored from on resume."""
     local_dirs = local_dirs or {}
     call_timeout = config.timeouts.call
     outcome: dict = {}
@@ -271,6 +322,8 @@ def _sequence(config: RunConfig, env: dict, orch: OrchestratorClient,
             agent.initialize(spec.properties, spec.hyperparameters, timeout=call_timeout)
         with _step(f"agent {spec.name} buildModel"):
             checkpoint = resume.checkpoints.get(spec.name) if resume else None
+            if checkpoint and mirror is not None and spec.target:
+                restore_checkpoint(agent, mirror, spec.name, checkpoint, call_timeout)
             if evaluate_only:
                 checkpoint = spec.model_path or _saved_model(spec, local_dirs)
             agent.build_model(checkpoint or spec.model_path, timeout=call_timeout)
@@ -285,7 +338,7 @@ def _sequence(config: RunConfig, env: dict, orch: OrchestratorClient,
         checkpoints = None
         if config.game_training.checkpoints:
             checkpoints = Checkpoints(agents, config.game_training.checkpoints, local_dirs,
-                                      call_timeout)
+                                      call_timeout, mirror)
         with _step("game training"):
             outcome["evals"] = train_games(orch, config.game_training, config.evaluation,
                                            run_dir, config.timeouts.episodes, say,
@@ -294,7 +347,7 @@ def _sequence(config: RunConfig, env: dict, orch: OrchestratorClient,
         checkpoints = None
         if config.training.checkpoints:  # pruned where this harness can reach them
             checkpoints = Checkpoints(agents, config.training.checkpoints, local_dirs,
-                                      call_timeout)
+                                      call_timeout, mirror)
         with _step("training"):
             if evaluator is not None:  # a solo league (harness.league)
                 progress = train_solo_league(orch, evaluator, config.training, run_dir,

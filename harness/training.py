@@ -31,7 +31,7 @@ from harness.config import ConfigError, TrainingSpec
 from harness.loop import Evaluated, run_loop
 from harness.progress import TrainingProgress
 from mistk_rl.client import AgentClient, OrchestratorClient
-from mistk_rl.files import atomic_write_json
+from mistk_rl.files import atomic_write_bytes, atomic_write_json
 from mistk_rl.schemas import AgentSettings, EpisodeConfig, EpisodeResult
 
 
@@ -85,26 +85,48 @@ class Progress(ProgressFile):
 
 class Checkpoints:
     """Saves each agent's checkpoint at an evaluation and keeps the last `keep` of those in
-    the data dirs this harness can reach (`local_dirs`: the agents it started)."""
+    the data dirs this harness can reach (`local_dirs`: the agents it started here).
+
+    With `mirror` (a run on a cluster, where an agent's data dir is on its node and goes
+    when the node goes), each checkpoint is also copied over HTTP (`getFile`) into
+    ``mirror/AGENT/``, and `restore` puts it back (`putFile`) into a restarted agent."""
 
     def __init__(self, agents: dict[str, AgentClient], keep: int,
-                 local_dirs: dict[str, Path], timeout: float) -> None:
+                 local_dirs: dict[str, Path], timeout: float,
+                 mirror: Optional[Path] = None) -> None:
         self.agents, self.keep, self.local_dirs, self.timeout = agents, keep, local_dirs, timeout
+        self.mirror = mirror
 
     def save(self, train_steps: int) -> dict[str, str]:
         path = f"checkpoints/step-{train_steps}.pt"
-        for agent in self.agents.values():
+        for name, agent in self.agents.items():
             agent.save_model(path, timeout=self.timeout)
+            if self.mirror is not None:
+                atomic_write_bytes(self.mirror / name / path,
+                                   agent.get_file(path, timeout=self.timeout))
         return dict.fromkeys(self.agents, path)
 
     def prune(self) -> None:
         """Delete all but the newest `keep` (by env steps); call once progress points at the
         newest, so that the checkpoint it names always exists."""
-        for data_dir in self.local_dirs.values():
+        dirs = list(self.local_dirs.values())
+        if self.mirror is not None:
+            dirs += [self.mirror / name for name in self.agents]
+        for data_dir in dirs:
             saved = sorted((data_dir / "checkpoints").glob("step-*.pt"),
                            key=lambda p: int(p.stem.removeprefix("step-")))
             for old in saved[:-self.keep]:
                 old.unlink(missing_ok=True)
+
+
+def restore_checkpoint(agent: AgentClient, mirror: Path, name: str, path: str,
+                       timeout: float) -> None:
+    """Put agent `name`'s mirrored checkpoint `path` (`Checkpoints.mirror`) into its data
+    dir, to build its model from: a restarted agent on another node has none."""
+    copy = mirror / name / path
+    if not copy.is_file():
+        raise ConfigError(f"the checkpoint {path} of agent {name!r} was not copied to {copy}")
+    agent.put_file(path, copy.read_bytes(), timeout=timeout)
 
 
 def resumed_seed(seed: int, evals_done: int) -> int:

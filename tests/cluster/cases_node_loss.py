@@ -1,0 +1,101 @@
+"""A node lost mid-run: the run starts its services again elsewhere and resumes from its last
+checkpoint, which the harness copied off the lost node (`Checkpoints.mirror`)."""
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+
+from harness.config import RunConfig
+from harness.run import run_from_file
+
+pytestmark = pytest.mark.usefixtures("in_repo")
+
+
+def _training_config(tmp_path, **agent) -> RunConfig:
+    return RunConfig.model_validate({
+        "name": "node-loss",
+        "orchestrator": {"target": "orchestrators.gym_orchestrator:GymOrchestrator",
+                         "env": {"id": "CartPole-v1"}, "cpus": 0.5, "resources": {"head": 1}},
+        "agents": [{"name": "player", "target": "agents.random_agent:RandomAgent",
+                    "hyperparameters": {"seed": 0}, "cpus": 0.5, **agent}],
+        "training": {"env_steps": 1500, "eval_every": 500, "eval_episodes": 2,
+                     "max_steps": 100},
+        "cluster": {"address": "auto", "data_root": str(tmp_path / "nodes")},
+        "timeouts": {"startup": 60, "call": 20}})
+
+
+def _write(config: RunConfig, path):
+    import yaml
+    path.write_text(yaml.safe_dump(config.model_dump()))
+    return path
+
+
+def _follow(monkeypatch, on_line) -> list[tuple[str, bool]]:
+    """What the run prints, as (line, went to stderr), each line passed to `on_line` as it
+    comes (the test acts at a point of the run); the restart's pause is skipped."""
+    lines: list[tuple[str, bool]] = []
+
+    def printed(*parts, file=None, **_):
+        lines.append((" ".join(map(str, parts)), file is not None))
+        on_line(lines[-1][0])
+    monkeypatch.setattr("builtins.print", printed)
+    monkeypatch.setattr("harness.run.time.sleep", lambda seconds: None)
+    return lines
+
+
+def test_a_run_that_loses_its_agents_node_resumes_on_another(cluster, tmp_path, monkeypatch):
+    """Two nodes offer `trainer`; the agent asks for it. After the first checkpoint the node
+    it runs on is removed: the run restarts its services, the agent lands on the other node,
+    gets the checkpoint back over HTTP and training ends where it would have."""
+    spare = {cluster.add_node(num_cpus=1, resources={"trainer": 1}) for _ in range(2)}
+    cluster.wait_for_nodes()
+    config = _training_config(tmp_path, resources={"trainer": 1})
+    run_dir = tmp_path / "run"
+    agent_node, removed = [], []
+
+    def on_line(line: str) -> None:
+        started = re.search(r"started agent player .* on node (\w+)", line)
+        if started:
+            agent_node.append(started.group(1))
+        if not removed and (run_dir / "progress.json").exists():  # (the first checkpoint)
+            node = next(n for n in spare if n.node_id.startswith(agent_node[-1]))
+            cluster.remove_node(node)  # (kills its raylet, the agent's actor and service)
+            removed.append(node.node_id)
+
+    lines = _follow(monkeypatch, on_line)
+    code = run_from_file(_write(config, tmp_path / "c.yaml"), out=run_dir)
+    assert code == 0, lines
+    results = json.loads((run_dir / "results.json").read_text())
+    assert removed and any("lost player" in line for line, _ in lines), lines
+    assert results["placement"]["player"]["node"] != removed[0]
+    assert results["placement"]["player"]["node"] in {n.node_id for n in spare}
+    assert results["resumed_at"] == [500]  # from the first checkpoint, by itself
+    assert [e["env_steps"] for e in results["evals"]] == [500, 1000, 1500]
+    # the checkpoints came to the run dir; the newest two are kept
+    kept = sorted(p.name for p in (run_dir / "checkpoints" / "player" / "checkpoints").iterdir())
+    assert kept == ["step-1000.pt", "step-1500.pt"]
+
+
+def test_a_run_whose_service_cannot_be_placed_again_ends_naming_it(cluster, tmp_path,
+                                                                   monkeypatch):
+    """The only node with `lonely` is lost: the restart cannot place the agent, and the run
+    ends (after the startup timeout) with an error naming it, not a hang."""
+    node = cluster.add_node(num_cpus=1, resources={"lonely": 1})
+    cluster.wait_for_nodes()
+    config = _training_config(tmp_path, resources={"lonely": 1})
+    config.timeouts.startup = 8
+    run_dir = tmp_path / "run"
+    removed = []
+
+    def on_line(_line: str) -> None:
+        if not removed and (run_dir / "progress.json").exists():
+            cluster.remove_node(node)
+            removed.append(node)
+
+    lines = _follow(monkeypatch, on_line)
+    code = run_from_file(_write(config, tmp_path / "c.yaml"), out=run_dir, max_restarts=1)
+    errors = [line for line, to_stderr in lines if to_stderr]
+    assert code == 1 and removed
+    assert re.search(r"starting agent 'player'.*not placed.*1 lonely", errors[-1]), lines
