@@ -228,9 +228,12 @@ def run(config: RunConfig, run_dir: Path, say: Callable[[str], None] = print,
                       for arg in ("--allow-agent-host", host))
         workers: list[str | ServiceProcess | PlacedService] = []
         evaluator_service = None
-        if orch_spec.env.league is not None:  # the league's directory, shared by its services
-            name = str(orch_spec.env.league.get("directory", "league")).split("/")[0]
-            share = ("--share", f"{name}={(run_dir / name).resolve()}")
+        if orch_spec.env.league is not None:
+            if cluster:  # no shared file system: checkpoints move over HTTP
+                env["league"] = {**env["league"], "copyCheckpoints": True}
+            else:  # the league's directory, shared by its services
+                name = str(orch_spec.env.league.get("directory", "league")).split("/")[0]
+                share = ("--share", f"{name}={(run_dir / name).resolve()}")
             workers = [w.url or launch("orchestrator", f"worker{i}", w, allow)
                        for i, w in enumerate(config.workers)]
             if orch_spec.env.solo_players() is not None:  # its players' evaluations

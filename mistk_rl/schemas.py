@@ -249,6 +249,7 @@ class LeagueSettings(Body):
     workers: list[str] = Field(min_length=1, max_length=64)
     pool: Optional[list[str]] = Field(default=None, max_length=64)
     directory: str = Field(default="league", min_length=1, max_length=1024)
+    copy_checkpoints: bool = False  # over HTTP (getFile/putFile), not a shared directory
     one_phase_step: int = Field(default=20_000, ge=1)
     max_active_player_job: int = Field(default=1, ge=1, le=64)
     games_per_job: int = Field(default=64, ge=1, le=100_000)

@@ -40,7 +40,10 @@ this class does the HTTP:
   worker (the harness's evaluations of a player), retried on another under the same rules.
 
 ``directory`` must name the same files for every agent: serve them with
-``--share league=DIR`` (or mount one volume there).
+``--share league=DIR`` (or mount one volume there); or, where services share no file system
+(a cluster), ``copyCheckpoints``: every checkpoint an agent saves is copied into this
+orchestrator's directory over HTTP (getFile), and put into an agent (putFile) before it
+loads it, so this orchestrator's directory alone holds the league.
 
 A solo league (every player of type ``solo``, `SoloActivePlayer`; a mix of solo and battle
 players is refused) trains single-agent players on a gymnasium env (``env.id``), on gym
@@ -69,6 +72,7 @@ import gymnasium as gym
 
 from mistk_rl.client import BadRequest, OrchestratorClient, ServiceError, WaitTimeout
 from mistk_rl.errors import InvalidRequest
+from mistk_rl.files import atomic_write_bytes
 from mistk_rl.games.enumerate import check_enumerable
 from mistk_rl.games.pettingzoo_games import GameInfo, check_lineup, probe_game, result_for
 from mistk_rl.league.manager import LeagueManager
@@ -272,7 +276,7 @@ class LeagueOrchestrator(AbstractOrchestrator):
         elif not self._agents_loaded:  # a resumed league: its players' latest weights
             call = self._call_timeout()
             for pid, player in self.manager.active.items():
-                self.agents[pid].client.build_model(player.checkpoint_path, timeout=call)
+                self._load_weights(pid, player.checkpoint_path, call)
         self._agents_loaded = True
         self._report()
         self._run_jobs(config)
@@ -292,6 +296,23 @@ class LeagueOrchestrator(AbstractOrchestrator):
 
     def do_terminate(self) -> None:
         self._close_workers()
+
+    # ---- checkpoints ---------------------------------------------------------------------
+    def _save_weights(self, agent: str, path: str, timeout: float) -> None:
+        """`agent` saves its checkpoint at `path`; with copyCheckpoints this orchestrator
+        copies it into its own directory (the agent's is on another machine)."""
+        client = self.agents[agent].client
+        client.save_model(path, timeout=timeout)
+        if self.settings.copy_checkpoints:
+            atomic_write_bytes(self.resolve_path(path), client.get_file(path, timeout=timeout))
+
+    def _load_weights(self, agent: str, path: str, timeout: float) -> None:
+        """`agent` builds its model from the checkpoint at `path`; with copyCheckpoints this
+        orchestrator puts its copy there first."""
+        client = self.agents[agent].client
+        if self.settings.copy_checkpoints:
+            client.put_file(path, self.resolve_path(path).read_bytes(), timeout=timeout)
+        client.build_model(path, timeout=timeout)
 
     # ---- set-up --------------------------------------------------------------------------
     def _path(self, name: str) -> str:
@@ -318,8 +339,8 @@ class LeagueOrchestrator(AbstractOrchestrator):
         specs = []
         for p in s.players:
             initial, latest = self._path(f"initial/{p.id}.pt"), self._path(f"players/{p.id}.pt")
-            self.agents[p.id].client.save_model(initial, timeout=call)
-            self.agents[p.id].client.save_model(latest, timeout=call)
+            self._save_weights(p.id, initial, call)
+            self._save_weights(p.id, latest, call)
             specs.append({"type": p.type, "id": p.id, "checkpoint": latest,
                           "initial_checkpoint": initial, **p.settings()})
         return LeagueManager.create(specs, one_phase_step=s.one_phase_step,
@@ -484,8 +505,7 @@ class LeagueOrchestrator(AbstractOrchestrator):
         client = self.clients[assignment.worker]
         try:
             if assignment.load is not None:
-                self.agents[opponent].client.build_model(assignment.load,
-                                                         timeout=self._call_timeout())
+                self._load_weights(opponent, assignment.load, self._call_timeout())
             played = client.play(config, timeout=s.job_timeout)
             if self.solo:  # (a gym orchestrator counts its env steps, all the agent's)
                 return _Outcome(played.episodes, played.env_steps)
@@ -574,9 +594,9 @@ class LeagueOrchestrator(AbstractOrchestrator):
             self.env_steps += sum(game.length for game in outcome.games)
             self.manager.finish_job(job_id, results, outcome.steps)
             self._snapshot_if_due(job.launch_player)
-            self.agents[job.launch_player].client.save_model(
-                self.manager.active[job.launch_player].checkpoint_path,
-                timeout=self._call_timeout())
+            self._save_weights(job.launch_player,
+                               self.manager.active[job.launch_player].checkpoint_path,
+                               self._call_timeout())
             self._save()
         finally:
             self.scheduler.job_done(assignment)
@@ -601,22 +621,22 @@ class LeagueOrchestrator(AbstractOrchestrator):
         self.env_steps = steps_before + outcome.steps  # (the worker's count is the truth)
         self.manager.finish_job(job_id, [], outcome.steps, returns=returns)
         self._snapshot_if_due(player)
-        self.agents[player].client.save_model(self.manager.active[player].checkpoint_path,
-                                              timeout=self._call_timeout())
+        self._save_weights(player, self.manager.active[player].checkpoint_path,
+                           self._call_timeout())
         self._save()
 
     def _snapshot_if_due(self, player_id: str) -> None:
         if not self.manager.snapshot_due(player_id):
             return
-        client, call = self.agents[player_id].client, self._call_timeout()
+        call = self._call_timeout()
         path = self._path(f"snapshots/{self.manager.next_snapshot_id(player_id)}.pt")
-        client.save_model(path, timeout=call)
+        self._save_weights(player_id, path, call)
         snapshot, reset = self.manager.take_snapshot(player_id, path)
         log.info("snapshot %s of %s%s", snapshot.player_id, player_id,
                  "; reset to its initial weights" if reset else "")
         if reset:  # a fresh learner: initial weights, no optimizer state, empty buffer
-            client.build_model(self.manager.active[player_id].initial_checkpoint,
-                               timeout=call)
+            self._load_weights(player_id, self.manager.active[player_id].initial_checkpoint,
+                               call)
 
     # ---- calls of the league's own -------------------------------------------------------
     def _forward(self, config: GameEpisodeSettings) -> None:

@@ -101,3 +101,63 @@ def test_a_league_trains_snapshots_persists_and_resumes(launch, tmp_path):
     assert {p["id"] for p in snapshots} <= {p["id"] for p in resumed.players}
     assert next(p for p in resumed.players if p["id"] == "main")["steps"] >= main_before
     again.reset()
+
+
+def test_a_league_without_a_shared_directory_moves_checkpoints_over_http(launch):
+    """copyCheckpoints, no --share: every checkpoint an agent saves is copied into the league
+    orchestrator's own directory, and put into an agent before it loads one. A new league
+    orchestrator on that directory resumes the league with new agent services (as after
+    losing the machines they ran on): they get their players' weights over HTTP."""
+    def agent_services():
+        return [launch("agent", DQN, wait=False) for _ in range(3)]
+
+    services = [launch("orchestrator", GAME, wait=False) for _ in range(2)] + \
+        agent_services() + [launch("orchestrator", LEAGUE, wait=False)]
+    for service in services:
+        wait_ready(service, 60)
+    workers, league_service = [s.url for s in services[:2]], services[5]
+
+    def register(league, agents):
+        for i, (name, service) in enumerate(zip(["main", "exploiter", "frozen"], agents)):
+            client = service.client()
+            client.initialize(hyperparameters={**SMALL_DQN, "seed": i})
+            client.build_model()
+            league.register_agent(name, service.url, skip_train=name == "frozen")
+
+    env = _env(workers)
+    env["league"]["copyCheckpoints"] = True
+    league = league_service.client()
+    league.initialize(env, agents_needed=3)
+    register(league, services[2:5])
+    league.start_episode({"numSteps": 700}, wait=True, timeout=300)
+    league.stop_episode()
+    view = league.get_league()
+    own = league_service.data_dir / "league"
+    state = json.loads((own / "league.json").read_text())
+    active = {p["player_id"]: p for p in state["active"]}
+    named = {p["checkpoint_path"] for p in state["historical"]} | {
+        path for p in active.values() for path in (p["checkpoint_path"], p["initial_checkpoint"])}
+    assert any("/snapshots/" in path for path in named)
+    for path in named:  # the orchestrator's directory holds every checkpoint of the league
+        assert (own / path.removeprefix("league/")).is_file(), path
+    # each agent's directory holds what it saved or was given, nothing of a shared one
+    main_dir = services[2].data_dir / "league"
+    assert (main_dir / "players" / "main.pt").is_file()
+    assert not (main_dir / "players" / "exploiter.pt").exists()
+    league.terminate()
+
+    # the same directory, new agents: the league resumes and puts its weights into them
+    again_service = launch("orchestrator", LEAGUE,
+                           extra_args=["--data-dir", str(league_service.data_dir)])
+    fresh = agent_services()
+    for service in fresh:
+        wait_ready(service, 60)
+    again = again_service.client()
+    again.initialize(env, agents_needed=3)
+    register(again, fresh)
+    again.start_episode({"numEpisodes": 1}, wait=True, timeout=120)
+    again.stop_episode()
+    for name, service in zip(["main", "exploiter"], fresh):  # given the league's weights
+        assert (service.data_dir / active[name]["checkpoint_path"]).is_file()
+    assert again.get_league().jobs["launched"] > view.jobs["launched"]
+    again.reset()

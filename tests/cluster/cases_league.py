@@ -1,0 +1,74 @@
+"""A tic-tac-toe league on the cluster: workers and players on different nodes, checkpoints
+moved over HTTP (no shared directory), a worker's node lost mid-league."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from harness.config import RunConfig
+from harness.run import run
+
+pytestmark = pytest.mark.usefixtures("in_repo")
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _league_config(tmp_path: Path) -> RunConfig:
+    """configs/tictactoe_league.yaml, small: little DQNs, 1,200 main-player moves, an
+    evaluation every 600 against the random player, enumerated."""
+    data = yaml.safe_load((REPO / "configs" / "tictactoe_league.yaml").read_text())
+    league = data["orchestrator"]["env"]["league"]
+    league.update(onePhaseStep=400, gamesPerJob=16, numEnvs=8, workerBackoff=0.1,
+                  workerBackoffMax=0.5, maxWorkerFailures=2)
+    data["orchestrator"].update(cpus=0.2, resources={"head": 1})
+    data["workers"] = [{"target": "orchestrators.game_orchestrator:GameOrchestrator",
+                        "cpus": 0.2, "resources": {where: 1}} for where in ("alpha", "games")]
+    for agent in data["agents"]:
+        hyper = agent["hyperparameters"]
+        hyper["policy"]["model"] = {"hidden_sizes": [32]}
+        hyper["train"] = {"learning_starts": 100, "train_freq": 16, "gradient_steps": 2}
+        hyper["buffer"] = {"type": "naive", "replay_buffer_size": 4000}
+        agent.update(cpus=0.2, resources={"beta": 0.5})
+    data["game_training"] = {"agent_steps": 1200, "eval_every": 600, "seed": 0,
+                             "checkpoints": 2}
+    data["evaluation"]["against"] = [{"opponent": "random", "exhaustive": True}]
+    data["cluster"] = {"address": "auto", "data_root": str(tmp_path / "nodes")}
+    return RunConfig.model_validate(data)
+
+
+def test_a_league_spreads_over_nodes_and_goes_on_without_a_lost_worker(cluster, tmp_path):
+    games_node = cluster.add_node(num_cpus=1, resources={"games": 1})
+    cluster.wait_for_nodes()
+    run_dir = tmp_path / "run"
+    removed = []
+
+    def say(_line: str) -> None:
+        if not removed and (run_dir / "progress.json").exists():  # the first evaluation
+            cluster.remove_node(games_node)  # (worker1's node)
+            removed.append(games_node.node_id)
+
+    results = run(_league_config(tmp_path), run_dir, say=say)
+
+    nodes = {name: where["node"] for name, where in results["placement"].items()}
+    assert nodes["worker0"] == cluster.node_ids["alpha"]
+    assert nodes["worker1"] == games_node.node_id == removed[0]
+    assert {nodes[a] for a in ("main", "main_exploiter", "league_exploiter", "frozen_0",
+                               "frozen_1")} == {cluster.node_ids["beta"]}
+    assert nodes["orchestrator"] == cluster.node_ids["head"]
+    # the league went on: both evaluations ran, on the worker that was left
+    assert [e["agent_steps"] >= s for e, s in zip(results["evals"], (600, 1200))] == [True] * 2
+    workers = {w["url"]: w for w in results["league"]["workers"]}
+    lost, left = (workers[results["placement"][name]["url"]] for name in ("worker1", "worker0"))
+    assert lost["state"] == "dropped" and lost["failures"] >= 2, lost
+    assert left["failed"] == 0 and left["jobs"] > 0, left
+    # no shared directory: the league orchestrator's own holds the league ...
+    own = tmp_path / "nodes" / "run" / "orchestrator" / "league"
+    state = json.loads((own / "league.json").read_text())
+    for snapshot in state["historical"]:
+        assert (own / snapshot["checkpoint_path"].removeprefix("league/")).is_file()
+    # ... every service wrote only in its own data dir (and the logs beside them)
+    node_root = tmp_path / "nodes" / "run"
+    assert {p.name for p in node_root.iterdir()} == set(nodes) | {"logs"}
+    assert not (run_dir / "league").exists() and not (run_dir / "data").exists()
