@@ -93,11 +93,17 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("what", choices=["getaction", "longpolls", "transport", "envs",
                                         "faults", "sb3-dqn", "sb3-ppo", "parity",
                                         "learning-dqn", "learning-ppo", "games",
-                                        "thinker-planner", "thinker-ppo", "thinker-model"],
+                                        "thinker-planner", "thinker-ppo", "thinker-model",
+                                        "cluster"],
                        help="getaction: round-trip time of getAction to a local agent; "
                             "longpolls: reset/terminate latency with 64 status long-polls "
                             "waiting; "
                             "transport: env steps/s in-process vs over HTTP; "
+                            "cluster: on a local Ray cluster (needs mistk-rl[ray]), the "
+                            "tic-tac-toe league's main-player moves/s without Ray and with "
+                            "its workers on 1 and 2 nodes (--n moves, default 10000), and "
+                            "transport's http-binary steps/s with the agent placed by Ray "
+                            "(--envs, default 1,64); "
                             "envs: env managers vs gymnasium's vector envs; "
                             "faults: how fast a run ends, and what it leaves, when a service "
                             "dies, restarts or hangs; "

@@ -164,6 +164,13 @@ def run_bench(what: str, n: Optional[int] = None, json_out: Optional[Path] = Non
         if json_out is not None:
             _write(json_out, records)
         return 0
+    if what == "cluster":
+        from harness.bench.cluster import bench_cluster
+
+        records = bench_cluster(env_counts or [1, 64], steps, league_steps=n or 10_000)
+        if json_out is not None:
+            _write(json_out, records)
+        return 0
     if what == "faults":
         from harness.bench.faults import bench_faults
 

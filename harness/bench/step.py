@@ -68,6 +68,26 @@ def _drive(stepper: Stepper, manager: EnvManager, steps: int) -> tuple[int, floa
     return done_steps, time.perf_counter() - started
 
 
+def measure_steps(agent: AgentClient, capabilities: frozenset, n: int,
+                  steps: int) -> tuple[int, float, int]:
+    """One episode of `n` CartPole copies driven through `agent` for at least `steps` env
+    steps (and `n` x 20), after a warm-up; (env steps, seconds, bytes on the wire) of the
+    measured part."""
+    def wire() -> int:
+        return agent.transport.bytes_sent + agent.transport.bytes_received
+
+    with MANAGERS["base"](make_env_fns("CartPole-v1", None, n)) as manager:
+        manager.launch(seed=0)
+        agent.episode_started(to_jsonable({f"e{i}": o for i, o in manager.ready_obs.items()}))
+        _drive(stepper_for(agent, capabilities, "bench", n), manager, max(n * 5, 100))
+        before = wire()
+        taken, seconds = _drive(stepper_for(agent, capabilities, "bench", n), manager,
+                                max(steps, n * 20))
+        sent = wire() - before
+        agent.episode_stopped()
+    return taken, seconds, sent
+
+
 class InProcessClient(AgentClient):
     """The SDK's agent client calling a service object's handlers directly: the agent
     without HTTP (no transport, no pipeline), the request bodies built as over the wire."""
@@ -136,18 +156,7 @@ def bench_transport(env_counts: list[int], steps: int) -> list[dict]:
                                                               and n >= BINARY_FROM_ENVS)
                     capabilities = frozenset({"step"} if mode == "http-entity"
                                              else {"columns"})
-                    with MANAGERS["base"](make_env_fns("CartPole-v1", None, n)) as manager:
-                        manager.launch(seed=0)
-                        agent.episode_started(to_jsonable({f"e{i}": o for i, o in
-                                                           manager.ready_obs.items()}))
-                        _drive(stepper_for(agent, capabilities, "bench", n), manager,
-                               max(n * 5, 100))  # warm-up
-                        wire = client.transport.bytes_sent + client.transport.bytes_received
-                        taken, seconds = _drive(stepper_for(agent, capabilities, "bench", n),
-                                                manager, max(steps, n * 20))
-                        wire = (client.transport.bytes_sent
-                                + client.transport.bytes_received - wire)
-                        agent.episode_stopped()
+                    taken, seconds, wire = measure_steps(agent, capabilities, n, steps)
                     record = {"bench": "transport", "mode": mode, "envs": n,
                               "steps_per_s": round(taken / seconds, 1)}
                     line = (f"  transport {mode:11s} envs {n:4d}: "

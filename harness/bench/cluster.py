@@ -1,0 +1,140 @@
+"""Cluster benchmarks (`mistk-rl bench cluster`): what placing services with Ray costs and
+gives, on a local Ray cluster (`ray.cluster_utils.Cluster`: a head and worker nodes, all on
+this machine).
+
+league: `configs/tictactoe_league.yaml` for a fixed budget of main-player moves (`--steps`,
+default 10,000; one evaluation, at the end), the main player's moves per second of the run
+so far at that evaluation: without Ray, then on the cluster with both game workers on one
+worker node and with one worker on each of two nodes (the league orchestrator and the agents
+on the head). On one machine every node shares its cores: the figures say what placement
+costs, not what more machines give.
+
+transport: `bench transport`'s http-binary mode (the random agent, CartPole) at 1 and 64 env
+copies, the agent started here and placed on a worker node by Ray. The step path is plain
+HTTP between processes either way, so the two should agree within noise.
+
+Ray binds the machine's interface address by default: on a machine whose interface is not
+to be used, run the bench in a loopback-only network namespace (``unshare --net
+--map-root-user``, then ``ip link set lo up``).
+"""
+from __future__ import annotations
+
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+REPO = Path(__file__).resolve().parents[2]
+LEAGUE_CONFIG = REPO / "configs" / "tictactoe_league.yaml"
+
+
+def _local_cluster(worker_nodes: int):
+    """A head (4 logical CPUs, resource ``head``) and `worker_nodes` nodes (``w0``,
+    ``w1``...), joined by this process."""
+    import ray
+    from ray.cluster_utils import Cluster
+
+    cluster = Cluster(initialize_head=True,
+                      head_node_args={"num_cpus": 4, "resources": {"head": 8}})
+    for i in range(worker_nodes):
+        cluster.add_node(num_cpus=2, resources={f"w{i}": 2})
+    ray.init(address=cluster.address, namespace="mistk-rl", log_to_driver=False)
+    cluster.wait_for_nodes()
+    return cluster
+
+
+def _close(cluster) -> None:
+    import ray
+
+    ray.shutdown()
+    cluster.shutdown()
+
+
+def _league_run(steps: int, worker_nodes: int, out: Path) -> dict[str, Any]:
+    """One league run of `steps` main-player moves; placed on the cluster when
+    `worker_nodes` > 0 (workers spread over the nodes, the rest on the head)."""
+    from harness.config import RunConfig
+    from harness.run import run
+
+    data = yaml.safe_load(LEAGUE_CONFIG.read_text())
+    data["game_training"].update(agent_steps=steps, eval_every=steps, stop_when=[])
+    data["evaluation"]["against"] = [{"opponent": "random", "exhaustive": True}]
+    cluster = None
+    if worker_nodes:
+        cluster = _local_cluster(worker_nodes)
+        data["cluster"] = {"address": "auto", "data_root": str(out / "nodes")}
+        for i, worker in enumerate(data["workers"]):
+            worker.update(cpus=0.5, resources={f"w{i % worker_nodes}": 1})
+        for service in [data["orchestrator"], *data["agents"]]:
+            service.update(cpus=0.5, resources={"head": 1})
+    try:
+        results = run(RunConfig.model_validate(data), out / "run", say=lambda _: None,
+                      quiet=True)
+    finally:
+        if cluster is not None:
+            _close(cluster)
+    last = results["evals"][-1]
+    return {"bench": "cluster-league", "worker_nodes": worker_nodes,
+            "main_moves": last["agent_steps"], "wall_s": last["wall_s"],
+            "moves_per_s": round(last["agent_steps"] / last["wall_s"], 1)}
+
+
+def bench_cluster_league(steps: int = 10_000) -> list[dict[str, Any]]:
+    records = []
+    for worker_nodes in (0, 1, 2):
+        with tempfile.TemporaryDirectory(prefix="mistk-bench-") as tmp:
+            record = _league_run(steps, worker_nodes, Path(tmp))
+        where = (f"Ray, workers on {worker_nodes} node(s)" if worker_nodes else "no Ray")
+        print(f"  cluster league {where:26s}: {record['main_moves']:7d} main-player moves "
+              f"in {record['wall_s']:7.1f} s = {record['moves_per_s']:7.1f} moves/s",
+              flush=True)
+        records.append(record)
+    return records
+
+
+def bench_cluster_transport(env_counts: list[int], steps: int) -> list[dict[str, Any]]:
+    from harness.bench.step import cartpole_agent_config, measure_steps, start_random_agent
+    from mistk_rl.client import AgentClient
+    from mistk_rl.cluster import Cluster as Placement, Resources
+
+    records = []
+    with tempfile.TemporaryDirectory(prefix="mistk-bench-") as tmp:
+        local, local_client = start_random_agent(Path(tmp) / "local")
+        cluster = _local_cluster(1)
+        placement = Placement("auto", run_id="bench", data_root=str(Path(tmp) / "nodes"))
+        placed = placement.spawn("agent", "bench", "agents.random_agent:RandomAgent",
+                                 resources=Resources(cpus=1, custom={"w0": 1}))
+        try:
+            placed.wait_ready(60)
+            placed_client = AgentClient(placed.url)
+            placed_client.initialize(hyperparameters={"seed": 0})
+            placed_client.build_model()
+            placed_client.agent_registered(cartpole_agent_config())
+            for n in env_counts:
+                for where, client in (("here", local_client), ("ray", placed_client)):
+                    client.binary = True
+                    taken, seconds, _ = measure_steps(client, frozenset({"columns"}), n,
+                                                      steps)
+                    record = {"bench": "cluster-transport", "placed": where, "envs": n,
+                              "steps_per_s": round(taken / seconds, 1)}
+                    print(f"  cluster transport agent {where:4s} envs {n:4d}: "
+                          f"{taken / seconds:10.1f} env steps/s", flush=True)
+                    records.append(record)
+            placed_client.close()
+            local_client.close()
+        finally:
+            placed.stop()
+            placement.close()
+            _close(cluster)
+            local.stop()
+    return records
+
+
+def bench_cluster(env_counts: list[int], steps: int, league_steps: int) -> list[dict]:
+    started = time.monotonic()
+    records = bench_cluster_transport(env_counts, steps)
+    records += bench_cluster_league(league_steps)
+    print(f"  ({time.monotonic() - started:.0f} s)")
+    return records
