@@ -182,6 +182,25 @@ class ClusterSpec(_Strict):
     data_root: Optional[str] = None
 
 
+class WorkerPool(_Strict):
+    """``workers: {count: N, ...}``: N workers started alike (default: game orchestrators;
+    a solo league's: gym orchestrators), each asking its node for `cpus`, `gpus` and
+    `resources` on a cluster."""
+
+    count: int = Field(ge=1, le=64)
+    target: Optional[str] = None
+    args: list[str] = Field(default_factory=list)
+    cpus: float = Field(default=1.0, ge=0)
+    gpus: float = Field(default=0.0, ge=0)
+    resources: dict[str, float] = Field(default_factory=dict)
+
+    def specs(self, solo: bool) -> list[dict[str, Any]]:
+        target = self.target or ("orchestrators.gym_orchestrator:GymOrchestrator" if solo
+                                 else "orchestrators.game_orchestrator:GameOrchestrator")
+        one = {**self.model_dump(exclude={"count"}), "target": target}
+        return [dict(one) for _ in range(self.count)]
+
+
 class Timeouts(_Strict):
     startup: float = 60.0  # a service answering its first call
     call: float = 30.0  # any one call, and each background operation
@@ -198,6 +217,7 @@ class RunConfig(_Strict):
     evaluation: Optional[GameEvaluation] = None  # games: after the run, and `mistk-rl eval`
     # a league's workers (orchestrator.env.league): game orchestrators, or a solo league's
     # gym orchestrators; started or given by URL
+    # (or {count: N, ...}: `WorkerPool`)
     workers: list[ServiceSpec] = Field(default_factory=list)
     # a solo league's evaluations: the gym orchestrator its players are evaluated on
     # (default: started as the first worker is, or the gym orchestrator)
@@ -205,6 +225,20 @@ class RunConfig(_Strict):
     token: Optional[str] = None  # default: $MISTK_RL_TOKEN
     cluster: Optional[ClusterSpec] = None  # none: every service on this machine
     timeouts: Timeouts = Field(default_factory=Timeouts)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _worker_pool(cls, data: Any) -> Any:
+        """``workers: {count: N, ...}`` as the list of N workers it stands for."""
+        if isinstance(data, dict) and isinstance(data.get("workers"), dict):
+            try:
+                pool = WorkerPool.model_validate(data["workers"])
+            except ValidationError as exc:
+                raise ValueError("workers: " + "; ".join(
+                    f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())) from None
+            env = EnvSpec.model_validate((data.get("orchestrator") or {}).get("env") or {"id": ""})
+            data = {**data, "workers": pool.specs(solo=env.solo_players() is not None)}
+        return data
 
     @model_validator(mode="after")
     def _check(self) -> "RunConfig":

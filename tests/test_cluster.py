@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.config import RunConfig, with_cluster
+from harness.config import ConfigError, RunConfig, load_config, with_cluster
 from mistk_rl.cluster import Resources
 
 REPO = Path(__file__).resolve().parent.parent
@@ -65,6 +65,25 @@ def test_a_cluster_block_and_service_resources_are_read():
     with pytest.raises(ValueError, match="cpus"):
         RunConfig.model_validate({**config.model_dump(), "agents": [
             {"name": "a", "target": "x:Y", "cpus": -1}]})
+
+
+def test_a_worker_pool_stands_for_that_many_workers(tmp_path):
+    """``workers: {count: N, ...}``: N game orchestrators (a solo league's: gym ones)."""
+    import yaml
+
+    data = yaml.safe_load((REPO / "configs" / "tictactoe_league.yaml").read_text())
+    data["workers"] = {"count": 3, "cpus": 0.5, "resources": {"games": 1}}
+    workers = RunConfig.model_validate(data).workers
+    assert [(w.target, w.cpus, w.resources) for w in workers] == [
+        ("orchestrators.game_orchestrator:GameOrchestrator", 0.5, {"games": 1})] * 3
+    solo = yaml.safe_load((REPO / "configs" / "cartpole_solo_league.yaml").read_text())
+    solo["workers"] = {"count": 2}
+    assert {w.target for w in RunConfig.model_validate(solo).workers} == {
+        "orchestrators.gym_orchestrator:GymOrchestrator"}
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(yaml.safe_dump({**data, "workers": {"count": 0}}))
+    with pytest.raises(ConfigError, match="workers: count"):
+        load_config(bad)
 
 
 def test_a_run_without_a_cluster_does_not_import_ray(tmp_path):
