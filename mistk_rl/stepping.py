@@ -226,7 +226,10 @@ class LocalStepper:
         # learning stands, so two copies of one run do not repeat each other's draws
         seed = None if copy.seed is None else int(
             np.random.SeedSequence([copy.seed, copy.env_steps]).generate_state(1)[0])
-        self.policy = policy_class(copy.policy)(copy.config, obs_space, act_space, seed=seed)
+        # on the CPU whatever the agent's device: the weights come as CPU arrays, and the
+        # env next to the copy hands over one small batch at a time
+        self.policy = policy_class(copy.policy)(copy.config, obs_space, act_space, seed=seed,
+                                                device="cpu")
         self._load_weights(self.policy, copy.weights)
         self.policy.epsilon_override = epsilon
         (self.policy.eval_mode if mode == "eval" else self.policy.collect_mode).reset()

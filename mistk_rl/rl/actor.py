@@ -8,7 +8,9 @@ sampled action, log-prob, value) are one piece of code, not two that drift apart
 
 A copy is built from what the agent describes (`PolicyCopy`: the policy's registered name,
 its config, the spaces, the weights); `weights` and `load_weights` move the acting model's
-parameters as numpy arrays, which both wire encodings carry.
+parameters as numpy arrays, which both wire encodings carry. Whatever the agent's device
+(`mistk_rl.rl.device`), those arrays are CPU ones and a copy acts on the CPU: the actor
+hands the acting policy its rows on that policy's device and brings what it said back.
 """
 from __future__ import annotations
 
@@ -18,6 +20,7 @@ from typing import Any, Optional
 import numpy as np
 import torch
 
+from mistk_rl.rl.data.collate import to_device
 from mistk_rl.rl.normalize import Normalizer
 from mistk_rl.rl.policies.base import Policy
 
@@ -66,15 +69,22 @@ class Actor:
                 normalizer.update_obs(obs.numpy())
             obs = normalizer.obs(obs)
         if mode == "eval":
-            out = self.policy.eval_mode.forward(obs, mask)
-            return out.get("env_action", out["action"]).numpy(), {}
+            device = self.policy.device
+            out = self.policy.eval_mode.forward(to_device(obs, device), to_device(mask, device))
+            return _numpy(out.get("env_action", out["action"])), {}
         actor = self.warmup if warming_up and self.warmup is not None else self.policy
-        out = actor.collect_mode.forward(obs, mask, env_steps)
-        extras = {key: value.numpy() for key, value in out.items() if key in self.extras}
+        out = actor.collect_mode.forward(to_device(obs, actor.device),
+                                         to_device(mask, actor.device), env_steps)
+        extras = {key: _numpy(value) for key, value in out.items() if key in self.extras}
         if self.keep_obs:
             extras["obs"] = obs.numpy()
         # Box actions: "env_action" is the sample clipped to the bounds, "action" the sample
-        return out.get("env_action", out["action"]).numpy(), extras
+        return _numpy(out.get("env_action", out["action"])), extras
+
+
+def _numpy(tensor: torch.Tensor) -> np.ndarray:
+    """A policy's output as an array (from the device, where it acts on one)."""
+    return tensor.cpu().numpy()
 
 
 def weights(policy: Policy) -> dict[str, np.ndarray]:

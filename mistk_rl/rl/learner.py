@@ -11,6 +11,9 @@ a time: `plan` freezes it (the batch, every step's rows, drawn now) into an `Upd
 `last_info` and iteration hooks move with the plan's last step), so `log_every` and
 `checkpoint_every` mean the same either way. A trainer uses this to bound the work of one
 request (`mistk_rl.rl.pacing`).
+
+Batches come from CPU buffers and rollouts; the learner is where they move to the policy's
+device (`LearnMode.device`, `mistk_rl.rl.device`), for a whole update at once.
 """
 from __future__ import annotations
 
@@ -25,6 +28,7 @@ import numpy as np
 import torch
 
 from mistk_rl.files import atomic_write_bytes
+from mistk_rl.rl.data.collate import to_device
 from mistk_rl.rl.data.samples import Samples
 
 POSITIONS = ("before_run", "after_run", "before_iter", "after_iter")
@@ -72,6 +76,7 @@ class LearnMode(NamedTuple):
     # the same update a step at a time (module doc); None: `forward` is one gradient step
     plan: Optional[Callable[[Samples], UpdatePlan]] = None
     step: Optional[Callable[[UpdatePlan], dict[str, float]]] = None  # the next step's scalars
+    device: torch.device = torch.device("cpu")  # where the batches the steps take must be
 
 
 class Hook:
@@ -121,7 +126,7 @@ class Learner:
         """One update; returns the policy's info (loss, ... and maybe per-sample priority)."""
         self.start()
         self._call("before_iter")
-        info = self.learn_mode.forward(batch)
+        info = self.learn_mode.forward(to_device(batch, self.learn_mode.device))
         self.train_iter += 1
         self.last_info = info
         self._call("after_iter")
@@ -129,7 +134,14 @@ class Learner:
 
     def plan(self, batch: Samples) -> UpdatePlan:
         """Freeze the update `train(batch)` would run into steps for `train_step`."""
-        return self.learn_mode.plan(batch)
+        return self.learn_mode.plan(to_device(batch, self.learn_mode.device))
+
+    def restore_plan(self, state: dict[str, Any], batch_type: type) -> UpdatePlan:
+        """A plan from `UpdatePlan.state_dict` (a checkpoint's, loaded on the CPU), its batch
+        on the device as `plan` puts it."""
+        plan = UpdatePlan.from_state(state, batch_type)
+        plan.batch = to_device(plan.batch, self.learn_mode.device)
+        return plan
 
     def train_step(self, plan: UpdatePlan) -> Optional[dict[str, Any]]:
         """Run `plan`'s next step; with its last, the iteration completes and the update's

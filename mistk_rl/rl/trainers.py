@@ -391,7 +391,7 @@ class OnPolicyTrainer(PacedTrainer):
             self._rollout = {entity: [*steps[:-1], {**steps[-1], "truncated": True}]
                              for entity, steps in state["rollout"].items() if steps}
             self._count = int(state["count"])
-            self._plans = [UpdatePlan.from_state(plan, RolloutSamples)
+            self._plans = [self.learner.restore_plan(plan, RolloutSamples)
                            for plan in state.get("plans", [])]
             self.pacer.load_state_dict(state.get("pacer"))
         if isinstance(self.pacer, pacing.BackgroundPacer):

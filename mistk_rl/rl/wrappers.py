@@ -158,8 +158,8 @@ class MultinomialSample(ModelWrapper):
         output = self._masked_output(obs, mask)
         # no argument validation: it costs more than the sampling on the per-step path
         dist = torch.distributions.Categorical(logits=output["logit"], validate_args=False)
-        if action is None:
-            action = torch.multinomial(dist.probs, 1, generator=self.generator).squeeze(-1)
+        if action is None:  # drawn on the CPU, whose generator is the policy's (checkpointed)
+            action = torch.multinomial(dist.probs.cpu(), 1, generator=self.generator).squeeze(-1)
         action = torch.as_tensor(action, device=dist.logits.device).long()
         return {**output, "action": action, "log_prob": dist.log_prob(action),
                 "entropy": dist.entropy()}

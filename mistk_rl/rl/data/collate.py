@@ -65,6 +65,20 @@ def batch_rows(batch: Batch, rows: Any) -> Batch:
     return batch[rows]
 
 
+def to_device(value: Any, device: torch.device) -> Any:
+    """`value` with its tensors on `device` (`mistk_rl.rl.device`): a tensor, a dict of
+    them (a Dict space's batch) or a typed batch (`samples`' NamedTuples); other leaves
+    (None, numbers) as they are. A tensor already there is returned itself, not copied, so
+    on the CPU this changes nothing."""
+    if isinstance(value, torch.Tensor):
+        return value.to(device)
+    if _is_mapping(value):
+        return {key: to_device(item, device) for key, item in value.items()}
+    if isinstance(value, tuple) and hasattr(value, "_fields"):
+        return type(value)(*(to_device(item, device) for item in value))
+    return value
+
+
 def concat(batches: list[Batch]) -> Batch:
     """Batches of observations (or other tensors) one after another, along dim 0."""
     if _is_mapping(batches[0]):

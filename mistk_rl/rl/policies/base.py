@@ -39,7 +39,13 @@ def adam(params: Any, lr: float, **kwargs: Any) -> torch.optim.Adam:
 
 class Policy(ABC):
     """Base of DQN, PPO and the random policy. Subclasses declare `default_config()` and
-    implement the `_forward_*` methods; `self.config` is the merged config."""
+    implement the `_forward_*` methods; `self.config` is the merged config.
+
+    `device`: where `_init` puts the model, its target network and optimizer, after
+    building the model on the CPU (so its initial weights do not depend on the device);
+    None: torch's default device (the CPU, or the meta device inside `with
+    torch.device("meta")`, where the agent checks a model's size). The `_forward_*` methods
+    take tensors already there: the actor and the learner move them (`mistk_rl.rl.device`)."""
 
     # what turns the transitions of an agent's stream into this policy's learn steps
     trainer_cls: ClassVar[type[Trainer]]
@@ -55,13 +61,15 @@ class Policy(ABC):
         return {}
 
     def __init__(self, config: Optional[dict], observation_space: spaces.Space,
-                 action_space: spaces.Space, *, seed: Optional[int] = None) -> None:
+                 action_space: spaces.Space, *, seed: Optional[int] = None,
+                 device: torch.device | str | None = None) -> None:
         if not isinstance(action_space, self.action_spaces):
             kinds = " or ".join(kind.__name__ for kind in self.action_spaces)
             raise ValueError(f"{type(self).__name__} needs a {kinds} action space, "
                              f"got {action_space}")
         self.config = deep_merge(self.default_config(), config)
         self.observation_space, self.action_space = observation_space, action_space
+        self.device = torch.get_default_device() if device is None else torch.device(device)
         self.rng = np.random.default_rng(seed)
         if seed is not None:
             torch.manual_seed(seed)
@@ -69,7 +77,7 @@ class Policy(ABC):
 
     @abstractmethod
     def _init(self) -> None:
-        """Build the model, wrappers and optimiser from `self.config`."""
+        """Build the model, wrappers and optimiser from `self.config`, on `self.device`."""
 
     def transition_extras(self) -> dict[str, tuple[int, ...]]:
         """What a transition needs of the model's output when it acted (name -> shape of
@@ -91,7 +99,7 @@ class Policy(ABC):
     @property
     def learn_mode(self) -> LearnMode:
         return LearnMode(self._forward_learn, self._state_dict, self._load_state_dict,
-                         self._plan_update, self._update_step)
+                         self._plan_update, self._update_step, self.device)
 
     @property
     def collect_mode(self) -> CollectMode:

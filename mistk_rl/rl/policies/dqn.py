@@ -50,7 +50,8 @@ class DQNPolicy(Policy):
         model = cfg["model"]
         self.model = QNetwork(self.observation_space, int(self.action_space.n),
                               hidden_sizes=tuple(model["hidden_sizes"]),
-                              dueling=model["dueling"], activation=model["activation"])
+                              dueling=model["dueling"], activation=model["activation"]
+                              ).to(self.device)
         target = cfg["learn"]["target"]
         self.target = TargetNetwork(self.model, update=target["update"], every=target["every"],
                                     tau=target["tau"])
@@ -88,7 +89,7 @@ class DQNPolicy(Policy):
         self.target.step()
         return {"loss": loss.item(), "q_mean": q.mean().item(),
                 "td_abs_mean": td_error.abs().mean().item(), "grad_norm": float(grad_norm),
-                "priority": td_error.detach().abs().numpy()}
+                "priority": td_error.detach().abs().cpu().numpy()}
 
     @torch.no_grad()
     def _td_target(self, next_obs: torch.Tensor, reward: torch.Tensor, not_done: torch.Tensor,

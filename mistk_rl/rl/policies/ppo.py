@@ -24,7 +24,7 @@ import numpy as np
 import torch
 from gymnasium import spaces
 
-from mistk_rl.rl.data.collate import Batch, batch_len, batch_rows
+from mistk_rl.rl.data.collate import Batch, batch_len, batch_rows, to_device
 from mistk_rl.rl.data.samples import RolloutSamples
 from mistk_rl.rl.learner import UpdatePlan
 from mistk_rl.rl.models import ActorCritic, without_aliases
@@ -68,8 +68,9 @@ class PPOPolicy(Policy):
         if self.continuous:
             self.action_n = int(np.prod(self.action_space.shape))
             # float32 bounds as tensors, once: clipping runs on every step
-            self._low, self._high = (torch.as_tensor(b, dtype=torch.float32).reshape(-1)
-                                     for b in (self.action_space.low, self.action_space.high))
+            self._low, self._high = (
+                torch.as_tensor(b, dtype=torch.float32, device=self.device).reshape(-1)
+                for b in (self.action_space.low, self.action_space.high))
         else:
             self.action_n = int(self.action_space.n)
         self.model = ActorCritic(self.observation_space, self.action_n,
@@ -77,7 +78,8 @@ class PPOPolicy(Policy):
                                  activation=cfg["model"]["activation"],
                                  share_encoder=cfg["model"]["share_encoder"],
                                  continuous=self.continuous,
-                                 log_std_init=cfg["model"]["log_std_init"])
+                                 log_std_init=cfg["model"]["log_std_init"]
+                                 ).to(self.device)
         self.optimizer = adam(self.model.parameters(), lr=cfg["learn"]["lr"], eps=1e-5)
         # the policy's own generators: seeded runs never depend on torch's global RNG
         self.torch_rng = torch.Generator().manual_seed(int(self.rng.integers(2**31)))
@@ -98,10 +100,12 @@ class PPOPolicy(Policy):
             return {key: torch.as_tensor(value) for key, value in obs.items()}
         return torch.as_tensor(obs)
 
-    def value(self, obs: torch.Tensor) -> torch.Tensor:
-        """V(obs), for bootstrapping at the end of a rollout or at a truncation."""
+    def value(self, obs: Batch) -> torch.Tensor:
+        """V(obs) of CPU observations, on the CPU: a rollout's bootstrap at its end or at a
+        truncation (the trainer's GAE runs on numpy)."""
         with torch.no_grad():
-            return self.model.compute_critic(self._encode(obs))["value"]
+            obs = to_device(self._encode(obs), self.device)
+            return self.model.compute_critic(obs)["value"].cpu()
 
     def _progress_left(self, env_steps: int) -> float:
         horizon = self.config["learn"]["anneal_env_steps"]
@@ -135,8 +139,10 @@ class PPOPolicy(Policy):
             group["lr"] = plan.settings["lr"]
         if not self.model.training:  # (a module-tree walk per update otherwise)
             self.model.train()
+        # the rows were drawn on the CPU (its generator): indexing the device's batch with
+        # them would copy them over once per field
         return self._minibatch_step(plan.batch, self._encode(plan.batch.obs),
-                                    plan.rows[plan.done], plan.settings["clip"])
+                                    plan.rows[plan.done].to(self.device), plan.settings["clip"])
 
     def _minibatch_step(self, batch: RolloutSamples, obs: Batch, idx: torch.Tensor,
                         clip: float) -> dict[str, float]:
