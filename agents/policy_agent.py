@@ -57,6 +57,7 @@ from mistk_rl.games.symmetries import GAMES, BoardSymmetries, symmetries_for
 from mistk_rl.implementation import PROGRESS_EVERY_S
 from mistk_rl.rl.actor import Actor, weights as actor_weights
 from mistk_rl.rl.config import ConfigError, deep_merge, save_config
+from mistk_rl.rl.device import resolve_device
 from mistk_rl.rl.learner import (CheckpointHook, Learner, LogHook, load_checkpoint,
                                  save_checkpoint)
 from mistk_rl.rl.normalize import Normalizer
@@ -91,6 +92,10 @@ class PolicyAgent(AbstractAgent):
             # the same cores (measured: PPO's step 30% slower with 2 on 2 cores, and 8x slower
             # when the cores are busy). null: torch's default (one per core)
             "torch_threads": 1,
+            # where the model learns and acts: auto (CUDA when torch sees a GPU, as a service
+            # placed with gpus: 1 does), cpu or cuda (refused where there is none). Buffers,
+            # generators and local-inference copies stay on the CPU (`mistk_rl.rl.device`)
+            "device": "auto",
             # observation and reward normalisation (SB3's VecNormalize; module doc): off by
             # default. gamma: the discount of the return whose std scales rewards (null: the
             # policy's learn.gamma)
@@ -120,6 +125,7 @@ class PolicyAgent(AbstractAgent):
     def validate_initialize(self, props: dict[str, Any], hparams: dict[str, Any]) -> None:
         try:
             config = self.compile_config(hparams)
+            resolve_device(config["device"])
         except ConfigError as exc:
             raise InvalidRequest(f"hyperparameters: {exc}") from exc
         threads = config["torch_threads"]
@@ -200,6 +206,9 @@ class PolicyAgent(AbstractAgent):
             saved = checkpoint["config"]
             # checkpoints from before normalisation existed: their runs had it off
             saved.setdefault("normalize", self.default_config()["normalize"])
+            # where the model runs is this service's choice (initialize's), not the saver's:
+            # a checkpoint trained on a GPU loads on a CPU-only node, and the other way round
+            saved["device"] = self.config["device"]
             self.config = deep_merge(saved, self.hparams)
             save_config(self.config, self.data_dir / "config.yaml")
             obs_space, act_space = (space_from_dict(checkpoint["spaces"][k])
@@ -345,7 +354,8 @@ class PolicyAgent(AbstractAgent):
     def _build(self, obs_space: spaces.Space, act_space: spaces.Space,
                checkpoint: Optional[dict] = None) -> None:
         seed = self.config["seed"]
-        self.policy = self.policy_cls(self.config["policy"], obs_space, act_space, seed=seed)
+        self.policy = self.policy_cls(self.config["policy"], obs_space, act_space, seed=seed,
+                                      device=resolve_device(self.config["device"]))
         norm = self.config["normalize"]
         self.normalizer = (Normalizer(norm, obs_space.shape or (),  # (a Dict's shape: None)
                                       self.policy.config["learn"]["gamma"])

@@ -23,8 +23,10 @@ from harness.config import RunConfig
 from mistk_rl.rl import pacing
 from mistk_rl.rl.config import ConfigError
 
-# the agents' keys with no bearing on what is learned (logging, checkpoints, threads)
-NOT_LEARNING = {"seed", "log_every", "checkpoint_every", "checkpoint_buffer", "torch_threads"}
+# the agents' keys with no bearing on what is learned (logging, checkpoints, threads, the
+# device: SB3's side runs on the CPU, see `run_sb3`)
+NOT_LEARNING = {"seed", "log_every", "checkpoint_every", "checkpoint_buffer", "torch_threads",
+                "device"}
 # `normalize` keys (VecNormalize's semantics) -> VecNormalize kwargs
 NORMALIZE = {"obs": "norm_obs", "reward": "norm_reward", "clip_obs": "clip_obs",
              "clip_reward": "clip_reward", "epsilon": "epsilon", "gamma": "gamma"}
