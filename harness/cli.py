@@ -94,7 +94,7 @@ def build_parser() -> argparse.ArgumentParser:
                                         "faults", "sb3-dqn", "sb3-ppo", "parity",
                                         "learning-dqn", "learning-ppo", "games",
                                         "thinker-planner", "thinker-ppo", "thinker-model",
-                                        "cluster"],
+                                        "cluster", "cluster-loss"],
                        help="getaction: round-trip time of getAction to a local agent; "
                             "longpolls: reset/terminate latency with 64 status long-polls "
                             "waiting; "
@@ -103,7 +103,9 @@ def build_parser() -> argparse.ArgumentParser:
                             "tic-tac-toe league's main-player moves/s without Ray and with "
                             "its workers on 1 and 2 nodes (--n moves, default 10000), and "
                             "transport's http-binary steps/s with the agent placed by Ray "
-                            "(--envs, default 1,64); "
+                            "(--envs, default 1,64); cluster-loss: the tic-tac-toe league "
+                            "to its targets on a local cluster, its workers on two nodes, "
+                            "one removed after the first evaluation; "
                             "envs: env managers vs gymnasium's vector envs; "
                             "faults: how fast a run ends, and what it leaves, when a service "
                             "dies, restarts or hangs; "

@@ -164,10 +164,11 @@ def run_bench(what: str, n: Optional[int] = None, json_out: Optional[Path] = Non
         if json_out is not None:
             _write(json_out, records)
         return 0
-    if what == "cluster":
-        from harness.bench.cluster import bench_cluster
+    if what in ("cluster", "cluster-loss"):
+        from harness.bench.cluster import bench_cluster, bench_cluster_loss
 
-        records = bench_cluster(env_counts or [1, 64], steps, league_steps=n or 10_000)
+        records = (bench_cluster(env_counts or [1, 64], steps, league_steps=n or 10_000)
+                   if what == "cluster" else [bench_cluster_loss()])
         if json_out is not None:
             _write(json_out, records)
         return 0

@@ -38,8 +38,8 @@ def _local_cluster(worker_nodes: int):
 
     cluster = Cluster(initialize_head=True,
                       head_node_args={"num_cpus": 4, "resources": {"head": 8}})
-    for i in range(worker_nodes):
-        cluster.add_node(num_cpus=2, resources={f"w{i}": 2})
+    cluster.named = {f"w{i}": cluster.add_node(num_cpus=2, resources={f"w{i}": 2})
+                     for i in range(worker_nodes)}
     ray.init(address=cluster.address, namespace="mistk-rl", log_to_driver=False)
     cluster.wait_for_nodes()
     return cluster
@@ -52,16 +52,26 @@ def _close(cluster) -> None:
     cluster.shutdown()
 
 
-def _league_run(steps: int, worker_nodes: int, out: Path) -> dict[str, Any]:
+def _league_run(steps: int, worker_nodes: int, out: Path,
+                lose_node: bool = False) -> dict[str, Any]:
     """One league run of `steps` main-player moves; placed on the cluster when
-    `worker_nodes` > 0 (workers spread over the nodes, the rest on the head)."""
+    `worker_nodes` > 0 (workers spread over the nodes, the rest on the head). `lose_node`:
+    the config as it is (its targets stop the run), the last worker node removed after the
+    first evaluation."""
     from harness.config import RunConfig
     from harness.run import run
 
     data = yaml.safe_load(LEAGUE_CONFIG.read_text())
-    data["game_training"].update(agent_steps=steps, eval_every=steps, stop_when=[])
-    data["evaluation"]["against"] = [{"opponent": "random", "exhaustive": True}]
-    cluster = None
+    if not lose_node:
+        data["game_training"].update(agent_steps=steps, eval_every=steps, stop_when=[])
+        data["evaluation"]["against"] = [{"opponent": "random", "exhaustive": True}]
+    cluster, lost = None, []
+
+    def say(_line: str) -> None:
+        if lose_node and not lost and (out / "run" / "progress.json").exists():
+            cluster.remove_node(cluster.named[f"w{worker_nodes - 1}"])
+            lost.append(time.monotonic())
+
     if worker_nodes:
         cluster = _local_cluster(worker_nodes)
         data["cluster"] = {"address": "auto", "data_root": str(out / "nodes")}
@@ -70,15 +80,31 @@ def _league_run(steps: int, worker_nodes: int, out: Path) -> dict[str, Any]:
         for service in [data["orchestrator"], *data["agents"]]:
             service.update(cpus=0.5, resources={"head": 1})
     try:
-        results = run(RunConfig.model_validate(data), out / "run", say=lambda _: None,
-                      quiet=True)
+        results = run(RunConfig.model_validate(data), out / "run", say=say, quiet=True)
     finally:
         if cluster is not None:
             _close(cluster)
     last = results["evals"][-1]
-    return {"bench": "cluster-league", "worker_nodes": worker_nodes,
-            "main_moves": last["agent_steps"], "wall_s": last["wall_s"],
-            "moves_per_s": round(last["agent_steps"] / last["wall_s"], 1)}
+    record = {"bench": "cluster-league", "worker_nodes": worker_nodes,
+              "main_moves": last["agent_steps"], "wall_s": last["wall_s"],
+              "moves_per_s": round(last["agent_steps"] / last["wall_s"], 1)}
+    if lose_node:
+        record.update(lost_node=bool(lost), passed=bool(results.get("first_pass")),
+                      first_pass=results.get("first_pass"), evaluation=results["evaluation"],
+                      workers=[{k: w[k] for k in ("state", "jobs", "failures")}
+                               for w in results["league"]["workers"]])
+    return record
+
+
+def bench_cluster_loss() -> dict[str, Any]:
+    """configs/tictactoe_league.yaml to its targets on the cluster, its workers on two
+    nodes, one of which is removed after the first evaluation."""
+    with tempfile.TemporaryDirectory(prefix="mistk-bench-") as tmp:
+        record = _league_run(0, 2, Path(tmp), lose_node=True)
+    print(f"  cluster loss: a worker node lost: {record['lost_node']}; targets met: "
+          f"{record['passed']} {record['first_pass']}; workers {record['workers']}; "
+          f"evaluation {record['evaluation']}", flush=True)
+    return record
 
 
 def bench_cluster_league(steps: int = 10_000) -> list[dict[str, Any]]:
