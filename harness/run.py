@@ -96,7 +96,7 @@ def run_from_file(config_path: Optional[Path], out: Optional[Path] = None, quiet
             config = with_cluster(config, cluster)
         if max_restarts is None:
             max_restarts = 3 if config.cluster is not None else 0
-        results = _run_restarting(config, run_dir, say, progress, quiet, evaluate_only,
+        results = run_restarting(config, run_dir, say, progress, quiet, evaluate_only,
                                   max_restarts)
     except (ConfigError, HarnessError, ClusterError) as exc:
         print(f"mistk-rl run: {exc}", file=sys.stderr)
@@ -122,7 +122,7 @@ def run_from_file(config_path: Optional[Path], out: Optional[Path] = None, quiet
     return 0
 
 
-def _run_restarting(config: RunConfig, run_dir: Path, say: Callable[[str], None],
+def run_restarting(config: RunConfig, run_dir: Path, say: Callable[[str], None],
                     progress: Optional[Progress | GameProgress], quiet: bool,
                     evaluate_only: bool, max_restarts: int) -> dict:
     """`run`; when services are lost, start them all again and resume from the last

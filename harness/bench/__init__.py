@@ -168,7 +168,7 @@ def run_bench(what: str, n: Optional[int] = None, json_out: Optional[Path] = Non
         from harness.bench.cluster import bench_cluster, bench_cluster_loss
 
         records = (bench_cluster(env_counts or [1, 64], steps, league_steps=n or 10_000)
-                   if what == "cluster" else [bench_cluster_loss()])
+                   if what == "cluster" else bench_cluster_loss(seeds or [0]))
         if json_out is not None:
             _write(json_out, records)
         return 0

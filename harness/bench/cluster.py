@@ -19,6 +19,8 @@ to be used, run the bench in a loopback-only network namespace (``unshare --net
 """
 from __future__ import annotations
 
+import json
+import re
 import tempfile
 import time
 from pathlib import Path
@@ -96,15 +98,62 @@ def _league_run(steps: int, worker_nodes: int, out: Path,
     return record
 
 
-def bench_cluster_loss() -> dict[str, Any]:
+def _dqn_run(out: Path, seed: int, lose_node: bool) -> dict[str, Any]:
+    """configs/cartpole_dqn.yaml (seed `seed`) on a cluster of two worker nodes, the agent
+    on one of them (``trainer``); `lose_node`: that node removed after the first
+    checkpoint, so the run restarts and resumes the agent on the other."""
+    from harness.config import RunConfig, with_seed
+    from harness.run import run_restarting
+
+    data = yaml.safe_load((REPO / "configs" / "cartpole_dqn.yaml").read_text())
+    cluster = _local_cluster(0)
+    nodes = [cluster.add_node(num_cpus=2, resources={"trainer": 1}) for _ in range(2)]
+    cluster.wait_for_nodes()
+    data["cluster"] = {"address": "auto", "data_root": str(out / "nodes")}
+    data["orchestrator"].update(cpus=0.5, resources={"head": 1})
+    data["agents"][0].update(cpus=1, resources={"trainer": 1})
+    run_dir, lost, agent_node = out / "run", [], []
+
+    def say(line: str) -> None:
+        started = re.search(r"started agent player .* on node (\w+)", line)
+        if started:
+            agent_node.append(started.group(1))
+        if lose_node and not lost and (run_dir / "progress.json").exists():
+            where = json.loads((run_dir / "progress.json").read_text())
+            cluster.remove_node(next(n for n in nodes if n.node_id.startswith(agent_node[-1])))
+            lost.append(where["train_steps"])
+
+    try:
+        results = run_restarting(with_seed(RunConfig.model_validate(data), seed), run_dir,
+                                  say, None, True, False, max_restarts=2)
+    finally:
+        _close(cluster)
+    success = results.get("first_success") or {}
+    return {"bench": "cluster-dqn", "seed": seed, "lost_node_at": lost[0] if lost else None,
+            "resumed_at": results.get("resumed_at", []),
+            "reached_475_at": success.get("env_steps"),
+            "last_eval": results["evals"][-1]["mean_return"]}
+
+
+def bench_cluster_loss(seeds: list[int]) -> list[dict[str, Any]]:
     """configs/tictactoe_league.yaml to its targets on the cluster, its workers on two
-    nodes, one of which is removed after the first evaluation."""
+    nodes, one of which is removed after the first evaluation; and configs/cartpole_dqn.yaml
+    per seed on the cluster with and without losing its agent's node."""
+    records = []
+    for seed in seeds:
+        for lose in (False, True):
+            with tempfile.TemporaryDirectory(prefix="mistk-bench-") as tmp:
+                record = _dqn_run(Path(tmp), seed, lose)
+            print(f"  cluster dqn seed {seed} node lost at {record['lost_node_at']}: resumed "
+                  f"at {record['resumed_at']}, 475 reached at {record['reached_475_at']} env "
+                  f"steps (last eval {record['last_eval']})", flush=True)
+            records.append(record)
     with tempfile.TemporaryDirectory(prefix="mistk-bench-") as tmp:
         record = _league_run(0, 2, Path(tmp), lose_node=True)
-    print(f"  cluster loss: a worker node lost: {record['lost_node']}; targets met: "
+    print(f"  cluster league: a worker node lost: {record['lost_node']}; targets met: "
           f"{record['passed']} {record['first_pass']}; workers {record['workers']}; "
           f"evaluation {record['evaluation']}", flush=True)
-    return record
+    return records + [record]
 
 
 def bench_cluster_league(steps: int = 10_000) -> list[dict[str, Any]]:
