@@ -70,7 +70,8 @@ from typing import Any, Optional
 
 import gymnasium as gym
 
-from mistk_rl.client import BadRequest, OrchestratorClient, ServiceError, WaitTimeout
+from mistk_rl.client import (BadRequest, Conflict, OrchestratorClient, ServiceError,
+                             WaitTimeout)
 from mistk_rl.errors import InvalidRequest
 from mistk_rl.files import atomic_write_bytes
 from mistk_rl.games.enumerate import check_enumerable
@@ -548,7 +549,11 @@ class LeagueOrchestrator(AbstractOrchestrator):
             if status.state == "ready":
                 return None
             if status.state == "in_episode":
-                agent.client.episode_stopped()
+                try:
+                    agent.client.episode_stopped()
+                except Conflict:  # ended meanwhile (by a worker shutting down cleanly)
+                    if agent.client.status().state != "ready":
+                        raise
             elif status.state == "initialized":  # (reset with its model: told its spaces)
                 agent.client.agent_registered({"name": name, "train": not agent.skip_train,
                                                **self.agent_config(name)})

@@ -22,9 +22,10 @@ from __future__ import annotations
 import json
 import re
 import tempfile
+import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable, Optional
 
 import yaml
 
@@ -54,6 +55,25 @@ def _close(cluster) -> None:
     cluster.shutdown()
 
 
+class _AtFirstCheckpoint(threading.Thread):
+    """Runs `action` once the run in `run_dir` saved its first checkpoint (its progress.json
+    appears), as a node is lost at some point of a run; polls, as a bench may."""
+
+    def __init__(self, run_dir: Path, action: Callable[[], None]) -> None:
+        super().__init__(daemon=True)
+        self.run_dir, self.action, self.done = run_dir, action, threading.Event()
+        self.fired_at: Optional[int] = None
+
+    def run(self) -> None:
+        while not self.done.wait(0.2):
+            progress = self.run_dir / "progress.json"
+            if progress.exists():
+                data = json.loads(progress.read_text())
+                self.fired_at = data.get("train_steps", data.get("agent_steps"))
+                self.action()
+                return
+
+
 def _league_run(steps: int, worker_nodes: int, out: Path,
                 lose_node: bool = False) -> dict[str, Any]:
     """One league run of `steps` main-player moves; placed on the cluster when
@@ -67,12 +87,7 @@ def _league_run(steps: int, worker_nodes: int, out: Path,
     if not lose_node:
         data["game_training"].update(agent_steps=steps, eval_every=steps, stop_when=[])
         data["evaluation"]["against"] = [{"opponent": "random", "exhaustive": True}]
-    cluster, lost = None, []
-
-    def say(_line: str) -> None:
-        if lose_node and not lost and (out / "run" / "progress.json").exists():
-            cluster.remove_node(cluster.named[f"w{worker_nodes - 1}"])
-            lost.append(time.monotonic())
+    cluster = None
 
     if worker_nodes:
         cluster = _local_cluster(worker_nodes)
@@ -81,9 +96,15 @@ def _league_run(steps: int, worker_nodes: int, out: Path,
             worker.update(cpus=0.5, resources={f"w{i % worker_nodes}": 1})
         for service in [data["orchestrator"], *data["agents"]]:
             service.update(cpus=0.5, resources={"head": 1})
+    loss = _AtFirstCheckpoint(out / "run", lambda: cluster.remove_node(
+        cluster.named[f"w{worker_nodes - 1}"]))
+    if lose_node:
+        loss.start()
     try:
-        results = run(RunConfig.model_validate(data), out / "run", say=say, quiet=True)
+        results = run(RunConfig.model_validate(data), out / "run", say=lambda _: None,
+                      quiet=True)
     finally:
+        loss.done.set()
         if cluster is not None:
             _close(cluster)
     last = results["evals"][-1]
@@ -91,7 +112,7 @@ def _league_run(steps: int, worker_nodes: int, out: Path,
               "main_moves": last["agent_steps"], "wall_s": last["wall_s"],
               "moves_per_s": round(last["agent_steps"] / last["wall_s"], 1)}
     if lose_node:
-        record.update(lost_node=bool(lost), passed=bool(results.get("first_pass")),
+        record.update(lost_node_at=loss.fired_at, passed=bool(results.get("first_pass")),
                       first_pass=results.get("first_pass"), evaluation=results["evaluation"],
                       workers=[{k: w[k] for k in ("state", "jobs", "failures")}
                                for w in results["league"]["workers"]])
@@ -112,24 +133,25 @@ def _dqn_run(out: Path, seed: int, lose_node: bool) -> dict[str, Any]:
     data["cluster"] = {"address": "auto", "data_root": str(out / "nodes")}
     data["orchestrator"].update(cpus=0.5, resources={"head": 1})
     data["agents"][0].update(cpus=1, resources={"trainer": 1})
-    run_dir, lost, agent_node = out / "run", [], []
+    run_dir, agent_node = out / "run", []
 
     def say(line: str) -> None:
         started = re.search(r"started agent player .* on node (\w+)", line)
         if started:
             agent_node.append(started.group(1))
-        if lose_node and not lost and (run_dir / "progress.json").exists():
-            where = json.loads((run_dir / "progress.json").read_text())
-            cluster.remove_node(next(n for n in nodes if n.node_id.startswith(agent_node[-1])))
-            lost.append(where["train_steps"])
 
+    loss = _AtFirstCheckpoint(run_dir, lambda: cluster.remove_node(
+        next(n for n in nodes if n.node_id.startswith(agent_node[-1]))))
+    if lose_node:
+        loss.start()
     try:
         results = run_restarting(with_seed(RunConfig.model_validate(data), seed), run_dir,
-                                  say, None, True, False, max_restarts=2)
+                                 say, None, True, False, max_restarts=2)
     finally:
+        loss.done.set()
         _close(cluster)
     success = results.get("first_success") or {}
-    return {"bench": "cluster-dqn", "seed": seed, "lost_node_at": lost[0] if lost else None,
+    return {"bench": "cluster-dqn", "seed": seed, "lost_node_at": loss.fired_at,
             "resumed_at": results.get("resumed_at", []),
             "reached_475_at": success.get("env_steps"),
             "last_eval": results["evals"][-1]["mean_return"]}
@@ -150,8 +172,9 @@ def bench_cluster_loss(seeds: list[int]) -> list[dict[str, Any]]:
             records.append(record)
     with tempfile.TemporaryDirectory(prefix="mistk-bench-") as tmp:
         record = _league_run(0, 2, Path(tmp), lose_node=True)
-    print(f"  cluster league: a worker node lost: {record['lost_node']}; targets met: "
-          f"{record['passed']} {record['first_pass']}; workers {record['workers']}; "
+    print(f"  cluster league: a worker node lost at {record['lost_node_at']} moves; "
+          f"targets met: {record['passed']} {record['first_pass']}; "
+          f"workers {record['workers']}; "
           f"evaluation {record['evaluation']}", flush=True)
     return records + [record]
 

@@ -8,7 +8,7 @@ import itertools
 
 import pytest
 
-from mistk_rl.client import (OrchestratorClient, ServerError, ServiceRestarted,
+from mistk_rl.client import (Conflict, OrchestratorClient, ServerError, ServiceRestarted,
                              ServiceUnavailable)
 from mistk_rl.orchestrator import RegisteredAgent
 from mistk_rl.errors import InvalidRequest
@@ -241,6 +241,27 @@ def test_an_agent_left_mid_episode_is_brought_back_to_ready_before_its_next_job(
     assert orch.agents["main"].client.state == "ready"
     assert orch.agents["main"].client.stopped == 1
     assert orch.manager.jobs_finished == 2 and len(good.lineups) == 2  # main played on
+
+
+def test_an_agent_whose_episode_ends_meanwhile_counts_as_brought_back(tmp_path, monkeypatch):
+    """A worker going down cleanly (its node lost: SIGTERM) ends its agents' episodes
+    itself, between the league's look at an agent and its episodeStopped, which then gets
+    409: the agent is ready, the league goes on."""
+    lost, good = FakeWorker(dies_at=0), FakeWorker()
+    orch = _league(tmp_path, monkeypatch, [lost, good])
+    main = orch.agents["main"].client
+    raced = []
+
+    def ended_by_the_worker():
+        if main.state == "in_episode" and not raced:
+            main.state = "ready"  # (the dying worker's episodeStopped came first)
+            raced.append(1)
+            raise Conflict("episodeStopped: not allowed in state 'ready'", 409)
+        return FakeAgent.episode_stopped(main)
+    monkeypatch.setattr(main, "episode_stopped", ended_by_the_worker)
+    orch.do_start_episode(EpisodeConfig(num_episodes=8))
+    assert raced and main.state == "ready"
+    assert orch.manager.jobs_finished == 2  # main played on
 
 
 def test_the_run_ends_naming_every_worker_when_none_is_left(tmp_path, monkeypatch):
