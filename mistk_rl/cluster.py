@@ -105,7 +105,8 @@ class PlacedService:
 
     @property
     def log_path(self) -> str:
-        return f"{self.data_dir}/../logs/{self.name}.log on node {self.node_id[:12]}"
+        """Where its log is: on its node (`ServiceHost`), beside the data dirs."""
+        return f"{Path(self.data_dir).parent / 'logs' / self.name}.log on node {self.node_id[:12]}"
 
     def wait_ready(self, timeout: float) -> None:
         """Wait until Ray placed the service and it answers; ServiceStartError naming the

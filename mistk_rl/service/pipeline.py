@@ -102,11 +102,12 @@ class Pipeline:
         self.routes = _operations(resolve_refs(spec), service, base_path)
         # a spec path's methods, for the Allow header of a 405 (connexion lists only one
         # operation's when a path has several)
-        self.allow: dict[str, str] = {}
+        methods: dict[str, set[str]] = {}
         for method, path in self.routes:
-            methods = set(self.allow.get(path, "").split(", ")) - {""} | {method}
-            self.allow[path] = ", ".join(sorted(methods | ({"HEAD"} if "GET" in methods
-                                                           else set())))
+            methods.setdefault(path, set()).add(method)
+            if method == "GET":
+                methods[path].add("HEAD")
+        self.allow = {path: ", ".join(sorted(names)) for path, names in methods.items()}
         inline = getattr(service.impl, "steps_inline", False)
         for operation in self.routes.values():
             operation.inline = operation.step and inline
