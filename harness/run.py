@@ -38,7 +38,7 @@ class HarnessError(RuntimeError):
 
 class ServicesLost(HarnessError):
     """A run on a cluster failed because services it started are gone (their node was lost,
-    or they were killed): `run_from_file` starts them again and resumes."""
+    or they were killed): `run_restarting` starts them again and resumes."""
 
     def __init__(self, names: list[str], cause: BaseException) -> None:
         super().__init__(f"lost {', '.join(names)} ({cause})")

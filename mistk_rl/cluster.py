@@ -13,7 +13,6 @@ nothing on one machine imports it.
 """
 from __future__ import annotations
 
-import logging
 import socket
 import tempfile
 from dataclasses import dataclass, field
@@ -22,12 +21,11 @@ from typing import Any, Mapping, Optional, Sequence
 
 from mistk_rl.launch import ServiceStartError, spawn_service, wait_ready
 
-log = logging.getLogger(__name__)
 NAMESPACE = "mistk-rl"
 
 
 class ClusterError(RuntimeError):
-    """The cluster cannot be reached, or cannot host a service; the message says which."""
+    """Ray is not installed, or no cluster answers at the address; the message says which."""
 
 
 @dataclass(frozen=True)
@@ -180,6 +178,11 @@ def _free(available: Mapping[str, float]) -> str:
     return ", ".join(f"{v:g} {k}" for k, v in sorted(shown.items())) or "nothing"
 
 
+def _no_cluster(address: str, cause: BaseException) -> ClusterError:
+    return ClusterError(f"no Ray cluster at {address!r} ({cause}); start one with "
+                        "'ray start --head', or use --cluster local")
+
+
 def _check_reachable(address: str, timeout: float = 5.0) -> None:
     """Refuse at once a HOST:PORT where nothing listens: Ray would retry connecting to it
     for minutes. (``auto`` and ``local`` need no check: Ray answers those at once.)"""
@@ -189,8 +192,7 @@ def _check_reachable(address: str, timeout: float = 5.0) -> None:
     try:
         socket.create_connection((host.strip("[]"), int(port)), timeout=timeout).close()
     except (OSError, ValueError) as exc:
-        raise ClusterError(f"no Ray cluster at {address!r} ({exc}); start one with "
-                           "'ray start --head', or use --cluster local") from None
+        raise _no_cluster(address, exc) from None
 
 
 class Cluster:
@@ -214,8 +216,7 @@ class Cluster:
                 ray.init(address=address, namespace=NAMESPACE, log_to_driver=False,
                          configure_logging=False, include_dashboard=False)
             except (ConnectionError, RuntimeError, ValueError) as exc:
-                raise ClusterError(f"no Ray cluster at {address!r} ({exc}); start one with "
-                                   "'ray start --head', or use --cluster local") from exc
+                raise _no_cluster(address, exc) from exc
         self._host = ray.remote(max_restarts=0)(ServiceHost)
 
     def spawn(self, role: str, name: str, target: str, *, token: Optional[str] = None,
