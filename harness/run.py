@@ -22,6 +22,7 @@ import yaml
 from harness.config import (AgentSpec, ConfigError, RunConfig, ServiceSpec, load_config,
                             resume_config, with_cluster, with_seed)
 from harness.games import GameProgress, evaluate, summary, train_games
+from harness.keeper import KeptWorker, WorkerKeeper
 from harness.league import Evaluator, league_results, table_text, train_solo_league
 from harness.training import (Checkpoints, Progress, first_success, restore_checkpoint,
                               run_episodes, train)
@@ -132,7 +133,7 @@ def run_restarting(config: RunConfig, run_dir: Path, say: Callable[[str], None],
     while True:
         try:
             return run(config, run_dir, say=say, resume=progress, quiet=quiet,
-                       evaluate_only=evaluate_only)
+                       evaluate_only=evaluate_only, max_restarts=max_restarts)
         except ServicesLost as exc:
             if restarts >= max_restarts:
                 raise HarnessError(f"{exc}; not restarted again: {restarts} restarts so far, "
@@ -176,12 +177,13 @@ def _finished(config: RunConfig, run_dir: Path) -> Optional[str]:
 
 def run(config: RunConfig, run_dir: Path, say: Callable[[str], None] = print,
         resume: Optional[Progress | GameProgress] = None, quiet: bool = False,
-        evaluate_only: bool = False) -> dict:
+        evaluate_only: bool = False, max_restarts: int = 0) -> dict:
     """Run the whole sequence, or continue a training run from `resume` (its progress file:
     agents load their checkpoints, training goes on from its schedule); returns what it
     writes to ``run_dir/results.json``. `evaluate_only`: only the config's evaluation, with
     the agents built from their model_path, else from the save_path a run in `run_dir` left;
-    written to ``run_dir/evaluation.json``."""
+    written to ``run_dir/evaluation.json``. On a cluster, a league's lost workers are
+    started again elsewhere, each at most `max_restarts` times (`harness.keeper`)."""
     if evaluate_only and config.evaluation is None:
         raise ConfigError("the config has no 'evaluation' block to run")
     started = time.monotonic()
@@ -272,15 +274,34 @@ def run(config: RunConfig, run_dir: Path, say: Callable[[str], None] = print,
             {"id": env["id"], "kwargs": env.get("kwargs", {})}, agent_urls, timeouts.call)
         # on a cluster the agents' checkpoints are copied here as they are saved
         mirror = run_dir / "checkpoints" if cluster else None
+        keeper = None
+        placed_workers = [KeptWorker(f"worker{i}", spec, service) for i, (spec, service)
+                          in enumerate(zip(config.workers, workers))
+                          if isinstance(service, PlacedService)]
+        if placed_workers and not evaluate_only:  # (stopped first: before the services)
+            keeper = WorkerKeeper(
+                cluster, stack.enter_context(OrchestratorClient(orch_url, token=token,
+                                                                timeout=timeouts.call)),
+                placed_workers, say, token=token, max_restarts=max_restarts,
+                startup_timeout=timeouts.startup,
+                on_spawn=lambda name, service: (spawned.append((name, service)),
+                                                stack.callback(_stop, service, say)))
+            stack.callback(keeper.stop)
+            keeper.start()
         try:
             episodes, progress, outcome = _sequence(config, env, orch, agents, agent_urls,
                                                     run_dir, say, resume, quiet,
                                                     evaluate_only, evaluator, local_dirs, mirror)
         except (HarnessError, ServiceError) as exc:  # (a lost service fails some call)
-            lost = [name for name, s in spawned if cluster and not s.alive()]
+            replaced = keeper.replaced if keeper else []
+            lost = [name for name, s in spawned
+                    if cluster and not any(s is r for r in replaced) and not s.alive()]
             if lost:
                 raise ServicesLost(lost, exc) from exc
             raise
+        if keeper is not None:
+            keeper.stop()
+            placement.update(keeper.placement())
     if placement:  # where the cluster ran each service
         outcome["placement"] = placement
     if evaluate_only:

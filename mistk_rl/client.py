@@ -22,9 +22,9 @@ import numpy as np
 from mistk_rl import codec
 from mistk_rl.jsonable import dumps, loads_fast, to_jsonable
 from mistk_rl.schemas import (AgentConfig, AgentInitParams, ApiVersion, ColumnActions,
-                              EpisodeConfig, EpisodeResult, EpisodeSettings, EpisodeStart, FileWritten,
-                              League,
-                              Learned, OrchestratorInitParams, OrchestratorProgress,
+                              EpisodeConfig, EpisodeResult, EpisodeSettings, EpisodeStart,
+                              FileWritten, League, LeagueWorkerJoin, Learned,
+                              OrchestratorInitParams, OrchestratorProgress,
                               OrchestratorStatus, PolicyCopy, Problem, Replay, Results, Status)
 from mistk_rl.transport import Transport, TransportError
 
@@ -538,6 +538,12 @@ class OrchestratorClient(_ServiceClient):
         """A league orchestrator's players, payoff matrix, ratings and jobs (NotFound from
         any other orchestrator)."""
         return League.model_validate(self._call("GET", "/league"))
+
+    def add_league_worker(self, url: str, replaces: Optional[str] = None) -> LeagueWorkerJoin:
+        """A league orchestrator takes the worker at `url` (in place of the worker at
+        `replaces`, which is dropped): more capacity, or a worker started again elsewhere."""
+        return LeagueWorkerJoin.model_validate(self._call(
+            "POST", "/league/workers", json_body=LeagueWorkerJoin(url=url, replaces=replaces).wire()))
 
     def reset(self, *, reset_agents: bool = True, wait: bool = True,
               timeout: Optional[float] = None) -> Status:

@@ -308,6 +308,14 @@ class LeagueWorker(Body):
     retry_in_s: Optional[float] = Field(default=None, alias="retryInS")
     last_error: Optional[str] = None
     player: Optional[str] = None  # solo leagues: the player it is bound to
+    replaced_by: Optional[int] = None  # a replaced worker: the index of the one in its place
+
+
+class LeagueWorkerJoin(Body):
+    """POST /league/workers: a worker joins a league, in place of `replaces` if given."""
+
+    url: str
+    replaces: Optional[str] = None
 
 
 class League(Body):
@@ -320,6 +328,7 @@ class League(Body):
     jobs: dict[str, Any]
     pool: dict[str, Any] = Field(default_factory=dict)
     workers: list[LeagueWorker] = Field(default_factory=list)
+    joining: list[LeagueWorkerJoin] = Field(default_factory=list)
 
 
 class LeagueProgress(Body):

@@ -38,6 +38,10 @@ this class does the HTTP:
   each worker and its last error. Each failure is one log line.
 - A startEpisode with ``lineup`` or ``exhaustive`` is a plain game call, run on a set-up
   worker (the harness's evaluations of a player), retried on another under the same rules.
+- A worker may join at any time (``POST /league/workers``): more capacity, or one started
+  again elsewhere in place of a lost one (``replaces``: the lost one is dropped, and the
+  new one takes its player in a solo league). It joins the running job loop within a second
+  (`WAKE_S`), or at once when no episode runs, and is set up before its first job.
 
 ``directory`` must name the same files for every agent: serve them with
 ``--share league=DIR`` (or mount one volume there); or, where services share no file system
@@ -64,6 +68,7 @@ from __future__ import annotations
 import concurrent.futures as futures
 import logging
 import sys
+import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any, Optional
@@ -88,7 +93,8 @@ from mistk_rl.spaces import space_to_dict
 
 log = logging.getLogger(__name__)
 STATE = "league.json"
-WAKE_S = 1.0  # the job loop looks at stopEpisode and due set-ups at least this often
+WAKE_S = 1.0  # the job loop looks at stopEpisode, due set-ups and joining workers this often
+MAX_WORKERS = 256  # workers a league may have had, joined ones included (its job threads)
 AGENT_SETTLED = frozenset(AGENT.states) - AGENT.busy_states
 
 
@@ -122,6 +128,11 @@ class LeagueOrchestrator(AbstractOrchestrator):
         self.clients: list[Optional[OrchestratorClient]] = []  # per worker, once set up
         self._agents_loaded = False  # a resumed league's players got their weights back
         self.evaluations: list[dict[str, Any]] = []
+        # workers that asked to join (POST /league/workers): the job loop, which owns the
+        # scheduler while an episode runs, takes them in (`_admit_joining`)
+        self._joining: list[tuple[str, Optional[int]]] = []
+        self._joining_lock = threading.Lock()
+        self._in_episode = False
 
     @property
     def pool(self) -> dict[str, Optional[str]]:
@@ -182,6 +193,8 @@ class LeagueOrchestrator(AbstractOrchestrator):
 
     def do_initialize(self, env: dict[str, Any], agents_needed: int) -> None:
         self._close_workers()
+        with self._joining_lock:
+            self._joining = []
         s = self.settings = LeagueSettings.model_validate(env["league"])
         self.env = {"id": env["id"], "kwargs": dict(env.get("kwargs", {}))}
         self.solo = solo_players({p.id: p.type for p in s.players}) is not None
@@ -268,6 +281,16 @@ class LeagueOrchestrator(AbstractOrchestrator):
                              self.agents)
 
     def do_start_episode(self, config: GameEpisodeSettings) -> None:
+        with self._joining_lock:  # (the job loop owns the scheduler until it ends)
+            self._in_episode = True
+        try:
+            self._start_episode(config)
+        finally:
+            with self._joining_lock:
+                self._admit_joining()
+                self._in_episode = False
+
+    def _start_episode(self, config: GameEpisodeSettings) -> None:
         if config.lineup is not None or config.exhaustive is not None:
             self._forward(config)  # (an evaluation of agents as they are: no league needed)
             return
@@ -285,8 +308,58 @@ class LeagueOrchestrator(AbstractOrchestrator):
     def league_view(self) -> Optional[dict[str, Any]]:
         if self.manager is None:
             return None
+        with self._joining_lock:
+            joining = [{"url": url, "replaces": None if index is None
+                        else self.scheduler.workers[index].url}
+                       for url, index in self._joining]
         return {**self.manager.view(), "pool": dict(self.pool),
-                "workers": self.scheduler.view(self.clock())}
+                "workers": self.scheduler.view(self.clock()), "joining": joining}
+
+    def add_worker(self, url: str, replaces: Optional[str] = None) -> dict[str, Any]:
+        """POST /league/workers (module doc), once initialized: the worker at `url` joins,
+        in place of the worker at `replaces` if given. InvalidRequest (400) for a URL the
+        league has as a live worker, or a `replaces` it has not; what it does, for the
+        answer."""
+        with self._joining_lock:
+            sched = self.scheduler  # (initialized: the service checked)
+            live = {w.url: w.index for w in sched.workers if w.live and w.replaced_by is None}
+            joining = {u for u, _ in self._joining}
+            if url in live or url in joining:
+                raise InvalidRequest(f"worker {url} is in the league already", field="url")
+            index = None
+            if replaces is not None:
+                index = live.get(replaces)
+                if index is None or index in {i for _, i in self._joining}:
+                    raise InvalidRequest(f"replaces: {replaces} is no live worker of the "
+                                         f"league (live: {sorted(live)})", field="replaces")
+            if len(sched.workers) + len(self._joining) >= MAX_WORKERS:
+                raise InvalidRequest(f"the league has had {MAX_WORKERS} workers: no more "
+                                     "can join", field="url")
+            self._joining.append((url, index))
+            if not self._in_episode:  # (no job loop runs: the scheduler is this call's)
+                self._admit_joining()
+        log.info("worker %s joins the league%s", url,
+                 f" in place of {replaces}" if replaces else "")
+        return {"url": url, "replaces": replaces}
+
+    def _admit_joining(self) -> None:
+        """Take the workers that asked to join into the scheduler (called with the lock
+        held, by whoever owns the scheduler now)."""
+        for url, replaces in self._joining:
+            worker = self.scheduler.add_worker(url, replaces)
+            self.clients.append(None)
+            if replaces is not None and not self.scheduler.workers[replaces].live:
+                self._drop_client(replaces)
+            log.info("worker %d %s joined%s", worker.index, url,
+                     "" if replaces is None else f" in place of worker {replaces}")
+        if self._joining:
+            self._joining = []
+            self._report()
+
+    def _drop_client(self, index: int) -> None:
+        client, self.clients[index] = self.clients[index], None
+        if client is not None:
+            client.close()
 
     def extra_results(self) -> dict[str, Any]:
         return {"evaluations": list(self.evaluations)}
@@ -407,10 +480,12 @@ class LeagueOrchestrator(AbstractOrchestrator):
             return limit is not None and len(self.results) - games_before >= limit
 
         tasks: dict[futures.Future, tuple[int, Optional[Assignment]]] = {}
-        with futures.ThreadPoolExecutor(len(sched.workers),
+        with futures.ThreadPoolExecutor(MAX_WORKERS,  # (threads start as tasks need them)
                                         thread_name_prefix="league-job") as pool:
             try:
                 while True:
+                    with self._joining_lock:
+                        self._admit_joining()
                     now = self.clock()
                     stopping = self.should_stop or spent()
                     if not stopping:
@@ -681,6 +756,8 @@ class LeagueOrchestrator(AbstractOrchestrator):
         stopEpisode."""
         sched = self.scheduler
         while not self.should_stop:
+            with self._joining_lock:
+                self._admit_joining()
             reason = sched.exhausted()
             if reason is not None:
                 raise RuntimeError(reason)

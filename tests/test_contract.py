@@ -84,6 +84,7 @@ MODELS = {"agent": {"Status": schemas.Status, "ApiVersion": schemas.ApiVersion,
                            "Results": schemas.Results, "League": schemas.League,
                            "LeagueSettings": schemas.LeagueSettings,
                            "LeagueWorker": schemas.LeagueWorker,
+                           "LeagueWorkerJoin": schemas.LeagueWorkerJoin,
                            "OrchestratorStatus": schemas.OrchestratorStatus,
                            "OrchestratorProgress": schemas.OrchestratorProgress,
                            "LeagueProgress": schemas.LeagueProgress}}

@@ -196,6 +196,20 @@ def test_nullable_fields_accept_null(value, ok):
     assert Draft4RequestValidator(SCHEMAS["orchestrator.startEpisode"]).is_valid(value) == ok
 
 
+@pytest.mark.parametrize("value, ok", [({"url": "http://w"}, True),
+                                       ({"url": "http://w", "replaces": None}, True),
+                                       ({"url": "", "replaces": "http://v"}, False),
+                                       ({"url": "http://w", "replaces": "x" * 2049}, False)])
+def test_a_nullable_string_with_length_limits_accepts_null(value, ok):
+    """(A null once reached the length check: a TypeError, a 500, found by schemathesis.)"""
+    check = compile_schema(SCHEMAS["orchestrator.addLeagueWorker"])
+    if ok:
+        check(value, "")
+    else:
+        with pytest.raises(InvalidRequest, match="too (short|long)"):
+            check(value, "")
+
+
 def _dict_space_schemas(node):
     """Every DictSpace.spaces schema in a spec."""
     if isinstance(node, dict):

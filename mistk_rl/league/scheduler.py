@@ -31,6 +31,10 @@ Workers
   worker that sets up but fails every job is dropped all the same.
 - With every worker dropped, `exhausted` names each one's last error: the caller ends the
   run with it (nothing is left to retry on).
+- A worker may join at any time (`add_worker`: more capacity, or a service started again
+  on another node in place of a lost one). It is `NEW`, so it is set up before its first
+  job. The worker it `replaces` is retired: dropped at once when it runs no task, else when
+  its task ends (a job on a lost node fails, and is dropped as any failed job is).
 
 Bound workers (a solo league: players that train alone on gym orchestrators, which take
 exactly one agent)
@@ -92,6 +96,7 @@ class WorkerHealth:
     last_task: int = -1  # when it was last given a task (a counter): least recent first
     job_id: Optional[int] = None  # the job it runs
     player: Optional[str] = None  # bound workers: the one player whose jobs it runs
+    replaced_by: Optional[int] = None  # retired: the worker that took its place
 
     @property
     def live(self) -> bool:
@@ -104,7 +109,7 @@ class WorkerHealth:
         return {"url": self.url, "state": self.state, "failures": self.failures,
                 "failed": self.failed, "jobs": self.jobs, "setUps": self.set_ups,
                 "job": self.job_id, "retryInS": retry, "lastError": self.last_error,
-                "player": self.player}
+                "player": self.player, "replacedBy": self.replaced_by}
 
 
 @dataclass
@@ -122,8 +127,12 @@ class Failure:
     def describe(self) -> str:
         """One line (the error cut short): for a log."""
         w = self.worker
-        then = (f"dropped after {w.failures} failures in a row" if self.dropped
-                else f"failure {w.failures} in a row; set up again in {self.delay:g} s")
+        if w.replaced_by is not None and self.dropped:
+            then = f"dropped (replaced by worker {w.replaced_by})"
+        elif self.dropped:
+            then = f"dropped after {w.failures} failures in a row"
+        else:
+            then = f"failure {w.failures} in a row; set up again in {self.delay:g} s"
         return f"worker {w.index} {w.url}: {then}: {w.last_error}"
 
 
@@ -183,6 +192,24 @@ class Scheduler:
         self.pool[name] = None
 
     # ---- workers -------------------------------------------------------------------------
+    def add_worker(self, url: str, replaces: Optional[int] = None) -> WorkerHealth:
+        """A worker joins (module doc): set up before its first job. `replaces`: the worker
+        it stands in for, retired; bound workers: whose player it takes (else it is bound
+        as worker i of the start would be)."""
+        if replaces is not None and not self.workers[replaces].live:
+            raise ValueError(f"worker {replaces} is dropped already: nothing to replace")
+        worker = WorkerHealth(len(self.workers), url)
+        if self.bound:
+            worker.player = (self.workers[replaces].player if replaces is not None
+                             else self.players[worker.index % len(self.players)])
+        self.workers.append(worker)
+        if replaces is not None:
+            retired = self.workers[replaces]
+            retired.replaced_by = worker.index
+            if retired.state not in (SETTING_UP, BUSY):  # (else once its task ends)
+                retired.state, retired.retry_at = DROPPED, None
+        return worker
+
     def due(self, now: float) -> list[int]:
         """Workers due a set-up: new ones, and failed ones whose wait is over."""
         return [w.index for w in self.workers if w.state == NEW or (
@@ -232,6 +259,7 @@ class Scheduler:
         worker = self._expect(index, SETTING_UP)
         worker.state = IDLE
         worker.set_ups += 1
+        self._retire_if_replaced(worker)
 
     def begin_task(self, index: int, job_id: Optional[int] = None) -> None:
         """An idle worker takes a job (`job_id`) or a call of the league's own."""
@@ -245,12 +273,14 @@ class Scheduler:
         worker.state, worker.job_id = IDLE, None
         worker.failures = 0
         worker.jobs += 1
+        self._retire_if_replaced(worker)
 
     def release(self, index: int) -> None:
         """Its call was refused as wrong (the caller's fault, not the worker's): idle, its
         counts as they were."""
         worker = self._expect(index, BUSY)
         worker.state, worker.job_id = IDLE, None
+        self._retire_if_replaced(worker)
 
     def task_failed(self, index: int, error: str, now: float) -> Failure:
         """Its set-up, job or call failed: it waits and is set up again, or is dropped."""
@@ -261,12 +291,17 @@ class Scheduler:
         worker.failed += 1
         worker.job_id = None
         worker.last_error = one_line(error)
-        if worker.failures >= self.backoff.max_failures:
+        if worker.failures >= self.backoff.max_failures or worker.replaced_by is not None:
             worker.state, worker.retry_at = DROPPED, None
             return Failure(worker, None)
         delay = self.backoff.delay(worker.failures)
         worker.state, worker.retry_at = BACKOFF, now + delay
         return Failure(worker, delay)
+
+    @staticmethod
+    def _retire_if_replaced(worker: WorkerHealth) -> None:
+        if worker.replaced_by is not None:
+            worker.state, worker.retry_at = DROPPED, None
 
     def next_retry(self, now: float) -> Optional[float]:
         """Seconds until the next waiting worker is due its set-up (None: none waits)."""

@@ -729,6 +729,21 @@ class OrchestratorService(_Service):
                                self.orchestrator, "manager") else ""))
         return to_jsonable(league), 200, JSON
 
+    def addLeagueWorker(self, body: dict[str, Any]) -> Response:  # noqa: N802
+        add = getattr(self.orchestrator, "add_worker", None)
+        if add is None:
+            raise NotFound(f"{type(self.orchestrator).__name__} runs no league: no workers "
+                           "to join")
+        _service_url(body["url"], "url")
+        if body.get("replaces") is not None:
+            _service_url(body["replaces"], "replaces")
+        if self.orchestrator.scheduler is None:
+            raise IllegalState("addLeagueWorker", self.lifecycle.state,
+                               self.lifecycle.allowed_api(),
+                               detail="addLeagueWorker: the league is not initialized: "
+                                      "initialize it (with its first workers) first")
+        return to_jsonable(add(body["url"], body.get("replaces"))), 202, JSON
+
     def reset(self, reset_agents: bool = True) -> Response:
         def hook() -> None:
             self.orchestrator.do_reset()
@@ -802,7 +817,7 @@ class OrchestratorService(_Service):
         return frozenset(version.capabilities)
 
     def _check_agent_url(self, url: str) -> None:
-        parts = _agent_url(url)
+        parts = _service_url(url)
         host = parts.hostname.lower()
         if host in self.allowed_agent_hosts or host == "localhost":
             return
@@ -819,30 +834,30 @@ class OrchestratorService(_Service):
 _NETLOC = re.compile(r"(?:[^@]*@)?(?:\[[^\[\]]*\]|[^\[\]:@]*)(?::[^@]*)?")
 
 
-def _agent_url(url: str) -> SplitResult:
-    """`url` split, or InvalidRequest naming agentUrl and what is wrong with it: every way
+def _service_url(url: str, field: str = "agentUrl") -> SplitResult:
+    """`url` (a service's base URL) split, or InvalidRequest naming `field` and what is wrong with it: every way
     urllib refuses a URL (an unclosed '[', an invalid IPv6 address, characters that change
     under NFKC normalization, a bad port), and what it takes without a word but no URL
     holds (whitespace and control characters, which urllib silently drops; text around a
     bracketed host: 'http://[::1]x/' parses as host ::1)."""
     if any(c.isspace() or ord(c) < 0x20 or ord(c) == 0x7F for c in url):
-        raise InvalidRequest(f"agentUrl {url!r} is not a valid URL: it holds whitespace or a "
-                             "control character", field="agentUrl")
+        raise InvalidRequest(f"{field} {url!r} is not a valid URL: it holds whitespace or a "
+                             "control character", field=field)
     try:
         parts = urlsplit(url)
     except ValueError as exc:
-        raise InvalidRequest(f"agentUrl {url!r} is not a valid URL: {exc}",
-                             field="agentUrl") from exc
+        raise InvalidRequest(f"{field} {url!r} is not a valid URL: {exc}",
+                             field=field) from exc
     try:
         parts.port  # noqa: B018 - parsing the port raises on ':99999' or ':abc'
     except ValueError as exc:
-        raise InvalidRequest(f"agentUrl {url!r} has an invalid port: {exc}",
-                             field="agentUrl") from exc
+        raise InvalidRequest(f"{field} {url!r} has an invalid port: {exc}",
+                             field=field) from exc
     if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise InvalidRequest(f"agentUrl {url!r} is not an http(s) URL", field="agentUrl")
+        raise InvalidRequest(f"{field} {url!r} is not an http(s) URL", field=field)
     if not _NETLOC.fullmatch(parts.netloc):
-        raise InvalidRequest(f"agentUrl {url!r} is not a valid URL: its host part "
-                             f"{parts.netloc!r} is malformed", field="agentUrl")
+        raise InvalidRequest(f"{field} {url!r} is not a valid URL: its host part "
+                             f"{parts.netloc!r} is malformed", field=field)
     return parts
 
 

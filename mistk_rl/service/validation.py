@@ -132,16 +132,19 @@ def _bounds(schema: dict) -> list[Check]:
 
 
 def _string(schema: dict) -> list[Check]:
+    """Length and pattern checks (None passes them: `_type` decides whether it may be)."""
     checks = []
     if "minLength" in schema:
         shortest = schema["minLength"]
-        checks.append(lambda v, p: len(v) < shortest and _fail(f"{v!r} is too short", p))
+        checks.append(lambda v, p: v is not None and len(v) < shortest and _fail(
+            f"{v!r} is too short", p))
     if "maxLength" in schema:
         longest = schema["maxLength"]
-        checks.append(lambda v, p: len(v) > longest and _fail(f"{v!r} is too long", p))
+        checks.append(lambda v, p: v is not None and len(v) > longest and _fail(
+            f"{v!r} is too long", p))
     if "pattern" in schema:
         regex = re.compile(schema["pattern"])
-        checks.append(lambda v, p: not regex.search(v) and _fail(
+        checks.append(lambda v, p: v is not None and not regex.search(v) and _fail(
             f"{v!r} does not match {schema['pattern']!r}", p))
     return checks
 

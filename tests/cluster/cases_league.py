@@ -1,8 +1,10 @@
 """A tic-tac-toe league on the cluster: workers and players on different nodes, checkpoints
-moved over HTTP (no shared directory), a worker's node lost mid-league."""
+moved over HTTP (no shared directory), a worker's node lost mid-league and the worker
+started again on another node."""
 from __future__ import annotations
 
 import json
+import threading
 from pathlib import Path
 
 import pytest
@@ -38,31 +40,41 @@ def _league_config(tmp_path: Path) -> RunConfig:
     return RunConfig.model_validate(data)
 
 
-def test_a_league_spreads_over_nodes_and_goes_on_without_a_lost_worker(cluster, tmp_path):
-    games_node = cluster.add_node(num_cpus=1, resources={"games": 1})
-    cluster.wait_for_nodes()
+def test_a_league_spreads_over_nodes_and_a_lost_worker_is_started_again_elsewhere(
+        cluster, add_node, tmp_path):
+    first_games_node = add_node(num_cpus=1, resources={"games": 1})
     run_dir = tmp_path / "run"
-    removed = []
+    nodes_now: dict[str, object] = {}
+    replaced = threading.Event()
 
-    def say(_line: str) -> None:
-        if not removed and (run_dir / "progress.json").exists():  # the first evaluation
-            cluster.remove_node(games_node)  # (worker1's node)
-            removed.append(games_node.node_id)
+    def say(line: str) -> None:
+        if "worker worker1" in line and "started again" in line:
+            replaced.set()
+        if not nodes_now and (run_dir / "progress.json").exists():  # the first evaluation
+            cluster.remove_node(first_games_node)  # (worker1's node) ...
+            nodes_now["games"] = add_node(num_cpus=1, resources={"games": 1})
+            # ... and another joins: the worker is started again there, and (the league
+            # being between evaluations now) plays the next phase's jobs
+            assert replaced.wait(120), "worker1 was not started again within 120 s"
 
-    results = run(_league_config(tmp_path), run_dir, say=say)
+    results = run(_league_config(tmp_path), run_dir, say=say, max_restarts=1)
 
-    nodes = {name: where["node"] for name, where in results["placement"].items()}
+    placement = results["placement"]
+    nodes = {name: where["node"] for name, where in placement.items()}
     assert nodes["worker0"] == cluster.node_ids["alpha"]
-    assert nodes["worker1"] == games_node.node_id == removed[0]
+    assert [w["node"] for w in placement["worker1"]["was"]] == [first_games_node.node_id]
+    assert nodes["worker1"] == nodes_now["games"].node_id
     assert {nodes[a] for a in ("main", "main_exploiter", "league_exploiter", "frozen_0",
                                "frozen_1")} == {cluster.node_ids["beta"]}
     assert nodes["orchestrator"] == cluster.node_ids["head"]
-    # the league went on: both evaluations ran, on the worker that was left
+    # the league went on: both evaluations ran, the new worker played jobs
     assert [e["agent_steps"] >= s for e, s in zip(results["evals"], (400, 800))] == [True] * 2
     workers = {w["url"]: w for w in results["league"]["workers"]}
-    lost, left = (workers[results["placement"][name]["url"]] for name in ("worker1", "worker0"))
-    assert lost["state"] == "dropped" and lost["failures"] >= 2, lost
-    assert left["failed"] == 0 and left["jobs"] > 0, left
+    lost = workers[placement["worker1"]["was"][0]["url"]]
+    assert lost["state"] == "dropped" and lost["replaced_by"] == 2, lost
+    again = workers[placement["worker1"]["url"]]
+    assert again["failed"] == 0 and again["jobs"] > 0, again
+    assert workers[placement["worker0"]["url"]]["failed"] == 0
     # no shared directory: the league orchestrator's own holds the league ...
     own = tmp_path / "nodes" / "run" / "orchestrator" / "league"
     state = json.loads((own / "league.json").read_text())
@@ -70,5 +82,5 @@ def test_a_league_spreads_over_nodes_and_goes_on_without_a_lost_worker(cluster, 
         assert (own / snapshot["checkpoint_path"].removeprefix("league/")).is_file()
     # ... every service wrote only in its own data dir (and the logs beside them)
     node_root = tmp_path / "nodes" / "run"
-    assert {p.name for p in node_root.iterdir()} == set(nodes) | {"logs"}
+    assert {p.name for p in node_root.iterdir()} == set(nodes) | {"worker1.1", "logs"}
     assert not (run_dir / "league").exists() and not (run_dir / "data").exists()

@@ -13,11 +13,12 @@ from harness.run import run_from_file
 pytestmark = pytest.mark.usefixtures("in_repo")
 
 
-def _training_config(tmp_path, **agent) -> RunConfig:
+def _training_config(tmp_path, orchestrator=None, **agent) -> RunConfig:
     return RunConfig.model_validate({
         "name": "node-loss",
         "orchestrator": {"target": "orchestrators.gym_orchestrator:GymOrchestrator",
-                         "env": {"id": "CartPole-v1"}, "cpus": 0.5, "resources": {"head": 1}},
+                         "env": {"id": "CartPole-v1"}, "cpus": 0.5,
+                         "resources": orchestrator or {"head": 1}},
         "agents": [{"name": "player", "target": "agents.random_agent:RandomAgent",
                     "hyperparameters": {"seed": 0}, "cpus": 0.5, **agent}],
         "training": {"env_steps": 1500, "eval_every": 500, "eval_episodes": 2,
@@ -45,32 +46,37 @@ def _follow(monkeypatch, on_line) -> list[tuple[str, bool]]:
     return lines
 
 
-def test_a_run_that_loses_its_agents_node_resumes_on_another(cluster, tmp_path, monkeypatch):
-    """Two nodes offer `trainer`; the agent asks for it. After the first checkpoint the node
-    it runs on is removed: the run restarts its services, the agent lands on the other node,
-    gets the checkpoint back over HTTP and training ends where it would have."""
-    spare = {cluster.add_node(num_cpus=1, resources={"trainer": 1}) for _ in range(2)}
-    cluster.wait_for_nodes()
-    config = _training_config(tmp_path, resources={"trainer": 1})
+@pytest.mark.parametrize("role, name", [("agent", "player"),
+                                        ("orchestrator", "orchestrator")])
+def test_a_run_that_loses_a_services_node_resumes_on_another(cluster, add_node, tmp_path,
+                                                             monkeypatch, role, name):
+    """Two nodes offer `trainer`; the agent (or the orchestrator) asks for it. After the
+    first checkpoint the node it runs on is removed: the run restarts its services, the
+    service lands on the other node, the agent gets the checkpoint back over HTTP and
+    training ends where it would have."""
+    spare = {add_node(num_cpus=1, resources={"trainer": 1}) for _ in range(2)}
+    trainer = {"trainer": 1}
+    config = (_training_config(tmp_path, resources=trainer) if role == "agent"
+              else _training_config(tmp_path, orchestrator=trainer))
     run_dir = tmp_path / "run"
-    agent_node, removed = [], []
+    where, removed = [], []
 
     def on_line(line: str) -> None:
-        started = re.search(r"started agent player .* on node (\w+)", line)
+        started = re.search(rf"started {role} {name} .* on node (\w+)", line)
         if started:
-            agent_node.append(started.group(1))
+            where.append(started.group(1))
         if not removed and (run_dir / "progress.json").exists():  # (the first checkpoint)
-            node = next(n for n in spare if n.node_id.startswith(agent_node[-1]))
-            cluster.remove_node(node)  # (kills its raylet, the agent's actor and service)
+            node = next(n for n in spare if n.node_id.startswith(where[-1]))
+            cluster.remove_node(node)  # (kills its raylet, the service's actor and process)
             removed.append(node.node_id)
 
     lines = _follow(monkeypatch, on_line)
     code = run_from_file(_write(config, tmp_path / "c.yaml"), out=run_dir)
     assert code == 0, lines
     results = json.loads((run_dir / "results.json").read_text())
-    assert removed and any("lost player" in line for line, _ in lines), lines
-    assert results["placement"]["player"]["node"] != removed[0]
-    assert results["placement"]["player"]["node"] in {n.node_id for n in spare}
+    assert removed and any(f"lost {name}" in line for line, _ in lines), lines
+    assert results["placement"][name]["node"] != removed[0]
+    assert results["placement"][name]["node"] in {n.node_id for n in spare}
     assert results["resumed_at"] == [500]  # from the first checkpoint, by itself
     assert [e["env_steps"] for e in results["evals"]] == [500, 1000, 1500]
     # the checkpoints came to the run dir; the newest two are kept
@@ -78,12 +84,11 @@ def test_a_run_that_loses_its_agents_node_resumes_on_another(cluster, tmp_path, 
     assert kept == ["step-1000.pt", "step-1500.pt"]
 
 
-def test_a_run_whose_service_cannot_be_placed_again_ends_naming_it(cluster, tmp_path,
-                                                                   monkeypatch):
+def test_a_run_whose_service_cannot_be_placed_again_ends_naming_it(cluster, add_node,
+                                                                   tmp_path, monkeypatch):
     """The only node with `lonely` is lost: the restart cannot place the agent, and the run
     ends (after the startup timeout) with an error naming it, not a hang."""
-    node = cluster.add_node(num_cpus=1, resources={"lonely": 1})
-    cluster.wait_for_nodes()
+    node = add_node(num_cpus=1, resources={"lonely": 1})
     config = _training_config(tmp_path, resources={"lonely": 1})
     config.timeouts.startup = 8
     run_dir = tmp_path / "run"

@@ -14,7 +14,6 @@ import pytest
 REPO = Path(__file__).resolve().parents[2]
 
 
-
 @pytest.fixture(scope="session")
 def cluster():
     if os.environ.get("MISTK_RL_NETNS") != "1":
@@ -32,6 +31,22 @@ def cluster():
     yield made
     ray.shutdown()
     made.shutdown()
+
+
+@pytest.fixture
+def add_node(cluster):
+    """Add a node to the cluster for one test (removed after it, if the test did not)."""
+    added = []
+
+    def _add(**node_args):
+        node = cluster.add_node(**node_args)
+        added.append(node)
+        cluster.wait_for_nodes()
+        return node
+    yield _add
+    for node in added:
+        if node in cluster.worker_nodes:
+            cluster.remove_node(node)
 
 
 @pytest.fixture

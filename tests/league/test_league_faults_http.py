@@ -16,7 +16,7 @@ import pytest
 
 from harness.bench.faults import HarnessProcess
 from harness.bench.faults import workers as gunicorn_workers
-from mistk_rl.client import NotFound, OrchestratorClient
+from mistk_rl.client import BadRequest, NotFound, OrchestratorClient
 from mistk_rl.launch import ServiceProcess, wait_ready, wait_until_gone
 from mistk_rl.schemas import League
 from tests.conftest import REPO
@@ -167,6 +167,38 @@ def test_a_killed_worker_is_dropped_its_agents_come_back_and_the_league_finishes
     progress = league.client.progress()
     assert progress.league.failed == 1 and progress.league.workers == 1
     assert [w.state for w in view.workers if w.url != service.url] == ["idle"]
+
+
+def test_a_worker_started_again_elsewhere_takes_the_place_of_a_lost_one(league, launch):
+    """POST /league/workers with ``replaces`` (what the harness does when a cluster node
+    is lost): the lost worker's job fails and it is dropped, not retried; the new worker
+    joins the running league, is set up and plays its jobs."""
+    fresh = launch("orchestrator", GAME)
+    league.client.start_episode({"numEpisodes": 100_000})
+    service, job = league.freeze_mid_episode()
+    joined = league.client.add_league_worker(fresh.url, replaces=service.url)
+    assert (joined.url, joined.replaces) == (fresh.url, service.url)
+    os.killpg(service.process.pid, signal.SIGKILL)  # its node is gone
+    view = league.until("the new worker set up and playing jobs", lambda v: any(
+        w.url == fresh.url and w.jobs >= 2 for w in v.workers))
+    lost = _worker(view, service)
+    assert (lost.state, lost.replaced_by, lost.failed, lost.set_ups) == ("dropped", 2, 1, 1)
+    (failed,) = [j for j in view.jobs["recent"] if "failed" in j]
+    assert failed["job_id"] == job["job_id"] and failed["worker"] == service.url
+    league.client.stop_episode()
+    assert {a.status().state for a in league.agents.values()} == {"ready"}
+    # with no episode running a worker joins at once; bad requests change nothing
+    before = league.view().workers
+    for url, replaces, match in ((fresh.url, None, "in the league already"),
+                                 ("http://127.0.0.1:9/", service.url, "no live worker"),
+                                 ("ftp://w/", None, "url 'ftp://w/' is not an http")):
+        with pytest.raises(BadRequest, match=match):
+            league.client.add_league_worker(url, replaces=replaces)
+    assert league.view().workers == before
+    spare = league.client.add_league_worker("http://127.0.0.1:9/")
+    assert [w.state for w in league.view().workers][-1:] == ["new"] and not spare.replaces
+    with pytest.raises(NotFound, match="runs no league"):
+        fresh.client().add_league_worker(league.workers[0].url)
 
 
 def test_with_every_worker_killed_the_run_ends_naming_them(league):

@@ -254,3 +254,48 @@ def test_bound_workers_run_their_players_jobs_one_at_a_time():
     sched.task_failed(1, "gone again", 5.0)
     assert sched.exhausted() == ("player 'b' has no healthy worker left: worker 1 http://w1 "
                                  "failed 2 times in a row: gone again")
+
+
+def test_a_joining_worker_is_set_up_before_its_first_job():
+    sched, league = _scheduler(), _league()
+    _set_up_all(sched)
+    joined = sched.add_worker("http://w2")
+    assert (joined.index, joined.state, joined.player) == (2, NEW, None)
+    assert sched.holding_jobs(0.0) and sched.next_job(league, 0, 0.0) is None
+    assert sched.next_set_up(0.0) == 2
+    sched.begin_set_up(2)
+    sched.set_up_done(2)
+    assert sched.idle() == [0, 1, 2]
+    assert sched.next_job(league, 2, 0.0).worker == 2
+
+
+def test_a_replaced_worker_is_dropped_once_its_task_ends_and_not_retried():
+    sched, league = _scheduler(), _league()
+    _set_up_all(sched)
+    sched.add_worker("http://w2", replaces=1)  # an idle worker: dropped at once
+    w1 = sched.workers[1]
+    assert (w1.state, w1.replaced_by, w1.failed) == (DROPPED, 2, 0)
+    assert sched.workers[1].view()["replacedBy"] == 2
+    with pytest.raises(ValueError, match="dropped already"):
+        sched.add_worker("http://w3", replaces=1)
+    _set_up_all(sched)
+    job = sched.next_job(league, 0, 0.0)
+    sched.add_worker("http://w3", replaces=0)
+    assert sched.workers[0].state == BUSY  # its job goes on ...
+    failure = sched.job_failed(job, "ServiceUnavailable: cannot connect", now=1.0)
+    assert failure.dropped and sched.workers[0].state == DROPPED  # ... and is not retried
+    assert failure.describe().startswith("worker 0 http://w0: dropped (replaced by worker 3)")
+    assert sched.next_retry(1.0) is None and sched.live() == [2, 3]
+    # a replaced worker whose job finishes is dropped all the same
+    _set_up_all(sched)
+    job = sched.next_job(league, 2, 2.0)
+    sched.add_worker("http://w4", replaces=2)
+    sched.job_done(job)
+    assert sched.workers[2].state == DROPPED and sched.workers[2].jobs == 1
+
+
+def test_a_bound_workers_replacement_takes_its_player():
+    sched = Scheduler(["a", "b"], URLS, Backoff(max_failures=2), bind=True)
+    assert sched.add_worker("http://w2", replaces=1).player == "b"
+    assert sched.add_worker("http://w3").player == "b"  # (as worker 3 of the start would)
+    assert sched.workers[1].state == DROPPED and sched.exhausted() is None
