@@ -63,7 +63,8 @@ MODEL_SETTINGS = dict(wrapper_type=0, rec_t=10, max_depth=5, model_warm_up_n=200
                       model_max_replay_ratio=40.0)
 """The learned-model run: v1.1's defaults are for 50M real steps (warm-up 200k, lr 1e-4,
 replay ratio 5, batch 128); a 20k-step run on CPU warms up on 2k, keeps all 20k, decays a
-larger rate to 0 over them and makes ~2,000 updates of 64 windows (replay ratio 36). At ratio
+larger rate to 0 over them and makes ~2,250 updates of 64 windows (trained up to replay ratio
+40, as v1.1's single process trains up to its maximum). At ratio
 5 (141 updates) the reward loss only reaches the plateau of predicting the mean reward: a net
 of this size takes ~500 updates to find the push that solves a level even one step ahead."""
 

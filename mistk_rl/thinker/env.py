@@ -145,6 +145,7 @@ class ThinkerEnv:
         self.cur_t += 1
         children = [cur.children[a] for cur, a in zip(self.curs, primary)]
         pending = []
+        again = [child.expanded and not self._is_expanded(child) for child in children]
         for i, (cur, child) in enumerate(zip(self.curs, children)):
             if self._is_expanded(child):
                 continue
@@ -155,6 +156,8 @@ class ThinkerEnv:
                 pending.append(i)
         if pending:
             self._expand(pending, [children[i] for i in pending], primary[pending])
+        for child in (c for c, a in zip(children, again) if a):  # a carried node, re-expanded:
+            tree.refresh(child, gamma)  # the returns through it as it is now (v1.1 override)
         im_reward = np.zeros(self.env_n, dtype=np.float32)
         reps = np.empty((self.env_n, self.layout.length), dtype=np.float32)
         for i, child in enumerate(children):

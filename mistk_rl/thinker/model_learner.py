@@ -19,11 +19,12 @@ scaled by the importance weight:
 Two Adam optimisers (SR, VP) at model_lr, decayed linearly to 0 over total_steps real
 transitions.
 
-Training runs inside the MDP's real step (`train_if_due`) once warm-up is over: while the
-replay ratio, transitions trained (updates x batch x k) per transition recorded after warm-up,
-is below model_min_replay_ratio, one more update. The ratio then sits in [min, min + one
-update's share], inside [min, max] once that share (batch k / (processed_n - warm-up + 1))
-is at most max - min.
+Training runs inside the MDP's real step (`train_if_due`) once warm-up is over, as v1.1's
+single-process mode does: while the replay ratio, transitions trained (updates x batch x k)
+per transition recorded after warm-up, is below model_max_replay_ratio, one more update. The
+ratio then sits in [max, max + one update's share (batch k / (processed_n - warm-up + 1))].
+model_min_replay_ratio is v1.1's bound for its multi-process mode, where actors wait while
+the learner is below it; in one process the learner never falls behind, so it is not used.
 """
 from __future__ import annotations
 
@@ -266,13 +267,13 @@ class ModelLearner:
         return trained / max(1, self.processed_n - self.cfg.model_warm_up_n + 1)
 
     def train_if_due(self) -> None:
-        """Update while the replay ratio is below its minimum (after warm-up); checkpoint
-        every ckp_every_s seconds."""
+        """Update while the replay ratio is below its maximum (after warm-up; module doc);
+        checkpoint every ckp_every_s seconds."""
         if not self.trainable or self.processed_n < self.cfg.model_warm_up_n:
             return
         if self.replay is not None and self.replay.ready:
             start = time.perf_counter()
-            while self.replay_ratio < self.cfg.model_min_replay_ratio:
+            while self.replay_ratio < self.cfg.model_max_replay_ratio:
                 self.update()
             self.update_s += time.perf_counter() - start
         if self.path is not None and time.monotonic() - self._last_ckp >= self.cfg.ckp_every_s:

@@ -6,6 +6,9 @@ from the root to it appends the return of the path seen from its own parent,
 (``qs_mean``, ``qs_max``), the root's list holds ``g * G`` of every visited node, and
 ``rollout_n`` counts the distinct visited nodes of a subtree (``ns`` = rollout_n / K).
 ``G(n) = sum_i g^(i-1) r_i + g^d v(n)`` along the path root -> n; ``Gmax`` is the best G seen.
+Each list entry remembers the node it is the return of (`Node.visits`), so that when a
+learned model re-expands a node (new r and v) the lists through it are recomputed
+(`refresh`, v1.1's override): a list always holds the returns of the nodes as they are now.
 
 The tree knows nothing of envs or models: `Node.state` is whatever the expander keeps (an env
 snapshot for the perfect model, a hidden state for a learned one).
@@ -24,8 +27,8 @@ class Node:
     expanded, and its rollout statistics."""
 
     __slots__ = ("action", "parent", "logit", "r", "v", "done", "state", "frame", "hidden",
-                 "children", "expanded_at", "returns", "rollout_n", "trail_r", "trail_disc",
-                 "rollout_q")
+                 "children", "expanded_at", "returns", "visits", "rollout_n", "trail_r",
+                 "trail_disc", "rollout_q")
 
     def __init__(self, action: int, parent: Optional[Node], logit: float) -> None:
         self.action = action  # the action that leads here from the parent
@@ -40,6 +43,7 @@ class Node:
         self.children: Optional[list[Node]] = None  # all A created at expansion
         self.expanded_at = -1  # the real step it was (re-)expanded at (learned models)
         self.returns: list[float] = []  # rollout returns appended on first visits below
+        self.visits: list[Node] = []  # the node each entry of `returns` is the return of
         self.rollout_n = 0
         self.trail_r = 0.0
         self.trail_disc = 1.0
@@ -84,7 +88,28 @@ def visit(node: Node, gamma: float) -> None:
         m.rollout_q = m.trail_r + m.trail_disc * node.v
         if first:
             m.returns.append(m.rollout_q)
+            m.visits.append(node)
             m.rollout_n += 1
+
+
+def path_return(top: Node, node: Node, gamma: float) -> float:
+    """The return of the path from `top` down to `node`, seen from top's parent:
+    ``r(top) + g r(..) + ... + g^j r(node) + g^(j+1) v(node)`` (an entry of top's list)."""
+    path = [node]
+    while path[-1] is not top:
+        path.append(path[-1].parent)
+    total, disc = 0.0, 1.0
+    for n in reversed(path):
+        total += disc * n.r
+        disc *= gamma
+    return total + disc * node.v
+
+
+def refresh(node: Node, gamma: float) -> None:
+    """Recompute the lists that hold a return through `node` (its own and its ancestors'),
+    after its r or v changed: a learned model re-expanded it."""
+    for m in node.path():
+        m.returns = [path_return(m, n, gamma) for n in m.visits]
 
 
 def new_root(node: Node, v: float, logits: np.ndarray, state: Any, gamma: float,
@@ -92,13 +117,11 @@ def new_root(node: Node, v: float, logits: np.ndarray, state: Any, gamma: float,
     """`node` (a child of the old root, with its subtree) as the root after a real step.
 
     Its list entries were returns seen from the old root, ``r + g G'`` with G' the return from
-    `node`; dropping r leaves ``g G'``, the form a root keeps. The first entry is the node's
-    own, ``g v`` with the new value. Like every root, its r is 0."""
-    old_r = node.r
+    `node`; with r now 0 (as every root's) they are ``g G'``, the form a root keeps; its own
+    entry, the first, is ``g v`` with the new value."""
     node.parent = None
     node.expand(0.0, v, logits, False, state, frame, hidden, step)
-    if node.returns:
-        node.returns = [gamma * node.v] + [q - old_r for q in node.returns[1:]]
+    refresh(node, gamma)
     return node
 
 
