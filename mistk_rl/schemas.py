@@ -262,6 +262,7 @@ class LeagueSettings(Body):
     worker_backoff: float = Field(default=1.0, ge=0, le=600)
     worker_backoff_max: float = Field(default=30.0, ge=0, le=3600)
     seed: Optional[int] = Field(default=None, ge=0)
+    deterministic: bool = False  # results applied in launch order (the spec says what)
 
 
 class EnvSpec(Body):

@@ -36,6 +36,9 @@ this class does the HTTP:
   row up to ``workerBackoffMax``, and is set up again; after ``maxWorkerFailures`` in a row
   it is dropped. With none left the startEpisode fails: "no healthy worker left", naming
   each worker and its last error. Each failure is one log line.
+- With ``deterministic``, job results are applied in launch order, and after each one the
+  next job is launched at once, so every decision of the league happens at the same point
+  of the same sequence from run to run (`_settled`); a worker whose job ended first waits.
 - A startEpisode with ``lineup`` or ``exhaustive`` is a plain game call, run on a set-up
   worker (the harness's evaluations of a player), retried on another under the same rules.
 - A worker may join at any time (``POST /league/workers``): more capacity, or one started
@@ -517,9 +520,10 @@ class LeagueOrchestrator(AbstractOrchestrator):
                         self._pause(wait)
                         continue
                     wait = sched.next_retry(now)
-                    done, _ = futures.wait(tasks, timeout=min(WAKE_S, wait or WAKE_S),
-                                           return_when=futures.FIRST_COMPLETED)
-                    for future in done:
+                    watched = self._watched(tasks)
+                    futures.wait(watched, timeout=min(WAKE_S, wait or WAKE_S),
+                                 return_when=futures.FIRST_COMPLETED)
+                    for future in [f for f in watched if f.done()]:
                         index, assignment = tasks.pop(future)
                         self._ended(index, assignment, future.result())
             finally:
@@ -537,6 +541,17 @@ class LeagueOrchestrator(AbstractOrchestrator):
                     raise errors[0]
                 for exc in errors:  # (the error that ended the loop is the one to report)
                     log.warning("settling a job after the run ended: %s", exc)
+
+    def _watched(self, tasks: dict[futures.Future, tuple[int, Optional[Assignment]]]
+                 ) -> list[futures.Future]:
+        """The tasks whose end the loop takes next: any (set-ups always); with
+        ``deterministic``, of the jobs only the one launched first, so results are applied
+        in launch order and the next launch follows each one."""
+        if not self.settings.deterministic:
+            return list(tasks)
+        jobs = [(a.job_id, f) for f, (_, a) in tasks.items() if a is not None]
+        first = [min(jobs, key=lambda pair: pair[0])[1]] if jobs else []
+        return [f for f, (_, a) in tasks.items() if a is None] + first
 
     def _pause(self, seconds: float) -> None:
         """Wait for a worker's backoff, waking early on stopEpisode."""

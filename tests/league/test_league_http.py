@@ -161,3 +161,41 @@ def test_a_league_without_a_shared_directory_moves_checkpoints_over_http(launch)
         assert (service.data_dir / active[name]["checkpoint_path"]).is_file()
     assert again.get_league().jobs["launched"] > view.jobs["launched"]
     again.reset()
+
+
+def _deterministic_league(launch, tmp_path, name: str) -> tuple[dict, list]:
+    """A fresh league (DQN players that learn, two workers), 400 main-player moves with
+    ``deterministic``; its league.json and its games."""
+    share = ["--share", f"league={tmp_path / name}"]
+    services = [launch("orchestrator", GAME, wait=False) for _ in range(2)] + [
+        launch("agent", DQN, extra_args=share, wait=False) for _ in range(3)] + [
+        launch("orchestrator", LEAGUE, extra_args=share, wait=False)]
+    for service in services:
+        wait_ready(service, 60)
+    league = services[5].client()
+    env = _env([s.url for s in services[:2]])
+    env["league"].update(onePhaseStep=150, deterministic=True)
+    league.initialize(env, agents_needed=3)
+    for i, (agent, service) in enumerate(zip(["main", "exploiter", "frozen"], services[2:5])):
+        client = service.client()
+        client.initialize(hyperparameters={**SMALL_DQN, "seed": i})
+        client.build_model()
+        league.register_agent(agent, service.url, skip_train=agent == "frozen")
+    league.start_episode({"numSteps": 400}, wait=True, timeout=300)
+    league.stop_episode()
+    games = [(g.agent, g.seats, g.winner, g.length, g.return_)
+             for g in league.get_results().episodes]
+    return json.loads((tmp_path / name / "league.json").read_text()), games
+
+
+def test_a_deterministic_league_is_the_same_league_every_time(launch, tmp_path):
+    """Jobs run side by side on two workers and end in whatever order; with
+    ``deterministic`` the league applies them in launch order, so two runs with the same
+    seeds make the same matches, snapshots and games, move for move."""
+    first, first_games = _deterministic_league(launch, tmp_path, "one")
+    second, second_games = _deterministic_league(launch, tmp_path, "two")
+    assert first_games == second_games and len(first_games) >= 400 // 5
+    assert first["jobs_launched"] == second["jobs_launched"] > 8
+    assert len(first["historical"]) >= 2  # the first snapshot and one taken in training
+    for key in ("payoff", "historical", "active"):
+        assert first[key] == second[key], key
