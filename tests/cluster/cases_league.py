@@ -18,11 +18,11 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 def _league_config(tmp_path: Path) -> RunConfig:
-    """configs/tictactoe_league.yaml, small: little DQNs, 800 main-player moves, an
-    evaluation every 400 against the random player, enumerated."""
+    """configs/tictactoe_league.yaml, small: little DQNs, 600 main-player moves, an
+    evaluation every 300 against the random player, enumerated."""
     data = yaml.safe_load((REPO / "configs" / "tictactoe_league.yaml").read_text())
     league = data["orchestrator"]["env"]["league"]
-    league.update(onePhaseStep=400, gamesPerJob=16, numEnvs=8, workerBackoff=0.1,
+    league.update(onePhaseStep=300, gamesPerJob=16, numEnvs=8, workerBackoff=0.1,
                   workerBackoffMax=0.5, maxWorkerFailures=2)
     data["orchestrator"].update(cpus=0.2, resources={"head": 1})
     data["workers"] = [{"target": "orchestrators.game_orchestrator:GameOrchestrator",
@@ -33,7 +33,7 @@ def _league_config(tmp_path: Path) -> RunConfig:
         hyper["train"] = {"learning_starts": 100, "train_freq": 16, "gradient_steps": 2}
         hyper["buffer"] = {"type": "naive", "replay_buffer_size": 4000}
         agent.update(cpus=0.2, resources={"beta": 0.5})
-    data["game_training"] = {"agent_steps": 800, "eval_every": 400, "seed": 0,
+    data["game_training"] = {"agent_steps": 600, "eval_every": 300, "seed": 0,
                              "checkpoints": 2}
     data["evaluation"]["against"] = [{"opponent": "random", "exhaustive": True}]
     data["cluster"] = {"address": "auto", "data_root": str(tmp_path / "nodes")}
@@ -68,7 +68,7 @@ def test_a_league_spreads_over_nodes_and_a_lost_worker_is_started_again_elsewher
                                "frozen_1")} == {cluster.node_ids["beta"]}
     assert nodes["orchestrator"] == cluster.node_ids["head"]
     # the league went on: both evaluations ran, the new worker played jobs
-    assert [e["agent_steps"] >= s for e, s in zip(results["evals"], (400, 800))] == [True] * 2
+    assert [e["agent_steps"] >= s for e, s in zip(results["evals"], (300, 600))] == [True] * 2
     workers = {w["url"]: w for w in results["league"]["workers"]}
     lost = workers[placement["worker1"]["was"][0]["url"]]
     assert lost["state"] == "dropped" and lost["replaced_by"] == 2, lost
