@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 from typing import Optional, Sequence
 
+from mistk_rl import API_VERSION, __version__
 from mistk_rl.service.cli import add_serve_arguments
 
 
@@ -47,6 +48,8 @@ def _bench(args: argparse.Namespace) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="mistk-rl", description=__doc__.splitlines()[0])
+    parser.add_argument("--version", action="version",
+                        version=f"mistk-rl {__version__} (HTTP API {API_VERSION})")
     sub = parser.add_subparsers(dest="command", required=True)
 
     serve = sub.add_parser("serve", help="run an agent or orchestrator class as a service")
@@ -105,7 +108,7 @@ def build_parser() -> argparse.ArgumentParser:
                             "transport's http-binary steps/s with the agent placed by Ray "
                             "(--envs, default 1,64); cluster-loss: the tic-tac-toe league "
                             "to its targets on a local cluster, its workers on two nodes, "
-                            "one removed after the first evaluation; "
+                            "one removed after the first evaluation and another joining; "
                             "envs: env managers vs gymnasium's vector envs; "
                             "faults: how fast a run ends, and what it leaves, when a service "
                             "dies, restarts or hangs; "

@@ -8,6 +8,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from mistk_rl.league.player import PLAYER_TYPES, solo_players
+from mistk_rl.registry import suggest
 from mistk_rl.schemas import AgentSettings, LocalInferenceSettings
 
 
@@ -373,6 +374,46 @@ def load_config(path: Path) -> RunConfig:
     try:
         return RunConfig.model_validate(data or {})
     except ValidationError as exc:
-        problems = "; ".join(f"{'.'.join(map(str, e['loc'])) or '(top)'}: {e['msg']}"
-                             for e in exc.errors())
-        raise ConfigError(f"{path}: {problems}") from exc
+        raise ConfigError(f"{path}: {describe_errors(exc)}") from exc
+
+
+def describe_errors(exc: ValidationError) -> str:
+    """One line per problem, where it is and what; an unknown key names the keys known
+    there and the closest one ("Did you mean ...?", as a hyperparameter's does)."""
+    problems = []
+    for error in exc.errors():
+        where = ".".join(map(str, error["loc"])) or "(top)"
+        message = error["msg"]
+        if error["type"] == "extra_forbidden":
+            known = _known_keys(RunConfig, error["loc"][:-1])
+            if known:
+                message = (f"unknown key (known here: {', '.join(known)})"
+                           f"{suggest(str(error['loc'][-1]), known)}")
+        problems.append(f"{where}: {message}")
+    return "; ".join(problems)
+
+
+def _known_keys(model: type[BaseModel], loc: tuple) -> Optional[list[str]]:
+    """The keys the model at `loc` (field names, list indices, dict keys) takes."""
+    annotation: Any = model
+    for part in loc:
+        annotation = _model_in(annotation)
+        if isinstance(part, int) or annotation is None:
+            continue  # (a list item: the item's model is found at the next step)
+        field = annotation.model_fields.get(str(part))
+        if field is None:
+            return None
+        annotation = field.annotation
+    found = _model_in(annotation)
+    return sorted(found.model_fields) if found is not None else None
+
+
+def _model_in(annotation: Any) -> Optional[type[BaseModel]]:
+    """The pydantic model inside an annotation (Optional[X], list[X], X | None)."""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    for arg in getattr(annotation, "__args__", ()):
+        found = _model_in(arg)
+        if found is not None:
+            return found
+    return None

@@ -74,6 +74,8 @@ def run_from_file(config_path: Optional[Path], out: Optional[Path] = None, quiet
     previous = ({sig: signal.signal(sig, _raise_stopped) for sig in (signal.SIGTERM,
                                                                      signal.SIGHUP)}
                 if threading.current_thread() is threading.main_thread() else {})
+    program = "mistk-rl eval" if evaluate_only else "mistk-rl run"
+    run_dir: Optional[Path] = None
     try:
         progress = None
         if resume is not None:
@@ -100,11 +102,13 @@ def run_from_file(config_path: Optional[Path], out: Optional[Path] = None, quiet
         results = run_restarting(config, run_dir, say, progress, quiet, evaluate_only,
                                   max_restarts)
     except (ConfigError, HarnessError, ClusterError) as exc:
-        print(f"mistk-rl run: {exc}", file=sys.stderr)
+        print(f"{program}: {exc}", file=sys.stderr)
         return 1
-    except Stopped as exc:
-        print(f"mistk-rl run: {exc}; the services it started are stopped", file=sys.stderr)
-        return 128 + exc.signum
+    except (Stopped, KeyboardInterrupt) as exc:
+        why = "interrupted (Ctrl-C)" if isinstance(exc, KeyboardInterrupt) else str(exc)
+        print(f"{program}: {why}; the services it started are stopped"
+              f"{_what_is_left(run_dir)}", file=sys.stderr)
+        return 130 if isinstance(exc, KeyboardInterrupt) else 128 + exc.signum
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
@@ -121,6 +125,16 @@ def run_from_file(config_path: Optional[Path], out: Optional[Path] = None, quiet
         say(f"{len(returns)} episodes, mean return {sum(returns) / len(returns):.2f}; "
             f"wall {results['wall_s']:.2f} s; results in {run_dir / 'results.json'}")
     return 0
+
+
+def _what_is_left(run_dir: Optional[Path]) -> str:
+    """Where an ended run left its partial results, and how to go on from them."""
+    if run_dir is None or not run_dir.exists():
+        return ""
+    if (run_dir / "progress.json").exists():
+        return (f"; what it did so far is in {run_dir} (continue with "
+                f"'mistk-rl run --resume {run_dir}')")
+    return f"; its logs are in {run_dir / 'logs'} (no checkpoint yet: nothing to resume)"
 
 
 def run_restarting(config: RunConfig, run_dir: Path, say: Callable[[str], None],

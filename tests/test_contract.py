@@ -59,6 +59,17 @@ def test_every_operation_documents_its_errors(role):
             assert {"400", "413"} <= codes, f"{role} {path}: no 400/413"
 
 
+@pytest.mark.parametrize("role", ["agent", "orchestrator"])
+def test_every_operation_has_one_declared_tag(role):
+    """Swagger UI groups operations by tag (all under "default" without them)."""
+    declared = [tag["name"] for tag in load_spec(role)["tags"]]
+    used = []
+    for path, _method, op in operations(role):
+        assert len(op.get("tags", [])) == 1 and op["tags"][0] in declared, (path, op.get("tags"))
+        used.append(op["tags"][0])
+    assert set(used) == set(declared)  # (no tag left empty)
+
+
 def test_shared_schemas_are_identical_in_both_specs():
     agent, orch = load_spec("agent"), load_spec("orchestrator")
     for name in SHARED_SCHEMAS:

@@ -60,3 +60,79 @@ def test_run_reports_a_bad_target(tmp_path):
     proc = _run([str(config), "--out", str(tmp_path / "run")], REPO)
     assert proc.returncode == 1
     assert "RandomAgnet" in proc.stderr
+
+
+def test_serve_on_a_taken_port_says_so_at_once(tmp_path):
+    """(gunicorn alone retried for 5 s, printing Errno 98.)"""
+    import socket
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        proc = subprocess.run([sys.executable, "-m", "mistk_rl", "serve", "agent",
+                               "agents.random_agent:RandomAgent", "--port", str(port),
+                               "--data-dir", str(tmp_path)], cwd=REPO, capture_output=True,
+                              text=True, timeout=60)
+    assert proc.returncode == 2
+    assert proc.stderr.strip() == (f"mistk-rl serve: port {port} on 127.0.0.1 is in use "
+                                   "(another service?): choose another with --port, or "
+                                   "--port 0 for a free one")
+
+
+def test_version():
+    proc = subprocess.run([sys.executable, "-m", "harness", "--version"], cwd=REPO,
+                          capture_output=True, text=True, timeout=60)
+    from mistk_rl import __version__
+    assert proc.returncode == 0 and proc.stdout.startswith(f"mistk-rl {__version__} (HTTP API")
+
+
+def test_ctrl_c_stops_the_services_and_says_where_the_run_is(tmp_path):
+    """SIGINT (Ctrl-C) after the first checkpoint: exit 130, every service stopped, and a
+    line saying so, with how to resume."""
+    import signal
+
+    import yaml
+
+    from harness.bench.faults import HarnessProcess
+
+    config = yaml.safe_load((REPO / "configs" / "cartpole_dqn.yaml").read_text())
+    config["training"].update(env_steps=10 ** 6, eval_every=500, eval_episodes=1)
+    run = HarnessProcess(config, tmp_path / "run", REPO)
+    run.wait_for_line("eval at", timeout=120)  # (progress.json is written with it)
+    run.process.send_signal(signal.SIGINT)
+    code, stderr = run.finish()
+    assert code == 130, stderr
+    assert stderr.strip().endswith(
+        f"mistk-rl run: interrupted (Ctrl-C); the services it started are stopped; what it "
+        f"did so far is in {tmp_path / 'run'} (continue with 'mistk-rl run --resume "
+        f"{tmp_path / 'run'}')"), stderr
+    pids = _service_pids(tmp_path / "run")
+    assert pids and not any(group_alive(pid) for pid in pids)
+
+
+def test_serve_starts_without_warnings_and_says_where(tmp_path):
+    """`--port 0` takes a free port and prints the base URL first; the log holds no
+    warning (connexion's import used to open every log with one) and no gunicorn control
+    socket (one path per user, which every service on the machine took over)."""
+    import re
+    import signal
+
+    process = subprocess.Popen([sys.executable, "-m", "mistk_rl", "serve", "agent",
+                                "agents.random_agent:RandomAgent", "--port", "0",
+                                "--data-dir", str(tmp_path)], cwd=REPO, text=True,
+                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    lines = []
+    try:
+        for line in process.stdout:  # (ends when the service does: it is stopped below)
+            lines.append(line)
+            if "Application startup complete" in line:
+                break
+    finally:
+        process.send_signal(signal.SIGTERM)
+        process.wait(30)
+    first = re.fullmatch(r"mistk-rl serve: agent agents\.random_agent:RandomAgent on "
+                         r"http://127\.0\.0\.1:(\d+)/v1/mistk/agent\n", lines[0])
+    assert first and int(first.group(1)) > 0, lines[0]
+    assert any("Application startup complete" in line for line in lines), lines
+    assert not [line for line in lines if "Warning" in line or "Control socket" in line]

@@ -128,7 +128,11 @@ def test_with_seed_sets_every_seed_but_the_evaluation_ones():
 
 @pytest.mark.parametrize("text, message", [
     ("orchestrator: {target: a:B, env: {id: X}}\nagents: [{name: p, target: a:B}]\n"
-     "episodez: []\n", "episodez"),
+     "episodez: []\n", r"episodez: unknown key \(known here: agents, .*\)\. Did you mean "
+                         r"'episodes'\?"),
+    ("orchestrator: {target: a:B, env: {id: X}}\n"
+     "agents: [{name: p, target: a:B, hyperparamters: {}}]\n",
+     r"agents\.0\.hyperparamters: unknown key .* Did you mean 'hyperparameters'\?"),
     ("orchestrator: {target: a:B, url: http://x, env: {id: X}}\n"
      "agents: [{name: p, target: a:B}]\n", "exactly one of"),
     ("orchestrator: {target: a:B, env: {id: X}}\nagents: []\n", "agents"),

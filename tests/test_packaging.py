@@ -35,7 +35,8 @@ for name in modules:
         outside.append((name, module.__file__))
 specs = sorted(p.name for p in importlib.resources.files("mistk_rl.openapi").iterdir()
                if p.name.endswith(".yaml"))
-print(json.dumps({"modules": modules, "outside": outside, "specs": specs}))
+typed = importlib.resources.files("mistk_rl").joinpath("py.typed").is_file()
+print(json.dumps({"modules": modules, "outside": outside, "specs": specs, "typed": typed}))
 """ % (TOPS,)
 
 
@@ -87,6 +88,9 @@ def test_wheel_imports_every_module_from_the_install(wheel_venv, tmp_path):
     assert expected <= set(report["modules"]), sorted(expected - set(report["modules"]))
     assert report["outside"] == []
     assert report["specs"] == ["agent.yaml", "orchestrator.yaml"]
+    assert report["typed"]  # PEP 561: type checkers read the SDK's hints
+    version = _run([str(python.parent / "mistk-rl"), "--version"], tmp_path, 60).stdout
+    assert version.startswith("mistk-rl 0.") and "HTTP API 1." in version
 
 
 def test_wheel_runs_the_main_job(wheel_venv, tmp_path):

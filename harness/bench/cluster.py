@@ -79,7 +79,7 @@ def _league_run(steps: int, worker_nodes: int, out: Path,
     """One league run of `steps` main-player moves; placed on the cluster when
     `worker_nodes` > 0 (workers spread over the nodes, the rest on the head). `lose_node`:
     the config as it is (its targets stop the run), the last worker node removed after the
-    first evaluation."""
+    first evaluation and another with its resources added."""
     from harness.config import RunConfig
     from harness.run import run
 
@@ -96,8 +96,14 @@ def _league_run(steps: int, worker_nodes: int, out: Path,
             worker.update(cpus=0.5, resources={f"w{i % worker_nodes}": 1})
         for service in [data["orchestrator"], *data["agents"]]:
             service.update(cpus=0.5, resources={"head": 1})
-    loss = _AtFirstCheckpoint(out / "run", lambda: cluster.remove_node(
-        cluster.named[f"w{worker_nodes - 1}"]))
+    def lose_and_replace() -> None:
+        """The last worker node is lost; a machine offering the same resources joins (as
+        a cluster's autoscaler brings one), where the harness starts the lost worker again."""
+        last = f"w{worker_nodes - 1}"
+        cluster.remove_node(cluster.named[last])
+        cluster.named[last] = cluster.add_node(num_cpus=2, resources={last: 2})
+
+    loss = _AtFirstCheckpoint(out / "run", lose_and_replace)
     if lose_node:
         loss.start()
     try:
@@ -114,8 +120,11 @@ def _league_run(steps: int, worker_nodes: int, out: Path,
     if lose_node:
         record.update(lost_node_at=loss.fired_at, passed=bool(results.get("first_pass")),
                       first_pass=results.get("first_pass"), evaluation=results["evaluation"],
-                      workers=[{k: w[k] for k in ("state", "jobs", "failures")}
-                               for w in results["league"]["workers"]])
+                      workers=[{k: w[k] for k in ("url", "state", "jobs", "failed",
+                                                  "replaced_by")}
+                               for w in results["league"]["workers"]],
+                      placement={name: where for name, where in results["placement"].items()
+                                 if name.startswith("worker")})
     return record
 
 
@@ -174,7 +183,7 @@ def bench_cluster_loss(seeds: list[int]) -> list[dict[str, Any]]:
         record = _league_run(0, 2, Path(tmp), lose_node=True)
     print(f"  cluster league: a worker node lost at {record['lost_node_at']} moves; "
           f"targets met: {record['passed']} {record['first_pass']}; "
-          f"workers {record['workers']}; "
+          f"workers {record['workers']}; placement {record['placement']}; "
           f"evaluation {record['evaluation']}", flush=True)
     return records + [record]
 

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import errno
 import os
+import socket
 import sys
 from pathlib import Path
 from typing import Optional, Sequence
@@ -20,7 +22,8 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--host", default="127.0.0.1",
                         help="address to bind (default loopback; 0.0.0.0 exposes the service)")
     parser.add_argument("--port", type=int, default=None,
-                        help="port (default 8081 agent, 8080 orchestrator)")
+                        help="port (default 8081 agent, 8080 orchestrator; 0: a free one, "
+                             "printed at start)")
     parser.add_argument("--data-dir", default="data",
                         help="directory that model and episode paths resolve inside")
     parser.add_argument("--token", default=None,
@@ -59,20 +62,48 @@ def serve_command(args: argparse.Namespace) -> int:
     limits = list(args.limit)
     if args.max_body_bytes is not None:
         limits.append(f"max_body_bytes={args.max_body_bytes}")
+    port = args.port if args.port is not None else (8081 if args.role == "agent" else 8080)
+    fd = args.fd
     try:
         parsed = Limits.parse(limits)
         shares = _shares(args.share)
+        if fd is None:  # bound here, so a taken port is one clear line, not retries
+            listener = _listen(args.host, port)
+            fd, port = listener.fileno(), listener.getsockname()[1]
+            print(f"mistk-rl serve: {args.role} {args.target} on "
+                  f"http://{_url_host(args.host)}:{port}/v1/mistk/{args.role}", flush=True)
     except ValueError as exc:
         print(f"mistk-rl serve: {exc}", file=sys.stderr)
         return 2
     serve(ServeOptions(
-        role=args.role, target=args.target, host=args.host,
-        port=args.port if args.port is not None else (8081 if args.role == "agent" else 8080),
+        role=args.role, target=args.target, host=args.host, port=port,
         data_dir=Path(args.data_dir), token=args.token or os.environ.get("MISTK_RL_TOKEN"),
-        fd=args.fd, allow_agent_hosts=hosts + list(args.allow_agent_host),
+        fd=fd, allow_agent_hosts=hosts + list(args.allow_agent_host),
         env_modules=list(args.env_module), agent_timeout=args.agent_timeout,
         limits=parsed, shares=shares, log_level=args.log_level))
     return 0
+
+
+def _listen(host: str, port: int) -> socket.socket:
+    """A listening socket at host:port (ValueError saying what to do when it cannot be)."""
+    try:
+        family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0][0]
+        listener = socket.socket(family, socket.SOCK_STREAM)
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        listener.bind((host, port))
+        listener.listen(256)
+    except OSError as exc:
+        if exc.errno == errno.EADDRINUSE:
+            raise ValueError(f"port {port} on {host} is in use (another service?): choose "
+                             "another with --port, or --port 0 for a free one") from exc
+        raise ValueError(f"cannot listen on {host}:{port}: {exc.strerror or exc} "
+                         "(--host, --port)") from exc
+    os.set_inheritable(listener.fileno(), True)
+    return listener
+
+
+def _url_host(host: str) -> str:
+    return f"[{host}]" if ":" in host else host
 
 
 def _shares(given: list[str]) -> dict[str, Path]:

@@ -148,7 +148,10 @@ class _Gunicorn(BaseApplication):
         bind = f"fd://{opts.fd}" if opts.fd is not None else f"{opts.host}:{opts.port}"
         settings = {"bind": [bind], "workers": 1, "worker_class": opts.worker_class,
                     "graceful_timeout": 3, "timeout": 60, "keepalive": 75,
-                    "loglevel": opts.log_level, "proc_name": f"mistk-rl-{opts.role}"}
+                    "loglevel": opts.log_level, "proc_name": f"mistk-rl-{opts.role}",
+                    # gunicorn's control socket is one path per user: every service on the
+                    # machine would take it over from the last (and remove it on exit)
+                    "control_socket_disable": True}
         for key, value in settings.items():
             self.cfg.set(key, value)
 
