@@ -30,7 +30,7 @@ def _eval(args: argparse.Namespace) -> int:
     from harness.run import run_from_file
 
     return run_from_file(Path(args.config), out=Path(args.run) if args.run else None,
-                         quiet=args.quiet, evaluate_only=True)
+                         quiet=args.quiet, evaluate_only=True, eval_episodes=args.episodes)
 
 
 def _bench(args: argparse.Namespace) -> int:
@@ -81,14 +81,20 @@ def build_parser() -> argparse.ArgumentParser:
                           "times (default 3; 0 without --cluster)")
     run.set_defaults(func=_run)
 
-    evaluate = sub.add_parser("eval", help="games: evaluate a trained agent against the "
-                                           "config's opponents, in every seat")
-    evaluate.add_argument("config", help="the run's YAML config (its 'evaluation' block)")
+    evaluate = sub.add_parser("eval", help="evaluate a trained run: games against the "
+                                           "config's opponents in every seat; single-agent "
+                                           "training greedy on the fixed evaluation seeds")
+    evaluate.add_argument("config", help="the run's YAML config (its 'evaluation' block, or "
+                                         "its 'training' block's eval_episodes, eval_seed)")
     evaluate.add_argument("--run", default=None, metavar="RUN_DIR",
                           help="the run directory of a `mistk-rl run` of this config: its "
                                "agents start on their data dirs there and load the model "
-                               "each saved (save_path); evaluation.json is written there "
-                               "(default: a new runs/NAME-TIME, agents from model_path)")
+                               "each saved (save_path, else the checkpoint of the last "
+                               "evaluation); evaluation.json is written there (default: a "
+                               "new runs/NAME-TIME, agents from model_path)")
+    evaluate.add_argument("--episodes", type=int, default=None,
+                          help="single-agent runs: this many episodes (default the config's "
+                               "eval_episodes)")
     evaluate.add_argument("--quiet", action="store_true", help="no progress output")
     evaluate.set_defaults(func=_eval)
 

@@ -320,6 +320,19 @@ class ConfigError(ValueError):
     """The config file is missing, not YAML, or does not match the schema."""
 
 
+def with_eval_episodes(config: RunConfig, episodes: int) -> RunConfig:
+    """The config evaluating a single-agent run on `episodes` episodes (``mistk-rl eval
+    --episodes``)."""
+    if config.training is None:
+        raise ConfigError("--episodes: only a single-agent run ('training' block) evaluates "
+                          "on episodes; a game config's evaluation is its 'evaluation' block")
+    if episodes < 1:
+        raise ConfigError(f"--episodes must be >= 1, got {episodes}")
+    data = config.model_dump()
+    data["training"]["eval_episodes"] = episodes
+    return RunConfig.model_validate(data)
+
+
 def with_cluster(config: RunConfig, address: str) -> RunConfig:
     """The config with its services placed on the Ray cluster at `address` (``--cluster``;
     the config's own ``cluster.data_root`` stays)."""

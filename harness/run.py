@@ -13,6 +13,7 @@ import sys
 import threading
 import time
 from contextlib import ExitStack
+from dataclasses import asdict
 from datetime import datetime
 from pathlib import Path
 from typing import Callable, Optional
@@ -20,12 +21,12 @@ from typing import Callable, Optional
 import yaml
 
 from harness.config import (AgentSpec, ConfigError, RunConfig, ServiceSpec, load_config,
-                            resume_config, with_cluster, with_seed)
+                            resume_config, with_cluster, with_eval_episodes, with_seed)
 from harness.games import GameProgress, evaluate, summary, train_games
 from harness.keeper import KeptWorker, WorkerKeeper
 from harness.league import Evaluator, league_results, table_text, train_solo_league
-from harness.training import (Checkpoints, Progress, first_success, restore_checkpoint,
-                              run_episodes, train)
+from harness.training import (Checkpoints, Progress, evaluate_returns, first_success,
+                              restore_checkpoint, run_episodes, train)
 from mistk_rl.client import AgentClient, OrchestratorClient, ServiceError
 from mistk_rl.files import atomic_write_json
 from mistk_rl.cluster import Cluster, ClusterError, PlacedService, Resources
@@ -61,13 +62,14 @@ def _raise_stopped(signum: int, _frame: object) -> None:
 def run_from_file(config_path: Optional[Path], out: Optional[Path] = None, quiet: bool = False,
                   seed: Optional[int] = None, resume: Optional[Path] = None,
                   evaluate_only: bool = False, cluster: Optional[str] = None,
-                  max_restarts: Optional[int] = None) -> int:
+                  max_restarts: Optional[int] = None,
+                  eval_episodes: Optional[int] = None) -> int:
     """CLI entry: run (with `seed` for every seed in the config, if given), or continue the
     run in `resume` from its last checkpoint, or (`evaluate_only`, `mistk-rl eval`) run only
-    the config's evaluation; `cluster`: place the services on the Ray cluster at that
-    address. A run on a cluster that loses services resumes by itself from its last
-    checkpoint, at most `max_restarts` times (default 3 on a cluster, 0 without). Prints a
-    summary, returns the exit code."""
+    the config's evaluation (`eval_episodes`: a single-agent one's episodes); `cluster`:
+    place the services on the Ray cluster at that address. A run on a cluster that loses
+    services resumes by itself from its last checkpoint, at most `max_restarts` times
+    (default 3 on a cluster, 0 without). Prints a summary, returns the exit code."""
     say = (lambda *_: None) if quiet else (lambda msg: print(msg, flush=True))
     # SIGINT already unwinds (KeyboardInterrupt); SIGTERM and SIGHUP do the same, so the
     # services this run started are stopped whichever way it is ended
@@ -97,6 +99,8 @@ def run_from_file(config_path: Optional[Path], out: Optional[Path] = None, quiet
             run_dir = out or Path("runs") / f"{config.name}-{datetime.now():%Y%m%d-%H%M%S}"
         if cluster is not None:
             config = with_cluster(config, cluster)
+        if eval_episodes is not None:
+            config = with_eval_episodes(config, eval_episodes)
         if max_restarts is None:
             max_restarts = 3 if config.cluster is not None else 0
         results = run_restarting(config, run_dir, say, progress, quiet, evaluate_only,
@@ -112,9 +116,15 @@ def run_from_file(config_path: Optional[Path], out: Optional[Path] = None, quiet
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
-    if "evaluation" in results:
+    if "evaluation" in results and config.evaluation is not None:
         report = results.get("evaluation_detail") or results["evaluation"]
         say(f"evaluation of {config.evaluation.agent}: {summary(report)}")
+    elif "evaluation" in results:  # a single-agent run's (mistk-rl eval of a gym config)
+        report = results["evaluation"]
+        returns = ", ".join(f"{r:g}" for r in report["returns"])
+        say(f"evaluation: mean return {report['mean_return']:.2f}, std "
+            f"{report['std_return']:.2f} over {len(report['returns'])} greedy episodes "
+            f"(seeds from {config.training.eval_seed}): {returns}")
     if results.get("league"):
         say(table_text(results["league"]))
         if results.get("first_pass"):
@@ -198,8 +208,9 @@ def run(config: RunConfig, run_dir: Path, say: Callable[[str], None] = print,
     the agents built from their model_path, else from the save_path a run in `run_dir` left;
     written to ``run_dir/evaluation.json``. On a cluster, a league's lost workers are
     started again elsewhere, each at most `max_restarts` times (`harness.keeper`)."""
-    if evaluate_only and config.evaluation is None:
-        raise ConfigError("the config has no 'evaluation' block to run")
+    if evaluate_only and config.evaluation is None and config.training is None:
+        raise ConfigError("nothing to evaluate: the config has neither an 'evaluation' block "
+                          "(games) nor a 'training' block (its eval_episodes, eval_seed)")
     started = time.monotonic()
     run_dir.mkdir(parents=True, exist_ok=True)
     saved = config.model_dump()
@@ -363,7 +374,12 @@ def _sequence(config: RunConfig, env: dict, orch: OrchestratorClient,
             if checkpoint and mirror is not None and spec.target:
                 restore_checkpoint(agent, mirror, spec.name, checkpoint, call_timeout)
             if evaluate_only:
-                checkpoint = spec.model_path or _saved_model(spec, local_dirs)
+                checkpoint = (spec.model_path or _saved_model(spec, local_dirs)
+                              or _last_checkpoint(spec, run_dir, local_dirs))
+                if spec.target:
+                    say(f"agent {spec.name}: " + (f"the model in {checkpoint}" if checkpoint
+                                                  else "untrained (no model_path, and no "
+                                                       "model saved in the run dir)"))
             agent.build_model(checkpoint or spec.model_path, timeout=call_timeout)
         with _step(f"registerAgent {spec.name}"):
             orch.register_agent(spec.name, agent_urls[spec.name], skip_train=not spec.train,
@@ -371,7 +387,10 @@ def _sequence(config: RunConfig, env: dict, orch: OrchestratorClient,
     progress = None
     if evaluate_only:
         with _step("evaluation"):
-            outcome["evaluation"] = evaluate(orch, config.evaluation, config.timeouts.episodes)
+            outcome["evaluation"] = (
+                evaluate(orch, config.evaluation, config.timeouts.episodes)
+                if config.evaluation is not None else
+                asdict(evaluate_returns(orch, config.training, config.timeouts.episodes)))
     elif config.game_training is not None:
         checkpoints = None
         if config.game_training.checkpoints:
@@ -438,6 +457,20 @@ def _saved_model(spec: AgentSpec, local_dirs: dict[str, Path]) -> Optional[str]:
     where = local_dirs.get(spec.name)
     if spec.save_path and where is not None and (where / spec.save_path).exists():
         return spec.save_path
+    return None
+
+
+def _last_checkpoint(spec: AgentSpec, run_dir: Path,
+                     local_dirs: dict[str, Path]) -> Optional[str]:
+    """The checkpoint of the agent's last evaluation in a training run's progress.json, if
+    the harness started the agent here and the file is there."""
+    where = local_dirs.get(spec.name)
+    try:
+        checkpoint = Progress.load(run_dir).checkpoints.get(spec.name)
+    except (ConfigError, TypeError):  # (no progress.json; a game run's has other fields)
+        return None
+    if checkpoint and where is not None and (where / checkpoint).exists():
+        return checkpoint
     return None
 
 

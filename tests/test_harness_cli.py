@@ -136,3 +136,33 @@ def test_serve_starts_without_warnings_and_says_where(tmp_path):
     assert first and int(first.group(1)) > 0, lines[0]
     assert any("Application startup complete" in line for line in lines), lines
     assert not [line for line in lines if "Warning" in line or "Control socket" in line]
+
+
+def test_eval_of_a_single_agent_run_uses_its_last_checkpoint(tmp_path):
+    """`mistk-rl eval CONFIG --run RUN_DIR` on a gym config: the agent loads the checkpoint
+    of the run's last evaluation and plays greedy episodes on the fixed evaluation seeds
+    (twice: the same returns), written to evaluation.json and printed."""
+    import yaml
+
+    config = yaml.safe_load((REPO / "configs" / "cartpole_dqn.yaml").read_text())
+    config["training"].update(env_steps=500, eval_every=500, eval_episodes=2)
+    del config["agents"][0]["save_path"]
+    path = tmp_path / "dqn.yaml"
+    path.write_text(yaml.safe_dump(config))
+    run_dir = tmp_path / "run"
+    assert _run([str(path), "--out", str(run_dir), "--quiet"], REPO).returncode == 0
+    outputs = []
+    for _ in range(2):
+        proc = subprocess.run([sys.executable, "-m", "harness", "eval", str(path), "--run",
+                               str(run_dir), "--episodes", "4"], cwd=REPO,
+                              capture_output=True, text=True, timeout=240)
+        assert proc.returncode == 0, proc.stderr
+        kept = json.loads((run_dir / "progress.json").read_text())["checkpoints"]["player"]
+        assert f"agent player: the model in {kept}\n" in proc.stdout
+        outputs.append(json.loads((run_dir / "evaluation.json").read_text())["evaluation"])
+    first, second = outputs
+    assert len(first["returns"]) == 4 and first == second
+    line = [x for x in proc.stdout.splitlines() if x.startswith("evaluation: ")][0]
+    assert line.startswith(f"evaluation: mean return {first['mean_return']:.2f}, std "
+                           f"{first['std_return']:.2f} over 4 greedy episodes (seeds from "
+                           f"10000): ")
