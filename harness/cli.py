@@ -1,4 +1,4 @@
-"""The `mistk-rl` command: serve, run, eval, bench.
+"""The `mistk-rl` command: serve, run, eval, export, bench.
 
 The top of the driver layer: `serve` is the framework's (`mistk_rl.service.cli`, also
 `python -m mistk_rl serve`, which is how the harness starts services), `run` and `eval` the
@@ -31,6 +31,22 @@ def _eval(args: argparse.Namespace) -> int:
 
     return run_from_file(Path(args.config), out=Path(args.run) if args.run else None,
                          quiet=args.quiet, evaluate_only=True, eval_episodes=args.episodes)
+
+
+def _export(args: argparse.Namespace) -> int:
+    from harness.config import ConfigError
+    from harness.export import export_run
+
+    try:
+        done = export_run(Path(args.run), args.format, Path(args.out), args.agent)
+    except (ConfigError, RuntimeError) as exc:
+        print(f"mistk-rl export: {exc}", file=sys.stderr)
+        return 1
+    print(f"exported agent {done['agent']} ({done['model']}) as {done['format']} to "
+          f"{done['out']}: obs [batch, {', '.join(map(str, done['observation_shape']))}] -> "
+          f"actions; it gives the agent's own greedy actions on {done['checked_rows']} "
+          "observations drawn from the observation space")
+    return 0
 
 
 def _bench(args: argparse.Namespace) -> int:
@@ -97,6 +113,15 @@ def build_parser() -> argparse.ArgumentParser:
                                "eval_episodes)")
     evaluate.add_argument("--quiet", action="store_true", help="no progress output")
     evaluate.set_defaults(func=_eval)
+
+    export = sub.add_parser("export", help="write a DQN or PPO run's acting network as "
+                                           "TorchScript or ONNX, checked against the agent")
+    export.add_argument("run", metavar="RUN_DIR", help="the run directory of a mistk-rl run")
+    export.add_argument("--format", choices=["torchscript", "onnx"], default="torchscript")
+    export.add_argument("--out", required=True, help="the file to write")
+    export.add_argument("--agent", default=None,
+                        help="the agent to export (default the config's first)")
+    export.set_defaults(func=_export)
 
     bench = sub.add_parser("bench", help="measure the services")
     bench.add_argument("what", choices=["getaction", "longpolls", "transport", "envs",
