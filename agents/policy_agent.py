@@ -362,8 +362,10 @@ class PolicyAgent(AbstractAgent):
                            if norm["obs"] or norm["reward"] else None)
         hooks = []
         if self.config["log_every"]:
+            saved = checkpoint["learner"] if checkpoint else {}
             hooks.append(LogHook(self.data_dir / "logs", every=self.config["log_every"],
-                                 resumed_at=checkpoint and checkpoint["learner"]["train_iter"]))
+                                 resumed_at=saved.get("train_iter"),
+                                 resumed_env_steps=saved.get("env_steps")))
         if self.config["checkpoint_every"]:
             hooks.append(CheckpointHook(self.data_dir / "checkpoints" / "latest.pt",
                                         every=self.config["checkpoint_every"],

@@ -216,17 +216,20 @@ class CheckpointHook(Hook):
 class LogHook(Hook):
     """Writes the policy's scalar info every `every` iterations to TensorBoard and a CSV.
 
-    The x axis is the learner iteration; `env_steps` is a column so curves can be plotted
-    against collected experience as well. `resumed_at` (a learner resumed from a checkpoint
-    taken at that iteration) keeps the earlier rows up to it and drops the later ones, which
-    the run before the crash wrote and this one writes again (TensorBoard's `purge_step`).
+    TensorBoard's x axis is env steps, as the harness's evaluation and episode scalars, so
+    every chart of a run lines up; the learner iteration is a scalar of its own
+    (``learner/train_iter``). The CSV has both columns. `resumed_at` (a learner resumed from
+    a checkpoint taken at that iteration, after `resumed_env_steps` env steps) keeps the
+    earlier rows up to it and drops the later ones, which the run before the crash wrote and
+    this one writes again (TensorBoard's `purge_step`).
     """
 
     def __init__(self, log_dir: Path, every: int = 100,
-                 resumed_at: Optional[int] = None) -> None:
+                 resumed_at: Optional[int] = None,
+                 resumed_env_steps: Optional[int] = None) -> None:
         super().__init__("after_iter", every)
         self.log_dir = Path(log_dir)
-        self.resumed_at = resumed_at
+        self.resumed_at, self.resumed_env_steps = resumed_at, resumed_env_steps
         self._writer = None
         self._csv: Optional[io.TextIOBase] = None
         self._columns: list[str] = []
@@ -251,11 +254,12 @@ class LogHook(Hook):
         if self._writer is None:
             from torch.utils.tensorboard import SummaryWriter  # imports tensorboard: lazily
 
-            purge = None if self.resumed_at is None else self.resumed_at + 1
+            purge = (None if self.resumed_env_steps is None
+                     else self.resumed_env_steps + 1)
             self._writer = SummaryWriter(log_dir=str(self.log_dir), purge_step=purge)
         for key, value in scalars.items():
-            self._writer.add_scalar(f"learner/{key}", value, learner.train_iter)
-        self._writer.add_scalar("learner/env_steps", learner.env_steps, learner.train_iter)
+            self._writer.add_scalar(f"learner/{key}", value, learner.env_steps)
+        self._writer.add_scalar("learner/train_iter", learner.train_iter, learner.env_steps)
         self._writer.flush()
 
     def _write_csv(self, learner: Learner, scalars: dict[str, float]) -> None:

@@ -63,8 +63,8 @@ def test_checkpoint_and_log_hooks(tmp_path):
         CheckpointHook(tmp_path / "agent.pt", every=3,
                        state=lambda: {"learner": learner.state_dict(), "note": "x"}),
         LogHook(tmp_path / "logs", every=2)])
-    learner.env_steps = 7
     for _ in range(6):
+        learner.env_steps += 10  # (collected between updates)
         learner.train({})
     learner.close()
     state = load_checkpoint(tmp_path / "ckpt.pt")  # weights_only
@@ -73,8 +73,14 @@ def test_checkpoint_and_log_hooks(tmp_path):
     assert load_checkpoint(tmp_path / "agent.pt")["learner"]["train_iter"] == 6
     rows = list(csv.DictReader(open(tmp_path / "logs" / "learner.csv")))
     assert [r["train_iter"] for r in rows] == ["2", "4", "6"]
-    assert rows[0]["env_steps"] == "7" and "vector" not in rows[0]
-    assert list((tmp_path / "logs").glob("events.out.tfevents.*"))
+    assert rows[0]["env_steps"] == "20" and "vector" not in rows[0]
+    # TensorBoard's x axis is env steps (as the harness's eval scalars): charts line up
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    events = EventAccumulator(str(tmp_path / "logs"))
+    events.Reload()
+    iters = events.Scalars("learner/train_iter")
+    assert [(e.step, e.value) for e in iters] == [(20, 2.0), (40, 4.0), (60, 6.0)]
 
 
 def _transition(i: int, done: bool = False) -> dict:
