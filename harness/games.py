@@ -22,8 +22,9 @@ from typing import Any, Callable, Optional
 
 from harness.config import GameEvaluation, GameTrainingSpec, Matchup, Target
 from harness.progress import TrainingProgress
+from harness.league import payoff_figure
 from harness.loop import Evaluated, run_loop
-from harness.training import Checkpoints, ProgressFile
+from harness.training import Checkpoints, ProgressFile, tensorboard_writer
 from mistk_rl.client import OrchestratorClient
 from mistk_rl.games.pettingzoo_games import RESULTS, result_for
 from mistk_rl.schemas import AgentSettings, EpisodeConfig, EpisodeResult, ExhaustiveSpec
@@ -76,16 +77,18 @@ def seat_rates(games: list[EpisodeResult], agent: str, seats: list[str]) -> dict
 def train_games(orch: OrchestratorClient, spec: GameTrainingSpec, evaluation: GameEvaluation,
                 run_dir: Path, timeout: float, say: Callable[[str], None],
                 checkpoints: Optional[Checkpoints] = None, quiet: bool = False,
-                progress: Optional[GameProgress] = None) -> list[dict]:
+                progress: Optional[GameProgress] = None, title: str = "") -> list[dict]:
     """The training loop (module doc; `harness.loop`), from the start or from `progress` (a
-    resumed run); returns the evaluations, also written to ``evals.csv`` in `run_dir`. With
-    `checkpoints`, every evaluation saves each agent's checkpoint and then
-    ``progress.json``."""
+    resumed run); returns the evaluations, also written to ``evals.csv``, TensorBoard and
+    ``learning_curve.png`` in `run_dir` (`title`: the config's name). With `checkpoints`,
+    every evaluation saves each agent's checkpoint and then ``progress.json``."""
     progress = progress or GameProgress()
-    if progress.evals:
+    resumed = bool(progress.evals)
+    if resumed:
         progress.resumed_at.append(progress.agent_steps)
     last = progress.evals[-1]["evaluation"] if progress.evals else None
-    run_loop(_GameSchedule(orch, spec, evaluation, run_dir, timeout, progress),
+    run_loop(_GameSchedule(orch, spec, evaluation, run_dir, timeout, progress, resumed,
+                           f"{title or run_dir.name} (seed {spec.seed})"),
              progress.wall_s, say, checkpoints, quiet, last and _win_rate(last),
              "every stop_when target met: stopping (this checkpoint is kept)",
              done=progress.done)
@@ -100,9 +103,13 @@ class _GameSchedule:
 
     def __init__(self, orch: OrchestratorClient, spec: GameTrainingSpec,
                  evaluation: GameEvaluation, run_dir: Path, timeout: float,
-                 progress: GameProgress) -> None:
+                 progress: GameProgress, resumed: bool = False, title: str = "") -> None:
         self.orch, self.spec, self.evaluation = orch, spec, evaluation
         self.run_dir, self.timeout, self.progress = run_dir, timeout, progress
+        self.title = title
+        # the x axis is the evaluated agent's moves, as evals.csv's
+        self.writer = tensorboard_writer(run_dir / "tensorboard",
+                                   purge_step=progress.agent_steps + 1 if resumed else None)
         self.budget, self.eval_every = spec.agent_steps, spec.eval_every
         self.settings = {name: AgentSettings.model_validate(value)
                          for name, value in spec.agents.items()}
@@ -133,6 +140,7 @@ class _GameSchedule:
             record["league"] = self.orch.get_league().model_dump()["players"]
         self.progress.done = record["passed"] = meets(report, self.spec.stop_when)
         self.progress.evals.append(record)
+        self._log(record)
         return Evaluated(_win_rate(report), (
             f"  eval at {self.progress.agent_steps:7d} agent steps ({wall_s:7.1f} s): "
             f"{summary(report)}"), self.progress.done)
@@ -145,6 +153,57 @@ class _GameSchedule:
 
     def close(self) -> None:
         write_evals(self.progress.evals, self.run_dir)
+        plot_game_curve(self.progress.evals, self.run_dir / "learning_curve.png", self.title)
+        self.writer.close()
+
+    def _log(self, record: dict[str, Any]) -> None:
+        """TensorBoard at the evaluated agent's moves: win / draw / loss (and lost lines,
+        enumerated) per opponent and seat; a league's ratings per player and its payoff."""
+        step = record["agent_steps"]
+        for opponent, result in record["evaluation"].items():
+            for seat, r in result["seats"].items():
+                for key in ("win", "draw", "loss", "lostLines"):
+                    if key in r:
+                        self.writer.add_scalar(f"eval/{opponent}/{seat}/{key}", r[key], step)
+        for row in record.get("league", ()):
+            for key in ("exposure", "elo"):
+                self.writer.add_scalar(f"league/{key}/{row['id']}", row[key], step)
+        if "league" in record:
+            self.writer.add_figure("league/payoff", payoff_figure(
+                self.orch.get_league().model_dump()["payoff"], self.title), step)
+        self.writer.flush()
+
+
+def plot_game_curve(evals: list[dict], path: Path, title: str) -> None:
+    """``learning_curve.png`` of game training: per opponent and seat, the evaluated
+    agent's win rate (solid) and loss rate (dotted) at each evaluation."""
+    if not evals:
+        return
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    steps = [e["agent_steps"] for e in evals]
+    colors = iter(plt.rcParams["axes.prop_cycle"].by_key()["color"] * 4)
+    for opponent, result in evals[-1]["evaluation"].items():
+        for seat in result["seats"]:
+            color = next(colors)
+            rates = [e["evaluation"][opponent]["seats"][seat] for e in evals]
+            ax.plot(steps, [r["win"] for r in rates], "-o", color=color, markersize=3,
+                    label=f"vs {opponent}, {seat}: win")
+            ax.plot(steps, [r["loss"] for r in rates], ":", color=color,
+                    label=f"vs {opponent}, {seat}: loss")
+    ax.set_ylim(-0.02, 1.02)
+    ax.set_xlabel("evaluated agent's moves")
+    ax.set_ylabel("rate in its evaluation games")
+    ax.set_title(title, fontsize="small")
+    ax.legend(loc="best", fontsize="x-small")
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
 
 
 def _win_rate(report: dict[str, Any]) -> float:

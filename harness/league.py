@@ -16,6 +16,8 @@ import functools
 from pathlib import Path
 from typing import Any, Callable, Optional
 
+import numpy as np
+
 from harness.config import TrainingSpec
 from harness.loop import Evaluated
 from harness.progress import TrainingProgress
@@ -43,13 +45,14 @@ def by_seat_order(report: dict[str, Any]) -> dict[str, Any]:
 
 
 def league_results(orch: OrchestratorClient, evals: list[dict], run_dir: Path,
-                   checkpoint: Optional[Path]) -> dict[str, Any]:
-    """results.json's league part; writes ``payoff.png`` and ``ratings.png``."""
+                   checkpoint: Optional[Path], title: str = "") -> dict[str, Any]:
+    """results.json's league part; writes ``payoff.png`` and ``ratings.png`` (`title`:
+    the run's, on both)."""
     league = orch.get_league().model_dump()
     last = evals[-1] if evals else None
     passed = next((e for e in evals if e.get("passed")), None)
-    plot_payoff(league["payoff"], run_dir / "payoff.png")
-    plot_ratings(evals, run_dir / "ratings.png")
+    plot_payoff(league["payoff"], run_dir / "payoff.png", title)
+    plot_ratings(evals, run_dir / "ratings.png", title)
     return {"evaluation": by_seat_order(last["evaluation"]) if last else None,
             "evaluation_detail": last and last["evaluation"],
             "first_pass": passed and {k: passed[k] for k in ("agent_steps", "wall_s")},
@@ -171,13 +174,26 @@ class _SoloSchedule(GymSchedule):
             f"{len(top['returns'])} episodes"), stop)
 
 
-def plot_payoff(payoff: dict[str, Any], path: Path) -> None:
-    """Row player's win rate (draws half) against the column player; raw games annotated."""
+def plot_payoff(payoff: dict[str, Any], path: Path, title: str = "") -> None:
+    """``payoff.png`` (`payoff_figure`)."""
+    fig = payoff_figure(payoff, title)
+    fig.savefig(path, dpi=100)
+    _pyplot().close(fig)
+
+
+def payoff_figure(payoff: dict[str, Any], title: str = "") -> Any:
+    """Row player's win rate (draws half) against the column player; raw games annotated;
+    pairs that never played left blank. `title`: the run's (config name, seed)."""
+    title = f"{title}: " if title else ""
     plt = _pyplot()
     ids, rates, games = payoff["ids"], payoff["winRate"], payoff["games"]
     size = max(5.0, 0.45 * len(ids) + 2)
     fig, ax = plt.subplots(figsize=(size + 1, size))
-    image = ax.imshow(rates, vmin=0, vmax=1, cmap="RdYlGn")
+    # pairs that never played are blank (grey), not the prior's 0.5 coloured as a result
+    played = np.ma.masked_where(np.asarray(games) == 0, np.asarray(rates, dtype=float))
+    cmap = plt.get_cmap("RdYlGn").copy()
+    cmap.set_bad("0.85")
+    image = ax.imshow(played, vmin=0, vmax=1, cmap=cmap)
     ax.set_xticks(range(len(ids)), ids, rotation=90, fontsize="small")
     ax.set_yticks(range(len(ids)), ids, fontsize="small")
     if len(ids) <= 20:
@@ -187,15 +203,15 @@ def plot_payoff(payoff: dict[str, Any], path: Path) -> None:
                     ax.text(j, i, f"{rates[i][j]:.2f}\n{games[i][j]}", ha="center",
                             va="center", fontsize=6)
     fig.colorbar(image, ax=ax, label="win rate of row vs column (draws half)")
-    ax.set_title("payoff (decayed; prior 0.5 under 8 games; raw games below)")
+    ax.set_title(f"{title}payoff: row vs column (decayed; prior 0.5 under 8 games;\n"
+                 "games played below each rate; grey: never played)", fontsize="small")
     fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
+    return fig
 
 
-def plot_ratings(evals: list[dict], path: Path) -> None:
+def plot_ratings(evals: list[dict], path: Path, title: str = "") -> None:
     """TrueSkill exposure and Elo of every player at each evaluation, against the evaluated
-    player's steps."""
+    player's steps: active players solid, snapshots dotted."""
     plt = _pyplot()
     series: dict[str, list[tuple[int, float, float]]] = {}
     for record in evals:
@@ -211,8 +227,14 @@ def plot_ratings(evals: list[dict], path: Path) -> None:
     top.set_ylabel("TrueSkill exposure (mu - 3 sigma)")
     bottom.set_ylabel("Elo")
     bottom.set_xlabel("evaluated player's steps")
+    top.set_title(f"{title + ': ' if title else ''}ratings at each evaluation "
+                  "(solid: active players; dotted: frozen snapshots)", fontsize="small")
     if len(series) <= 12:
         top.legend(fontsize="x-small", loc="best")
+    else:  # (too many names: the styles still say which is which)
+        from matplotlib.lines import Line2D
+        top.legend([Line2D([], [], linestyle="-"), Line2D([], [], linestyle=":")],
+                   ["active player", "snapshot"], fontsize="x-small", loc="best")
     for ax in (top, bottom):
         ax.grid(alpha=0.3)
     fig.tight_layout()

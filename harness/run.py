@@ -399,7 +399,8 @@ def _sequence(config: RunConfig, env: dict, orch: OrchestratorClient,
         with _step("game training"):
             outcome["evals"] = train_games(orch, config.game_training, config.evaluation,
                                            run_dir, config.timeouts.episodes, say,
-                                           checkpoints, quiet=quiet, progress=resume)
+                                           checkpoints, quiet=quiet, progress=resume,
+                                           title=config.name)
     elif config.training is not None:
         checkpoints = None
         if config.training.checkpoints:  # pruned where this harness can reach them
@@ -427,7 +428,8 @@ def _sequence(config: RunConfig, env: dict, orch: OrchestratorClient,
                 agent = config.evaluation.agent
                 where = local_dirs.get(agent)
                 outcome.update(league_results(orch, outcome["evals"], run_dir, kept and (
-                    where / kept if where else Path(kept))))
+                    where / kept if where else Path(kept)),
+                    title=f"{config.name} (seed {config.game_training.seed})"))
         elif config.game_training is not None:  # its last evaluation is the final one
             outcome["evaluation"] = outcome["evals"][-1]["evaluation"]
         else:

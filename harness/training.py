@@ -176,7 +176,7 @@ class GymSchedule:
         self.budget, self.eval_every = spec.env_steps, spec.eval_every
         self.seed = resumed_seed(spec.seed, len(progress.evals)) if resumed else spec.seed
         self.episodes_before = progress.episodes
-        self.writer = _tensorboard(run_dir / "tensorboard",
+        self.writer = tensorboard_writer(run_dir / "tensorboard",
                                    purge_step=progress.train_steps + 1 if resumed else None)
 
     def steps(self) -> int:
@@ -218,7 +218,8 @@ class GymSchedule:
     def close(self) -> None:
         self.writer.close()
         write_curve(self.progress.evals, self.run_dir, self.spec.stop_value,
-                    self.progress.train_returns, self.title)
+                    self.progress.train_returns,
+                    f"{self.title or self.run_dir.name} (seed {self.spec.seed})")
 
 
 def _train_block(orch: OrchestratorClient, spec: TrainingSpec, budget: int, seed: int,
@@ -284,7 +285,8 @@ def write_curve(evals: list[dict], run_dir: Path, stop_value: Optional[float] = 
         at, returns = np.asarray(train_returns, dtype=float).T
         window = min(ROLLING, len(returns))
         rolling = np.convolve(returns, np.ones(window) / window, mode="valid")
-        ax.plot(at, returns, ".", color="tab:gray", alpha=0.25, markersize=3)
+        ax.plot(at, returns, ".", color="tab:gray", alpha=0.25, markersize=3,
+                label="training episodes (each)")
         ax.plot(at[window - 1:], rolling, color="tab:gray",
                 label=f"training episodes (mean of {window})")
     ax.plot(steps, mean, marker="o", color="tab:blue", label="evaluation mean ± std")
@@ -305,11 +307,12 @@ def write_curve(evals: list[dict], run_dir: Path, stop_value: Optional[float] = 
 
 class _NullWriter:
     def add_scalar(self, *args: object) -> None: ...
+    def add_figure(self, *args: object) -> None: ...
     def flush(self) -> None: ...
     def close(self) -> None: ...
 
 
-def _tensorboard(log_dir: Path, purge_step: Optional[int] = None) -> "object":
+def tensorboard_writer(log_dir: Path, purge_step: Optional[int] = None) -> "object":
     """A writer; `purge_step` hides what a crashed run logged from that step on."""
     try:
         from torch.utils.tensorboard import SummaryWriter

@@ -57,6 +57,15 @@ def test_game_training_evaluates_resumes_and_eval_reruns_it(tmp_path, monkeypatc
     assert [r["games"] for r in sampled["seats"].values()] == [20, 20]
     rows = (tmp_path / "run" / "evals.csv").read_text().splitlines()
     assert len(rows) == 1 + 2 * 2 * 2  # header + evaluations x matchups x seats
+    assert (tmp_path / "run" / "learning_curve.png").stat().st_size > 1000
+    # TensorBoard: each matchup and seat at the evaluated agent's moves, across the resume
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    events = EventAccumulator(str(tmp_path / "run" / "tensorboard"))
+    events.Reload()
+    wins = events.Scalars("eval/tictactoe_perfect/player_1/win")
+    assert [w.step for w in wins] == [e["agent_steps"] for e in evals]
+    assert "eval/tictactoe_perfect/player_2/lostLines" in events.Tags()["scalars"]
     # self-play: the bench agent never played during training, only in its evaluations
     training_games = [e for e in results["episodes"] if e["train"]]
     assert training_games and all(set(e["seats"].values()) == {"learner"}

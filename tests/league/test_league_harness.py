@@ -6,7 +6,7 @@ import pytest
 
 from harness.config import ConfigError, Target, load_config
 from harness.games import meets
-from harness.league import by_seat_order, plot_payoff, plot_ratings, table_text
+from harness.league import by_seat_order, payoff_figure, plot_payoff, plot_ratings, table_text
 from tests.conftest import REPO
 
 REPORT = {"random": {"exhaustive": True, "seats": {
@@ -68,6 +68,10 @@ def test_the_table_prints_best_first():
 def test_plots_are_written(tmp_path):
     payoff = {"ids": ["main", "main_0_0"], "winRate": [[0.5, 0.8], [0.2, 0.5]],
               "games": [[0, 30], [30, 0]]}
+    figure = payoff_figure(payoff, "ttt (seed 3)")
+    image = figure.axes[0].images[0].get_array()
+    assert image.mask.tolist() == [[True, False], [False, True]]  # never played: blank
+    assert figure.axes[0].get_title().startswith("ttt (seed 3): payoff")
     plot_payoff(payoff, tmp_path / "payoff.png")
     evals = [{"agent_steps": s, "league": [{"id": "main", "exposure": e, "elo": 1200 + e}]}
              for s, e in ((10, 1.0), (20, 2.0))]
