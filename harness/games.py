@@ -48,7 +48,7 @@ def _enumerated(orch: OrchestratorClient, spec: GameEvaluation, matchup: Matchup
                            f"({report['positions']} positions)")
     return {"exhaustive": True, "seats": {
         seat: {**{r: round(tally[r], 6) for r in RESULTS},
-               "lines": tally["lines"], "lostLines": tally["lostLines"]}
+               "lines": tally["lines"], "lost_lines": tally["lostLines"]}
         for seat, tally in report["seats"].items()}}
 
 
@@ -162,7 +162,7 @@ class _GameSchedule:
         step = record["agent_steps"]
         for opponent, result in record["evaluation"].items():
             for seat, r in result["seats"].items():
-                for key in ("win", "draw", "loss", "lostLines"):
+                for key in ("win", "draw", "loss", "lost_lines"):
                     if key in r:
                         self.writer.add_scalar(f"eval/{opponent}/{seat}/{key}", r[key], step)
         for row in record.get("league", ()):
@@ -228,6 +228,13 @@ class GameProgress(ProgressFile):
     episodes: list[dict] = field(default_factory=list)  # (the harness's interface: none kept)
     done: bool = False  # an evaluation met every stop_when target
 
+    def __post_init__(self) -> None:
+        for record in self.evals:  # (a progress.json from before files spelt lost_lines)
+            for result in record.get("evaluation", {}).values():
+                for seat in result.get("seats", {}).values():
+                    if "lostLines" in seat:
+                        seat["lost_lines"] = seat.pop("lostLines")
+
 
 def meets(report: dict[str, Any], targets: list[Target]) -> bool:
     """Whether an evaluation meets every target (False when there are none)."""
@@ -240,7 +247,7 @@ def meets(report: dict[str, Any], targets: list[Target]) -> bool:
             if ((target.min_win is not None and r["win"] < target.min_win)
                     or (target.max_loss is not None and r["loss"] > target.max_loss)
                     or (target.max_lost_lines is not None
-                        and r.get("lostLines", target.max_lost_lines + 1)
+                        and r.get("lost_lines", target.max_lost_lines + 1)
                         > target.max_lost_lines)):
                 return False
     return True
@@ -256,7 +263,7 @@ def summary(report: dict[str, Any]) -> str:
     for opponent, result in report.items():
         seats = []
         for seat, r in result["seats"].items():
-            lost = f" lost lines {r['lostLines']}/{r['lines']}" if "lines" in r else ""
+            lost = f" lost lines {r['lost_lines']}/{r['lines']}" if "lines" in r else ""
             seats.append(f"{seat} {r['win']:.3f}/{r['draw']:.3f}/{r['loss']:.3f}{lost}")
         parts.append(f"vs {opponent}: " + "; ".join(seats))
     return " | ".join(parts)
@@ -273,4 +280,4 @@ def write_evals(evals: list[dict], run_dir: Path) -> None:
                 for seat, r in result["seats"].items():
                     out.writerow([record["agent_steps"], record["wall_s"], opponent, seat,
                                   r["win"], r["draw"], r["loss"], r.get("lines", ""),
-                                  r.get("lostLines", "")])
+                                  r.get("lost_lines", "")])

@@ -39,7 +39,7 @@ def by_seat_order(report: dict[str, Any]) -> dict[str, Any]:
         for order, (_, r) in zip(SEAT_ORDER, result["seats"].items()):
             seats[order] = {k: r[k] for k in ("win", "draw", "loss")}
             if "lines" in r:
-                seats[order].update(lines=r["lines"], lost_lines=r["lostLines"])
+                seats[order].update(lines=r["lines"], lost_lines=r["lost_lines"])
         named[f"vs_{OPPONENTS[opponent].label if opponent in OPPONENTS else opponent}"] = seats
     return named
 

@@ -7,6 +7,7 @@ saveModel -> reset and terminate everything -> results.json. Services the config
 """
 from __future__ import annotations
 
+import json
 import os
 import signal
 import sys
@@ -18,6 +19,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Callable, Optional
 
+import numpy as np
 import yaml
 
 from harness.config import (AgentSpec, ConfigError, RunConfig, ServiceSpec, load_config,
@@ -28,7 +30,7 @@ from harness.league import Evaluator, league_results, table_text, train_solo_lea
 from harness.training import (Checkpoints, Progress, evaluate_returns, first_success,
                               restore_checkpoint, run_episodes, train)
 from mistk_rl.client import AgentClient, OrchestratorClient, ServiceError
-from mistk_rl.files import atomic_write_json
+from mistk_rl.files import atomic_write_bytes, atomic_write_json
 from mistk_rl.cluster import Cluster, ClusterError, PlacedService, Resources
 from mistk_rl.launch import ServiceProcess, ServiceStartError, spawn_service
 from mistk_rl.schemas import EpisodeConfig, Status
@@ -130,11 +132,27 @@ def run_from_file(config_path: Optional[Path], out: Optional[Path] = None, quiet
         if results.get("first_pass"):
             say(f"first passing evaluation at {results['first_pass']['agent_steps']} steps "
                 f"({results['first_pass']['wall_s']} s); kept: {results['checkpoint']}")
-    returns = [e["return"] for e in results.get("episodes", ())]
-    if returns:
-        say(f"{len(returns)} episodes, mean return {sum(returns) / len(returns):.2f}; "
-            f"wall {results['wall_s']:.2f} s; results in {run_dir / 'results.json'}")
+    if results.get("episode_count"):
+        say(f"{results['episode_count']} episodes, mean return "
+            f"{results['episode_mean_return']:.2f}; wall {results['wall_s']:.2f} s; results in "
+            f"{run_dir / 'results.json'} (each episode: {run_dir / EPISODES})")
     return 0
+
+
+EPISODES = "episodes.jsonl"  # results.json's episodes, one JSON object a line, beside it
+
+
+def write_episodes(run_dir: Path, episodes: list[dict]) -> None:
+    """Every episode (game) of the run, one JSON object a line: results.json keeps the
+    summary a person opens (a 100k-move tic-tac-toe run plays ~28,000 games)."""
+    text = "".join(json.dumps(e, separators=(",", ":")) + "\n" for e in episodes)
+    atomic_write_bytes(run_dir / EPISODES, text.encode())
+
+
+def read_episodes(run_dir: Path) -> list[dict]:
+    """The episodes a run wrote (`write_episodes`)."""
+    with open(run_dir / EPISODES) as fh:
+        return [json.loads(line) for line in fh if line.strip()]
 
 
 def _what_is_left(run_dir: Optional[Path]) -> str:
@@ -334,7 +352,10 @@ def run(config: RunConfig, run_dir: Path, say: Callable[[str], None] = print,
                    "wall_s": round(time.monotonic() - started, 3), **outcome}
         atomic_write_json(run_dir / "evaluation.json", results)
         return results
-    results = {"name": config.name, "episodes": episodes,
+    write_episodes(run_dir, episodes)
+    returns = [e["return"] for e in episodes]
+    results = {"name": config.name, "episodes_file": EPISODES, "episode_count": len(episodes),
+               "episode_mean_return": round(float(np.mean(returns)), 6) if returns else None,
                "wall_s": round(time.monotonic() - started, 3), **outcome}
     if config.training is not None:
         results["evals"] = evals = progress.evals

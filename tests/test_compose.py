@@ -166,7 +166,8 @@ def test_compose_up_from_a_fresh_copy(tmp_path: Path):
 
         run_dir = project / "runs" / "compose"
         results = json.loads((run_dir / "results.json").read_text())
-        assert len(results["episodes"]) == 3
+        assert results["episode_count"] == 3
+        assert len((run_dir / "episodes.jsonl").read_text().splitlines()) == 3
         model = run_dir / "data" / "agent" / "player.json"  # the config's agent save_path
         episodes = run_dir / "data" / "orchestrator" / "episodes.json"  # its episode save_path
         assert model.stat().st_size > 0 and json.loads(episodes.read_text())

@@ -6,6 +6,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from tests.conftest import REPO, group_alive
 
 
@@ -30,8 +32,12 @@ def test_run_example_config_writes_results(tmp_path):
     proc = _run([str(REPO / "configs" / "cartpole_random.yaml"), "--out", str(out)], REPO)
     assert proc.returncode == 0, proc.stderr
     results = json.loads((out / "results.json").read_text())
-    assert len(results["episodes"]) == 3 and results["wall_s"] > 0
-    for episode in results["episodes"]:
+    episodes = [json.loads(line) for line in (out / "episodes.jsonl").read_text().splitlines()]
+    assert results["episode_count"] == len(episodes) == 3 and results["wall_s"] > 0
+    assert results["episode_mean_return"] == pytest.approx(
+        sum(e["return"] for e in episodes) / 3, abs=1e-6)
+    assert "episodes" not in results  # (the summary only: each episode is a line beside it)
+    for episode in episodes:
         assert {"agent", "return", "length"} <= set(episode)
         assert f"return {episode['return']:9.2f}" in proc.stdout
     assert (out / "data" / "player" / "player.json").exists()  # saveModel

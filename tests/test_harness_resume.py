@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 from harness.config import ConfigError, RunConfig, resume_config
-from harness.run import run, run_from_file
+from harness.run import read_episodes, run, run_from_file
 from harness.training import Progress, resumed_seed
 from mistk_rl.rl.learner import load_checkpoint
 from tests.conftest import GYM_ORCHESTRATOR, REPO
@@ -54,7 +54,8 @@ def test_resume_continues_after_the_first_evaluation(tmp_path, monkeypatch):
     assert evals[0] == cut.evals[0] and results["resumed_at"] == [200]  # not redone
     assert [e["wall_s"] for e in evals] == sorted(e["wall_s"] for e in evals)
     # the episodes cover the whole run: those up to the checkpoint, then the resumed ones
-    episodes = results["episodes"]
+    episodes = read_episodes(run_dir)
+    assert results["episode_count"] == len(episodes)
     assert episodes[:len(cut.episodes)] == cut.episodes
     assert [e["episode"] for e in episodes] == list(range(len(episodes)))
     assert sum(not e["train"] for e in episodes) == 2 * 2  # 2 episodes per evaluation

@@ -102,6 +102,8 @@ def test_wheel_runs_the_main_job(wheel_venv, tmp_path):
     _run([str(python.parent / "mistk-rl"), "run", "configs/cartpole_random.yaml", "--quiet",
           "--out", str(tmp_path / "run")], tmp_path, 300, env=env)
     results = json.loads((tmp_path / "run" / "results.json").read_text())
-    episodes = results["episodes"]
+    episodes = [json.loads(line)
+                for line in (tmp_path / "run" / "episodes.jsonl").read_text().splitlines()]
+    assert results["episode_count"] == len(episodes)
     assert len(episodes) == 3 and all(e["length"] >= 1 for e in episodes)
     assert all(e["return"] == e["length"] for e in episodes)  # CartPole: +1 a step

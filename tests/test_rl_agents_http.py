@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 from harness.config import RunConfig
-from harness.run import run
+from harness.run import read_episodes, run
 from mistk_rl.client import BadRequest
 from mistk_rl.spaces import space_to_dict
 from tests.conftest import GYM_ORCHESTRATOR
@@ -143,7 +143,7 @@ def test_learning_smoke_over_http(tmp_path, monkeypatch, target, hparams, steps)
     best = max(e["mean_return"] for e in results["evals"])
     assert best > 2 * random_mean, (best, random_mean, results["evals"])
     # each evaluation played its 5 episodes on 5 env copies at once, one per copy and seed
-    played = [e for e in results["episodes"] if not e["train"]]
+    played = [e for e in read_episodes(tmp_path / "run") if not e["train"]]
     assert len(played) == 5 * len(results["evals"])
     for first in range(0, len(played), 5):
         batch = played[first:first + 5]

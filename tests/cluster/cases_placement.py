@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from harness.config import RunConfig
-from harness.run import HarnessError, run
+from harness.run import HarnessError, read_episodes, run
 
 pytestmark = pytest.mark.usefixtures("in_repo")
 
@@ -37,10 +37,10 @@ def test_each_service_runs_on_the_node_its_resources_name(cluster, tmp_path):
     placement = results["placement"]
     assert placement["orchestrator"]["node"] == cluster.node_ids["alpha"]
     assert placement["player"]["node"] == cluster.node_ids["beta"]
-    assert [e["length"] for e in results["episodes"]] == [e["length"] for e in
-                                                         json.loads((run_dir / "results.json")
-                                                                    .read_text())["episodes"]]
-    assert len(results["episodes"]) == 2 and all(e["length"] > 0 for e in results["episodes"])
+    assert results == json.loads((run_dir / "results.json").read_text())
+    episodes = read_episodes(run_dir)
+    assert len(episodes) == results["episode_count"] == 2
+    assert all(e["length"] > 0 for e in episodes)
     # the agent saved its model in its own data dir, on its node; the run dir holds no data
     node_dirs = tmp_path / "nodes" / "run"
     assert (node_dirs / "player" / "player.json").is_file()

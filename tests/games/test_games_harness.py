@@ -7,8 +7,8 @@ import pytest
 import yaml
 
 from harness.config import ConfigError, RunConfig, load_config
-from harness.run import run
 from harness.cli import main as cli
+from harness.run import read_episodes, run
 
 SELF_PLAY = {
     "name": "ttt",
@@ -65,9 +65,9 @@ def test_game_training_evaluates_resumes_and_eval_reruns_it(tmp_path, monkeypatc
     events.Reload()
     wins = events.Scalars("eval/tictactoe_perfect/player_1/win")
     assert [w.step for w in wins] == [e["agent_steps"] for e in evals]
-    assert "eval/tictactoe_perfect/player_2/lostLines" in events.Tags()["scalars"]
+    assert "eval/tictactoe_perfect/player_2/lost_lines" in events.Tags()["scalars"]
     # self-play: the bench agent never played during training, only in its evaluations
-    training_games = [e for e in results["episodes"] if e["train"]]
+    training_games = [e for e in read_episodes(tmp_path / "run") if e["train"]]
     assert training_games and all(set(e["seats"].values()) == {"learner"}
                                   for e in training_games)
     # only the games since the resume (a new orchestrator: 200 more moves, a game each over)

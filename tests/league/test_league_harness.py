@@ -10,13 +10,13 @@ from harness.league import by_seat_order, payoff_figure, plot_payoff, plot_ratin
 from tests.conftest import REPO
 
 REPORT = {"random": {"exhaustive": True, "seats": {
-              "player_1": {"win": 0.99, "draw": 0.01, "loss": 0.0, "lines": 90, "lostLines": 0},
+              "player_1": {"win": 0.99, "draw": 0.01, "loss": 0.0, "lines": 90, "lost_lines": 0},
               "player_2": {"win": 0.85, "draw": 0.14, "loss": 0.01, "lines": 500,
-                           "lostLines": 2}}},
+                           "lost_lines": 2}}},
           "tictactoe_perfect": {"exhaustive": True, "seats": {
-              "player_1": {"win": 0.0, "draw": 1.0, "loss": 0.0, "lines": 2, "lostLines": 0},
+              "player_1": {"win": 0.0, "draw": 1.0, "loss": 0.0, "lines": 2, "lost_lines": 0},
               "player_2": {"win": 0.0, "draw": 1.0, "loss": 0.0, "lines": 183,
-                           "lostLines": 0}}}}
+                           "lost_lines": 0}}}}
 
 
 def test_targets_per_seat_and_every_seat():
