@@ -421,15 +421,21 @@ class OnPolicyTrainer(PacedTrainer):
         pieces = []
         for steps in self._rollout.values():
             batch = default_collate(steps)
+            # V(s) and V(s') both of the weights of now: the values recorded when acting may
+            # be of weights an update paid over the first requests of this rollout changed
+            # since (pacing), and a delta mixing two value functions is noise, large where
+            # returns are unnormalised (Acrobot: a seed stalled for 200k steps)
+            values = self.policy.value(batch["obs"]).numpy()
             next_values = self.policy.value(batch["next_obs"]).numpy()
             terminated = batch["terminated"].numpy().astype(np.float32)
             dones = np.maximum(terminated, batch["truncated"].numpy().astype(np.float32))
-            advantage, returns = gae(batch["reward"].numpy().astype(np.float32),
-                                     batch["value"].numpy().astype(np.float32), next_values,
-                                     terminated, dones, learn["gamma"], learn["gae_lambda"])
+            advantage, returns = gae(batch["reward"].numpy().astype(np.float32), values,
+                                     next_values, terminated, dones, learn["gamma"],
+                                     learn["gae_lambda"])
             pieces.append(RolloutSamples(
                 obs=batch["obs"], action=batch["action"], log_prob=batch["log_prob"],
-                value=batch["value"], advantage=torch.as_tensor(advantage, dtype=torch.float32),
+                value=torch.as_tensor(values, dtype=torch.float32),
+                advantage=torch.as_tensor(advantage, dtype=torch.float32),
                 returns=torch.as_tensor(returns, dtype=torch.float32),
                 action_mask=batch.get("action_mask")))
         rows = {field: None if getattr(pieces[0], field) is None

@@ -161,6 +161,42 @@ def test_on_policy_trainer_trains_every_n_steps_with_bootstrapped_gae():
         (batch.advantage[5] + value[5]).item(), rel=1e-5)
 
 
+def test_gae_uses_the_value_function_of_now_for_every_step():
+    """An update paid over the first requests of a rollout changes the weights while the
+    rollout's first steps are acted: their recorded values are of other weights. GAE takes
+    V(s) and V(s') of the weights the rollout ends with, never a mix."""
+    from mistk_rl.rl.data.returns import gae
+
+    policy = PPOPolicy({"learn": {"epochs": 1, "batch_size": 8}}, OBS, ACT, seed=0)
+    batches = []
+    learner = Learner(policy.learn_mode)
+    original = learner.learn_mode.plan
+    learner.learn_mode = learner.learn_mode._replace(
+        plan=lambda b: batches.append(b) or original(b))
+    trainer = OnPolicyTrainer(policy, learner, {"n_steps": 8})
+    obs = [np.full(4, i / 10, np.float32) for i in range(9)]
+    recorded = []
+    for i in range(8):
+        if i == 4:  # (what an update paid mid-rollout does to the value head)
+            with torch.no_grad():
+                policy.model.head.value.bias += 5.0
+        out = policy.collect_mode.forward(torch.as_tensor(obs[i])[None], None, i)
+        item = {k: v[0] for k, v in out.items() if isinstance(v, torch.Tensor) and v.dim()}
+        recorded.append(float(item["value"]))
+        trainer.observe("e", policy.collect_mode.process_transition(
+            obs[i], item, -1.0, obs[i + 1], False, False))
+        learner.env_steps += 1
+    now = policy.value(np.stack(obs)).numpy()  # (before the update the rollout owes)
+    trainer.maybe_train()
+    (batch,) = batches
+    zeros = np.zeros(8, np.float32)
+    expected, _ = gae(np.full(8, -1.0, np.float32), now[:8], now[1:], zeros, zeros, 0.98,
+                      policy.config["learn"]["gae_lambda"])
+    np.testing.assert_allclose(batch.advantage.numpy(), expected, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(batch.value.numpy(), now[:8], rtol=1e-6)
+    assert abs(recorded[0] - now[0]) > 4  # (the first steps' recorded values were stale)
+
+
 def test_end_of_agent_episode_flushes_every_entity():
     policy = DQNPolicy({"nstep": 3, "learn": {"batch_size": 2}}, OBS, ACT, seed=0)
     learner = Learner(policy.learn_mode)
