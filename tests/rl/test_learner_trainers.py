@@ -132,14 +132,22 @@ def test_nstep_reaches_the_buffer():
     assert first["reward"] == pytest.approx(1 + 0.5 + 0.25) and first["gamma_n"] == 0.125
 
 
-def test_on_policy_trainer_trains_every_n_steps_with_bootstrapped_gae():
-    policy = PPOPolicy({"learn": {"epochs": 1, "batch_size": 8}}, OBS, ACT, seed=0)
+def _recording_trainer(policy: PPOPolicy, hooks: list = ()
+                       ) -> tuple[OnPolicyTrainer, Learner, list]:
+    """An on-policy trainer of 8-step rollouts whose learner records every rollout batch it
+    plans an update of."""
     batches = []
-    learner = Learner(policy.learn_mode, [Note("before_iter", [], lambda lr: None)])
+    learner = Learner(policy.learn_mode, list(hooks))
     original = learner.learn_mode.plan
     learner.learn_mode = learner.learn_mode._replace(
         plan=lambda b: batches.append(b) or original(b))
-    trainer = OnPolicyTrainer(policy, learner, {"n_steps": 8})
+    return OnPolicyTrainer(policy, learner, {"n_steps": 8}), learner, batches
+
+
+def test_on_policy_trainer_trains_every_n_steps_with_bootstrapped_gae():
+    policy = PPOPolicy({"learn": {"epochs": 1, "batch_size": 8}}, OBS, ACT, seed=0)
+    trainer, learner, batches = _recording_trainer(
+        policy, [Note("before_iter", [], lambda lr: None)])
     obs = torch.zeros(1, 4)
     for i in range(16):
         out = policy.collect_mode.forward(obs, None, i)
@@ -168,12 +176,7 @@ def test_gae_uses_the_value_function_of_now_for_every_step():
     from mistk_rl.rl.data.returns import gae
 
     policy = PPOPolicy({"learn": {"epochs": 1, "batch_size": 8}}, OBS, ACT, seed=0)
-    batches = []
-    learner = Learner(policy.learn_mode)
-    original = learner.learn_mode.plan
-    learner.learn_mode = learner.learn_mode._replace(
-        plan=lambda b: batches.append(b) or original(b))
-    trainer = OnPolicyTrainer(policy, learner, {"n_steps": 8})
+    trainer, learner, batches = _recording_trainer(policy)
     obs = [np.full(4, i / 10, np.float32) for i in range(9)]
     recorded = []
     for i in range(8):
@@ -236,12 +239,7 @@ def test_ppo_learns_under_the_action_mask_it_acted_under():
     ones recorded when acting: ratio 1 (no KL, nothing clipped) before any update."""
     policy = PPOPolicy({"learn": {"epochs": 1, "batch_size": 8}}, OBS,
                        spaces.Discrete(4), seed=0)
-    batches = []
-    learner = Learner(policy.learn_mode)
-    original = learner.learn_mode.plan
-    learner.learn_mode = learner.learn_mode._replace(
-        plan=lambda b: batches.append(b) or original(b))
-    trainer = OnPolicyTrainer(policy, learner, {"n_steps": 8})
+    trainer, learner, batches = _recording_trainer(policy)
     for i in range(8):
         mask = torch.tensor([[True, i % 2 == 0, True, False]])
         out = policy.collect_mode.forward(torch.zeros(1, 4), mask, i)
