@@ -103,8 +103,7 @@ def run_from_file(config_path: Optional[Path], out: Optional[Path] = None, quiet
             config = with_cluster(config, cluster)
         if eval_episodes is not None:
             config = with_eval_episodes(config, eval_episodes)
-        if max_restarts is None:
-            max_restarts = 3 if config.cluster is not None else 0
+        max_restarts = restarts_allowed(config, max_restarts)
         results = run_restarting(config, run_dir, say, progress, quiet, evaluate_only,
                                   max_restarts)
     except (ConfigError, HarnessError, ClusterError) as exc:
@@ -153,6 +152,13 @@ def read_episodes(run_dir: Path) -> list[dict]:
     """The episodes a run wrote (`write_episodes`)."""
     with open(run_dir / EPISODES) as fh:
         return [json.loads(line) for line in fh if line.strip()]
+
+
+def restarts_allowed(config: RunConfig, given: Optional[int]) -> int:
+    """``--max-restarts``: as given, else 3 on a cluster (where nodes come and go), else 0."""
+    if given is not None:
+        return given
+    return 3 if config.cluster is not None else 0
 
 
 def _what_is_left(run_dir: Optional[Path]) -> str:
@@ -219,13 +225,15 @@ def _finished(config: RunConfig, run_dir: Path) -> Optional[str]:
 
 def run(config: RunConfig, run_dir: Path, say: Callable[[str], None] = print,
         resume: Optional[Progress | GameProgress] = None, quiet: bool = False,
-        evaluate_only: bool = False, max_restarts: int = 0) -> dict:
+        evaluate_only: bool = False, max_restarts: Optional[int] = None) -> dict:
     """Run the whole sequence, or continue a training run from `resume` (its progress file:
     agents load their checkpoints, training goes on from its schedule); returns what it
     writes to ``run_dir/results.json``. `evaluate_only`: only the config's evaluation, with
     the agents built from their model_path, else from the save_path a run in `run_dir` left;
     written to ``run_dir/evaluation.json``. On a cluster, a league's lost workers are
-    started again elsewhere, each at most `max_restarts` times (`harness.keeper`)."""
+    started again elsewhere, each at most `max_restarts` times (`harness.keeper`; default 3
+    on a cluster, as ``--max-restarts``)."""
+    max_restarts = restarts_allowed(config, max_restarts)
     if evaluate_only and config.evaluation is None and config.training is None:
         raise ConfigError("nothing to evaluate: the config has neither an 'evaluation' block "
                           "(games) nor a 'training' block (its eval_episodes, eval_seed)")

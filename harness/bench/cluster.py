@@ -57,7 +57,9 @@ def _close(cluster) -> None:
 
 class _AtFirstCheckpoint(threading.Thread):
     """Runs `action` once the run in `run_dir` saved its first checkpoint (its progress.json
-    appears), as a node is lost at some point of a run; polls, as a bench may."""
+    appears), as a node is lost at some point of a run: polling in a thread of its own
+    (`start`), or at the run's next line (as its `say`: in the main thread, where Ray can
+    add a node; it registers a signal handler)."""
 
     def __init__(self, run_dir: Path, action: Callable[[], None]) -> None:
         super().__init__(daemon=True)
@@ -66,12 +68,21 @@ class _AtFirstCheckpoint(threading.Thread):
 
     def run(self) -> None:
         while not self.done.wait(0.2):
-            progress = self.run_dir / "progress.json"
-            if progress.exists():
-                data = json.loads(progress.read_text())
-                self.fired_at = data.get("train_steps", data.get("agent_steps"))
-                self.action()
+            if self.fire_if_due():
                 return
+
+    def __call__(self, _line: str) -> None:
+        if self.fired_at is None:
+            self.fire_if_due()
+
+    def fire_if_due(self) -> bool:
+        progress = self.run_dir / "progress.json"
+        if not progress.exists():
+            return False
+        data = json.loads(progress.read_text())
+        self.fired_at = data.get("train_steps", data.get("agent_steps"))
+        self.action()
+        return True
 
 
 def _league_run(steps: int, worker_nodes: int, out: Path,
@@ -104,11 +115,9 @@ def _league_run(steps: int, worker_nodes: int, out: Path,
         cluster.named[last] = cluster.add_node(num_cpus=2, resources={last: 2})
 
     loss = _AtFirstCheckpoint(out / "run", lose_and_replace)
-    if lose_node:
-        loss.start()
-    try:
-        results = run(RunConfig.model_validate(data), out / "run", say=lambda _: None,
-                      quiet=True)
+    try:  # (the loss at the run's first line after its first checkpoint: the main thread)
+        results = run(RunConfig.model_validate(data), out / "run",
+                      say=loss if lose_node else lambda _: None, quiet=not lose_node)
     finally:
         loss.done.set()
         if cluster is not None:
