@@ -25,8 +25,7 @@ import yaml
 from gymnasium import spaces
 
 from harness.config import ConfigError, RunConfig
-from harness.run import data_dir
-from harness.training import Progress
+from harness.run import last_checkpoint, saved_model, data_dir
 
 FORMATS = ("torchscript", "onnx")
 CHECK_ROWS = 256
@@ -91,13 +90,9 @@ def _load_agent(run_dir: Path, agent_name: Optional[str]) -> tuple[Any, str, str
                           f"(its agents: {', '.join(a.name for a in config.agents)})")
     spec = specs[0]
     where = data_dir(run_dir, spec.name)
-    model = spec.save_path if spec.save_path and (where / spec.save_path).is_file() else None
+    here = {spec.name: where}  # (the run's agent started on this machine)
+    model = saved_model(spec, here) or last_checkpoint(spec, run_dir, here)
     if model is None:
-        try:
-            model = Progress.load(run_dir).checkpoints.get(spec.name)
-        except (ConfigError, TypeError):
-            model = None
-    if model is None or not (where / model).is_file():
         raise ConfigError(f"agent {spec.name!r}: no saved model in {where} (no save_path "
                           "written, no checkpoint in progress.json)")
     module, _, cls_name = spec.target.partition(":")

@@ -403,8 +403,8 @@ def _sequence(config: RunConfig, env: dict, orch: OrchestratorClient,
             if checkpoint and mirror is not None and spec.target:
                 restore_checkpoint(agent, mirror, spec.name, checkpoint, call_timeout)
             if evaluate_only:
-                checkpoint = (spec.model_path or _saved_model(spec, local_dirs)
-                              or _last_checkpoint(spec, run_dir, local_dirs))
+                checkpoint = (spec.model_path or saved_model(spec, local_dirs)
+                              or last_checkpoint(spec, run_dir, local_dirs))
                 if spec.target:
                     say(f"agent {spec.name}: " + (f"the model in {checkpoint}" if checkpoint
                                                   else "untrained (no model_path, and no "
@@ -482,7 +482,7 @@ def _sequence(config: RunConfig, env: dict, orch: OrchestratorClient,
     return episodes, progress, outcome
 
 
-def _saved_model(spec: AgentSpec, local_dirs: dict[str, Path]) -> Optional[str]:
+def saved_model(spec: AgentSpec, local_dirs: dict[str, Path]) -> Optional[str]:
     """The save_path a run left for this agent, if the harness started it here and the file
     is there."""
     where = local_dirs.get(spec.name)
@@ -491,7 +491,7 @@ def _saved_model(spec: AgentSpec, local_dirs: dict[str, Path]) -> Optional[str]:
     return None
 
 
-def _last_checkpoint(spec: AgentSpec, run_dir: Path,
+def last_checkpoint(spec: AgentSpec, run_dir: Path,
                      local_dirs: dict[str, Path]) -> Optional[str]:
     """The checkpoint of the agent's last evaluation in a training run's progress.json, if
     the harness started the agent here and the file is there."""

@@ -434,9 +434,7 @@ class LeagueOrchestrator(AbstractOrchestrator):
         and the agent of the player it is bound to); None when done, else the error. (In a
         job thread, or the hook's: the scheduler holds those agents meanwhile.)"""
         url, call = self.scheduler.workers[index].url, self._call_timeout()
-        old, self.clients[index] = self.clients[index], None
-        if old is not None:
-            old.close()
+        self._drop_client(index)
         client = self._connect(url)
         player = self.scheduler.workers[index].player  # (solo: the one it registers)
         agents = [self.agents[player]] if player is not None else list(self.agents.values())
