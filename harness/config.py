@@ -20,16 +20,16 @@ class ServiceSpec(_Strict):
     """Either `target` (MODULE:CLASS, started on a free loopback port, or on a cluster node)
     or `url` (running)."""
 
-    target: Optional[str] = None
-    url: Optional[str] = None
+    target: Optional[str] = None  # MODULE:CLASS to serve, on a free port the harness picks
+    url: Optional[str] = None  # a running service's base URL instead
     # more `mistk-rl serve` options for a service the harness starts, e.g.
     # ["--env-module", "my_envs", "--agent-timeout", "60", "--limit", "max_envs=512"]
     args: list[str] = Field(default_factory=list)
     # what the service asks of its node on a cluster (`cluster:`; unused on one machine):
     # CPUs, GPUs and custom node resources, e.g. {"game_node": 1} to run it on such a node
     cpus: float = Field(default=1.0, ge=0)
-    gpus: float = Field(default=0.0, ge=0)
-    resources: dict[str, float] = Field(default_factory=dict)
+    gpus: float = Field(default=0.0, ge=0)  # GPUs it asks of its node on a cluster
+    resources: dict[str, float] = Field(default_factory=dict)  # custom node resources
 
     @model_validator(mode="after")
     def _one_of(self) -> "ServiceSpec":
@@ -44,8 +44,8 @@ class EnvSpec(BaseModel):
     suggestion, so the harness keeps no list of them: e.g. the gym orchestrator's `thinker`)."""
 
     model_config = ConfigDict(extra="allow")
-    id: str
-    kwargs: dict[str, Any] = Field(default_factory=dict)
+    id: str  # a gymnasium id, a game (e.g. tictactoe_v3) or "league"
+    kwargs: dict[str, Any] = Field(default_factory=dict)  # passed to the env's constructor
     # the league orchestrator's settings (the spec's LeagueSettings, camelCase keys): the
     # harness reads it (it fills in `workers` with the URLs of the workers it starts)
     league: Optional[dict[str, Any]] = None
@@ -61,7 +61,9 @@ class EnvSpec(BaseModel):
 
 
 class OrchestratorSpec(ServiceSpec):
-    env: EnvSpec
+    """The orchestrator: the env it runs (or the league) and where it comes from."""
+
+    env: EnvSpec  # sent with initialize
 
 
 class LocalInferenceSpec(_Strict):
@@ -70,14 +72,15 @@ class LocalInferenceSpec(_Strict):
     `batch_steps` env steps; new weights come back once the agent made `sync_every`
     updates (DQN: gradient steps; PPO: whole updates) since the copy's."""
 
-    sync_every: int = Field(default=1, ge=1)
-    batch_steps: int = Field(default=64, ge=1, le=65536)
+    sync_every: int = Field(default=1, ge=1)  # agent updates between weight copies
+    batch_steps: int = Field(default=64, ge=1, le=65536)  # env steps per experience upload
 
 
 class AgentSpec(ServiceSpec):
-    name: str = Field(pattern=r"^[A-Za-z0-9_.:-]{1,64}$")
+    name: str = Field(pattern=r"^[A-Za-z0-9_.:-]{1,64}$")  # its name in the run and the games
+    # initialize's hyperparameters: the agent's settings over its defaults (see below)
     hyperparameters: dict[str, Any] = Field(default_factory=dict)
-    properties: dict[str, Any] = Field(default_factory=dict)
+    properties: dict[str, Any] = Field(default_factory=dict)  # initialize's modelProperties
     model_path: Optional[str] = None  # buildModel from this checkpoint (agent's data dir)
     save_path: Optional[str] = None  # saveModel here when the run ends
     train: bool = True  # false: registered with skipTrain (never gets replayAction)
@@ -98,19 +101,19 @@ class AgentSpec(ServiceSpec):
 class EpisodeBlock(_Strict):
     """One startEpisode call."""
 
-    num_episodes: int = Field(default=1, ge=1)
-    seed: Optional[int] = Field(default=None, ge=0)
-    max_steps: Optional[int] = Field(default=None, ge=1)
-    train: bool = True
+    num_episodes: int = Field(default=1, ge=1)  # episodes in this call
+    seed: Optional[int] = Field(default=None, ge=0)  # the first episode's reset seed
+    max_steps: Optional[int] = Field(default=None, ge=1)  # per-episode cap
+    train: bool = True  # false: agents are sent no transitions to learn from
     save_path: Optional[str] = None  # saveEpisode here afterwards (orchestrator's data dir)
 
 
 class TrainingSpec(_Strict):
     """Train for `env_steps`, evaluating every `eval_every` env steps (and once at the end)."""
 
-    env_steps: int = Field(ge=1)
-    eval_every: int = Field(default=5000, ge=1)
-    eval_episodes: int = Field(default=10, ge=1)
+    env_steps: int = Field(ge=1)  # the budget: env steps over all training env copies
+    eval_every: int = Field(default=5000, ge=1)  # env steps between evaluations
+    eval_episodes: int = Field(default=10, ge=1)  # greedy episodes per evaluation
     stop_value: Optional[float] = None  # stop once an evaluation's mean reaches it
     seed: int = Field(default=0, ge=0)  # training env i first resets with seed + i
     eval_seed: int = Field(default=10_000, ge=0)  # every evaluation uses the same seeds
@@ -132,27 +135,27 @@ class Matchup(_Strict):
     built-in opponent's replies (`exhaustive`: random, tictactoe_perfect), or sampled games
     against a registered agent of that name."""
 
-    opponent: str
-    exhaustive: bool = False
-    games_per_seat: int = Field(default=1000, ge=1)
+    opponent: str  # a built-in opponent or a registered agent's name
+    exhaustive: bool = False  # enumerate every game against its replies (random, perfect)
+    games_per_seat: int = Field(default=1000, ge=1)  # sampled games per seat
 
 
 class GameEvaluation(_Strict):
     """`mistk-rl eval`, the step after training, and each evaluation of `game_training`."""
 
-    agent: str
-    against: list[Matchup] = Field(min_length=1)
+    agent: str  # the agent evaluated (a name in `agents`)
+    against: list[Matchup] = Field(min_length=1)  # its matchups
     num_envs: int = Field(default=16, ge=1)  # game copies for sampled matchups
-    seed: int = Field(default=10_000, ge=0)
+    seed: int = Field(default=10_000, ge=0)  # the sampled games' first seed
 
 
 class Target(_Strict):
     """One condition on an evaluation: `opponent`'s matchup, in `seat` (default every seat)."""
 
-    opponent: str
-    seat: Optional[str] = None
-    min_win: Optional[float] = Field(default=None, ge=0, le=1)
-    max_loss: Optional[float] = Field(default=None, ge=0, le=1)
+    opponent: str  # a matchup's opponent in `evaluation.against`
+    seat: Optional[str] = None  # that seat only (default: every seat)
+    min_win: Optional[float] = Field(default=None, ge=0, le=1)  # win rate at least
+    max_loss: Optional[float] = Field(default=None, ge=0, le=1)  # loss rate at most
     max_lost_lines: Optional[int] = Field(default=None, ge=0)  # enumerated matchups
 
 
@@ -160,10 +163,11 @@ class GameTrainingSpec(_Strict):
     """Games: play until `evaluation.agent` made `agent_steps` moves, evaluating every
     `eval_every` of its moves (and at the end); a checkpoint of every agent at each."""
 
-    agent_steps: int = Field(ge=1)
-    eval_every: int = Field(default=20_000, ge=1)
-    seed: int = Field(default=0, ge=0)
+    agent_steps: int = Field(ge=1)  # the budget: moves of the evaluated agent
+    eval_every: int = Field(default=20_000, ge=1)  # its moves between evaluations
+    seed: int = Field(default=0, ge=0)  # game copy i first resets with seed + i
     num_envs: int = Field(default=16, ge=1)  # game copies
+    # who takes which seat in each new game: as registered, swapped every game, or drawn
     seat_assignment: Literal["fixed", "alternate", "random"] = "alternate"
     lineup: Optional[dict[str, str]] = None  # seat -> agent; default: the registered seats
     agents: dict[str, dict[str, Any]] = Field(default_factory=dict)  # name -> {mode, train}
@@ -178,7 +182,7 @@ class ClusterSpec(_Strict):
     `address`: ``auto`` (the cluster this machine belongs to), ``HOST:PORT``,
     ``ray://HOST:PORT``, or ``local`` (a one-node cluster started for the run)."""
 
-    address: str = "auto"
+    address: str = "auto"  # auto, HOST:PORT, ray://HOST:PORT or local
     # where services keep their data dirs on their nodes (default: the node's temp dir)
     data_root: Optional[str] = None
 
@@ -203,15 +207,20 @@ class WorkerPool(_Strict):
 
 
 class Timeouts(_Strict):
+    """Every wait of the harness is bounded: seconds for each kind."""
+
     startup: float = 60.0  # a service answering its first call
     call: float = 30.0  # any one call, and each background operation
     episodes: float = 3600.0  # one episode block
 
 
 class RunConfig(_Strict):
-    name: str = "run"
+    """A run: the services it starts (or finds by URL) and what it does with them: episode
+    blocks, single-agent training, game training, or a league (``orchestrator.env.league``)."""
+
+    name: str = "run"  # the run's folder is runs/<name>-<time>
     orchestrator: OrchestratorSpec
-    agents: list[AgentSpec] = Field(min_length=1)
+    agents: list[AgentSpec] = Field(min_length=1)  # registered in this order
     episodes: Optional[list[EpisodeBlock]] = None  # default: one episode (no training)
     training: Optional[TrainingSpec] = None
     game_training: Optional[GameTrainingSpec] = None

@@ -1,4 +1,4 @@
-"""The folders are the layers (README "Layout"): the import contracts in setup.cfg hold, no
+"""The folders are the layers (docs/layout.md): the import contracts in setup.cfg hold, no
 module imports another module's private names, and there is no import cycle at all."""
 from __future__ import annotations
 

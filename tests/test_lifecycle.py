@@ -231,14 +231,14 @@ def test_per_step_progress_wakes_long_polls_at_most_once_a_period():
 
 
 def test_docs_lifecycle_diagrams_are_current():
-    """docs/lifecycle.md is what the tables draw now (regenerate it with
-    `python -m mistk_rl.lifecycle.diagram > docs/lifecycle.md`), and every row of each
+    """docs/lifecycle-tables.md is what the tables draw now (regenerate it with
+    `python -m mistk_rl.lifecycle.diagram > docs/lifecycle-tables.md`), and every row of each
     table but the shared ones is an edge of its picture."""
     from pathlib import Path
 
     from mistk_rl.lifecycle.diagram import SHARED_TRIGGERS, document, mermaid
 
-    doc = Path(__file__).resolve().parents[1] / "docs" / "lifecycle.md"
+    doc = Path(__file__).resolve().parents[1] / "docs" / "lifecycle-tables.md"
     assert doc.read_text() == document()
     for table in (AGENT, ORCHESTRATOR):
         drawn = mermaid(table)
