@@ -21,13 +21,18 @@ RAY_PROCESSES = ("raylet", "gcs_server", "ray::", "mistk-rl-agent", "mistk-rl-or
 
 
 def _ray_processes() -> set[int]:
+    """Ray's and the services' processes outside this process's network namespace: those the
+    cases start live in the one `unshare` made (services that tests running beside these, in
+    other pytest workers, start here are not theirs)."""
+    ours = os.readlink("/proc/self/ns/net")
     found = set()
     for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
         try:
             text = cmdline.read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            netns = os.readlink(cmdline.parent / "ns" / "net")
         except OSError:
             continue
-        if any(name in text for name in RAY_PROCESSES):
+        if netns != ours and any(name in text for name in RAY_PROCESSES):
             found.add(int(cmdline.parent.name))
     return found
 
