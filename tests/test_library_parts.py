@@ -112,6 +112,23 @@ def test_example_config_loads():
     assert config.orchestrator.env.id == "CartPole-v1" and config.agents[0].name == "player"
 
 
+@pytest.mark.parametrize("path", sorted((REPO / "configs").rglob("*.yaml")),
+                         ids=lambda path: str(path.relative_to(REPO / "configs")))
+def test_every_example_config_is_valid_down_to_the_hyperparameters(path):
+    """A config a user copies must load, and its agents' hyperparameters must merge over
+    their classes' defaults (a misplaced key is otherwise found only once services run)."""
+    import importlib
+
+    config = load_config(path)
+    for agent in config.agents:
+        if agent.target is None:
+            continue
+        module, name = agent.target.split(":")
+        cls = getattr(importlib.import_module(module), name)
+        if hasattr(cls, "compile_config"):
+            cls.compile_config(agent.hyperparameters)
+
+
 def test_with_seed_sets_every_seed_but_the_evaluation_ones():
     dqn = with_seed(load_config(REPO / "configs" / "cartpole_dqn.yaml"), 7)
     assert dqn.agents[0].hyperparameters["seed"] == 7 and dqn.training.seed == 7
