@@ -44,7 +44,7 @@ class EnvSpec(BaseModel):
     suggestion, so the harness keeps no list of them: e.g. the gym orchestrator's `thinker`)."""
 
     model_config = ConfigDict(extra="allow")
-    id: str  # a gymnasium id, a game (e.g. tictactoe_v3) or "league"
+    id: str  # a gymnasium id, or a PettingZoo game's (e.g. classic/tictactoe-v3)
     kwargs: dict[str, Any] = Field(default_factory=dict)  # passed to the env's constructor
     # the league orchestrator's settings (the spec's LeagueSettings, camelCase keys): the
     # harness reads it (it fills in `workers` with the URLs of the workers it starts)
@@ -102,7 +102,7 @@ class EpisodeBlock(_Strict):
     """One startEpisode call."""
 
     num_episodes: int = Field(default=1, ge=1)  # episodes in this call
-    seed: Optional[int] = Field(default=None, ge=0)  # the first episode's reset seed
+    seed: Optional[int] = Field(default=None, ge=0)  # env copy i first resets with seed + i
     max_steps: Optional[int] = Field(default=None, ge=1)  # per-episode cap
     train: bool = True  # false: agents are sent no transitions to learn from
     save_path: Optional[str] = None  # saveEpisode here afterwards (orchestrator's data dir)
@@ -165,7 +165,7 @@ class GameTrainingSpec(_Strict):
 
     agent_steps: int = Field(ge=1)  # the budget: moves of the evaluated agent
     eval_every: int = Field(default=20_000, ge=1)  # its moves between evaluations
-    seed: int = Field(default=0, ge=0)  # game copy i first resets with seed + i
+    seed: int = Field(default=0, ge=0)  # seeds the games, block after block
     num_envs: int = Field(default=16, ge=1)  # game copies
     # who takes which seat in each new game: as registered, swapped every game, or drawn
     seat_assignment: Literal["fixed", "alternate", "random"] = "alternate"

@@ -115,16 +115,20 @@ def test_example_config_loads():
 @pytest.mark.parametrize("path", sorted((REPO / "configs").rglob("*.yaml")),
                          ids=lambda path: str(path.relative_to(REPO / "configs")))
 def test_every_example_config_is_valid_down_to_the_hyperparameters(path):
-    """A config a user copies must load, and its agents' hyperparameters must merge over
-    their classes' defaults (a misplaced key is otherwise found only once services run)."""
-    import importlib
+    """A config a user copies must load, name service classes `serve` takes, and merge its
+    agents' hyperparameters over their classes' defaults (a misplaced key is otherwise found
+    only once services run)."""
+    from mistk_rl.service.server import import_implementation
 
     config = load_config(path)
+    orchestrators = [config.orchestrator, *config.workers, config.evaluator]
+    for spec in orchestrators:
+        if spec is not None and spec.target is not None:
+            import_implementation("orchestrator", spec.target)
     for agent in config.agents:
         if agent.target is None:
             continue
-        module, name = agent.target.split(":")
-        cls = getattr(importlib.import_module(module), name)
+        cls = import_implementation("agent", agent.target)
         if hasattr(cls, "compile_config"):
             cls.compile_config(agent.hyperparameters)
 
