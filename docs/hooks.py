@@ -182,19 +182,11 @@ def _default_text(field: Any) -> str:
     return f"`{yaml.safe_dump(value, default_flow_style=True).strip().removesuffix('...').strip()}`"
 
 
-def _nested_model(annotation: Any) -> type[BaseModel] | None:
-    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
-        return annotation
-    for arg in get_args(annotation):
-        found = _nested_model(arg)
-        if found is not None:
-            return found
-    return None
-
-
 def config_rows(model: type[BaseModel], prefix: str = "") -> list[tuple[str, str, str, str]]:
     """(dotted key, type, default, what) for every key of `model`, nested models included
     (a list of models as ``key[].sub``)."""
+    from harness.config import model_in
+
     rows = []
     notes = {}
     for cls in reversed(model.__mro__):  # a subclass's comment wins over its base's
@@ -205,7 +197,7 @@ def config_rows(model: type[BaseModel], prefix: str = "") -> list[tuple[str, str
                 pass
     for name, field in model.model_fields.items():
         key = f"{prefix}{name}"
-        nested = _nested_model(field.annotation)
+        nested = model_in(field.annotation)
         what = (field.description or notes.get(name)
                 or ((nested.__doc__ or "").split("\n\n")[0] if nested is not None else ""))
         rows.append((key, _type_text(field.annotation), _default_text(field), what or ""))

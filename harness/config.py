@@ -419,23 +419,23 @@ def _known_keys(model: type[BaseModel], loc: tuple) -> Optional[list[str]]:
     """The keys the model at `loc` (field names, list indices, dict keys) takes."""
     annotation: Any = model
     for part in loc:
-        annotation = _model_in(annotation)
+        annotation = model_in(annotation)
         if isinstance(part, int) or annotation is None:
             continue  # (a list item: the item's model is found at the next step)
         field = annotation.model_fields.get(str(part))
         if field is None:
             return None
         annotation = field.annotation
-    found = _model_in(annotation)
+    found = model_in(annotation)
     return sorted(found.model_fields) if found is not None else None
 
 
-def _model_in(annotation: Any) -> Optional[type[BaseModel]]:
+def model_in(annotation: Any) -> Optional[type[BaseModel]]:
     """The pydantic model inside an annotation (Optional[X], list[X], X | None)."""
     if isinstance(annotation, type) and issubclass(annotation, BaseModel):
         return annotation
     for arg in getattr(annotation, "__args__", ()):
-        found = _model_in(arg)
+        found = model_in(arg)
         if found is not None:
             return found
     return None

@@ -54,7 +54,7 @@ def test_the_configs_page_has_every_key_with_its_default(site: Path) -> None:
     # nested models are walked: a key of a list of models and one of a nested model
     assert {"training.env_steps", "agents[].local_inference.batch_steps",
             "game_training.stop_when[].min_win", "timeouts.startup"} <= keys
-    for key, _, default, _ in rows:
+    for key, *_ in rows:
         assert f"<code>{key}</code>" in page, key
     assert ("training.eval_every", "int", "`5000`") in {row[:3] for row in rows}
     # the agents' hyperparameters, with their defaults

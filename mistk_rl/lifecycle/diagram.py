@@ -20,6 +20,15 @@ from mistk_rl.lifecycle.tables import AGENT, ORCHESTRATOR, Table
 SHARED_TRIGGERS = ("fail", "reset", "terminate")
 
 
+def _fact(row: dict) -> Optional[str]:
+    """The fact a row needs (`tables._t`'s `when`, passed by the runner with finish), if any."""
+    return row["conditions"][0].__defaults__[0] if row.get("conditions") else None
+
+
+def _label(name: str, fact: Optional[str]) -> str:
+    return f"{name}\n[{fact}]" if fact else name
+
+
 def mermaid(table: Table) -> str:
     """`table`'s resting and busy states and their own rows, as a Mermaid state diagram."""
     rows, facts = [], {}
@@ -27,8 +36,8 @@ def mermaid(table: Table) -> str:
         if row["trigger"] in SHARED_TRIGGERS:
             continue
         drawn = {k: row[k] for k in ("trigger", "source", "dest")}
-        if row.get("conditions"):  # _t's `when`: the fact the runner passes with finish
-            fact = row["conditions"][0].__defaults__[0]
+        fact = _fact(row)
+        if fact is not None:
             drawn["conditions"], facts[fact] = [fact], staticmethod(lambda: True)
         rows.append(drawn)
     states = [s for s in table.states if s != "failed"]
@@ -73,30 +82,29 @@ def caller_edges(table: Table) -> tuple[list[str], list[tuple[str, str, str]]]:
     operations = []
     for row in table.transitions:
         sources = [row["source"]] if isinstance(row["source"], str) else list(row["source"])
-        fact = row["conditions"][0].__defaults__[0] if row.get("conditions") else None
+        fact = _fact(row)
         if row["trigger"] == "finish":
             for source in sources:
                 finishes.setdefault(source, []).append((row["dest"], fact))
         elif row["trigger"] not in SHARED_TRIGGERS:
             operations += [(source, row["dest"], row["trigger"]) for source in sources]
     kept = {source for source, _, _ in operations if source in table.busy_states}
-    states = [s for s in table.states if s not in table.busy_states or s in kept]
+    states = [s for s in table.states
+              if (s not in table.busy_states or s in kept) and s != "terminating"]
     edges: dict[tuple[str, str], list[str]] = {}
     for source, busy, trigger in operations:
         if busy in kept or busy not in table.busy_states:
             edges.setdefault((source, busy), []).append(trigger)
             continue
         for dest, fact in finishes[busy]:
-            edges.setdefault((source, dest), []).append(
-                f"{trigger}\n[{fact}]" if fact else trigger)
+            edges.setdefault((source, dest), []).append(_label(trigger, fact))
     for busy in kept:
         for dest, fact in finishes[busy]:
-            edges.setdefault((busy, dest), []).append(f"done\n[{fact}]" if fact else "done")
+            edges.setdefault((busy, dest), []).append(_label("done", fact))
     for dest, fact in finishes["resetting"]:  # reset: from every state, drawn from "any"
-        edges.setdefault((ANY_STATE, dest), []).append(f"reset\n[{fact}]" if fact else "reset")
+        edges.setdefault((ANY_STATE, dest), []).append(_label("reset", fact))
     edges[(ANY_STATE, "failed")] = ["fail (a hook raised)"]
     edges[(ANY_STATE, "terminated")] = ["terminate"]
-    states = [s for s in states if s != "terminating"]
     return states + [ANY_STATE], [(s, d, "\n".join(labels)) for (s, d), labels in edges.items()]
 
 
