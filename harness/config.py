@@ -123,6 +123,10 @@ class TrainingSpec(_Strict):
     # one batched request per step (episodes are split evenly when there are fewer copies)
     eval_envs: Optional[int] = Field(default=None, ge=1)
     env_manager: str = "base"  # base | subprocess | async
+    # training steps' requests in flight at once, each for its share of the env copies: 2
+    # steps one half while the agent answers for the other (the startEpisode setting
+    # pipelineDepth; agents that take stepColumns; evaluations use 1)
+    pipeline_depth: int = Field(default=1, ge=1, le=8)
     # after each evaluation every agent saves checkpoints/step-<env steps>.pt in its data dir
     # and progress.json in the run dir says where the run stands: what `mistk-rl run
     # --resume RUN_DIR` continues. This many are kept: the one progress.json names and the

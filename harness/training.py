@@ -236,6 +236,7 @@ def _train_block(orch: OrchestratorClient, spec: TrainingSpec, budget: int, seed
     played = orch.play(EpisodeConfig(
         num_steps=budget, seed=seed, max_steps=spec.max_steps, train=True,
         num_envs=spec.num_envs, env_manager=spec.env_manager, resume=True,
+        pipeline_depth=spec.pipeline_depth,
         agents=dict(agents or {})), timeout=timeout,
         on_status=lambda status: on_steps(
             status.payload.get("envSteps", steps_before) - steps_before))

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections import deque
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Mapping, Optional, Sequence, Union
 from urllib.parse import urlsplit
@@ -26,7 +27,7 @@ from mistk_rl.schemas import (AgentConfig, AgentInitParams, ApiVersion, ColumnAc
                               FileWritten, League, LeagueWorkerJoin, Learned,
                               OrchestratorInitParams, OrchestratorProgress,
                               OrchestratorStatus, PolicyCopy, Problem, Replay, Results, Status)
-from mistk_rl.transport import Transport, TransportError
+from mistk_rl.transport import Response, Transport, TransportError
 
 DEFAULT_TIMEOUT = 30.0
 # a wait long-polls in chunks; each may take its chunk plus a grace before the service counts
@@ -139,6 +140,22 @@ class WaitTimeout(ServiceError, TimeoutError):
         self.last = last
 
 
+@dataclass
+class _Request:
+    """One request, encoded, between `_ServiceClient._request` and `_answer`."""
+
+    method: str
+    path: str
+    base_url: str
+    raw: bool  # answer with the body's bytes as they came
+    wire: dict[str, Any]  # Transport.request's keyword arguments
+
+    def unavailable(self, exc: TransportError) -> "ServiceUnavailable":
+        timeout = self.wire["timeout"]
+        why = f"no answer within {timeout} s" if exc.timed_out else f"cannot connect ({exc})"
+        return ServiceUnavailable(f"{self.method} {self.base_url}{self.path}: {why}")
+
+
 def _loads(raw: bytes) -> Any:
     """An answer's JSON: orjson, else `json` (which also reads a NaN an answer may hold)."""
     try:
@@ -185,6 +202,20 @@ class _ServiceClient:
         """One request; with `tensors`, the body and the answer use the binary encoding
         (`columns`: a body of numpy columns, `codec.encode`'s column form). `raw`: the
         answer's bytes as they came (a file); `raw_body`: bytes sent as they are."""
+        request = self._request(method, path, json_body=json_body, params=params,
+                                timeout=timeout, tensors=tensors, columns=columns, raw=raw,
+                                raw_body=raw_body)
+        try:
+            response = self.transport.request(method, path, **request.wire)
+        except TransportError as exc:
+            raise request.unavailable(exc) from exc
+        return self._answer(request, response)
+
+    def _request(self, method: str, path: str, *, json_body: Any = None,
+                 params: Optional[Mapping[str, Any]] = None, timeout: Optional[float] = None,
+                 tensors: bool = False, columns: bool = False, raw: bool = False,
+                 raw_body: Optional[bytes] = None) -> "_Request":
+        """A request as the transport sends it (`_call`'s arguments)."""
         if params:
             params = {k: (str(v).lower() if isinstance(v, bool) else v)
                       for k, v in params.items() if v is not None}
@@ -199,21 +230,19 @@ class _ServiceClient:
             body = None if json_body is None else dumps(json_body)
         if raw:
             accept = "application/octet-stream, application/problem+json"
-        timeout = timeout or self.timeout
-        try:
-            response = self.transport.request(method, path, body=body, params=params,
-                                              timeout=timeout, content_type=content_type,
-                                              accept=accept)
-        except TransportError as exc:
-            what = f"no answer within {timeout} s" if exc.timed_out else f"cannot connect ({exc})"
-            raise ServiceUnavailable(f"{method} {self.base_url}{path}: {what}") from exc
+        return _Request(method, path, self.base_url, raw, {
+            "body": body, "params": params, "timeout": timeout or self.timeout,
+            "content_type": content_type, "accept": accept})
+
+    def _answer(self, request: "_Request", response: Response) -> Any:
+        """The answer's body, decoded; a typed ServiceError for a 4xx or 5xx."""
         instance = response.headers.get(INSTANCE_HEADER)
         if instance != self.instance and instance is not None:
             if self.instance is not None:
                 raise ServiceRestarted(self.base_url, self.instance, instance)
             self.instance = instance
         if response.status < 400:
-            if raw:
+            if request.raw:
                 return response.body
             if response.headers.get("Content-Type", "").startswith(codec.CONTENT_TYPE):
                 return codec.decode(response.body)
@@ -229,7 +258,7 @@ class _ServiceClient:
                               detail=response.body[:500].decode(errors="replace"))
         cls = _ERRORS.get(response.status,
                           ServerError if response.status >= 500 else ServiceError)
-        raise cls(f"{method} {path} -> {response.status} {problem.title}: "
+        raise cls(f"{request.method} {request.path} -> {response.status} {problem.title}: "
                   f"{problem.detail or ''}".rstrip(": "), response.status, problem)
 
     def _status_call(self, method: str, path: str, **kw: Any) -> Status:
@@ -379,31 +408,23 @@ class AgentClient(_ServiceClient):
             body["actionMask"] = action_mask
         return self._call("POST", "/step", json_body=body, tensors=self.binary)["actions"]
 
-    def step_columns(self, envs: Any, obs: Any, *, action_mask: Any = None,
-                     step_ids: Any = None, rewards: Any = None, terminated: Any = None,
-                     truncated: Any = None, act: Any = None,
-                     reset: Optional[Mapping[str, Any]] = None) -> ColumnActions:
+    def step_columns(self, envs: Any, obs: Any, **columns: Any) -> ColumnActions:
         """The columnar step (`stepColumns`, capability ``columns``): row i of each column is
         env copy ``envs[i]``. Report earlier steps' outcomes by their `step_ids` (-1: none)
         with `rewards`, `terminated` and `truncated`, `obs` being what each step led to;
         `reset` ({rows, obs, actionMask}) gives the observations that rows whose episode
-        ended act on; `act` (bool per row) leaves rows that only report. Returns the
-        actions and step ids of the acting rows, in row order. Columns are numpy arrays
-        (or lists); a Dict observation space's `obs` is a dict of columns."""
-        body: dict[str, Any] = {"envs": np.asarray(envs), "obs": _columns(obs)}
-        for key, value in (("actionMask", action_mask), ("stepIds", step_ids),
-                           ("rewards", rewards), ("terminated", terminated),
-                           ("truncated", truncated), ("act", act)):
-            if value is not None:
-                body[key] = np.asarray(value)
-        if reset is not None:
-            body["reset"] = {key: _columns(value) for key, value in reset.items()
-                             if value is not None}
-        answer = self._call("POST", "/stepColumns", json_body=body, tensors=self.binary,
-                            columns=True)
-        return ColumnActions.model_construct(  # (arrays: no validation to do)
-            actions=np.asarray(answer["actions"]),
-            step_ids=np.asarray(answer["stepIds"], dtype=np.int64))
+        ended act on; `act` (bool per row) leaves rows that only report; `action_mask`
+        gives the legal actions per row. Returns the actions and step ids of the acting
+        rows, in row order. Columns are numpy arrays (or lists); a Dict observation
+        space's `obs` is a dict of columns."""
+        answer = self._call("POST", "/stepColumns", json_body=_step_body(envs, obs, **columns),
+                            tensors=self.binary, columns=True)
+        return _column_actions(answer)
+
+    def column_pipeline(self) -> "ColumnPipeline":
+        """stepColumns requests sent ahead of their answers, on a connection of their own
+        (`ColumnPipeline`)."""
+        return ColumnPipeline(self)
 
     def get_policy(self, weights: bool = True) -> PolicyCopy:
         """A copy of the agent's policy to act with locally (`getPolicy`, capability
@@ -551,3 +572,69 @@ class OrchestratorClient(_ServiceClient):
         is False (they are only forgotten: a league's worker, whose agents play elsewhere)."""
         params = None if reset_agents else {"resetAgents": False}
         return self._finish(self._status_call("POST", "/reset", params=params), wait, timeout)
+
+
+def _step_body(envs: Any, obs: Any, *, action_mask: Any = None, step_ids: Any = None,
+               rewards: Any = None, terminated: Any = None, truncated: Any = None,
+               act: Any = None, reset: Optional[Mapping[str, Any]] = None) -> dict[str, Any]:
+    """stepColumns' body (`AgentClient.step_columns`)."""
+    body: dict[str, Any] = {"envs": np.asarray(envs), "obs": _columns(obs)}
+    for key, value in (("actionMask", action_mask), ("stepIds", step_ids),
+                       ("rewards", rewards), ("terminated", terminated),
+                       ("truncated", truncated), ("act", act)):
+        if value is not None:
+            body[key] = np.asarray(value)
+    if reset is not None:
+        body["reset"] = {key: _columns(value) for key, value in reset.items()
+                         if value is not None}
+    return body
+
+
+def _column_actions(answer: Mapping[str, Any]) -> ColumnActions:
+    return ColumnActions.model_construct(  # (arrays: no validation to do)
+        actions=np.asarray(answer["actions"]),
+        step_ids=np.asarray(answer["stepIds"], dtype=np.int64))
+
+
+class ColumnPipeline:
+    """stepColumns requests sent before the answers to earlier ones are read (HTTP/1.1
+    pipelining on one connection, `mistk_rl.transport.Pipeline`): `send` takes
+    `AgentClient.step_columns`' arguments and returns at once, `receive` gives the oldest
+    request's answer. The agent service runs them one at a time in the order sent.
+    `mistk_rl.stepping.ColumnStepper` with ``depth`` 2 uses it to step half its env copies
+    while the agent answers for the other half."""
+
+    def __init__(self, client: AgentClient) -> None:
+        self.client = client
+        self._pipe = client.transport.pipeline()
+        self._sent: deque[_Request] = deque()
+
+    @property
+    def pending(self) -> int:
+        return len(self._sent)
+
+    def send(self, envs: Any, obs: Any, **columns: Any) -> None:
+        client = self.client
+        request = client._request("POST", "/stepColumns",
+                                  json_body=_step_body(envs, obs, **columns),
+                                  tensors=client.binary, columns=True)
+        try:
+            self._pipe.send("POST", "/stepColumns", **request.wire)
+        except TransportError as exc:
+            self._sent.clear()
+            raise request.unavailable(exc) from exc
+        self._sent.append(request)
+
+    def receive(self) -> ColumnActions:
+        request = self._sent.popleft()
+        try:
+            response = self._pipe.receive()
+        except TransportError as exc:
+            self._sent.clear()
+            raise request.unavailable(exc) from exc
+        return _column_actions(self.client._answer(request, response))
+
+    def close(self) -> None:
+        """Drop what is in flight (its answers are not read) and free the connection."""
+        self._sent.clear()
+        self._pipe.close()

@@ -414,6 +414,9 @@ class GymEpisodeSettings(EpisodeSettings):
     step_timeout: Optional[float] = Field(default=None, ge=0.01)
     resume: bool = False  # with num_steps: cut at the budget, continue in the next call
     env_kwargs: Optional[dict[str, Any]] = None  # over initialize's kwargs
+    # stepColumns requests in flight at once, each for its share of the env copies
+    # (`mistk_rl.stepping.ColumnStepper`)
+    pipeline_depth: int = Field(default=1, ge=1, le=8)
 
 
 class GameEpisodeSettings(EpisodeSettings):

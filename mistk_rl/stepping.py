@@ -5,7 +5,9 @@ which copies must act now (their observations). A stepper turns that into reques
 
 - `ColumnStepper` (the agent lists the ``columns`` capability): one stepColumns request, an
   array per field. It remembers the step id of each copy's action in flight and reports the
-  outcome under it, so each observation crosses once and no action is sent back.
+  outcome under it, so each observation crosses once and no action is sent back. With
+  ``depth`` 2 it keeps two requests in flight, for two halves of the copies, so the env
+  steps one half while the agent answers for the other.
 - `EntityStepper` (any other agent, e.g. one written against MISTK's API): the entity-keyed
   step (or replayAction then getAction), each copy an entity ``name:i`` (``name`` alone for
   one copy), the transitions sent whole.
@@ -18,10 +20,13 @@ which copies must act now (their observations). A stepper turns that into reques
   the agent would (`mistk_rl.rl.actor.Actor`: the epsilon at the env step, sampling, the
   warm-up, masks), with weights at most `sync_every` updates and one batch old.
 
-All answer ``env -> action`` for the copies that act, so the loop does not care which.
+All answer ``env -> action`` for copies that act (a pipelined `ColumnStepper` answers
+some of the ready copies, the others' actions being on their way), so the loop does not
+care which: it steps the copies it got actions for.
 """
 from __future__ import annotations
 
+from collections import deque
 from dataclasses import dataclass
 from typing import Any, Mapping, Optional, Protocol
 
@@ -52,9 +57,11 @@ class Outcome:
 class Stepper(Protocol):
     def step(self, ready: Mapping[int, Any], outcomes: Mapping[int, Outcome],
              masks: Masks = None) -> dict[int, Any]:
-        """Report `outcomes` (env -> what its action in flight led to) and answer an action
-        for each `ready` copy (env -> the observation it acts on; `masks`: its legal
-        actions). A copy in both whose outcome is not done acts on the outcome's obs."""
+        """Report `outcomes` (env -> what its action in flight led to) and answer actions
+        for `ready` copies (env -> the observation it acts on; `masks`: its legal actions):
+        all of them, or some while the others' are on their way (a pipelined
+        `ColumnStepper`). A copy in both whose outcome is not done acts on the outcome's
+        obs. With nothing ready (the loop's end) it only reports."""
 
     def in_flight(self) -> set[int]:
         """The env copies whose action's outcome is not reported yet."""
@@ -70,36 +77,87 @@ class LocalInference:
 
 def stepper_for(client: AgentClient, capabilities: frozenset[str], name: str,
                 num_envs: int, local: Optional[LocalInference] = None, *, mode: str = "collect",
-                learn: bool = True, epsilon: Optional[float] = None) -> Stepper:
+                learn: bool = True, epsilon: Optional[float] = None, depth: int = 1) -> Stepper:
     """The stepper for this agent: local inference when asked for (the agent must list
-    ``local``), else the columnar step, else the entity form."""
+    ``local``), else the columnar step (with `depth` requests in flight), else the entity
+    form."""
     if local is not None:
         return LocalStepper(client, local, mode=mode, learn=learn, epsilon=epsilon)
     if "columns" in capabilities:
-        return ColumnStepper(client)
+        return ColumnStepper(client, depth)
     return EntityStepper(client, capabilities, name, num_envs)
 
 
 class ColumnStepper:
-    """stepColumns (module doc)."""
+    """stepColumns (module doc), with up to `depth` requests in flight.
 
-    def __init__(self, client: AgentClient) -> None:
+    With ``depth`` 1 each call sends one request and waits for its answer. With ``depth``
+    d > 1 the copies are split into d groups the first time; each later call sends the
+    copies that are ready again as one request and takes the answer of the oldest request
+    in flight (`mistk_rl.client.ColumnPipeline`). Its caller steps that group's copies while
+    the agent computes the next group's actions: env stepping and the agent's work overlap
+    instead of taking turns, and the round trip's wait is hidden. A copy acts on its own
+    observations either way; what changes is that a group's actions come from the policy
+    as it stood when its request arrived. The agent runs the requests in the order sent, so
+    a seeded run is reproducible at any depth (and differs from depth 1).
+    """
+
+    def __init__(self, client: AgentClient, depth: int = 1) -> None:
+        if depth < 1:
+            raise ValueError(f"depth must be >= 1, not {depth}")
         self.client = client
+        self.depth = depth
         self.step_ids: dict[int, int] = {}  # env -> the step id of its action in flight
+        self._pipeline = client.column_pipeline() if depth > 1 else None
+        self._waiting: deque[list[int]] = deque()  # per request in flight: its acting copies
+        self._asked: set[int] = set()  # the copies in those requests
+        self._held: dict[int, Any] = {}  # actions answered but not yet taken by the caller
 
     def in_flight(self) -> set[int]:
-        return set(self.step_ids)
+        return set(self.step_ids) | self._asked
 
     def step(self, ready: Mapping[int, Any], outcomes: Mapping[int, Outcome],
              masks: Masks = None) -> dict[int, Any]:
-        if not ready and not outcomes:
+        if self._pipeline is None:
+            if not ready and not outcomes:
+                return {}
+            acting, columns = self._columns(ready, outcomes, masks)
+            return self._took(acting, self.client.step_columns(**columns))
+        waiting = self._asked.union(self._held) if self._held else self._asked
+        asking = {i: obs for i, obs in ready.items() if i not in waiting}
+        groups = (_split(asking, outcomes, self.depth)
+                  if not self._waiting and not self._held else [(asking, outcomes)])
+        for group, reported in groups:
+            if group or reported:
+                acting, columns = self._columns(group, reported, masks)
+                self._pipeline.send(**columns)
+                self._waiting.append(acting)
+                self._asked.update(acting)
+        if not ready:  # the loop ends: read every answer, keep the actions for a next call
+            while self._waiting:
+                self._held.update(self._receive())
+            self._pipeline.close()
             return {}
+        held = {i: self._held.pop(i) for i in ready if i in self._held}
+        if held or not self._waiting:
+            return held
+        return self._receive()
+
+    def _receive(self) -> dict[int, Any]:
+        """The oldest request's answer: env -> action."""
+        acting = self._waiting.popleft()
+        self._asked.difference_update(acting)
+        return self._took(acting, self._pipeline.receive())
+
+    def _columns(self, ready: Mapping[int, Any], outcomes: Mapping[int, Outcome],
+                 masks: Masks) -> tuple[list[int], dict[str, Any]]:
+        """The copies that act and the stepColumns arguments for one request."""
         rows = list(outcomes) + [i for i in ready if i not in outcomes]
         n, reported = len(rows), len(outcomes)
         obs = [o.obs for o in outcomes.values()] + [ready[i] for i in rows[reported:]]
         acts = np.fromiter((i in ready for i in rows), bool, n)
         reset = [(r, i) for r, (i, o) in enumerate(outcomes.items()) if o.done and i in ready]
-        body: dict[str, Any] = {}
+        body: dict[str, Any] = {"envs": np.asarray(rows, np.int64), "obs": _stack(obs)}
         if outcomes:
             ids = np.full(n, -1, np.int64)
             ids[:reported] = [self.step_ids.pop(i) for i in outcomes]
@@ -122,10 +180,28 @@ class ColumnStepper:
                     [(masks or {}).get(i) for _, i in reset], masks)
         if not acts.all():
             body["act"] = acts
-        answer = self.client.step_columns(np.asarray(rows, np.int64), _stack(obs), **body)
-        acting = [i for i in rows if i in ready]
+        return [i for i in rows if i in ready], body
+
+    def _took(self, acting: list[int], answer: Any) -> dict[int, Any]:
+        """Record the step ids of an answer's actions; env -> action."""
         self.step_ids.update(zip(acting, answer.step_ids.tolist()))
         return dict(zip(acting, answer.actions))
+
+
+def _split(ready: Mapping[int, Any], outcomes: Mapping[int, Outcome],
+           depth: int) -> list[tuple[dict[int, Any], dict[int, Outcome]]]:
+    """Up to `depth` groups of the ready copies, each with its copies' outcomes (outcomes of
+    copies that do not act again go with the first group)."""
+    envs = list(ready)
+    size = -(-len(envs) // depth) if envs else 1
+    groups = [envs[k:k + size] for k in range(0, len(envs), size)] or [[]]
+    out = []
+    for k, group in enumerate(groups):
+        members = set(group)
+        out.append(({i: ready[i] for i in group},
+                    {i: o for i, o in outcomes.items()
+                     if i in members or (k == 0 and i not in ready)}))
+    return out
 
 
 def _stack(rows: list) -> Any:

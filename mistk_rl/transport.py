@@ -22,6 +22,7 @@ import select
 import socket
 import ssl
 import threading
+from collections import deque
 from dataclasses import dataclass
 from http.client import RemoteDisconnected
 from typing import Iterator, Mapping, Optional
@@ -105,6 +106,10 @@ class _Connection:
     def exchange(self, request: bytes, head_only: bool) -> tuple[Response, bool]:
         """Send one request, read its answer; returns it and whether to keep the socket."""
         self.sock.sendall(request)
+        return self.read_answer(head_only)
+
+    def read_answer(self, head_only: bool) -> tuple[Response, bool]:
+        """The next answer on this connection, and whether to keep the socket."""
         while True:
             status, reason, version, headers = self._read_head()
             if not 100 <= status < 200:
@@ -245,13 +250,7 @@ class Transport:
                 content_type: str = "application/json",
                 params: Optional[Mapping[str, object]] = None, timeout: float = 30.0,
                 accept: str = "application/json") -> Response:
-        url = _safe(self.prefix + path + (f"?{urlencode(params)}" if params else ""), "the URL")
-        head = f"{method} {url} HTTP/1.1\r\nAccept: {accept}\r\n"
-        if body is not None:
-            head += f"Content-Type: {content_type}\r\nContent-Length: {len(body)}\r\n"
-        elif method not in ("GET", "HEAD"):
-            head += "Content-Length: 0\r\n"
-        request = head.encode("latin-1") + self._fixed_head + b"\r\n" + (body or b"")
+        request = self.encode(method, path, body, content_type, params, accept)
         head_only = method == "HEAD"
         conn, reused = self._take(timeout)
         try:
@@ -261,6 +260,23 @@ class Transport:
                     and isinstance(exc.__cause__, _CLOSED_BEFORE_ANSWER)):
                 raise
         return self._exchange(self._connect(timeout), request, head_only, timeout)
+
+    def encode(self, method: str, path: str, body: Optional[bytes] = None,
+               content_type: str = "application/json",
+               params: Optional[Mapping[str, object]] = None,
+               accept: str = "application/json") -> bytes:
+        """One request as the bytes that go on the wire (head and body)."""
+        url = _safe(self.prefix + path + (f"?{urlencode(params)}" if params else ""), "the URL")
+        head = f"{method} {url} HTTP/1.1\r\nAccept: {accept}\r\n"
+        if body is not None:
+            head += f"Content-Type: {content_type}\r\nContent-Length: {len(body)}\r\n"
+        elif method not in ("GET", "HEAD"):
+            head += "Content-Length: 0\r\n"
+        return head.encode("latin-1") + self._fixed_head + b"\r\n" + (body or b"")
+
+    def pipeline(self) -> "Pipeline":
+        """A connection of its own on which requests go out before earlier answers are read."""
+        return Pipeline(self)
 
     def _exchange(self, conn: _Connection, request: bytes, head_only: bool,
                   timeout: float) -> Response:
@@ -314,3 +330,91 @@ class Transport:
                 self._idle.append(conn)
                 return
         conn.close()
+
+
+class Pipeline:
+    """HTTP/1.1 pipelining (RFC 9112 9.3.2) on one connection: `send` writes a request
+    without waiting for the answers to earlier ones, `receive` reads the oldest answer.
+
+    Why: a caller that has other work to do while the service computes (an orchestrator
+    stepping half its env copies while the agent answers for the other half) keeps a
+    request in flight instead of waiting a round trip. The answers come back in the order
+    the requests went, and uvicorn (these services' server) also runs one connection's
+    requests one at a time in that order, so a seeded agent sees the same sequence of
+    requests as without pipelining. No request is ever sent again: after an error the
+    connection is closed and the requests still unanswered are lost (the error says how
+    many). Not thread-safe: it belongs to one caller's loop.
+    """
+
+    def __init__(self, transport: Transport) -> None:
+        self.transport = transport
+        self._conn: Optional[_Connection] = None
+        self._waiting: deque[tuple[bool, float]] = deque()  # (head only, timeout) per request
+
+    @property
+    def pending(self) -> int:
+        """Requests sent whose answers are not read yet."""
+        return len(self._waiting)
+
+    def send(self, method: str, path: str, *, body: Optional[bytes] = None,
+             content_type: str = "application/json",
+             params: Optional[Mapping[str, object]] = None, timeout: float = 30.0,
+             accept: str = "application/json") -> None:
+        request = self.transport.encode(method, path, body, content_type, params, accept)
+        if self._conn is None:
+            self._conn = self.transport._take(timeout)[0]
+        conn = self._conn
+        try:
+            if conn.sock.gettimeout() != timeout:
+                conn.sock.settimeout(timeout)
+            conn.sock.sendall(request)
+        except (socket.timeout, TimeoutError) as exc:
+            raise self._fail(f"could not send within {timeout} s", True) from exc
+        except OSError as exc:
+            raise self._fail(f"{type(exc).__name__}: {exc}") from exc
+        self.transport.bytes_sent += len(request)
+        self._waiting.append((method == "HEAD", timeout))
+
+    def receive(self) -> Response:
+        """The answer to the oldest request not answered yet."""
+        if not self._waiting:
+            raise RuntimeError("no request is waiting for its answer")
+        if self._conn is None:  # the server closed the connection after an earlier answer
+            raise self._fail("the server closed the connection before answering")
+        head_only, timeout = self._waiting.popleft()
+        conn = self._conn
+        received = conn.received
+        try:
+            if conn.sock.gettimeout() != timeout:
+                conn.sock.settimeout(timeout)
+            response, keep = conn.read_answer(head_only)
+        except (socket.timeout, TimeoutError) as exc:
+            raise self._fail(f"no answer within {timeout} s", True) from exc
+        except (OSError, ProtocolError) as exc:
+            raise self._fail(f"{type(exc).__name__}: {exc}") from exc
+        self.transport.bytes_received += conn.received - received
+        if not keep:  # (the requests after this one, if any, fail at their receive)
+            self._conn = None
+            conn.close()
+        return response
+
+    def close(self) -> None:
+        """Give the connection back when nothing is in flight, else close it."""
+        conn, self._conn = self._conn, None
+        if conn is None:
+            return
+        if self._waiting:
+            self._waiting.clear()
+            conn.close()
+        else:
+            self.transport._give_back(conn)
+
+    def _fail(self, message: str, timed_out: bool = False) -> TransportError:
+        lost = len(self._waiting)
+        self._waiting.clear()
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+        if lost:
+            message += f" ({lost} pipelined request{'s' if lost > 1 else ''} unanswered)"
+        return TransportError(message, timed_out)

@@ -33,7 +33,37 @@ from mistk_rl.spaces import SUPPORTED, coerce_action, space_to_dict
 from mistk_rl.stepping import Outcome, Stepper, stepper_for
 
 
-BINARY_FROM_ENVS = 8  # measured: JSON is faster for one env, the binary encoding from 16 up
+# When requests use the binary encoding (`binary_for`). Measured with `mistk-rl bench
+# transport` (CartPole, 16 observation bytes per copy): the entity form is faster binary
+# from 16 copies; stepColumns as JSON (orjson) is as fast or faster up to 256 copies (4 KiB
+# of observations a request), since the codec's fixed cost per array outweighs writing a
+# few hundred numbers as text; larger observations (images) go binary from one copy.
+BINARY_FROM_ENVS = 8
+BINARY_FROM_BYTES = 4096
+
+
+def binary_for(capabilities: frozenset[str], observation_space: gym.Space, num_envs: int,
+               depth: int = 1, local: bool = False) -> bool:
+    """Whether an agent's requests use the binary encoding (it must list ``tensors``):
+    local inference's batches of experience and weights always; stepColumns once one
+    request's observations (numEnvs / depth copies) reach `BINARY_FROM_BYTES`; the entity
+    form from `BINARY_FROM_ENVS` copies."""
+    if "tensors" not in capabilities:
+        return False
+    if local:
+        return True
+    if "columns" in capabilities:
+        rows = -(-num_envs // depth)
+        return rows * _obs_bytes(observation_space) >= BINARY_FROM_BYTES
+    return num_envs >= BINARY_FROM_ENVS
+
+
+def _obs_bytes(space: gym.Space) -> int:
+    """Bytes of one observation as arrays (a Dict space: all its keys)."""
+    if isinstance(space, gym.spaces.Dict):
+        return sum(_obs_bytes(sub) for sub in space.spaces.values())
+    shape = space.shape or ()
+    return int(np.prod(shape, dtype=np.int64)) * np.dtype(space.dtype or np.float32).itemsize
 
 
 @dataclass
@@ -78,6 +108,8 @@ class GymOrchestrator(AbstractOrchestrator):
         probe_env(env, self.env_modules)
 
     def validate_start_episode(self, config: GymEpisodeSettings) -> None:
+        if config.pipeline_depth > 1:
+            self._check_pipeline(config)
         if config.env_kwargs:  # bad kwargs: 400 now, not a failed service later
             _probe({**self.env_spec, "kwargs": self._kwargs(config)})
         if config.env_manager == "base" or _key(config) in self.managers:
@@ -86,6 +118,22 @@ class GymOrchestrator(AbstractOrchestrator):
         self.limits.check("max_env_processes", running + config.num_envs,
                           f"env worker processes (the {running} running and numEnvs "
                           f"{config.num_envs} more)")
+
+    def _check_pipeline(self, config: GymEpisodeSettings) -> None:
+        """pipelineDepth > 1 needs env copies to share out and a columnar step to pipeline."""
+        depth = config.pipeline_depth
+        if depth > config.num_envs:
+            raise InvalidRequest(f"pipelineDepth {depth} is more than numEnvs "
+                                 f"{config.num_envs}: each request in flight needs env "
+                                 "copies of its own")
+        for agent in self.agents.values():
+            if "columns" not in agent.capabilities:
+                raise InvalidRequest(f"pipelineDepth {depth}: agent {agent.name!r} does not "
+                                     "take stepColumns (capability 'columns'), the step "
+                                     "that is pipelined")
+            if self.local_inference_settings(config, agent) is not None:
+                raise InvalidRequest(f"pipelineDepth {depth}: agent {agent.name!r} acts "
+                                     "with localInference, which sends no step requests")
 
     def do_initialize(self, env: dict[str, Any], agents_needed: int) -> None:
         self._close_managers()
@@ -103,9 +151,8 @@ class GymOrchestrator(AbstractOrchestrator):
         n = manager.env_num
         local = self.local_inference_settings(config, agent)
         mode, learn = self.play_settings(config, agent)
-        # (local inference: batches of experience and weights, binary whatever the copies)
-        agent.client.binary = "tensors" in agent.capabilities and (
-            n >= BINARY_FROM_ENVS or local is not None)
+        agent.client.binary = binary_for(agent.capabilities, self.observation_space, n,
+                                         config.pipeline_depth, local is not None)
         live = [i for i in range(n) if i not in manager.retired]
         carried = self._carried.pop(_key(config), None)
         if config.resume and carried is not None and carried.manager is manager:
@@ -118,7 +165,8 @@ class GymOrchestrator(AbstractOrchestrator):
                        for i in live}
             stepper = stepper_for(agent.client, agent.capabilities, agent.name, n, local,
                                   mode=mode, learn=learn,
-                                  epsilon=self.exploration(config, agent))
+                                  epsilon=self.exploration(config, agent),
+                                  depth=config.pipeline_depth)
         quotas = episode_quotas(config.episode_limit(), n)
         finished = [0] * n
         active = {i for i in live if quotas[i] > 0}
@@ -139,8 +187,9 @@ class GymOrchestrator(AbstractOrchestrator):
                 actions = stepper.step(ready, outcomes, _masks(manager, ready)) if ready else {}
                 if ready:
                     outcomes = {}
-                timesteps = manager.step({i: coerce_action(self.action_space, actions[i])
-                                          for i in ready})
+                # (a pipelined stepper answers part of the ready copies at a time)
+                timesteps = manager.step({i: coerce_action(self.action_space, a)
+                                          for i, a in actions.items() if i in ready})
                 to_reset = []
                 for i, ts in timesteps.items():
                     episode = running[i]

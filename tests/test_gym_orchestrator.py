@@ -126,6 +126,44 @@ def test_resumed_blocks_play_exactly_the_continuous_run(launch, manager):
     assert agent.status().payload["replayed"] == 150  # every training step replayed once
 
 
+def test_pipelined_blocks_play_the_continuous_pipelined_run_and_replay_each_step_once(launch):
+    """pipelineDepth 2: half the copies step while the agent answers for the other half.
+    A block's end reads the answer in flight and keeps its actions for the next block, so
+    blocks still add up to one uninterrupted run, and every step is replayed once."""
+    config = dict(numEnvs=4, seed=5, train=True, resume=True, pipelineDepth=2)
+    orch, agent = _pair(launch, "CartPole-v1")
+    whole = _play(orch, numSteps=200, **config)
+    assert orch.status().payload["envSteps"] == 200
+    assert agent.status().payload["replayed"] == 200
+    orch, agent = _pair(launch, "CartPole-v1")
+    blocks = [e for _ in range(5) for e in _play(orch, numSteps=40, **config)]
+    key = [(e.env_index, e.length, e.return_) for e in whole]
+    assert len(key) > 4 and [(e.env_index, e.length, e.return_) for e in blocks] == key
+    assert agent.status().payload["replayed"] == 200
+
+
+@pytest.mark.parametrize("config, match", [
+    ({"numEnvs": 2, "pipelineDepth": 3}, "more than numEnvs 2"),
+    ({"numEnvs": 4, "pipelineDepth": 2, "agents": {"player": {"localInference": {}}}},
+     "sends no step requests"),
+])
+def test_a_pipeline_it_cannot_run_is_refused_and_changes_nothing(launch, config, match):
+    from mistk_rl.client import BadRequest
+
+    orch_service = launch("orchestrator", GYM_ORCHESTRATOR)
+    agent_service = launch("agent", "agents.dqn_agent:DQNAgent")
+    orch, agent = orch_service.client(), agent_service.client()
+    orch.initialize("CartPole-v1")
+    agent.initialize(hyperparameters={"seed": 0})
+    agent.build_model()
+    orch.register_agent("player", agent_service.url)
+    before = orch.status()
+    with pytest.raises(BadRequest, match=match):
+        orch.start_episode(config)
+    after = orch.status()
+    assert (after.state, after.payload.get("envSteps", 0)) == (before.state, 0)
+
+
 @pytest.mark.parametrize("manager", ["base", "async"])
 def test_an_evaluation_between_resumed_blocks_leaves_training_episodes_alone(launch, manager):
     """Training blocks resume their envs although evaluations on as many envs ran between

@@ -59,3 +59,20 @@ def test_with_step_capability_replays_ride_along():
 def test_eval_episodes_send_no_replay():
     calls, _ = _play(frozenset({"step"}), train=False)
     assert not any(carries for _, carries in calls)
+
+
+def test_a_pipeline_needs_an_agent_that_takes_step_columns():
+    """pipelineDepth pipelines stepColumns: an agent that only takes the entity form (one
+    written against MISTK's API) is refused with a 400 naming why."""
+    import pytest
+
+    from mistk_rl.errors import InvalidRequest
+    from mistk_rl.schemas import GymEpisodeSettings
+
+    orch = GymOrchestrator()
+    orch.do_initialize({"id": "CartPole-v1", "kwargs": {}}, 1)
+    orch.agents["p"] = RegisteredAgent("p", "http://127.0.0.1:1", False, RecordingClient(),
+                                       frozenset({"step", "tensors"}))
+    with pytest.raises(InvalidRequest, match="does not take stepColumns"):
+        orch.validate_start_episode(GymEpisodeSettings(num_envs=4, pipeline_depth=2))
+    orch.validate_start_episode(GymEpisodeSettings(num_envs=4))  # depth 1: any agent

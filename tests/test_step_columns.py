@@ -2,6 +2,8 @@
 the agent's service from what it kept under each step id."""
 from __future__ import annotations
 
+from collections import deque
+
 import gymnasium as gym
 import numpy as np
 import pytest
@@ -257,7 +259,94 @@ def test_the_column_stepper_sends_each_observation_once_with_masks_for_resets(tm
     assert kept.obs[:, 0].tolist() == [2, 7]  # copy 1 acts on its reset observation
 
 
+# ---- pipelined (depth 2) ----------------------------------------------------------------------
+def _drive_recording(stepper, n: int, steps: int, seed: int = 0) -> tuple[list[dict], dict]:
+    """Drive CartPole copies through `stepper` as the gym orchestrator's loop does; returns
+    what each call answered (env -> action) and every env step taken per copy (obs acted on,
+    action, next obs)."""
+    calls, taken = [], {i: [] for i in range(n)}
+    with MANAGERS["base"](make_env_fns("CartPole-v1", None, n)) as manager:
+        manager.launch(seed=seed)
+        outcomes = {}
+        for _ in range(steps):
+            ready = manager.ready_obs
+            actions = stepper.step(ready, outcomes)
+            calls.append(actions)
+            outcomes = {}
+            for i, t in manager.step({i: int(a) for i, a in actions.items()}).items():
+                outcomes[i] = Outcome(t.obs, t.reward, t.terminated, t.truncated)
+                taken[i].append((ready[i][0], int(actions[i]), t.obs[0]))
+        stepper.step({}, outcomes)
+    return calls, taken
+
+
+def test_a_pipelined_stepper_steps_halves_in_turn_and_every_step_reaches_the_agent_once(
+        tmp_path):
+    service = _service(tmp_path, RecordingAgent())
+    service.episodeStarted({"obs": {"p": [0, 0, 0, 0]}})
+    stepper = ColumnStepper(InProcessClient(service), depth=2)
+    calls, taken = _drive_recording(stepper, 4, 40)
+    assert [sorted(c) for c in calls[:4]] == [[0, 1], [2, 3], [0, 1], [2, 3]]
+    learned = {i: [] for i in range(4)}
+    for batch in service.agent.learned:
+        for env, obs, action, next_obs in zip(batch.envs.tolist(), batch.obs[:, 0],
+                                              batch.actions.tolist(), batch.next_obs[:, 0]):
+            learned[env].append((obs, action, next_obs))
+    # each copy's steps, in order, exactly once, as the env took them
+    assert learned == {i: [(np.float32(a), b, np.float32(c)) for a, b, c in steps]
+                       for i, steps in taken.items()}
+    assert sum(map(len, learned.values())) == 40 * 2
+    # the loop's end read the last answer: those actions wait for a next call
+    assert set(stepper._held) == {0, 1} and stepper._pipeline.answers == deque()
+    assert stepper.step({i: _obs(1, 5)[0] for i in range(4)}, {}).keys() == {0, 1}
+
+
+def test_pipelined_requests_over_http_train_the_agent_as_in_process(launch, tmp_path):
+    """The service runs one connection's pipelined requests in the order sent: a seeded
+    DQN agent served over HTTP acts and learns exactly as the same agent driven in process
+    (requests run as they are sent)."""
+    hparams = {"log_every": 0, "train": {"learning_starts": 40, "train_freq": 10,
+                                         "gradient_steps": 5},
+               "policy": {"model": {"hidden_sizes": [32]}}}
+    in_process = _service(tmp_path, DQNAgent(), hparams)
+    in_process.episodeStarted({"obs": {"p": [0, 0, 0, 0]}})
+    local_calls, _ = _drive_recording(ColumnStepper(InProcessClient(in_process), depth=2),
+                                      4, 60)
+    agent = launch("agent", "agents.dqn_agent:DQNAgent").client()
+    agent.initialize(hyperparameters={"seed": 0, **hparams})
+    agent.build_model()
+    agent.agent_registered({"name": "p", **SPACES})
+    agent.episode_started({"p": [0, 0, 0, 0]})
+    agent.binary = True
+    stepper = ColumnStepper(agent, depth=2)
+    served_calls, _ = _drive_recording(stepper, 4, 60)
+    assert stepper._pipeline.pending == 0
+    assert [{i: int(a) for i, a in c.items()} for c in served_calls] == [
+        {i: int(a) for i, a in c.items()} for c in local_calls]
+    assert in_process.agent.learner.train_iter > 0
+    served = agent.get_policy(weights=True)
+    local = InProcessClient(in_process).get_policy(weights=True)
+    assert served.env_steps == local.env_steps == 60 * 2
+    assert served.weights.keys() == local.weights.keys()
+    for name in local.weights:
+        np.testing.assert_array_equal(served.weights[name], local.weights[name])
+
+
 # ---- the wire -------------------------------------------------------------------------------
+@pytest.mark.parametrize("shape", [(1,), (16,), (17,), (64,), (5, 7), (0,)])
+def test_bool_columns_of_more_than_16_values_travel_as_bits(shape):
+    rng = np.random.default_rng(0)
+    flags = rng.random(shape) > 0.5
+    data = codec.encode({"flags": flags, "x": np.ones(2, np.float32)}, columns=True)
+    header_length = int.from_bytes(data[:4], "little")
+    packed = flags.size > codec.PACK_FROM
+    assert (b'"packed":true' in data[4:4 + header_length]) == packed
+    assert len(data) - 4 - header_length == (-(-flags.size // 8) if packed else flags.size) + 8
+    back = codec.decode(data)
+    assert back["flags"].dtype == bool and back["flags"].shape == shape
+    np.testing.assert_array_equal(back["flags"], flags)
+
+
 def test_columns_round_trip_the_binary_encoding_with_counting_vectors_as_ranges():
     body = {"envs": np.arange(5), "stepIds": np.arange(100, 105), "obs": _obs(5, 0.5),
             "rewards": np.ones(5, np.float32), "act": np.array([1, 0, 1, 1, 1], bool),
@@ -277,6 +366,9 @@ def test_columns_round_trip_the_binary_encoding_with_counting_vectors_as_ranges(
     {"arrays": {"a.b.c.d": {"dtype": "<i8", "shape": [1], "range": 0}}},  # too deep
     {"arrays": {}, "maps": {}},  # both forms
     {"arrays": {"a": {"dtype": "<f4", "shape": [4], "offset": 0}}},  # past the body
+    {"arrays": {"a": {"dtype": "<f4", "shape": [1], "offset": 0, "packed": True}}},
+    {"arrays": {"a": {"dtype": "|b1", "shape": [1], "offset": 0, "packed": 1}}},
+    {"arrays": {"a": {"dtype": "|b1", "shape": [9], "offset": 0, "packed": True}}},  # 2 bytes
 ])
 def test_malformed_columns_are_invalid_requests(header):
     import json

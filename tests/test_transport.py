@@ -57,15 +57,17 @@ class _Handler(BaseHTTPRequestHandler):
         if body == b"drop-unanswered":
             self.close_connection = True
             return
+        if self.path == "/echo":
+            return self._reply(body, echo=True)
         self._reply(body)
 
     def handle_one_request(self):
         self.connection_requests = getattr(self, "connection_requests", 0) + 1
         super().handle_one_request()
 
-    def _reply(self, body: bytes) -> None:
+    def _reply(self, body: bytes, echo: bool = False) -> None:
         type(self).connections.add(self.client_address)  # one source port per connection
-        reply = b'{"ok": true}'
+        reply = body if echo else b'{"ok": true}'
         self.send_response(200)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(reply)))
@@ -194,3 +196,34 @@ def test_unreachable_service_is_a_transport_error():
         transport.request("GET", "/status", timeout=2)
     with pytest.raises(ValueError):
         Transport("ftp://example.org")
+
+
+def test_pipelined_requests_are_answered_in_order_on_one_connection(server):
+    transport = Transport(server)
+    pipe = transport.pipeline()
+    for i in range(3):
+        pipe.send("POST", "/echo", body=f"request {i}".encode())
+    assert pipe.pending == 3
+    assert [pipe.receive().body for _ in range(3)] == [b"request 0", b"request 1",
+                                                       b"request 2"]
+    pipe.close()  # nothing in flight: the connection goes back to the pool
+    assert transport.request("POST", "/echo", body=b"after").body == b"after"
+    assert len(_Handler.connections) == 1
+    assert transport.bytes_sent > 0 and transport.bytes_received > 0
+    transport.close()
+
+
+def test_a_pipelined_request_the_server_left_unanswered_fails_and_is_not_sent_again(httpd,
+                                                                                    server):
+    transport = Transport(server)
+    pipe = transport.pipeline()
+    pipe.send("POST", "/x", body=b"close-after")
+    pipe.send("POST", "/echo", body=b"second")
+    assert pipe.receive().status == 200
+    with pytest.raises(TransportError, match="closed the connection"):
+        pipe.receive()
+    assert pipe.pending == 0
+    with pytest.raises(RuntimeError, match="no request is waiting"):
+        pipe.receive()
+    assert _Handler.posts == [b"close-after"]  # the server read no further; nothing resent
+    transport.close()

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import tempfile
 import time
+from collections import deque
 from pathlib import Path
 from typing import Any, Callable
 
@@ -69,20 +70,21 @@ def _drive(stepper: Stepper, manager: EnvManager, steps: int) -> tuple[int, floa
 
 
 def measure_steps(agent: AgentClient, capabilities: frozenset, n: int,
-                  steps: int) -> tuple[int, float, int]:
-    """One episode of `n` CartPole copies driven through `agent` for at least `steps` env
-    steps (and `n` x 20), after a warm-up; (env steps, seconds, bytes on the wire) of the
-    measured part."""
+                  steps: int, depth: int = 1) -> tuple[int, float, int]:
+    """One episode of `n` CartPole copies driven through `agent` (`depth` requests in
+    flight) for at least `steps` env steps (and `n` x 20), after a warm-up; (env steps,
+    seconds, bytes on the wire) of the measured part."""
     def wire() -> int:
         return agent.transport.bytes_sent + agent.transport.bytes_received
 
     with MANAGERS["base"](make_env_fns("CartPole-v1", None, n)) as manager:
         manager.launch(seed=0)
         agent.episode_started(to_jsonable({f"e{i}": o for i, o in manager.ready_obs.items()}))
-        _drive(stepper_for(agent, capabilities, "bench", n), manager, max(n * 5, 100))
+        _drive(stepper_for(agent, capabilities, "bench", n, depth=depth), manager,
+               max(n * 5, 100))
         before = wire()
-        taken, seconds = _drive(stepper_for(agent, capabilities, "bench", n), manager,
-                                max(steps, n * 20))
+        taken, seconds = _drive(stepper_for(agent, capabilities, "bench", n, depth=depth),
+                                manager, max(steps, n * 20))
         sent = wire() - before
         agent.episode_stopped()
     return taken, seconds, sent
@@ -98,12 +100,33 @@ class InProcessClient(AgentClient):
 
     OPERATIONS = {"/policy": "getPolicy"}  # paths not named as their operation
 
+    def column_pipeline(self) -> "EagerPipeline":
+        return EagerPipeline(self)
+
     def _call(self, method: str, path: str, *, json_body: Any = None,
               params: Any = None, **_: Any) -> Any:
         handler = getattr(self.service, self.OPERATIONS.get(path, path.strip("/")))
         if json_body is None:
             return handler(**(params or {}))[0]
         return handler(json_body)[0]
+
+
+class EagerPipeline:
+    """A `ColumnPipeline` in process: each request runs as it is sent and its answer waits
+    for `receive` (the order the service runs pipelined requests in)."""
+
+    def __init__(self, client: AgentClient) -> None:
+        self.client = client
+        self.answers: deque = deque()
+
+    def send(self, **columns: Any) -> None:
+        self.answers.append(self.client.step_columns(**columns))
+
+    def receive(self) -> Any:
+        return self.answers.popleft()
+
+    def close(self) -> None:
+        self.answers.clear()
 
 
 def cartpole_agent_config(name: str = "bench") -> dict:
@@ -127,19 +150,23 @@ def start_random_agent(tmp: Path, name: str = "bench"):
     return service, client
 
 
-# how each mode reaches the agent: (client, binary encoding, the entity-keyed step)
-TRANSPORT_MODES = ("inprocess", "http", "http-binary", "http-entity")
+# how each mode reaches the agent: in process, over HTTP with stepColumns as JSON and binary,
+# pipelined (two requests in flight for two halves of the copies, pipelineDepth 2, encoded
+# as the gym orchestrator would: `binary_for`), and the entity-keyed step (also encoded as
+# the orchestrator would)
+TRANSPORT_MODES = ("inprocess", "http", "http-binary", "http-pipelined", "http-entity")
 
 
 def bench_transport(env_counts: list[int], steps: int) -> list[dict]:
     """Modes: the agent in-process (its service object, no HTTP), over HTTP with stepColumns
     as JSON and in the binary encoding, and over HTTP with the entity-keyed step (what an
-    agent without the columns capability gets; binary from `BINARY_FROM_ENVS` copies, as
-    the gym orchestrator sends it)."""
+    agent without the columns capability gets), the last two encoded as the gym
+    orchestrator would (`binary_for`)."""
     from agents.random_agent import RandomAgent
     from mistk_rl.service.handlers import AgentService
-    from orchestrators.gym_orchestrator import BINARY_FROM_ENVS
+    from orchestrators.gym_orchestrator import binary_for
 
+    space = gym.make("CartPole-v1").observation_space
     records = []
     with tempfile.TemporaryDirectory(prefix="mistk-bench-") as tmp:
         service = AgentService(RandomAgent(), Path(tmp) / "inprocess")
@@ -151,12 +178,16 @@ def bench_transport(env_counts: list[int], steps: int) -> list[dict]:
         try:
             for n in env_counts:
                 for mode in TRANSPORT_MODES:
+                    if mode == "http-pipelined" and n == 1:
+                        continue  # (one copy: its next action waits for this one's outcome)
                     agent = inprocess if mode == "inprocess" else client
-                    client.binary = mode == "http-binary" or (mode == "http-entity"
-                                                              and n >= BINARY_FROM_ENVS)
                     capabilities = frozenset({"step"} if mode == "http-entity"
                                              else {"columns"})
-                    taken, seconds, wire = measure_steps(agent, capabilities, n, steps)
+                    depth = 2 if mode == "http-pipelined" else 1
+                    client.binary = mode == "http-binary" or (
+                        mode in ("http-entity", "http-pipelined")
+                        and binary_for(capabilities | {"tensors"}, space, n, depth))
+                    taken, seconds, wire = measure_steps(agent, capabilities, n, steps, depth)
                     record = {"bench": "transport", "mode": mode, "envs": n,
                               "steps_per_s": round(taken / seconds, 1)}
                     line = (f"  transport {mode:11s} envs {n:4d}: "
@@ -185,15 +216,16 @@ LOCAL_MODES = ("dqn-inprocess", "dqn-http", "dqn-local")
 
 def bench_local(env_counts: list[int], steps: int, batch_steps: int = 64) -> list[dict]:
     """Local inference against the agent acting remotely: a DQN agent (`ACTING_DQN`) in
-    process (stepColumns to its service object), over HTTP (stepColumns, binary from
-    `BINARY_FROM_ENVS` copies) and through a policy copy here that sends its experience
-    every `batch_steps` env steps (replayColumns, binary)."""
+    process (stepColumns to its service object), over HTTP (stepColumns) and through a
+    policy copy here that sends its experience every `batch_steps` env steps
+    (replayColumns), encoded as the gym orchestrator would (`binary_for`)."""
     from agents.dqn_agent import DQNAgent
     from mistk_rl.launch import start_service
     from mistk_rl.service.handlers import AgentService
     from mistk_rl.stepping import ColumnStepper, LocalInference, LocalStepper
-    from orchestrators.gym_orchestrator import BINARY_FROM_ENVS
+    from orchestrators.gym_orchestrator import binary_for
 
+    space = gym.make("CartPole-v1").observation_space
     records = []
     with tempfile.TemporaryDirectory(prefix="mistk-bench-") as tmp:
         service = AgentService(DQNAgent(), Path(tmp) / "inprocess")
@@ -210,7 +242,8 @@ def bench_local(env_counts: list[int], steps: int, batch_steps: int = 64) -> lis
             for n in env_counts:
                 for mode in LOCAL_MODES:
                     agent = InProcessClient(service) if mode == "dqn-inprocess" else client
-                    client.binary = mode == "dqn-local" or n >= BINARY_FROM_ENVS
+                    client.binary = binary_for(frozenset({"columns", "tensors"}), space, n,
+                                               local=mode == "dqn-local")
                     with MANAGERS["base"](make_env_fns("CartPole-v1", None, n)) as manager:
                         manager.launch(seed=0)
                         agent.episode_started(to_jsonable({f"e{i}": o for i, o in
