@@ -9,7 +9,8 @@ with `bytes` methods instead of the `email` package.
 
 What it implements of HTTP/1.1 is what a client of these services needs: bodies delimited by
 Content-Length, chunked encoding or the end of the connection; 1xx answers skipped;
-keep-alive unless the server says ``Connection: close``; TLS for https URLs. Keep-alive
+keep-alive unless the server says ``Connection: close``; TLS for https URLs; pipelining
+(`Pipeline`: requests written before earlier answers are read, on one connection). Keep-alive
 brings one hazard, handled here: an idle connection the server closed is noticed *before* a
 request is written (the socket reads as at EOF), so a request is never sent twice. A server
 may still close a kept-alive connection just as a request goes out; then only an idempotent

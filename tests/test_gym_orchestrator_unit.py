@@ -76,3 +76,26 @@ def test_a_pipeline_needs_an_agent_that_takes_step_columns():
     with pytest.raises(InvalidRequest, match="does not take stepColumns"):
         orch.validate_start_episode(GymEpisodeSettings(num_envs=4, pipeline_depth=2))
     orch.validate_start_episode(GymEpisodeSettings(num_envs=4))  # depth 1: any agent
+
+
+def test_the_encoding_follows_the_size_of_a_requests_observations():
+    """stepColumns goes binary once one request's observations reach BINARY_FROM_BYTES
+    (numEnvs / pipelineDepth copies); the entity form from BINARY_FROM_ENVS copies; local
+    inference always; an agent without the binary encoding never."""
+    import gymnasium as gym
+    import numpy as np
+
+    from orchestrators.gym_orchestrator import BINARY_FROM_BYTES, binary_for
+
+    columns, entity = frozenset({"columns", "tensors"}), frozenset({"step", "tensors"})
+    vector = gym.spaces.Box(-1, 1, (4,), np.float32)  # 16 bytes
+    image = gym.spaces.Dict({"planes": gym.spaces.Box(0, 255, (4, 32, 32), np.uint8),
+                             "score": gym.spaces.Box(0, 1, (1,), np.float32)})
+    rows = BINARY_FROM_BYTES // 16
+    assert not binary_for(columns, vector, rows - 1)
+    assert binary_for(columns, vector, rows)
+    assert not binary_for(columns, vector, rows, depth=2)  # half a request's rows each
+    assert binary_for(columns, image, 1)
+    assert binary_for(columns, vector, 1, local=True)
+    assert not binary_for(entity, vector, 7) and binary_for(entity, vector, 8)
+    assert not binary_for(frozenset({"columns"}), image, 64)
