@@ -29,7 +29,8 @@ class ServiceSpec(_Strict):
     # CPUs, GPUs and custom node resources, e.g. {"game_node": 1} to run it on such a node
     cpus: float = Field(default=1.0, ge=0)
     gpus: float = Field(default=0.0, ge=0)  # GPUs it asks of its node on a cluster
-    resources: dict[str, float] = Field(default_factory=dict)  # custom node resources
+    # custom node resources (none, for a league orchestrator: the driver's node if it has room)
+    resources: dict[str, float] = Field(default_factory=dict)
 
     @model_validator(mode="after")
     def _one_of(self) -> "ServiceSpec":

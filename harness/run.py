@@ -256,15 +256,16 @@ def run(config: RunConfig, run_dir: Path, say: Callable[[str], None] = print,
             say(f"placing services on the Ray cluster at {config.cluster.address} "
                 f"({len(cluster.node_addresses())} nodes)")
 
-        def launch(role: str, name: str, spec: ServiceSpec,
-                   extra: tuple[str, ...] = ()) -> ServiceProcess | PlacedService:
+        def launch(role: str, name: str, spec: ServiceSpec, extra: tuple[str, ...] = (),
+                   near_driver: bool = False) -> ServiceProcess | PlacedService:
             """Start a service here or on the cluster (they all boot side by side; the loop
-            below waits)."""
+            below waits); `near_driver`: on this process's node if it can hold it."""
             args = (*spec.args, *extra)
             if cluster is not None:
                 service: ServiceProcess | PlacedService = cluster.spawn(
                     role, name, spec.target, token=token, extra_args=args,
-                    resources=Resources(spec.cpus, spec.gpus, spec.resources))
+                    resources=Resources(spec.cpus, spec.gpus, spec.resources),
+                    near_driver=near_driver)
             else:
                 service = spawn_service(role, spec.target, data_dir=data_dir(run_dir, name),
                                         log_path=run_dir / "logs" / f"{name}.log",
@@ -292,8 +293,12 @@ def run(config: RunConfig, run_dir: Path, say: Callable[[str], None] = print,
             if orch_spec.env.solo_players() is not None:  # its players' evaluations
                 spec = config.evaluator or _default_evaluator(config)
                 evaluator_service = spec.url or launch("orchestrator", "evaluator", spec, allow)
-        orch_service = orch_spec.url or launch("orchestrator", "orchestrator", orch_spec,
-                                               allow + share)
+        # a league's state (league.json, every checkpoint) is in its orchestrator's data dir:
+        # unless its config pins it, it runs on this node, next to the run dir, so losing
+        # it is losing this run's driver too, which `--resume` continues (it finds the league)
+        orch_service = orch_spec.url or launch(
+            "orchestrator", "orchestrator", orch_spec, allow + share,
+            near_driver=orch_spec.env.league is not None and not orch_spec.resources)
         agent_services = {a.name: a.url or launch("agent", a.name, a, share)
                           for a in config.agents}
         # (callbacks run last first: this one SIGTERMs every service, then each is waited for)

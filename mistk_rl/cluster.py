@@ -220,14 +220,29 @@ class Cluster:
         self._host = ray.remote(max_restarts=0)(ServiceHost)
 
     def spawn(self, role: str, name: str, target: str, *, token: Optional[str] = None,
-              extra_args: Sequence[str] = (), resources: Resources = Resources()
-              ) -> PlacedService:
+              extra_args: Sequence[str] = (), resources: Resources = Resources(),
+              near_driver: bool = False) -> PlacedService:
         """Ask Ray for a node with `resources` and start the service there (without
-        waiting: `PlacedService.wait_ready`)."""
-        actor = self._host.options(name=f"{self.run_id}/{name}", **resources.options()
+        waiting: `PlacedService.wait_ready`). `near_driver`: on this process's node when it
+        has the resources free, else wherever Ray finds them (a soft node affinity)."""
+        options = resources.options()
+        if near_driver:
+            from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+            # (soft alone waits while the node is busy; spilling goes elsewhere then too.
+            # The flag is Ray's own, underscored: the pinned Ray has it, a test checks it)
+            options["scheduling_strategy"] = NodeAffinitySchedulingStrategy(
+                self.driver_node_id(), soft=True, _spill_on_unavailable=True)
+        actor = self._host.options(name=f"{self.run_id}/{name}", **options
                                    ).remote(role, target, name, self.run_id, self.data_root,
                                             token, list(extra_args))
         return PlacedService(role, target, name, resources, actor)
+
+    def driver_node_id(self) -> str:
+        """The node this process (`mistk-rl run`, the Ray driver) is attached to."""
+        import ray
+
+        return ray.get_runtime_context().get_node_id()
 
     def node_addresses(self) -> list[str]:
         """The addresses of the cluster's live nodes."""

@@ -24,7 +24,8 @@ def _league_config(tmp_path: Path) -> RunConfig:
     league = data["orchestrator"]["env"]["league"]
     league.update(onePhaseStep=300, gamesPerJob=16, numEnvs=8, workerBackoff=0.1,
                   workerBackoffMax=0.5, maxWorkerFailures=2)
-    data["orchestrator"].update(cpus=0.2, resources={"head": 1})
+    # (no resources: the league orchestrator runs on the driver's node by default)
+    data["orchestrator"].update(cpus=0.2)
     data["workers"] = [{"target": "orchestrators.game_orchestrator:GameOrchestrator",
                         "cpus": 0.2, "resources": {where: 1}} for where in ("alpha", "games")]
     for agent in data["agents"]:

@@ -67,3 +67,26 @@ def test_a_service_that_fails_to_start_on_its_node_reports_its_log(cluster, tmp_
         run(config, tmp_path / "run", say=lambda _: None)
     import ray
     assert ray.util.list_named_actors() == []
+
+
+def test_a_service_asked_near_the_driver_runs_on_its_node_when_it_can(cluster, tmp_path):
+    """The league orchestrator's default (`harness.run`): on the driver's node (the head
+    here) while it has room, elsewhere when it has not."""
+    from mistk_rl.cluster import Cluster, Resources
+
+    placed = Cluster("auto", run_id="near", data_root=str(tmp_path / "nodes"))
+    near = placed.spawn("agent", "near", "agents.random_agent:RandomAgent",
+                        resources=Resources(cpus=0.5), near_driver=True)
+    # no room on the head (2 CPUs): soft affinity places it on another node
+    roomless = placed.spawn("agent", "roomless", "agents.random_agent:RandomAgent",
+                            resources=Resources(cpus=2.0), near_driver=True)
+    try:
+        for service in (near, roomless):
+            service.wait_ready(60)
+        assert placed.driver_node_id() == cluster.node_ids["head"]
+        assert near.node_id == cluster.node_ids["head"]
+        assert roomless.node_id in (cluster.node_ids["alpha"], cluster.node_ids["beta"])
+    finally:
+        for service in (near, roomless):
+            service.stop()
+        placed.close()
