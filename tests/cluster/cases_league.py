@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from harness.config import RunConfig
-from harness.run import run
+from harness.run import run, run_from_file
 
 pytestmark = pytest.mark.usefixtures("in_repo")
 REPO = Path(__file__).resolve().parents[2]
@@ -85,3 +85,40 @@ def test_a_league_spreads_over_nodes_and_a_lost_worker_is_started_again_elsewher
     node_root = tmp_path / "nodes" / "run"
     assert {p.name for p in node_root.iterdir()} == set(nodes) | {"worker1.1", "logs"}
     assert not (run_dir / "league").exists() and not (run_dir / "data").exists()
+
+
+def test_a_league_whose_players_node_is_lost_resumes_the_same_league(cluster, add_node,
+                                                                    tmp_path, monkeypatch):
+    """The players' agents are on one node, lost at the first evaluation: the run starts
+    its services again (the agents on a node that joins, the league orchestrator on the
+    driver's node, where its directory is) and resumes from that evaluation's checkpoint.
+    The league goes on where it was (its counts carry on), not as a new one."""
+    from tests.cluster.cases_node_loss import _follow, _write
+
+    add_node(num_cpus=1, resources={"games": 1})  # (worker1's)
+    players_node = add_node(num_cpus=2, resources={"players": 4})
+    config = _league_config(tmp_path)
+    for agent in config.agents:
+        agent.resources = {"players": 0.5}
+    run_dir = tmp_path / "run"
+    lost: dict[str, object] = {}
+
+    def on_line(line: str) -> None:
+        if not lost and (run_dir / "progress.json").exists():  # the first evaluation
+            lost["at"] = json.loads((run_dir / "progress.json").read_text())["agent_steps"]
+            cluster.remove_node(players_node)
+            lost["spare"] = add_node(num_cpus=2, resources={"players": 4})
+
+    lines = _follow(monkeypatch, on_line)
+    assert run_from_file(_write(config, tmp_path / "c.yaml"), out=run_dir) == 0, lines
+    assert any("lost main" in line for line, _ in lines), lines
+    results = json.loads((run_dir / "results.json").read_text())
+    progress = json.loads((run_dir / "progress.json").read_text())
+    assert progress["resumed_at"] == [lost["at"]]
+    nodes = {name: where["node"] for name, where in results["placement"].items()}
+    assert nodes["main"] == lost["spare"].node_id
+    assert nodes["orchestrator"] == cluster.node_ids["head"]
+    assert [e["agent_steps"] >= s for e, s in zip(progress["evals"], (300, 600))] == [True] * 2
+    # the same league: the main player's moves count those before the loss too
+    main = next(p for p in results["league"]["players"] if p["id"] == "main")
+    assert main["steps"] >= progress["agent_steps"] > lost["at"]
