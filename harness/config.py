@@ -123,7 +123,7 @@ class TrainingSpec(_Strict):
     # env copies for evaluation; default: one per eval episode, so the whole evaluation is
     # one batched request per step (episodes are split evenly when there are fewer copies)
     eval_envs: Optional[int] = Field(default=None, ge=1)
-    env_manager: str = "base"  # base | subprocess | async
+    env_manager: str = "base"  # base | subprocess | async | ray (env copies as Ray actors)
     # training steps' requests in flight at once, each for its share of the env copies: 2
     # steps one half while the agent answers for the other (the startEpisode setting
     # pipelineDepth; agents that take stepColumns; evaluations use 1)

@@ -13,6 +13,7 @@ nothing on one machine imports it.
 """
 from __future__ import annotations
 
+import os
 import socket
 import tempfile
 from dataclasses import dataclass, field
@@ -65,9 +66,11 @@ class ServiceHost:
         self.node_id = context.get_node_id()
         root = Path(data_root) if data_root else default_data_root()
         self.data_dir = root / run_id / name
+        # (RAY_ADDRESS: the service can use the cluster too, e.g. envManager ray's actors)
         self.service = spawn_service(
             role, target, data_dir=self.data_dir, log_path=root / run_id / "logs" / f"{name}.log",
-            token=token, host=ray.util.get_node_ip_address(), extra_args=tuple(extra_args))
+            token=token, host=ray.util.get_node_ip_address(), extra_args=tuple(extra_args),
+            env={**os.environ, "RAY_ADDRESS": context.gcs_address})
 
     def ready(self, timeout: float) -> dict[str, Any]:
         """Wait until the service answers; where it is (ServiceStartError with its log

@@ -273,11 +273,20 @@ class EnvSpec(Body):
     kwargs: dict[str, Any] = Field(default_factory=dict)
 
 
+class EnvWorkers(Body):
+    """What each env copy of envManager ray asks of its node (`RayEnvManager`)."""
+
+    cpus: float = Field(default=1.0, ge=0)
+    resources: dict[str, Annotated[float, Field(ge=0)]] = Field(default_factory=dict)
+
+
 class GymEnvSpec(EnvSpec):
     """The gym orchestrator's: the Thinker MDP's settings, mistk_rl.thinker.config's
-    snake_case keys as the seed names them, checked by load_config (an unknown key is a 400)."""
+    snake_case keys as the seed names them, checked by load_config (an unknown key is a 400);
+    where envManager ray places env copies."""
 
     thinker: Optional[dict[str, Any]] = None
+    env_workers: Optional[EnvWorkers] = None
 
 
 class LeagueEnvSpec(EnvSpec):
@@ -410,7 +419,7 @@ class GymEpisodeSettings(EpisodeSettings):
     """The gym orchestrator's: env managers, step caps and timeouts, resumable budgets."""
 
     max_steps: Optional[int] = Field(default=None, ge=1)
-    env_manager: Literal["base", "subprocess", "async"] = "base"
+    env_manager: Literal["base", "subprocess", "async", "ray"] = "base"
     step_timeout: Optional[float] = Field(default=None, ge=0.01)
     resume: bool = False  # with num_steps: cut at the budget, continue in the next call
     env_kwargs: Optional[dict[str, Any]] = None  # over initialize's kwargs

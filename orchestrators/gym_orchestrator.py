@@ -25,7 +25,8 @@ from mistk_rl.client import ServiceError, ServiceUnavailable
 from mistk_rl.errors import InvalidRequest
 from mistk_rl.implementation import PROGRESS_EVERY_S
 from mistk_rl.orchestrator import AbstractOrchestrator, episode_quotas
-from mistk_rl.rl.envs import MANAGERS, EnvManager, Timestep, make_env_fns
+from mistk_rl.rl.envs import ALL_MANAGERS, EnvManager, Timestep, make_env_fns
+from mistk_rl.rl.envs.ray_workers import join_cluster
 from mistk_rl.rl.envs.base import EnvFn
 from mistk_rl.thinker.gym_env import ThinkerEnvFactory
 from mistk_rl.schemas import GymEnvSpec, GymEpisodeSettings
@@ -110,6 +111,11 @@ class GymOrchestrator(AbstractOrchestrator):
     def validate_start_episode(self, config: GymEpisodeSettings) -> None:
         if config.pipeline_depth > 1:
             self._check_pipeline(config)
+        if config.env_manager == "ray" and _key(config) not in self.managers:
+            try:  # (joins once: later calls find the process connected)
+                join_cluster()
+            except RuntimeError as exc:
+                raise InvalidRequest(f"envManager ray: {exc}") from exc
         if config.env_kwargs:  # bad kwargs: 400 now, not a failed service later
             _probe({**self.env_spec, "kwargs": self._kwargs(config)})
         if config.env_manager == "base" or _key(config) in self.managers:
@@ -263,9 +269,11 @@ class GymOrchestrator(AbstractOrchestrator):
             self._restarts_before += manager.stats["restarts"]
             manager.close()
         fns = [_env_fn(self.env_spec, self._kwargs(config))] * config.num_envs
-        manager_config = {} if config.step_timeout is None else {
+        manager_config: dict[str, Any] = {} if config.step_timeout is None else {
             "step_timeout": config.step_timeout}
-        manager = self.managers[key] = MANAGERS[config.env_manager](fns, manager_config)
+        if config.env_manager == "ray":  # what each env copy's actor asks of its node
+            manager_config.update(self.env_spec.get("envWorkers") or {})
+        manager = self.managers[key] = ALL_MANAGERS[config.env_manager](fns, manager_config)
         manager.launch()
         return manager
 

@@ -219,3 +219,18 @@ def test_a_crashing_or_hanging_env_costs_only_its_episode(launch, tmp_path, mode
     normal = [e for e in episodes if not e.abnormal]
     assert all(e.terminated or e.truncated for e in normal)
     assert orch.status().payload["envRestarts"] == 1
+
+
+def test_env_copies_on_ray_without_a_cluster_are_a_400_that_changes_nothing(launch,
+                                                                           monkeypatch):
+    """envManager ray where no Ray cluster answers: refused at startEpisode, naming why
+    (the cluster tests run it on one: tests/cluster/cases_env_workers.py)."""
+    from mistk_rl.client import BadRequest
+
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    orch, _ = _pair(launch, "CartPole-v1")
+    before = orch.status()
+    with pytest.raises(BadRequest, match="envManager ray: no Ray cluster"):
+        orch.start_episode({"numEpisodes": 1, "numEnvs": 2, "envManager": "ray"})
+    assert orch.status().state == before.state
+    assert orch.get_results().episodes == []

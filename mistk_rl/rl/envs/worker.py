@@ -26,7 +26,7 @@ def run_worker(env_fn: Callable, conn: Any, shared: Any, shape: tuple, dtype: st
             command, arg = conn.recv()
             try:
                 if command == "step":
-                    conn.send(("ok", _step(env, view, arg)))
+                    conn.send(("ok", step_env(env, view, arg)))
                 elif command == "reset":
                     obs, info = env.reset(seed=arg)
                     conn.send(("ok", (_publish(view, obs), info)))
@@ -55,7 +55,10 @@ def _one_thread() -> None:
         torch.set_num_threads(1)
 
 
-def _step(env: Any, view: Optional[np.ndarray], action: Any) -> tuple:
+def step_env(env: Any, view: Optional[np.ndarray], action: Any) -> tuple:
+    """One step, and the next episode's reset when this one ended: (reward, terminated,
+    truncated, info, the final obs or None, the next obs (None: written into `view`),
+    the next obs's info). Also what a Ray env actor runs (`ray_workers`)."""
     obs, reward, terminated, truncated, info = env.step(action)
     final, next_info = None, info
     if terminated or truncated:
