@@ -408,18 +408,22 @@ class AgentClient(_ServiceClient):
             body["actionMask"] = action_mask
         return self._call("POST", "/step", json_body=body, tensors=self.binary)["actions"]
 
-    def step_columns(self, envs: Any, obs: Any, **columns: Any) -> ColumnActions:
+    def step_columns(self, envs: Any, obs: Any, *, action_mask: Any = None,
+                     step_ids: Any = None, rewards: Any = None, terminated: Any = None,
+                     truncated: Any = None, act: Any = None,
+                     reset: Optional[Mapping[str, Any]] = None) -> ColumnActions:
         """The columnar step (`stepColumns`, capability ``columns``): row i of each column is
         env copy ``envs[i]``. Report earlier steps' outcomes by their `step_ids` (-1: none)
         with `rewards`, `terminated` and `truncated`, `obs` being what each step led to;
         `reset` ({rows, obs, actionMask}) gives the observations that rows whose episode
-        ended act on; `act` (bool per row) leaves rows that only report; `action_mask`
-        gives the legal actions per row. Returns the actions and step ids of the acting
-        rows, in row order. Columns are numpy arrays (or lists); a Dict observation
-        space's `obs` is a dict of columns."""
-        answer = self._call("POST", "/stepColumns", json_body=_step_body(envs, obs, **columns),
-                            tensors=self.binary, columns=True)
-        return _column_actions(answer)
+        ended act on; `act` (bool per row) leaves rows that only report. Returns the
+        actions and step ids of the acting rows, in row order. Columns are numpy arrays
+        (or lists); a Dict observation space's `obs` is a dict of columns."""
+        body = _step_body(envs, obs, action_mask=action_mask, step_ids=step_ids,
+                          rewards=rewards, terminated=terminated, truncated=truncated, act=act,
+                          reset=reset)
+        return _column_actions(self._call("POST", "/stepColumns", json_body=body,
+                                          tensors=self.binary, columns=True))
 
     def column_pipeline(self) -> "ColumnPipeline":
         """stepColumns requests sent ahead of their answers, on a connection of their own
