@@ -164,6 +164,33 @@ class EnvManager(ABC):
     @abstractmethod
     def _close(self) -> None: ...
 
+    @abstractmethod
+    def _restart(self, i: int) -> Optional[tuple[Any, dict]]:
+        """A fresh env i, reset: its (obs, info); None if env i was retired instead."""
+
+    def _observation(self, i: int, published: Any) -> Any:
+        """An observation env i's worker answered with (as it came, unless the worker puts
+        it elsewhere: shared memory)."""
+        return published
+
+    def _failed(self, i: int, reason: str) -> Timestep:
+        """Env i failed in a step: the abnormal timestep that reports it; the env is started
+        again (its first observation ready) unless it was retired."""
+        timestep = self._abnormal(i, reason)
+        restarted = self._restart(i)
+        if restarted is not None:
+            self._ready[i], self._info[i] = restarted
+        return timestep
+
+    def _answered(self, i: int, answer: tuple) -> Timestep:
+        """Env i's timestep from a worker's answer (`worker.step_env`'s tuple); its next
+        observation is ready."""
+        reward, terminated, truncated, info, final, published, next_info = answer
+        next_obs = self._observation(i, published)
+        self._ready[i], self._info[i] = next_obs, next_info
+        return Timestep(next_obs if final is None else final, reward, terminated, truncated,
+                        info)
+
     def _env_seed(self, i: int) -> Optional[int]:
         """Seed for env i's next reset after a restart: distinct per restart, reproducible."""
         if self._seed is None:

@@ -40,10 +40,7 @@ class BaseEnvManager(EnvManager):
                     raise TimeoutError(f"step took {time.monotonic() - started:.2f} s, over "
                                        f"step_timeout {self.config['step_timeout']} s")
             except Exception as exc:  # noqa: BLE001
-                out[i] = self._abnormal(i, f"{type(exc).__name__}: {exc}")
-                restarted = self._restart(i)
-                if restarted is not None:
-                    self._ready[i], self._info[i] = restarted
+                out[i] = self._failed(i, f"{type(exc).__name__}: {exc}")
                 continue
             out[i] = Timestep(obs, float(reward), bool(terminated), bool(truncated), info)
             if terminated or truncated:

@@ -102,19 +102,8 @@ class RayEnvManager(EnvManager):
     def _step(self, actions: dict[int, Any]) -> dict[int, Timestep]:
         answers = self._gather({i: self._actors[i].step.remote(a) for i, a in actions.items()},
                                self.config["step_timeout"])
-        out: dict[int, Timestep] = {}
-        for i, (status, payload) in answers.items():
-            if status == "ok":
-                reward, terminated, truncated, info, final, next_obs, next_info = payload
-                out[i] = Timestep(next_obs if final is None else final, reward, terminated,
-                                  truncated, info)
-                self._ready[i], self._info[i] = next_obs, next_info
-                continue
-            out[i] = self._abnormal(i, payload)
-            restarted = self._restart(i)
-            if restarted is not None:
-                self._ready[i], self._info[i] = restarted
-        return out
+        return {i: self._answered(i, payload) if status == "ok" else self._failed(i, payload)
+                for i, (status, payload) in answers.items()}
 
     def _gather(self, calls: dict[int, Any], timeout: float) -> dict[int, tuple[str, Any]]:
         """Each call's ("ok", result), or ("error", why): the env raised, its actor died, or

@@ -70,7 +70,7 @@ class SubprocessEnvManager(EnvManager):
         for i, (status, payload) in self._gather(sent, self.config["reset_timeout"]).items():
             if status == "ok":
                 published, info = payload
-                out[i] = self._read(i, published), info
+                out[i] = self._observation(i, published), info
                 continue
             self._abnormal(i, f"reset failed: {payload}")
             restarted = self._restart(i)
@@ -96,17 +96,7 @@ class SubprocessEnvManager(EnvManager):
         out: dict[int, Timestep] = {}
         for i, (status, payload) in self._gather(ids, timeout, wait_num).items():
             del self._in_flight[i]
-            if status == "ok":
-                reward, terminated, truncated, info, final, published, next_info = payload
-                next_obs = self._read(i, published)
-                out[i] = Timestep(next_obs if final is None else final, reward, terminated,
-                                  truncated, info)
-                self._ready[i], self._info[i] = next_obs, next_info
-                continue
-            out[i] = self._abnormal(i, payload)
-            restarted = self._restart(i)
-            if restarted is not None:
-                self._ready[i], self._info[i] = restarted
+            out[i] = self._answered(i, payload) if status == "ok" else self._failed(i, payload)
         return out
 
     def _gather(self, ids: list[int], timeout: float,
@@ -183,7 +173,7 @@ class SubprocessEnvManager(EnvManager):
             if self._send(i, "reset", self._env_seed(i)):
                 status, payload = self._gather([i], self.config["reset_timeout"])[i]
                 if status == "ok":
-                    obs = self._read(i, payload[0])
+                    obs = self._observation(i, payload[0])
                     self._last_obs[i] = obs
                     return obs, payload[1]
             else:
@@ -199,7 +189,7 @@ class SubprocessEnvManager(EnvManager):
         except (OSError, ValueError, AttributeError):
             return False
 
-    def _read(self, i: int, payload: Any) -> Any:
+    def _observation(self, i: int, payload: Any) -> Any:
         """The observation env i published (a copy: shared memory is overwritten next step)."""
         if self._shared[i] is None:
             return payload
