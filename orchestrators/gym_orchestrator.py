@@ -3,12 +3,14 @@ registered agent.
 
 One startEpisode is one agent episode (episodeStarted ... episodeStopped) in which the env
 copies run their own episodes and reset themselves. Every step sends all ready copies'
-observations in one request (entity ``name`` for one copy, ``name:i`` for several), so the
-agent answers with one batched forward pass; with the agent's ``step`` capability the previous
-transitions ride along in the same request. Per-env accounting records each finished episode
-exactly once. Env copies live in an env manager (``envManager``: base, subprocess, async)
-that supervises them: a copy that raises, dies or hangs is restarted, its episode is recorded
-as abnormal, and the others go on.
+observations in one request (columns, or entity ``name`` for one copy and ``name:i`` for
+several; with ``pipelineDepth`` 2, two requests in flight for two halves of the copies:
+`mistk_rl.stepping`), so the agent answers with one batched forward pass; the previous
+steps' outcomes ride along in the same request. Per-env accounting records each finished
+episode exactly once. Env copies live in an env manager (``envManager``: base, subprocess,
+async, or ray: actors on the cluster, placed as ``env.envWorkers`` says) that supervises
+them: a copy that raises, dies or hangs is restarted, its episode is recorded as abnormal,
+and the others go on.
 """
 from __future__ import annotations
 
