@@ -168,6 +168,16 @@ class EnvManager(ABC):
     def _restart(self, i: int) -> Optional[tuple[Any, dict]]:
         """A fresh env i, reset: its (obs, info); None if env i was retired instead."""
 
+    def _reset_answered(self, i: int, status: str,
+                        payload: Any) -> Optional[tuple[Any, dict]]:
+        """Env i's (obs, info) from its worker's answer to a reset (status "ok", or "error"
+        and why); a failed reset starts the env again (None: it was retired instead)."""
+        if status == "ok":
+            published, info = payload
+            return self._observation(i, published), info
+        self._abnormal(i, f"reset failed: {payload}")
+        return self._restart(i)
+
     def _observation(self, i: int, published: Any) -> Any:
         """An observation env i's worker answered with (as it came, unless the worker puts
         it elsewhere: shared memory)."""

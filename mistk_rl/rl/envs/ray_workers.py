@@ -87,17 +87,9 @@ class RayEnvManager(EnvManager):
     def _reset(self, ids: list[int],
                seeds: dict[int, Optional[int]]) -> dict[int, tuple[Any, dict]]:
         answers = self._gather({i: self._actors[i].reset.remote(seeds.get(i)) for i in ids},
-                               self.config["reset_timeout"])
-        out: dict[int, tuple[Any, dict]] = {}
-        for i, (status, payload) in answers.items():
-            if status == "ok":
-                out[i] = payload
-                continue
-            self._abnormal(i, f"reset failed: {payload}")
-            restarted = self._restart(i)
-            if restarted is not None:
-                out[i] = restarted
-        return out
+                               self.config["reset_timeout"]).items()
+        return {i: reset for i, (status, payload) in answers
+                if (reset := self._reset_answered(i, status, payload)) is not None}
 
     def _step(self, actions: dict[int, Any]) -> dict[int, Timestep]:
         answers = self._gather({i: self._actors[i].step.remote(a) for i, a in actions.items()},

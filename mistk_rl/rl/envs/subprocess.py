@@ -66,17 +66,9 @@ class SubprocessEnvManager(EnvManager):
         for i in ids:
             self._ready.pop(i, None)
         sent = [i for i in ids if self._send(i, "reset", seeds.get(i))]
-        out: dict[int, tuple[Any, dict]] = {}
-        for i, (status, payload) in self._gather(sent, self.config["reset_timeout"]).items():
-            if status == "ok":
-                published, info = payload
-                out[i] = self._observation(i, published), info
-                continue
-            self._abnormal(i, f"reset failed: {payload}")
-            restarted = self._restart(i)
-            if restarted is not None:
-                out[i] = restarted
-        return out
+        answers = self._gather(sent, self.config["reset_timeout"]).items()
+        return {i: reset for i, (status, payload) in answers
+                if (reset := self._reset_answered(i, status, payload)) is not None}
 
     def _step(self, actions: dict[int, Any]) -> dict[int, Timestep]:
         self._send_steps(actions)
