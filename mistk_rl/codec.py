@@ -232,9 +232,7 @@ def _decode_columns(data: bytes, base: int, header: dict) -> dict[str, Any]:
                 raise ValueError(f"{where}: the range does not fit {dtype}")
             _put_column(body, path, array.astype(dtype))
             continue
-        shape = _object(meta, where, required=_ARRAY_FIELDS, optional=("packed",)).get("shape")
-        rows = shape[0] if type(shape) is list and shape and type(shape[0]) is int else -1
-        _put_column(body, path, _array(data, base, meta, rows, where, also=("packed",)))
+        _put_column(body, path, _array(data, base, meta, None, where, also=("packed",)))
     return body
 
 
@@ -301,10 +299,10 @@ def _count(value: Any, what: str) -> int:
     return value
 
 
-def _array(data: bytes, base: int, meta: dict, rows: int, where: str,
+def _array(data: bytes, base: int, meta: dict, rows: int | None, where: str,
            also: tuple[str, ...] = ("entities",)) -> np.ndarray:
-    """The stacked array `meta` describes (a view into `data`), of `rows` rows (`also`:
-    the keys `meta` may hold besides the array's)."""
+    """The stacked array `meta` describes (a view into `data`), of `rows` rows (None: a
+    column, any number; `also`: the keys `meta` may hold besides the array's)."""
     meta = _object(meta, where, required=_ARRAY_FIELDS, optional=also)
     if type(meta["dtype"]) is not str:
         raise ValueError(f"{where}.dtype {meta['dtype']!r} is not a dtype string")
@@ -317,7 +315,7 @@ def _array(data: bytes, base: int, meta: dict, rows: int, where: str,
     shape = tuple(_count(n, f"{where}.shape entry") for n in meta["shape"])
     start = base + _count(meta["offset"], f"{where}.offset")
     count = math.prod(shape)
-    if shape[0] != rows:
+    if rows is not None and shape[0] != rows:
         raise ValueError(f"{where}: {shape[0]} rows for {rows} entities")
     packed = meta.get("packed", False)
     if packed is not False and (packed is not True or dtype.kind != "b"):

@@ -8,7 +8,7 @@ import pytest
 
 from mistk_rl.rl.envs import BaseEnvManager, RayEnvManager, make_env_fns
 from tests.rl.faulty_env import Faulty
-from tests.rl.test_env_managers import _trajectories
+from tests.rl.test_env_managers import _trajectories, abnormal_steps
 
 pytestmark = pytest.mark.usefixtures("in_repo")
 CARTPOLE = make_env_fns("CartPole-v1", None, 1)[0]
@@ -34,15 +34,11 @@ def test_a_failing_env_actor_is_started_again_and_reported_while_others_go_on(
     with RayEnvManager([CARTPOLE, faulty, CARTPOLE], {**ON_ALPHA, "step_timeout": 2.0}
                        ) as manager:
         manager.launch(seed=0)
-        abnormal = []
-        for step in range(12):
-            if mode == "killed" and step == 4:  # its process (or its node) is gone
+
+        def kill_at_4(step: int) -> None:  # its process (or its node) is gone
+            if mode == "killed" and step == 4:
                 ray.kill(manager._actors[1], no_restart=True)
-            ready = manager.ready_obs
-            assert set(ready) == {0, 1, 2}  # the restarted copy is back at once
-            for i, ts in manager.step({i: 0 for i in ready}).items():
-                if ts.abnormal:
-                    abnormal.append((i, ts.info["abnormal"]))
+        abnormal = abnormal_steps(manager, 12, kill_at_4)
         assert [i for i, _ in abnormal] == [1]
         assert manager.stats["restarts_per_env"] == [0, 1, 0]
         expected = {"raise": "injected env failure", "exit": "died", "hang": "hung",

@@ -40,6 +40,20 @@ def _trajectories(manager, steps: int = 120) -> dict[int, list]:
     return out
 
 
+def abnormal_steps(manager, steps: int, before_step=lambda step: None) -> list[tuple]:
+    """Step every copy `steps` times (`before_step(step)` first); the (env, reason) of each
+    abnormal timestep. Every copy is ready at each step: a restarted one is back at once."""
+    abnormal = []
+    for step in range(steps):
+        before_step(step)
+        ready = manager.ready_obs
+        assert set(ready) == set(range(manager.env_num))
+        for i, ts in manager.step({i: 0 for i in ready}).items():
+            if ts.abnormal:
+                abnormal.append((i, ts.info["abnormal"]))
+    return abnormal
+
+
 def test_managers_give_identical_trajectories_for_the_same_seed():
     results = {}
     for name, cls in MANAGERS.items():
@@ -61,13 +75,7 @@ def test_a_failing_env_is_restarted_and_reported_while_others_go_on(tmp_path, cl
         fns[1] = Faulty("hang-short", at=5, marker=str(tmp_path / "m"))
     with cls(fns, {"step_timeout": timeout}) as manager:
         manager.launch(seed=0)
-        abnormal = []
-        for _ in range(20):
-            ready = manager.ready_obs
-            assert set(ready) == {0, 1, 2}  # the restarted env is back at once
-            for i, ts in manager.step({i: 0 for i in ready}).items():
-                if ts.abnormal:
-                    abnormal.append((i, ts.info["abnormal"]))
+        abnormal = abnormal_steps(manager, 20)
         assert [i for i, _ in abnormal] == [1]
         assert manager.stats["restarts_per_env"] == [0, 1, 0]
         reason = abnormal[0][1]

@@ -81,8 +81,10 @@ class RayEnvManager(EnvManager):
     @property
     def nodes(self) -> list[Optional[str]]:
         """The node each env copy's actor runs on (None: it does not answer)."""
-        return [self._call(i, "node", None, self.config["reset_timeout"])[1]
-                if self._actors[i] is not None else None for i in range(self.env_num)]
+        timeout = self.config["reset_timeout"]
+        answers = [self._gather({i: actor.node.remote()}, timeout)[i] if actor is not None
+                   else ("error", None) for i, actor in enumerate(self._actors)]
+        return [node if status == "ok" else None for status, node in answers]
 
     def _reset(self, ids: list[int],
                seeds: dict[int, Optional[int]]) -> dict[int, tuple[Any, dict]]:
@@ -109,11 +111,6 @@ class RayEnvManager(EnvManager):
         for i in calls:
             answers.setdefault(i, ("error", f"no answer within {timeout} s (hung)"))
         return answers
-
-    def _call(self, i: int, method: str, arg: Any, timeout: float) -> tuple[str, Any]:
-        call = getattr(self._actors[i], method)
-        return self._gather({i: call.remote() if arg is None else call.remote(arg)},
-                            timeout)[i]
 
     def _restart(self, i: int) -> Optional[tuple[Any, dict]]:
         """A fresh actor for env i (where Ray finds room), reset; None if env i was retired."""
