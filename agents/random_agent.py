@@ -15,6 +15,7 @@ from mistk_rl.agent import (AbstractAgent, Acted, Acting, Observations, saved_se
                             seed_hyperparameter)
 from mistk_rl.errors import InvalidRequest
 from mistk_rl.files import atomic_write_json
+from mistk_rl.implementation import PROGRESS_EVERY_S
 
 
 class RandomAgent(AbstractAgent):
@@ -50,7 +51,7 @@ class RandomAgent(AbstractAgent):
             mask = masks.get(entity)
             actions[entity] = self._sample(None if mask is None else np.asarray(mask))
         self.actions_taken += len(actions)
-        self.update_status({"actionsTaken": self.actions_taken})
+        self.update_status({"actionsTaken": self.actions_taken}, every_s=PROGRESS_EVERY_S)
         return actions
 
     def do_act(self, batch: Acting) -> Acted:
@@ -69,7 +70,7 @@ class RandomAgent(AbstractAgent):
             actions = np.where(mask, rng.random(mask.shape), -1.0).argmax(axis=1) \
                 + int(space.start)
         self.actions_taken += n
-        self.update_status({"actionsTaken": self.actions_taken})
+        self.update_status({"actionsTaken": self.actions_taken}, every_s=PROGRESS_EVERY_S)
         return Acted(actions)
 
     def _sample(self, mask: Optional[np.ndarray]) -> Any:
