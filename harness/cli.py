@@ -59,7 +59,9 @@ def _bench(args: argparse.Namespace) -> int:
                      steps=args.steps, seeds=seeds,
                      config=Path(args.config) if args.config else None, suite=args.suite,
                      entries=args.entries.split(",") if args.entries else None,
-                     behaviour=args.behaviour, local_inference=args.local_inference)
+                     behaviour=args.behaviour, local_inference=args.local_inference,
+                     saved=[Path(f) for f in args.from_json.split(",")] if args.from_json
+                     else None)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -188,6 +190,9 @@ def build_parser() -> argparse.ArgumentParser:
                        help="parity, learning-*: our agents act with a policy copy in the "
                             "orchestrator (local inference), sending experience once per "
                             "learning cycle (DQN train_freq, PPO n_steps env steps)")
+    bench.add_argument("--from", dest="from_json", default=None,
+                       help="parity: run nothing; summarize the records of these --json "
+                            "files together (comma-separated: seed batches run apart)")
     bench.add_argument("--json", default=None, help="also write the figures here")
     bench.set_defaults(func=_bench)
     return parser

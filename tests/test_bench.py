@@ -57,6 +57,34 @@ def test_parity_outcome_and_comparison():
     assert meets_targets({"ours_final_mean": -230.0, "sb3_final_mean": -200.0}, False) is False
 
 
+def test_parity_spread_counts_unreached_seeds_at_the_budget():
+    from harness.bench.parity import meets_targets, resummarize, spread
+
+    sp = spread([10_000, 20_000, None], [10_000, 10_000, 10_000], budget=50_000)
+    assert sp["ours_mean"] == 26_667 and sp["sb3_mean"] == 10_000
+    assert sp["ours_range"] == [10_000, 50_000] and sp["ratio"] == 2.67
+    assert sp["slowest_ratio"] == 5.0
+    low, high = sp["ratio_interval"]
+    assert 1.0 <= low < sp["ratio"] < high <= 5.0  # SB3's side never varies: ours does
+    assert spread([5, 5], [5, 5], 10)["ratio_interval"] == [1.0, 1.0]
+
+    def record(seed: int, system: str, steps, batch: str = "a") -> dict:
+        return {"entry": "e", "algo": "dqn", "env": "CartPole-v1", "seed": seed,
+                "system": system, "env_steps_to_threshold": steps,
+                "wall_s_to_threshold": steps and steps / 1000, "final_eval": 500.0,
+                "budget": 50_000, "threshold": 475.0, "status": "ok",
+                "evals": [{"env_steps": steps or 50_000, "wall_s": 1.0, "mean_return": 500.0}]}
+    # two seed batches run apart, summarized together: one seed of ours 4x SB3's slowest
+    records = [record(0, "ours", 10_000), record(0, "sb3", 10_000),
+               record(1, "ours", 40_000), record(1, "sb3", 5_000)]
+    summary, = resummarize(records)
+    assert summary["seeds"] == 2 and summary["steps_ratio"] == round(25_000 / 7_500, 2)
+    assert summary["spread"]["slowest_ratio"] == 4.0
+    assert meets_targets(summary, thresholded=True) is False
+    fine, = resummarize(records[:2])
+    assert meets_targets(fine, thresholded=True) is True
+
+
 def test_suite_configs_load_and_map_to_sb3():
     """Every config under configs/suite/ is a valid harness config in exactly one suite, and
     maps to SB3 kwargs with no key left over (and, with SB3 installed, none SB3 lacks)."""
@@ -129,4 +157,8 @@ def test_bench_parity_runs_both_sides(tmp_path):
         assert record["algo"] == "ppo" and record["env"] == "CartPole-v1"
     summary, = result["summaries"]
     assert summary["both_reached"] == 1 and summary["meets_targets"] is not None
+    assert summary["spread"]["ratio"] == 1.0  # (both reached it at the first evaluation)
     assert "tiny" in proc.stdout  # the summary table names the entry
+    again = subprocess.run([sys.executable, "-m", "harness", "bench", "parity", "--from",
+                            str(out)], cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert again.returncode == 0 and again.stdout.strip() == proc.stdout.split("\n\n")[-1].strip()

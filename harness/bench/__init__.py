@@ -102,10 +102,18 @@ def bench_sb3(algo: str, seed: int, eval_every: Optional[int],
 
 def bench_parity(suite: str = "classic", seeds: Optional[list[int]] = None,
                  entries: Optional[list[str]] = None, config: Optional[Path] = None,
-                 json_out: Optional[Path] = None, local_inference: bool = False) -> int:
-    from harness.bench.parity import DEFAULT_SEEDS, SUITES
+                 json_out: Optional[Path] = None, local_inference: bool = False,
+                 saved: Optional[list[Path]] = None) -> int:
+    from harness.bench.parity import DEFAULT_SEEDS, SUITES, resummarize, summary_table
     from harness.bench.parity import bench_parity as run_parity
 
+    if saved:  # only the summary of records run before
+        records = [r for path in saved for r in json.loads(path.read_text())["records"]]
+        summaries = resummarize(records)
+        print(summary_table(summaries))
+        if json_out is not None:
+            _write(json_out, records, summaries=summaries)
+        return 0
     if config is not None:
         names = [config.stem]
     else:
@@ -126,12 +134,12 @@ def run_bench(what: str, n: Optional[int] = None, json_out: Optional[Path] = Non
               steps: int = 20000, seeds: Optional[list[int]] = None,
               config: Optional[Path] = None, suite: str = "classic",
               entries: Optional[list[str]] = None, behaviour: str = "solver",
-              local_inference: bool = False) -> int:
+              local_inference: bool = False, saved: Optional[list[Path]] = None) -> int:
     from harness.bench.step import bench_envs, bench_local, bench_transport
 
     counts = env_counts or [1, 16, 64, 256]
     if what == "parity":
-        return bench_parity(suite, seeds, entries, config, json_out, local_inference)
+        return bench_parity(suite, seeds, entries, config, json_out, local_inference, saved)
     if what.startswith("learning-"):  # the suite's CartPole entry (or --config) for the algo
         algo = what.split("-")[1]
         return bench_parity("classic", seeds, [f"{algo}_cartpole"], config, json_out,

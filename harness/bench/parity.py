@@ -22,6 +22,8 @@ import traceback
 from pathlib import Path
 from typing import Optional
 
+import numpy as np
+
 from harness.config import RunConfig, load_config, with_seed
 
 SUITE_DIR = Path(__file__).resolve().parents[2] / "configs" / "suite"
@@ -32,7 +34,8 @@ SUITES = {
 }
 DEFAULT_SEEDS = {"classic": [0, 1, 2], "extended": [0]}
 # issue 10's bar for the classic entries: ours / SB3
-TARGETS = {"steps_ratio": 1.25, "wall_ratio": 1.5, "final_within": 0.10}
+TARGETS = {"steps_ratio": 1.25, "wall_ratio": 1.5, "final_within": 0.10,
+           "slowest_ratio": 3.0}
 
 
 def entry_path(name: str) -> Path:
@@ -48,9 +51,12 @@ def outcome(evals: list[dict], stop_value: Optional[float]) -> dict:
             "final_mean": evals[-1]["mean_return"] if evals else None, "evals": len(evals)}
 
 
-def compare(records: list[dict]) -> dict:
+def compare(records: list[dict], budget: Optional[int] = None) -> dict:
     """Per-seed ratios and the means over seeds (steps and seconds only where both reached
-    the stop), final means over the seeds both finished."""
+    the stop), final means over the seeds both finished. With the `budget` of a thresholded
+    entry, also the spread (`spread`): a seed that never reached the stop counts at the
+    budget, the ratio of means gets a 95% bootstrap interval, and the slowest seeds are
+    compared (issue 25's bar: no seed of ours beyond 3x SB3's slowest)."""
     both = [r for r in records if r["ours"]["wall_s"] and r["sb3"]["wall_s"]]
     ratios = [r["ours"]["wall_s"] / r["sb3"]["wall_s"] for r in both]
     summary = {"seeds": len(records), "both_reached": len(both),
@@ -65,6 +71,9 @@ def compare(records: list[dict]) -> dict:
                        ratio_of_means=round(ours / sb3, 2), max_seed_ratio=round(max(ratios), 2),
                        ours_mean_steps=ours_steps, sb3_mean_steps=sb3_steps,
                        steps_ratio=round(ours_steps / sb3_steps, 2))
+    if budget is not None and records:
+        summary["spread"] = spread([r["ours"]["env_steps"] for r in records],
+                                   [r["sb3"]["env_steps"] for r in records], budget)
     finals = [r for r in records
               if r["ours"]["final_mean"] is not None and r["sb3"]["final_mean"] is not None]
     if finals:
@@ -74,15 +83,58 @@ def compare(records: list[dict]) -> dict:
     return summary
 
 
+def spread(ours: list[Optional[int]], sb3: list[Optional[int]], budget: int,
+           resamples: int = 10_000) -> dict:
+    """Env steps to the stop over seeds, a seed that never got there counted at `budget`:
+    each side's mean and range, the ratio of the means with a 95% bootstrap interval (the
+    two sides' seeds resampled apart: their runs share a seed, not a trajectory), and the
+    ratio of the slowest seeds."""
+    a = np.array([budget if x is None else x for x in ours], float)
+    b = np.array([budget if x is None else x for x in sb3], float)
+    rng = np.random.default_rng(0)
+    draws = (a[rng.integers(0, len(a), (resamples, len(a)))].mean(axis=1)
+             / b[rng.integers(0, len(b), (resamples, len(b)))].mean(axis=1))
+    low, high = np.percentile(draws, [2.5, 97.5])
+    return {"budget": budget, "ours_mean": round(float(a.mean())), "sb3_mean": round(float(b.mean())),
+            "ours_range": [int(a.min()), int(a.max())], "sb3_range": [int(b.min()), int(b.max())],
+            "ratio": round(float(a.mean() / b.mean()), 2),
+            "ratio_interval": [round(float(low), 2), round(float(high), 2)],
+            "slowest_ratio": round(float(a.max() / b.max()), 2)}
+
+
+def resummarize(records: list[dict]) -> list[dict]:
+    """Summaries of saved records (`--json` files of several runs, e.g. seed batches run
+    apart), one per entry, as `bench_parity` makes them."""
+    summaries = []
+    for name in dict.fromkeys(r["entry"] for r in records):
+        mine = [r for r in records if r["entry"] == name and r["status"] == "ok"]
+        by_seed: dict[int, dict] = {}
+        for r in mine:
+            by_seed.setdefault(r["seed"], {"seed": r["seed"]})[r["system"]] = {
+                "env_steps": r["env_steps_to_threshold"], "wall_s": r["wall_s_to_threshold"],
+                "final_mean": r["final_eval"], "evals": len(r["evals"])}
+        pairs = [p for _, p in sorted(by_seed.items()) if "ours" in p and "sb3" in p]
+        thresholded = bool(mine) and mine[0]["threshold"] is not None
+        summary = {"entry": name, "algo": mine[0]["algo"] if mine else None,
+                   "env": mine[0]["env"] if mine else None, "status": "ok",
+                   **compare(pairs, mine[0]["budget"] if thresholded else None)}
+        summary["meets_targets"] = meets_targets(summary, thresholded)
+        summaries.append(summary)
+    return summaries
+
+
 def meets_targets(summary: dict, thresholded: bool) -> Optional[bool]:
-    """Issue 10's bar (`TARGETS`); None when there is nothing to judge."""
+    """Issue 10's bar (`TARGETS`), and issue 25's on the slowest seed; None when there is
+    nothing to judge."""
     if thresholded:
         if summary["ours_reached"] < summary["sb3_reached"]:
             return False
         if not summary["both_reached"]:
             return None if not summary["sb3_reached"] else False
+        slowest = summary.get("spread", {}).get("slowest_ratio", 0.0)
         return (summary["steps_ratio"] <= TARGETS["steps_ratio"]
-                and summary["ratio_of_means"] <= TARGETS["wall_ratio"])
+                and summary["ratio_of_means"] <= TARGETS["wall_ratio"]
+                and slowest <= TARGETS["slowest_ratio"])
     if "ours_final_mean" not in summary:
         return None
     ours, sb3 = summary["ours_final_mean"], summary["sb3_final_mean"]
@@ -195,7 +247,7 @@ def run_entry(name: str, seeds: list[int], config_path: Optional[Path] = None,
         pairs.append(pair)
         print("   " + _row(pair), flush=True)
     summary = {"entry": name, "algo": setup.algo, "env": env_id, "status": "ok",
-               **compare(pairs)}
+               **compare(pairs, spec.env_steps if spec.stop_value is not None else None)}
     summary["meets_targets"] = meets_targets(summary, spec.stop_value is not None)
     return records, summary
 
@@ -236,7 +288,18 @@ def summary_table(summaries: list[dict]) -> str:
         lines.append(f"{s['entry']:<16} {reached:>9} {steps:>22} "
                      f"{num('steps_ratio', '{:.2f}'):>5} {wall:>17} "
                      f"{num('ratio_of_means', '{:.2f}'):>5} {final:>17}  {bar}")
+        if "spread" in s:
+            lines.append("  " + spread_line(s["spread"]))
     return "\n".join(lines)
+
+
+def spread_line(sp: dict) -> str:
+    """`spread` in words: every seed, one that never reached the stop at the budget."""
+    return (f"every seed (one not reaching the stop counted at {sp['budget']:,}): ours "
+            f"{sp['ours_mean']:,} ({sp['ours_range'][0]:,}-{sp['ours_range'][1]:,}), SB3 "
+            f"{sp['sb3_mean']:,} ({sp['sb3_range'][0]:,}-{sp['sb3_range'][1]:,}); ratio "
+            f"{sp['ratio']:.2f}, 95% interval {sp['ratio_interval'][0]:.2f}-"
+            f"{sp['ratio_interval'][1]:.2f}; slowest seeds {sp['slowest_ratio']:.2f}x")
 
 
 def _row(pair: dict) -> str:
