@@ -125,6 +125,8 @@ def _require(value: Any, wanted: Any, path: str, why: str) -> None:
 
 
 def _net(model: dict, algo: str) -> dict:
+    _require(model.pop("encoder"), "auto", "policy.model.encoder",
+             "picks its encoder by the space (MlpPolicy)")
     activation = model.pop("activation")
     if activation not in ACTIVATIONS:
         raise Unmappable(f"policy.model.activation = {activation!r}: no SB3 mapping")

@@ -8,6 +8,9 @@ arrays, or a dict of those) and returns features [B, output_dim]:
 - `ImageEncoder`: image-like Box spaces (uint8, 0..255, C x H x W or H x W x C with 1, 3 or 4
   channels, as SB3's `is_image_space`): scaled to [0, 1], a small CNN (the Nature DQN stack
   for images of 36 px and more, two 3x3 convolutions below that), then one linear layer.
+  With ``encoder: conv`` (the model config) any rank-3 Box takes it as it is, unscaled: a
+  board game's planes (connect four's 6 x 7 x 2), where a convolution sees a line of four
+  wherever it lies and an MLP must learn each place apart.
 - `DictEncoder`: one encoder per key, features concatenated. A key named ``action_mask`` is
   the action mask (PettingZoo's ``{"observation", "action_mask"}``), never an input.
 """
@@ -74,15 +77,26 @@ ACTION_MASK_KEY = "action_mask"
 IMAGE_CHANNELS = (1, 3, 4)
 
 
+ENCODERS = ("auto", "conv")  # the model config's `encoder`: by the space, or planes as images
+
+
 def make_encoder(space: spaces.Space, hidden_sizes: Sequence[int] = (64, 64),
-                 activation: Activation = "relu") -> nn.Module:
-    """The encoder for `space`; its `output_dim` is the feature width."""
+                 activation: Activation = "relu", kind: str = "auto") -> nn.Module:
+    """The encoder for `space`; its `output_dim` is the feature width. `kind` "conv": a
+    rank-3 Box that is no image (a board's planes) goes through the CNN too (module doc)."""
+    if kind not in ENCODERS:
+        raise ValueError(f"unknown encoder {kind!r}; valid: {', '.join(ENCODERS)}")
     if isinstance(space, spaces.Dict):
-        return DictEncoder(space, hidden_sizes, activation)
-    if is_image_space(space):
+        return DictEncoder(space, hidden_sizes, activation, kind)
+    if is_image_space(space) or (kind == "conv" and is_planes(space)):
         return ImageEncoder(space, feature_dim=hidden_sizes[-1] if hidden_sizes else 256,
                             activation=activation)
     return FlatEncoder(space, hidden_sizes, activation)
+
+
+def is_planes(space: spaces.Space) -> bool:
+    """A rank-3 Box: an image, or planes of a board (H x W x C or C x H x W)."""
+    return isinstance(space, spaces.Box) and len(space.shape) == 3
 
 
 def is_image_space(space: spaces.Space) -> bool:
@@ -124,8 +138,12 @@ class ImageEncoder(nn.Module):
     def __init__(self, space: spaces.Box, feature_dim: int = 256,
                  activation: Activation = "relu") -> None:
         super().__init__()
-        channels_last = space.shape[0] not in IMAGE_CHANNELS
+        image = is_image_space(space)
+        # an image's channels are 1, 3 or 4; a board's planes are fewer than its rows
+        channels_last = (space.shape[0] not in IMAGE_CHANNELS if image
+                         else space.shape[-1] <= space.shape[0])
         self.channels_last = channels_last
+        self.scale = 1 / 255.0 if image else 1.0
         c, h, w = ((space.shape[2], space.shape[0], space.shape[1]) if channels_last
                    else space.shape)
         act = activation_class(activation)
@@ -142,7 +160,7 @@ class ImageEncoder(nn.Module):
         self.output_dim = feature_dim
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
-        x = torch.as_tensor(obs).float() / 255.0
+        x = torch.as_tensor(obs).float() * self.scale
         if self.channels_last:
             x = x.permute(0, 3, 1, 2)
         return self.linear(self.cnn(x))
@@ -150,12 +168,12 @@ class ImageEncoder(nn.Module):
 
 class DictEncoder(nn.Module):
     def __init__(self, space: spaces.Dict, hidden_sizes: Sequence[int] = (64, 64),
-                 activation: Activation = "relu") -> None:
+                 activation: Activation = "relu", kind: str = "auto") -> None:
         super().__init__()
         keys = [k for k in space.spaces if k != ACTION_MASK_KEY]
         if not keys:
             raise ValueError(f"{space} has nothing to encode but an action mask")
-        self.encoders = nn.ModuleDict({k: make_encoder(space[k], hidden_sizes, activation)
+        self.encoders = nn.ModuleDict({k: make_encoder(space[k], hidden_sizes, activation, kind)
                                        for k in keys})
         self.output_dim = sum(e.output_dim for e in self.encoders.values())
 

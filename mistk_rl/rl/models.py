@@ -51,9 +51,9 @@ class QNetwork(nn.Module):
 
     def __init__(self, observation_space: spaces.Space, action_n: int,
                  hidden_sizes: Sequence[int] = (64, 64), dueling: bool = False,
-                 activation: Activation = "relu") -> None:
+                 activation: Activation = "relu", encoder: str = "auto") -> None:
         super().__init__()
-        self.encoder = make_encoder(observation_space, hidden_sizes, activation)
+        self.encoder = make_encoder(observation_space, hidden_sizes, activation, encoder)
         self.head = QHead(self.encoder.output_dim, action_n, dueling, activation=activation)
 
     def forward(self, obs: torch.Tensor) -> dict[str, torch.Tensor]:
@@ -107,18 +107,20 @@ class ActorCritic(nn.Module):
     def __init__(self, observation_space: spaces.Space, action_n: int,
                  hidden_sizes: Sequence[int] = (64, 64), activation: Activation = "tanh",
                  share_encoder: bool = False, continuous: bool = False,
-                 log_std_init: float = 0.0) -> None:
+                 log_std_init: float = 0.0, encoder: str = "auto") -> None:
         super().__init__()
-        self.actor_encoder = self._encoder(observation_space, hidden_sizes, activation)
+        self.actor_encoder = self._encoder(observation_space, hidden_sizes, activation,
+                                           encoder)
         self.critic_encoder = (None if share_encoder else
-                               self._encoder(observation_space, hidden_sizes, activation))
+                               self._encoder(observation_space, hidden_sizes, activation,
+                                             encoder))
         self.head = ActorCriticHead(self.actor_encoder.output_dim, action_n, continuous,
                                     log_std_init)
 
     @staticmethod
     def _encoder(space: spaces.Space, hidden_sizes: Sequence[int],
-                 activation: Activation) -> nn.Module:
-        encoder = make_encoder(space, hidden_sizes, activation)
+                 activation: Activation, kind: str) -> nn.Module:
+        encoder = make_encoder(space, hidden_sizes, activation, kind)
         for module in encoder.modules():
             if isinstance(module, (nn.Linear, nn.Conv2d)):
                 layer_init(module)

@@ -54,6 +54,44 @@ def test_images_are_scaled_and_channels_last_are_moved_first():
     assert not is_image_space(spaces.Box(0, 1, (3, 8, 8), np.float32))  # not uint8 pixels
 
 
+def test_conv_reads_a_boards_planes_as_they_are_where_auto_flattens_them():
+    """Connect four's observation (6 x 7 x 2 planes of 0/1, int8) is no image: `auto`
+    flattens it into an MLP; `conv` runs the small CNN on it, unscaled, channels moved
+    first, and a line shifted across the board reaches the same convolution weights."""
+    board = spaces.Dict({"observation": spaces.Box(0, 1, (6, 7, 2), np.int8),
+                         "action_mask": spaces.Box(0, 1, (7,), np.int8)})
+    auto = make_encoder(board, hidden_sizes=(32,))
+    assert isinstance(auto.encoders["observation"], FlatEncoder)
+    conv = make_encoder(board, hidden_sizes=(32,), kind="conv")
+    planes = conv.encoders["observation"]
+    assert isinstance(planes, ImageEncoder) and planes.channels_last and planes.scale == 1.0
+    assert planes.cnn[0].in_channels == 2  # the two players' planes
+    obs = {"observation": torch.zeros(B, 6, 7, 2, dtype=torch.int8),
+           "action_mask": torch.ones(B, 7, dtype=torch.int8)}
+    obs["observation"][:, 5, 0:4, 0] = 1  # four in a row at the bottom
+    assert conv(obs).shape == (B, 32)
+    first = planes.cnn[0](obs["observation"].float().permute(0, 3, 1, 2))
+    shifted = obs["observation"].roll(2, dims=2)
+    moved = planes.cnn[0](shifted.float().permute(0, 3, 1, 2))
+    assert torch.allclose(first[..., 5, 1:3], moved[..., 5, 3:5], atol=1e-6)  # same filters
+    chw = spaces.Box(0, 1, (2, 6, 7), np.float32)  # planes first: left as they are
+    assert not make_encoder(chw, (8,), kind="conv").channels_last
+    with pytest.raises(ValueError, match="unknown encoder"):
+        make_encoder(board, kind="cnn")
+
+
+def test_policies_take_the_encoder_from_their_model_config():
+    board = spaces.Box(0, 1, (6, 7, 2), np.int8)
+    dqn = DQNPolicy({"model": {"hidden_sizes": [16], "encoder": "conv"}}, board,
+                    spaces.Discrete(7), seed=0)
+    assert isinstance(dqn.model.encoder, ImageEncoder)
+    ppo = PPOPolicy({"model": {"hidden_sizes": [16], "encoder": "conv"}}, board,
+                    spaces.Discrete(7), seed=0)
+    assert isinstance(ppo.model.actor_encoder, ImageEncoder)
+    assert isinstance(PPOPolicy({}, board, spaces.Discrete(7), seed=0).model.actor_encoder,
+                      FlatEncoder)  # the default is the space's own encoder, as before
+
+
 def test_dict_spaces_concatenate_their_keys_and_never_read_the_action_mask():
     space = spaces.Dict({"observation": spaces.Box(-1, 1, (5,), np.float32),
                          "position": spaces.Discrete(3),

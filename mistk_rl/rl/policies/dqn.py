@@ -30,7 +30,9 @@ class DQNPolicy(Policy):
     @classmethod
     def default_config(cls) -> dict:
         return {
-            "model": {"hidden_sizes": [256, 256], "dueling": False, "activation": "relu"},
+            # encoder: "auto" (by the space) or "conv" (a board's planes through a CNN)
+            "model": {"hidden_sizes": [256, 256], "dueling": False, "activation": "relu",
+                      "encoder": "auto"},
             "learn": {
                 "lr": 2.3e-3,
                 "batch_size": 64,
@@ -50,8 +52,8 @@ class DQNPolicy(Policy):
         model = cfg["model"]
         self.model = QNetwork(self.observation_space, int(self.action_space.n),
                               hidden_sizes=tuple(model["hidden_sizes"]),
-                              dueling=model["dueling"], activation=model["activation"]
-                              ).to(self.device)
+                              dueling=model["dueling"], activation=model["activation"],
+                              encoder=model["encoder"]).to(self.device)
         target = cfg["learn"]["target"]
         self.target = TargetNetwork(self.model, update=target["update"], every=target["every"],
                                     tau=target["tau"])

@@ -40,9 +40,10 @@ class PPOPolicy(Policy):
     @classmethod
     def default_config(cls) -> dict:
         return {
-            # log_std_init: the Gaussian's initial log-std (Box action spaces only)
+            # log_std_init: the Gaussian's initial log-std (Box action spaces only);
+            # encoder: "auto" (by the space) or "conv" (a board's planes through a CNN)
             "model": {"hidden_sizes": [64, 64], "activation": "tanh", "share_encoder": False,
-                      "log_std_init": 0.0},
+                      "log_std_init": 0.0, "encoder": "auto"},
             "learn": {
                 "lr": 1e-3,
                 "epochs": 20,
@@ -78,8 +79,8 @@ class PPOPolicy(Policy):
                                  activation=cfg["model"]["activation"],
                                  share_encoder=cfg["model"]["share_encoder"],
                                  continuous=self.continuous,
-                                 log_std_init=cfg["model"]["log_std_init"]
-                                 ).to(self.device)
+                                 log_std_init=cfg["model"]["log_std_init"],
+                                 encoder=cfg["model"]["encoder"]).to(self.device)
         self.optimizer = adam(self.model.parameters(), lr=cfg["learn"]["lr"], eps=1e-5)
         # the policy's own generators: seeded runs never depend on torch's global RNG
         self.torch_rng = torch.Generator().manual_seed(int(self.rng.integers(2**31)))
