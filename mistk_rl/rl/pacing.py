@@ -42,8 +42,8 @@ from mistk_rl.rl.config import ConfigError
 LEARN_IN = ("request", "background")
 
 
-def config() -> dict:
-    """The `train` keys every trainer takes (module doc)."""
+def config(updates_per_request: int = 16) -> dict:
+    """The `train` keys every trainer takes (module doc), with a trainer's own bound."""
     return {
         # where owed gradient steps run: "request" (deterministic) or "background" (a
         # learner thread; not bit-reproducible)
@@ -51,7 +51,7 @@ def config() -> dict:
         # the most gradient steps one request runs (a PPO minibatch is one step), unless the
         # schedule owes more per request on average: then twice that average (module doc);
         # the rest waits for the next requests (status: updatesOwed)
-        "updates_per_request": 16,
+        "updates_per_request": updates_per_request,
         # a request starts no further step after this long (a slow model); null: no guard.
         # Keep it well under the orchestrator's --agent-timeout
         "max_update_seconds_per_request": 1.0,

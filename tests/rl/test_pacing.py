@@ -85,6 +85,20 @@ def test_updates_paid_at_once_when_the_bound_allows_are_the_same_updates():
         assert torch.equal(a, b)
 
 
+def test_dqn_pays_its_default_burst_in_the_request_it_falls_due():
+    """SB3 trains `gradient_steps` at once after every `train_freq` env steps; DQN's
+    default bound pays its default burst (128) the same way, so no env step acts on a
+    network half way through an update."""
+    train = OffPolicyTrainer.default_config()
+    assert train["updates_per_request"] >= train["gradient_steps"]
+    trainer = _dqn({**train, "learning_starts": 10, "train_freq": 10,
+                    "max_update_seconds_per_request": None})  # (no clock in this test)
+    paid = [_step(trainer, i) for i in range(25)]
+    assert paid[9] == paid[19] == train["gradient_steps"]  # at env steps 10 and 20
+    assert sum(paid) == 2 * train["gradient_steps"] and trainer.owed() == 0
+    assert OnPolicyTrainer.default_config()["updates_per_request"] == 16  # PPO: unchanged
+
+
 class FakeClock:
     """Seconds that move only when a step runs: `per_step` each."""
 
