@@ -95,8 +95,9 @@ def spread(ours: list[Optional[int]], sb3: list[Optional[int]], budget: int,
     draws = (a[rng.integers(0, len(a), (resamples, len(a)))].mean(axis=1)
              / b[rng.integers(0, len(b), (resamples, len(b)))].mean(axis=1))
     low, high = np.percentile(draws, [2.5, 97.5])
-    return {"budget": budget, "ours_mean": round(float(a.mean())), "sb3_mean": round(float(b.mean())),
-            "ours_range": [int(a.min()), int(a.max())], "sb3_range": [int(b.min()), int(b.max())],
+    return {"budget": budget, "ours_mean": round(float(a.mean())),
+            "sb3_mean": round(float(b.mean())), "ours_range": [int(a.min()), int(a.max())],
+            "sb3_range": [int(b.min()), int(b.max())],
             "ratio": round(float(a.mean() / b.mean()), 2),
             "ratio_interval": [round(float(low), 2), round(float(high), 2)],
             "slowest_ratio": round(float(a.max() / b.max()), 2)}
@@ -110,9 +111,8 @@ def resummarize(records: list[dict]) -> list[dict]:
         mine = [r for r in records if r["entry"] == name and r["status"] == "ok"]
         by_seed: dict[int, dict] = {}
         for r in mine:
-            by_seed.setdefault(r["seed"], {"seed": r["seed"]})[r["system"]] = {
-                "env_steps": r["env_steps_to_threshold"], "wall_s": r["wall_s_to_threshold"],
-                "final_mean": r["final_eval"], "evals": len(r["evals"])}
+            by_seed.setdefault(r["seed"], {"seed": r["seed"]})[r["system"]] = outcome(
+                r["evals"], r["threshold"])
         pairs = [p for _, p in sorted(by_seed.items()) if "ours" in p and "sb3" in p]
         thresholded = bool(mine) and mine[0]["threshold"] is not None
         summary = {"entry": name, "algo": mine[0]["algo"] if mine else None,
