@@ -14,13 +14,13 @@ nothing on one machine imports it.
 from __future__ import annotations
 
 import os
-import socket
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping, Optional, Sequence
 
 from mistk_rl.launch import ServiceStartError, spawn_service, wait_ready
+from mistk_rl.ray_address import unreachable
 
 NAMESPACE = "mistk-rl"
 
@@ -181,21 +181,17 @@ def _free(available: Mapping[str, float]) -> str:
     return ", ".join(f"{v:g} {k}" for k, v in sorted(shown.items())) or "nothing"
 
 
-def _no_cluster(address: str, cause: BaseException) -> ClusterError:
+def _no_cluster(address: str, cause: BaseException | str) -> ClusterError:
     return ClusterError(f"no Ray cluster at {address!r} ({cause}); start one with "
                         "'ray start --head', or use --cluster local")
 
 
 def _check_reachable(address: str, timeout: float = 5.0) -> None:
-    """Refuse at once a HOST:PORT where nothing listens: Ray would retry connecting to it
-    for minutes. (``auto`` and ``local`` need no check: Ray answers those at once.)"""
-    if address in ("auto", "local"):
-        return
-    host, _, port = address.removeprefix("ray://").rpartition(":")
-    try:
-        socket.create_connection((host.strip("[]"), int(port)), timeout=timeout).close()
-    except (OSError, ValueError) as exc:
-        raise _no_cluster(address, exc) from None
+    """Refuse at once an address where no cluster answers (`ray_address.unreachable`): Ray
+    would retry connecting to it for minutes."""
+    why = unreachable(address, timeout)
+    if why is not None:
+        raise _no_cluster(address, why)
 
 
 class Cluster:

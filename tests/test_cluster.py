@@ -6,8 +6,10 @@ otherwise), in a pytest of their own, started here."""
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -37,16 +39,23 @@ def _ray_processes() -> set[int]:
     return found
 
 
+@pytest.mark.timeout(600)  # (the run's own bound, 540 s, comes first)
 def test_the_cluster_cases_pass_in_a_loopback_only_network():
     """tests/cluster/cases_*.py inside ``unshare --net --map-root-user`` (lo up), and no Ray
-    or service process is left afterwards."""
+    or service process is left afterwards. Ray keeps its files in a directory of this test
+    (RAY_TMPDIR), so the ray_current_cluster file its clusters write never names, for the
+    rest of the machine, a cluster that is gone. (A short path: Ray's sockets live there.)"""
     before = _ray_processes()
-    done = subprocess.run(
-        ["unshare", "--net", "--map-root-user", "sh", "-c",
-         f"ip link set lo up && exec {sys.executable} -m pytest -q -p no:cacheprovider "
-         "-o python_files=cases_*.py tests/cluster/"],
-        cwd=REPO, capture_output=True, text=True, timeout=540,
-        env={**os.environ, "MISTK_RL_NETNS": "1"})
+    ray_tmp = tempfile.mkdtemp(prefix="mistk-ray-")
+    try:
+        done = subprocess.run(
+            ["unshare", "--net", "--map-root-user", "sh", "-c",
+             f"ip link set lo up && exec {sys.executable} -m pytest -q -p no:cacheprovider "
+             "-o python_files=cases_*.py tests/cluster/"],
+            cwd=REPO, capture_output=True, text=True, timeout=540,
+            env={**os.environ, "MISTK_RL_NETNS": "1", "RAY_TMPDIR": ray_tmp})
+    finally:
+        shutil.rmtree(ray_tmp, ignore_errors=True)
     assert done.returncode == 0, done.stdout[-8000:] + done.stderr[-3000:]
     assert " passed" in done.stdout and " skipped" not in done.stdout, done.stdout[-2000:]
     assert _ray_processes() - before == set()
@@ -103,14 +112,20 @@ def test_a_run_without_a_cluster_does_not_import_ray(tmp_path):
     assert done.stdout.split() == ["0", "False"], done.stderr[-2000:]
 
 
-def test_no_cluster_at_the_address_is_a_clear_error(tmp_path):
+@pytest.mark.parametrize("address", ["127.0.0.1:9", "auto"])
+def test_no_cluster_at_the_address_is_a_clear_error(tmp_path, address):
     """``--cluster`` naming no running cluster: exit 1 with a message saying how to start
-    one, before any service starts."""
+    one, before any service starts. ``auto`` here names the cluster in Ray's
+    ray_current_cluster file, one that is gone (ray.init would retry it for minutes)."""
+    (tmp_path / "ray").mkdir()
+    (tmp_path / "ray" / "ray_current_cluster").write_text("127.0.0.1:9")
     done = subprocess.run(
         [sys.executable, "-m", "harness", "run", "configs/cartpole_random.yaml",
-         "--cluster", "127.0.0.1:9", "--out", str(tmp_path / "run"), "--quiet"],
+         "--cluster", address, "--out", str(tmp_path / "run"), "--quiet"],
         cwd=REPO, capture_output=True, text=True, timeout=120,
-        env={**os.environ, "RAY_ADDRESS": ""})
+        env={**os.environ, "RAY_ADDRESS": "", "RAY_TMPDIR": str(tmp_path)})
     assert done.returncode == 1, done.stderr[-2000:]
-    assert "no Ray cluster at '127.0.0.1:9'" in done.stderr and "ray start --head" in done.stderr
+    assert f"no Ray cluster at '{address}'" in done.stderr and "ray start --head" in done.stderr
+    if address == "auto":
+        assert ":9, Ray's last cluster here" in done.stderr
     assert not (tmp_path / "run" / "results.json").exists()

@@ -1,6 +1,8 @@
 """GymOrchestrator over HTTP: training flags, other space kinds, action masks."""
 from __future__ import annotations
 
+import socket
+
 import numpy as np
 import pytest
 
@@ -221,16 +223,28 @@ def test_a_crashing_or_hanging_env_costs_only_its_episode(launch, tmp_path, mode
     assert orch.status().payload["envRestarts"] == 1
 
 
-def test_env_copies_on_ray_without_a_cluster_are_a_400_that_changes_nothing(launch,
-                                                                           monkeypatch):
+@pytest.mark.parametrize("last_cluster", [False, True])
+def test_env_copies_on_ray_without_a_cluster_are_a_400_that_changes_nothing(
+        launch, monkeypatch, tmp_path, last_cluster):
     """envManager ray where no Ray cluster answers: refused at startEpisode, naming why
-    (the cluster tests run it on one: tests/cluster/cases_env_workers.py)."""
+    (the cluster tests run it on one: tests/cluster/cases_env_workers.py). Also where Ray's
+    ray_current_cluster file names a cluster that is gone, as one that stopped leaves it:
+    ray.init would retry that address for minutes, past the client's timeout."""
     from mistk_rl.client import BadRequest
 
     monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    monkeypatch.setenv("RAY_TMPDIR", str(tmp_path))  # Ray's files: tmp_path/ray/...
+    (tmp_path / "ray").mkdir()  # (the services inherit the variable)
+    if last_cluster:
+        with socket.socket() as gone:  # a port nothing listens on once this closes
+            gone.bind(("127.0.0.1", 0))
+            port = gone.getsockname()[1]
+        (tmp_path / "ray" / "ray_current_cluster").write_text(f"127.0.0.1:{port}")
     orch, _ = _pair(launch, "CartPole-v1")
     before = orch.status()
-    with pytest.raises(BadRequest, match="envManager ray: no Ray cluster"):
+    with pytest.raises(BadRequest, match="envManager ray: no Ray cluster") as refused:
         orch.start_episode({"numEpisodes": 1, "numEnvs": 2, "envManager": "ray"})
+    if last_cluster:
+        assert f":{port}, Ray's last cluster here" in str(refused.value)
     assert orch.status().state == before.state
     assert orch.get_results().episodes == []

@@ -20,6 +20,7 @@ from __future__ import annotations
 import os
 from typing import Any, Optional
 
+from mistk_rl.ray_address import unreachable
 from mistk_rl.rl.envs.base import EnvManager, Timestep
 from mistk_rl.rl.envs.worker import step_env
 
@@ -34,6 +35,9 @@ def join_cluster(address: Optional[str] = None) -> Any:
         raise RuntimeError("env copies on Ray need Ray: pip install 'mistk-rl[ray]'") from exc
     if not ray.is_initialized():
         address = address or os.environ.get("RAY_ADDRESS") or "auto"
+        why = unreachable(address)  # (ray.init would retry for minutes)
+        if why is not None:
+            raise RuntimeError(f"no Ray cluster at {address!r} for the env copies: {why}")
         try:
             ray.init(address=address, log_to_driver=False, configure_logging=False,
                      include_dashboard=False)
