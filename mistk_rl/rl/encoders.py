@@ -100,8 +100,7 @@ def is_planes(space: spaces.Space) -> bool:
 
 
 def is_image_space(space: spaces.Space) -> bool:
-    return (isinstance(space, spaces.Box) and len(space.shape) == 3
-            and space.dtype == np.uint8 and bool(np.all(space.low == 0))
+    return (is_planes(space) and space.dtype == np.uint8 and bool(np.all(space.low == 0))
             and bool(np.all(space.high == 255))
             and (space.shape[0] in IMAGE_CHANNELS or space.shape[-1] in IMAGE_CHANNELS))
 
