@@ -130,6 +130,7 @@ def build_parser() -> argparse.ArgumentParser:
                                         "faults", "sb3-dqn", "sb3-ppo", "parity",
                                         "learning-dqn", "learning-ppo", "games",
                                         "thinker-planner", "thinker-ppo", "thinker-model",
+                                        "thinker-agent",
                                         "cluster", "cluster-loss"],
                        help="getaction: round-trip time of getAction to a local agent; "
                             "longpolls: reset/terminate latency with 64 status long-polls "
@@ -158,12 +159,16 @@ def build_parser() -> argparse.ArgumentParser:
                             "(perfect model; --n episodes, default 3000); "
                             "thinker-ppo: PPO on the raw and the Thinker puzzle, --seeds each, "
                             "solve-rate curves in one plot; "
+                            "thinker-agent: the Thinker PPO agent (tree readout) against "
+                            "PPO on the raw puzzle, in-process, --n real steps (default "
+                            "200000) per --seeds (default 0-4), each evaluated on the whole "
+                            "level pool, with the difference's 95%% interval; "
                             "thinker-model: the learned model trained over --n real steps "
                             "(default 20000) while --behaviour acts: held-out losses, "
                             "finiteness, time per augmented step")
     bench.add_argument("--n", type=int, default=None,
                        help="getaction: calls to time (default 2000); thinker-planner: "
-                            "episodes (default 3000)")
+                            "episodes (default 3000); thinker-agent: real steps a seed")
     bench.add_argument("--seed", type=int, default=0, help="sb3-*: training seed")
     bench.add_argument("--suite", default="classic", choices=["classic", "extended"],
                        help="parity: which entries (classic: CartPole, Acrobot, MountainCar, "

@@ -159,6 +159,13 @@ def run_bench(what: str, n: Optional[int] = None, json_out: Optional[Path] = Non
         if json_out is not None:
             _write(json_out, records)
         return 0
+    if what == "thinker-agent":
+        from harness.bench.thinker_agent import bench_thinker_agent
+
+        records = bench_thinker_agent(seeds or (0, 1, 2, 3, 4), real_steps=n or 200_000)
+        if json_out is not None:
+            _write(json_out, records)
+        return 0
     if what in ("thinker-planner", "thinker-ppo", "thinker-model"):
         from harness.bench import thinker as bench_thinker
 

@@ -27,7 +27,8 @@ from mistk_rl.rl.policies.base import Policy
 # the policies a copy can be built of, by name (a name from a remote service is never
 # imported as a module path)
 POLICIES = {"DQNPolicy": "mistk_rl.rl.policies.dqn:DQNPolicy",
-            "PPOPolicy": "mistk_rl.rl.policies.ppo:PPOPolicy"}
+            "PPOPolicy": "mistk_rl.rl.policies.ppo:PPOPolicy",
+            "ThinkerPPOPolicy": "mistk_rl.thinker.policy:ThinkerPPOPolicy"}
 
 
 def policy_class(name: str) -> type[Policy]:

@@ -172,8 +172,12 @@ class PuzzleEnv(gym.Env[np.ndarray, int]):
 
     def __init__(self, render_mode: str | None = None, pool_seed: int = 0,
                  pool_size: int = POOL_SIZE, max_steps: int = MAX_STEPS,
-                 levels: Sequence[Level] | None = None) -> None:
+                 levels: Sequence[Level] | None = None, in_order: bool = False) -> None:
         self.render_mode = render_mode
+        # in_order: each reset plays the next level of the list (then the first again), so
+        # an evaluation can play a whole pool once, split over env copies
+        self.in_order = in_order
+        self._next_level = 0
         self.levels: Sequence[Level] = (levels if levels is not None
                                         else level_pool(pool_seed, pool_size))
         self.max_steps = max_steps
@@ -186,6 +190,8 @@ class PuzzleEnv(gym.Env[np.ndarray, int]):
         super().reset(seed=seed)
         if options and "level" in options:
             index = int(options["level"])
+        elif self.in_order:
+            index, self._next_level = self._next_level, (self._next_level + 1) % len(self.levels)
         else:
             index = int(self.np_random.integers(len(self.levels)))
         level = self.levels[index]

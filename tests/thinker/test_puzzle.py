@@ -123,6 +123,14 @@ def test_reset_picks_levels_by_seed_or_option():
     assert env.reset(options={"level": 42})[1] == {"level": 42}
 
 
+def test_in_order_plays_its_levels_one_after_another_then_again():
+    levels = level_pool(0, 5)[2:5]
+    env = PuzzleEnv(levels=levels, in_order=True)
+    played = [env.reset(seed=s)[1]["level"] for s in range(7)]  # the seed does not choose
+    assert played == [0, 1, 2, 0, 1, 2, 0]
+    assert env.reset(options={"level": 2})[1] == {"level": 2}  # an explicit level still wins
+
+
 def test_restore_replays_exactly():
     rng = np.random.default_rng(0)
     env, other = PuzzleEnv(), PuzzleEnv()

@@ -74,13 +74,7 @@ class PPOPolicy(Policy):
                 for b in (self.action_space.low, self.action_space.high))
         else:
             self.action_n = int(self.action_space.n)
-        self.model = ActorCritic(self.observation_space, self.action_n,
-                                 hidden_sizes=tuple(cfg["model"]["hidden_sizes"]),
-                                 activation=cfg["model"]["activation"],
-                                 share_encoder=cfg["model"]["share_encoder"],
-                                 continuous=self.continuous,
-                                 log_std_init=cfg["model"]["log_std_init"],
-                                 encoder=cfg["model"]["encoder"]).to(self.device)
+        self.model = self._build_model(cfg["model"]).to(self.device)
         self.optimizer = adam(self.model.parameters(), lr=cfg["learn"]["lr"], eps=1e-5)
         # the policy's own generators: seeded runs never depend on torch's global RNG
         self.torch_rng = torch.Generator().manual_seed(int(self.rng.integers(2**31)))
@@ -93,6 +87,16 @@ class PPOPolicy(Policy):
             self.eval_model = (ArgmaxSample(self.model) if cfg["eval"]["deterministic"] else
                                MultinomialSample(self.model, generator=torch.Generator()
                                                  .manual_seed(int(self.rng.integers(2**31)))))
+
+    def _build_model(self, model: dict) -> torch.nn.Module:
+        """The actor-critic from the config's `model` section: the one place a subclass
+        changes the network (`forward(obs) -> {"logit" or "mu", "log_std", "value"}` and
+        `compute_critic(obs) -> {"value"}`)."""
+        return ActorCritic(self.observation_space, self.action_n,
+                           hidden_sizes=tuple(model["hidden_sizes"]),
+                           activation=model["activation"],
+                           share_encoder=model["share_encoder"], continuous=self.continuous,
+                           log_std_init=model["log_std_init"], encoder=model["encoder"])
 
     def _encode(self, obs: Batch) -> Batch:
         """Raw observations as a tensor (a dict of them for a Dict space): the model's

@@ -1,0 +1,131 @@
+"""The Thinker agent: its tree-reading actor-critic (a readout shared by the actions, real
+steps that cannot reset), its policy and agent, and the bench's evaluation and statistics."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from gymnasium import spaces
+
+from harness.bench import thinker_agent as bench
+from mistk_rl.errors import InvalidRequest
+from mistk_rl.thinker import puzzle
+from mistk_rl.thinker.actor_critic import PER_ACTION, ThinkerActorCritic
+from mistk_rl.thinker.tree import Layout
+
+A, K = 4, 10
+
+
+def _mdp(env_n: int = 8, **settings):
+    return bench._env("thinker", [lambda: puzzle.PuzzleEnv()] * env_n, 0, settings)
+
+
+def _states(env, steps: int) -> list[dict[str, torch.Tensor]]:
+    """The observations of `steps` random augmented steps (real and imaginary ones)."""
+    rng = np.random.default_rng(0)
+    state, out = env.reset(), []
+    for _ in range(steps):
+        out.append({k: torch.as_tensor(v) for k, v in state.items()})
+        state, *_ = env.step(rng.integers(A, size=env.env_n), rng.integers(2, size=env.env_n))
+    return out
+
+
+def test_real_steps_mask_the_reset_half_and_imaginary_steps_keep_all_actions():
+    env = _mdp()
+    model = ThinkerActorCritic(env.observation_space, 2 * A)
+    real_seen = imaginary_seen = 0
+    for obs in _states(env, 2 * K):
+        out = model(obs)
+        assert out["logit"].shape == (env.env_n, 2 * A) and out["value"].shape == (env.env_n,)
+        real = obs["tree_reps"][:, Layout(A, K).slices["time"].stop - 1] == 1
+        logits = out["logit"]
+        assert torch.isinf(logits[real][:, A:]).all() and torch.isfinite(logits[real][:, :A]).all()
+        assert torch.isfinite(logits[~real]).all()
+        real_seen += int(real.sum())
+        imaginary_seen += int((~real).sum())
+    assert real_seen and imaginary_seen
+    env.close()
+
+
+def test_the_readout_is_shared_by_the_actions():
+    """Permuting the actions' statistics permutes the readout's bonus the same way: one
+    rule for every action, learnt once."""
+    env = _mdp(env_n=4)
+    model = ThinkerActorCritic(env.observation_space, 2 * A)
+    torch.nn.init.normal_(model.readout.net[-1].weight)  # (it starts at zero)
+    reps = _states(env, K - 1)[-1]["tree_reps"].clone()
+    reps[:, Layout(A, K).slices["root_qs_max"]] = torch.tensor([5.0, -1.0, 0.5, 2.0])
+    perm = torch.tensor([2, 0, 3, 1])
+    permuted = reps.clone()
+    for name in PER_ACTION:
+        s = Layout(A, K).slices[name]
+        permuted[:, s] = reps[:, s][:, perm]
+    bonus, bonus_permuted = model._readout(reps), model._readout(permuted)
+    assert torch.allclose(bonus_permuted[:, :A], bonus[:, :A][:, perm])
+    assert torch.allclose(bonus_permuted[:, A:], bonus[:, A:][:, perm])
+    assert not torch.allclose(bonus[:, 0], bonus[:, 1])  # (the statistics do matter)
+    env.close()
+
+
+def test_the_readout_starts_at_the_reset_prior():
+    env = _mdp(env_n=2)
+    model = ThinkerActorCritic(env.observation_space, 2 * A, reset_logit=-2.0)
+    bonus = model._readout(_states(env, 3)[-1]["tree_reps"])
+    assert torch.equal(bonus[:, :A], torch.zeros(2, A))
+    assert torch.equal(bonus[:, A:], torch.full((2, A), -2.0))
+    env.close()
+
+
+def test_the_current_frame_is_read_when_the_mdp_returns_it():
+    env = _mdp(env_n=2, return_x=True)
+    assert "xs" in env.observation_space.spaces
+    model = ThinkerActorCritic(env.observation_space, 2 * A)
+    obs = _states(env, 3)[-1]
+    moved = {**obs, "xs": torch.zeros_like(obs["xs"])}
+    assert not torch.allclose(model(obs)["value"], model(moved)["value"])
+    env.close()
+
+
+@pytest.mark.parametrize("space, action_n, match", [
+    (spaces.Box(0, 1, (4,)), 8, "tree_reps"),
+    (None, 7, "Discrete\\(2A\\)"),
+])
+def test_other_spaces_are_refused(space, action_n, match):
+    env = _mdp(env_n=1)
+    with pytest.raises(ValueError, match=match):
+        ThinkerActorCritic(space or env.observation_space, action_n)
+    env.close()
+
+
+def test_the_agent_refuses_a_plain_env_with_a_400_at_initialize():
+    from agents.thinker_agent import ThinkerPPOAgent
+    from mistk_rl.spaces import space_to_dict
+
+    agent = ThinkerPPOAgent()
+    props = {"observationSpace": space_to_dict(spaces.Box(-1, 1, (4,))),
+             "actionSpace": space_to_dict(spaces.Discrete(2))}
+    with pytest.raises(InvalidRequest, match="cannot act in these spaces"):
+        agent.validate_initialize(props, {"seed": 0})
+
+
+def test_a_short_training_run_learns_and_the_evaluation_plays_each_level_once():
+    """Both arms train through the agent classes (policy, learner, trainer) and evaluate
+    over a pool share per copy; the thinker arm's policy is the Thinker one."""
+    policy, stats = bench.train("thinker", 0, real_steps=16 * 30, env_n=16,
+                                overrides={"model": {"hidden_sizes": [16]}}, log=None)
+    assert stats["updates"] >= 1  # (4,096 transitions a rollout: 16 copies x 256 steps)
+    before = {k: v.clone() for k, v in policy.model.state_dict().items()}
+    result = bench.evaluate("thinker", policy, env_n=5, pool_size=12, seed=0)
+    assert result["episodes"] == 12 and 0 <= result["solved"] <= 12
+    after = policy.model.state_dict()
+    assert all(torch.equal(before[k], after[k]) for k in before)  # evaluation learns nothing
+
+
+def test_welch_interval_matches_the_t_distribution():
+    # Student's t quantiles (tables): 2.776 at 4 dof, 2.228 at 10, 1.962 at 1,000
+    for dof, value in ((4, 2.7764), (10, 2.2281), (1000, 1.9623)):
+        assert bench.t_quantile(0.975, dof) == pytest.approx(value, abs=1e-3)
+    a, b = [0.30, 0.35, 0.41, 0.33, 0.38], [0.26, 0.22, 0.30, 0.25, 0.20]
+    diff, low, high = bench.welch_interval(a, b)
+    # scipy.stats.ttest_ind(a, b, equal_var=False).confidence_interval(): [.04855, .16745]
+    assert (diff, low, high) == pytest.approx((0.108, 0.04855, 0.16745), abs=1e-4)
