@@ -61,7 +61,7 @@ def _bench(args: argparse.Namespace) -> int:
                      entries=args.entries.split(",") if args.entries else None,
                      behaviour=args.behaviour, local_inference=args.local_inference,
                      saved=[Path(f) for f in args.from_json.split(",")] if args.from_json
-                     else None)
+                     else None, arms=args.arms.split(",") if args.arms else None)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -198,6 +198,10 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--from", dest="from_json", default=None,
                        help="parity: run nothing; summarize the records of these --json "
                             "files together (comma-separated: seed batches run apart)")
+    bench.add_argument("--arms", default=None,
+                       help="thinker-agent: which, comma-separated, of raw, thinker (the "
+                            "perfect model) and thinker-learned (the learned model, "
+                            "wrapper_type 0); default raw,thinker")
     bench.add_argument("--json", default=None, help="also write the figures here")
     bench.set_defaults(func=_bench)
     return parser

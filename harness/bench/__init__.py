@@ -134,7 +134,8 @@ def run_bench(what: str, n: Optional[int] = None, json_out: Optional[Path] = Non
               steps: int = 20000, seeds: Optional[list[int]] = None,
               config: Optional[Path] = None, suite: str = "classic",
               entries: Optional[list[str]] = None, behaviour: str = "solver",
-              local_inference: bool = False, saved: Optional[list[Path]] = None) -> int:
+              local_inference: bool = False, saved: Optional[list[Path]] = None,
+              arms: Optional[list[str]] = None) -> int:
     from harness.bench.step import bench_envs, bench_local, bench_transport
 
     counts = env_counts or [1, 16, 64, 256]
@@ -160,9 +161,15 @@ def run_bench(what: str, n: Optional[int] = None, json_out: Optional[Path] = Non
             _write(json_out, records)
         return 0
     if what == "thinker-agent":
-        from harness.bench.thinker_agent import bench_thinker_agent
+        from harness.bench.thinker_agent import ARMS, bench_thinker_agent
 
-        records = bench_thinker_agent(seeds or (0, 1, 2, 3, 4), real_steps=n or 200_000)
+        unknown = sorted(set(arms or ()) - set(ARMS))
+        if unknown:
+            raise SystemExit(f"bench thinker-agent: unknown arms {', '.join(unknown)}; "
+                             f"valid: {', '.join(ARMS)}")
+
+        records = bench_thinker_agent(seeds or (0, 1, 2, 3, 4), real_steps=n or 200_000,
+                                      arms=arms or ("raw", "thinker"))
         if json_out is not None:
             _write(json_out, records)
         return 0

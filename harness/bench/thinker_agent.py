@@ -37,12 +37,21 @@ from mistk_rl.rl.trainers import OnPolicyTrainer
 from mistk_rl.thinker import puzzle
 from mistk_rl.thinker.config import load_config
 from mistk_rl.thinker.env import ThinkerEnv
+from mistk_rl.thinker.planner import plan
 from mistk_rl.thinker.policy import ThinkerPPOPolicy
 
 PLANNER_SOLVE_RATE = 0.396  # `bench thinker-planner`, K=10, L=5, 3,000 episodes, seed 0
 
 THINKER = {"wrapper_type": 2, "rec_t": 10, "max_depth": 5, "train_model": False}
 K = THINKER["rec_t"]
+# the learned model (wrapper_type 0) trained inside `step` from the agent's own real steps:
+# `bench thinker-model`'s settings (warm-up 2k, lr 2e-3 decayed to 0 over the run, batch 64),
+# its replay ratio 10 (v1.1's 5-6 left the reward loss at the mean-reward plateau there), the
+# whole run kept in the replay
+LEARNED = {**THINKER, "wrapper_type": 0, "train_model": True, "return_h": False,
+           "model_warm_up_n": 2000, "model_lr": 2e-3, "model_batch_size": 64,
+           "model_min_replay_ratio": 8.0, "model_max_replay_ratio": 10.0}
+ARMS = ("raw", "thinker", "thinker-learned", "planner")
 
 # PPO as configs/puzzle_raw_ppo.yaml; the thinker arm discounts each of a stage's K steps by
 # gamma ** (1/K) (the paper's actor), so both arms discount a real step alike
@@ -57,18 +66,18 @@ THINKER_PPO = {"model": {"hidden_sizes": [128, 128], "activation": "tanh"},
                          "entropy_coef": 0.01, "value_coef": 0.5, "grad_clip": 0.5},
                "eval": {"deterministic": False}}
 OBS_KEYS = ("tree_reps", "real_states", "xs")
-ROLLOUT = {"raw": 2048, "thinker": 4096}  # transitions per update (16 copies x 128 / x 256)
+ROLLOUT = {"raw": 2048, "thinker": 4096, "thinker-learned": 4096}  # transitions an update
 
 
 def _env(arm: str, env_fns: list, seed: Optional[int], mdp: Optional[dict] = None
          ) -> ThinkerEnv:
-    settings = {**THINKER, **(mdp or {})} if arm == "thinker" else {"wrapper_type": 1}
-    return ThinkerEnv(env_fns, load_config(settings, seed=seed))
+    base = {"raw": {"wrapper_type": 1}, "thinker": THINKER, "thinker-learned": LEARNED}[arm]
+    return ThinkerEnv(env_fns, load_config({**base, **(mdp or {})}, seed=seed))
 
 
 def _policy(arm: str, env: ThinkerEnv, seed: int, overrides: Optional[dict] = None):
     a = env.num_actions
-    if arm == "thinker":
+    if arm != "raw":
         config = json.loads(json.dumps(THINKER_PPO))
         cls, action_space = ThinkerPPOPolicy, spaces.Discrete(2 * a)
     else:
@@ -88,16 +97,19 @@ def _act(policy: Any, state: dict[str, np.ndarray], mode: str, env_steps: int
 
 
 def _split(arm: str, actions: np.ndarray, a: int) -> tuple[np.ndarray, np.ndarray]:
-    if arm == "thinker":
+    if arm != "raw":
         return actions % a, actions // a
     return actions, np.zeros_like(actions)
 
 
 def train(arm: str, seed: int, real_steps: int, env_n: int = 16,
           overrides: Optional[dict] = None, mdp: Optional[dict] = None, log: Any = print
-          ) -> tuple[Any, dict[str, Any]]:
-    """Train one arm for `real_steps` real env steps over `env_n` copies; (policy, stats)."""
+          ) -> tuple[Any, dict[str, Any], Any]:
+    """Train one arm for `real_steps` real env steps over `env_n` copies; (policy, stats,
+    the MDP's learned model or None)."""
     torch.set_num_threads(1)
+    if arm == "thinker-learned":  # (the model's schedules end with the run)
+        mdp = {"total_steps": real_steps, "model_buffer_n": real_steps, **(mdp or {})}
     env = _env(arm, [lambda: puzzle.PuzzleEnv()] * env_n, seed, mdp)
     policy = _policy(arm, env, seed, overrides)
     learner = Learner(policy.learn_mode)
@@ -116,10 +128,9 @@ def train(arm: str, seed: int, real_steps: int, env_n: int = 16,
         batch = {}
         for i in range(env_n):
             row = {k: v[i] for k, v in out.items()}
-            batch[i] = process({k: state[k][i] for k in OBS_KEYS
-                                if k in state}, row, float(reward[i]),
-                               {k: next_state[k][i] for k in OBS_KEYS
-                                if k in next_state}, bool(done[i]), False)
+            obs = {k: state[k][i] for k in OBS_KEYS if k in state}
+            next_obs = {k: next_state[k][i] for k in OBS_KEYS if k in next_state}
+            batch[i] = process(obs, row, float(reward[i]), next_obs, bool(done[i]), False)
         learner.env_steps += env_n
         trainer.observe_all(batch)
         trainer.maybe_train()
@@ -134,18 +145,29 @@ def train(arm: str, seed: int, real_steps: int, env_n: int = 16,
                 solved = ended = 0
         state = next_state
     env.close()
-    return policy, {"train_s": time.perf_counter() - start, "updates": learner.train_iter}
+    stats = {"train_s": time.perf_counter() - start, "updates": learner.train_iter}
+    if env.model is not None:
+        stats.update(model_updates=env.model.learner.updates,
+                     model_losses={k: round(float(v), 4) for k, v in env.model.losses.items()})
+    return policy, stats, env.model
 
 
 def evaluate(arm: str, policy: Any, env_n: int = 50, pool_size: int = puzzle.POOL_SIZE,
-             seed: int = 0, mdp: Optional[dict] = None) -> dict[str, Any]:
+             seed: int = 0, mdp: Optional[dict] = None, model: Any = None) -> dict[str, Any]:
     """Play each level of the pool once (copy j plays levels j, j + env_n, ...), sampling
-    the policy; the share solved."""
+    the policy; the share solved. `policy`: a trained one, or a function of the MDP's state
+    to (primary, reset) actions (the scripted planner). `model`: the learned model the policy
+    trained with (its weights, no longer trained)."""
     levels = puzzle.level_pool(0, pool_size)
     shares = [levels[j::env_n] for j in range(env_n)]
     fns = [lambda share=share: puzzle.PuzzleEnv(levels=share, in_order=True)
            for share in shares]
+    if model is not None:
+        mdp = {**(mdp or {}), "train_model": False, "model_zero_init": False}
     env = _env(arm, fns, seed, mdp)
+    if model is not None:
+        env.model.sr.load_state_dict(model.sr.state_dict())
+        env.model.vp.load_state_dict(model.vp.state_dict())
     wanted = np.array([len(share) for share in shares])
     played = np.zeros(env_n, dtype=np.int64)
     solved = 0
@@ -153,8 +175,10 @@ def evaluate(arm: str, policy: Any, env_n: int = 50, pool_size: int = puzzle.POO
     start = time.perf_counter()
     with torch.no_grad():
         while (played < wanted).any():
-            actions, _ = _act(policy, state, "eval", 0)
-            primary, reset = _split(arm, actions, env.num_actions)
+            if callable(policy):
+                primary, reset = policy(state)
+            else:
+                primary, reset = _split(arm, _act(policy, state, "eval", 0)[0], env.num_actions)
             state, _, done, info = env.step(primary, reset)
             for i in np.flatnonzero(done):
                 if played[i] < wanted[i]:
@@ -199,15 +223,24 @@ def bench_thinker_agent(seeds: Sequence[int] = (0, 1, 2, 3, 4), real_steps: int 
                         arms: Sequence[str] = ("raw", "thinker"),
                         out: str = "runs/bench-thinker-agent") -> list[dict[str, Any]]:
     """Train and evaluate each arm at each seed; each result goes to its own file under
-    `out` (`{arm}-seed{seed}-{real_steps}.json`), so seeds run by separate invocations (one a
-    core) are summarized together: the summary reads every result of this budget there."""
+    `out` (`{arm}-seed{seed}-{real_steps}.json`, the trained weights beside it as `.pt`), so
+    seeds run by separate invocations (one a core) are summarized together: the summary
+    reads every result of this budget there."""
     path = Path(out)
     path.mkdir(parents=True, exist_ok=True)
     for seed in seeds:
         for arm in arms:
-            policy, stats = train(arm, seed, real_steps)
-            row = {"arm": arm, "seed": seed, "real_steps": real_steps, **stats,
-                   **evaluate(arm, policy, seed=10_000 + seed)}
+            if arm == "planner":  # learns nothing: the tree's signal, on the same levels
+                rng = np.random.default_rng(seed)
+                row = {"arm": arm, "seed": seed, "real_steps": real_steps, "train_s": 0.0,
+                       **evaluate("thinker", lambda state: plan(state["tree_reps"], len(puzzle.ACTIONS), rng),
+                                  seed=10_000 + seed)}
+            else:
+                policy, stats, model = train(arm, seed, real_steps)
+                row = {"arm": arm, "seed": seed, "real_steps": real_steps, **stats,
+                       **evaluate(arm, policy, seed=10_000 + seed, model=model)}
+                torch.save(policy.model.state_dict(),
+                           path / f"{arm}-seed{seed}-{real_steps}.pt")
             print(f"{arm:7s} seed {seed}: solved {row['solved']}/{row['episodes']} = "
                   f"{row['solve_rate']:.3f} after {real_steps} real steps "
                   f"({row['train_s']:.0f} s training, {row['eval_s']:.0f} s evaluating)",
@@ -219,8 +252,8 @@ def bench_thinker_agent(seeds: Sequence[int] = (0, 1, 2, 3, 4), real_steps: int 
 
 
 def summarize(rows: Sequence[dict[str, Any]], real_steps: int) -> None:
-    """Per arm, the seeds' solve rates, mean and range; the thinker - raw difference with
-    its Welch interval."""
+    """Per arm, the seeds' solve rates, mean and range; each Thinker arm's difference from
+    raw with its Welch interval."""
     rates: dict[str, dict[int, float]] = {}
     for row in rows:
         rates.setdefault(row["arm"], {})[row["seed"]] = row["solve_rate"]
@@ -231,8 +264,10 @@ def summarize(rows: Sequence[dict[str, Any]], real_steps: int) -> None:
               f"(range {min(values):.3f}-{max(values):.3f}) at {real_steps} real steps, "
               f"{rows[0].get('episodes', '?')} evaluation episodes each; the scripted "
               f"planner {PLANNER_SOLVE_RATE}")
-    thinker, raw = list(rates.get("thinker", {}).values()), list(rates.get("raw", {}).values())
-    if len(thinker) > 1 and len(raw) > 1:
-        diff, low, high = welch_interval(thinker, raw)
-        print(f"thinker - raw: {diff:+.3f}, 95% interval [{low:+.3f}, {high:+.3f}] "
-              f"(Welch's t over seeds)")
+    raw = list(rates.get("raw", {}).values())
+    for arm in sorted(set(rates) - {"raw", "planner"}):
+        values = list(rates[arm].values())
+        if len(values) > 1 and len(raw) > 1:
+            diff, low, high = welch_interval(values, raw)
+            print(f"{arm} - raw: {diff:+.3f}, 95% interval [{low:+.3f}, {high:+.3f}] "
+                  f"(Welch's t over seeds)")

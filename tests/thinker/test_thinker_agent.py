@@ -111,7 +111,7 @@ def test_the_agent_refuses_a_plain_env_with_a_400_at_initialize():
 def test_a_short_training_run_learns_and_the_evaluation_plays_each_level_once():
     """Both arms train through the agent classes (policy, learner, trainer) and evaluate
     over a pool share per copy; the thinker arm's policy is the Thinker one."""
-    policy, stats = bench.train("thinker", 0, real_steps=16 * 30, env_n=16,
+    policy, stats, _ = bench.train("thinker", 0, real_steps=16 * 30, env_n=16,
                                 overrides={"model": {"hidden_sizes": [16]}}, log=None)
     assert stats["updates"] >= 1  # (4,096 transitions a rollout: 16 copies x 256 steps)
     before = {k: v.clone() for k, v in policy.model.state_dict().items()}
@@ -129,3 +129,72 @@ def test_welch_interval_matches_the_t_distribution():
     diff, low, high = bench.welch_interval(a, b)
     # scipy.stats.ttest_ind(a, b, equal_var=False).confidence_interval(): [.04855, .16745]
     assert (diff, low, high) == pytest.approx((0.108, 0.04855, 0.16745), abs=1e-4)
+
+
+def test_the_http_config_runs_the_benchs_agent():
+    """configs/puzzle_thinker_agent.yaml (the check over HTTP) and the bench's thinker arm
+    train the same agent with the same hyperparameters on the same MDP."""
+    from pathlib import Path
+
+    import yaml
+
+    config = yaml.safe_load((Path(__file__).parents[2] / "configs" /
+                             "puzzle_thinker_agent.yaml").read_text())
+    agent = config["agents"][0]
+    assert agent["target"] == "agents.thinker_agent:ThinkerPPOAgent"
+    policy = agent["hyperparameters"]["policy"]
+    for section in ("model", "learn", "eval"):
+        assert policy[section] == pytest.approx(bench.THINKER_PPO[section], rel=1e-5), section
+    assert agent["hyperparameters"]["train"]["n_steps"] == bench.ROLLOUT["thinker"]
+    thinker = dict(config["orchestrator"]["env"]["thinker"])
+    assert thinker.pop("actions") == "Discrete" and thinker == bench.THINKER
+
+
+def test_the_learned_model_arm_evaluates_with_the_model_it_trained():
+    """thinker-learned: the MDP's model trains inside `step` from the agent's real steps, and
+    the evaluation's MDP plans with those weights (not a fresh model's)."""
+    small = {"model_warm_up_n": 64, "model_batch_size": 8, "model_max_replay_ratio": 1.0,
+             "model_min_replay_ratio": 0.5}
+    policy, stats, model = bench.train("thinker-learned", 0, real_steps=8 * 20, env_n=8,
+                                       overrides={"model": {"hidden_sizes": [16]}},
+                                       mdp=small, log=None)
+    assert model is not None and stats["model_updates"] > 0
+    played = {}
+    original = bench._env
+
+    def spy(*args, **kwargs):
+        env = original(*args, **kwargs)
+        played["env"] = env
+        return env
+
+    bench._env = spy
+    try:
+        result = bench.evaluate("thinker-learned", policy, env_n=3, pool_size=3, seed=0,
+                                model=model)
+    finally:
+        bench._env = original
+    assert result["episodes"] == 3
+    evaluated = played["env"].model
+    for trained, used in ((model.sr, evaluated.sr), (model.vp, evaluated.vp)):
+        for (name, a), b in zip(trained.state_dict().items(), used.state_dict().values()):
+            assert torch.equal(a, b), name
+
+
+def test_unknown_arms_are_refused_by_name():
+    from harness.bench import run_bench
+
+    with pytest.raises(SystemExit, match="unknown arms thinker-typo"):
+        run_bench("thinker-agent", arms=["thinker", "thinker-typo"])
+
+
+def test_the_summary_gives_each_arm_its_seeds_and_each_thinker_arm_its_difference(capsys):
+    rows = [{"arm": arm, "seed": seed, "solve_rate": rate, "episodes": 1500}
+            for arm, rates in (("raw", [0.26, 0.22, 0.30, 0.25, 0.20]),
+                               ("thinker", [0.30, 0.35, 0.41, 0.33, 0.38]),
+                               ("planner", [0.42, 0.41, 0.43, 0.42, 0.44]))
+            for seed, rate in enumerate(rates)]
+    bench.summarize(rows, 1000)
+    out = capsys.readouterr().out
+    assert "thinker seeds 0,1,2,3,4: 0.300 0.350 0.410 0.330 0.380; mean 0.354" in out
+    assert "thinker - raw: +0.108, 95% interval [+0.049, +0.167]" in out
+    assert "planner - raw" not in out  # (the planner is a reference, not an arm that learns)
