@@ -211,6 +211,7 @@ def config_rows(model: type[BaseModel], prefix: str = "") -> list[tuple[str, str
 def configs_page() -> str:
     from agents.dqn_agent import DQNAgent
     from agents.ppo_agent import PPOAgent
+    from agents.thinker_agent import ThinkerPPOAgent
     from harness.config import RunConfig
     from mistk_rl.thinker.config import ThinkerConfig
 
@@ -227,7 +228,7 @@ def configs_page() -> str:
               "An agent's `hyperparameters` (the harness config's `agents[].hyperparameters`, "
               "or initialize's `objectives` ... `hyperparameters` over HTTP) merge over these "
               "defaults key by key.", ""]
-    for agent in (DQNAgent, PPOAgent):
+    for agent in (DQNAgent, PPOAgent, ThinkerPPOAgent):
         lines += [f"### {agent.__name__} (`agents.{agent.__module__.split('.')[-1]}:"
                   f"{agent.__name__}`)", "", "```yaml",
                   yaml.safe_dump(agent.default_config(), sort_keys=False).rstrip(), "```", ""]

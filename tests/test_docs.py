@@ -59,6 +59,7 @@ def test_the_configs_page_has_every_key_with_its_default(site: Path) -> None:
     assert ("training.eval_every", "int", "`5000`") in {row[:3] for row in rows}
     # the agents' hyperparameters, with their defaults
     assert "batch_size" in page and "hidden_sizes" in page and "model_unroll_len" in page
+    assert "ThinkerPPOAgent" in page and "reset_logit" in page
 
 
 def test_the_lifecycle_pictures_show_every_state_a_caller_sees(site: Path) -> None:

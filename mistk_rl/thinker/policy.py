@@ -17,12 +17,14 @@ class ThinkerPPOPolicy(PPOPolicy):
     @classmethod
     def default_config(cls) -> dict:
         config = super().default_config()
-        # (share_encoder and log_std_init are PPO's keys this model does not read: the
-        # critic has its own trunk, and the actions are discrete)
+        # PPO's share_encoder and log_std_init mean nothing here (the critic has its own
+        # trunk; the actions are discrete): setting one is an error that names it
+        for key in ("share_encoder", "log_std_init"):
+            del config["model"][key]
         # reset_logit: the reset half's starting logit. At 0 an agent 50k real steps in
-        # still reset on half its imaginary steps (the entropy bonus holds the choice there):
-        # its walks reached depth 3.3 of L = 5 and found a solution half as often as the
-        # scripted planner's, which never resets by choice. -2 starts it at 12%; learnt on
+        # still reset on half its imaginary steps: its walks reached depth 3.3 of L = 5 and
+        # found a solution half as often as the scripted planner's, which never resets by
+        # choice. -2 starts it at 12%; learning moves it from there (about 25% at 100k)
         config["model"].update(hidden_sizes=[128, 128], readout_hidden=32, reset_logit=-2.0)
         return config
 

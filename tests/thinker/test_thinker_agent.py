@@ -97,6 +97,17 @@ def test_other_spaces_are_refused(space, action_n, match):
     env.close()
 
 
+def test_ppo_model_keys_this_model_ignores_are_errors():
+    from mistk_rl.rl.config import ConfigError
+    from mistk_rl.thinker.policy import ThinkerPPOPolicy
+
+    env = _mdp(env_n=1)
+    with pytest.raises(ConfigError, match="share_encoder"):
+        ThinkerPPOPolicy({"model": {"share_encoder": True}}, env.observation_space,
+                         spaces.Discrete(2 * A))
+    env.close()
+
+
 def test_the_agent_refuses_a_plain_env_with_a_400_at_initialize():
     from agents.thinker_agent import ThinkerPPOAgent
     from mistk_rl.spaces import space_to_dict
