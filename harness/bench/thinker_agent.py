@@ -1,23 +1,26 @@
 """`mistk-rl bench thinker-agent`: does an agent on the Thinker MDP learn to plan?
 
-Two arms, the same PPO, the same real-step budget, seed by seed:
+Arms, the same PPO and the same real-step budget a seed:
 - **thinker**: `ThinkerPPOPolicy` (the tree-reading actor-critic) on the Thinker puzzle with
   the perfect model (wrapper_type 2, K=10, L=5, v = 0), every augmented step a transition;
-- **raw**: `PPOPolicy` on the raw puzzle.
+- **raw**: `PPOPolicy` on the raw puzzle;
+- **thinker-learned**: the thinker arm on the learned model (wrapper_type 0), trained inside
+  `step` from the agent's own real steps;
+- **planner**: the scripted planner (`mistk_rl.thinker.planner`), which learns nothing,
+  evaluated on the same levels.
 
-Both train in-process: the policy, `Learner` and `OnPolicyTrainer` classes the agent services
-use, driven by a batched `ThinkerEnv` that steps its copies in lock step (the augmented MDP's
-1M+ steps a seed over HTTP took ~1,100 s per 100k real steps; in-process the same policy
-trains in a few minutes). Episodes restart inside the step (`auto_reset`), so the state after
-an episode's end is the next episode's: the 50-step cap is treated as an end without
-bootstrap, in both arms alike (the served path bootstraps it; `configs/
-puzzle_thinker_agent.yaml` runs the thinker arm over HTTP).
+Training runs in-process: the policy, `Learner` and `OnPolicyTrainer` classes the agent
+services use, driven by a batched `ThinkerEnv` that steps its copies in lock step (two seeds
+at a time on 2 cores: 637-783 s a Thinker seed at 200k real steps; the agent served over
+HTTP, configs/puzzle_thinker_agent.yaml, took 952-1,063 s). Episodes restart inside the step
+(`auto_reset`), so the state after an episode's end is the next episode's: the 50-step cap
+ends an episode without bootstrap, in every arm alike (the served path bootstraps it).
 
 Evaluation plays the whole level pool once (1,500 levels, each copy its own share in order),
 sampling the policy (as `bench thinker-ppo`: a greedy policy that has not learnt a level walks
 into a wall until the cap); an episode is solved when its return holds the +10. The summary
-is each arm's per-seed solve rates, their mean and range, and the thinker - raw difference
-with a 95% interval (Welch's t over seeds) beside the scripted planner's .396.
+is each arm's per-seed solve rates, their mean and range, and each learning Thinker arm's
+difference from raw with a 95% interval (Welch's t over seeds).
 """
 from __future__ import annotations
 
