@@ -209,3 +209,19 @@ def test_the_summary_gives_each_arm_its_seeds_and_each_thinker_arm_its_differenc
     assert "thinker seeds 0,1,2,3,4: 0.300 0.350 0.410 0.330 0.380; mean 0.354" in out
     assert "thinker - raw: +0.108, 95% interval [+0.049, +0.167]" in out
     assert "planner - raw" not in out  # (the planner is a reference, not an arm that learns)
+
+
+def test_a_local_copy_of_the_thinker_policy_can_be_built_by_name():
+    """Local inference builds the acting copy from the policy's registered name and config;
+    the copy acts as the original does."""
+    from mistk_rl.rl.actor import policy_class
+    from mistk_rl.thinker.policy import ThinkerPPOPolicy
+
+    env = _mdp(env_n=2)
+    original = ThinkerPPOPolicy({}, env.observation_space, spaces.Discrete(2 * A), seed=0)
+    copy = policy_class("ThinkerPPOPolicy")(original.config, env.observation_space,
+                                            spaces.Discrete(2 * A), seed=1)
+    copy.model.load_state_dict(original.model.state_dict())
+    obs = _states(env, 2)[-1]
+    assert torch.equal(original.model(obs)["logit"], copy.model(obs)["logit"])
+    env.close()
