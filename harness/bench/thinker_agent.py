@@ -24,11 +24,12 @@ difference from raw with a 95% interval (Welch's t over seeds).
 """
 from __future__ import annotations
 
+import copy
 import json
 import math
 import time
 from pathlib import Path
-from typing import Any, Optional, Sequence
+from typing import Any, Callable, Optional, Sequence
 
 import numpy as np
 import torch
@@ -42,8 +43,6 @@ from mistk_rl.thinker.config import load_config
 from mistk_rl.thinker.env import ThinkerEnv
 from mistk_rl.thinker.planner import plan
 from mistk_rl.thinker.policy import ThinkerPPOPolicy
-
-PLANNER_SOLVE_RATE = 0.396  # `bench thinker-planner`, K=10, L=5, 3,000 episodes, seed 0
 
 THINKER = {"wrapper_type": 2, "rec_t": 10, "max_depth": 5, "train_model": False}
 K = THINKER["rec_t"]
@@ -81,10 +80,10 @@ def _env(arm: str, env_fns: list, seed: Optional[int], mdp: Optional[dict] = Non
 def _policy(arm: str, env: ThinkerEnv, seed: int, overrides: Optional[dict] = None):
     a = env.num_actions
     if arm != "raw":
-        config = json.loads(json.dumps(THINKER_PPO))
+        config = copy.deepcopy(THINKER_PPO)
         cls, action_space = ThinkerPPOPolicy, spaces.Discrete(2 * a)
     else:
-        config = json.loads(json.dumps(RAW_PPO))
+        config = copy.deepcopy(RAW_PPO)
         cls, action_space = PPOPolicy, spaces.Discrete(a)
     for section, values in (overrides or {}).items():
         config.setdefault(section, {}).update(values)
@@ -192,6 +191,12 @@ def evaluate(arm: str, policy: Any, env_n: int = 50, pool_size: int = puzzle.POO
             "solve_rate": solved / int(played.sum()), "eval_s": time.perf_counter() - start}
 
 
+def _planner(seed: int) -> Callable[[dict[str, np.ndarray]], tuple[np.ndarray, np.ndarray]]:
+    """The scripted planner as `evaluate`'s policy: the MDP's state -> (primary, reset)."""
+    rng = np.random.default_rng(seed)
+    return lambda state: plan(state["tree_reps"], len(puzzle.ACTIONS), rng)
+
+
 def t_quantile(p: float, dof: float) -> float:
     """The p-quantile (p > .5) of Student's t with `dof` degrees of freedom: the pdf integrated
     by Simpson's rule, the quantile by bisection (no scipy among the dependencies)."""
@@ -234,10 +239,8 @@ def bench_thinker_agent(seeds: Sequence[int] = (0, 1, 2, 3, 4), real_steps: int 
     for seed in seeds:
         for arm in arms:
             if arm == "planner":  # learns nothing: the tree's signal, on the same levels
-                rng = np.random.default_rng(seed)
                 row = {"arm": arm, "seed": seed, "real_steps": real_steps, "train_s": 0.0,
-                       **evaluate("thinker", lambda state: plan(state["tree_reps"], len(puzzle.ACTIONS), rng),
-                                  seed=10_000 + seed)}
+                       **evaluate("thinker", _planner(seed), seed=10_000 + seed)}
             else:
                 policy, stats, model = train(arm, seed, real_steps)
                 row = {"arm": arm, "seed": seed, "real_steps": real_steps, **stats,
@@ -258,15 +261,16 @@ def summarize(rows: Sequence[dict[str, Any]], real_steps: int) -> None:
     """Per arm, the seeds' solve rates, mean and range; each Thinker arm's difference from
     raw with its Welch interval."""
     rates: dict[str, dict[int, float]] = {}
+    episodes: dict[str, set] = {}
     for row in rows:
         rates.setdefault(row["arm"], {})[row["seed"]] = row["solve_rate"]
+        episodes.setdefault(row["arm"], set()).add(row["episodes"])
     for arm, by_seed in sorted(rates.items()):
         values = [by_seed[s] for s in sorted(by_seed)]
         print(f"{arm:7s} seeds {','.join(map(str, sorted(by_seed)))}: "
               f"{' '.join(f'{v:.3f}' for v in values)}; mean {np.mean(values):.3f} "
               f"(range {min(values):.3f}-{max(values):.3f}) at {real_steps} real steps, "
-              f"{rows[0].get('episodes', '?')} evaluation episodes each; the scripted "
-              f"planner {PLANNER_SOLVE_RATE}")
+              f"{'/'.join(map(str, sorted(episodes[arm])))} evaluation episodes each")
     raw = list(rates.get("raw", {}).values())
     for arm in sorted(set(rates) - {"raw", "planner"}):
         values = list(rates[arm].values())
