@@ -200,8 +200,9 @@ def build_parser() -> argparse.ArgumentParser:
                             "files together (comma-separated: seed batches run apart)")
     bench.add_argument("--arms", default=None,
                        help="thinker-agent: which, comma-separated, of raw, thinker (the "
-                            "perfect model) and thinker-learned (the learned model, "
-                            "wrapper_type 0); default raw,thinker")
+                            "perfect model), thinker-learned (the learned model, "
+                            "wrapper_type 0) and planner (the scripted planner on the same "
+                            "levels); default raw,thinker")
     bench.add_argument("--json", default=None, help="also write the figures here")
     bench.set_defaults(func=_bench)
     return parser
