@@ -91,7 +91,8 @@ class Operation:
 
 
 class Pipeline:
-    """ASGI middleware in front of one service's connexion app."""
+    """One service's ASGI app: it serves the spec's operations and hands anything else (the
+    docs, unknown paths, lifespan events) to `app`, the service's connexion app."""
 
     def __init__(self, app: Any, *, service: Any, spec: dict, base_path: str,
                  token: Optional[str], limits: Limits = Limits(),

@@ -62,17 +62,15 @@ class StepStore:
         body); returns its step ids."""
         n = len(acted.actions)
         base, self._next = self._next, self._next + n
-        copy = (lambda a: a if a.base is None else a.copy())
-        obs = {k: copy(v) for k, v in obs.items()} if isinstance(obs, dict) else copy(obs)
-        self._batches[base] = _Batch(base, obs, np.asarray(acted.actions),
-                                     {k: np.asarray(v) for k, v in acted.extras.items()},
+        obs = {k: _owned(v) for k, v in obs.items()} if isinstance(obs, dict) else _owned(obs)
+        extras = {k: np.asarray(v) for k, v in acted.extras.items()} if acted.extras else {}
+        self._batches[base] = _Batch(base, obs, np.asarray(acted.actions), extras,
                                      np.ones(n, bool), n)
-        while len(self._batches) > self.max_batches:
+        if len(self._batches) > self.max_batches:  # (one batch in, at most one out)
             del self._batches[next(iter(self._batches))]
-        ids = np.arange(base, base + n, dtype=np.int64)
         if names is not None:
             self._entities.update(zip(names, range(base, base + n)))
-        return ids
+        return np.arange(base, base + n, dtype=np.int64)
 
     def lookup(self, ids: np.ndarray, field: str = "stepIds") -> Kept:
         """The rows kept under `ids` (changes nothing); InvalidRequest naming the first id
@@ -197,6 +195,11 @@ class StepStore:
                     {k: np.concatenate([p.extras[k] for p in parts])[back] for k in common})
 
 
+def _owned(array: np.ndarray) -> np.ndarray:
+    """`array`, copied when it is a view (of a request body, say) that it would keep alive."""
+    return array if array.base is None else array.copy()
+
+
 def stack_entities(values: dict[str, Any], names: list[str]) -> Columns:
     """Entity -> value as columns in the order of `names` (checked against a registered
     space: one shape; without one they may differ, and the rows are objects)."""
@@ -204,6 +207,8 @@ def stack_entities(values: dict[str, Any], names: list[str]) -> Columns:
     if array is not None and list(values) == names:
         return array
     first = values[names[0]]
+    if len(names) == 1 and isinstance(first, np.ndarray):  # one entity (getAction): its row
+        return first[np.newaxis]  # as a view (np.stack copies: ~5 us); StepStore copies views
     try:
         if isinstance(first, dict):
             return {key: np.stack([np.asarray(values[n][key]) for n in names])
