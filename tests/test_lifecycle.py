@@ -12,6 +12,7 @@ import pytest
 
 from mistk_rl.errors import HookFailed, IllegalState, Rejected
 from mistk_rl.lifecycle import AGENT, ORCHESTRATOR, Lifecycle
+from mistk_rl.lifecycle.machine import Task
 
 # operation -> {legal source state: state after the hook returns}
 AGENT_EXPECTED = {
@@ -179,6 +180,31 @@ def test_terminate_preempts_and_late_completion_is_ignored():
     assert _wait(lifecycle, lifecycle.version, timeout=0.2)["state"] == "terminated"
     with pytest.raises(IllegalState):
         lifecycle.run("reset", lambda: None)
+
+
+def test_a_task_wakes_its_waiter_whichever_comes_first():
+    """A task's done event is made only when someone waits (most steps have no waiter):
+    a wait that starts before, during or after the hook ends must see it end, never sleep
+    out its timeout. 200 races of finish() against wait_done() on two threads."""
+    done_already = Task(1, "step", "in_episode")
+    done_already.finish()
+    assert done_already.wait_done(0) and done_already._done is None  # no event was needed
+    for i in range(200):
+        task = Task(i, "build_model", "initialized")
+        start = threading.Barrier(2)
+
+        def finish(task=task, start=start) -> None:
+            start.wait()
+            task.finish()
+        thread = threading.Thread(target=finish)
+        thread.start()
+        start.wait()
+        assert task.wait_done(10), f"race {i}: the waiter missed the end of the hook"
+        thread.join()
+    untouched = Task(0, "step", "in_episode")
+    assert not untouched.cancelled and untouched._cancel is None
+    untouched.cancel.set()
+    assert untouched.cancelled
 
 
 def test_failing_terminate_still_terminates():

@@ -101,6 +101,33 @@ def test_the_entity_form_matches_only_the_action_the_agent_chose():
     assert len(store) == 0
 
 
+def test_one_entity_travels_as_a_view_and_the_store_keeps_its_own_copy():
+    from mistk_rl.service.steps import entity_acting
+    obs = {"player": np.array([1.0, 2.0, 3.0, 4.0], np.float32)}
+    acting = entity_acting(obs, None)
+    assert acting.obs.shape == (1, 4) and np.shares_memory(acting.obs, obs["player"])
+    store = StepStore()
+    store.put(acting.obs, Acted(np.array([1])), acting.names)
+    obs["player"][:] = -1.0  # the caller's array changes after the step
+    _, kept = store.match(["player"], np.array([1]))
+    assert kept.obs.tolist() == [[1.0, 2.0, 3.0, 4.0]]
+
+
+def test_a_random_agent_draws_one_row_from_the_same_stream_as_many():
+    one, many = RandomAgent(), RandomAgent()
+    for agent in (one, many):
+        agent.action_space = gym.spaces.Discrete(5, start=2)
+        agent.action_space.seed(7)
+    singles = [int(one.do_act(_acting(1)).actions[0]) for _ in range(50)]
+    batch = many.action_space.np_random.integers(0, 5, size=50) + 2
+    assert singles == batch.tolist()
+
+
+def _acting(n: int):
+    from mistk_rl.agent import Acting
+    return Acting(np.arange(n), np.zeros((n, 4), np.float32), None)
+
+
 # ---- the service ----------------------------------------------------------------------------
 def test_transitions_are_assembled_from_what_the_agent_acted_on(tmp_path):
     service = _service(tmp_path, RecordingAgent())
