@@ -1,10 +1,11 @@
 """The app factory: one service behind the serving pipeline, connexion for the docs.
 
-`create_app(service)` loads ``mistk_rl/openapi/<role>.yaml`` and puts `Pipeline` (``pipeline.py``),
-the outermost ASGI layer, in front of a connexion app of the same spec. The pipeline serves
-every operation the spec names (token, size limit, decoding, validation, problem+json, thread
-pools: one place for every rule); connexion serves what is left: the Swagger UI at ``<base path>/ui/``, the spec as
-``openapi.json``, and 404/405 problems for anything else.
+`create_app(service)` loads ``mistk_rl/openapi/<role>.yaml`` and puts `Pipeline`
+(``pipeline.py``), the outermost ASGI layer, in front of a connexion app of the same spec. The
+pipeline serves every operation the spec names (token, size limit, decoding, validation,
+problem+json, thread pools: one place for every rule); connexion serves what is left: the
+Swagger UI at ``<base path>/ui/``, the spec as ``openapi.json``, and 404/405 problems for
+anything else.
 """
 from __future__ import annotations
 
