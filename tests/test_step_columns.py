@@ -13,11 +13,11 @@ from agents.dqn_agent import DQNAgent
 from agents.ppo_agent import PPOAgent
 from agents.random_agent import RandomAgent
 from mistk_rl import codec
-from mistk_rl.agent import Acted
+from mistk_rl.agent import Acted, Acting
 from mistk_rl.errors import InvalidRequest
 from mistk_rl.rl.envs import MANAGERS, make_env_fns
 from mistk_rl.service.handlers import AgentService
-from mistk_rl.service.steps import StepStore
+from mistk_rl.service.steps import StepStore, entity_acting
 from mistk_rl.spaces import space_to_dict
 from harness.bench.step import InProcessClient
 from mistk_rl.stepping import ColumnStepper, EntityStepper, Outcome
@@ -102,7 +102,6 @@ def test_the_entity_form_matches_only_the_action_the_agent_chose():
 
 
 def test_one_entity_travels_as_a_view_and_the_store_keeps_its_own_copy():
-    from mistk_rl.service.steps import entity_acting
     obs = {"player": np.array([1.0, 2.0, 3.0, 4.0], np.float32)}
     acting = entity_acting(obs, None)
     assert acting.obs.shape == (1, 4) and np.shares_memory(acting.obs, obs["player"])
@@ -118,14 +117,10 @@ def test_a_random_agent_draws_one_row_from_the_same_stream_as_many():
     for agent in (one, many):
         agent.action_space = gym.spaces.Discrete(5, start=2)
         agent.action_space.seed(7)
-    singles = [int(one.do_act(_acting(1)).actions[0]) for _ in range(50)]
+    row = Acting(np.arange(1), _obs(1, 0.0), None)
+    singles = [int(one.do_act(row).actions[0]) for _ in range(50)]
     batch = many.action_space.np_random.integers(0, 5, size=50) + 2
     assert singles == batch.tolist()
-
-
-def _acting(n: int):
-    from mistk_rl.agent import Acting
-    return Acting(np.arange(n), np.zeros((n, 4), np.float32), None)
 
 
 # ---- the service ----------------------------------------------------------------------------
