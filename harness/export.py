@@ -43,7 +43,9 @@ class _Acting(torch.nn.Module):
         if self.normalizer is not None and self.normalizer.norm_obs:
             obs = self.normalizer.obs(obs)
         out = self.policy.eval_mode.forward(obs.float(), None)
-        return out.get("env_action", out["action"])
+        # detached: a Gaussian's mean carries the graph of the parameters, and actions from
+        # the exported file should come out as plain tensors (`.numpy()` works on them)
+        return out.get("env_action", out["action"]).detach()
 
 
 def export_run(run_dir: Path, fmt: str, out: Path, agent_name: Optional[str] = None,

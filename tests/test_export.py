@@ -23,10 +23,11 @@ def _trained(tmp_path, config_name: str, **training):
 
 
 @pytest.mark.parametrize("config_name, fmt", [("cartpole_dqn.yaml", "torchscript"),
+                                              ("pendulum_ppo.yaml", "torchscript"),
                                               ("pendulum_ppo.yaml", "onnx")])
 def test_an_export_acts_as_the_agent(tmp_path, monkeypatch, config_name, fmt):
     """DQN (discrete) to TorchScript; PPO with observation normalisation (continuous, the
-    normaliser folded in) to ONNX."""
+    normaliser folded in) to both (a Gaussian's actions come out of TorchScript detached)."""
     if fmt == "onnx":
         pytest.importorskip("onnx")
     monkeypatch.chdir(REPO)  # (the services import agents/ from here)
