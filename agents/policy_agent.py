@@ -268,7 +268,9 @@ class PolicyAgent(AbstractAgent):
         row = ((lambda columns, i: {k: v[i] for k, v in columns.items()})
                if isinstance(obs, dict) else (lambda columns, i: columns[i]))
         # one step per entity at a time: rows of one entity (local inference's batches)
-        # go in order, one round each
+        # go in order, one round each; the trainer takes the rounds at once (one buffer
+        # write for the batch) and nothing if a row is refused
+        steps: list[dict] = []
         for rows in rounds(keys) if len(set(keys)) < len(keys) else [range(len(keys))]:
             if self.normalizer is not None:
                 self.normalizer.update_rewards({keys[i]: rewards[i] for i in rows},
@@ -296,8 +298,9 @@ class PolicyAgent(AbstractAgent):
                                      f"{transitions.actions[i]}: {exc}") from exc
                 if next_masks is not None:
                     batch[key]["next_action_mask"] = np.asarray(next_masks[i], dtype=bool)
-            self.learner.env_steps += len(batch)
-            self.trainer.observe_all(batch)
+            steps.append(batch)
+        self.learner.env_steps += len(keys)
+        self.trainer.observe_steps(steps)
         self.trainer.maybe_train()
         self.update_status(self.progress(), every_s=PROGRESS_EVERY_S)
 

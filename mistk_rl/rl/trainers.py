@@ -29,7 +29,7 @@ last step per entity bootstraps from the value of its next observation.
 """
 from __future__ import annotations
 
-from typing import Any, Callable, ClassVar, Mapping, Optional, Protocol
+from typing import Any, Callable, ClassVar, Mapping, Optional, Protocol, Sequence
 
 import numpy as np
 import torch
@@ -97,6 +97,10 @@ class Trainer(Protocol):
 
     def observe_all(self, transitions: Mapping[str, dict]) -> None:
         """One env step's transition per entity."""
+
+    def observe_steps(self, steps: Sequence[Mapping[str, dict]]) -> None:
+        """Several env steps in time order, each as `observe_all` takes it (local
+        inference's batch): stored as those calls one after another would store them."""
 
     def maybe_train(self) -> int:
         """Owe the updates due now and pay some of what is owed (`mistk_rl.rl.pacing`); how
@@ -222,10 +226,17 @@ class OffPolicyTrainer(PacedTrainer):
     def observe_all(self, transitions: Mapping[str, dict]) -> None:
         """One env step's transition per entity; what completes an n-step window goes to the
         buffer in one push (one write per column for all entities)."""
+        self.observe_steps((transitions,))
+
+    def observe_steps(self, steps: Sequence[Mapping[str, dict]]) -> None:
+        """Env steps in time order; what completes n-step windows goes to the buffer in one
+        push, in the order step-by-step calls would have pushed it (a batch of 256 steps of
+        one copy is one buffer write, not 256: the write costs as much for one row)."""
         with self.pacer.paused():
             done: list[dict] = []
-            for entity, transition in transitions.items():
-                done += self._accumulator(entity).push(transition)
+            for transitions in steps:
+                for entity, transition in transitions.items():
+                    done += self._accumulator(entity).push(transition)
             self._push(done)
 
     def end_episode(self, entity: str) -> None:
@@ -368,10 +379,15 @@ class OnPolicyTrainer(PacedTrainer):
 
     def observe_all(self, transitions: Mapping[str, dict]) -> None:
         """One env step's transition per entity."""
+        self.observe_steps((transitions,))
+
+    def observe_steps(self, steps: Sequence[Mapping[str, dict]]) -> None:
+        """Env steps in time order, each one transition per entity."""
         with self.pacer.paused():
-            for entity, transition in transitions.items():
-                self._rollout.setdefault(entity, []).append(transition)
-                self._count += 1
+            for transitions in steps:
+                for entity, transition in transitions.items():
+                    self._rollout.setdefault(entity, []).append(transition)
+                    self._count += 1
 
     def end_all_episodes(self) -> None:
         """Nothing to do: transitions carry their own terminated/truncated flags, and a

@@ -215,23 +215,29 @@ def test_end_of_agent_episode_flushes_every_entity():
 
 
 def test_observe_all_stores_what_observing_one_by_one_stores():
-    def filled(batched: bool) -> list:
+    """Per entity, per env step, or all the steps at once (local inference's batch): the
+    same items in the same slots, so a seeded sample draws the same batch."""
+    def filled(how: str) -> list:
         policy = DQNPolicy({"nstep": 2, "learn": {"batch_size": 2}}, OBS, ACT, seed=0)
         buffer = NaiveReplayBuffer({"replay_buffer_size": 50}, seed=0)
         trainer = OffPolicyTrainer(policy, Learner(policy.learn_mode), buffer,
                                    {"learning_starts": 100, "train_freq": 1, "gradient_steps": 1})
-        for i in range(7):
-            step = {"a:0": _transition(i, done=i == 3), "a:1": _transition(10 + i)}
-            if batched:
+        steps = [{"a:0": _transition(i, done=i == 3), "a:1": _transition(10 + i)}
+                 for i in range(7)]
+        if how == "steps":
+            trainer.observe_steps(steps)
+        for step in steps if how != "steps" else []:
+            if how == "step":
                 trainer.observe_all(step)
             else:
                 for entity, transition in step.items():
                     trainer.observe(entity, transition)
-        return sorted((float(t["obs"][0]), t["reward"], t["gamma_n"])
-                      for t in buffer.sample(buffer.count()))
-    assert filled(batched=True) == filled(batched=False)
+        return [(float(t["obs"][0]), t["reward"], t["gamma_n"])
+                for t in (buffer._ring.row(slot) for slot in range(buffer.count()))]
+    one_by_one = filled("entity")
+    assert filled("step") == one_by_one and filled("steps") == one_by_one
     # a:0: its first episode (4), then 2 full windows of the next; a:1: 6 full windows
-    assert len(filled(batched=True)) == 4 + 2 + 6
+    assert len(one_by_one) == 4 + 2 + 6
 
 
 def test_ppo_learns_under_the_action_mask_it_acted_under():
