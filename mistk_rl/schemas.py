@@ -248,6 +248,7 @@ class LeagueSettings(Body):
     players: list[LeaguePlayerSpec] = Field(min_length=1, max_length=32)
     workers: list[str] = Field(min_length=1, max_length=64)
     pool: Optional[list[str]] = Field(default=None, max_length=64)
+    fixed: list[str] = Field(default_factory=list, max_length=64)  # played as they are
     directory: str = Field(default="league", min_length=1, max_length=1024)
     copy_checkpoints: bool = False  # over HTTP (getFile/putFile), not a shared directory
     one_phase_step: int = Field(default=20_000, ge=1)

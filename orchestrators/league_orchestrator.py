@@ -6,7 +6,9 @@ initialize names the game and the league (``env.league``: players, workers, dire
 Agents registered to train are the active players, named as in ``players``; agents
 registered with skipTrain are a bounded pool of frozen opponents that load snapshots with
 buildModel (those ``pool`` names, when given: the others sit out, for the lineups of
-evaluations). The league's matchmaking, payoff, ratings and snapshot rules are
+evaluations), but for the ``fixed`` ones: opponents the league plays as they are (a scripted
+player, a policy trained elsewhere), historical players of their own that PFSP weighs as
+any snapshot. The league's matchmaking, payoff, ratings and snapshot rules are
 `mistk_rl.league.LeagueManager`'s; which job runs when, with which agents, on which worker,
 and how failing workers are retried is `mistk_rl.league.scheduler.Scheduler`'s (pure code);
 this class does the HTTP:
@@ -166,10 +168,16 @@ class LeagueOrchestrator(AbstractOrchestrator):
             return
         if not any(p.type == "main" for p in settings.players):
             raise InvalidRequest("env.league.players: a league needs a main player")
-        if agents_needed <= len(ids):
+        fixed = set(settings.fixed)
+        if len(fixed) != len(settings.fixed) or fixed & set(ids) or fixed & set(
+                settings.pool or ()):
+            raise InvalidRequest(f"env.league.fixed {settings.fixed}: unique names, neither "
+                                 "a player's nor in pool (a fixed opponent is played by its "
+                                 "own agent, registered with skipTrain)")
+        if agents_needed <= len(ids) + len(fixed):
             raise InvalidRequest(f"agentsNeeded {agents_needed}: one agent per player "
-                                 f"({len(ids)}) and at least one frozen agent (skipTrain) "
-                                 "for the snapshots")
+                                 f"({len(ids)}), one per fixed opponent ({len(fixed)}) and at "
+                                 "least one frozen agent (skipTrain) for the snapshots")
         probe_game({"id": env["id"], "kwargs": env.get("kwargs", {})})
 
     def _validate_solo(self, env: dict[str, Any], settings: LeagueSettings,
@@ -182,8 +190,8 @@ class LeagueOrchestrator(AbstractOrchestrator):
                 f"env.league.workers: a solo league binds each gym orchestrator worker to "
                 f"one player (a gym orchestrator takes one agent): {len(settings.workers)} "
                 f"workers for {len(ids)} solo players; give at least {len(ids)}")
-        if settings.pool is not None:
-            raise InvalidRequest("env.league.pool: a solo league has no frozen agents")
+        if settings.pool is not None or settings.fixed:
+            raise InvalidRequest("env.league.pool, fixed: a solo league has no frozen agents")
         if agents_needed != len(ids):
             raise InvalidRequest(f"agentsNeeded {agents_needed}: a solo league's agents are "
                                  f"its players, one each ({len(ids)})")
@@ -244,6 +252,10 @@ class LeagueOrchestrator(AbstractOrchestrator):
             if not self.solo and not self.pool and not self._in_pool(name, skip_train):
                 raise InvalidRequest("the last agent leaves the league without a frozen "
                                      "agent (skipTrain, in pool) to load snapshots")
+            unregistered = set(self.settings.fixed) - set(self.agents) - {name}
+            if unregistered:
+                raise InvalidRequest(f"the last agent leaves the fixed opponents "
+                                     f"{sorted(unregistered)} without an agent")
         return ()
 
     def agent_config(self, name: str, seats: tuple[str, ...] = ()) -> dict[str, Any]:
@@ -262,7 +274,8 @@ class LeagueOrchestrator(AbstractOrchestrator):
 
     def _in_pool(self, name: str, skip_train: bool) -> bool:
         """Whether the agent is a frozen one that loads snapshots (module doc)."""
-        return skip_train and (self.settings.pool is None or name in self.settings.pool)
+        return skip_train and name not in self.settings.fixed and (
+            self.settings.pool is None or name in self.settings.pool)
 
     # ---- episodes ------------------------------------------------------------------------
     def validate_start_episode(self, config: GameEpisodeSettings) -> None:
@@ -404,9 +417,11 @@ class LeagueOrchestrator(AbstractOrchestrator):
         manager = LeagueManager.load(state_file)
         given = {p.id: p.type for p in self.settings.players}
         kinds = {pid: p.kind for pid, p in manager.active.items()}
-        if given != kinds:
-            raise ValueError(f"{state_file} holds a league of {kinds}; the settings name "
-                             f"{given}: give another directory for a new league")
+        if given != kinds or sorted(self.settings.fixed) != sorted(manager.fixed):
+            raise ValueError(f"{state_file} holds a league of {kinds} (fixed opponents "
+                             f"{sorted(manager.fixed)}); the settings name {given} (fixed "
+                             f"{sorted(self.settings.fixed)}): give another directory for a "
+                             "new league")
         log.info("resuming the league in %s (%d jobs)", state_file, manager.jobs_launched)
         return manager
 
@@ -421,7 +436,8 @@ class LeagueOrchestrator(AbstractOrchestrator):
             specs.append({"type": p.type, "id": p.id, "checkpoint": latest,
                           "initial_checkpoint": initial, **p.settings()})
         return LeagueManager.create(specs, one_phase_step=s.one_phase_step,
-                                    max_active_player_job=s.max_active_player_job, seed=s.seed)
+                                    max_active_player_job=s.max_active_player_job, seed=s.seed,
+                                    fixed=s.fixed)
 
     def _connect(self, url: str) -> OrchestratorClient:
         """A fresh client of a worker (it accepts whichever instance answers: a worker set

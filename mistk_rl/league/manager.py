@@ -24,7 +24,7 @@ import json
 from collections import deque
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Optional
+from typing import Any, Iterable, Optional, Sequence
 
 import numpy as np
 
@@ -74,10 +74,12 @@ class LeagueManager:
     # ---- set-up --------------------------------------------------------------------------
     @classmethod
     def create(cls, players: Iterable[dict[str, Any]], *, one_phase_step: int,
-               max_active_player_job: int = 3, seed: Optional[int] = None) -> "LeagueManager":
+               max_active_player_job: int = 3, seed: Optional[int] = None,
+               fixed: Sequence[str] = ()) -> "LeagueManager":
         """A new league from player specs ``{type, id, category, checkpoint, ...}`` (type:
         main, main_exploiter, league_exploiter, or solo with SoloActivePlayer's settings);
-        each main player is snapshotted at step 0."""
+        each main player is snapshotted at step 0. `fixed`: the ids of opponents played as
+        they are (`HistoricalPlayer.fixed`), in the first main player's category."""
         league = cls(max_active_player_job=max_active_player_job, seed=seed)
         for spec in players:
             kind = PLAYER_TYPES[PLAYER_TYPES.validate(spec["type"])]
@@ -94,7 +96,18 @@ class LeagueManager:
         for player in list(league.active_players):
             if isinstance(player, MainPlayer):
                 league._add_snapshot(player, player.initial_checkpoint)
+        if fixed:
+            mains = [p for p in battle if isinstance(p, MainPlayer)]
+            if not mains:
+                raise ValueError("fixed opponents are for a league of players that battle")
+            for name in fixed:
+                league._add(HistoricalPlayer(name, mains[0].category, "", fixed=True))
         return league
+
+    @property
+    def fixed(self) -> list[str]:
+        """The fixed opponents' ids (`HistoricalPlayer.fixed`)."""
+        return [p.player_id for p in self.historical_players if p.fixed]
 
     def _add(self, player: ActivePlayer | HistoricalPlayer, like: Optional[str] = None) -> None:
         if player.player_id in self.active or player.player_id in self.historical:
@@ -253,7 +266,8 @@ class LeagueManager:
         its last job's mean return too); best first (TrueSkill exposure)."""
         rows = []
         for player in itertools.chain(self.active_players, self.historical_players):
-            row = {"id": player.player_id, "kind": type(player).__name__,
+            kind = "FixedOpponent" if getattr(player, "fixed", False) else type(player).__name__
+            row = {"id": player.player_id, "kind": kind,
                    "steps": player.total_agent_step,
                    "parent": getattr(player, "parent_id", None),
                    "exposure": self.ratings.exposure(player.player_id),

@@ -21,6 +21,9 @@ Pinned choices:
   against the opponents of its type is above 0.7 (strict). `mark_snapshot` moves the counter.
 - A snapshot's id is unique even at equal steps (the league's sequence number is in it) and
   its parent id is the active player's id exactly.
+- Fixed opponents (`HistoricalPlayer.fixed`) count among the historical players wherever
+  those do (PFSP, the early-snapshot predicate); having no parent, they are nobody's
+  snapshots for self-play and verification.
 
 An empty candidate list raises `NoCandidates`; the league avoids it by starting with a
 snapshot of every main player.
@@ -52,9 +55,13 @@ class Player:
 
 @dataclass
 class HistoricalPlayer(Player):
-    """A frozen snapshot of an active player."""
+    """A frozen snapshot of an active player; or, `fixed`, an opponent the league plays as
+    it is (a scripted player, or a policy trained elsewhere): its own agent plays it, with
+    no checkpoint to load and no parent, and PFSP weighs it as any snapshot, so a main
+    player meets most often the fixed opponents it loses to."""
 
     parent_id: str = ""
+    fixed: bool = False
 
 
 class LeagueView(Protocol):

@@ -7,9 +7,9 @@ Jobs and agents
 
 - An agent is in one job at a time (`busy`). A new job is for the next player in turn
   (round robin) whose agent is free; `LeagueManager.launch_job` picks its opponent: the
-  player itself (self-play), another active player's agent, or a snapshot, which a pool
-  agent plays: one holding that checkpoint, else the free one used longest ago, which
-  loads it first (`Assignment.load`).
+  player itself (self-play), another active player's agent, a fixed opponent's own agent,
+  or a snapshot, which a pool agent plays: one holding that checkpoint, else the free one
+  used longest ago, which loads it first (`Assignment.load`).
 - A job whose agents are busy waits (`pending`), keeping its league slot, and reserves the
   agents it needs, so later jobs cannot keep taking them (an exploiter waiting for the
   main player's agent would otherwise starve); waiting jobs start first, oldest first.
@@ -423,7 +423,7 @@ class Scheduler:
     def _needs(league: LeagueManager, running: RunningJob) -> set[str]:
         """The agents a job needs by name (a snapshot takes whichever pool agent is free)."""
         job = running.job
-        return {job.launch_player} | ({job.opponent} if job.opponent in league.active
+        return {job.launch_player} | ({job.opponent} if _own_agent(league, job.opponent)
                                       else set())
 
     def _assign(self, league: LeagueManager, running: RunningJob,
@@ -435,7 +435,7 @@ class Scheduler:
         taken = self.busy | reserved
         if home in taken:
             return None
-        if opponent == home or opponent in league.active:
+        if opponent == home or _own_agent(league, opponent):
             return None if opponent in taken else Assignment(running, opponent)
         checkpoint = league.historical[opponent].checkpoint_path
         free = [name for name in self.pool if name not in taken]
@@ -446,6 +446,13 @@ class Scheduler:
             return None
         name = min(free, key=lambda n: self.last_use.get(n, -1))
         return Assignment(running, name, load=checkpoint)
+
+
+def _own_agent(league: LeagueManager, player: str) -> bool:
+    """Whether an opponent plays with its own agent: an active player, or a fixed opponent
+    (no snapshot for a pool agent to load)."""
+    return player in league.active or (player in league.historical
+                                       and league.historical[player].fixed)
 
 
 def _failures(workers: Iterable[WorkerHealth]) -> str:

@@ -151,23 +151,23 @@ class Clock:
 
 
 def _league(tmp_path, monkeypatch, workers, players=(("main", "main"),), pool=1,
-            games_per_job=4, **settings):
+            games_per_job=4, fixed=(), **settings):
     orch = LeagueOrchestrator()
     orch.data_dir = tmp_path
     settings = {"players": [{"id": i, "type": t} for i, t in players],
                 "workers": [f"http://w{i}" for i in range(len(workers))],
                 "onePhaseStep": 10 ** 6, "gamesPerJob": games_per_job, "numEnvs": 2,
-                "seed": 0, "maxWorkerFailures": 3, "workerBackoff": 1.0, **settings}
+                "seed": 0, "maxWorkerFailures": 3, "workerBackoff": 1.0,
+                **({"fixed": list(fixed)} if fixed else {}), **settings}
     env = {"id": "classic/tictactoe-v3", "kwargs": {}, "league": settings}
-    orch.agents_needed = len(players) + pool
+    orch.agents_needed = len(players) + pool + len(fixed)
     orch.validate_initialize(env, orch.agents_needed)
     orch.do_initialize(env, orch.agents_needed)
     for name, _ in players:
         orch.agents[name] = RegisteredAgent(name, "http://a", False, FakeAgent())
-    for k in range(pool):
-        orch.agents[f"frozen_{k}"] = RegisteredAgent(f"frozen_{k}", "http://a", True,
-                                                     FakeAgent())
-        orch.do_register_agent(f"frozen_{k}", "http://a", True)
+    for name in [f"frozen_{k}" for k in range(pool)] + list(fixed):
+        orch.agents[name] = RegisteredAgent(name, "http://a", True, FakeAgent())
+        orch.do_register_agent(name, "http://a", True)
     return wire_workers(orch, workers, monkeypatch)
 
 
@@ -309,6 +309,46 @@ def test_pool_agents_load_a_snapshot_once_and_keep_it(tmp_path, monkeypatch):
     # every job saved the player's weights, and the league after it
     assert orch.agents["main"].client.saved.count("league/players/main.pt") == 1 + 3
     assert (tmp_path / "league" / "league.json").exists()
+
+
+def test_a_fixed_opponent_plays_with_its_own_agent_and_loads_nothing(tmp_path, monkeypatch):
+    monkeypatch.setattr(league_orchestrator.LeagueManager, "launch_job",
+                        _always_against("winblock", league_orchestrator.LeagueManager.launch_job))
+    worker = FakeWorker()
+    orch = _league(tmp_path, monkeypatch, [worker], fixed=["winblock"])
+    assert set(orch.pool) == {"frozen_0"}  # (skipTrain, but not a pool agent)
+    orch.do_start_episode(EpisodeConfig(num_episodes=8))
+    assert worker.lineups == [{"player_1": "main", "player_2": "winblock"}] * 2
+    assert orch.agents["winblock"].client.built == [] == orch.agents["frozen_0"].client.built
+    m = orch.manager
+    assert m.historical["winblock"].fixed and m.fixed == ["winblock"]
+    assert m.payoff.played("main", "winblock") == 8
+    # a league resumed from the directory must name the same fixed opponents
+    with pytest.raises(ValueError, match=r"fixed opponents \['winblock'\]"):
+        _league(tmp_path, monkeypatch, [FakeWorker()])
+
+
+@pytest.mark.parametrize("fixed, pool, needed, error", [
+    (["main"], None, 4, "neither a player's nor in pool"),
+    (["wb"], ["wb"], 4, "neither a player's nor in pool"),
+    (["wb", "wb"], None, 4, "unique names"),
+    (["wb"], None, 2, "one per fixed opponent"),
+])
+def test_fixed_opponents_that_cannot_be_are_refused(fixed, pool, needed, error):
+    settings = {"players": [{"id": "main", "type": "main"}], "workers": ["http://w0"],
+                "fixed": fixed, **({"pool": pool} if pool else {})}
+    with pytest.raises(InvalidRequest, match=error):
+        LeagueOrchestrator().validate_initialize(
+            {"id": "classic/tictactoe-v3", "kwargs": {}, "league": settings}, needed)
+
+
+def _always_against(opponent: str, launch_job):
+    def launch(self, player_id):
+        running = launch_job(self, player_id)
+        if running is not None:
+            running.job.opponent, running.job.branch = opponent, "pfsp"
+        return running
+    return launch
 
 
 def _always_the_seed_snapshot(launch_job):

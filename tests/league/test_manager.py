@@ -85,3 +85,26 @@ def test_save_and_load_give_the_same_matchmaking(tmp_path):
             manager.finish_job(running.job_id, ["loss"], steps=1)
         return out
     assert jobs(loaded) == jobs(league)
+
+
+def test_pfsp_meets_the_fixed_opponent_it_loses_to_and_self_play_never_does(tmp_path):
+    league = _league(fixed=["winblock"])
+    wb = league.historical["winblock"]
+    assert wb.fixed and wb.category == "ttt" and wb.checkpoint_path == "" == wb.parent_id
+    (snapshot,) = [p for p in league.historical if p != "winblock"]
+    league.payoff.update("main", "winblock", ["loss"] * 20)
+    league.payoff.update("main", snapshot, ["win", "loss"] * 10)
+    main = league.active["main"]
+    pfsp = [main._pfsp_branch(league, league.rng).opponent for _ in range(2000)]
+    share = pfsp.count("winblock") / len(pfsp)
+    assert 0.72 < share < 0.88  # squared: weights 1 and .25, so .8
+    others = [main._sp_branch(league, league.rng).opponent for _ in range(200)]
+    others += [main._verification_branch(league, league.rng).opponent for _ in range(200)]
+    assert "winblock" not in others and "winblock" not in [
+        league.active["me"].choose_opponent(league, league.rng).opponent for _ in range(200)]
+    league.save(tmp_path / "league.json")
+    again = LeagueManager.load(tmp_path / "league.json")
+    assert again.fixed == ["winblock"]
+    assert {row["id"]: row["kind"] for row in again.table()}["winblock"] == "FixedOpponent"
+    with pytest.raises(ValueError, match="taken"):
+        _league(fixed=["main"])

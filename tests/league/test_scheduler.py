@@ -194,6 +194,24 @@ def test_pool_agents_load_a_snapshot_once_keep_it_and_forget_a_failed_load():
     assert sched.pool == {"frozen_0": None, "frozen_1": "main.pt"}
 
 
+def test_a_fixed_opponent_is_its_own_agent_reserved_as_a_player_is():
+    sched = _scheduler(players=("main", "le"), urls=URLS[:1])
+    league = LeagueManager.create([PLAYERS[0], PLAYERS[2]], one_phase_step=10 ** 6, seed=0,
+                                  fixed=["winblock"])
+    running = league.launch_job("main")
+    running.job.opponent = "winblock"
+    assignment = sched._assign(league, running, set())
+    assert assignment.opponent_agent == "winblock" and assignment.load is None
+    assert sched._needs(league, running) == {"main", "winblock"}
+    sched.busy |= assignment.agents  # the league exploiter's job against it must wait
+    other = league.launch_job("le")
+    other.job.opponent = "winblock"
+    assert sched._assign(league, other, set()) is None
+    sched.job_done(assignment)
+    assert sched._assign(league, other, set()).opponent_agent == "winblock"
+    assert sched.pool == {"frozen_0": None}
+
+
 def test_the_league_package_is_pure():
     """mistk_rl/league imports the standard library, numpy, trueskill (ratings' maths) and
     its own modules, plus mistk_rl.errors/files/registry (the player types' registry): no
