@@ -13,8 +13,8 @@ Training runs in-process: the policy, `Learner` and `OnPolicyTrainer` classes th
 services use, driven by a batched `ThinkerEnv` that steps its copies in lock step (two seeds
 at a time on 2 cores: 637-783 s a Thinker seed at 200k real steps; the agent served over
 HTTP, configs/puzzle_thinker_agent.yaml, took 952-1,063 s). Episodes restart inside the step
-(`auto_reset`), so the state after an episode's end is the next episode's: the 50-step cap
-ends an episode without bootstrap, in every arm alike (the served path bootstraps it).
+(`auto_reset`); an episode the 50-step cap ends bootstraps from its final state
+(`info["final_state"]`), in every arm, as the served path does.
 
 Evaluation plays the whole level pool once (1,500 levels, each copy its own share in order),
 sampling the policy (as `bench thinker-ppo`: a greedy policy that has not learnt a level walks
@@ -127,12 +127,15 @@ def train(arm: str, seed: int, real_steps: int, env_n: int = 16,
         primary, reset = _split(arm, actions, env.num_actions)
         real = env.next_step_real
         next_state, reward, done, info = env.step(primary, reset)
+        truncated, finals = info["truncated_done"], info.get("final_state", {})
         batch = {}
         for i in range(env_n):
             row = {k: v[i] for k, v in out.items()}
             obs = {k: state[k][i] for k in OBS_KEYS if k in state}
-            next_obs = {k: next_state[k][i] for k in OBS_KEYS if k in next_state}
-            batch[i] = process(obs, row, float(reward[i]), next_obs, bool(done[i]), False)
+            after = finals[i] if i in finals else {k: v[i] for k, v in next_state.items()}
+            next_obs = {k: v for k, v in after.items() if k in OBS_KEYS}
+            batch[i] = process(obs, row, float(reward[i]), next_obs,
+                               bool(done[i] and not truncated[i]), bool(truncated[i]))
         learner.env_steps += env_n
         trainer.observe_all(batch)
         trainer.maybe_train()

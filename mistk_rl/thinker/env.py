@@ -36,9 +36,10 @@ class ThinkerEnv:
     """`env_n` copies of an env behind the augmented MDP. Build it with `make`.
 
     `auto_reset` (the seed's behaviour) resets an env whose episode ends within the real step,
-    so the state returned is already the next episode's. Off, the state returned is the final
-    real state's (a fresh root there: what a truncated episode bootstraps from), and `step`
-    is refused until `reset()`: the gymnasium convention, which the adapter serves.
+    so the state returned is already the next episode's; a truncated episode's final state
+    (what it bootstraps from) is then `info["final_state"]`, env index -> its row. Off, the
+    state returned is the final real state's (a fresh root there), and `step` is refused
+    until `reset()`: the gymnasium convention, which the adapter serves.
     """
 
     def __init__(self, env_fns: Sequence[EnvFn], cfg: ThinkerConfig,
@@ -223,6 +224,7 @@ class ThinkerEnv:
         terminated = np.zeros(n, dtype=bool)
         truncated = np.zeros(n, dtype=bool)
         before = list(self.frames)
+        final: dict[int, tuple[Any, Any]] = {}  # auto_reset: truncated envs' last frame, state
         if cfg.planning:
             self.baseline = np.array([tree.baseline(r, cfg.discounting) for r in self.roots],
                                      dtype=np.float32)
@@ -233,6 +235,8 @@ class ThinkerEnv:
             self.episode_return[i] += r
             rewards[i] = self._clip(float(r))
             if (terminated[i] or truncated[i]) and self.auto_reset:
+                if truncated[i] and not terminated[i]:  # what it bootstraps from
+                    final[i] = (frame, env.clone_state() if cfg.wrapper_type == 2 else None)
                 frame = env.reset()[0]
             self.frames[i] = frame
         done = terminated | truncated
@@ -249,6 +253,7 @@ class ThinkerEnv:
             self.curs = list(self.roots)
             self.gmax_prev = np.array([tree.gmax(r, cfg.discounting) for r in self.roots],
                                       dtype=np.float32)
+        final_states = self._final_states(final, primary) if final else {}
         if self.model is not None and cfg.train_model:
             self.model.train_if_due()
         self.episode_step += 1
@@ -256,6 +261,8 @@ class ThinkerEnv:
         self.cur_t = 0
         info = self._info(STATUS_REAL, np.zeros(n, dtype=np.float32), done,
                           truncated & ~terminated, self.stage_depth.copy())
+        if final_states:
+            info["final_state"] = final_states
         self.stage_depth[:] = 0
         for counter in (self.episode_step, self.episode_return, self.im_episode_return):
             counter[done] = 0
@@ -289,6 +296,39 @@ class ThinkerEnv:
             tree.visit(root, cfg.discounting)
             roots.append(root)
         return roots
+
+    def _final_states(self, final: dict[int, tuple[Any, Any]], actions: np.ndarray
+                      ) -> dict[int, dict[str, np.ndarray]]:
+        """Under auto_reset, the state each truncated env's episode bootstraps from: the one
+        `step` returns without auto_reset (a fresh root at the final real frame, reached by
+        the real action), env index -> its row of the state."""
+        cfg, idx = self.cfg, sorted(final)
+        frames = np.stack([final[i][0] for i in idx])
+        if not cfg.planning:
+            return {i: {"real_states": final[i][0]} for i in idx}
+        reached = np.asarray(actions)[idx]
+        if cfg.wrapper_type == 0:
+            out = self.model.initial(frames, reached)
+            v, logits, states = out.v, out.logits, out.states
+            hidden = [None] * len(idx) if out.hs is None else list(out.hs)
+        else:
+            v, logits = self._value_policy(frames, reached)
+            states, hidden = [final[i][1] for i in idx], [None] * len(idx)
+        rows = {}
+        for j, i in enumerate(idx):
+            root = Node(int(reached[j]), None, 0.0)
+            root.expand(0.0, v[j], logits[j], False, states[j], final[i][0], hidden[j],
+                        self.real_steps)
+            tree.visit(root, cfg.discounting)
+            row = {"real_states": final[i][0],
+                   "tree_reps": tree.encode(root, root, True, 0, 0, cfg.discounting,
+                                            self.layout, cfg.stat_mask_type)}
+            if cfg.wrapper_type == 0 and cfg.return_h and hidden[j] is not None:
+                row["hs"] = hidden[j]
+            if cfg.return_x and root.frame is not None:
+                row["xs"] = root.frame
+            rows[i] = row
+        return rows
 
     # ---- helpers -------------------------------------------------------------------------
     def _value_policy(self, frames: np.ndarray, actions: np.ndarray

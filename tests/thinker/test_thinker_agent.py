@@ -132,6 +132,31 @@ def test_a_short_training_run_learns_and_the_evaluation_plays_each_level_once():
     assert all(torch.equal(before[k], after[k]) for k in before)  # evaluation learns nothing
 
 
+def test_the_bench_bootstraps_an_episode_the_step_cap_ends_from_its_final_state(monkeypatch):
+    """A truncated transition's next observation is the episode's last frame (what the
+    served path bootstraps from), not the next episode's first; an unended one's is the
+    observation the env copy acts on next."""
+    seen: list[dict] = []
+    observe = bench.OnPolicyTrainer.observe_all
+    monkeypatch.setattr(bench.OnPolicyTrainer, "observe_all",
+                        lambda self, batch: (seen.append(batch), observe(self, batch))[1])
+    bench.train("raw", 0, real_steps=2 * 120, env_n=2,
+                overrides={"model": {"hidden_sizes": [8]}}, log=None)
+    flags = {"truncated": 0, "terminated": 0, "running": 0}
+    for now, later in zip(seen, seen[1:]):
+        for i, t in now.items():
+            same = np.array_equal(t["next_obs"]["real_states"], later[i]["obs"]["real_states"])
+            if t["truncated"]:
+                assert not t["terminated"] and not same
+                flags["truncated"] += 1
+            elif t["terminated"]:
+                flags["terminated"] += 1
+            else:
+                assert same
+                flags["running"] += 1
+    assert flags["truncated"] >= 2 and flags["running"] > 100
+
+
 def test_welch_interval_matches_the_t_distribution():
     # Student's t quantiles (tables): 2.776 at 4 dof, 2.228 at 10, 1.962 at 1,000
     for dof, value in ((4, 2.7764), (10, 2.2281), (1000, 1.9623)):

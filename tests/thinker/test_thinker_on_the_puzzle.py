@@ -159,3 +159,42 @@ def test_an_untrained_zero_headed_value_function_needs_no_network():
     fields = decode_tree_reps(state["tree_reps"], 4)
     assert not fields["root_v"].any() and not fields["root_logits"].any()
     assert (fields["cur_r"][:, 0] <= 0).all()  # the step penalty (or a bump): no value added
+
+
+def _table_vp(obs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Values and priors that differ per frame, so a root at the wrong frame shows."""
+    flat = obs.reshape(len(obs), -1).astype(np.float64)
+    return flat.mean(1), np.stack([flat[:, k::7].mean(1) for k in range(4)], axis=1)
+
+
+@pytest.mark.parametrize("wrapper_type", [1, 2])
+def test_auto_reset_gives_a_truncated_episodes_final_state_as_the_gym_convention_returns_it(
+        wrapper_type):
+    from mistk_rl.thinker import load_config
+    from mistk_rl.thinker.env import ThinkerEnv
+    settings = load_config(None, wrapper_type=wrapper_type, rec_t=3, max_depth=2,
+                           vp_fn=_table_vp, return_x=True, seed=0)
+    auto, manual = (ThinkerEnv([lambda: gym.make(ENV_ID)] * 3, settings, auto_reset=flag)
+                    for flag in (True, False))
+    auto.reset(), manual.reset()
+    rng = np.random.default_rng(1)
+    truncated_seen = 0
+    while truncated_seen < 3:
+        actions, resets = rng.integers(4, size=3), rng.integers(2, size=3)
+        state, _, done, info = auto.step(actions, resets)
+        m_state, _, m_done, m_info = manual.step(actions, resets)
+        assert (done == m_done).all()
+        if not done.any():
+            continue
+        truncated = info["truncated_done"]
+        finals = info.get("final_state", {})
+        assert sorted(finals) == np.flatnonzero(truncated).tolist()
+        for i in np.flatnonzero(truncated):
+            row = finals[i]
+            assert sorted(row) == sorted(m_state)
+            for key, value in m_state.items():
+                np.testing.assert_array_equal(row[key], value[i], err_msg=key)
+            assert not np.array_equal(state["real_states"][i], row["real_states"])
+        truncated_seen += int(truncated.sum())
+        seed = int(rng.integers(1000))  # an ended episode parts the twins: both start again
+        auto.reset(seed=seed), manual.reset(seed=seed)
