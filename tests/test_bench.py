@@ -112,6 +112,24 @@ def test_suite_configs_load_and_map_to_sb3():
             assert set(setup.kwargs) <= params[setup.algo], name
 
 
+def test_an_sb3_run_leaves_no_folder_behind(monkeypatch, tmp_path):
+    pytest.importorskip("stable_baselines3")
+    import tempfile
+
+    from harness.config import load_config
+    from harness.bench.parity import entry_path
+    from harness.bench.sb3 import run_sb3
+
+    data = load_config(entry_path("ppo_cartpole")).model_dump()
+    data["training"].update(env_steps=64, eval_every=64, eval_episodes=1)
+    data["agents"][0]["hyperparameters"]["train"]["n_steps"] = 32
+    data["agents"][0]["hyperparameters"]["policy"]["learn"]["batch_size"] = 32
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    config = type(load_config(entry_path("ppo_cartpole"))).model_validate(data)
+    result = run_sb3(config, seed=0)
+    assert result["evals"] and not list(tmp_path.glob("SB3-*"))
+
+
 def test_sb3_mapping_refuses_what_sb3_cannot_express():
     from harness.config import load_config
     from harness.bench.parity import entry_path

@@ -257,6 +257,7 @@ def run_sb3(config: RunConfig, seed: int, setup: Optional[Sb3Setup] = None) -> d
         from stable_baselines3 import DQN, PPO
         from stable_baselines3.common.callbacks import BaseCallback
         from stable_baselines3.common.env_util import make_vec_env
+        from stable_baselines3.common.logger import Logger
         from stable_baselines3.common.vec_env import VecNormalize
     except ImportError as exc:
         raise SystemExit("bench needs stable-baselines3: pip install -e '.[bench]'") from exc
@@ -275,6 +276,7 @@ def run_sb3(config: RunConfig, seed: int, setup: Optional[Sb3Setup] = None) -> d
     cls = DQN if setup.algo == "dqn" else PPO
     # device="cpu": SB3 would pick CUDA when present, and its small MLPs run slower there
     model = cls("MlpPolicy", env, seed=seed, verbose=0, device="cpu", **setup.kwargs)
+    model.set_logger(Logger(None, []))  # SB3's own leaves an empty /tmp/SB3-<time> per run
 
     def predict(obs: np.ndarray) -> Any:
         if setup.normalize:  # frozen statistics, as our agent's eval mode
