@@ -103,7 +103,9 @@ def test_ctrl_c_stops_the_services_and_says_where_the_run_is(tmp_path):
     from harness.bench.faults import HarnessProcess
 
     config = yaml.safe_load((REPO / "configs" / "cartpole_dqn.yaml").read_text())
-    config["training"].update(env_steps=10 ** 6, eval_every=500, eval_episodes=1)
+    # no stop_value: a lucky one-episode evaluation must not end the run before the signal
+    config["training"].update(env_steps=10 ** 6, eval_every=500, eval_episodes=1,
+                              stop_value=None)
     run = HarnessProcess(config, tmp_path / "run", REPO)
     run.wait_for_line("eval at", timeout=120)  # (progress.json is written with it)
     run.process.send_signal(signal.SIGINT)
