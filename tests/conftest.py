@@ -1,6 +1,7 @@
 """Fixtures that start real services (gunicorn on 127.0.0.1, free ports) and stop them."""
 from __future__ import annotations
 
+import signal
 from pathlib import Path
 from typing import Callable, Optional, Sequence
 
@@ -11,6 +12,10 @@ from mistk_rl.launch import ServiceProcess, group_members, spawn_service, wait_r
 RANDOM_AGENT = "agents.random_agent:RandomAgent"
 GYM_ORCHESTRATOR = "orchestrators.gym_orchestrator:GymOrchestrator"
 REPO = Path(__file__).resolve().parent.parent
+# a shell starts background jobs (`cmd &`) with SIGINT ignored; a harness started from such
+# a process inherits that, as any program does, and Python then installs no handler for it
+SIGINT_IGNORED = pytest.mark.skipif(signal.getsignal(signal.SIGINT) == signal.SIG_IGN,
+                                    reason="SIGINT is ignored here (a background job)")
 
 
 def group_alive(pgid: int) -> bool:

@@ -11,7 +11,7 @@ import pytest
 from harness.bench.faults import HarnessProcess, long_run_config, restart_worker
 from mistk_rl.client import ServiceRestarted, ServiceUnavailable
 from mistk_rl.launch import wait_until_gone
-from tests.conftest import GYM_ORCHESTRATOR, RANDOM_AGENT, REPO
+from tests.conftest import GYM_ORCHESTRATOR, RANDOM_AGENT, REPO, SIGINT_IGNORED
 
 
 def test_a_restarted_service_is_never_taken_for_the_old_one(launch):
@@ -88,12 +88,6 @@ def test_the_harness_stops_naming_the_agent_when_it_dies(harness):
     code, stderr = run.finish()
     assert code == 1
     assert "episode block 0" in stderr and "/v1/mistk/agent/step" in stderr
-
-
-# a shell starts background jobs (`cmd &`) with SIGINT ignored; a harness started from such
-# a process inherits that, as any program does, and Python then installs no handler for it
-SIGINT_IGNORED = pytest.mark.skipif(signal.getsignal(signal.SIGINT) == signal.SIG_IGN,
-                                    reason="SIGINT is ignored here (a background job)")
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP,

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO, group_alive
+from tests.conftest import REPO, SIGINT_IGNORED, group_alive
 
 
 def _run(args, cwd):
@@ -93,10 +93,7 @@ def test_version():
     assert proc.returncode == 0 and proc.stdout.startswith(f"mistk-rl {__version__} (HTTP API")
 
 
-@pytest.mark.xfail(strict=False, reason="known, intermittent: in two clean-clone CI runs "
-                   "(2026-11-27) the run went on after the SIGINT (once to its stop_value, "
-                   "exit 0; once for 120 s); not reproduced alone or under CPU load (4 of 4 "
-                   "exited 130). Under investigation: the signal is lost somewhere")
+@SIGINT_IGNORED
 def test_ctrl_c_stops_the_services_and_says_where_the_run_is(tmp_path):
     """SIGINT (Ctrl-C) after the first checkpoint: exit 130, every service stopped, and a
     line saying so, with how to resume."""
