@@ -498,12 +498,19 @@ def saved_model(spec: AgentSpec, local_dirs: dict[str, Path]) -> Optional[str]:
 
 def last_checkpoint(spec: AgentSpec, run_dir: Path,
                      local_dirs: dict[str, Path]) -> Optional[str]:
-    """The checkpoint of the agent's last evaluation in a training run's progress.json, if
-    the harness started the agent here and the file is there."""
+    """The checkpoint of the agent's last evaluation in a training run's progress.json (a
+    gym run's or a game run's), if the harness started the agent here and the file is
+    there."""
     where = local_dirs.get(spec.name)
-    try:
-        checkpoint = Progress.load(run_dir).checkpoints.get(spec.name)
-    except (ConfigError, TypeError):  # (no progress.json; a game run's has other fields)
+    for kind in (Progress, GameProgress):
+        try:
+            checkpoint = kind.load(run_dir).checkpoints.get(spec.name)
+            break
+        except ConfigError:  # (no progress.json)
+            return None
+        except TypeError:  # (the other kind's fields)
+            continue
+    else:
         return None
     if checkpoint and where is not None and (where / checkpoint).exists():
         return checkpoint

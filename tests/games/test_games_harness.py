@@ -79,6 +79,19 @@ def test_game_training_evaluates_resumes_and_eval_reruns_it(tmp_path, monkeypatc
     again = json.loads((tmp_path / "run" / "evaluation.json").read_text())["evaluation"]
     # the same saved model, greedy: the enumerated matchup comes out exactly the same
     assert again["tictactoe_perfect"] == perfect
+    # without save_path the learner loads the checkpoint of the run's last evaluation (the
+    # same weights: training ended there), not an untrained model
+    unsaved = {**SELF_PLAY, "agents": [{k: v for k, v in SELF_PLAY["agents"][0].items()
+                                        if k != "save_path"}, SELF_PLAY["agents"][1]]}
+    (tmp_path / "unsaved.yaml").write_text(yaml.safe_dump(unsaved))
+    said: list[str] = []
+    monkeypatch.setattr("builtins.print", lambda *parts, **_: said.append(" ".join(
+        map(str, parts))))
+    assert cli(["eval", str(tmp_path / "unsaved.yaml"), "--run", str(tmp_path / "run")]) == 0
+    last = json.loads((run_dir / "progress.json").read_text())["checkpoints"]["learner"]
+    assert f"agent learner: the model in {last}" in said, said
+    from_checkpoint = json.loads((run_dir / "evaluation.json").read_text())["evaluation"]
+    assert from_checkpoint["tictactoe_perfect"] == perfect
 
 
 def test_config_checks_the_evaluation(tmp_path):
