@@ -93,7 +93,7 @@ def _load_agent(run_dir: Path, agent_name: Optional[str]) -> tuple[Any, str, str
     spec = specs[0]
     where = data_dir(run_dir, spec.name)
     here = {spec.name: where}  # (the run's agent started on this machine)
-    model = saved_model(spec, here) or last_checkpoint(spec, run_dir, here)
+    model = saved_model(spec, here) or last_checkpoint(config, spec, run_dir, here)
     if model is None:
         raise ConfigError(f"agent {spec.name!r}: no saved model in {where} (no save_path "
                           "written, no checkpoint in progress.json)")

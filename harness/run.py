@@ -409,7 +409,7 @@ def _sequence(config: RunConfig, env: dict, orch: OrchestratorClient,
                 restore_checkpoint(agent, mirror, spec.name, checkpoint, call_timeout)
             if evaluate_only:
                 checkpoint = (spec.model_path or saved_model(spec, local_dirs)
-                              or last_checkpoint(spec, run_dir, local_dirs))
+                              or last_checkpoint(config, spec, run_dir, local_dirs))
                 if spec.target:
                     say(f"agent {spec.name}: " + (f"the model in {checkpoint}" if checkpoint
                                                   else "untrained (no model_path, and no "
@@ -496,21 +496,16 @@ def saved_model(spec: AgentSpec, local_dirs: dict[str, Path]) -> Optional[str]:
     return None
 
 
-def last_checkpoint(spec: AgentSpec, run_dir: Path,
-                     local_dirs: dict[str, Path]) -> Optional[str]:
-    """The checkpoint of the agent's last evaluation in a training run's progress.json (a
-    gym run's or a game run's), if the harness started the agent here and the file is
-    there."""
+def last_checkpoint(config: RunConfig, spec: AgentSpec, run_dir: Path,
+                    local_dirs: dict[str, Path]) -> Optional[str]:
+    """The checkpoint of the agent's last evaluation in the run's progress.json (a game
+    run's or a gym run's, as `config` says), if the harness started the agent here and the
+    file is there."""
     where = local_dirs.get(spec.name)
-    for kind in (Progress, GameProgress):
-        try:
-            checkpoint = kind.load(run_dir).checkpoints.get(spec.name)
-            break
-        except ConfigError:  # (no progress.json)
-            return None
-        except TypeError:  # (the other kind's fields)
-            continue
-    else:
+    kind = GameProgress if config.game_training else Progress
+    try:
+        checkpoint = kind.load(run_dir).checkpoints.get(spec.name)
+    except (ConfigError, TypeError):  # (no progress.json; one of another kind of run)
         return None
     if checkpoint and where is not None and (where / checkpoint).exists():
         return checkpoint

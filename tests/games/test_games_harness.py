@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 import yaml
@@ -94,6 +95,26 @@ def test_game_training_evaluates_resumes_and_eval_reruns_it(tmp_path, monkeypatc
     assert from_checkpoint["tictactoe_perfect"] == perfect
 
 
+def test_the_last_checkpoint_of_a_game_run_is_found_as_a_gym_runs_is(tmp_path):
+    """`mistk-rl eval --run` and `mistk-rl export` take it when no model was saved: read
+    from the progress.json of the run's own kind (a game run's has other fields)."""
+    from harness.games import GameProgress
+    from harness.run import last_checkpoint
+
+    config = RunConfig.model_validate(SELF_PLAY)
+    learner = config.agents[0]
+    where = tmp_path / "data" / "learner"
+    (where / "checkpoints").mkdir(parents=True)
+    (where / "checkpoints" / "step-200.pt").write_bytes(b"weights")
+    GameProgress(agent_steps=200, checkpoints={"learner": "checkpoints/step-200.pt"}).save(
+        tmp_path)
+    dirs = {"learner": where}
+    assert last_checkpoint(config, learner, tmp_path, dirs) == "checkpoints/step-200.pt"
+    assert last_checkpoint(config, learner, tmp_path, {}) is None  # (not started here)
+    gym = load_config(Path(__file__).resolve().parents[2] / "configs" / "cartpole_dqn.yaml")
+    assert last_checkpoint(gym, gym.agents[0], tmp_path, {gym.agents[0].name: where}) is None
+
+
 def test_config_checks_the_evaluation(tmp_path):
     bad = {**SELF_PLAY, "evaluation": {"agent": "learner", "against": [
         {"opponent": "nobody", "games_per_seat": 10}]}}
@@ -108,12 +129,12 @@ def test_config_checks_the_evaluation(tmp_path):
 
 @pytest.mark.parametrize("name", ["tictactoe_selfplay_dqn", "tictactoe_vs_random",
                                   "connect4_selfplay_ppo", "tictactoe_selfplay_dqn_sym",
-                                  "tictactoe_league", "connect4_league"])
+                                  "tictactoe_league", "connect4_league",
+                                  "connect4_vs_winblock_ppo"])
 def test_shipped_game_configs_are_valid(name):
     """The configs load, and each agent accepts its hyperparameters (a misspelt key would
     be a 400 at initialize, minutes into nothing)."""
     import importlib
-    from pathlib import Path
 
     config = load_config(Path(__file__).resolve().parents[2] / "configs" / f"{name}.yaml")
     assert config.game_training is not None and config.evaluation is not None
