@@ -225,16 +225,29 @@ class LeaguePlayerSpec(Body):
     eps_start: Optional[float] = Field(default=None, ge=0, le=1)
     eps_end: Optional[float] = Field(default=None, ge=0, le=1)
     eps_decay: Optional[int] = Field(default=None, ge=0)
+    # matchmaking branch -> probability (DI-engine's branch_probs); default: its type's
+    branches: Optional[dict[str, Annotated[float, Field(ge=0, le=1)]]] = Field(
+        default=None, min_length=1, max_length=8)
 
     @model_validator(mode="after")
     def _settings_of_its_type(self) -> "LeaguePlayerSpec":
-        known = {f.name for f in dataclasses.fields(PLAYER_TYPES[self.type])}
+        kind = PLAYER_TYPES[self.type]
+        known = {f.name for f in dataclasses.fields(kind)}
         alien = [to_camel(k) for k in self.settings() if k not in known]
         if alien:
             own = [to_camel(k) for k in type(self).model_fields
                    if k in known and k not in ("id", "type")]
             raise ValueError(f"player {self.id!r} ({self.type}) has no setting "
                              f"{', '.join(alien)} (its settings: {', '.join(own) or 'none'})")
+        if self.branches is not None:
+            own = list(kind.default_branches())
+            unknown = [b for b in self.branches if not hasattr(kind, f"_{b}_branch")]
+            if unknown:
+                raise ValueError(f"player {self.id!r} ({self.type}) has no branch "
+                                 f"{', '.join(unknown)} (its branches: {', '.join(own)})")
+            if abs(sum(self.branches.values()) - 1.0) > 1e-6:
+                raise ValueError(f"player {self.id!r}: branch probabilities must sum to 1, "
+                                 f"not {sum(self.branches.values()):g}")
         return self
 
     def settings(self) -> dict[str, Any]:

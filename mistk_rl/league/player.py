@@ -110,7 +110,7 @@ class ActivePlayer(Player):
         if not self.branches:
             self.branches = dict(self.default_branches())
         total = sum(self.branches.values())
-        if abs(total - 1.0) > 1e-9 or min(self.branches.values()) < 0:
+        if abs(total - 1.0) > 1e-6 or min(self.branches.values()) < 0:
             raise ValueError(f"{type(self).__name__} {self.player_id}: branch probabilities "
                              f"must be non-negative and sum to 1, not {self.branches}")
         missing = [b for b in self.branches if not hasattr(self, f"_{b}_branch")]

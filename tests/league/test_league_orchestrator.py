@@ -154,7 +154,8 @@ def _league(tmp_path, monkeypatch, workers, players=(("main", "main"),), pool=1,
             games_per_job=4, fixed=(), **settings):
     orch = LeagueOrchestrator()
     orch.data_dir = tmp_path
-    settings = {"players": [{"id": i, "type": t} for i, t in players],
+    settings = {"players": [{"id": i, "type": t, **(extra[0] if extra else {})}
+                            for i, t, *extra in players],
                 "workers": [f"http://w{i}" for i in range(len(workers))],
                 "onePhaseStep": 10 ** 6, "gamesPerJob": games_per_job, "numEnvs": 2,
                 "seed": 0, "maxWorkerFailures": 3, "workerBackoff": 1.0,
@@ -163,7 +164,7 @@ def _league(tmp_path, monkeypatch, workers, players=(("main", "main"),), pool=1,
     orch.agents_needed = len(players) + pool + len(fixed)
     orch.validate_initialize(env, orch.agents_needed)
     orch.do_initialize(env, orch.agents_needed)
-    for name, _ in players:
+    for name, *_ in players:
         orch.agents[name] = RegisteredAgent(name, "http://a", False, FakeAgent())
     for name in [f"frozen_{k}" for k in range(pool)] + list(fixed):
         orch.agents[name] = RegisteredAgent(name, "http://a", True, FakeAgent())
@@ -340,6 +341,36 @@ def test_fixed_opponents_that_cannot_be_are_refused(fixed, pool, needed, error):
     with pytest.raises(InvalidRequest, match=error):
         LeagueOrchestrator().validate_initialize(
             {"id": "classic/tictactoe-v3", "kwargs": {}, "league": settings}, needed)
+
+
+def test_a_main_player_given_only_pfsp_never_plays_itself(tmp_path, monkeypatch):
+    """`branches` replaces its type's (pfsp .5, sp .35, verification .15): every job is
+    PFSP over the historical players, and the league keeps the branches when resumed."""
+    worker = FakeWorker()
+    orch = _league(tmp_path, monkeypatch, [worker], fixed=["winblock"],
+                   players=(("main", "main", {"branches": {"pfsp": 1.0}}),))
+    orch.do_start_episode(EpisodeConfig(num_episodes=40))
+    jobs = list(orch.manager.recent)
+    assert len(jobs) == 10 and {j["branch"] for j in jobs} == {"pfsp"}
+    assert all(set(lineup.values()) != {"main"} for lineup in worker.lineups)
+    assert {j["opponent"] for j in jobs} <= {"main_0_0", "winblock"}
+    resumed = _league(tmp_path, monkeypatch, [FakeWorker()], fixed=["winblock"])
+    resumed.do_start_episode(EpisodeConfig(num_episodes=4))
+    assert resumed.manager.active["main"].branches == {"pfsp": 1.0}
+
+
+@pytest.mark.parametrize("branches, error", [
+    ({"pfsp": 0.5, "fancy": 0.5},
+     r"player 'main' \(main\) has no branch fancy \(its branches: pfsp, sp, verification\)"),
+    ({"pfsp": 0.5, "sp": 0.3}, "branch probabilities must sum to 1, not 0.8"),
+    ({"pfsp": 1.5, "sp": -0.5}, "less than or equal to 1"),
+])
+def test_branches_that_cannot_be_are_refused(branches, error):
+    settings = {"players": [{"id": "main", "type": "main", "branches": branches}],
+                "workers": ["http://w0"]}
+    with pytest.raises(InvalidRequest, match=error):
+        LeagueOrchestrator().validate_initialize(
+            {"id": "classic/tictactoe-v3", "kwargs": {}, "league": settings}, 2)
 
 
 def _always_against(opponent: str, launch_job):
