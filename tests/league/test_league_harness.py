@@ -7,6 +7,7 @@ import pytest
 from harness.config import ConfigError, Target, load_config
 from harness.games import meets
 from harness.league import by_seat_order, payoff_figure, plot_payoff, plot_ratings, table_text
+from mistk_rl.schemas import LeagueSettings
 from tests.conftest import REPO
 
 REPORT = {"random": {"exhaustive": True, "seats": {
@@ -44,6 +45,9 @@ def test_league_configs_load_and_are_checked(tmp_path):
         assert config.orchestrator.env.league and len(config.workers) == 2
         assert [a.name for a in config.agents if a.train] == [
             p["id"] for p in config.orchestrator.env.league["players"]]
+        # what the league orchestrator's initialize will check (the harness adds workers)
+        LeagueSettings.model_validate({**config.orchestrator.env.league,
+                                       "workers": ["http://127.0.0.1:1"]})
     text = (REPO / "configs" / "tictactoe_league.yaml").read_text()
     bad = tmp_path / "bad.yaml"
     bad.write_text(text.replace("- {opponent: tictactoe_perfect, max_lost_lines: 0}",
