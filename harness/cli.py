@@ -1,8 +1,9 @@
-"""The `mistk-rl` command: serve, run, eval, export, bench.
+"""The `mistk-rl` command: serve, run, eval, export, compare, bench.
 
 The top of the driver layer: `serve` is the framework's (`mistk_rl.service.cli`, also
 `python -m mistk_rl serve`, which is how the harness starts services), `run` and `eval` the
-harness's (`harness.run`), `bench` the benchmarks' (`harness.bench`)."""
+harness's (`harness.run`), `compare` reads run directories (`harness.compare`), `bench` the
+benchmarks' (`harness.bench`)."""
 from __future__ import annotations
 
 import argparse
@@ -46,6 +47,18 @@ def _export(args: argparse.Namespace) -> int:
           f"{done['out']}: obs [batch, {', '.join(map(str, done['observation_shape']))}] -> "
           f"actions; it gives the agent's own greedy actions on {done['checked_rows']} "
           "observations drawn from the observation space")
+    return 0
+
+
+def _compare(args: argparse.Namespace) -> int:
+    from harness.compare import compare
+    from harness.config import ConfigError
+
+    try:
+        print(compare(args.runs, Path(args.json) if args.json else None))
+    except ConfigError as exc:
+        print(f"mistk-rl compare: {exc}", file=sys.stderr)
+        return 1
     return 0
 
 
@@ -124,6 +137,15 @@ def build_parser() -> argparse.ArgumentParser:
     export.add_argument("--agent", default=None,
                         help="the agent to export (default the config's first)")
     export.set_defaults(func=_export)
+
+    compare = sub.add_parser("compare", help="runs as distributions over their seeds: at "
+                                             "each evaluation point, the mean and range "
+                                             "of every evaluated figure")
+    compare.add_argument("runs", nargs="+", metavar="[LABEL=]RUN_DIR",
+                         help="run directories of mistk-rl run, grouped by their config's "
+                              "name, or by LABEL")
+    compare.add_argument("--json", default=None, help="also write the summary here")
+    compare.set_defaults(func=_compare)
 
     bench = sub.add_parser("bench", help="measure the services")
     bench.add_argument("what", choices=["getaction", "longpolls", "transport", "envs",
