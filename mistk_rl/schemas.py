@@ -240,8 +240,8 @@ class LeaguePlayerSpec(Body):
             raise ValueError(f"player {self.id!r} ({self.type}) has no setting "
                              f"{', '.join(alien)} (its settings: {', '.join(own) or 'none'})")
         if self.branches is not None:
-            own = list(kind.default_branches())
-            unknown = [b for b in self.branches if not hasattr(kind, f"_{b}_branch")]
+            own = kind.available_branches()
+            unknown = [b for b in self.branches if b not in own]
             if unknown:
                 raise ValueError(f"player {self.id!r} ({self.type}) has no branch "
                                  f"{', '.join(unknown)} (its branches: {', '.join(own)})")

@@ -174,6 +174,10 @@ class LeagueOrchestrator(AbstractOrchestrator):
             raise InvalidRequest(f"env.league.fixed {settings.fixed}: unique names, neither "
                                  "a player's nor in pool (a fixed opponent is played by its "
                                  "own agent, registered with skipTrain)")
+        wanting = [p.id for p in settings.players if (p.branches or {}).get("fixed")]
+        if wanting and not fixed:
+            raise InvalidRequest(f"env.league.players {wanting}: the fixed branch plays the "
+                                 "fixed opponents, and env.league.fixed names none")
         if agents_needed <= len(ids) + len(fixed):
             raise InvalidRequest(f"agentsNeeded {agents_needed}: one agent per player "
                                  f"({len(ids)}), one per fixed opponent ({len(fixed)}) and at "

@@ -24,6 +24,10 @@ Pinned choices:
 - Fixed opponents (`HistoricalPlayer.fixed`) count among the historical players wherever
   those do (PFSP, the early-snapshot predicate); having no parent, they are nobody's
   snapshots for self-play and verification.
+- `fixed` (a branch any battle player may be given, in none by default): PFSP (`squared`)
+  over the fixed opponents alone, so they keep their share of the player's games however
+  many snapshots PFSP weighs them against; with no fixed opponent it is the pfsp branch
+  over every historical player.
 
 An empty candidate list raises `NoCandidates`; the league avoids it by starting with a
 snapshot of every main player.
@@ -120,6 +124,14 @@ class ActivePlayer(Player):
     @classmethod
     def default_branches(cls) -> dict[str, float]:
         return {}
+
+    @classmethod
+    def available_branches(cls) -> list[str]:
+        """Every branch it can be given: its type's default ones first, then the others."""
+        names = [n[1:-len("_branch")] for n in dir(cls)
+                 if n.startswith("_") and n.endswith("_branch") and n != "_branch"]
+        default = list(cls.default_branches())
+        return default + sorted(set(names) - set(default))
 
     # ---- snapshots -----------------------------------------------------------------------
     def snapshot_opponents(self, league: LeagueView) -> list[Player]:
@@ -232,6 +244,11 @@ class BattleActivePlayer(ActivePlayer):
     def _random_main(self, league: LeagueView, rng: np.random.Generator) -> "MainPlayer":
         mains = self._mains(league)
         return mains[int(rng.integers(len(mains)))]
+
+    def _fixed_branch(self, league: LeagueView, rng: np.random.Generator) -> Job:
+        fixed = [p for p in self._historical(league) if p.fixed]
+        return self._job(self._pfsp(fixed or self._historical(league), league, rng,
+                                    "squared"), "fixed")
 
     def _opponent_or_its_snapshots(self, opponent: Player, above: float, branch: str,
                                    league: LeagueView, rng: np.random.Generator) -> Job:

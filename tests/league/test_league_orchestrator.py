@@ -361,7 +361,10 @@ def test_a_main_player_given_only_pfsp_never_plays_itself(tmp_path, monkeypatch)
 
 @pytest.mark.parametrize("branches, error", [
     ({"pfsp": 0.5, "fancy": 0.5},
-     r"player 'main' \(main\) has no branch fancy \(its branches: pfsp, sp, verification\)"),
+     r"player 'main' \(main\) has no branch fancy \(its branches: pfsp, sp, verification, "
+     r"fixed\)"),
+    ({"pfsp": 0.5, "fixed": 0.5}, r"the fixed branch plays the fixed opponents, and "
+                                  r"env.league.fixed names none"),
     ({"pfsp": 0.5, "sp": 0.3}, "branch probabilities must sum to 1, not 0.8"),
     ({"pfsp": 1.5, "sp": -0.5}, "less than or equal to 1"),
 ])

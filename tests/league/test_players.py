@@ -62,6 +62,32 @@ def test_main_player_branches_at_their_frequencies():
     assert _close(opponents["me_0_1"], 8000, pfsp_to_me / 8000)
 
 
+def test_the_fixed_branch_keeps_the_fixed_opponents_share_among_many_snapshots():
+    league, _, _, league_exploiter = _league()
+    main = MainPlayer("m2", "ttt", "m2.pt", branches={"pfsp": 0.5, "fixed": 0.5})
+    league.add(main)
+    for k in range(20):  # twenty snapshots it is even with
+        league.add(HistoricalPlayer(f"m2_{k}", "ttt", f"{k}.pt", parent_id="m2"))
+    for name, losses in (("random", 0), ("winblock", 6)):
+        league.add(HistoricalPlayer(name, "ttt", "", fixed=True))
+        league.payoff.update("m2", name, ["loss"] * losses + ["win"] * (10 - losses))
+    branches, opponents = _frequencies(main, league)
+    assert _close(branches["fixed"], 8000, 0.5)
+    # PFSP (squared) among the fixed opponents alone: win-block (1-.4)^2, random (1-1)^2
+    fixed = opponents["winblock"] + opponents["random"]
+    assert fixed >= branches["fixed"] and opponents["random"] == 0
+    # (pfsp over all 24 historical players would give win-block .36 / 5.86 of its jobs)
+    assert opponents["winblock"] > 0.5 * 8000 * 0.95
+    # a league without fixed opponents: the branch is pfsp over every historical player
+    lone = MainPlayer("lone", "ttt", "lone.pt", branches={"fixed": 1.0})
+    plain = League()
+    plain.add(lone)
+    plain.add(lone.snapshot(0, "lone-0.pt"))
+    _, met = _frequencies(lone, plain, n=50)
+    assert met == Counter({"lone_0_0": 50})
+    assert "fixed" in league_exploiter.available_branches()
+
+
 def test_verification_falls_through_to_self_play():
     league, main, *_ = _league()  # nothing to verify: every rate is the prior 0.5
     branches, _ = _frequencies(main, league)
