@@ -55,9 +55,10 @@ def load_run(spec: str) -> Run:
         config = yaml.safe_load((path / CONFIG).read_text())
         progress = json.loads((path / PROGRESS).read_text())
     except FileNotFoundError as exc:
-        raise ConfigError(f"{path}: not a run directory with evaluations ({Path(exc.filename).name} "
-                          "is missing: the run has not evaluated yet, or it is not a "
-                          "mistk-rl run)") from None
+        missing = Path(exc.filename).name
+        raise ConfigError(f"{path}: not a run directory with evaluations ({missing} is "
+                          "missing: the run has not evaluated yet, or it is not a mistk-rl "
+                          "run)") from None
     games = config.get("game_training")
     training = games or config.get("training")
     if training is None:

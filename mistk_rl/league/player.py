@@ -117,7 +117,7 @@ class ActivePlayer(Player):
         if abs(total - 1.0) > 1e-6 or min(self.branches.values()) < 0:
             raise ValueError(f"{type(self).__name__} {self.player_id}: branch probabilities "
                              f"must be non-negative and sum to 1, not {self.branches}")
-        missing = [b for b in self.branches if not hasattr(self, f"_{b}_branch")]
+        missing = [b for b in self.branches if b not in self.available_branches()]
         if missing:
             raise ValueError(f"{type(self).__name__} has no branch {missing}")
 
