@@ -19,8 +19,10 @@ from typing import Any, Optional, Sequence
 import yaml
 
 from harness.config import ConfigError
+from harness.games import GameProgress
+from harness.training import Progress
 
-PROGRESS, CONFIG = "progress.json", "config.yaml"
+CONFIG = "config.yaml"
 
 
 @dataclass
@@ -51,22 +53,20 @@ def load_run(spec: str) -> Run:
     """``DIR`` or ``LABEL=DIR``: the run's evaluations from its progress.json."""
     label, _, where = spec.rpartition("=")
     path = Path(where)
-    try:
+    try:  # (read as plain YAML: a run of an older schema still compares)
         config = yaml.safe_load((path / CONFIG).read_text())
-        progress = json.loads((path / PROGRESS).read_text())
-    except FileNotFoundError as exc:
-        missing = Path(exc.filename).name
-        raise ConfigError(f"{path}: not a run directory with evaluations ({missing} is "
-                          "missing: the run has not evaluated yet, or it is not a mistk-rl "
-                          "run)") from None
+    except FileNotFoundError:
+        raise ConfigError(f"{path}: not a run directory with evaluations ({CONFIG} is "
+                          "missing: it is not a mistk-rl run)") from None
     games = config.get("game_training")
     training = games or config.get("training")
     if training is None:
         raise ConfigError(f"{path}: a run without training (nothing was evaluated over time)")
+    progress = (GameProgress if games else Progress).load(path)  # (what --resume reads)
     every = int(training.get("eval_every") or 1)
     run = Run(label or config.get("name") or path.name, path, training.get("seed"),
               "moves" if games else "env steps")
-    for record in progress.get("evals", []):
+    for record in progress.evals:
         steps = record["agent_steps"] if games else record["env_steps"]
         point = max(1, round(steps / every)) * every
         run.points[point] = _metrics(record, games is not None)
