@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import csv
+import math
 
 import gymnasium as gym
 import numpy as np
@@ -13,7 +14,7 @@ from mistk_rl.rl.data.buffers import AdvancedReplayBuffer, NaiveReplayBuffer
 from mistk_rl.rl.learner import (CheckpointHook, Hook, LearnMode, Learner, LogHook,
                                  load_checkpoint)
 from mistk_rl.rl.policies.dqn import DQNPolicy
-from mistk_rl.rl.policies.ppo import PPOPolicy
+from mistk_rl.rl.policies.ppo import PPOPolicy, explained_variance
 from mistk_rl.rl.trainers import OffPolicyTrainer, OnPolicyTrainer
 
 OBS = spaces.Box(-1.0, 1.0, shape=(4,), dtype=np.float32)
@@ -257,6 +258,17 @@ def test_ppo_learns_under_the_action_mask_it_acted_under():
     (batch,) = batches
     assert batch.action_mask.shape == (8, 4) and not batch.action_mask[:, 3].any()
     assert learner.last_info["approx_kl"] == 0.0 and learner.last_info["clip_frac"] == 0.0
+    # every step rewarded 1 and never ending: the returns vary with the untrained critic's
+    # values, and its explained variance is reported with the update
+    assert math.isfinite(learner.last_info["explained_variance"])
+
+
+def test_explained_variance_of_the_critic_against_its_targets():
+    returns = torch.tensor([1.0, -1.0, 0.5, 0.0])
+    assert explained_variance(returns, returns) == 1.0
+    assert explained_variance(torch.full((4,), returns.mean().item()), returns) == pytest.approx(0)
+    assert explained_variance(-returns, returns) == pytest.approx(-3.0)  # worse than a constant
+    assert math.isnan(explained_variance(torch.zeros(3), torch.ones(3)))  # nothing to explain
 
 
 def test_ppo_refuses_a_transition_of_an_action_it_did_not_choose():

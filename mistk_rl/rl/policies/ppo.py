@@ -13,7 +13,9 @@ Gaussian with a state-independent log-std (SB3, CleanRL), flattened to prod(shap
              `epochs` passes of shuffled minibatches (planned at once, run a minibatch step
              at a time by a trainer that bounds its work per request), advantage normalisation per minibatch,
              loss = -min(r A, clip(r, 1-eps, 1+eps) A) + c_v (V - R)^2 - c_e H, grad clipping;
-             lr and clip range optionally annealed linearly to 0 over `anneal_env_steps`
+             lr and clip range optionally annealed linearly to 0 over `anneal_env_steps`;
+             each update reports the rollout's explained variance (of V_old against the
+             returns: how much of the returns the critic predicted when acting)
     eval:    argmax of the policy logits; the Gaussian's mean (clipped) for Box
 """
 from __future__ import annotations
@@ -31,6 +33,16 @@ from mistk_rl.rl.models import ActorCritic, without_aliases
 from mistk_rl.rl.policies.base import Policy, adam
 from mistk_rl.rl.trainers import OnPolicyTrainer
 from mistk_rl.rl.wrappers import ArgmaxSample, GaussianSample, MultinomialSample
+
+
+def explained_variance(predicted: torch.Tensor, target: torch.Tensor) -> float:
+    """1 - Var(target - predicted) / Var(target), as SB3 logs it for the rollout's values
+    against their GAE targets: near 1 when the critic tells states apart, near 0 (or below)
+    when it does no better than one value for all; nan when the targets do not vary."""
+    target_var = target.double().var(unbiased=False).item() if len(target) else 0.0
+    if target_var == 0.0:
+        return float("nan")
+    return 1.0 - (target.double() - predicted.double()).var(unbiased=False).item() / target_var
 
 
 class PPOPolicy(Policy):
@@ -137,7 +149,9 @@ class PPOPolicy(Policy):
         for _ in range(cfg["epochs"]):
             order = torch.randperm(n, generator=self.torch_rng)
             rows += [order[start:start + size] for start in range(0, n, size)]
-        return UpdatePlan(batch, rows, {"lr": cfg["lr"] * left, "clip": clip})
+        return UpdatePlan(batch, rows, {"lr": cfg["lr"] * left, "clip": clip},
+                          stats={"explained_variance": [explained_variance(batch.value,
+                                                                           batch.returns)]})
 
     def _update_step(self, plan: UpdatePlan) -> dict[str, float]:
         for group in self.optimizer.param_groups:  # (another plan may have run in between)
