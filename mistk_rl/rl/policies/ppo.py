@@ -14,8 +14,9 @@ Gaussian with a state-independent log-std (SB3, CleanRL), flattened to prod(shap
              at a time by a trainer that bounds its work per request), advantage normalisation per minibatch,
              loss = -min(r A, clip(r, 1-eps, 1+eps) A) + c_v (V - R)^2 - c_e H, grad clipping;
              lr and clip range optionally annealed linearly to 0 over `anneal_env_steps`;
-             each update reports the rollout's explained variance (of V_old against the
-             returns: how much of the returns the critic predicted when acting)
+             each update reports the rollout's explained variance (the values GAE used,
+             of the weights at the rollout's end, against the returns: how much of the
+             returns the critic predicts before it is fitted to them)
     eval:    argmax of the policy logits; the Gaussian's mean (clipped) for Box
 """
 from __future__ import annotations
