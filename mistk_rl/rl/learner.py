@@ -39,7 +39,8 @@ class UpdatePlan:
     """One update laid out as gradient steps, frozen when it is planned: the batch, each
     step's rows of it (random draws happen at planning, so running the steps later, or
     interleaved with acting, draws nothing), the settings of the moment (lr, clip, ...), and
-    what the steps done so far reported."""
+    what was reported so far: figures of the batch itself, given at planning (PPO's explained
+    variance), and each step done."""
 
     batch: Samples
     rows: list[torch.Tensor]  # step i trains on batch rows rows[i]
