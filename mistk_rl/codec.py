@@ -15,24 +15,35 @@ array per key, each with its own dtype (uint8 planes stay uint8 next to float ve
 
 Columns (`stepColumns`: one array per field, rows = env copies) are encoded with
 ``encode(body, columns=True)``: every numpy array in the body, at any depth (``obs``,
-``obs.planes`` for a Dict space's key, ``reset.rows``), is one entry of ``arrays``; an
-integer vector that counts up by one (env indices, step ids) travels as its first value,
-and a bool array (flags, masks) as a bit per value (numpy's packbits order):
+``obs.planes`` for a Dict space's key, ``reset.rows``), is one array of the message, and the
+header is binary, as small as the arrays of a step are (64 CartPole copies: 1,296 bytes of
+arrays, where a JSON header took 473 more):
 
-    header = {"arrays": {"obs": {"dtype": "<f4", "shape": [N, 4], "offset": 0},
-                         "stepIds": {"dtype": "<i8", "shape": [N], "range": 1024},
-                         "terminated": {"dtype": "|b1", "shape": [N], "offset": 16 N,
-                                        "packed": true}}, ...}
+    b"MTC\xff"          (read as an entity-form header length, about 4 GiB: no body is)
+    varint: the number of arrays, then for each:
+        varint + UTF-8: its field path ("obs", "reset.obs")
+        byte: its dtype, an index into DTYPES; byte: its form (below)
+        varint: its number of axes, then a varint per axis
+        RANGE: a zigzag varint, the first value; FILL: the one value's bytes
+    varint + JSON: the body's other values ({} as length 0)
+    the arrays' bytes, back to back in header order (BYTES and BITS only)
+
+Varints are LEB128 (7 bits a byte, low first). The forms: BYTES, the values row-major;
+BITS, a bool array of more than `PACK_FROM` values, a bit each (numpy's packbits order);
+RANGE, an integer vector that counts up by one (env indices, step ids): its first value;
+FILL, an array whose values are all the same, bit for bit (a step's rewards in CartPole or
+in a sparse-reward game, truncated flags, masks that allow everything): that value once.
 
 Decoding gives the same dict a JSON body would, with numpy arrays (views into the body, no
-copy) as values, so handlers do not care which encoding arrived.
+copy; ranges and fills are made anew, at most `MAX_EXPANDED` values a message) as values, so
+handlers do not care which encoding arrived.
 """
 from __future__ import annotations
 
 import json
 import math
 import struct
-from typing import Any, Mapping
+from typing import Any, Mapping, NamedTuple
 
 import numpy as np
 
@@ -45,9 +56,14 @@ CONTENT_TYPE = "application/vnd.mistk.tensors"
 # shape of a map of dict observations {e: {key: value}}
 CONTAINERS = frozenset({"replay"})
 _LENGTH = struct.Struct("<I")
-# column form: bool arrays of more values travel as bits (flags, masks); below it the
-# header's "packed": true costs more bytes than packing saves
+# column form: bool arrays of more values travel as bits (flags, masks); below it the few
+# bytes saved are not worth packing and unpacking (a microsecond or two an array)
 PACK_FROM = 16
+COLUMNS_MAGIC = b"MTC\xff"
+# a column's dtype travels as its index here (little-endian, as numpy names them)
+DTYPES = ("|b1", "|u1", "|i1", "<u2", "<i2", "<u4", "<i4", "<u8", "<i8", "<f2", "<f4", "<f8")
+_DTYPE_CODE = {np.dtype(name): code for code, name in enumerate(DTYPES)}
+BYTES, BITS, RANGE, FILL = range(4)  # how a column's values travel (module doc)
 
 
 class StackedMap(dict):
@@ -100,40 +116,73 @@ def encode(body: Mapping[str, Any], columns: bool = False) -> bytes:
 
 
 def _encode_columns(body: Mapping[str, Any]) -> bytes:
-    arrays: dict[str, dict] = {}
+    entries: list[tuple[str, np.ndarray]] = []
     values: dict[str, Any] = {}
-    chunks: list[bytes] = []
-    offset = 0
 
     def walk(node: Mapping[str, Any], prefix: str) -> None:
-        nonlocal offset
         for key, value in node.items():
             path = f"{prefix}{key}"
             if isinstance(value, np.ndarray):
-                if value.dtype.kind not in "biuf":
-                    raise ValueError(f"{path}: an array of dtype {value.dtype}, not numbers")
-                start = _range_start(value)
-                if start is not None:
-                    arrays[path] = {"dtype": value.dtype.str, "shape": [len(value)],
-                                    "range": start}
-                    continue
-                meta = {"dtype": value.dtype.str, "shape": list(value.shape),
-                        "offset": offset}
-                if value.dtype.kind == "b" and value.size > PACK_FROM:  # a bit each
-                    raw = np.packbits(value.reshape(-1)).tobytes()
-                    meta["packed"] = True
-                else:
-                    raw = np.ascontiguousarray(value).tobytes()
-                arrays[path] = meta
-                chunks.append(raw)
-                offset += len(raw)
+                entries.append((path, value))
             elif _is_mapping(value) and _holds_arrays(value):
                 walk(value, path + ".")
             else:  # (a mapping without arrays, e.g. a config, goes whole)
                 values[path] = value
     walk(body, "")
-    header = dumps({"arrays": arrays, "values": values})  # (orjson: compact, fast)
-    return _LENGTH.pack(len(header)) + header + b"".join(chunks)
+    head = bytearray(COLUMNS_MAGIC)
+    head += _varint(len(entries))
+    chunks: list[bytes] = []
+    for path, array in entries:
+        if not 1 <= array.ndim <= MAX_DIMS:
+            raise ValueError(f"{path}: {array.ndim} axes; a column has 1-{MAX_DIMS}")
+        if array.dtype.byteorder == ">":
+            array = array.astype(array.dtype.newbyteorder("<"))
+        code = _DTYPE_CODE.get(array.dtype)
+        if code is None:
+            raise ValueError(f"{path}: an array of dtype {array.dtype}, not one of "
+                             f"{', '.join(DTYPES)}")
+        form, extra, raw = _column_form(array)
+        name = path.encode()
+        head += _varint(len(name)) + name + bytes((code, form)) + _varint(array.ndim)
+        for length in array.shape:
+            head += _varint(length)
+        head += extra
+        chunks.append(raw)
+    text = dumps(values) if values else b""  # (orjson: compact, fast)
+    head += _varint(len(text)) + text
+    return bytes(head) + b"".join(chunks)
+
+
+def _column_form(array: np.ndarray) -> tuple[int, bytes, bytes]:
+    """How `array` travels: (form, what the header adds, the bytes that follow it)."""
+    raw = np.ascontiguousarray(array).tobytes()
+    if array.size >= 2:
+        start = _range_start(array)
+        if start is not None:
+            return RANGE, _varint(2 * start if start >= 0 else -2 * start - 1), b""
+        # all values the same, bit for bit (-0.0 is not 0.0; NaN is NaN): the bytes repeat
+        # with the item's period
+        view, size = memoryview(raw), array.itemsize
+        if view[size:] == view[:-size]:
+            return FILL, raw[:size], b""
+    if array.dtype.kind == "b" and array.size > PACK_FROM:  # a bit each
+        return BITS, b"", np.packbits(array.reshape(-1)).tobytes()
+    return BYTES, b"", raw
+
+
+_ONE_BYTE = [bytes((value,)) for value in range(0x80)]
+
+
+def _varint(value: int) -> bytes:
+    """`value` >= 0 in LEB128: 7 bits a byte, low first; the high bit says more follow."""
+    if value < 0x80:
+        return _ONE_BYTE[value]
+    out = bytearray()
+    while value >= 0x80:
+        out.append(value & 0x7F | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
 
 
 def _holds_arrays(node: Mapping[str, Any]) -> bool:
@@ -165,6 +214,8 @@ def decode(data: bytes) -> dict[str, Any]:
 
 
 def _decode(data: bytes) -> dict[str, Any]:
+    if data[:len(COLUMNS_MAGIC)] == COLUMNS_MAGIC:
+        return _decode_columns(data)
     if len(data) < _LENGTH.size:
         raise ValueError(f"{len(data)} bytes, too short for the header length "
                          f"({_LENGTH.size} bytes)")
@@ -174,13 +225,7 @@ def _decode(data: bytes) -> dict[str, Any]:
         raise ValueError(f"the header length {length} runs past the body "
                          f"({len(data) - _LENGTH.size} bytes after it)")
     header = _object(_loads(bytes(data[_LENGTH.size:base])), "the header",
-                     optional=("maps", "arrays", "values"))
-    if "arrays" in header:  # columns
-        if "maps" in header:
-            raise ValueError("the header has both maps (entities) and arrays (columns)")
-        return _decode_columns(data, base, header)
-    if "maps" not in header:
-        raise ValueError("the header lacks 'maps'")
+                     required=("maps",), optional=("values",))
     body: dict[str, Any] = {}
     for path, value in _object(header.get("values", {}), "the header's values").items():
         _put(body, path, value)
@@ -209,37 +254,155 @@ def _decode(data: bytes) -> dict[str, Any]:
 
 
 MAX_COLUMN_DEPTH = 3  # reset.obs.planes
+MAX_DIMS = 8  # axes of one column
+# values that the ranges and fills of one message may stand for: they take no bytes on the
+# wire, so without a bound a few header bytes could ask for gigabytes
+MAX_EXPANDED = 1 << 24
 
 
-def _decode_columns(data: bytes, base: int, header: dict) -> dict[str, Any]:
+class Column(NamedTuple):
+    """One array of a column-form message as its header describes it."""
+
+    path: str
+    dtype: np.dtype
+    form: int  # BYTES, BITS, RANGE or FILL
+    shape: tuple[int, ...]
+    first: Any = None  # RANGE: the first value; FILL: the one value's bytes
+
+    @property
+    def wire_bytes(self) -> int:
+        """Bytes of this array after the header."""
+        count = math.prod(self.shape)
+        return {BYTES: count * self.dtype.itemsize, BITS: -(-count // 8)}.get(self.form, 0)
+
+
+def describe(data: bytes) -> tuple[list[Column], dict[str, Any]]:
+    """A column-form message's header: its arrays in order, and its other values (for tests
+    and for looking at what crossed the wire)."""
+    try:
+        columns, values, _ = _read_columns_header(data)
+    except (ValueError, KeyError, TypeError, IndexError) as exc:
+        raise InvalidRequest(f"malformed {CONTENT_TYPE} body: {exc}") from exc
+    return columns, values
+
+
+_NUMPY_DTYPES = [np.dtype(name) for name in DTYPES]
+_INT_BOUNDS = {dtype: (int(np.iinfo(dtype).min), int(np.iinfo(dtype).max))
+               for dtype in _NUMPY_DTYPES if dtype.kind in "iu"}
+
+
+def _read_columns_header(data: bytes) -> tuple[list[Column], dict[str, Any], int]:
+    """(columns, values, where the arrays' bytes start)."""
+    if data[:len(COLUMNS_MAGIC)] != COLUMNS_MAGIC:
+        raise ValueError("not a column-form message (it does not start with "
+                         f"{COLUMNS_MAGIC!r})")
+    reader = _Reader(data, len(COLUMNS_MAGIC))
+    columns: list[Column] = []
+    expanded = 0
+    for index in range(reader.varint("the number of arrays")):
+        try:
+            column = _read_column(reader)
+        except ValueError as exc:
+            raise ValueError(f"array {index}: {exc}") from None
+        if column.form >= RANGE:  # (RANGE, FILL: no bytes on the wire)
+            expanded += math.prod(column.shape)
+            if expanded > MAX_EXPANDED:
+                raise ValueError(f"ranges and fills stand for more than {MAX_EXPANDED:,} "
+                                 "values")
+        columns.append(column)
+    length = reader.varint("the values' length")
+    values = _object(_loads(reader.take(length, "the values")), "the values") if length \
+        else {}
+    return columns, values, reader.at
+
+
+def _read_column(reader: "_Reader") -> Column:
+    path = reader.take(reader.varint("a field path's length"), "a field path").decode()
+    code, form = reader.take(2, "the dtype and form")
+    if code >= len(DTYPES):
+        raise ValueError(f"{path!r}: dtype code {code} is not one of 0-{len(DTYPES) - 1}")
+    dtype = _NUMPY_DTYPES[code]
+    ndim = reader.varint("the number of axes")
+    if not 1 <= ndim <= MAX_DIMS:
+        raise ValueError(f"{path!r}: {ndim} axes, not 1-{MAX_DIMS}")
+    shape = tuple([reader.varint("the shape") for _ in range(ndim)])
+    first: Any = None
+    if form == RANGE:
+        if dtype.kind not in "iu" or ndim != 1:
+            raise ValueError(f"{path!r}: a range is an integer vector")
+        code = reader.varint("the range's first value")
+        first = code >> 1 if not code & 1 else -(code >> 1) - 1
+        low, high = _INT_BOUNDS[dtype]
+        if shape[0] and not low <= first <= first + shape[0] - 1 <= high:
+            raise ValueError(f"{path!r}: the range does not fit {dtype}")
+    elif form == FILL:
+        first = reader.take(dtype.itemsize, "the fill's value")
+    elif form == BITS:
+        if dtype.kind != "b":
+            raise ValueError(f"{path!r}: bits are for a bool array")
+    elif form != BYTES:
+        raise ValueError(f"{path!r}: form {form} is not one of 0-3")
+    return Column(path, dtype, form, shape, first)
+
+
+class _Reader:
+    """Reads a header front to back; a ValueError naming what ran past the body."""
+
+    def __init__(self, data: bytes, at: int) -> None:
+        self.data, self.at = data, at
+
+    def take(self, count: int, what: str) -> bytes:
+        end = self.at + count
+        if end > len(self.data):
+            raise ValueError(f"{what} runs past the body")
+        chunk, self.at = bytes(self.data[self.at:end]), end
+        return chunk
+
+    def varint(self, what: str) -> int:
+        at = self.at
+        if at < len(self.data) and self.data[at] < 0x80:  # (most are: one byte)
+            self.at = at + 1
+            return self.data[at]
+        value = 0
+        for shift in range(0, 70, 7):
+            if self.at >= len(self.data):
+                raise ValueError(f"{what} runs past the body")
+            byte = self.data[self.at]
+            self.at += 1
+            value |= (byte & 0x7F) << shift
+            if not byte & 0x80:
+                return value
+        raise ValueError(f"{what} is longer than 10 bytes")
+
+
+def _decode_columns(data: bytes) -> dict[str, Any]:
+    columns, values, at = _read_columns_header(data)
     body: dict[str, Any] = {}
-    for path, value in _object(header.get("values", {}), "the header's values").items():
+    for path, value in values.items():
         _put_column(body, path, value)
-    for path, meta in _object(header["arrays"], "the header's arrays").items():
-        where = f"arrays[{path!r}]"
-        if isinstance(meta, dict) and "range" in meta:
-            meta = _object(meta, where, required=("dtype", "shape", "range"), optional=())
-            dtype = np.dtype(_dtype_string(meta["dtype"], where))
-            shape = meta["shape"]
-            start = meta["range"]
-            if dtype.kind not in "iu" or type(start) is not int or type(shape) is not list \
-                    or len(shape) != 1:
-                raise ValueError(f"{where}: a range is an integer vector: dtype, [length], "
-                                 "first value")
-            length = _count(shape[0], f"{where}.shape entry")
-            array = np.arange(start, start + length, dtype=np.int64)
-            if length and (array[-1] > np.iinfo(dtype).max or start < np.iinfo(dtype).min):
-                raise ValueError(f"{where}: the range does not fit {dtype}")
-            _put_column(body, path, array.astype(dtype))
-            continue
-        _put_column(body, path, _array(data, base, meta, None, where, also=("packed",)))
+    for column in columns:
+        count = math.prod(column.shape)
+        if column.form == RANGE:
+            array = np.arange(column.first, column.first + count, dtype=column.dtype)
+        elif column.form == FILL:
+            array = np.full(column.shape, np.frombuffer(column.first, column.dtype)[0],
+                            dtype=column.dtype)
+        else:
+            size = column.wire_bytes
+            if at + size > len(data):
+                raise ValueError(f"{column.path!r}: shape {column.shape} of {column.dtype} "
+                                 "runs past the body")
+            if column.form == BITS:
+                bits = np.frombuffer(data, dtype=np.uint8, count=size, offset=at)
+                array = np.unpackbits(bits, count=count).view(bool).reshape(column.shape)
+            else:
+                array = np.frombuffer(data, dtype=column.dtype, count=count,
+                                      offset=at).reshape(column.shape)
+            at += size
+        _put_column(body, column.path, array)
+    if at != len(data):
+        raise ValueError(f"{len(data) - at} bytes after the last array")
     return body
-
-
-def _dtype_string(value: Any, where: str) -> str:
-    if type(value) is not str:
-        raise ValueError(f"{where}.dtype {value!r} is not a dtype string")
-    return value
 
 
 def _put_column(body: dict, path: str, value: Any) -> None:
@@ -299,10 +462,10 @@ def _count(value: Any, what: str) -> int:
     return value
 
 
-def _array(data: bytes, base: int, meta: dict, rows: int | None, where: str,
+def _array(data: bytes, base: int, meta: dict, rows: int, where: str,
            also: tuple[str, ...] = ("entities",)) -> np.ndarray:
-    """The stacked array `meta` describes (a view into `data`), of `rows` rows (None: a
-    column, any number; `also`: the keys `meta` may hold besides the array's)."""
+    """The stacked array `meta` describes (a view into `data`), of `rows` rows (`also`: the
+    keys `meta` may hold besides the array's)."""
     meta = _object(meta, where, required=_ARRAY_FIELDS, optional=also)
     if type(meta["dtype"]) is not str:
         raise ValueError(f"{where}.dtype {meta['dtype']!r} is not a dtype string")
@@ -315,18 +478,12 @@ def _array(data: bytes, base: int, meta: dict, rows: int | None, where: str,
     shape = tuple(_count(n, f"{where}.shape entry") for n in meta["shape"])
     start = base + _count(meta["offset"], f"{where}.offset")
     count = math.prod(shape)
-    if rows is not None and shape[0] != rows:
+    if shape[0] != rows:
         raise ValueError(f"{where}: {shape[0]} rows for {rows} entities")
-    packed = meta.get("packed", False)
-    if packed is not False and (packed is not True or dtype.kind != "b"):
-        raise ValueError(f"{where}.packed: true, for a bool array (a bit per value)")
-    size = -(-count // 8) if packed else count * dtype.itemsize
+    size = count * dtype.itemsize
     if start + size > len(data):
         raise ValueError(f"{where}: shape {shape} of {dtype} at offset {meta['offset']} runs "
                          "past the body")
-    if packed:
-        bits = np.frombuffer(data, dtype=np.uint8, count=size, offset=start)
-        return np.unpackbits(bits, count=count).view(bool).reshape(shape)
     return np.frombuffer(data, dtype=dtype, count=count, offset=start).reshape(shape)
 
 

@@ -355,49 +355,119 @@ def test_pipelined_requests_over_http_train_the_agent_as_in_process(launch, tmp_
 
 
 # ---- the wire -------------------------------------------------------------------------------
+def _forms(data: bytes) -> dict[str, int]:
+    return {column.path: column.form for column in codec.describe(data)[0]}
+
+
 @pytest.mark.parametrize("shape", [(1,), (16,), (17,), (64,), (5, 7), (0,)])
 def test_bool_columns_of_more_than_16_values_travel_as_bits(shape):
     rng = np.random.default_rng(0)
     flags = rng.random(shape) > 0.5
-    data = codec.encode({"flags": flags, "x": np.ones(2, np.float32)}, columns=True)
-    header_length = int.from_bytes(data[:4], "little")
+    flags.flat[:2] = [True, False]  # (not all the same: that is a fill)
+    x = np.array([1.5, 2.5], np.float32)
+    data = codec.encode({"flags": flags, "x": x}, columns=True)
     packed = flags.size > codec.PACK_FROM
-    assert (b'"packed":true' in data[4:4 + header_length]) == packed
-    assert len(data) - 4 - header_length == (-(-flags.size // 8) if packed else flags.size) + 8
+    assert _forms(data)["flags"] == (codec.BITS if packed else codec.BYTES)
+    assert data.endswith(x.tobytes())
+    after_header = (-(-flags.size // 8) if packed else flags.size) + x.nbytes
+    assert data[-after_header:-x.nbytes] == (np.packbits(flags).tobytes() if packed
+                                             else flags.tobytes())
     back = codec.decode(data)
     assert back["flags"].dtype == bool and back["flags"].shape == shape
     np.testing.assert_array_equal(back["flags"], flags)
 
 
-def test_columns_round_trip_the_binary_encoding_with_counting_vectors_as_ranges():
-    body = {"envs": np.arange(5), "stepIds": np.arange(100, 105), "obs": _obs(5, 0.5),
+def test_columns_round_trip_with_counting_vectors_as_ranges_and_equal_values_as_fills():
+    body = {"envs": np.arange(5), "stepIds": np.arange(100, 105),
+            "obs": np.arange(20, dtype=np.float32).reshape(5, 4),
             "rewards": np.ones(5, np.float32), "act": np.array([1, 0, 1, 1, 1], bool),
+            "zeros": np.array([0.0, -0.0]), "nan": np.full(3, np.nan, np.float32),
+            "down": np.arange(-3, -6, -1, dtype=np.int8), "big": np.arange(2**63, 2**63 + 2,
+                                                                           dtype=np.uint64),
             "reset": {"rows": np.array([3]), "obs": _obs(1, 2)}}
     data = codec.encode(body, columns=True)
-    header = data[4:4 + int.from_bytes(data[:4], "little")]
-    assert b'"range":100' in header and b'"range":0' in header
+    columns, values = codec.describe(data)
+    assert values == {}
+    forms = {c.path: c.form for c in columns}
+    assert forms == {"envs": codec.RANGE, "stepIds": codec.RANGE, "obs": codec.BYTES,
+                     "rewards": codec.FILL, "act": codec.BYTES, "zeros": codec.BYTES,
+                     "nan": codec.FILL, "down": codec.BYTES, "big": codec.RANGE,
+                     "reset.rows": codec.BYTES, "reset.obs": codec.FILL}
+    assert {c.path: c.first for c in columns if c.form == codec.RANGE} == {
+        "envs": 0, "stepIds": 100, "big": 2**63}
     back = codec.decode(data)
-    for key in ("envs", "stepIds", "obs", "rewards", "act"):
-        np.testing.assert_array_equal(back[key], body[key])
-        assert back[key].dtype == body[key].dtype
+    for key, value in body.items():
+        if key != "reset":
+            assert back[key].dtype == value.dtype and back[key].shape == value.shape
+            assert back[key].tobytes() == value.tobytes(), key  # (bit for bit: -0.0, NaN)
     np.testing.assert_array_equal(back["reset"]["obs"], body["reset"]["obs"])
+    # only the arrays sent as bytes follow the header: obs, act, zeros, down, reset.rows
+    assert sum(c.wire_bytes for c in columns) == 80 + 5 + 16 + 3 + 8
+    assert data.endswith(body["obs"].tobytes() + body["act"].tobytes()
+                         + body["zeros"].tobytes() + body["down"].tobytes()
+                         + body["reset"]["rows"].tobytes())
 
 
-@pytest.mark.parametrize("header", [
-    {"arrays": {"a": {"dtype": "<f4", "shape": [3], "range": 0}}},  # a float range
-    {"arrays": {"a.b.c.d": {"dtype": "<i8", "shape": [1], "range": 0}}},  # too deep
-    {"arrays": {}, "maps": {}},  # both forms
-    {"arrays": {"a": {"dtype": "<f4", "shape": [4], "offset": 0}}},  # past the body
-    {"arrays": {"a": {"dtype": "<f4", "shape": [1], "offset": 0, "packed": True}}},
-    {"arrays": {"a": {"dtype": "|b1", "shape": [1], "offset": 0, "packed": 1}}},
-    {"arrays": {"a": {"dtype": "|b1", "shape": [9], "offset": 0, "packed": True}}},  # 2 bytes
+def test_a_column_step_is_mostly_its_arrays():
+    """64 CartPole copies: 1,296 bytes of observations, rewards and flags as bits, and a
+    header of a few bytes per array (a JSON header took 473)."""
+    rng = np.random.default_rng(0)
+    body = {"envs": np.arange(64), "obs": rng.random((64, 4), np.float32),
+            "stepIds": np.arange(1088, 1152), "rewards": rng.random(64, np.float32),
+            "terminated": np.arange(64) % 9 == 0, "truncated": np.arange(64) % 7 == 0}
+    data = codec.encode(body, columns=True)
+    assert len(data) - (64 * 16 + 64 * 4 + 8 + 8) < 100
+
+
+def _columns_message(*arrays: bytes, values: bytes = b"", tail: bytes = b"") -> bytes:
+    return (codec.COLUMNS_MAGIC + codec._varint(len(arrays)) + b"".join(arrays)
+            + codec._varint(len(values)) + values + tail)
+
+
+def _spec(path: bytes, dtype: str, form: int, shape: tuple, extra: bytes = b"") -> bytes:
+    return (codec._varint(len(path)) + path + bytes((codec.DTYPES.index(dtype), form))
+            + codec._varint(len(shape)) + b"".join(codec._varint(n) for n in shape) + extra)
+
+
+F4, B1, I8 = "<f4", "|b1", "<i8"
+
+
+@pytest.mark.parametrize("data", [
+    codec.COLUMNS_MAGIC,  # no count
+    _columns_message(_spec(b"a", F4, codec.RANGE, (3,), b"\x00")),  # a float range
+    _columns_message(_spec(b"a", I8, codec.RANGE, (2, 2), b"\x00")),  # a range of 2 axes
+    _columns_message(_spec(b"a", "|i1", codec.RANGE, (3,), codec._varint(2 * 126))),  # past i1
+    _columns_message(_spec(b"a.b.c.d", I8, codec.RANGE, (1,), b"\x00")),  # too deep
+    _columns_message(_spec(b"a", F4, codec.BYTES, (4,))),  # past the body
+    _columns_message(_spec(b"a", F4, codec.BYTES, (1,)), tail=bytes(5)),  # a byte left over
+    _columns_message(_spec(b"a", F4, codec.BITS, (1,)), tail=bytes(1)),  # bits of floats
+    _columns_message(_spec(b"a", B1, codec.BITS, (9,)), tail=bytes(1)),  # 9 bits in 1 byte
+    _columns_message(_spec(b"a", F4, 4, (1,)), tail=bytes(4)),  # no such form
+    _columns_message(bytes((1,)) + b"a" + bytes((12, 0, 1, 1)), tail=bytes(1)),  # no dtype 12
+    _columns_message(_spec(b"a", F4, codec.BYTES, ())),  # no axes
+    _columns_message(_spec(b"a", F4, codec.FILL, (1 << 25,), bytes(4))),  # fills too much
+    _columns_message(_spec(b"a", F4, codec.FILL, (2,), bytes(2))),  # a value cut short
+    _columns_message(_spec(b"a", F4, codec.BYTES, (1,)), _spec(b"a", F4, codec.BYTES, (1,)),
+                     tail=bytes(8)),  # given twice
+    _columns_message(values=b"[1]"),  # values not an object
+    _columns_message(values=b"{"),  # not JSON
+    codec.COLUMNS_MAGIC + b"\xff" * 11,  # a varint without end
+    codec.COLUMNS_MAGIC + b"\x01\x05ab",  # a path cut short
+    codec.COLUMNS_MAGIC + b"\x01\x02\xff\xfe" + bytes((10, 0, 1, 1)) + b"\x00" + bytes(4),
 ])
-def test_malformed_columns_are_invalid_requests(header):
-    import json
-
-    raw = json.dumps(header).encode()
+def test_malformed_columns_are_invalid_requests(data):
     with pytest.raises(InvalidRequest, match="malformed"):
-        codec.decode(len(raw).to_bytes(4, "little") + raw)
+        codec.decode(data)
+
+
+def test_a_column_needs_an_axis_and_a_numeric_dtype():
+    for bad in (np.float32(1.0), np.array(1.0), np.array(["a", "b"])):
+        body = {"x": np.asarray(bad)}
+        with pytest.raises(ValueError):
+            codec.encode(body, columns=True)
+    big_endian = np.arange(3, dtype=">f4") * 1.5
+    back = codec.decode(codec.encode({"x": big_endian}, columns=True))["x"]
+    assert back.dtype == np.dtype("<f4") and back.tolist() == big_endian.tolist()
 
 
 @pytest.mark.parametrize("binary", [False, True])
