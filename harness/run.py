@@ -417,7 +417,8 @@ def _sequence(config: RunConfig, env: dict, orch: OrchestratorClient,
             agent.build_model(checkpoint or spec.model_path, timeout=call_timeout)
         with _step(f"registerAgent {spec.name}"):
             orch.register_agent(spec.name, agent_urls[spec.name], skip_train=not spec.train,
-                                seats=spec.seats)
+                                seats=spec.seats,
+                                local_inference=spec.local_inference is not None)
     progress = None
     if evaluate_only:
         with _step("evaluation"):

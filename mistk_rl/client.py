@@ -503,12 +503,17 @@ class OrchestratorClient(_ServiceClient):
             self.register_agent(name, url, skip_train=skip_train)
 
     def register_agent(self, agent_name: str, agent_url: str, skip_train: bool = False,
-                       seats: Optional[Sequence[str]] = None) -> Status:
+                       seats: Optional[Sequence[str]] = None,
+                       local_inference: bool = False) -> Status:
         """Register the agent at `agent_url`; for games, `seats` it holds (default: the
-        orchestrator binds them)."""
+        orchestrator binds them). `local_inference`: the agent will act through a policy
+        copy in the orchestrator, which checks both sides now and loads torch in the set-up
+        rather than in the first episode."""
         params = {"agentName": agent_name, "agentUrl": agent_url, "skipTrain": skip_train}
         if seats:
             params["seats"] = ",".join(seats)
+        if local_inference:
+            params["localInference"] = True
         return self._status_call("POST", "/registerAgent", params=params)
 
     def start_episode(self, config: Union[EpisodeSettings, dict, None] = None, *,

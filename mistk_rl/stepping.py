@@ -280,6 +280,13 @@ def replay_batch(replay: dict[str, dict]) -> dict[str, dict]:
     return {f: {entity: t[f] for entity, t in replay.items()} for f in fields}
 
 
+def prepare_local_inference() -> None:
+    """Load what a policy copy needs (torch, the policies) now: a process that will run
+    one calls this in its set-up, so that its first episode does not pay for it (about 1.2 s
+    on these machines)."""
+    import mistk_rl.rl.actor  # noqa: F401
+
+
 class LocalStepper:
     """Local inference (module doc)."""
 
@@ -305,7 +312,7 @@ class LocalStepper:
         # on the CPU whatever the agent's device: the weights come as CPU arrays, and the
         # env next to the copy hands over one small batch at a time
         self.policy = policy_class(copy.policy)(copy.config, obs_space, act_space, seed=seed,
-                                                device="cpu")
+                                                device="cpu", learns=False)
         self._load_weights(self.policy, copy.weights)
         self.policy.epsilon_override = epsilon
         (self.policy.eval_mode if mode == "eval" else self.policy.collect_mode).reset()

@@ -507,3 +507,15 @@ def test_observation_normalisation_refuses_a_dict_space_at_registration(tmp_path
     _refused(service, service.agentRegistered,
              {"name": "p", "observationSpace": space_to_dict(DICT_SPACE),
               "actionSpace": SPACES["actionSpace"]}, match="normalize.obs needs a Box")
+
+
+def test_local_inference_at_registration_needs_an_orchestrator_that_runs_copies(tmp_path):
+    """registerAgent's localInference is refused before the agent is asked where the
+    orchestrator runs no policy copies (games play their agents over HTTP)."""
+    from orchestrators.game_orchestrator import GameOrchestrator
+
+    service = OrchestratorService(GameOrchestrator(), tmp_path / "games")
+    service.initialize({"env": {"id": "classic/tictactoe-v3"}})
+    service.lifecycle.wait_for_state("waiting_for_agents", 10)
+    _refused(service, service.registerAgent, "p", "http://127.0.0.1:9/", False, None, True,
+             match="GameOrchestrator does not run policy copies")

@@ -174,7 +174,7 @@ def test_the_gym_orchestrator_runs_a_copy_when_asked(launch):
     orch.initialize("CartPole-v1")
     agent.initialize(hyperparameters=DQN)
     agent.build_model()
-    orch.register_agent("player", agent_service.url)
+    orch.register_agent("player", agent_service.url, local_inference=True)
     local = {"player": {"localInference": {"batchSteps": 32}}}
     orch.start_episode({"numSteps": 200, "seed": 0, "numEnvs": 2, "agents": local},
                        wait=True, timeout=120)
@@ -191,9 +191,42 @@ def test_the_gym_orchestrator_runs_a_copy_when_asked(launch):
     orch.initialize("CartPole-v1")
     random_service.client().initialize(hyperparameters={"seed": 0})
     random_service.client().build_model()
+    before, agent_before = orch.status(), random_service.client().status()
+    with pytest.raises(ServiceError, match="capability 'local'") as refused:
+        orch.register_agent("player", random_service.url, local_inference=True)
+    assert refused.value.status == 400
+    after = orch.status()
+    assert (after.state, after.resource_version) == (before.state, before.resource_version)
+    agent_after = random_service.client().status()  # (never told it was registered)
+    assert agent_after.resource_version == agent_before.resource_version
     orch.register_agent("player", random_service.url)
     with pytest.raises(ServiceError, match="capability 'local'"):
         orch.start_episode({"numSteps": 10, "agents": local})
+
+
+@pytest.mark.parametrize("policy_cls, config", [
+    ("mistk_rl.rl.policies.dqn:DQNPolicy", {"model": {"hidden_sizes": [32]}}),
+    ("mistk_rl.rl.policies.ppo:PPOPolicy", {})])
+def test_a_policy_built_to_act_only_acts_as_one_that_learns(policy_cls, config):
+    """A copy is built with learns=False: no optimiser (whose first construction imports
+    torch._dynamo) and no target network; seeded alike, it acts as the learning policy."""
+    import importlib
+
+    module, _, name = policy_cls.partition(":")
+    cls = getattr(importlib.import_module(module), name)
+    env = gym.make("CartPole-v1")
+    learning = cls(config, env.observation_space, env.action_space, seed=3)
+    acting = cls(config, env.observation_space, env.action_space, seed=3, learns=False)
+    assert hasattr(learning, "optimizer") and not hasattr(acting, "optimizer")
+    assert not hasattr(acting, "target")
+    with pytest.raises(RuntimeError, match="learns=False"):
+        acting.learn_mode
+    obs = torch.as_tensor(np.random.default_rng(0).normal(size=(32, 4)), dtype=torch.float32)
+    for step in (0, 5000, 20000):  # exploring, then mostly greedy
+        with torch.no_grad():
+            ours = acting.collect_mode.forward(obs, None, step)["action"]
+            theirs = learning.collect_mode.forward(obs, None, step)["action"]
+        assert torch.equal(ours, theirs)
 
 
 def test_spaces_of_the_copy_are_the_agents(tmp_path):

@@ -37,6 +37,7 @@ from mistk_rl.agent import take_rows
 from mistk_rl.service.steps import StepStore, entity_acting, entity_transitions
 from mistk_rl.spaces import (ValueCheck, mask_check, observation_dtypes, space_from_request,
                              value_check)
+from mistk_rl.stepping import prepare_local_inference
 
 log = logging.getLogger(__name__)
 Response = tuple[dict[str, Any], int, dict[str, str]]
@@ -665,10 +666,14 @@ class OrchestratorService(_Service):
         return self.lifecycle.run("initialize", hook), 202, JSON
 
     def registerAgent(self, agent_name: str, agent_url: str,  # noqa: N802
-                      skip_train: bool = False, seats: Optional[str] = None) -> Response:
+                      skip_train: bool = False, seats: Optional[str] = None,
+                      local_inference: bool = False) -> Response:
         self._check_agent_url(agent_url)
         if agent_name in self.orchestrator.agents:
             raise InvalidRequest(f"an agent named {agent_name!r} is registered already")
+        if local_inference and not self.orchestrator.local_inference:
+            raise InvalidRequest(f"localInference: {type(self.orchestrator).__name__} does "
+                                 "not run policy copies")
         # the agent is asked before the trigger fires, so a refusal changes nothing here
         # (not even resourceVersion); `run` checks the state again, atomically
         self.lifecycle.check("register_agent")
@@ -676,14 +681,18 @@ class OrchestratorService(_Service):
             agent_name, tuple(seats.split(",")) if seats else (), skip_train)
         client = AgentClient(agent_url, token=self.agent_token, timeout=self.agent_timeout)
         try:
-            capabilities = self._handshake(client, agent_name, agent_url, skip_train, held)
+            capabilities = self._handshake(client, agent_name, agent_url, skip_train, held,
+                                           local_inference)
         except BaseException:
             client.close()
             raise
 
         def hook() -> None:
             self.orchestrator.agents[agent_name] = RegisteredAgent(
-                agent_name, agent_url, skip_train, client, capabilities, held)
+                agent_name, agent_url, skip_train, client, capabilities, held,
+                local_inference)
+            if local_inference:
+                prepare_local_inference()
             self.orchestrator.do_register_agent(agent_name, agent_url, skip_train)
 
         def facts() -> dict[str, bool]:
@@ -783,7 +792,7 @@ class OrchestratorService(_Service):
         return errors
 
     def _handshake(self, client: AgentClient, name: str, url: str, skip_train: bool,
-                   seats: tuple[str, ...]) -> frozenset[str]:
+                   seats: tuple[str, ...], local_inference: bool = False) -> frozenset[str]:
         """Tell the agent it is registered; returns its capabilities. Whatever answers at
         `url` is remote content: only status codes and our own words go back to the caller
         (echoing a body would let a caller read any loopback server through us)."""
@@ -797,6 +806,9 @@ class OrchestratorService(_Service):
                                  f"({_what_answered(exc)})") from exc
         if version.role != "agent":
             raise InvalidRequest(f"{where} is a mistk-rl {version.role}, not an agent")
+        if local_inference and "local" not in version.capabilities:
+            raise InvalidRequest(f"localInference: {where} offers no policy copy (it does "
+                                 "not list the capability 'local')")
         config = {"name": name, "train": not skip_train,
                   **self.orchestrator.agent_config(name, seats)}
         try:

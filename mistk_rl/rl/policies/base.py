@@ -45,7 +45,11 @@ class Policy(ABC):
     building the model on the CPU (so its initial weights do not depend on the device);
     None: torch's default device (the CPU, or the meta device inside `with
     torch.device("meta")`, where the agent checks a model's size). The `_forward_*` methods
-    take tensors already there: the actor and the learner move them (`mistk_rl.rl.device`)."""
+    take tensors already there: the actor and the learner move them (`mistk_rl.rl.device`).
+
+    `learns=False`: a copy that only acts (local inference) gets no optimiser and no target
+    network. Building the first optimiser in a process imports torch._dynamo, about 1.4 s
+    on these machines, which a copy made inside a timed run would pay for nothing."""
 
     # what turns the transitions of an agent's stream into this policy's learn steps
     trainer_cls: ClassVar[type[Trainer]]
@@ -62,7 +66,7 @@ class Policy(ABC):
 
     def __init__(self, config: Optional[dict], observation_space: spaces.Space,
                  action_space: spaces.Space, *, seed: Optional[int] = None,
-                 device: torch.device | str | None = None) -> None:
+                 device: torch.device | str | None = None, learns: bool = True) -> None:
         if not isinstance(action_space, self.action_spaces):
             kinds = " or ".join(kind.__name__ for kind in self.action_spaces)
             raise ValueError(f"{type(self).__name__} needs a {kinds} action space, "
@@ -71,13 +75,15 @@ class Policy(ABC):
         self.observation_space, self.action_space = observation_space, action_space
         self.device = torch.get_default_device() if device is None else torch.device(device)
         self.rng = np.random.default_rng(seed)
+        self.learns = learns
         if seed is not None:
             torch.manual_seed(seed)
         self._init()
 
     @abstractmethod
     def _init(self) -> None:
-        """Build the model, wrappers and optimiser from `self.config`, on `self.device`."""
+        """Build the model and wrappers from `self.config`, on `self.device`, and where
+        `self.learns`, the optimiser (and a target network)."""
 
     def transition_extras(self) -> dict[str, tuple[int, ...]]:
         """What a transition needs of the model's output when it acted (name -> shape of
@@ -98,6 +104,9 @@ class Policy(ABC):
     # ---- the modes --------------------------------------------------------------------
     @property
     def learn_mode(self) -> LearnMode:
+        if not self.learns:
+            raise RuntimeError(f"this {type(self).__name__} only acts (built with "
+                               "learns=False): it has no optimiser to learn with")
         return LearnMode(self._forward_learn, self._state_dict, self._load_state_dict,
                          self._plan_update, self._update_step, self.device)
 

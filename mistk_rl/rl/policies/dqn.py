@@ -54,10 +54,11 @@ class DQNPolicy(Policy):
                               hidden_sizes=tuple(model["hidden_sizes"]),
                               dueling=model["dueling"], activation=model["activation"],
                               encoder=model["encoder"]).to(self.device)
-        target = cfg["learn"]["target"]
-        self.target = TargetNetwork(self.model, update=target["update"], every=target["every"],
-                                    tau=target["tau"])
-        self.optimizer = adam(self.model.parameters(), lr=cfg["learn"]["lr"])
+        if self.learns:
+            target = cfg["learn"]["target"]
+            self.target = TargetNetwork(self.model, update=target["update"],
+                                        every=target["every"], tau=target["tau"])
+            self.optimizer = adam(self.model.parameters(), lr=cfg["learn"]["lr"])
         self.collect_model = EpsGreedySample(self.model, rng=self.rng,
                                              action_n=int(self.action_space.n))
         self.eval_model = ArgmaxSample(self.model)

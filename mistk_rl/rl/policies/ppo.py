@@ -88,7 +88,8 @@ class PPOPolicy(Policy):
         else:
             self.action_n = int(self.action_space.n)
         self.model = self._build_model(cfg["model"]).to(self.device)
-        self.optimizer = adam(self.model.parameters(), lr=cfg["learn"]["lr"], eps=1e-5)
+        if self.learns:
+            self.optimizer = adam(self.model.parameters(), lr=cfg["learn"]["lr"], eps=1e-5)
         # the policy's own generators: seeded runs never depend on torch's global RNG
         self.torch_rng = torch.Generator().manual_seed(int(self.rng.integers(2**31)))
         sampling = torch.Generator().manual_seed(int(self.rng.integers(2**31)))
