@@ -224,8 +224,11 @@ def _decode(data: bytes) -> dict[str, Any]:
     if base > len(data):
         raise ValueError(f"the header length {length} runs past the body "
                          f"({len(data) - _LENGTH.size} bytes after it)")
-    header = _object(_loads(bytes(data[_LENGTH.size:base])), "the header",
-                     required=("maps",), optional=("values",))
+    header = _loads(bytes(data[_LENGTH.size:base]))
+    if type(header) is dict and "arrays" in header:
+        raise ValueError("a JSON header of 'arrays' is the column form before 2026-11-27; "
+                         f"column messages now start with {COLUMNS_MAGIC!r} (mistk_rl.codec)")
+    header = _object(header, "the header", required=("maps",), optional=("values",))
     body: dict[str, Any] = {}
     for path, value in _object(header.get("values", {}), "the header's values").items():
         _put(body, path, value)

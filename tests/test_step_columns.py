@@ -460,6 +460,15 @@ def test_malformed_columns_are_invalid_requests(data):
         codec.decode(data)
 
 
+def test_the_earlier_json_header_of_columns_is_refused_naming_the_new_form():
+    import json
+
+    header = json.dumps({"arrays": {"x": {"dtype": "<f4", "shape": [1], "offset": 0}},
+                         "values": {}}).encode()
+    with pytest.raises(InvalidRequest, match="column form before 2026-11-27"):
+        codec.decode(len(header).to_bytes(4, "little") + header + bytes(4))
+
+
 def test_a_column_needs_an_axis_and_a_numeric_dtype():
     for bad in (np.float32(1.0), np.array(1.0), np.array(["a", "b"])):
         body = {"x": np.asarray(bad)}
