@@ -16,8 +16,8 @@ array per key, each with its own dtype (uint8 planes stay uint8 next to float ve
 Columns (`stepColumns`: one array per field, rows = env copies) are encoded with
 ``encode(body, columns=True)``: every numpy array in the body, at any depth (``obs``,
 ``obs.planes`` for a Dict space's key, ``reset.rows``), is one array of the message, and the
-header is binary, as small as the arrays of a step are (64 CartPole copies: 1,296 bytes of
-arrays, where a JSON header took 473 more):
+header is binary, a few bytes per array (a step of 64 CartPole copies: 115 bytes, where a
+JSON header took 473):
 
     b"MTC\xff"          (read as an entity-form header length, about 4 GiB: no body is)
     varint: the number of arrays, then for each:
