@@ -260,3 +260,34 @@ def test_a_copy_sends_each_env_copys_steps_in_time_order(tmp_path):
                       0: Outcome(o(0.5), 1.0, True, False)})
     assert sent == [([1, 0, 1], [0.2, 0.1, 0.3])]  # A's rows, then B's
     assert service.agent.learner.env_steps == 3
+
+
+def test_a_run_config_with_a_copy_registers_it_so_and_trains_through_it(tmp_path,
+                                                                        monkeypatch):
+    """The harness registers an agent whose entry has local_inference with
+    localInference=true: a run trains and evaluates through the copy, and an agent that
+    offers no copy stops the run at registration, before any episode, naming why."""
+    from harness.config import RunConfig
+    from harness.run import run
+    from tests.conftest import REPO
+
+    monkeypatch.chdir(REPO)
+
+    def config(target: str, hyperparameters: dict) -> RunConfig:
+        return RunConfig.model_validate({
+            "name": "local_smoke",
+            "orchestrator": {"target": GYM_ORCHESTRATOR, "env": {"id": "CartPole-v1"}},
+            "agents": [{"name": "player", "target": target,
+                        "hyperparameters": hyperparameters,
+                        "local_inference": {"batch_steps": 32}}],
+            "training": {"env_steps": 400, "eval_every": 200, "eval_episodes": 2,
+                         "num_envs": 2}})
+
+    results = run(config("agents.dqn_agent:DQNAgent", DQN), tmp_path / "dqn",
+                  say=lambda _: None)
+    assert [e["env_steps"] for e in results["evals"]] == [200, 400]
+    said: list[str] = []
+    with pytest.raises(Exception, match=r"localInference: agent 'player' .* offers no policy "
+                                        r"copy \(it does not list the capability 'local'\)"):
+        run(config(RANDOM_AGENT, {"seed": 0}), tmp_path / "random", say=said.append)
+    assert not any("eval at" in line for line in said)
