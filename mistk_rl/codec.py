@@ -35,7 +35,7 @@ FILL, an array whose values are all the same, bit for bit (a step's rewards in C
 in a sparse-reward game, truncated flags, masks that allow everything): that value once.
 
 Decoding gives the same dict a JSON body would, with numpy arrays (views into the body, no
-copy; ranges and fills are made anew, at most `MAX_EXPANDED` values a message) as values, so
+copy; ranges and fills are made anew, at most `MAX_EXPANDED_BYTES` a message) as values, so
 handlers do not care which encoding arrived.
 """
 from __future__ import annotations
@@ -258,9 +258,10 @@ def _decode(data: bytes) -> dict[str, Any]:
 
 MAX_COLUMN_DEPTH = 3  # reset.obs.planes
 MAX_DIMS = 8  # axes of one column
-# values that the ranges and fills of one message may stand for: they take no bytes on the
-# wire, so without a bound a few header bytes could ask for gigabytes
-MAX_EXPANDED = 1 << 24
+# bytes that the ranges and fills of one message may stand for (a body's default limit):
+# they take no bytes on the wire, so without a bound a few header bytes could ask for
+# gigabytes
+MAX_EXPANDED_BYTES = 16 * 1024 * 1024
 
 
 class Column(NamedTuple):
@@ -276,7 +277,9 @@ class Column(NamedTuple):
     def wire_bytes(self) -> int:
         """Bytes of this array after the header."""
         count = math.prod(self.shape)
-        return {BYTES: count * self.dtype.itemsize, BITS: -(-count // 8)}.get(self.form, 0)
+        if self.form == BYTES:
+            return count * self.dtype.itemsize
+        return -(-count // 8) if self.form == BITS else 0
 
 
 def describe(data: bytes) -> tuple[list[Column], dict[str, Any]]:
@@ -308,10 +311,10 @@ def _read_columns_header(data: bytes) -> tuple[list[Column], dict[str, Any], int
         except ValueError as exc:
             raise ValueError(f"array {index}: {exc}") from None
         if column.form >= RANGE:  # (RANGE, FILL: no bytes on the wire)
-            expanded += math.prod(column.shape)
-            if expanded > MAX_EXPANDED:
-                raise ValueError(f"ranges and fills stand for more than {MAX_EXPANDED:,} "
-                                 "values")
+            expanded += math.prod(column.shape) * column.dtype.itemsize
+            if expanded > MAX_EXPANDED_BYTES:
+                raise ValueError("ranges and fills stand for more than "
+                                 f"{MAX_EXPANDED_BYTES:,} bytes")
         columns.append(column)
     length = reader.varint("the values' length")
     values = _object(_loads(reader.take(length, "the values")), "the values") if length \
@@ -333,8 +336,8 @@ def _read_column(reader: "_Reader") -> Column:
     if form == RANGE:
         if dtype.kind not in "iu" or ndim != 1:
             raise ValueError(f"{path!r}: a range is an integer vector")
-        code = reader.varint("the range's first value")
-        first = code >> 1 if not code & 1 else -(code >> 1) - 1
+        zigzag = reader.varint("the range's first value")
+        first = zigzag >> 1 if not zigzag & 1 else -(zigzag >> 1) - 1
         low, high = _INT_BOUNDS[dtype]
         if shape[0] and not low <= first <= first + shape[0] - 1 <= high:
             raise ValueError(f"{path!r}: the range does not fit {dtype}")

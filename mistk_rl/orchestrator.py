@@ -24,9 +24,6 @@ class RegisteredAgent:
     client: AgentClient
     capabilities: frozenset[str] = frozenset()  # from the agent's apiVersion, e.g. "step"
     seats: tuple[str, ...] = ()  # games: the seats it holds (GameOrchestrator)
-    # registered saying it will act here through a policy copy (registerAgent's
-    # localInference): the orchestrator prepares for it in the set-up
-    local_inference: bool = False
 
 
 class AbstractOrchestrator(ServiceImplementation, ABC):

@@ -689,8 +689,7 @@ class OrchestratorService(_Service):
 
         def hook() -> None:
             self.orchestrator.agents[agent_name] = RegisteredAgent(
-                agent_name, agent_url, skip_train, client, capabilities, held,
-                local_inference)
+                agent_name, agent_url, skip_train, client, capabilities, held)
             if local_inference:
                 prepare_local_inference()
             self.orchestrator.do_register_agent(agent_name, agent_url, skip_train)
