@@ -20,7 +20,8 @@ def test_bench_transport_and_envs_write_records(tmp_path):
         assert proc.returncode == 0, proc.stderr
         records = json.loads(out.read_text())["records"]
         modes = {r["mode"] for r in records}
-        expected = ({"inprocess", "http", "http-binary", "http-pipelined", "http-entity",
+        expected = ({"inprocess", "http", "http-binary", "http-binary-varied",
+                     "http-pipelined", "http-entity",
                      "dqn-inprocess",
                      "dqn-http", "dqn-local"} if what == "transport"
                     else

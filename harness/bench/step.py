@@ -7,7 +7,10 @@ outcomes -> env manager step, through `mistk_rl.stepping`) with the agent called
 as JSON and binary, and the entity-keyed step), at each env count, in one run.
 Over HTTP it also counts the bytes on the wire per env step (requests and answers, heads
 included) against the raw bytes of what an env step must carry: the observation, a float32
-reward and the two flags (`RAW_STEP_BYTES`).
+reward and the two flags (`RAW_STEP_BYTES`). CartPole's reward is always 1, which the binary
+encoding sends once per request (a fill); `http-binary-varied` is the same binary step on a
+CartPole whose rewards differ from step to step (`VariedRewardCartPole-v0`), the bytes a
+dense, varying reward costs.
 
 envs: env steps per second of each env manager and of gymnasium's SyncVectorEnv and
 AsyncVectorEnv at the same env counts, with constant actions, on CartPole-v1 and on a
@@ -45,8 +48,29 @@ class SlowCartPole(gym.Wrapper):
         return self.env.step(action)
 
 
+class VariedRewardCartPole(gym.Wrapper):
+    """CartPole whose reward varies from step to step (1 plus seeded noise), so that no
+    request's rewards are all the same: what the wire carries for a dense reward."""
+
+    def __init__(self) -> None:
+        super().__init__(gym.make("CartPole-v1"))
+        self.noise = np.random.default_rng()
+
+    def reset(self, *, seed=None, options=None):
+        if seed is not None:  # (each env copy its own noise: copies get seed, seed + 1, ...)
+            self.noise = np.random.default_rng(seed)
+        return self.env.reset(seed=seed, options=options)
+
+    def step(self, action):
+        obs, reward, terminated, truncated, info = self.env.step(action)
+        return obs, reward + float(self.noise.normal(0, 0.1)), terminated, truncated, info
+
+
 if "SlowCartPole-v0" not in gym.registry:
     gym.register("SlowCartPole-v0", entry_point=SlowCartPole)
+if "VariedRewardCartPole-v0" not in gym.registry:
+    gym.register("VariedRewardCartPole-v0", entry_point=VariedRewardCartPole)
+VARIED_ENV = "harness.bench.step:VariedRewardCartPole-v0"
 
 
 # CartPole-v1's observation (4 float32), a float32 reward, terminated and truncated (1 byte
@@ -70,14 +94,15 @@ def _drive(stepper: Stepper, manager: EnvManager, steps: int) -> tuple[int, floa
 
 
 def measure_steps(agent: AgentClient, capabilities: frozenset, n: int,
-                  steps: int, depth: int = 1) -> tuple[int, float, int]:
+                  steps: int, depth: int = 1,
+                  env_id: str = "CartPole-v1") -> tuple[int, float, int]:
     """One episode of `n` CartPole copies driven through `agent` (`depth` requests in
     flight) for at least `steps` env steps (and `n` x 20), after a warm-up; (env steps,
     seconds, bytes on the wire) of the measured part."""
     def wire() -> int:
         return agent.transport.bytes_sent + agent.transport.bytes_received
 
-    with MANAGERS["base"](make_env_fns("CartPole-v1", None, n)) as manager:
+    with MANAGERS["base"](make_env_fns(env_id, None, n)) as manager:
         manager.launch(seed=0)
         agent.episode_started(to_jsonable({f"e{i}": o for i, o in manager.ready_obs.items()}))
         _drive(stepper_for(agent, capabilities, "bench", n, depth=depth), manager,
@@ -150,11 +175,13 @@ def start_random_agent(tmp: Path, name: str = "bench"):
     return service, client
 
 
-# how each mode reaches the agent: in process, over HTTP with stepColumns as JSON and binary,
-# pipelined (two requests in flight for two halves of the copies, pipelineDepth 2, encoded
-# as the gym orchestrator would: `binary_for`), and the entity-keyed step (also encoded as
-# the orchestrator would)
-TRANSPORT_MODES = ("inprocess", "http", "http-binary", "http-pipelined", "http-entity")
+# how each mode reaches the agent: in process, over HTTP with stepColumns as JSON and binary
+# (and binary on a CartPole whose rewards vary: `VariedRewardCartPole`), pipelined (two
+# requests in flight for two halves of the copies, pipelineDepth 2, encoded as the gym
+# orchestrator would: `binary_for`), and the entity-keyed step (also encoded as the
+# orchestrator would)
+TRANSPORT_MODES = ("inprocess", "http", "http-binary", "http-binary-varied", "http-pipelined",
+                   "http-entity")
 
 
 def bench_transport(env_counts: list[int], steps: int) -> list[dict]:
@@ -184,13 +211,15 @@ def bench_transport(env_counts: list[int], steps: int) -> list[dict]:
                     capabilities = frozenset({"step"} if mode == "http-entity"
                                              else {"columns"})
                     depth = 2 if mode == "http-pipelined" else 1
-                    client.binary = mode == "http-binary" or (
+                    client.binary = mode.startswith("http-binary") or (
                         mode in ("http-entity", "http-pipelined")
                         and binary_for(capabilities | {"tensors"}, space, n, depth))
-                    taken, seconds, wire = measure_steps(agent, capabilities, n, steps, depth)
+                    env_id = VARIED_ENV if mode == "http-binary-varied" else "CartPole-v1"
+                    taken, seconds, wire = measure_steps(agent, capabilities, n, steps, depth,
+                                                         env_id)
                     record = {"bench": "transport", "mode": mode, "envs": n,
                               "steps_per_s": round(taken / seconds, 1)}
-                    line = (f"  transport {mode:11s} envs {n:4d}: "
+                    line = (f"  transport {mode:18s} envs {n:4d}: "
                             f"{taken / seconds:10.1f} env steps/s")
                     if mode != "inprocess":  # over HTTP: what crossed the wire
                         per_step = wire / taken
@@ -255,7 +284,7 @@ def bench_local(env_counts: list[int], steps: int, batch_steps: int = 64) -> lis
                         agent.episode_stopped()
                     records.append({"bench": "transport", "mode": mode, "envs": n,
                                     "steps_per_s": round(taken / seconds, 1)})
-                    print(f"  transport {mode:13s} envs {n:4d}: "
+                    print(f"  transport {mode:18s} envs {n:4d}: "
                           f"{taken / seconds:10.1f} env steps/s")
             client.close()
         finally:
