@@ -40,10 +40,11 @@ handlers do not care which encoding arrived.
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import struct
-from typing import Any, Mapping, NamedTuple
+from typing import Any, Iterator, Mapping, NamedTuple
 
 import numpy as np
 
@@ -155,11 +156,11 @@ def _encode_columns(body: Mapping[str, Any]) -> bytes:
 
 def _column_form(array: np.ndarray) -> tuple[int, bytes, bytes]:
     """How `array` travels: (form, what the header adds, the bytes that follow it)."""
+    start = _range_start(array)
+    if start is not None:
+        return RANGE, _varint(2 * start if start >= 0 else -2 * start - 1), b""
     raw = np.ascontiguousarray(array).tobytes()
     if array.size >= 2:
-        start = _range_start(array)
-        if start is not None:
-            return RANGE, _varint(2 * start if start >= 0 else -2 * start - 1), b""
         # all values the same, bit for bit (-0.0 is not 0.0; NaN is NaN): the bytes repeat
         # with the item's period
         view, size = memoryview(raw), array.itemsize
@@ -206,10 +207,17 @@ def decode(data: bytes) -> dict[str, Any]:
     Anything that is not such a message (a header length past the body, a header that is not
     the JSON object above, maps or array specs of the wrong kinds, arrays that do not fit
     the body) raises InvalidRequest saying the encoding is malformed."""
-    try:
+    with _malformed():
         return _decode(data)
+
+
+@contextlib.contextmanager
+def _malformed() -> Iterator[None]:
+    """What a bad message raises while it is read, as the InvalidRequest (a 400) naming it
+    (ValueError covers bad JSON and UTF-8; RecursionError a header nested too deep)."""
+    try:
+        yield
     except (ValueError, KeyError, TypeError, struct.error, RecursionError) as exc:
-        # (ValueError covers bad JSON and UTF-8; RecursionError a header nested too deep)
         raise InvalidRequest(f"malformed {CONTENT_TYPE} body: {exc}") from exc
 
 
@@ -285,10 +293,8 @@ class Column(NamedTuple):
 def describe(data: bytes) -> tuple[list[Column], dict[str, Any]]:
     """A column-form message's header: its arrays in order, and its other values (for tests
     and for looking at what crossed the wire)."""
-    try:
+    with _malformed():
         columns, values, _ = _read_columns_header(data)
-    except (ValueError, KeyError, TypeError, IndexError) as exc:
-        raise InvalidRequest(f"malformed {CONTENT_TYPE} body: {exc}") from exc
     return columns, values
 
 
