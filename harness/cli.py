@@ -154,10 +154,13 @@ def build_parser() -> argparse.ArgumentParser:
                                         "thinker-planner", "thinker-ppo", "thinker-model",
                                         "thinker-agent",
                                         "cluster", "cluster-loss"],
-                       help="getaction: round-trip time of getAction to a local agent; "
+                       help="getaction: round-trip time of getAction to a local agent, and "
+                            "the machine's floor under it (a bare echo, the server stack "
+                            "answering a constant); "
                             "longpolls: reset/terminate latency with 64 status long-polls "
                             "waiting; "
-                            "transport: env steps/s in-process vs over HTTP; "
+                            "transport: env steps/s in-process vs over HTTP (and at 1 env the "
+                            "ratio the floor allows); "
                             "cluster: on a local Ray cluster (needs mistk-rl[ray]), the "
                             "tic-tac-toe league's main-player moves/s without Ray and with "
                             "its workers on 1 and 2 nodes (--n moves, default 10000), and "

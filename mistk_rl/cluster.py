@@ -6,7 +6,7 @@ the node Ray picked, starts the service exactly as on one machine (`mistk_rl.lau
 `mistk-rl serve` on a free port, bound to the node's address, its data dir on that node).
 Callers get its URL and talk to it over plain HTTP as always: Ray places services, it is not
 on the step path. The actor is the service's parent: when the actor dies (its node is lost,
-`ray.kill`), the service gets SIGTERM (`launch._end_with_parent`).
+`ray.kill`), the service gets SIGTERM (`launch.end_with_parent`).
 
 Ray is an extra (``pip install 'mistk-rl[ray]'``) and is imported only by `Cluster`, so
 nothing on one machine imports it.

@@ -109,13 +109,13 @@ def spawn_service(role: str, target: str, *, data_dir: Path, log_path: Path,
     with open(log_path, "ab") as log:
         process = subprocess.Popen(cmd, pass_fds=(fd,), stdout=log, stderr=subprocess.STDOUT,
                                    stdin=subprocess.DEVNULL, env=child_env,
-                                   start_new_session=True, preexec_fn=_end_with_parent)
+                                   start_new_session=True, preexec_fn=end_with_parent)
     listener.close()
     return ServiceProcess(role, target, f"http://{host}:{port}", process, log_path,
                           Path(data_dir))
 
 
-def _end_with_parent() -> None:
+def end_with_parent() -> None:
     """In the child before exec: SIGTERM it when the process that started it dies, even by
     SIGKILL (which runs no clean-up), so a killed harness leaves no service behind."""
     if sys.platform.startswith("linux"):

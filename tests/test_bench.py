@@ -3,8 +3,10 @@ the figures themselves are measured with `mistk-rl bench`, never asserted)."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -181,3 +183,54 @@ def test_bench_parity_runs_both_sides(tmp_path):
     again = subprocess.run([sys.executable, "-m", "harness", "bench", "parity", "--from",
                             str(out)], cwd=REPO, capture_output=True, text=True, timeout=60)
     assert again.returncode == 0 and again.stdout.strip() == proc.stdout.split("\n\n")[-1].strip()
+
+
+def _floor_servers() -> list[str]:
+    """Command lines of live processes serving `harness.bench.floor` (only its bench starts
+    them)."""
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            continue
+        if "harness.bench.floor" in cmdline and state != "Z":
+            found.append(cmdline)
+    return found
+
+
+def test_bench_getaction_reports_the_machines_floor_beside_it(tmp_path):
+    out = tmp_path / "getaction.json"
+    proc = subprocess.run([sys.executable, "-m", "harness", "bench", "getaction", "--n", "50",
+                           "--json", str(out)], cwd=REPO, capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    records = json.loads(out.read_text())["records"]
+    assert [(r["bench"], r.get("kind")) for r in records] == [
+        ("getaction", None), ("floor", "echo"), ("floor", "asgi")]
+    for record in records:
+        assert record["calls"] == 50
+        assert 0 < record["p10_ms"] <= record["median_ms"] <= record["p90_ms"]
+    assert "kind=asgi" in proc.stdout
+    assert _floor_servers() == []
+
+
+def test_floor_servers_answer_as_the_services_would_and_are_stopped():
+    """The asgi floor's caller checks every answer (status and body), so a floor server
+    that answered anything else would fail here instead of timing an error."""
+    from harness.bench.floor import measure_floor
+
+    records = measure_floor(calls=20, warmup=2)
+    assert [r["kind"] for r in records] == ["echo", "asgi"]
+    assert all(r["median_ms"] > 0 for r in records)
+    assert _floor_servers() == []
+
+
+def test_a_floor_server_answering_otherwise_fails_the_bench_naming_it(monkeypatch):
+    from harness.bench import floor
+
+    monkeypatch.setattr(floor, "ANSWER_BODY", b'{"player": 1}')  # the child still sends 0
+    with pytest.raises(RuntimeError, match="asgi floor server did not answer as it should"):
+        floor._measure("asgi", calls=5, warmup=1)
+    assert _floor_servers() == []

@@ -3,7 +3,9 @@
 faults: `faults`; games: `games`; thinker-*: `thinker`.)
 
 getaction: the round-trip time of getAction against a local RandomAgent service (gunicorn on
-loopback, one kept-alive connection, a CartPole-sized observation), after a warm-up.
+loopback, one kept-alive connection, a CartPole-sized observation), after a warm-up; then,
+in the same sitting, the machine's floor under it (`floor`: a bare echo and the services'
+server stack answering a constant).
 """
 from __future__ import annotations
 
@@ -150,6 +152,8 @@ def run_bench(what: str, n: Optional[int] = None, json_out: Optional[Path] = Non
         records = bench(counts, steps)
         if what == "transport":  # and a learning agent acting remotely or through a copy
             records += bench_local(counts, steps)
+            if 1 in counts:  # what this machine allows one copy
+                records += _one_copy_ceiling(records)
         if json_out is not None:
             _write(json_out, records)
         return 0
@@ -202,8 +206,15 @@ def run_bench(what: str, n: Optional[int] = None, json_out: Optional[Path] = Non
             _write(json_out, records)
         return 0
     if what == "getaction":
-        record = bench_getaction(n=n or 2000)
-    elif what == "longpolls":
+        from harness.bench.floor import measure_floor
+
+        records = [bench_getaction(n=n or 2000), *measure_floor(n or 2000)]
+        for record in records:
+            print("  ".join(f"{k}={v}" for k, v in record.items()))
+        if json_out is not None:
+            _write(json_out, records)
+        return 0
+    if what == "longpolls":
         record = bench_long_polls()
     else:
         record = bench_sb3(what.split("-")[1], seed, eval_every, config)
@@ -211,6 +222,24 @@ def run_bench(what: str, n: Optional[int] = None, json_out: Optional[Path] = Non
     if json_out is not None:
         _write(json_out, [record])
     return 0
+
+
+def _one_copy_ceiling(records: list[dict]) -> list[dict]:
+    """At one copy a served step is the in-process step plus a round trip, so the served /
+    in-process ratio cannot pass in / (in + the floor's round trip) on this machine."""
+    from harness.bench.floor import measure_floor
+
+    floor = measure_floor()
+    asgi = next(r for r in floor if r["kind"] == "asgi")
+    inprocess = next(r for r in records if r.get("mode") == "inprocess" and r["envs"] == 1)
+    step_ms = 1e3 / inprocess["steps_per_s"]
+    ceiling = step_ms / (step_ms + asgi["median_ms"])
+    print(f"  transport ceiling at 1 env: served / in-process <= {ceiling:.2f} here "
+          f"(an in-process step {step_ms * 1e3:.0f} us + the bare stack's round trip "
+          f"{asgi['median_ms'] * 1e3:.0f} us; a bare echo "
+          f"{floor[0]['median_ms'] * 1e3:.0f} us)")
+    return [*floor, {"bench": "transport", "mode": "ceiling", "envs": 1,
+                     "served_to_inprocess_max": round(ceiling, 3)}]
 
 
 def _write(path: Path, records: list[dict], **extra: list[dict]) -> None:
