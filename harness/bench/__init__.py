@@ -149,11 +149,16 @@ def run_bench(what: str, n: Optional[int] = None, json_out: Optional[Path] = Non
                             local_inference)
     if what in ("transport", "envs"):
         bench = bench_transport if what == "transport" else bench_envs
+        floor = []
+        if what == "transport" and 1 in counts:  # beside the one-copy rows, which come first
+            from harness.bench.floor import measure_floor
+
+            floor = measure_floor()
         records = bench(counts, steps)
         if what == "transport":  # and a learning agent acting remotely or through a copy
             records += bench_local(counts, steps)
-            if 1 in counts:  # what this machine allows one copy
-                records += _one_copy_ceiling(records)
+            if floor:  # the ratio this machine allows one copy
+                records += _one_copy_ceiling(records, floor)
         if json_out is not None:
             _write(json_out, records)
         return 0
@@ -224,12 +229,9 @@ def run_bench(what: str, n: Optional[int] = None, json_out: Optional[Path] = Non
     return 0
 
 
-def _one_copy_ceiling(records: list[dict]) -> list[dict]:
+def _one_copy_ceiling(records: list[dict], floor: list[dict]) -> list[dict]:
     """At one copy a served step is the in-process step plus a round trip, so the served /
     in-process ratio cannot pass in / (in + the floor's round trip) on this machine."""
-    from harness.bench.floor import measure_floor
-
-    floor = measure_floor()
     asgi = next(r for r in floor if r["kind"] == "asgi")
     inprocess = next(r for r in records if r.get("mode") == "inprocess" and r["envs"] == 1)
     step_ms = 1e3 / inprocess["steps_per_s"]

@@ -139,9 +139,11 @@ def _serve_asgi(fd: int) -> None:
 
     from mistk_rl.service.server import ServiceWorker
 
-    config = uvicorn.Config(_constant_app, fd=fd, lifespan="off", log_level="warning",
+    config = uvicorn.Config(_constant_app, lifespan="off", log_level="warning",
                             **ServiceWorker.CONFIG_KWARGS)
-    uvicorn.Server(config).run()
+    # a socket object that knows its family, as gunicorn hands the services' workers theirs
+    # (uvicorn's own `fd=` takes any fd for a Unix socket: no TCP_NODELAY on connections)
+    uvicorn.Server(config).run(sockets=[socket.socket(fileno=fd)])
 
 
 if __name__ == "__main__":
