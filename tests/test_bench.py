@@ -234,3 +234,15 @@ def test_a_floor_server_answering_otherwise_fails_the_bench_naming_it(monkeypatc
     with pytest.raises(RuntimeError, match="asgi floor server did not answer as it should"):
         floor._measure("asgi", calls=5, warmup=1)
     assert _floor_servers() == []
+
+
+def test_one_copy_ceiling_is_the_in_process_step_over_it_plus_the_round_trip():
+    from harness.bench import _one_copy_ceiling
+
+    floor = [{"bench": "floor", "kind": "echo", "median_ms": 0.05},
+             {"bench": "floor", "kind": "asgi", "median_ms": 0.3}]
+    records = [{"bench": "transport", "mode": "inprocess", "envs": 16, "steps_per_s": 1e5},
+               {"bench": "transport", "mode": "inprocess", "envs": 1, "steps_per_s": 1e4}]
+    added = _one_copy_ceiling(records, floor)
+    assert added[:2] == floor
+    assert added[2]["served_to_inprocess_max"] == pytest.approx(0.1 / (0.1 + 0.3))
