@@ -12,18 +12,16 @@ from __future__ import annotations
 import json
 import os
 import platform
-import statistics
 import tempfile
 import time
 from pathlib import Path
 from typing import Optional
 
-import numpy as np
-
 
 def bench_getaction(n: int = 2000, warmup: int = 200) -> dict:
     import gymnasium as gym
 
+    from harness.bench.floor import latency_record, time_calls
     from harness.bench.step import start_random_agent
 
     obs, _ = gym.make("CartPole-v1").reset(seed=0)
@@ -32,23 +30,11 @@ def bench_getaction(n: int = 2000, warmup: int = 200) -> dict:
         try:
             agent.episode_started({"player": obs})
             request = {"player": obs}
-            for _ in range(warmup):
-                agent.get_action(request)
-            times = np.empty(n)
-            for i in range(n):
-                start = time.perf_counter()
-                agent.get_action(request)
-                times[i] = time.perf_counter() - start
+            times = time_calls(lambda: agent.get_action(request), n, warmup)
             agent.close()
         finally:
             service.stop()
-    ms = times * 1e3
-    return {"bench": "getaction", "calls": n, "median_ms": round(float(np.median(ms)), 3),
-            "p10_ms": round(float(np.percentile(ms, 10)), 3),
-            "p90_ms": round(float(np.percentile(ms, 90)), 3),
-            "p99_ms": round(float(np.percentile(ms, 99)), 3),
-            "mean_ms": round(float(statistics.fmean(ms)), 3),
-            "calls_per_s": round(float(n / times.sum()), 1)}
+    return {"bench": "getaction", **latency_record(times)}
 
 
 def bench_long_polls(polls: int = 64) -> dict:

@@ -63,24 +63,36 @@ def _measure(kind: str, calls: int, warmup: int) -> dict:
     if failure is not None:
         raise RuntimeError(f"the {kind} floor server did not answer as it should ({failure}); "
                            f"its log: {log.decode(errors='replace')[-2000:]}") from failure
+    return {"bench": "floor", "kind": kind, **latency_record(times)}
+
+
+def time_calls(call: Callable[[], object], calls: int, warmup: int) -> np.ndarray:
+    """Seconds each of `calls` calls took, after `warmup` untimed ones."""
+    for _ in range(warmup):
+        call()
+    times = np.empty(calls)
+    for i in range(calls):
+        start = time.perf_counter()
+        call()
+        times[i] = time.perf_counter() - start
+    return times
+
+
+def latency_record(times: np.ndarray) -> dict:
+    """A round trip's distribution, in ms (the fields of every latency bench's record)."""
     ms = times * 1e3
-    return {"bench": "floor", "kind": kind, "calls": calls,
-            "median_ms": round(float(np.median(ms)), 3),
+    return {"calls": len(times), "median_ms": round(float(np.median(ms)), 3),
             "p10_ms": round(float(np.percentile(ms, 10)), 3),
-            "p90_ms": round(float(np.percentile(ms, 90)), 3)}
+            "p90_ms": round(float(np.percentile(ms, 90)), 3),
+            "p99_ms": round(float(np.percentile(ms, 99)), 3),
+            "mean_ms": round(float(ms.mean()), 3),
+            "calls_per_s": round(float(len(times) / times.sum()), 1)}
 
 
 def _time_calls(kind: str, port: int, calls: int, warmup: int) -> np.ndarray:
     call, close = (_echo_caller if kind == "echo" else _asgi_caller)(port)
     try:
-        for _ in range(warmup):
-            call()
-        times = np.empty(calls)
-        for i in range(calls):
-            start = time.perf_counter()
-            call()
-            times[i] = time.perf_counter() - start
-        return times
+        return time_calls(call, calls, warmup)
     finally:
         close()
 
