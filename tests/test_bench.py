@@ -230,7 +230,7 @@ def test_floor_servers_answer_as_the_services_would_and_are_stopped():
 def test_a_floor_server_answering_otherwise_fails_the_bench_naming_it(monkeypatch):
     from harness.bench import floor
 
-    monkeypatch.setattr(floor, "ANSWER_BODY", b'{"player": 1}')  # the child still sends 0
+    monkeypatch.setattr(floor, "ANSWER_BODY", b'{"actions":{"player":1}}')  # the child sends 0
     with pytest.raises(RuntimeError, match="asgi floor server did not answer as it should"):
         floor._measure("asgi", calls=5, warmup=1)
     assert _floor_servers() == []

@@ -218,14 +218,14 @@ def run_bench(what: str, n: Optional[int] = None, json_out: Optional[Path] = Non
 def _one_copy_ceiling(records: list[dict], floor: list[dict]) -> list[dict]:
     """At one copy a served step is the in-process step plus a round trip, so the served /
     in-process ratio cannot pass in / (in + the floor's round trip) on this machine."""
-    asgi = next(r for r in floor if r["kind"] == "asgi")
+    echo, asgi = (next(r for r in floor if r["kind"] == kind) for kind in ("echo", "asgi"))
     inprocess = next(r for r in records if r.get("mode") == "inprocess" and r["envs"] == 1)
     step_ms = 1e3 / inprocess["steps_per_s"]
     ceiling = step_ms / (step_ms + asgi["median_ms"])
     print(f"  transport ceiling at 1 env: served / in-process <= {ceiling:.2f} here "
           f"(an in-process step {step_ms * 1e3:.0f} us + the bare stack's round trip "
           f"{asgi['median_ms'] * 1e3:.0f} us; a bare echo "
-          f"{floor[0]['median_ms'] * 1e3:.0f} us)")
+          f"{echo['median_ms'] * 1e3:.0f} us)")
     return [*floor, {"bench": "transport", "mode": "ceiling", "envs": 1,
                      "served_to_inprocess_max": round(ceiling, 3)}]
 

@@ -30,12 +30,13 @@ from mistk_rl.transport import Transport
 KINDS = ("echo", "asgi")
 # a getAction of one CartPole observation, as the SDK sends it (JSON)
 REQUEST_BODY = b'{"obs": {"player": [0.0273, -0.0061, 0.0359, 0.0197]}}'
-ANSWER_BODY = b'{"player": 0}'
+ANSWER_BODY = b'{"actions":{"player":0}}'  # and its answer, as the agent service writes it
 TIMEOUT_S = 10.0  # every wait on the child
 
 
 def measure_floor(calls: int = 2000, warmup: int = 200) -> list[dict]:
-    """A record per kind: the round trip's median, p10 and p90 in ms over `calls` calls."""
+    """A record per kind (`KINDS`): the round trip's distribution over `calls` calls
+    (`latency_record`)."""
     return [_measure(kind, calls, warmup) for kind in KINDS]
 
 
