@@ -74,7 +74,8 @@ def _bench(args: argparse.Namespace) -> int:
                      entries=args.entries.split(",") if args.entries else None,
                      behaviour=args.behaviour, local_inference=args.local_inference,
                      saved=[Path(f) for f in args.from_json.split(",")] if args.from_json
-                     else None, arms=args.arms.split(",") if args.arms else None)
+                     else None, arms=args.arms.split(",") if args.arms else None,
+                     awake=args.awake)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -228,6 +229,11 @@ def build_parser() -> argparse.ArgumentParser:
                             "perfect model), thinker-learned (the learned model, "
                             "wrapper_type 0) and planner (the scripted planner on the same "
                             "levels); default raw,thinker")
+    bench.add_argument("--awake", action="store_true",
+                       help="getaction, transport: run with every CPU kept from idling (a "
+                            "spinner per CPU at SCHED_IDLE, Linux), as on a machine whose "
+                            "idle CPUs poll instead of halting: a virtual machine's halted "
+                            "vCPU takes tens of us to wake, twice a round trip")
     bench.add_argument("--json", default=None, help="also write the figures here")
     bench.set_defaults(func=_bench)
     return parser

@@ -210,10 +210,31 @@ def test_bench_getaction_reports_the_machines_floor_beside_it(tmp_path):
     assert [(r["bench"], r.get("kind")) for r in records] == [
         ("getaction", None), ("floor", "echo"), ("floor", "asgi")]
     for record in records:
-        assert record["calls"] == 50
+        assert record["calls"] == 50 and record["cpus_awake"] is False
         assert 0 < record["p10_ms"] <= record["median_ms"] <= record["p90_ms"]
     assert "kind=asgi" in proc.stdout
     assert _floor_servers() == []
+
+
+@pytest.mark.skipif(not hasattr(os, "SCHED_IDLE"), reason="SCHED_IDLE is Linux's")
+def test_cpus_kept_awake_spins_one_idle_class_process_per_cpu_and_ends_them():
+    from harness.bench.floor import cpus_kept_awake
+
+    cpus = sorted(os.sched_getaffinity(0))
+    with pytest.raises(KeyError):  # however the block ends, its spinners end with it
+        with cpus_kept_awake() as spinners:
+            assert [sorted(os.sched_getaffinity(s.pid)) for s in spinners] == [[c] for c in cpus]
+            assert all(os.sched_getscheduler(s.pid) == os.SCHED_IDLE for s in spinners)
+            assert all(s.poll() is None for s in spinners)
+            raise KeyError("the bench failed")
+    assert all(s.returncode is not None for s in spinners)
+    assert _floor_servers() == []
+
+
+def test_awake_is_refused_where_it_means_nothing():
+    proc = subprocess.run([sys.executable, "-m", "harness", "bench", "envs", "--awake"],
+                          cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert proc.returncode != 0 and "--awake is for getaction and transport" in proc.stderr
 
 
 def test_floor_servers_answer_as_the_services_would_and_are_stopped():

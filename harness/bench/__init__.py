@@ -5,7 +5,8 @@ faults: `faults`; games: `games`; thinker-*: `thinker`.)
 getaction: the round-trip time of getAction against a local RandomAgent service (gunicorn on
 loopback, one kept-alive connection, a CartPole-sized observation), after a warm-up; then,
 in the same sitting, the machine's floor under it (`floor`: a bare echo and the services'
-server stack answering a constant).
+server stack answering a constant). With ``--awake`` (getaction, transport) every CPU is
+kept from idling meanwhile (`floor.cpus_kept_awake`), and the records say so.
 """
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ import os
 import platform
 import tempfile
 import time
+from contextlib import nullcontext
 from pathlib import Path
 from typing import Optional
 
@@ -123,28 +125,34 @@ def run_bench(what: str, n: Optional[int] = None, json_out: Optional[Path] = Non
               config: Optional[Path] = None, suite: str = "classic",
               entries: Optional[list[str]] = None, behaviour: str = "solver",
               local_inference: bool = False, saved: Optional[list[Path]] = None,
-              arms: Optional[list[str]] = None) -> int:
-    from harness.bench.step import bench_envs, bench_local, bench_transport
+              arms: Optional[list[str]] = None, awake: bool = False) -> int:
+    """`awake` (getaction, transport): every CPU kept from idling while it runs
+    (`harness.bench.floor.cpus_kept_awake`); their records say which with ``cpus_awake``."""
+    if awake and what not in ("getaction", "transport"):
+        raise SystemExit(f"bench {what}: --awake is for getaction and transport")
+    if what in ("getaction", "transport"):
+        from harness.bench.floor import cpus_kept_awake
 
-    counts = env_counts or [1, 16, 64, 256]
+        with cpus_kept_awake() if awake else nullcontext():
+            records = (_getaction(n) if what == "getaction"
+                       else _transport(env_counts or [1, 16, 64, 256], steps))
+        records = [{**record, "cpus_awake": awake} for record in records]
+        if what == "getaction":
+            for record in records:
+                print("  ".join(f"{k}={v}" for k, v in record.items()))
+        if json_out is not None:
+            _write(json_out, records)
+        return 0
     if what == "parity":
         return bench_parity(suite, seeds, entries, config, json_out, local_inference, saved)
     if what.startswith("learning-"):  # the suite's CartPole entry (or --config) for the algo
         algo = what.split("-")[1]
         return bench_parity("classic", seeds, [f"{algo}_cartpole"], config, json_out,
                             local_inference)
-    if what in ("transport", "envs"):
-        bench = bench_transport if what == "transport" else bench_envs
-        floor = []
-        if what == "transport" and 1 in counts:  # beside the one-copy rows, which come first
-            from harness.bench.floor import measure_floor
+    if what == "envs":
+        from harness.bench.step import bench_envs
 
-            floor = measure_floor()
-        records = bench(counts, steps)
-        if what == "transport":  # and a learning agent acting remotely or through a copy
-            records += bench_local(counts, steps)
-            if floor:  # the ratio this machine allows one copy
-                records += _one_copy_ceiling(records, floor)
+        records = bench_envs(env_counts or [1, 16, 64, 256], steps)
         if json_out is not None:
             _write(json_out, records)
         return 0
@@ -196,15 +204,6 @@ def run_bench(what: str, n: Optional[int] = None, json_out: Optional[Path] = Non
         if json_out is not None:
             _write(json_out, records)
         return 0
-    if what == "getaction":
-        from harness.bench.floor import measure_floor
-
-        records = [bench_getaction(n=n or 2000), *measure_floor(n or 2000)]
-        for record in records:
-            print("  ".join(f"{k}={v}" for k, v in record.items()))
-        if json_out is not None:
-            _write(json_out, records)
-        return 0
     if what == "longpolls":
         record = bench_long_polls()
     else:
@@ -213,6 +212,25 @@ def run_bench(what: str, n: Optional[int] = None, json_out: Optional[Path] = Non
     if json_out is not None:
         _write(json_out, [record])
     return 0
+
+
+def _getaction(n: Optional[int]) -> list[dict]:
+    from harness.bench.floor import measure_floor
+
+    return [bench_getaction(n=n or 2000), *measure_floor(n or 2000)]
+
+
+def _transport(counts: list[int], steps: int) -> list[dict]:
+    from harness.bench.floor import measure_floor
+    from harness.bench.step import bench_local, bench_transport
+
+    # the floor beside the one-copy rows, which come first
+    floor = measure_floor() if 1 in counts else []
+    records = bench_transport(counts, steps)
+    records += bench_local(counts, steps)  # a learning agent acting remotely or via a copy
+    if floor:  # the ratio this machine allows one copy
+        records += _one_copy_ceiling(records, floor)
+    return records
 
 
 def _one_copy_ceiling(records: list[dict], floor: list[dict]) -> list[dict]:

@@ -11,16 +11,28 @@ another), so a latency figure means little without it. Measured here, in the sam
   httptools, uvloop, one send per answer) with an app that answers a constant, reached
   through the SDK's transport. Below this no service built on that stack can go.
 
+Most of that floor can be the machine's idle CPUs. A virtual machine halts a vCPU that has
+nothing to run, and a round trip wakes one twice (the service on a request, the caller on
+the answer); each wake costs tens of microseconds where a running CPU takes a wake-up at
+once. `cpus_kept_awake` keeps every CPU from halting, with a spinner per CPU at the lowest
+scheduling class (``SCHED_IDLE``: it runs only when nothing else wants that CPU), as a
+guest whose idle loop polls would (Linux's ``haltpoll`` cpuidle governor, ``idle=poll``).
+`mistk-rl bench getaction --awake` and ``bench transport --awake`` run under it, to show
+what the same code gives on such a machine.
+
 `python -m harness.bench.floor KIND FD` is the child's side: it serves KIND on the
-listening socket it inherits as FD.
+listening socket it inherits as FD; `python -m harness.bench.floor spin CPU` is a spinner.
 """
 from __future__ import annotations
 
+import os
+import select
 import socket
 import subprocess
 import sys
 import time
-from typing import Callable
+from contextlib import contextmanager
+from typing import Callable, Iterator
 
 import numpy as np
 
@@ -54,13 +66,7 @@ def _measure(kind: str, calls: int, warmup: int) -> dict:
     except OSError as exc:  # refused, timed out, or answered wrongly
         failure = exc
     finally:
-        if child.poll() is None:
-            child.terminate()
-        try:
-            _, log = child.communicate(timeout=TIMEOUT_S)
-        except subprocess.TimeoutExpired:
-            child.kill()
-            _, log = child.communicate(timeout=TIMEOUT_S)
+        _, log = _stop(child)
     if failure is not None:
         raise RuntimeError(f"the {kind} floor server did not answer as it should ({failure}); "
                            f"its log: {log.decode(errors='replace')[-2000:]}") from failure
@@ -77,6 +83,52 @@ def time_calls(call: Callable[[], object], calls: int, warmup: int) -> np.ndarra
         call()
         times[i] = time.perf_counter() - start
     return times
+
+
+@contextmanager
+def cpus_kept_awake() -> Iterator[list[subprocess.Popen]]:
+    """Inside: a spinner on each CPU this process may run on, at ``SCHED_IDLE`` (module
+    doc); ended on the way out, however the block ends (and with this process, if it is
+    killed). Linux only: elsewhere it raises RuntimeError naming why."""
+    if not hasattr(os, "SCHED_IDLE") or not hasattr(os, "sched_getaffinity"):
+        raise RuntimeError("keeping CPUs awake needs Linux's SCHED_IDLE scheduling class")
+    spinners: list[subprocess.Popen] = []
+    try:
+        for cpu in sorted(os.sched_getaffinity(0)):
+            spinners.append(subprocess.Popen(
+                [sys.executable, "-m", "harness.bench.floor", "spin", str(cpu)],
+                stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                preexec_fn=end_with_parent))
+        for spinner in spinners:  # each says when it spins where and how it should
+            ready, _, _ = select.select([spinner.stdout], [], [], TIMEOUT_S)
+            if not ready or spinner.stdout.read(1) != b"+":
+                _, log = _stop(spinner)
+                raise RuntimeError(f"a CPU spinner did not start within {TIMEOUT_S} s: "
+                                   f"{log.decode(errors='replace')[-1000:]}")
+        yield spinners
+    finally:
+        for spinner in spinners:
+            _stop(spinner)
+
+
+def _stop(child: subprocess.Popen) -> tuple[bytes, bytes]:
+    """End `child` and collect its output (killed if SIGTERM has not ended it in time)."""
+    if child.poll() is None:
+        child.terminate()
+    try:
+        return child.communicate(timeout=TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        child.kill()
+        return child.communicate(timeout=TIMEOUT_S)
+
+
+def _spin(cpu: int) -> None:
+    os.sched_setaffinity(0, {cpu})
+    os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
+    sys.stdout.buffer.write(b"+")
+    sys.stdout.flush()
+    while True:
+        pass
 
 
 def latency_record(times: np.ndarray) -> dict:
@@ -160,4 +212,4 @@ def _serve_asgi(fd: int) -> None:
 
 
 if __name__ == "__main__":
-    {"echo": _serve_echo, "asgi": _serve_asgi}[sys.argv[1]](int(sys.argv[2]))
+    {"echo": _serve_echo, "asgi": _serve_asgi, "spin": _spin}[sys.argv[1]](int(sys.argv[2]))
