@@ -13,6 +13,7 @@ import pytest
 
 from agents.random_agent import RandomAgent
 from mistk_rl import jsonable
+from mistk_rl.limits import Limits
 from mistk_rl.service.app import create_app
 from mistk_rl.service.handlers import AgentService
 from mistk_rl.service.pipeline import STEP_OPERATIONS
@@ -242,3 +243,127 @@ def test_a_served_answer_comes_whole_and_without_date_or_server(launch):
     head = client.transport.request("HEAD", "/apiVersion")  # (connexion answers HEAD)
     assert head.body == b""
     assert client.transport.request("GET", "/apiVersion").status == 200  # still in step
+
+
+# ---- the protocol's fast path: an inline step answered as soon as its body is in ---------
+class _Counted:
+    """Which way each operation request went: `answer_now` (the fast path) or `_serve`."""
+
+    def __init__(self, app) -> None:
+        self.fast, self.asgi = 0, 0
+        answer_now, serve = app.answer_now, app._serve
+
+        def counted_answer_now(*args):
+            self.fast += 1
+            return answer_now(*args)
+
+        async def counted_serve(*args):
+            self.asgi += 1
+            return await serve(*args)
+        app.answer_now, app._serve = counted_answer_now, counted_serve
+
+
+@pytest.fixture
+def uvicorn_agent(tmp_path):
+    """A random agent in an episode, served by uvicorn with the services' settings on a
+    thread of this process: (port, the app's `_Counted`, the agent)."""
+    import socket
+
+    import uvicorn
+
+    agent = ThreadNoting()
+    app = create_app(_in_episode(agent, tmp_path), token="sesame",
+                     limits=Limits(max_body_bytes=4096))
+    counted = _Counted(app)
+    sock = socket.create_server(("127.0.0.1", 0))
+    server = uvicorn.Server(uvicorn.Config(app, lifespan="off", log_level="warning",
+                                           **ServiceWorker.CONFIG_KWARGS))
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    try:
+        yield sock.getsockname()[1], counted, agent
+    finally:
+        server.should_exit = True
+        thread.join(10)
+        sock.close()
+    assert not thread.is_alive()
+
+
+def _request(op: str, body: bytes, *, token: str = "sesame", chunked: bool = False,
+             extra: str = "", method: str = "POST", version: str = "1.1") -> bytes:
+    head = (f"{method} /v1/mistk/agent/{op} HTTP/{version}\r\nHost: t\r\n"
+            f"Content-Type: application/json\r\nAuthorization: Bearer {token}\r\n{extra}")
+    if chunked:
+        return (head + "Transfer-Encoding: chunked\r\n\r\n").encode() + (
+            b"%x\r\n%s\r\n0\r\n\r\n" % (len(body), body))
+    return (head + f"Content-Length: {len(body)}\r\n\r\n").encode() + body
+
+
+def _answers(port: int, wire: bytes, count: int):
+    """Send `wire` at once on one connection; the `count` answers, and whether the server
+    kept the connection."""
+    from mistk_rl.transport import _Connection
+
+    conn = _Connection("127.0.0.1", port, 10, None)
+    try:
+        conn.sock.sendall(wire)
+        answers, keep = [], True
+        for _ in range(count):
+            answer, keep = conn.read_answer(head_only=False)
+            answers.append(answer)
+        return answers, keep
+    finally:
+        conn.close()
+
+
+def _same(fast, slow) -> None:
+    assert (fast.status, dict(fast.headers), fast.body) == (
+        slow.status, dict(slow.headers), slow.body)
+
+
+def test_a_step_with_its_size_declared_is_answered_at_once_as_the_asgi_way_would(
+        uvicorn_agent):
+    port, counted, agent = uvicorn_agent
+    [fast], keep = _answers(port, _request("getAction", OBS), 1)
+    assert (counted.fast, counted.asgi) == (1, 0) and keep
+    assert fast.status == 200 and json.loads(fast.body)["actions"]["p"] in (0, 1)
+    assert fast.headers["content-type"] == "application/json"
+    assert int(fast.headers["content-length"]) == len(fast.body)
+    assert "mistk-instance" in fast.headers
+    [slow], _ = _answers(port, _request("getAction", OBS, chunked=True), 1)
+    assert (counted.fast, counted.asgi) == (1, 1)  # a chunked body goes the ASGI way
+    assert dict(slow.headers).keys() == dict(fast.headers).keys()
+    assert len(agent.threads) == 2  # both acted, on the loop
+    # refusals: the same problem either way, and the agent untouched
+    for body, kwargs, status in ((b'{"obs": 5}', {}, 400), (OBS, {"token": "wrong"}, 401),
+                                 (b"[" * 3000, {}, 400)):
+        [fast], _ = _answers(port, _request("getAction", body, **kwargs), 1)
+        [slow], _ = _answers(port, _request("getAction", body, chunked=True, **kwargs), 1)
+        assert fast.status == status
+        _same(fast, slow)
+    assert len(agent.threads) == 2
+
+
+def test_requests_the_fast_path_leaves_to_uvicorn_are_answered_as_before(uvicorn_agent):
+    port, counted, _ = uvicorn_agent
+    big = b'{"obs": {"p": [0, 0, 0, 0]}, "pad": "' + b"x" * 5000 + b'"}'  # over 4096
+    [answer], _ = _answers(port, _request("getAction", big), 1)
+    assert answer.status == 413
+    [answer], keep = _answers(port, _request("getAction", OBS, extra="Connection: close\r\n"), 1)
+    assert answer.status == 200 and not keep
+    [answer], keep = _answers(port, _request("getAction", OBS, version="1.0"), 1)
+    assert answer.status == 200 and not keep
+    assert counted.fast == 0 and counted.asgi == 3
+
+
+def test_pipelined_requests_are_answered_in_order_whichever_way_each_goes(uvicorn_agent):
+    """A control operation runs on its pool: a step pipelined behind it waits its turn."""
+    port, counted, agent = uvicorn_agent
+    wire = (_request("getAction", OBS) + _request("apiVersion", b"", method="GET")
+            + _request("getAction", OBS) + _request("getAction", b'{"obs": 5}'))
+    answers, keep = _answers(port, wire, 4)
+    assert [a.status for a in answers] == [200, 200, 200, 400] and keep
+    assert json.loads(answers[1].body)["role"] == "agent"
+    assert all("actions" in json.loads(answers[i].body) for i in (0, 2))
+    assert counted.fast >= 1 and counted.asgi >= 2 and counted.fast + counted.asgi == 4
+    assert len(agent.threads) == 2

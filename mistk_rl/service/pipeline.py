@@ -19,6 +19,11 @@ and where the handler runs:
 
 Requests that name no operation (the Swagger UI, ``openapi.json``, unknown paths) go on to
 connexion, which serves the docs and answers 404/405.
+
+An inline step whose body's size is declared can skip ASGI altogether: the services' HTTP
+protocol (`mistk_rl.service.server.CoalescingHttpTools`) gathers its body and calls
+`Pipeline.answer_now` the moment it is complete. That runs the same steps as `__call__`
+(`_admit`, `_decode`, the handler, `_render`, `_failure`), so both ways answer alike.
 """
 from __future__ import annotations
 
@@ -31,7 +36,7 @@ import math
 import re
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any, Awaitable, Callable, Optional
+from typing import Any, Awaitable, Callable, NamedTuple, Optional
 from urllib.parse import parse_qsl
 
 import numpy as np
@@ -125,40 +130,54 @@ class Pipeline:
             allow = self.allow.get(scope["path"]) if scope["type"] == "http" else None
             if allow is None or scope["method"] == "HEAD" and "HEAD" in allow:
                 return await self.app(scope, receive, send)
-            return await send_problem(send, 405, "Method Not Allowed",
-                                      f"{scope['method']} is not allowed here: {allow}",
-                                      None, self.instance, (b"allow", allow.encode()))
+            return await send_answer(send, problem(
+                405, "Method Not Allowed", f"{scope['method']} is not allowed here: {allow}",
+                None, self.instance, (b"allow", allow.encode())))
         headers = dict(scope.get("headers") or [])
-        wants_binary = codec.CONTENT_TYPE.encode() in headers.get(b"accept", b"")
         try:
             result, status = await self._serve(operation, scope, headers, receive)
-        except MistkError as exc:
-            if exc.status >= 500:
-                log.error("%s: %s", operation.id, exc.detail)
-            return await send_problem(send, exc.status, exc.title, exc.detail, exc.extra,
-                                      self.instance)
-        except Exception as exc:  # noqa: BLE001 - a bug: say so, keep serving
-            log.exception("%s", operation.id)
-            return await send_problem(send, 500, "Internal Server Error",
-                                      f"{operation.id}: {type(exc).__name__}: {exc}",
-                                      None, self.instance)
-        if isinstance(result, bytes):  # a file
-            return await send_bytes(send, status, result, OCTET_TYPE.encode(),
-                                    (self.instance,))
-        if wants_binary and operation.binary_answer:  # (entity maps, or columns)
-            columns = not isinstance(result.get("actions"), dict)
-            return await send_bytes(send, status, codec.encode(result, columns=columns),
-                                    codec.CONTENT_TYPE.encode(), (self.instance,))
-        await send_bytes(send, status, dumps(result), JSON_TYPE.encode(), (self.instance,))
+            answer = self._render(operation, headers, result, status)
+        except Exception as exc:  # noqa: BLE001 - rendered as a problem (`_failure`)
+            answer = self._failure(operation, exc)
+        await send_answer(send, answer)
 
-    async def _serve(self, op: Operation, scope: dict, headers: dict,
-                     receive: Any) -> tuple[Any, int]:
+    # -- the fast path: an inline step answered as soon as its body is in --
+    def fast_operation(self, method: str, path: str,
+                       content_length: Optional[bytes]) -> Optional[Operation]:
+        """The operation of a request that `answer_now` can answer, or None (it goes the ASGI
+        way): a step run inline whose body's size is declared and within the limit (a
+        chunked or too large body takes the ASGI path, which streams and refuses it)."""
+        op = self.routes.get((method, path))
+        if op is None or not op.inline or content_length is None:
+            return None
+        if not content_length.isdigit() or int(content_length) > self.limits.max_body_bytes:
+            return None
+        return op
+
+    def answer_now(self, op: Operation, headers: dict, query: bytes, raw: bytes) -> "Answer":
+        """What `__call__` answers `op` with, computed at once from the whole body (no ASGI
+        messages, no task): the same admission, decoding, checks, handler and rendering."""
+        try:
+            kwargs = self._admit(op, headers, query)
+            if op.body is not None and (raw or op.body_required):
+                kwargs["body"] = self._decode(op, headers, raw)
+            result, status, _ = op.handler(**kwargs)
+            return self._render(op, headers, result, status)
+        except Exception as exc:  # noqa: BLE001 - rendered as a problem (`_failure`)
+            return self._failure(op, exc)
+
+    # -- the steps of serving one operation --
+    def _admit(self, op: Operation, headers: dict, query: bytes) -> dict[str, Any]:
+        """The token, then the query parameters: the handler's keyword arguments so far."""
         if op.secured and self.token and not _authorized(headers.get(b"authorization", b""),
                                                          self.token):
             raise Refused(401, "Unauthorized",
                           "No authorization token provided, or it is not valid")
-        query = scope.get("query_string", b"")
-        kwargs = _query(op, query) if query or op.params else {}
+        return _query(op, query) if query or op.params else {}
+
+    async def _serve(self, op: Operation, scope: dict, headers: dict,
+                     receive: Any) -> tuple[Any, int]:
+        kwargs = self._admit(op, headers, scope.get("query_string", b""))
         if op.body is not None:
             raw = await self._read_body(headers, receive, self.limits.max_file_bytes
                                         if op.raw else self.limits.max_body_bytes)
@@ -173,6 +192,24 @@ class Pipeline:
         result, status, _ = await asyncio.get_running_loop().run_in_executor(
             pool, lambda: op.handler(**kwargs))
         return result, status
+
+    def _render(self, op: Operation, headers: dict, result: Any, status: int) -> "Answer":
+        if isinstance(result, bytes):  # a file
+            return Answer(status, OCTET_TYPE.encode(), result, (self.instance,))
+        if op.binary_answer and codec.CONTENT_TYPE.encode() in headers.get(b"accept", b""):
+            columns = not isinstance(result.get("actions"), dict)  # (entity maps, or columns)
+            return Answer(status, codec.CONTENT_TYPE.encode(),
+                          codec.encode(result, columns=columns), (self.instance,))
+        return Answer(status, JSON_TYPE.encode(), dumps(result), (self.instance,))
+
+    def _failure(self, op: Operation, exc: Exception) -> "Answer":
+        if isinstance(exc, MistkError):
+            if exc.status >= 500:
+                log.error("%s: %s", op.id, exc.detail)
+            return problem(exc.status, exc.title, exc.detail, exc.extra, self.instance)
+        log.error("%s", op.id, exc_info=exc)  # a bug: say so, keep serving
+        return problem(500, "Internal Server Error",
+                       f"{op.id}: {type(exc).__name__}: {exc}", None, self.instance)
 
     async def _long_poll(self, op: Operation, kwargs: dict) -> tuple[Any, int]:
         if "resource_version" not in kwargs:  # a plain status answers at once: never capped
@@ -423,24 +460,32 @@ def _snake(name: str) -> str:
 
 
 # ---- answering ------------------------------------------------------------------------------
-async def send_bytes(send: Send, status: int, payload: bytes, content_type: bytes,
-                     extra_headers: tuple = ()) -> None:
-    await send({"type": "http.response.start", "status": status,
-                "headers": [(b"content-type", content_type),
-                            (b"content-length", str(len(payload)).encode()), *extra_headers]})
-    await send({"type": "http.response.body", "body": payload})
+class Answer(NamedTuple):
+    """An answer as the pipeline renders it, before the server writes it."""
+
+    status: int
+    content_type: bytes
+    payload: bytes
+    headers: tuple = ()  # (name, value) pairs besides content-type and content-length
 
 
-async def send_problem(send: Send, status: int, title: str, detail: str,
-                       extra: Optional[dict], instance: tuple[bytes, bytes],
-                       *headers: tuple[bytes, bytes]) -> None:
+async def send_answer(send: Send, answer: Answer) -> None:
+    await send({"type": "http.response.start", "status": answer.status,
+                "headers": [(b"content-type", answer.content_type),
+                            (b"content-length", str(len(answer.payload)).encode()),
+                            *answer.headers]})
+    await send({"type": "http.response.body", "body": answer.payload})
+
+
+def problem(status: int, title: str, detail: str, extra: Optional[dict],
+            instance: tuple[bytes, bytes], *headers: tuple[bytes, bytes]) -> Answer:
     """An ``application/problem+json`` answer (RFC 9457)."""
     body = {"type": "about:blank", "title": title, "detail": detail, "status": status,
             **(extra or {})}
-    headers = [instance, *headers]
+    named = [instance, *headers]
     if extra and "retryAfter" in extra:
-        headers.append((b"retry-after", str(extra["retryAfter"]).encode()))
-    await send_bytes(send, status, dumps(body), b"application/problem+json", tuple(headers))
+        named.append((b"retry-after", str(extra["retryAfter"]).encode()))
+    return Answer(status, b"application/problem+json", dumps(body), tuple(named))
 
 
 def _too_large(limit: int) -> Refused:
