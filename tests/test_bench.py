@@ -34,6 +34,30 @@ def test_bench_transport_and_envs_write_records(tmp_path):
             assert record["steps_per_s"] > 0
             if record["mode"].startswith("http"):  # the bytes on the wire, counted
                 assert record["wire_bytes_per_step"] > record["raw_bytes_per_step"] > 0
+            if what == "transport" and record["mode"] not in ("inprocess", "dqn-inprocess"):
+                assert record["rounds"] == 5
+                assert 0 < record["to_base_min"] <= record["to_base_median"] <= record[
+                    "to_base_max"]
+
+
+def test_interleaved_modes_take_turns_and_ratios_are_taken_round_by_round():
+    from harness.bench.step import Block, interleaved, summarize
+
+    order = []
+    speeds = iter([100.0, 50.0, 200.0, 60.0, 100.0, 40.0])  # the machine drifts, round by round
+
+    def measure(mode: str) -> Block:
+        order.append(mode)
+        return Block(1000, 1000 / next(speeds), wire=0 if mode == "inprocess" else 25_000)
+    blocks = interleaved(["inprocess", "http"], 3, measure)
+    assert order == ["inprocess", "http"] * 3
+    base, served = summarize(blocks, "inprocess", envs=4)
+    assert base["steps_per_s"] == pytest.approx(3000 / (10 + 5 + 10), abs=0.1)
+    assert "to_base_median" not in base and "wire_bytes_per_step" not in base
+    # 0.5, 0.3, 0.4 round by round: their median, not a ratio of the pooled rates (0.35)
+    assert (served["to_base_min"], served["to_base_median"], served["to_base_max"]) == (
+        0.3, 0.4, 0.5)
+    assert served["wire_bytes_per_step"] == 25.0 and served["rounds"] == 3
 
 
 def test_parity_outcome_and_comparison():

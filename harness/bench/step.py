@@ -21,8 +21,9 @@ from __future__ import annotations
 import tempfile
 import time
 from collections import deque
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 import gymnasium as gym
 import numpy as np
@@ -184,11 +185,67 @@ TRANSPORT_MODES = ("inprocess", "http", "http-binary", "http-binary-varied", "ht
                    "http-entity")
 
 
-def bench_transport(env_counts: list[int], steps: int) -> list[dict]:
+ROUNDS = 5  # each configuration is timed in this many blocks, its modes taking turns
+
+
+@dataclass
+class Block:
+    """One timed block of a mode: env steps, seconds, and bytes on the wire (over HTTP)."""
+
+    steps: int
+    seconds: float
+    wire: int = 0
+
+
+def interleaved(modes: Sequence[str], rounds: int,
+                measure: Callable[[str], Block]) -> dict[str, list[Block]]:
+    """`rounds` blocks of each mode, timed round by round with every mode taking a turn in
+    each: a shared machine's speed drifts over seconds (the same in-process loop has run
+    30% apart a minute later), and a ratio of two modes is fair only between blocks timed
+    side by side."""
+    blocks: dict[str, list[Block]] = {mode: [] for mode in modes}
+    for _ in range(rounds):
+        for mode in modes:
+            blocks[mode].append(measure(mode))
+    return blocks
+
+
+def summarize(blocks: dict[str, list[Block]], base: str, envs: int,
+              bench: str = "transport") -> list[dict]:
+    """A record per mode (printed as a line): env steps/s over all its blocks; besides
+    `base`, the ratio to it, round by round (median, and the range over the rounds); over
+    HTTP, the bytes on the wire per env step."""
+    records = []
+    for mode, mine in blocks.items():
+        rate = sum(b.steps for b in mine) / sum(b.seconds for b in mine)
+        record = {"bench": bench, "mode": mode, "envs": envs, "steps_per_s": round(rate, 1),
+                  "rounds": len(mine)}
+        line = f"  {bench} {mode:18s} envs {envs:4d}: {rate:10.1f} env steps/s"
+        if mode != base:
+            ratios = sorted((b.steps / b.seconds) / (o.steps / o.seconds)
+                            for b, o in zip(mine, blocks[base]))
+            record.update(to_base=base, to_base_median=round(float(np.median(ratios)), 3),
+                          to_base_min=round(ratios[0], 3), to_base_max=round(ratios[-1], 3))
+            line += (f"  {np.median(ratios):5.2f} of {base} "
+                     f"({ratios[0]:.2f}-{ratios[-1]:.2f} over {len(ratios)} rounds)")
+        if any(b.wire for b in mine):  # over HTTP: what crossed the wire
+            per_step = sum(b.wire for b in mine) / sum(b.steps for b in mine)
+            record.update(wire_bytes_per_step=round(per_step, 1),
+                          raw_bytes_per_step=RAW_STEP_BYTES,
+                          wire_to_raw=round(per_step / RAW_STEP_BYTES, 2))
+            line += (f"  {per_step:7.1f} wire bytes/step "
+                     f"({per_step / RAW_STEP_BYTES:.2f}x the raw {RAW_STEP_BYTES})")
+        records.append(record)
+        print(line)
+    return records
+
+
+def bench_transport(env_counts: list[int], steps: int, rounds: int = ROUNDS) -> list[dict]:
     """Modes: the agent in-process (its service object, no HTTP), over HTTP with stepColumns
     as JSON and in the binary encoding, and over HTTP with the entity-keyed step (what an
     agent without the columns capability gets), the last two encoded as the gym
-    orchestrator would (`binary_for`)."""
+    orchestrator would (`binary_for`). `steps` env steps a mode and env count, in `rounds`
+    blocks taking turns with the other modes' (`interleaved`)."""
     from agents.random_agent import RandomAgent
     from mistk_rl.service.handlers import AgentService
     from orchestrators.gym_orchestrator import binary_for
@@ -204,9 +261,7 @@ def bench_transport(env_counts: list[int], steps: int) -> list[dict]:
         inprocess = InProcessClient(service)
         try:
             for n in env_counts:
-                for mode in TRANSPORT_MODES:
-                    if mode == "http-pipelined" and n == 1:
-                        continue  # (one copy: its next action waits for this one's outcome)
+                def measure(mode: str) -> Block:
                     agent = inprocess if mode == "inprocess" else client
                     capabilities = frozenset({"step"} if mode == "http-entity"
                                              else {"columns"})
@@ -215,21 +270,12 @@ def bench_transport(env_counts: list[int], steps: int) -> list[dict]:
                         mode in ("http-entity", "http-pipelined")
                         and binary_for(capabilities | {"tensors"}, space, n, depth))
                     env_id = VARIED_ENV if mode == "http-binary-varied" else "CartPole-v1"
-                    taken, seconds, wire = measure_steps(agent, capabilities, n, steps, depth,
-                                                         env_id)
-                    record = {"bench": "transport", "mode": mode, "envs": n,
-                              "steps_per_s": round(taken / seconds, 1)}
-                    line = (f"  transport {mode:18s} envs {n:4d}: "
-                            f"{taken / seconds:10.1f} env steps/s")
-                    if mode != "inprocess":  # over HTTP: what crossed the wire
-                        per_step = wire / taken
-                        record.update(wire_bytes_per_step=round(per_step, 1),
-                                      raw_bytes_per_step=RAW_STEP_BYTES,
-                                      wire_to_raw=round(per_step / RAW_STEP_BYTES, 2))
-                        line += (f"  {per_step:7.1f} wire bytes/step "
-                                 f"({per_step / RAW_STEP_BYTES:.2f}x the raw {RAW_STEP_BYTES})")
-                    records.append(record)
-                    print(line)
+                    return Block(*measure_steps(agent, capabilities, n, steps // rounds,
+                                                depth, env_id))
+
+                # (one copy does not pipeline: its next action waits for this one's outcome)
+                modes = [m for m in TRANSPORT_MODES if not (m == "http-pipelined" and n == 1)]
+                records += summarize(interleaved(modes, rounds, measure), "inprocess", n)
             client.close()
         finally:
             served.stop()
@@ -243,11 +289,13 @@ ACTING_DQN = {"seed": 0, "log_every": 0, "train": {"learning_starts": 0, "train_
 LOCAL_MODES = ("dqn-inprocess", "dqn-http", "dqn-local")
 
 
-def bench_local(env_counts: list[int], steps: int, batch_steps: int = 64) -> list[dict]:
+def bench_local(env_counts: list[int], steps: int, batch_steps: int = 64,
+                rounds: int = ROUNDS) -> list[dict]:
     """Local inference against the agent acting remotely: a DQN agent (`ACTING_DQN`) in
     process (stepColumns to its service object), over HTTP (stepColumns) and through a
     policy copy here that sends its experience every `batch_steps` env steps
-    (replayColumns), encoded as the gym orchestrator would (`binary_for`)."""
+    (replayColumns), encoded as the gym orchestrator would (`binary_for`); the modes take
+    turns (`interleaved`)."""
     from agents.dqn_agent import DQNAgent
     from mistk_rl.launch import start_service
     from mistk_rl.service.handlers import AgentService
@@ -269,7 +317,7 @@ def bench_local(env_counts: list[int], steps: int, batch_steps: int = 64) -> lis
         client.agent_registered(cartpole_agent_config())
         try:
             for n in env_counts:
-                for mode in LOCAL_MODES:
+                def measure(mode: str) -> Block:
                     agent = InProcessClient(service) if mode == "dqn-inprocess" else client
                     client.binary = binary_for(frozenset({"columns", "tensors"}), space, n,
                                                local=mode == "dqn-local")
@@ -280,12 +328,13 @@ def bench_local(env_counts: list[int], steps: int, batch_steps: int = 64) -> lis
                         make = ((lambda: LocalStepper(agent, LocalInference(1, batch_steps)))
                                 if mode == "dqn-local" else (lambda: ColumnStepper(agent)))
                         _drive(make(), manager, max(n * 5, 100))  # warm-up
-                        taken, seconds = _drive(make(), manager, max(steps, n * 20))
+                        taken, seconds = _drive(make(), manager,
+                                                max(steps // rounds, n * 20))
                         agent.episode_stopped()
-                    records.append({"bench": "transport", "mode": mode, "envs": n,
-                                    "steps_per_s": round(taken / seconds, 1)})
-                    print(f"  transport {mode:18s} envs {n:4d}: "
-                          f"{taken / seconds:10.1f} env steps/s")
+                    return Block(taken, seconds)
+
+                records += summarize(interleaved(LOCAL_MODES, rounds, measure),
+                                     "dqn-inprocess", n)
             client.close()
         finally:
             served.stop()
