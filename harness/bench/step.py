@@ -210,17 +210,16 @@ def interleaved(modes: Sequence[str], rounds: int,
     return blocks
 
 
-def summarize(blocks: dict[str, list[Block]], base: str, envs: int,
-              bench: str = "transport") -> list[dict]:
+def summarize(blocks: dict[str, list[Block]], base: str, envs: int) -> list[dict]:
     """A record per mode (printed as a line): env steps/s over all its blocks; besides
     `base`, the ratio to it, round by round (median, and the range over the rounds); over
     HTTP, the bytes on the wire per env step."""
     records = []
     for mode, mine in blocks.items():
         rate = sum(b.steps for b in mine) / sum(b.seconds for b in mine)
-        record = {"bench": bench, "mode": mode, "envs": envs, "steps_per_s": round(rate, 1),
+        record = {"bench": "transport", "mode": mode, "envs": envs, "steps_per_s": round(rate, 1),
                   "rounds": len(mine)}
-        line = f"  {bench} {mode:18s} envs {envs:4d}: {rate:10.1f} env steps/s"
+        line = f"  transport {mode:18s} envs {envs:4d}: {rate:10.1f} env steps/s"
         if mode != base:
             ratios = sorted((b.steps / b.seconds) / (o.steps / o.seconds)
                             for b, o in zip(mine, blocks[base]))

@@ -132,8 +132,8 @@ class CoalescingHttpTools(HttpToolsProtocol):
     checks, handler and rendering (30-40 us less a round trip on 2 cores, docs/serving.md).
     Any other request takes uvicorn's own way."""
 
-    # the operation and query string of the request being gathered for the fast path
-    _fast: Optional[tuple[Any, bytes]] = None
+    # the operation, headers and query string of the request gathered for the fast path
+    _fast: Optional[tuple[Any, dict, bytes]] = None
     _fast_body: bytearray
 
     def connection_made(self, transport: Any) -> None:  # type: ignore[override]
@@ -146,7 +146,7 @@ class CoalescingHttpTools(HttpToolsProtocol):
             return
         self._fast_body = bytearray()
 
-    def _fast_operation(self) -> Optional[tuple[Any, bytes]]:
+    def _fast_operation(self) -> Optional[tuple[Any, dict, bytes]]:
         pipeline = self.app
         if (not hasattr(pipeline, "fast_operation") or self.root_path
                 or self.expect_100_continue or self.parser.should_upgrade()
@@ -157,10 +157,10 @@ class CoalescingHttpTools(HttpToolsProtocol):
         url = httptools.parse_url(self.url)
         if b"%" in url.path:  # (uvicorn's way unquotes it)
             return None
+        headers = dict(self.headers)
         op = pipeline.fast_operation(self.parser.get_method().decode("ascii"),
-                                     url.path.decode("ascii"),
-                                     dict(self.headers).get(b"content-length"))
-        return None if op is None else (op, url.query or b"")
+                                     url.path.decode("ascii"), headers.get(b"content-length"))
+        return None if op is None else (op, headers, url.query or b"")
 
     def on_body(self, body: bytes) -> None:
         if self._fast is None:
@@ -172,8 +172,8 @@ class CoalescingHttpTools(HttpToolsProtocol):
         if self._fast is None:
             super().on_message_complete()
             return
-        (op, query), self._fast = self._fast, None
-        answer = self.app.answer_now(op, dict(self.headers), query, bytes(self._fast_body))
+        (op, headers, query), self._fast = self._fast, None
+        answer = self.app.answer_now(op, headers, query, bytes(self._fast_body))
         head = [STATUS_LINE[answer.status]]
         for name, value in (*self.server_state.default_headers,
                             (b"content-type", answer.content_type),
