@@ -13,6 +13,7 @@ from typing import Optional, Sequence
 
 from mistk_rl import API_VERSION, __version__
 from mistk_rl.service.cli import add_serve_arguments
+from mistk_rl.transport import spin_from_env
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -75,7 +76,7 @@ def _bench(args: argparse.Namespace) -> int:
                      behaviour=args.behaviour, local_inference=args.local_inference,
                      saved=[Path(f) for f in args.from_json.split(",")] if args.from_json
                      else None, arms=args.arms.split(",") if args.arms else None,
-                     awake=args.awake)
+                     awake=args.awake, spin_us=args.spin)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -234,6 +235,12 @@ def build_parser() -> argparse.ArgumentParser:
                             "spinner per CPU at SCHED_IDLE, Linux), as on a machine whose "
                             "idle CPUs poll instead of halting: a virtual machine's halted "
                             "vCPU takes tens of us to wake, twice a round trip")
+    bench.add_argument("--spin", type=float, default=None, metavar="US",
+                       help="getaction, transport: the bench's clients wait for each answer "
+                            "awake for up to US microseconds before sleeping "
+                            "(MISTK_RL_SPIN_US, as a user would set it): the caller's CPU "
+                            "then never halts between a request and its answer; "
+                            "default: as MISTK_RL_SPIN_US says, else 0")
     bench.add_argument("--json", default=None, help="also write the figures here")
     bench.set_defaults(func=_bench)
     return parser
@@ -241,6 +248,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     args = build_parser().parse_args(argv)
+    try:
+        spin_from_env()  # (refused here, not at the first request of a run)
+    except ValueError as exc:
+        print(f"mistk-rl: {exc}", file=sys.stderr)
+        return 2
     try:
         return args.func(args)
     except KeyboardInterrupt:

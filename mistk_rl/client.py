@@ -173,14 +173,16 @@ class _ServiceClient:
     base_path = ""
 
     def __init__(self, url: str, *, token: Optional[str] = None,
-                 timeout: float = DEFAULT_TIMEOUT) -> None:
-        """`url` is the service's root (``http://host:port``) or its full base path."""
+                 timeout: float = DEFAULT_TIMEOUT, spin: Optional[float] = None) -> None:
+        """`url` is the service's root (``http://host:port``) or its full base path.
+        `spin`: seconds to wait for each answer awake before sleeping, for a caller on a
+        core of its own (`mistk_rl.transport`; None: ``MISTK_RL_SPIN_US``, else 0)."""
         url = url.rstrip("/")
         self.base_url = url if urlsplit(url).path not in ("", "/") else url + self.base_path
         self.timeout = timeout
         self.token = token  # (a league orchestrator calls its workers with its agents' token)
         headers = {"Authorization": f"Bearer {token}"} if token else {}
-        self.transport = Transport(self.base_url, headers=headers)
+        self.transport = Transport(self.base_url, headers=headers, spin=spin)
         # the service instance this client talks to, from its first answer; an answer from
         # another instance raises ServiceRestarted (set it to None to accept a new one)
         self.instance: Optional[str] = None

@@ -16,13 +16,23 @@ request is written (the socket reads as at EOF), so a request is never sent twic
 may still close a kept-alive connection just as a request goes out; then only an idempotent
 GET is sent again (once, on a fresh connection, RFC 9112 9.3.1), and any other method
 reports the error.
+
+Waiting awake (`spin`, or ``MISTK_RL_SPIN_US`` for every client of a process): a caller
+that blocks on a socket lets its CPU idle, and on a virtual machine an idle vCPU halts; the
+answer then waits for the hypervisor to wake it (tens of microseconds, docs/serving.md "Idle
+CPUs"). With a spin, a connection polls its socket without sleeping for up to that long
+before it blocks, as OpenMP's ``OMP_WAIT_POLICY=active`` does: the caller's CPU is busy while
+it waits, which pays on a core of its own and costs the machine a CPU otherwise. Off by
+default.
 """
 from __future__ import annotations
 
+import os
 import select
 import socket
 import ssl
 import threading
+import time
 from collections import deque
 from dataclasses import dataclass
 from http.client import RemoteDisconnected
@@ -33,6 +43,8 @@ from urllib.parse import urlencode, urlsplit
 _CLOSED_BEFORE_ANSWER = (RemoteDisconnected, ConnectionResetError, BrokenPipeError)
 MAX_HEAD_BYTES = 64 * 1024  # an answer's status line and headers
 _RECV_BYTES = 256 * 1024
+SPIN_ENV = "MISTK_RL_SPIN_US"  # microseconds each answer is waited for awake (module doc)
+MAX_SPIN = 0.01  # seconds: a longer wait is better spent asleep
 
 
 class TransportError(ConnectionError):
@@ -45,6 +57,22 @@ class TransportError(ConnectionError):
 
 class ProtocolError(ValueError):
     """The server's answer is not HTTP/1.x as this client reads it."""
+
+
+def spin_from_env() -> float:
+    """The spin ``MISTK_RL_SPIN_US`` asks for, in seconds (0 when it is unset or empty); a
+    ValueError naming it when it is not a number of microseconds from 0 to `MAX_SPIN`."""
+    raw = os.environ.get(SPIN_ENV, "").strip()
+    if not raw:
+        return 0.0
+    try:
+        spin = float(raw) / 1e6
+    except ValueError:
+        spin = -1.0
+    if not 0 <= spin <= MAX_SPIN:  # (also NaN)
+        raise ValueError(f"{SPIN_ENV}={raw!r}: give the microseconds to wait for an answer "
+                         f"awake, 0 to {MAX_SPIN * 1e6:.0f}")
+    return spin
 
 
 class Headers(Mapping[str, str]):
@@ -84,12 +112,17 @@ class _Connection:
     """One socket to the service, with what was read past the last answer."""
 
     def __init__(self, host: str, port: int, timeout: float,
-                 tls: Optional[ssl.SSLContext]) -> None:
+                 tls: Optional[ssl.SSLContext], spin: float = 0.0) -> None:
         sock = socket.create_connection((host, port), timeout=timeout)
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self.sock = tls.wrap_socket(sock, server_hostname=host) if tls is not None else sock
         self.buffer = bytearray()
         self.received = 0  # bytes read from the socket (heads and bodies)
+        self.spin = spin
+        self._poller: Optional[select.poll] = None
+        if spin and hasattr(select, "poll"):  # (Linux and macOS; elsewhere it just blocks)
+            self._poller = select.poll()
+            self._poller.register(self.sock, select.POLLIN)
 
     def close(self) -> None:
         self.sock.close()
@@ -135,12 +168,24 @@ class _Connection:
     # -- reading --
     def _fill(self) -> bool:
         """Read more from the socket into the buffer; False at the end of the stream."""
+        if self._poller is not None:
+            self._await_awake()
         chunk = self.sock.recv(_RECV_BYTES)
         if not chunk:
             return False
         self.received += len(chunk)
         self.buffer += chunk
         return True
+
+    def _await_awake(self) -> None:
+        """Poll the socket without sleeping until it has something to read or `spin` has
+        passed; the blocking read that follows then finds it at once (module doc)."""
+        if isinstance(self.sock, ssl.SSLSocket) and self.sock.pending():
+            return  # (decrypted bytes wait in the TLS layer: the socket may read as empty)
+        poll = self._poller.poll  # type: ignore[union-attr]
+        deadline = time.perf_counter() + self.spin
+        while not poll(0) and time.perf_counter() < deadline:
+            pass
 
     def _read_head(self) -> tuple[int, str, str, dict[str, str]]:
         while True:
@@ -224,7 +269,13 @@ class Transport:
     """Requests to one service; thread-safe (each request takes its own connection)."""
 
     def __init__(self, base_url: str, *, headers: Optional[Mapping[str, str]] = None,
-                 max_idle: int = 4) -> None:
+                 max_idle: int = 4, spin: Optional[float] = None) -> None:
+        """`spin`: seconds each answer is waited for awake before the connection blocks
+        (module doc); None takes ``MISTK_RL_SPIN_US``, 0 by default."""
+        spin = spin_from_env() if spin is None else spin
+        if not 0 <= spin <= MAX_SPIN:
+            raise ValueError(f"spin {spin!r}: 0 to {MAX_SPIN} seconds")
+        self.spin = spin
         parts = urlsplit(base_url)
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise ValueError(f"not an http(s) URL: {base_url!r}")
@@ -319,7 +370,7 @@ class Transport:
 
     def _connect(self, timeout: float) -> _Connection:
         try:
-            return _Connection(self.host, self.port, timeout, self._tls)
+            return _Connection(self.host, self.port, timeout, self._tls, self.spin)
         except (socket.timeout, TimeoutError) as exc:
             raise TransportError(f"no connection within {timeout} s", timed_out=True) from exc
         except OSError as exc:

@@ -209,32 +209,48 @@ def test_bench_parity_runs_both_sides(tmp_path):
     assert again.returncode == 0 and again.stdout.strip() == proc.stdout.split("\n\n")[-1].strip()
 
 
+@pytest.fixture(autouse=True)
+def _tagged(monkeypatch):
+    """Each test's processes carry a tag of its own in their environment (inherited by the
+    benches it starts and their servers), so `_floor_servers` counts this test's only, not
+    those of a test running beside it."""
+    monkeypatch.setenv(_TAG, f"{os.getpid()}-{os.urandom(4).hex()}")
+
+
+_TAG = "MISTK_RL_TEST_TAG"
+
+
 def _floor_servers() -> list[str]:
     """Command lines of live processes serving `harness.bench.floor` (only its bench starts
-    them)."""
+    them) started by this test."""
+    tag = f"{_TAG}={os.environ[_TAG]}".encode()
     found = []
     for pid in filter(str.isdigit, os.listdir("/proc")):
         try:
             cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
             state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+            environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
         except OSError:
             continue
-        if "harness.bench.floor" in cmdline and state != "Z":
+        if "harness.bench.floor" in cmdline and state != "Z" and tag in environ:
             found.append(cmdline)
     return found
 
 
-def test_bench_getaction_reports_the_machines_floor_beside_it(tmp_path):
+@pytest.mark.parametrize("spin", [[], ["--spin", "150"]])
+def test_bench_getaction_reports_the_machines_floor_beside_it(tmp_path, spin):
     out = tmp_path / "getaction.json"
+    env = {k: v for k, v in os.environ.items() if k != "MISTK_RL_SPIN_US"}
     proc = subprocess.run([sys.executable, "-m", "harness", "bench", "getaction", "--n", "50",
-                           "--json", str(out)], cwd=REPO, capture_output=True, text=True,
-                          timeout=120)
+                           "--json", str(out), *spin], cwd=REPO, env=env, capture_output=True,
+                          text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     records = json.loads(out.read_text())["records"]
     assert [(r["bench"], r.get("kind")) for r in records] == [
         ("getaction", None), ("floor", "echo"), ("floor", "asgi")]
     for record in records:
         assert record["calls"] == 50 and record["cpus_awake"] is False
+        assert record["spin_us"] == (150 if spin else 0)
         assert 0 < record["p10_ms"] <= record["median_ms"] <= record["p90_ms"]
     assert "kind=asgi" in proc.stdout
     assert _floor_servers() == []
@@ -255,10 +271,22 @@ def test_cpus_kept_awake_spins_one_idle_class_process_per_cpu_and_ends_them():
     assert _floor_servers() == []
 
 
-def test_awake_is_refused_where_it_means_nothing():
-    proc = subprocess.run([sys.executable, "-m", "harness", "bench", "envs", "--awake"],
+@pytest.mark.parametrize("flag", [["--awake"], ["--spin", "200"]])
+def test_awake_and_spin_are_refused_where_they_mean_nothing(flag):
+    proc = subprocess.run([sys.executable, "-m", "harness", "bench", "envs", *flag],
                           cwd=REPO, capture_output=True, text=True, timeout=60)
-    assert proc.returncode != 0 and "--awake is for getaction and transport" in proc.stderr
+    assert proc.returncode != 0 and f"{flag[0]} is for getaction and transport" in proc.stderr
+
+
+def test_a_bad_spin_in_the_environment_stops_the_cli_before_anything_runs():
+    env = {**os.environ, "MISTK_RL_SPIN_US": "fast"}
+    for command in (["harness", "bench", "getaction", "--n", "5"],
+                    ["mistk_rl", "serve", "agent", "agents.random_agent:RandomAgent",
+                     "--port", "0"]):
+        proc = subprocess.run([sys.executable, "-m", *command], cwd=REPO, env=env,
+                              capture_output=True, text=True, timeout=60)
+        assert proc.returncode == 2, proc.stderr
+        assert "MISTK_RL_SPIN_US='fast'" in proc.stderr
 
 
 def test_floor_servers_answer_as_the_services_would_and_are_stopped():

@@ -3,11 +3,12 @@ from __future__ import annotations
 
 import socket
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from mistk_rl.transport import Transport, TransportError
+from mistk_rl.transport import SPIN_ENV, Transport, TransportError, spin_from_env
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -149,8 +150,10 @@ def test_a_get_the_server_dropped_on_a_kept_alive_connection_is_sent_again_once(
     transport.close()
 
 
-def test_bodies_in_every_framing_are_read_whole_and_the_connection_kept_when_it_can(server):
-    transport = Transport(server)
+@pytest.mark.parametrize("spin", [0.0, 0.002])
+def test_bodies_in_every_framing_are_read_whole_and_the_connection_kept_when_it_can(server,
+                                                                                    spin):
+    transport = Transport(server, spin=spin)  # (waiting awake reads the same bytes)
     chunked = transport.request("GET", "/chunked")
     assert (chunked.status, chunked.body) == (200, b'{"a": [1, 2, 3]}')
     assert chunked.headers["x-mixed-case"] == chunked.headers.get("X-MIXED-CASE") == "yes"
@@ -227,3 +230,64 @@ def test_a_pipelined_request_the_server_left_unanswered_fails_and_is_not_sent_ag
         pipe.receive()
     assert _Handler.posts == [b"close-after"]  # the server read no further; nothing resent
     transport.close()
+
+
+def _slow_server(delay: float) -> tuple[socket.socket, threading.Thread]:
+    """A server that answers one request `delay` seconds after it came: a slow service."""
+    listener = socket.create_server(("127.0.0.1", 0))
+
+    def serve() -> None:
+        conn, _ = listener.accept()
+        with conn:
+            request = b""
+            while b"\r\n\r\n" not in request:
+                request += conn.recv(4096)
+            time.sleep(delay)  # (the service's work, not a wait for the client)
+            conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 4\r\n\r\nlate")
+            conn.recv(1)  # until the client closes
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    return listener, thread
+
+
+@pytest.mark.parametrize("spin", [0.0, 0.01])
+def test_a_spinning_connection_waits_awake_then_blocks_for_a_late_answer(spin):
+    """With a spin the caller polls, using its CPU, for up to that long; an answer later
+    than that is still read, by the blocking read that follows. Without one it sleeps."""
+    listener, thread = _slow_server(delay=0.15)
+    transport = Transport(f"http://127.0.0.1:{listener.getsockname()[1]}", spin=spin)
+    try:
+        cpu = time.thread_time()
+        answer = transport.request("GET", "/slow", timeout=10)
+        cpu = time.thread_time() - cpu
+    finally:
+        transport.close()
+        thread.join(10)
+        listener.close()
+    assert (answer.status, answer.body) == (200, b"late")
+    if spin:  # (polling 10 ms of the 150; a blocking read takes well under 1 ms of CPU)
+        assert cpu >= 0.003, f"the caller used {cpu * 1e3:.1f} ms of CPU waiting: it slept"
+    else:
+        assert cpu < 0.002, f"the caller used {cpu * 1e3:.1f} ms of CPU waiting: it spun"
+
+
+@pytest.mark.parametrize("given, seconds", [(None, 0.0), ("", 0.0), (" 250 ", 0.00025),
+                                            ("0", 0.0), ("10000", 0.01)])
+def test_the_spin_comes_from_the_environment_in_microseconds(monkeypatch, given, seconds):
+    if given is None:
+        monkeypatch.delenv(SPIN_ENV, raising=False)
+    else:
+        monkeypatch.setenv(SPIN_ENV, given)
+    assert spin_from_env() == pytest.approx(seconds)
+    assert Transport("http://127.0.0.1:9").spin == pytest.approx(seconds)
+    assert Transport("http://127.0.0.1:9", spin=0.001).spin == 0.001  # (given beats it)
+
+
+@pytest.mark.parametrize("given", ["abc", "-1", "10001", "nan", "inf"])
+def test_a_spin_that_is_not_microseconds_in_range_is_refused_naming_the_variable(
+        monkeypatch, given):
+    monkeypatch.setenv(SPIN_ENV, given)
+    with pytest.raises(ValueError, match=f"{SPIN_ENV}=.*0 to 10000"):
+        Transport("http://127.0.0.1:9")
+    with pytest.raises(ValueError, match="0 to 0.01 seconds"):
+        Transport("http://127.0.0.1:9", spin=-0.5)

@@ -6,7 +6,10 @@ getaction: the round-trip time of getAction against a local RandomAgent service 
 loopback, one kept-alive connection, a CartPole-sized observation), after a warm-up; then,
 in the same sitting, the machine's floor under it (`floor`: a bare echo and the services'
 server stack answering a constant). With ``--awake`` (getaction, transport) every CPU is
-kept from idling meanwhile (`floor.cpus_kept_awake`), and the records say so.
+kept from idling meanwhile (`floor.cpus_kept_awake`), and the records say so. With ``--spin
+US`` (getaction, transport) the bench's clients wait for each answer awake for up to US
+microseconds (``MISTK_RL_SPIN_US``, `mistk_rl.transport`): the caller's side of that, as a
+user can set it; the records carry ``spin_us``.
 """
 from __future__ import annotations
 
@@ -15,9 +18,9 @@ import os
 import platform
 import tempfile
 import time
-from contextlib import nullcontext
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
-from typing import Optional
+from typing import Iterator, Optional
 
 
 def bench_getaction(n: int = 2000, warmup: int = 200) -> dict:
@@ -125,18 +128,24 @@ def run_bench(what: str, n: Optional[int] = None, json_out: Optional[Path] = Non
               config: Optional[Path] = None, suite: str = "classic",
               entries: Optional[list[str]] = None, behaviour: str = "solver",
               local_inference: bool = False, saved: Optional[list[Path]] = None,
-              arms: Optional[list[str]] = None, awake: bool = False) -> int:
+              arms: Optional[list[str]] = None, awake: bool = False,
+              spin_us: Optional[float] = None) -> int:
     """`awake` (getaction, transport): every CPU kept from idling while it runs
-    (`harness.bench.floor.cpus_kept_awake`); their records say which with ``cpus_awake``."""
-    if awake and what not in ("getaction", "transport"):
-        raise SystemExit(f"bench {what}: --awake is for getaction and transport")
+    (`harness.bench.floor.cpus_kept_awake`); `spin_us`: the clients wait for answers awake
+    that long (``MISTK_RL_SPIN_US``, which None leaves as it is). Their records say which
+    (``cpus_awake``, ``spin_us``)."""
+    for flag, given in (("--awake", awake), ("--spin", spin_us is not None)):
+        if given and what not in ("getaction", "transport"):
+            raise SystemExit(f"bench {what}: {flag} is for getaction and transport")
     if what in ("getaction", "transport"):
         from harness.bench.floor import cpus_kept_awake
+        from mistk_rl.transport import spin_from_env
 
-        with cpus_kept_awake() if awake else nullcontext():
+        with cpus_kept_awake() if awake else nullcontext(), _spinning(spin_us):
+            spin_us = round(spin_from_env() * 1e6, 3)
             records = (_getaction(n) if what == "getaction"
                        else _transport(env_counts or [1, 16, 64, 256], steps))
-        records = [{**record, "cpus_awake": awake} for record in records]
+        records = [{**record, "cpus_awake": awake, "spin_us": spin_us} for record in records]
         if what == "getaction":
             for record in records:
                 print("  ".join(f"{k}={v}" for k, v in record.items()))
@@ -212,6 +221,35 @@ def run_bench(what: str, n: Optional[int] = None, json_out: Optional[Path] = Non
     if json_out is not None:
         _write(json_out, [record])
     return 0
+
+
+@contextmanager
+def _spinning(spin_us: Optional[float]) -> Iterator[None]:
+    """Every client made meanwhile waits for answers awake for `spin_us` (the environment
+    variable a user would set; checked as a client would). None: as the environment says."""
+    from mistk_rl.transport import SPIN_ENV, spin_from_env
+
+    if spin_us is None:
+        yield
+        return
+    before = os.environ.get(SPIN_ENV)
+    os.environ[SPIN_ENV] = f"{spin_us:g}"
+    try:
+        spin_from_env()
+    except ValueError as exc:
+        _restore(SPIN_ENV, before)
+        raise SystemExit(f"bench --spin: {exc}") from None
+    try:
+        yield
+    finally:
+        _restore(SPIN_ENV, before)
+
+
+def _restore(name: str, value: Optional[str]) -> None:
+    if value is None:
+        os.environ.pop(name, None)
+    else:
+        os.environ[name] = value
 
 
 def _getaction(n: Optional[int]) -> list[dict]:

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Optional, Sequence
 
 from mistk_rl.limits import Limits
+from mistk_rl.transport import spin_from_env
 
 
 def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
@@ -122,6 +123,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     sub = parser.add_subparsers(dest="command", required=True)
     add_serve_arguments(sub.add_parser("serve", help=__doc__.splitlines()[0]))
     args = parser.parse_args(argv)
+    try:
+        spin_from_env()  # (an orchestrator's clients read it: refused at start, not mid-run)
+    except ValueError as exc:
+        print(f"mistk_rl serve: {exc}", file=sys.stderr)
+        return 2
     try:
         return args.func(args)
     except KeyboardInterrupt:
