@@ -236,11 +236,11 @@ def build_parser() -> argparse.ArgumentParser:
                             "idle CPUs poll instead of halting: a virtual machine's halted "
                             "vCPU takes tens of us to wake, twice a round trip")
     bench.add_argument("--spin", type=float, default=None, metavar="US",
-                       help="getaction, transport: the bench's clients wait for each answer "
-                            "awake for up to US microseconds before sleeping "
-                            "(MISTK_RL_SPIN_US, as a user would set it): the caller's CPU "
-                            "then never halts between a request and its answer; "
-                            "default: as MISTK_RL_SPIN_US says, else 0")
+                       help="getaction, transport: MISTK_RL_SPIN_US=US for the bench, as "
+                            "a user would set it: its clients wait for each answer awake "
+                            "(polling, not sleeping) for up to US microseconds, and the "
+                            "services it starts wait so for the next request after each "
+                            "answer; default: as MISTK_RL_SPIN_US says, else 0")
     bench.add_argument("--json", default=None, help="also write the figures here")
     bench.set_defaults(func=_bench)
     return parser

@@ -23,7 +23,8 @@ answer then waits for the hypervisor to wake it (tens of microseconds, docs/serv
 CPUs"). With a spin, a connection polls its socket without sleeping for up to that long
 before it blocks, as OpenMP's ``OMP_WAIT_POLICY=active`` does: the caller's CPU is busy while
 it waits, which pays on a core of its own and costs the machine a CPU otherwise. Off by
-default.
+default. A service started with the variable set waits awake for the next request after
+each answer, for as long (`mistk_rl.service.server.AwakeAfterAnswers`).
 """
 from __future__ import annotations
 

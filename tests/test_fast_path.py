@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import threading
+import time
 from pathlib import Path
 
 import numpy as np
@@ -17,7 +18,8 @@ from mistk_rl.limits import Limits
 from mistk_rl.service.app import create_app
 from mistk_rl.service.handlers import AgentService
 from mistk_rl.service.pipeline import STEP_OPERATIONS
-from mistk_rl.service.server import CoalescingHttpTools, ServiceWorker, _HeadWithBody
+from mistk_rl.service.server import (AwakeAfterAnswers, CoalescingHttpTools, ServiceWorker,
+                                     _HeadWithBody)
 from tests.conftest import RANDOM_AGENT
 from tests.test_pipeline import _asgi
 
@@ -367,3 +369,30 @@ def test_pipelined_requests_are_answered_in_order_whichever_way_each_goes(uvicor
     assert all("actions" in json.loads(answers[i].body) for i in (0, 2))
     assert counted.fast >= 1 and counted.asgi >= 2 and counted.fast + counted.asgi == 4
     assert len(agent.threads) == 2
+
+
+def _uvloop():
+    return pytest.importorskip("uvloop").new_event_loop()
+
+
+@pytest.mark.parametrize("new_loop", [asyncio.new_event_loop, _uvloop], ids=["asyncio", "uvloop"])
+@pytest.mark.parametrize("spin", [0.0, 0.01])
+def test_after_an_answer_the_loop_polls_awake_for_the_spin_then_sleeps(spin, new_loop):
+    """`AwakeAfterAnswers`: with a spin the loop keeps its CPU busy polling for that long
+    after an answer (and takes a timer due meanwhile as always); without one it sleeps."""
+    awake = AwakeAfterAnswers(spin)
+    loop = new_loop()
+    try:
+        fired = []
+        cpu = time.thread_time()
+        awake.answered(loop)
+        loop.call_later(0.005, fired.append, "timer")  # (due within the spin)
+        loop.run_until_complete(asyncio.sleep(0.1))
+        cpu = time.thread_time() - cpu
+    finally:
+        loop.close()
+    assert fired == ["timer"] and not awake._polling  # the polling ended by itself
+    if spin:  # (polling 10 ms of the 100; sleeping takes well under 1 ms of CPU)
+        assert cpu >= 0.003, f"the loop used {cpu * 1e3:.1f} ms of CPU: it slept"
+    else:
+        assert cpu < 0.002, f"the loop used {cpu * 1e3:.1f} ms of CPU: it polled"

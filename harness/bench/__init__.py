@@ -7,9 +7,10 @@ loopback, one kept-alive connection, a CartPole-sized observation), after a warm
 in the same sitting, the machine's floor under it (`floor`: a bare echo and the services'
 server stack answering a constant). With ``--awake`` (getaction, transport) every CPU is
 kept from idling meanwhile (`floor.cpus_kept_awake`), and the records say so. With ``--spin
-US`` (getaction, transport) the bench's clients wait for each answer awake for up to US
-microseconds (``MISTK_RL_SPIN_US``, `mistk_rl.transport`): the caller's side of that, as a
-user can set it; the records carry ``spin_us``.
+US`` (getaction, transport) the bench runs with ``MISTK_RL_SPIN_US=US``, as a user can set
+it: its clients wait for each answer awake for up to US microseconds (`mistk_rl.transport`)
+and the services it starts wait so for the next request after each answer; the records
+carry ``spin_us``.
 """
 from __future__ import annotations
 

@@ -11,6 +11,7 @@ import importlib.util
 import logging
 import os
 import sys
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
@@ -23,6 +24,7 @@ from uvicorn_worker import UvicornWorker
 from mistk_rl.agent import AbstractAgent
 from mistk_rl.limits import Limits
 from mistk_rl.orchestrator import AbstractOrchestrator
+from mistk_rl.transport import spin_from_env
 
 ROLES = {"agent": AbstractAgent, "orchestrator": AbstractOrchestrator}
 
@@ -119,6 +121,36 @@ class _HeadWithBody:
         return getattr(self._transport, name)
 
 
+class AwakeAfterAnswers:
+    """Keeps the worker's event loop polling instead of sleeping for `spin` seconds after each
+    answer (``MISTK_RL_SPIN_US``, off by default; the clients' side is `mistk_rl.transport`).
+
+    In a step loop the next request comes within a step's time; a loop that slept meanwhile
+    lets its vCPU halt, and on a virtual machine the request then waits for the hypervisor
+    to wake it (docs/serving.md "Idle CPUs"). A callback that is ready to run makes the loop
+    poll its sockets with a zero timeout, so one that schedules itself again until the
+    deadline keeps the loop, and its CPU, awake; nothing else changes."""
+
+    def __init__(self, spin: float) -> None:
+        self.spin = spin
+        self._until = 0.0
+        self._polling = False
+
+    def answered(self, loop: Any) -> None:
+        if not self.spin:
+            return
+        self._until = time.perf_counter() + self.spin
+        if not self._polling:
+            self._polling = True
+            loop.call_soon(self._poll, loop)
+
+    def _poll(self, loop: Any) -> None:
+        if time.perf_counter() < self._until:
+            loop.call_soon(self._poll, loop)
+        else:
+            self._polling = False
+
+
 class CoalescingHttpTools(HttpToolsProtocol):
     """uvicorn's httptools protocol with one send per answer (`_HeadWithBody`) and a fast
     path for the per-step requests.
@@ -130,13 +162,18 @@ class CoalescingHttpTools(HttpToolsProtocol):
     its own in progress, skips all that: its body is gathered as it is parsed and
     `Pipeline.answer_now` answers it the moment the request is complete, through the same
     checks, handler and rendering (30-40 us less a round trip on 2 cores, docs/serving.md).
-    Any other request takes uvicorn's own way."""
+    Any other request takes uvicorn's own way. After each answer the loop stays awake for
+    the spin ``MISTK_RL_SPIN_US`` asks for (`AwakeAfterAnswers`, one per worker)."""
 
     # the operation, headers and query string of the request gathered for the fast path
     _fast: Optional[tuple[Any, dict, bytes]] = None
     _fast_body: bytearray
 
+    awake: Optional[AwakeAfterAnswers] = None  # (made by the worker's first connection)
+
     def connection_made(self, transport: Any) -> None:  # type: ignore[override]
+        if CoalescingHttpTools.awake is None:
+            CoalescingHttpTools.awake = AwakeAfterAnswers(spin_from_env())
         super().connection_made(_HeadWithBody(transport))
 
     def on_headers_complete(self) -> None:
@@ -187,6 +224,7 @@ class CoalescingHttpTools(HttpToolsProtocol):
     def on_response_complete(self) -> None:
         self.transport.flush()
         super().on_response_complete()
+        self.awake.answered(self.loop)  # type: ignore[union-attr]
 
 
 class ServiceWorker(UvicornWorker):
