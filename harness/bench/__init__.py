@@ -22,6 +22,7 @@ import time
 from contextlib import contextmanager, nullcontext
 from pathlib import Path
 from typing import Iterator, Optional
+from unittest.mock import patch
 
 
 def bench_getaction(n: int = 2000, warmup: int = 200) -> dict:
@@ -233,24 +234,12 @@ def _spinning(spin_us: Optional[float]) -> Iterator[None]:
     if spin_us is None:
         yield
         return
-    before = os.environ.get(SPIN_ENV)
-    os.environ[SPIN_ENV] = f"{spin_us:g}"
-    try:
-        spin_from_env()
-    except ValueError as exc:
-        _restore(SPIN_ENV, before)
-        raise SystemExit(f"bench --spin: {exc}") from None
-    try:
+    with patch.dict(os.environ, {SPIN_ENV: f"{spin_us:g}"}):  # (restored however it ends)
+        try:
+            spin_from_env()
+        except ValueError as exc:
+            raise SystemExit(f"bench --spin: {exc}") from None
         yield
-    finally:
-        _restore(SPIN_ENV, before)
-
-
-def _restore(name: str, value: Optional[str]) -> None:
-    if value is None:
-        os.environ.pop(name, None)
-    else:
-        os.environ[name] = value
 
 
 def _getaction(n: Optional[int]) -> list[dict]:
