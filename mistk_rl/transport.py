@@ -17,14 +17,18 @@ may still close a kept-alive connection just as a request goes out; then only an
 GET is sent again (once, on a fresh connection, RFC 9112 9.3.1), and any other method
 reports the error.
 
-Waiting awake (`spin`, or ``MISTK_RL_SPIN_US`` for every client of a process): a caller
-that blocks on a socket lets its CPU idle, and on a virtual machine an idle vCPU halts; the
-answer then waits for the hypervisor to wake it (tens of microseconds, docs/serving.md "Idle
-CPUs"). With a spin, a connection polls its socket without sleeping for up to that long
-before it blocks, as OpenMP's ``OMP_WAIT_POLICY=active`` does: the caller's CPU is busy while
-it waits, which pays on a core of its own and costs the machine a CPU otherwise. Off by
-default. A service started with the variable set waits awake for the next request after
-each answer, for as long (`mistk_rl.service.server.AwakeAfterAnswers`).
+Waiting awake (`spin`): a caller that blocks on a socket lets its CPU idle, and on a
+virtual machine an idle vCPU halts; the answer then waits for the hypervisor to wake it (tens
+of microseconds, docs/serving.md "Idle CPUs"). So a connection first polls its socket without
+sleeping, for up to `DEFAULT_SPIN` (200 us) where this process may use two CPUs or more
+(``MISTK_RL_SPIN_US`` sets another bound for every client of a process, 0 turns it off), as
+OpenMP's ``OMP_WAIT_POLICY=active`` and most runtimes' spin-then-block locks do. It polls only
+while its answers come within that bound: after one that took longer (a request that trains,
+a long poll, a machine with more work than CPUs) it blocks at once, until an answer comes
+within the bound again. The caller's CPU is busy at most the time it would have waited for a
+fast answer. A service started with the variable set also waits awake for the next request
+after each answer, for as long (`mistk_rl.service.server.AwakeAfterAnswers`); without it
+services sleep, since how long a caller takes to send its next request is not theirs to know.
 """
 from __future__ import annotations
 
@@ -46,6 +50,7 @@ MAX_HEAD_BYTES = 64 * 1024  # an answer's status line and headers
 _RECV_BYTES = 256 * 1024
 SPIN_ENV = "MISTK_RL_SPIN_US"  # microseconds each answer is waited for awake (module doc)
 MAX_SPIN = 0.01  # seconds: a longer wait is better spent asleep
+DEFAULT_SPIN = 200e-6  # seconds a client polls for an answer when the variable is unset
 
 
 class TransportError(ConnectionError):
@@ -74,6 +79,17 @@ def spin_from_env() -> float:
         raise ValueError(f"{SPIN_ENV}={raw!r}: give the microseconds to wait for an answer "
                          f"awake, 0 to {MAX_SPIN * 1e6:.0f}")
     return spin
+
+
+def client_spin() -> float:
+    """The spin an SDK client waits for answers with (module doc): ``MISTK_RL_SPIN_US`` when
+    set, else `DEFAULT_SPIN` for a process that may run on two CPUs or more, else 0 (on one
+    CPU the service that owes the answer would wait for the poller to yield it)."""
+    if os.environ.get(SPIN_ENV, "").strip():
+        return spin_from_env()
+    usable = (len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity")
+              else os.cpu_count() or 1)
+    return DEFAULT_SPIN if usable >= 2 else 0.0
 
 
 class Headers(Mapping[str, str]):
@@ -120,6 +136,10 @@ class _Connection:
         self.buffer = bytearray()
         self.received = 0  # bytes read from the socket (heads and bodies)
         self.spin = spin
+        # seconds the last answer's head took to come, from when it was awaited: the next
+        # answer is polled for only if it came within the spin (module doc)
+        self.last_wait = 0.0
+        self._poll_until = 0.0  # while awaiting an answer: when polling gives way to blocking
         self._poller: Optional[select.poll] = None
         if spin and hasattr(select, "poll"):  # (Linux and macOS; elsewhere it just blocks)
             self._poller = select.poll()
@@ -145,10 +165,14 @@ class _Connection:
 
     def read_answer(self, head_only: bool) -> tuple[Response, bool]:
         """The next answer on this connection, and whether to keep the socket."""
+        started = time.perf_counter()
+        # poll for it only if the last answer came within the spin (module doc)
+        self._poll_until = started + self.spin if self.last_wait <= self.spin else 0.0
         while True:
             status, reason, version, headers = self._read_head()
             if not 100 <= status < 200:
                 break
+        self.last_wait = time.perf_counter() - started
         connection = _tokens(headers, "connection") if "connection" in headers else ()
         closes = "close" in connection or (version == "HTTP/1.0" and "keep-alive" not in connection)
         if head_only or status in (204, 304):
@@ -179,12 +203,12 @@ class _Connection:
         return True
 
     def _await_awake(self) -> None:
-        """Poll the socket without sleeping until it has something to read or `spin` has
-        passed; the blocking read that follows then finds it at once (module doc)."""
+        """Poll the socket without sleeping until it has something to read or the answer's
+        spin has passed; the blocking read that follows then finds it at once (module doc)."""
         if isinstance(self.sock, ssl.SSLSocket) and self.sock.pending():
             return  # (decrypted bytes wait in the TLS layer: the socket may read as empty)
         poll = self._poller.poll  # type: ignore[union-attr]
-        deadline = time.perf_counter() + self.spin
+        deadline = self._poll_until
         while not poll(0) and time.perf_counter() < deadline:
             pass
 
@@ -272,8 +296,8 @@ class Transport:
     def __init__(self, base_url: str, *, headers: Optional[Mapping[str, str]] = None,
                  max_idle: int = 4, spin: Optional[float] = None) -> None:
         """`spin`: seconds each answer is waited for awake before the connection blocks
-        (module doc); None takes ``MISTK_RL_SPIN_US``, 0 by default."""
-        spin = spin_from_env() if spin is None else spin
+        (module doc); None: `client_spin()`."""
+        spin = client_spin() if spin is None else spin
         if not 0 <= spin <= MAX_SPIN:
             raise ValueError(f"spin {spin!r}: 0 to {MAX_SPIN} seconds")
         self.spin = spin

@@ -1,6 +1,7 @@
 """The SDK's keep-alive transport: reuse, reconnect after the server closed, no double POST."""
 from __future__ import annotations
 
+import os
 import socket
 import threading
 import time
@@ -8,7 +9,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from mistk_rl.transport import SPIN_ENV, Transport, TransportError, spin_from_env
+from mistk_rl.transport import (DEFAULT_SPIN, SPIN_ENV, Transport, TransportError,
+                                client_spin, spin_from_env)
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -232,55 +234,87 @@ def test_a_pipelined_request_the_server_left_unanswered_fails_and_is_not_sent_ag
     transport.close()
 
 
-def _slow_server(delay: float) -> tuple[socket.socket, threading.Thread]:
-    """A server that answers one request `delay` seconds after it came: a slow service."""
+def _slow_server(*delays: float) -> tuple[socket.socket, threading.Thread]:
+    """A server that answers its requests, one after another on one kept-alive connection,
+    each `delays[i]` seconds after it came: a service that is sometimes slow."""
     listener = socket.create_server(("127.0.0.1", 0))
 
     def serve() -> None:
         conn, _ = listener.accept()
         with conn:
-            request = b""
-            while b"\r\n\r\n" not in request:
-                request += conn.recv(4096)
-            time.sleep(delay)  # (the service's work, not a wait for the client)
-            conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 4\r\n\r\nlate")
+            for delay in delays:
+                request = b""
+                while b"\r\n\r\n" not in request:
+                    request += conn.recv(4096)
+                time.sleep(delay)  # (the service's work, not a wait for the client)
+                conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 4\r\n\r\nlate")
             conn.recv(1)  # until the client closes
     thread = threading.Thread(target=serve, daemon=True)
     thread.start()
     return listener, thread
 
 
-@pytest.mark.parametrize("spin", [0.0, 0.01])
-def test_a_spinning_connection_waits_awake_then_blocks_for_a_late_answer(spin):
-    """With a spin the caller polls, using its CPU, for up to that long; an answer later
-    than that is still read, by the blocking read that follows. Without one it sleeps."""
-    listener, thread = _slow_server(delay=0.15)
+def _cpu_per_answer(spin: float, *delays: float) -> list[float]:
+    """Seconds of this thread's CPU each request to `_slow_server(*delays)` took."""
+    listener, thread = _slow_server(*delays)
     transport = Transport(f"http://127.0.0.1:{listener.getsockname()[1]}", spin=spin)
+    used = []
     try:
-        cpu = time.thread_time()
-        answer = transport.request("GET", "/slow", timeout=10)
-        cpu = time.thread_time() - cpu
+        for _ in delays:
+            cpu = time.thread_time()
+            answer = transport.request("GET", "/slow", timeout=10)
+            used.append(time.thread_time() - cpu)
+            assert (answer.status, answer.body) == (200, b"late")
     finally:
         transport.close()
         thread.join(10)
         listener.close()
-    assert (answer.status, answer.body) == (200, b"late")
+    return used
+
+
+@pytest.mark.parametrize("spin", [0.0, 0.01])
+def test_a_spinning_connection_waits_awake_then_blocks_for_a_late_answer(spin):
+    """With a spin the caller polls, using its CPU, for up to that long; an answer later
+    than that is still read, by the blocking read that follows. Without one it sleeps."""
+    (cpu,) = _cpu_per_answer(spin, 0.15)
     if spin:  # (polling 10 ms of the 150; a blocking read takes well under 1 ms of CPU)
         assert cpu >= 0.003, f"the caller used {cpu * 1e3:.1f} ms of CPU waiting: it slept"
     else:
         assert cpu < 0.002, f"the caller used {cpu * 1e3:.1f} ms of CPU waiting: it spun"
 
 
-@pytest.mark.parametrize("given, seconds", [(None, 0.0), ("", 0.0), (" 250 ", 0.00025),
-                                            ("0", 0.0), ("10000", 0.01)])
+def test_after_a_late_answer_a_connection_blocks_until_one_comes_within_the_spin():
+    """The spin follows the service's pace: after an answer later than the spin the next is
+    awaited asleep; one that comes within it brings the polling back."""
+    late, fast = 0.1, 0.0
+    cpu = _cpu_per_answer(0.01, late, late, fast, late)
+    assert cpu[0] >= 0.003, f"{cpu[0] * 1e3:.1f} ms of CPU: the first wait did not poll"
+    assert cpu[1] < 0.002, f"{cpu[1] * 1e3:.1f} ms of CPU: it polled after a late answer"
+    assert cpu[3] >= 0.003, f"{cpu[3] * 1e3:.1f} ms of CPU: a fast answer did not bring " \
+                            "the polling back"
+
+
+@pytest.mark.parametrize("given, seconds", [("", None), (" 250 ", 0.00025), ("0", 0.0),
+                                            ("10000", 0.01)])
 def test_the_spin_comes_from_the_environment_in_microseconds(monkeypatch, given, seconds):
-    if given is None:
-        monkeypatch.delenv(SPIN_ENV, raising=False)
-    else:
-        monkeypatch.setenv(SPIN_ENV, given)
-    assert spin_from_env() == pytest.approx(seconds)
-    assert Transport("http://127.0.0.1:9").spin == pytest.approx(seconds)
+    """Set, the variable is every client's spin and every service's (`spin_from_env`);
+    unset or empty, clients take the default where they have two CPUs, services none."""
+    monkeypatch.setenv(SPIN_ENV, given)
+    monkeypatch.setattr(os, "sched_getaffinity", lambda _pid: {0, 1}, raising=False)
+    assert spin_from_env() == pytest.approx(seconds or 0.0)
+    assert Transport("http://127.0.0.1:9").spin == pytest.approx(
+        DEFAULT_SPIN if seconds is None else seconds)
     assert Transport("http://127.0.0.1:9", spin=0.001).spin == 0.001  # (given beats it)
+
+
+@pytest.mark.parametrize("cpus, spin", [({0}, 0.0), ({0, 1}, DEFAULT_SPIN),
+                                        ({0, 1, 2, 3}, DEFAULT_SPIN)])
+def test_without_the_variable_a_client_polls_only_with_a_second_cpu(monkeypatch, cpus, spin):
+    """On one CPU a polling caller would keep the service that owes it the answer waiting."""
+    monkeypatch.delenv(SPIN_ENV, raising=False)
+    monkeypatch.setattr(os, "sched_getaffinity", lambda _pid: cpus, raising=False)
+    assert client_spin() == spin
+    assert spin_from_env() == 0.0  # (services wait awake only when asked)
 
 
 @pytest.mark.parametrize("given", ["abc", "-1", "10001", "nan", "inf"])
