@@ -21,14 +21,14 @@ Waiting awake (`spin`): a caller that blocks on a socket lets its CPU idle, and 
 virtual machine an idle vCPU halts; the answer then waits for the hypervisor to wake it (tens
 of microseconds, docs/serving.md "Idle CPUs"). So a connection first polls its socket without
 sleeping, for up to `DEFAULT_SPIN` (200 us) where this process may use two CPUs or more
-(``MISTK_RL_SPIN_US`` sets another bound for every client of a process, 0 turns it off), as
-OpenMP's ``OMP_WAIT_POLICY=active`` and most runtimes' spin-then-block locks do. It polls only
-while its answers come within that bound: after one that took longer (a request that trains,
-a long poll, a machine with more work than CPUs) it blocks at once, until an answer comes
-within the bound again. The caller's CPU is busy at most the time it would have waited for a
-fast answer. A service started with the variable set also waits awake for the next request
-after each answer, for as long (`mistk_rl.service.server.AwakeAfterAnswers`); without it
-services sleep, since how long a caller takes to send its next request is not theirs to know.
+(``MISTK_RL_SPIN_US`` sets another bound for every client and service of a process, 0 turns
+it off), as OpenMP's ``OMP_WAIT_POLICY=active`` and most runtimes' spin-then-block locks do.
+It polls only while its answers come within that bound: after one that took longer (a
+request that trains, a long poll, a machine with more work than CPUs) it blocks at once,
+until an answer comes within the bound again. The caller's CPU is busy at most the time it
+would have waited for a fast answer. A service waits so for the next request after each
+answer, by the same rule: only while requests come within the bound of the answer before
+them, as they do in a step loop (`mistk_rl.service.server.AwakeAfterAnswers`).
 """
 from __future__ import annotations
 
@@ -50,7 +50,7 @@ MAX_HEAD_BYTES = 64 * 1024  # an answer's status line and headers
 _RECV_BYTES = 256 * 1024
 SPIN_ENV = "MISTK_RL_SPIN_US"  # microseconds each answer is waited for awake (module doc)
 MAX_SPIN = 0.01  # seconds: a longer wait is better spent asleep
-DEFAULT_SPIN = 200e-6  # seconds a client polls for an answer when the variable is unset
+DEFAULT_SPIN = 200e-6  # seconds clients and services poll when the variable is unset
 
 
 class TransportError(ConnectionError):
@@ -81,10 +81,11 @@ def spin_from_env() -> float:
     return spin
 
 
-def client_spin() -> float:
-    """The spin an SDK client waits for answers with (module doc): ``MISTK_RL_SPIN_US`` when
-    set, else `DEFAULT_SPIN` for a process that may run on two CPUs or more, else 0 (on one
-    CPU the service that owes the answer would wait for the poller to yield it)."""
+def default_spin() -> float:
+    """The spin this process's SDK clients wait for answers with, and its services for the
+    next request (module doc): ``MISTK_RL_SPIN_US`` when set, else `DEFAULT_SPIN` for a
+    process that may run on two CPUs or more, else 0 (on one CPU the poller would keep the
+    process it waits for from running)."""
     if os.environ.get(SPIN_ENV, "").strip():
         return spin_from_env()
     usable = (len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity")
@@ -296,8 +297,8 @@ class Transport:
     def __init__(self, base_url: str, *, headers: Optional[Mapping[str, str]] = None,
                  max_idle: int = 4, spin: Optional[float] = None) -> None:
         """`spin`: seconds each answer is waited for awake before the connection blocks
-        (module doc); None: `client_spin()`."""
-        spin = client_spin() if spin is None else spin
+        (module doc); None: `default_spin()`."""
+        spin = default_spin() if spin is None else spin
         if not 0 <= spin <= MAX_SPIN:
             raise ValueError(f"spin {spin!r}: 0 to {MAX_SPIN} seconds")
         self.spin = spin

@@ -396,3 +396,67 @@ def test_after_an_answer_the_loop_polls_awake_for_the_spin_then_sleeps(spin, new
         assert cpu >= 0.003, f"the loop used {cpu * 1e3:.1f} ms of CPU: it slept"
     else:
         assert cpu < 0.002, f"the loop used {cpu * 1e3:.1f} ms of CPU: it polled"
+
+
+class _Soon:
+    """An event loop as `AwakeAfterAnswers` sees it: the callbacks it was asked to run."""
+
+    def __init__(self) -> None:
+        self.soon: list = []
+
+    def call_soon(self, callback, *args) -> None:
+        self.soon.append((callback, args))
+
+    def run_ready(self) -> None:
+        ready, self.soon = self.soon, []
+        for callback, args in ready:
+            callback(*args)
+
+
+def test_a_request_later_than_the_spin_turns_the_polling_off_until_one_comes_within_it():
+    """Polling pays only where the next request comes that soon (a step loop); for a caller
+    that comes back later (a harness, a busy orchestrator) it would only burn a CPU."""
+    now = [0.0]
+    awake, loop = AwakeAfterAnswers(0.001, clock=lambda: now[0]), _Soon()
+    awake.answered(loop)  # (the first answer: nothing known yet, it polls)
+    assert awake._polling and loop.soon
+    now[0] = 0.0011
+    loop.run_ready()  # (the deadline passed: it stops)
+    assert not awake._polling and not loop.soon
+    now[0] = 0.005
+    awake.request_came()  # 3.9 ms after the answer
+    awake.answered(loop)
+    assert not awake.prompt and not awake._polling and not loop.soon
+    now[0] = 0.0055
+    awake.request_came()  # 0.5 ms after it
+    awake.answered(loop)
+    assert awake.prompt and awake._polling and loop.soon
+
+
+def test_the_served_loop_times_each_request_from_the_answer_before_it(uvicorn_agent,
+                                                                        monkeypatch):
+    """`CoalescingHttpTools` tells its `AwakeAfterAnswers` when each request begins."""
+    port, _counted, _agent = uvicorn_agent
+    now, answered = [0.0], threading.Event()
+
+    class Noted(AwakeAfterAnswers):
+        def answered(self, loop) -> None:
+            super().answered(loop)
+            answered.set()
+
+    awake = Noted(0.001, clock=lambda: now[0])
+    monkeypatch.setattr(CoalescingHttpTools, "awake", awake)
+    from mistk_rl.transport import _Connection
+
+    conn = _Connection("127.0.0.1", port, 10, None)
+    try:
+        for at, prompt in ((0.0, True), (0.01, False), (0.0105, True)):
+            now[0] = at
+            answered.clear()
+            conn.sock.sendall(_request("getAction", OBS))
+            answer, _keep = conn.read_answer(head_only=False)
+            assert answer.status == 200
+            assert answered.wait(10)  # (the answer is sent before its bookkeeping)
+            assert awake.prompt is prompt, f"a request at {at}"
+    finally:
+        conn.close()

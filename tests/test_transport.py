@@ -10,7 +10,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 
 from mistk_rl.transport import (DEFAULT_SPIN, SPIN_ENV, Transport, TransportError,
-                                client_spin, spin_from_env)
+                                default_spin, spin_from_env)
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -297,11 +297,12 @@ def test_after_a_late_answer_a_connection_blocks_until_one_comes_within_the_spin
 @pytest.mark.parametrize("given, seconds", [("", None), (" 250 ", 0.00025), ("0", 0.0),
                                             ("10000", 0.01)])
 def test_the_spin_comes_from_the_environment_in_microseconds(monkeypatch, given, seconds):
-    """Set, the variable is every client's spin and every service's (`spin_from_env`);
-    unset or empty, clients take the default where they have two CPUs, services none."""
+    """Set, the variable is every client's spin and every service's; unset or empty, both
+    take the default where they have two CPUs (`default_spin`)."""
     monkeypatch.setenv(SPIN_ENV, given)
     monkeypatch.setattr(os, "sched_getaffinity", lambda _pid: {0, 1}, raising=False)
     assert spin_from_env() == pytest.approx(seconds or 0.0)
+    assert default_spin() == pytest.approx(DEFAULT_SPIN if seconds is None else seconds)
     assert Transport("http://127.0.0.1:9").spin == pytest.approx(
         DEFAULT_SPIN if seconds is None else seconds)
     assert Transport("http://127.0.0.1:9", spin=0.001).spin == 0.001  # (given beats it)
@@ -309,12 +310,13 @@ def test_the_spin_comes_from_the_environment_in_microseconds(monkeypatch, given,
 
 @pytest.mark.parametrize("cpus, spin", [({0}, 0.0), ({0, 1}, DEFAULT_SPIN),
                                         ({0, 1, 2, 3}, DEFAULT_SPIN)])
-def test_without_the_variable_a_client_polls_only_with_a_second_cpu(monkeypatch, cpus, spin):
-    """On one CPU a polling caller would keep the service that owes it the answer waiting."""
+def test_without_the_variable_a_process_polls_only_with_a_second_cpu(monkeypatch, cpus, spin):
+    """On one CPU a polling caller would keep the service that owes it the answer waiting
+    (and a polling service the caller that owes it the next request)."""
     monkeypatch.delenv(SPIN_ENV, raising=False)
     monkeypatch.setattr(os, "sched_getaffinity", lambda _pid: cpus, raising=False)
-    assert client_spin() == spin
-    assert spin_from_env() == 0.0  # (services wait awake only when asked)
+    assert default_spin() == spin
+    assert Transport("http://127.0.0.1:9").spin == spin
 
 
 @pytest.mark.parametrize("given", ["abc", "-1", "10001", "nan", "inf"])

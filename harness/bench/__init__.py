@@ -10,8 +10,8 @@ kept from idling meanwhile (`floor.cpus_kept_awake`), and the records say so. Wi
 US`` (getaction, transport) the bench runs with ``MISTK_RL_SPIN_US=US``, as a user can set
 it: its clients wait for each answer awake for up to US microseconds (`mistk_rl.transport`)
 and the services it starts wait so for the next request after each answer; without it, as
-without the variable, the clients wait so for up to 200 us and the services sleep. The
-records carry both: ``client_spin_us`` and ``spin_us`` (the services').
+without the variable, both wait so for up to 200 us with two CPUs or more
+(`mistk_rl.transport.default_spin`). The records carry it: ``spin_us``.
 """
 from __future__ import annotations
 
@@ -136,17 +136,16 @@ def run_bench(what: str, n: Optional[int] = None, json_out: Optional[Path] = Non
     """`awake` (getaction, transport): every CPU kept from idling while it runs
     (`harness.bench.floor.cpus_kept_awake`); `spin_us`: the clients wait for answers awake
     that long, and the services for requests (``MISTK_RL_SPIN_US``, which None leaves as it
-    is). Their records say which (``cpus_awake``, ``client_spin_us``, ``spin_us``)."""
+    is). Their records say which (``cpus_awake``, ``spin_us``)."""
     for flag, given in (("--awake", awake), ("--spin", spin_us is not None)):
         if given and what not in ("getaction", "transport"):
             raise SystemExit(f"bench {what}: {flag} is for getaction and transport")
     if what in ("getaction", "transport"):
         from harness.bench.floor import cpus_kept_awake
-        from mistk_rl.transport import client_spin, spin_from_env
+        from mistk_rl.transport import default_spin
 
         with cpus_kept_awake() if awake else nullcontext(), _spinning(spin_us):
-            spins = {"client_spin_us": round(client_spin() * 1e6, 3),
-                     "spin_us": round(spin_from_env() * 1e6, 3)}
+            spins = {"spin_us": round(default_spin() * 1e6, 3)}
             records = (_getaction(n) if what == "getaction"
                        else _transport(env_counts or [1, 16, 64, 256], steps))
         records = [{**record, "cpus_awake": awake, **spins} for record in records]

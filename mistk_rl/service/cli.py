@@ -124,7 +124,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     add_serve_arguments(sub.add_parser("serve", help=__doc__.splitlines()[0]))
     args = parser.parse_args(argv)
     try:
-        spin_from_env()  # (an orchestrator's clients read it: refused at start, not mid-run)
+        spin_from_env()  # (its workers and clients read it: refused at start, not mid-run)
     except ValueError as exc:
         print(f"mistk_rl serve: {exc}", file=sys.stderr)
         return 2

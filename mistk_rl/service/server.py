@@ -14,7 +14,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 import httptools
 from gunicorn.app.base import BaseApplication
@@ -24,7 +24,7 @@ from uvicorn_worker import UvicornWorker
 from mistk_rl.agent import AbstractAgent
 from mistk_rl.limits import Limits
 from mistk_rl.orchestrator import AbstractOrchestrator
-from mistk_rl.transport import spin_from_env
+from mistk_rl.transport import default_spin
 
 ROLES = {"agent": AbstractAgent, "orchestrator": AbstractOrchestrator}
 
@@ -123,29 +123,45 @@ class _HeadWithBody:
 
 class AwakeAfterAnswers:
     """Keeps the worker's event loop polling instead of sleeping for `spin` seconds after each
-    answer (``MISTK_RL_SPIN_US``, off by default; the clients' side is `mistk_rl.transport`).
+    answer, while requests come that soon after the answer before them (`default_spin`: 200
+    us with two CPUs or more, ``MISTK_RL_SPIN_US`` sets it; the clients' side is
+    `mistk_rl.transport`).
 
     In a step loop the next request comes within a step's time; a loop that slept meanwhile
     lets its vCPU halt, and on a virtual machine the request then waits for the hypervisor
     to wake it (docs/serving.md "Idle CPUs"). A callback that is ready to run makes the loop
     poll its sockets with a zero timeout, so one that schedules itself again until the
-    deadline keeps the loop, and its CPU, awake; nothing else changes."""
+    deadline keeps the loop, and its CPU, awake; nothing else changes. A request that came
+    later than the spin (a harness polling now and then, a caller busy between requests)
+    turns the polling off until one comes within it again: the CPU is only kept busy where it
+    pays."""
 
-    def __init__(self, spin: float) -> None:
+    def __init__(self, spin: float, clock: Callable[[], float] = time.perf_counter) -> None:
         self.spin = spin
+        self._clock = clock
         self._until = 0.0
         self._polling = False
+        self._answered_at: Optional[float] = None  # the last answer, while none came since
+        self.prompt = True  # the last request came within the spin of the answer before it
+
+    def request_came(self) -> None:
+        if self._answered_at is not None:
+            self.prompt = self._clock() - self._answered_at <= self.spin
+            self._answered_at = None
 
     def answered(self, loop: Any) -> None:
         if not self.spin:
             return
-        self._until = time.perf_counter() + self.spin
+        now = self._answered_at = self._clock()
+        if not self.prompt:
+            return
+        self._until = now + self.spin
         if not self._polling:
             self._polling = True
             loop.call_soon(self._poll, loop)
 
     def _poll(self, loop: Any) -> None:
-        if time.perf_counter() < self._until:
+        if self._clock() < self._until:
             loop.call_soon(self._poll, loop)
         else:
             self._polling = False
@@ -163,7 +179,7 @@ class CoalescingHttpTools(HttpToolsProtocol):
     `Pipeline.answer_now` answers it the moment the request is complete, through the same
     checks, handler and rendering (30-40 us less a round trip on 2 cores, docs/serving.md).
     Any other request takes uvicorn's own way. After each answer the loop stays awake for
-    the spin ``MISTK_RL_SPIN_US`` asks for (`AwakeAfterAnswers`, one per worker)."""
+    a while if requests come that fast (`AwakeAfterAnswers`, one per worker)."""
 
     # the operation, headers and query string of the request gathered for the fast path
     _fast: Optional[tuple[Any, dict, bytes]] = None
@@ -173,8 +189,12 @@ class CoalescingHttpTools(HttpToolsProtocol):
 
     def connection_made(self, transport: Any) -> None:  # type: ignore[override]
         if CoalescingHttpTools.awake is None:
-            CoalescingHttpTools.awake = AwakeAfterAnswers(spin_from_env())
+            CoalescingHttpTools.awake = AwakeAfterAnswers(default_spin())
         super().connection_made(_HeadWithBody(transport))
+
+    def on_message_begin(self) -> None:
+        self.awake.request_came()  # type: ignore[union-attr]
+        super().on_message_begin()
 
     def on_headers_complete(self) -> None:
         self._fast = self._fast_operation()
