@@ -168,12 +168,14 @@ class _Connection:
         """The next answer on this connection, and whether to keep the socket."""
         started = time.perf_counter()
         # poll for it only if the last answer came within the spin (module doc)
-        self._poll_until = started + self.spin if self.last_wait <= self.spin else 0.0
+        self._poll_until = (started + self.spin if self._poller is not None
+                            and self.last_wait <= self.spin else 0.0)
         while True:
             status, reason, version, headers = self._read_head()
             if not 100 <= status < 200:
                 break
         self.last_wait = time.perf_counter() - started
+        self._poll_until = 0.0  # (the body follows its head: read it blocking)
         connection = _tokens(headers, "connection") if "connection" in headers else ()
         closes = "close" in connection or (version == "HTTP/1.0" and "keep-alive" not in connection)
         if head_only or status in (204, 304):
@@ -194,7 +196,7 @@ class _Connection:
     # -- reading --
     def _fill(self) -> bool:
         """Read more from the socket into the buffer; False at the end of the stream."""
-        if self._poller is not None:
+        if self._poll_until:
             self._await_awake()
         chunk = self.sock.recv(_RECV_BYTES)
         if not chunk:
