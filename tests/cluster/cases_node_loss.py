@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import json
 import re
+import socket
+import time
+from urllib.parse import urlsplit
 
 import pytest
 
@@ -46,6 +49,23 @@ def _follow(monkeypatch, on_line) -> list[tuple[str, bool]]:
     return lines
 
 
+def _wait_gone(url: str, timeout: float = 60.0) -> None:
+    """Until nothing listens at `url` any more. A lost node's processes end with it; on a
+    cluster of one machine they end a moment after `remove_node` (the actor sees its raylet
+    gone, then SIGTERMs the service), and a test that acts at a point of the run waits for
+    that, or the service may answer a few more requests: the loss would come later."""
+    where = urlsplit(url)
+    deadline, pause = time.monotonic() + timeout, 0.01
+    while time.monotonic() < deadline:
+        try:
+            socket.create_connection((where.hostname, where.port), timeout=1).close()
+        except OSError:
+            return
+        time.sleep(pause)
+        pause = min(2 * pause, 0.5)
+    raise AssertionError(f"{url} still answers {timeout:.0f} s after its node was removed")
+
+
 @pytest.mark.parametrize("role, name", [("agent", "player"),
                                         ("orchestrator", "orchestrator")])
 def test_a_run_that_loses_a_services_node_resumes_on_another(cluster, add_node, tmp_path,
@@ -62,13 +82,15 @@ def test_a_run_that_loses_a_services_node_resumes_on_another(cluster, add_node, 
     where, removed = [], []
 
     def on_line(line: str) -> None:
-        started = re.search(rf"started {role} {name} .* on node (\w+)", line)
+        started = re.search(rf"started {role} {name} .* at (\S+) on node (\w+)", line)
         if started:
-            where.append(started.group(1))
+            where.append(started.groups())
         if not removed and (run_dir / "progress.json").exists():  # (the first checkpoint)
-            node = next(n for n in spare if n.node_id.startswith(where[-1]))
+            url, node_id = where[-1]
+            node = next(n for n in spare if n.node_id.startswith(node_id))
             cluster.remove_node(node)  # (kills its raylet, the service's actor and process)
             removed.append(node.node_id)
+            _wait_gone(url)  # (the run waits here: this runs within its print)
 
     lines = _follow(monkeypatch, on_line)
     code = run_from_file(_write(config, tmp_path / "c.yaml"), out=run_dir)
