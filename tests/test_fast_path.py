@@ -385,7 +385,7 @@ def test_after_an_answer_the_loop_polls_awake_for_the_spin_then_sleeps(spin, new
     try:
         fired = []
         cpu = time.thread_time()
-        awake.answered(loop)
+        awake.answered(loop, "a connection")
         loop.call_later(0.005, fired.append, "timer")  # (due within the spin)
         loop.run_until_complete(asyncio.sleep(0.1))
         cpu = time.thread_time() - cpu
@@ -418,30 +418,50 @@ def test_a_request_later_than_the_spin_turns_the_polling_off_until_one_comes_wit
     that comes back later (a harness, a busy orchestrator) it would only burn a CPU."""
     now = [0.0]
     awake, loop = AwakeAfterAnswers(0.001, clock=lambda: now[0]), _Soon()
-    awake.answered(loop)  # (the first answer: nothing known yet, it polls)
+    awake.answered(loop, "caller")  # (the first answer: nothing known yet, it polls)
     assert awake._polling and loop.soon
     now[0] = 0.0011
     loop.run_ready()  # (the deadline passed: it stops)
     assert not awake._polling and not loop.soon
     now[0] = 0.005
-    awake.request_came()  # 3.9 ms after the answer
-    awake.answered(loop)
+    awake.request_came("caller")  # 3.9 ms after the answer
+    awake.answered(loop, "caller")
     assert not awake.prompt and not awake._polling and not loop.soon
     now[0] = 0.0055
-    awake.request_came()  # 0.5 ms after it
-    awake.answered(loop)
+    awake.request_came("caller")  # 0.5 ms after it
+    awake.answered(loop, "caller")
     assert awake.prompt and awake._polling and loop.soon
+
+
+def test_a_request_from_another_connection_turns_the_polling_off():
+    """A service that several callers share (a league's player, called by every game
+    worker) runs among as many busy processes: it polls only for one caller in a loop, the
+    connection it answered last."""
+    now = [0.0]
+    awake, loop = AwakeAfterAnswers(0.001, clock=lambda: now[0]), _Soon()
+    awake.answered(loop, "worker 1")
+    now[0] = 0.0011
+    loop.run_ready()
+    now[0] = 0.0012
+    awake.request_came("worker 2")  # prompt, but from another caller
+    awake.answered(loop, "worker 2")
+    assert not awake.prompt and not awake._polling and not loop.soon
+    now[0] = 0.0013
+    awake.request_came("worker 2")  # the same caller again, at once
+    awake.answered(loop, "worker 2")
+    assert awake.prompt and awake._polling
 
 
 def test_the_served_loop_times_each_request_from_the_answer_before_it(uvicorn_agent,
                                                                         monkeypatch):
-    """`CoalescingHttpTools` tells its `AwakeAfterAnswers` when each request begins."""
+    """`CoalescingHttpTools` tells its `AwakeAfterAnswers` when each request begins, and on
+    which connection."""
     port, _counted, _agent = uvicorn_agent
     now, answered = [0.0], threading.Event()
 
     class Noted(AwakeAfterAnswers):
-        def answered(self, loop) -> None:
-            super().answered(loop)
+        def answered(self, loop, connection) -> None:
+            super().answered(loop, connection)
             answered.set()
 
     awake = Noted(0.001, clock=lambda: now[0])
@@ -458,5 +478,15 @@ def test_the_served_loop_times_each_request_from_the_answer_before_it(uvicorn_ag
             assert answer.status == 200
             assert answered.wait(10)  # (the answer is sent before its bookkeeping)
             assert awake.prompt is prompt, f"a request at {at}"
+        other = _Connection("127.0.0.1", port, 10, None)  # another caller, as prompt
+        try:
+            now[0] = 0.0106
+            answered.clear()
+            other.sock.sendall(_request("getAction", OBS))
+            assert other.read_answer(head_only=False)[0].status == 200
+            assert answered.wait(10)
+            assert awake.prompt is False
+        finally:
+            other.close()
     finally:
         conn.close()

@@ -133,8 +133,11 @@ class AwakeAfterAnswers:
     poll its sockets with a zero timeout, so one that schedules itself again until the
     deadline keeps the loop, and its CPU, awake; nothing else changes. A request that came
     later than the spin (a harness polling now and then, a caller busy between requests)
-    turns the polling off until one comes within it again: the CPU is only kept busy where it
-    pays."""
+    turns the polling off until one comes within it again, and so does a request from
+    another connection than the one last answered: a service that several callers share (a
+    league's player, called by every game worker) runs among as many busy processes, whose
+    CPU its polling would take (a tic-tac-toe league on 2 cores trained 8-10% slower with its
+    services polling, docs/serving.md). The CPU is only kept busy for one caller in a loop."""
 
     def __init__(self, spin: float, clock: Callable[[], float] = time.perf_counter) -> None:
         self.spin = spin
@@ -142,17 +145,21 @@ class AwakeAfterAnswers:
         self._until = 0.0
         self._polling = False
         self._answered_at: Optional[float] = None  # the last answer, while none came since
-        self.prompt = True  # the last request came within the spin of the answer before it
+        self._answered_to: object = None  # the connection it went to
+        # the last request came within the spin of the answer before it, on its connection
+        self.prompt = True
 
-    def request_came(self) -> None:
+    def request_came(self, connection: object) -> None:
         if self._answered_at is not None:
-            self.prompt = self._clock() - self._answered_at <= self.spin
+            self.prompt = (connection is self._answered_to
+                           and self._clock() - self._answered_at <= self.spin)
             self._answered_at = None
 
-    def answered(self, loop: Any) -> None:
+    def answered(self, loop: Any, connection: object) -> None:
         if not self.spin:
             return
         now = self._answered_at = self._clock()
+        self._answered_to = connection
         if not self.prompt:
             return
         self._until = now + self.spin
@@ -193,7 +200,7 @@ class CoalescingHttpTools(HttpToolsProtocol):
         super().connection_made(_HeadWithBody(transport))
 
     def on_message_begin(self) -> None:
-        self.awake.request_came()  # type: ignore[union-attr]
+        self.awake.request_came(self)  # type: ignore[union-attr]
         super().on_message_begin()
 
     def on_headers_complete(self) -> None:
@@ -244,7 +251,7 @@ class CoalescingHttpTools(HttpToolsProtocol):
     def on_response_complete(self) -> None:
         self.transport.flush()
         super().on_response_complete()
-        self.awake.answered(self.loop)  # type: ignore[union-attr]
+        self.awake.answered(self.loop, self)  # type: ignore[union-attr]
 
 
 class ServiceWorker(UvicornWorker):
