@@ -28,7 +28,8 @@ request that trains, a long poll, a machine with more work than CPUs) it blocks 
 until an answer comes within the bound again. The caller's CPU is busy at most the time it
 would have waited for a fast answer. A service waits so for the next request after each
 answer, by the same rule: only while requests come within the bound of the answer before
-them, as they do in a step loop (`mistk_rl.service.server.AwakeAfterAnswers`).
+them on its connection, as they do in a step loop with one caller
+(`mistk_rl.service.server.AwakeAfterAnswers`).
 """
 from __future__ import annotations
 
