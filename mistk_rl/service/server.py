@@ -136,7 +136,7 @@ class AwakeAfterAnswers:
     turns the polling off until one comes within it again, and so does a request from
     another connection than the one last answered: a service that several callers share (a
     league's player, called by every game worker) runs among as many busy processes, whose
-    CPU its polling would take (a tic-tac-toe league on 2 cores trained 8-10% slower with its
+    CPU its polling would take (a tic-tac-toe league on 2 cores trained 4-11% slower with its
     services polling, docs/serving.md). The CPU is only kept busy for one caller in a loop."""
 
     def __init__(self, spin: float, clock: Callable[[], float] = time.perf_counter) -> None:
