@@ -241,7 +241,8 @@ def build_parser() -> argparse.ArgumentParser:
                             "(polling, not sleeping) for up to US microseconds, and the "
                             "services it starts wait so for the next request after each "
                             "answer; default: as MISTK_RL_SPIN_US says, else clients "
-                            "wait so for up to 200 us and services sleep")
+                            "and services wait so for up to 1 ms (with two CPUs "
+                            "or more)")
     bench.add_argument("--json", default=None, help="also write the figures here")
     bench.set_defaults(func=_bench)
     return parser

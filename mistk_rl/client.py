@@ -176,7 +176,7 @@ class _ServiceClient:
                  timeout: float = DEFAULT_TIMEOUT, spin: Optional[float] = None) -> None:
         """`url` is the service's root (``http://host:port``) or its full base path.
         `spin`: seconds to wait for each answer awake before sleeping, while answers come
-        that fast (`mistk_rl.transport`; None: ``MISTK_RL_SPIN_US``, else 200 us with two
+        that fast (`mistk_rl.transport`; None: ``MISTK_RL_SPIN_US``, else 1 ms with two
         CPUs or more, 0 with one)."""
         url = url.rstrip("/")
         self.base_url = url if urlsplit(url).path not in ("", "/") else url + self.base_path

@@ -20,9 +20,12 @@ reports the error.
 Waiting awake (`spin`): a caller that blocks on a socket lets its CPU idle, and on a
 virtual machine an idle vCPU halts; the answer then waits for the hypervisor to wake it (tens
 of microseconds, docs/serving.md "Idle CPUs"). So a connection first polls its socket without
-sleeping, for up to `DEFAULT_SPIN` (200 us) where this process may use two CPUs or more
+sleeping, for up to `DEFAULT_SPIN` (1 ms) where this process may use two CPUs or more
 (``MISTK_RL_SPIN_US`` sets another bound for every client and service of a process, 0 turns
 it off), as OpenMP's ``OMP_WAIT_POLICY=active`` and most runtimes' spin-then-block locks do.
+The bound is long enough for what a step loop waits for: a small network's answer (a DQN
+step, 300-500 us) and an orchestrator stepping 64 CartPole copies between requests; 200
+us, the earlier default, covered neither (docs/serving.md "Waiting awake").
 It polls only while its answers come within that bound: after one that took longer (a
 request that trains, a long poll, a machine with more work than CPUs) it blocks at once,
 until an answer comes within the bound again. The caller's CPU is busy at most the time it
@@ -51,7 +54,7 @@ MAX_HEAD_BYTES = 64 * 1024  # an answer's status line and headers
 _RECV_BYTES = 256 * 1024
 SPIN_ENV = "MISTK_RL_SPIN_US"  # microseconds each answer is waited for awake (module doc)
 MAX_SPIN = 0.01  # seconds: a longer wait is better spent asleep
-DEFAULT_SPIN = 200e-6  # seconds clients and services poll when the variable is unset
+DEFAULT_SPIN = 1e-3  # seconds clients and services poll when the variable is unset
 
 
 class TransportError(ConnectionError):

@@ -10,7 +10,7 @@ kept from idling meanwhile (`floor.cpus_kept_awake`), and the records say so. Wi
 US`` (getaction, transport) the bench runs with ``MISTK_RL_SPIN_US=US``, as a user can set
 it: its clients wait for each answer awake for up to US microseconds (`mistk_rl.transport`)
 and the services it starts wait so for the next request after each answer; without it, as
-without the variable, both wait so for up to 200 us with two CPUs or more
+without the variable, both wait so for up to 1 ms with two CPUs or more
 (`mistk_rl.transport.default_spin`). The records carry it: ``spin_us``.
 """
 from __future__ import annotations

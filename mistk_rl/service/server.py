@@ -123,8 +123,8 @@ class _HeadWithBody:
 
 class AwakeAfterAnswers:
     """Keeps the worker's event loop polling instead of sleeping for `spin` seconds after each
-    answer, while requests come that soon after the answer before them (`default_spin`: 200
-    us with two CPUs or more, ``MISTK_RL_SPIN_US`` sets it; the clients' side is
+    answer, while requests come that soon after the answer before them (`default_spin`: 1
+    ms with two CPUs or more, ``MISTK_RL_SPIN_US`` sets it; the clients' side is
     `mistk_rl.transport`).
 
     In a step loop the next request comes within a step's time; a loop that slept meanwhile
