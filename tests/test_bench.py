@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from mistk_rl.transport import DEFAULT_SPIN
 from tests.conftest import REPO
 
 
@@ -250,7 +251,7 @@ def test_bench_getaction_reports_the_machines_floor_beside_it(tmp_path, spin):
         ("getaction", None), ("floor", "echo"), ("floor", "asgi")]
     for record in records:
         assert record["calls"] == 50 and record["cpus_awake"] is False
-        default = 200 if len(os.sched_getaffinity(0)) >= 2 else 0  # (without the variable)
+        default = DEFAULT_SPIN * 1e6 if len(os.sched_getaffinity(0)) >= 2 else 0  # (unset)
         assert record["spin_us"] == (150 if spin else default)
         assert 0 < record["p10_ms"] <= record["median_ms"] <= record["p90_ms"]
     assert "kind=asgi" in proc.stdout
