@@ -279,12 +279,13 @@ class PolicyAgent(AbstractAgent):
             batch = {}
             for i in rows:
                 key = keys[i]
+                # (numpy rows as kept: the buffer stores numpy, a rollout collates either)
                 if matched is None or matched[i]:
-                    output = {name: torch.as_tensor(values[i]) for name, values in extras.items()}
-                    output.setdefault("action", torch.as_tensor(transitions.actions[i]))
+                    output = {name: values[i] for name, values in extras.items()}
+                    output.setdefault("action", transitions.actions[i])
                 else:  # an action this agent did not choose: the action is all the policy
                     # gets (an on-policy one refuses it: it lacks what it said when acting)
-                    output = {"action": torch.as_tensor(transitions.actions[i])}
+                    output = {"action": transitions.actions[i]}
                 prev_obs, reward, new_obs = output.pop("obs", None), rewards[i], row(next_obs, i)
                 if normalizer is not None:
                     if prev_obs is None:

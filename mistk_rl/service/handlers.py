@@ -560,19 +560,18 @@ class AgentService(_Service):
         checks = self._checks
         envs = _column(body["envs"], "envs", len(body["envs"]), "iu")
         n = len(envs)
-        if envs.ndim != 1 or (envs < 0).any() or len(np.unique(envs)) != n:
+        listed = envs.tolist() if envs.ndim == 1 else None  # (a set beats np.unique here)
+        if listed is None or (n and min(listed) < 0) or len(set(listed)) != n:
             raise InvalidRequest("envs: one distinct env copy index (>= 0) per row",
                                  field="envs")
         self.limits.check("max_envs", n, "the rows of a stepColumns request")
         obs = checks.obs_columns(body["obs"], "obs", n)
         mask = (checks.mask_columns(body["actionMask"], "actionMask", n, now=False)
                 if body.get("actionMask") is not None else None)
-        acts = (_flags(body["act"], "act", n) if "act" in body
-                else np.ones(n, bool))
+        acts = _flags(body["act"], "act", n) if "act" in body else None  # None: every row
         ids = (_column(body["stepIds"], "stepIds", n, "iu").astype(np.int64, copy=False)
                if "stepIds" in body else np.full(n, -1, np.int64))
-        reported = ids >= 0
-        outcome_rows = np.flatnonzero(reported)
+        outcome_rows = np.flatnonzero(ids >= 0)
         acting_obs, acting_mask = obs, mask
         reset = body.get("reset")
         if reset:
@@ -590,10 +589,12 @@ class AgentService(_Service):
                 acting_mask = mask.copy()
                 acting_mask[rows] = checks.mask_columns(reset["actionMask"],
                                                         "reset.actionMask", len(rows))
-        if mask is not None and acts.any():  # what acting rows pick from must allow one
-            checks.mask(_Rows(acting_mask[acts], int(acts.sum())), "actionMask")
-        step = _ColumnStep(None, ids[outcome_rows], envs[outcome_rows], np.zeros(0), np.zeros(0, bool),
-                           np.zeros(0, bool), take_rows(obs, outcome_rows),
+        acting = n > 0 if acts is None else acts.any()
+        if mask is not None and acting:  # what acting rows pick from must allow one
+            allowed = acting_mask if acts is None else acting_mask[acts]
+            checks.mask(_Rows(allowed, len(allowed)), "actionMask")
+        step = _ColumnStep(None, ids[outcome_rows], envs[outcome_rows], np.zeros(0),
+                           np.zeros(0, bool), np.zeros(0, bool), take_rows(obs, outcome_rows),
                            None if mask is None else mask[outcome_rows])
         if len(outcome_rows):
             step.rewards = _column(body.get("rewards", []), "rewards", n).astype(
@@ -603,8 +604,8 @@ class AgentService(_Service):
             step.terminated = _flags(body.get("terminated", []), "terminated", n)[outcome_rows]
             step.truncated = (_flags(body["truncated"], "truncated", n)[outcome_rows]
                               if "truncated" in body else np.zeros(len(outcome_rows), bool))
-        if acts.any():
-            rows = np.flatnonzero(acts) if not acts.all() else slice(None)
+        if acting:
+            rows = slice(None) if acts is None or acts.all() else np.flatnonzero(acts)
             step.acting = Acting(envs[rows], take_rows(acting_obs, rows),
                                  None if acting_mask is None else acting_mask[rows])
         return step

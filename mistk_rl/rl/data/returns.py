@@ -55,6 +55,9 @@ class NStepAccumulator:
         return len(self._pending)
 
     def push(self, transition: dict) -> list[dict]:
+        if self.n == 1:  # (every step is an item at once: no window to keep)
+            return [_nstep_item(transition, transition, float(transition["reward"]), 1,
+                                self.gamma)]
         self._pending.append(transition)
         if _ends_episode(transition):
             return self.flush()
