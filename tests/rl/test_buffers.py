@@ -419,3 +419,25 @@ def test_load_state_dict_refuses_other_size():
     state = NaiveReplayBuffer({"replay_buffer_size": 3}).state_dict()
     with pytest.raises(ValueError, match="replay_buffer_size"):
         NaiveReplayBuffer({"replay_buffer_size": 4}).load_state_dict(state)
+
+
+def test_ring_count_follows_puts_overwrites_removals_and_loads():
+    """The count is kept as slots change (not recounted per call): it must agree with the
+    valid slots through wrap-around, removal (a slot named twice counts once), clear and a
+    loaded state."""
+    from mistk_rl.rl.data.buffers.storage import TransitionRing
+
+    ring = TransitionRing(4)
+    ring.put([{"x": i} for i in range(3)])
+    assert ring.count() == 3
+    ring.put([{"x": i} for i in range(3, 6)])  # wraps: two slots overwritten
+    assert ring.count() == 4 == np.count_nonzero(ring.valid)
+    ring.invalidate(np.array([1, 1, 2]))
+    assert ring.count() == 2 == np.count_nonzero(ring.valid)
+    ring.put([{"x": 6}])  # into a removed slot
+    assert ring.count() == 3 == np.count_nonzero(ring.valid)
+    state = ring.state_dict()
+    ring.clear()
+    assert ring.count() == 0
+    ring.load_state_dict(state)
+    assert ring.count() == 3

@@ -169,7 +169,7 @@ class AdvancedReplayBuffer(ReplayBuffer):
         self._collect_iter = np.zeros(size, dtype=np.int64)
 
     def _invalidate(self, slots: np.ndarray) -> None:
-        self._ring.valid[slots] = False
+        self._ring.invalidate(slots)
         self._sampler.remove(slots)
 
     def _remove_used(self, slots: np.ndarray) -> None:

@@ -23,7 +23,8 @@ class Ring:
         self.size = int(size)
         self.items: list[Any] = [None] * self.size
         self.ids = np.full(self.size, -1, dtype=np.int64)
-        self.valid = np.zeros(self.size, dtype=bool)
+        self.valid = np.zeros(self.size, dtype=bool)  # (write through put / invalidate)
+        self._count = 0  # valid slots: counted as they change, not per call (a 1M-slot ring)
         self.next_id = 0
 
     def put(self, items: list) -> np.ndarray:
@@ -39,6 +40,7 @@ class Ring:
         slots = ids % self.size
         self._store(slots, items)
         self.ids[slots] = ids
+        self._count += len(slots) - int(np.count_nonzero(self.valid[slots]))
         self.valid[slots] = True
         self.next_id += len(items)
         return slots
@@ -57,13 +59,19 @@ class Ring:
         slots = ids % self.size
         return slots, (self.ids[slots] == ids) & self.valid[slots]
 
+    def invalidate(self, slots: np.ndarray) -> None:
+        """Mark the items in `slots` gone (a buffer's removal by use or staleness)."""
+        self._count -= int(np.count_nonzero(self.valid[np.unique(slots)]))
+        self.valid[slots] = False
+
     def count(self) -> int:
-        return int(np.count_nonzero(self.valid))
+        return self._count
 
     def clear(self) -> None:
         self.items = [None] * self.size
         self.ids.fill(-1)
         self.valid.fill(False)
+        self._count = 0
 
     def state_dict(self) -> dict:
         return {"items": list(self.items), "ids": self.ids.copy(), "valid": self.valid.copy(),
@@ -76,6 +84,7 @@ class Ring:
         self.items = list(state["items"])
         self.ids = np.array(state["ids"], dtype=np.int64)
         self.valid = np.array(state["valid"], dtype=bool)
+        self._count = int(np.count_nonzero(self.valid))
         self.next_id = int(state["next_id"])
 
     def _store(self, slots: np.ndarray, items: list) -> None:
