@@ -158,6 +158,8 @@ class _Connection:
         if self.sock.fileno() < 0:
             return False
         try:
+            if self._poller is not None:  # (registered already: no fd sets to build)
+                return not self._poller.poll(0)
             readable, _, _ = select.select([self.sock], [], [], 0)
         except (OSError, ValueError):
             return False
