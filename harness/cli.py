@@ -63,14 +63,28 @@ def _compare(args: argparse.Namespace) -> int:
     return 0
 
 
+def seed_list(text: str) -> list[int]:
+    """Seeds as the command line gives them: ``0,1,2``, ``0..9`` (both ends) or a mix."""
+    seeds: list[int] = []
+    for part in text.split(","):
+        first, dots, last = part.strip().partition("..")
+        try:
+            seeds += (list(range(int(first), int(last) + 1)) if dots else [int(first)])
+        except ValueError:
+            raise argparse.ArgumentTypeError(
+                f"{part!r} is not a seed or a range A..B of seeds") from None
+        if dots and int(last) < int(first):
+            raise argparse.ArgumentTypeError(f"{part!r}: the range ends before it starts")
+    return seeds
+
+
 def _bench(args: argparse.Namespace) -> int:
     from harness.bench import run_bench
 
     counts = [int(x) for x in args.envs.split(",")] if args.envs else None
-    seeds = [int(x) for x in args.seeds.split(",")] if args.seeds else None
     return run_bench(args.what, n=args.n, json_out=Path(args.json) if args.json else None,
                      seed=args.seed, eval_every=args.eval_every, env_counts=counts,
-                     steps=args.steps, seeds=seeds,
+                     steps=args.steps, seeds=args.seeds,
                      config=Path(args.config) if args.config else None, suite=args.suite,
                      entries=args.entries.split(",") if args.entries else None,
                      behaviour=args.behaviour, local_inference=args.local_inference,
@@ -208,9 +222,10 @@ def build_parser() -> argparse.ArgumentParser:
                        help="transport/envs: env steps timed per configuration")
     bench.add_argument("--eval-every", type=int, default=None,
                        help="sb3-*: env steps between evaluations (default: the config's)")
-    bench.add_argument("--seeds", default=None,
-                       help="parity, learning-*: seeds, comma-separated (default 0,1,2; "
-                            "extended suite 0)")
+    bench.add_argument("--seeds", default=None, type=seed_list,
+                       help="parity, learning-*: seeds, comma-separated, a range A..B taking "
+                            "both ends (0..9), or both (0..4,7) (default 0,1,2; extended "
+                            "suite 0)")
     bench.add_argument("--config", default=None,
                        help="parity, learning-*, sb3-*: run this training config instead of "
                             "the suite's entries (SB3 takes the same hyperparameters)")

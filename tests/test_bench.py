@@ -321,3 +321,15 @@ def test_one_copy_ceiling_is_the_in_process_step_over_it_plus_the_round_trip():
     added = _one_copy_ceiling(records, floor)
     assert added[:2] == floor
     assert added[2]["served_to_inprocess_max"] == pytest.approx(0.1 / (0.1 + 0.3))
+
+
+def test_seeds_take_lists_and_ranges_and_refuse_the_rest():
+    import argparse
+
+    from harness.cli import seed_list
+
+    assert seed_list("0..9") == list(range(10))  # the issue's own spelling: both ends
+    assert seed_list("3") == [3] and seed_list("0..2,7") == [0, 1, 2, 7]
+    for bad in ("a", "5..2", "1..x", ""):
+        with pytest.raises(argparse.ArgumentTypeError):
+            seed_list(bad)
