@@ -99,3 +99,21 @@ def test_the_encoding_follows_the_size_of_a_requests_observations():
     assert binary_for(columns, vector, 1, local=True)
     assert not binary_for(entity, vector, 7) and binary_for(entity, vector, 8)
     assert not binary_for(frozenset({"columns"}), image, 64)
+
+
+def test_finished_episodes_do_not_wake_long_polls_one_by_one():
+    """Random CartPole episodes end every few ms; each wake of the status long-polls costs
+    every waiting caller a round trip and the step loop the GIL, so finished episodes wake
+    them as progress does (at most once a second), while status still shows the latest."""
+    from mistk_rl.lifecycle import ORCHESTRATOR, Lifecycle
+
+    orch = GymOrchestrator()
+    orch._lifecycle = Lifecycle(ORCHESTRATOR)
+    orch.do_initialize({"id": "CartPole-v1", "kwargs": {}}, 1)
+    orch.agents["p"] = RegisteredAgent("p", "http://127.0.0.1:1", False, RecordingClient(),
+                                       frozenset({"step"}))
+    before = orch._lifecycle.version
+    orch.do_start_episode(EpisodeConfig(num_episodes=30, seed=0, train=True))
+    assert len(orch.results) == 30
+    assert orch._lifecycle.version - before < 10  # one per episode was 30 and more
+    assert orch._lifecycle.payload["episodesDone"] == 30
