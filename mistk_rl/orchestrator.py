@@ -11,7 +11,7 @@ from typing import Any, ClassVar, Optional
 from mistk_rl.client import AgentClient
 from mistk_rl.errors import InvalidRequest
 from mistk_rl.files import atomic_write_json
-from mistk_rl.implementation import ServiceImplementation
+from mistk_rl.implementation import PROGRESS_EVERY_S, ServiceImplementation
 from mistk_rl.schemas import EnvSpec, EpisodeSettings
 from mistk_rl.stepping import LocalInference, replay_batch
 
@@ -91,9 +91,12 @@ class AbstractOrchestrator(ServiceImplementation, ABC):
         return None if local is None else LocalInference(local.sync_every, local.batch_steps)
 
     def record_episode(self, agent: str, episode_return: float, length: int,
-                       every_s: float = 0.0, **extra: Any) -> dict[str, Any]:
-        """Append one finished episode to the results (and the status payload, waking
-        long-polls at most every `every_s` seconds: games end thousands of times a second)."""
+                       every_s: float = PROGRESS_EVERY_S, **extra: Any) -> dict[str, Any]:
+        """Append one finished episode to the results and the status payload, which shows it
+        at once; long-polls wake for it at most every `every_s` seconds, as for per-step
+        progress: games end thousands of times a second and a random CartPole episode every
+        few ms, and each wake costs every waiting caller a round trip and the step loop the
+        GIL (the worker's event loop answers them)."""
         result = {"episode": len(self.results), "agent": agent,
                   "return": float(episode_return), "length": int(length),
                   "envSteps": self.env_steps, **extra}

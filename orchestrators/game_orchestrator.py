@@ -218,8 +218,8 @@ class GameOrchestrator(AbstractOrchestrator):
             tally["illegal"] += copy.illegal[seat]
             tally["return"] += copy.returns[seat]
         self.record_episode(
-            game.holders[first], copy.returns[first], copy.length, every_s=PROGRESS_EVERY_S,
-            seed=game.seed, terminated=copy.terminated, truncated=copy.truncated,
+            game.holders[first], copy.returns[first], copy.length, seed=game.seed,
+            terminated=copy.terminated, truncated=copy.truncated,
             envIndex=index, train=bool(trained & set(game.holders.values())),
             seats=dict(game.holders), returns=dict(copy.returns), winner=won,
             illegal=dict(copy.illegal))

@@ -253,11 +253,7 @@ class GymOrchestrator(AbstractOrchestrator):
 
     def _finish(self, name: str, i: int, episode: _Running, ts: Timestep, capped: bool,
                 learn: bool) -> None:
-        # (long-polls wake at most once a second for it, as for the steps: an episode of a
-        # fast env ends every few ms, and each wake costs every waiting caller a round trip
-        # and this process the GIL its step loop needs; the loop's last report wakes them)
-        self.record_episode(name, episode.episode_return, episode.length,
-                            every_s=PROGRESS_EVERY_S, seed=episode.seed,
+        self.record_episode(name, episode.episode_return, episode.length, seed=episode.seed,
                             terminated=ts.terminated and not ts.abnormal,
                             truncated=(ts.truncated or capped) and not ts.abnormal,
                             abnormal=ts.abnormal, cancelled=False, train=learn, envIndex=i)

@@ -701,7 +701,7 @@ class LeagueOrchestrator(AbstractOrchestrator):
                             if agent == job.launch_player)
                 results.append(result_for(seat, game.winner))
                 self.record_episode(job.launch_player, game.returns[seat], game.length,
-                                    every_s=1.0, job=job_id, opponent=job.opponent,
+                                    job=job_id, opponent=job.opponent,
                                     branch=job.branch, seats=game.seats,
                                     winner=game.winner, illegal=game.illegal)
             self.env_steps += sum(game.length for game in outcome.games)
@@ -728,7 +728,7 @@ class LeagueOrchestrator(AbstractOrchestrator):
             extra = {"envIndex": episode.env_index, "terminated": episode.terminated,
                      "truncated": episode.truncated, "abnormal": episode.abnormal,
                      "cancelled": episode.cancelled}
-            self.record_episode(player, episode.return_, episode.length, every_s=1.0,
+            self.record_episode(player, episode.return_, episode.length,
                                 job=job_id, branch=job.branch,
                                 **{k: v for k, v in extra.items() if v is not None})
         self.env_steps = steps_before + outcome.steps  # (the worker's count is the truth)
