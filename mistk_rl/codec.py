@@ -41,6 +41,7 @@ handlers do not care which encoding arrived.
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import math
 import struct
@@ -134,24 +135,29 @@ def _encode_columns(body: Mapping[str, Any]) -> bytes:
     head += _varint(len(entries))
     chunks: list[bytes] = []
     for path, array in entries:
-        if not 1 <= array.ndim <= MAX_DIMS:
-            raise ValueError(f"{path}: {array.ndim} axes; a column has 1-{MAX_DIMS}")
-        if array.dtype.byteorder == ">":
-            array = array.astype(array.dtype.newbyteorder("<"))
         code = _DTYPE_CODE.get(array.dtype)
+        if code is None and array.dtype.byteorder == ">":
+            array = array.astype(array.dtype.newbyteorder("<"))
+            code = _DTYPE_CODE.get(array.dtype)
         if code is None:
             raise ValueError(f"{path}: an array of dtype {array.dtype}, not one of "
                              f"{', '.join(DTYPES)}")
+        if not 1 <= array.ndim <= MAX_DIMS:
+            raise ValueError(f"{path}: {array.ndim} axes; a column has 1-{MAX_DIMS}")
         form, extra, raw = _column_form(array)
         name = path.encode()
-        head += _varint(len(name)) + name + bytes((code, form)) + _varint(array.ndim)
+        head += _varint(len(name))
+        head += name
+        head += bytes((code, form, array.ndim))  # (ndim <= MAX_DIMS: a one-byte varint)
         for length in array.shape:
             head += _varint(length)
         head += extra
-        chunks.append(raw)
+        if raw:
+            chunks.append(raw)
     text = dumps(values) if values else b""  # (orjson: compact, fast)
-    head += _varint(len(text)) + text
-    return bytes(head) + b"".join(chunks)
+    head += _varint(len(text))
+    head += text
+    return b"".join((head, *chunks))
 
 
 def _column_form(array: np.ndarray) -> tuple[int, bytes, bytes]:
@@ -159,7 +165,7 @@ def _column_form(array: np.ndarray) -> tuple[int, bytes, bytes]:
     start = _range_start(array)
     if start is not None:
         return RANGE, _varint(2 * start if start >= 0 else -2 * start - 1), b""
-    raw = np.ascontiguousarray(array).tobytes()
+    raw = array.tobytes()  # (row-major, whatever the array's strides)
     if array.size >= 2:
         # all values the same, bit for bit (-0.0 is not 0.0; NaN is NaN): the bytes repeat
         # with the item's period
@@ -195,10 +201,12 @@ def _range_start(array: np.ndarray) -> int | None:
     """The first value of an integer vector that counts up by one, else None."""
     if array.ndim != 1 or len(array) < 2 or array.dtype.kind not in "iu":
         return None
-    first = int(array[0])
-    if int(array[-1]) - first != len(array) - 1 or not (np.diff(array) == 1).all():
+    first = array.item(0)
+    if array.item(-1) - first != len(array) - 1:
         return None
-    return first
+    # (the bytes of the range it would be: a third of a diff's time on a step's columns)
+    counting = np.arange(first, first + len(array), dtype=array.dtype)
+    return first if array.tobytes() == counting.tobytes() else None
 
 
 def decode(data: bytes) -> dict[str, Any]:
@@ -207,18 +215,28 @@ def decode(data: bytes) -> dict[str, Any]:
     Anything that is not such a message (a header length past the body, a header that is not
     the JSON object above, maps or array specs of the wrong kinds, arrays that do not fit
     the body) raises InvalidRequest saying the encoding is malformed."""
-    with _malformed():
+    try:  # (as `_malformed` does, without a context manager's microsecond a message)
         return _decode(data)
+    except _MALFORMED as exc:
+        raise _malformed_request(exc) from exc
+
+
+# what a bad message raises while it is read (ValueError covers bad JSON and UTF-8;
+# RecursionError a header nested too deep)
+_MALFORMED = (ValueError, KeyError, TypeError, struct.error, RecursionError)
 
 
 @contextlib.contextmanager
 def _malformed() -> Iterator[None]:
-    """What a bad message raises while it is read, as the InvalidRequest (a 400) naming it
-    (ValueError covers bad JSON and UTF-8; RecursionError a header nested too deep)."""
+    """What a bad message raises while it is read, as the InvalidRequest (a 400) naming it."""
     try:
         yield
-    except (ValueError, KeyError, TypeError, struct.error, RecursionError) as exc:
-        raise InvalidRequest(f"malformed {CONTENT_TYPE} body: {exc}") from exc
+    except _MALFORMED as exc:
+        raise _malformed_request(exc) from exc
+
+
+def _malformed_request(exc: Exception) -> InvalidRequest:
+    return InvalidRequest(f"malformed {CONTENT_TYPE} body: {exc}")
 
 
 def _decode(data: bytes) -> dict[str, Any]:
@@ -295,7 +313,7 @@ def describe(data: bytes) -> tuple[list[Column], dict[str, Any]]:
     and for looking at what crossed the wire)."""
     with _malformed():
         columns, values, _ = _read_columns_header(data)
-    return columns, values
+    return [Column(*column) for column in columns], values
 
 
 _NUMPY_DTYPES = [np.dtype(name) for name in DTYPES]
@@ -303,88 +321,87 @@ _INT_BOUNDS = {dtype: (int(np.iinfo(dtype).min), int(np.iinfo(dtype).max))
                for dtype in _NUMPY_DTYPES if dtype.kind in "iu"}
 
 
-def _read_columns_header(data: bytes) -> tuple[list[Column], dict[str, Any], int]:
-    """(columns, values, where the arrays' bytes start)."""
+def _read_columns_header(data: bytes) -> tuple[list[tuple], dict[str, Any], int]:
+    """(columns as `Column`'s fields, values, where the arrays' bytes start)."""
     if data[:len(COLUMNS_MAGIC)] != COLUMNS_MAGIC:
         raise ValueError("not a column-form message (it does not start with "
                          f"{COLUMNS_MAGIC!r})")
-    reader = _Reader(data, len(COLUMNS_MAGIC))
-    columns: list[Column] = []
+    count, at = _varint_at(data, len(COLUMNS_MAGIC), "the number of arrays")
+    columns: list[tuple] = []
     expanded = 0
-    for index in range(reader.varint("the number of arrays")):
+    for index in range(count):
         try:
-            column = _read_column(reader)
+            column, at = _read_column(data, at)
         except ValueError as exc:
             raise ValueError(f"array {index}: {exc}") from None
-        if column.form >= RANGE:  # (RANGE, FILL: no bytes on the wire)
-            expanded += math.prod(column.shape) * column.dtype.itemsize
+        _, dtype, form, shape, _ = column
+        if form >= RANGE:  # (RANGE, FILL: no bytes on the wire)
+            expanded += math.prod(shape) * dtype.itemsize
             if expanded > MAX_EXPANDED_BYTES:
                 raise ValueError("ranges and fills stand for more than "
                                  f"{MAX_EXPANDED_BYTES:,} bytes")
         columns.append(column)
-    length = reader.varint("the values' length")
-    values = _object(_loads(reader.take(length, "the values")), "the values") if length \
-        else {}
-    return columns, values, reader.at
+    length, at = _varint_at(data, at, "the values' length")
+    if at + length > len(data):
+        raise ValueError("the values run past the body")
+    values = _object(_loads(bytes(data[at:at + length])), "the values") if length else {}
+    return columns, values, at + length
 
 
-def _read_column(reader: "_Reader") -> Column:
-    path = reader.take(reader.varint("a field path's length"), "a field path").decode()
-    code, form = reader.take(2, "the dtype and form")
+def _read_column(data: bytes, at: int) -> tuple[tuple, int]:
+    """The fields of the `Column` whose header entry starts at `at` (a plain tuple: a named
+    one costs more to make than the rest of the entry to read), and where the entry ends."""
+    length, at = _varint_at(data, at, "a field path's length")
+    if at + length + 2 > len(data):
+        raise ValueError("a field path, dtype and form run past the body")
+    path = data[at:at + length].decode()
+    code, form = data[at + length], data[at + length + 1]
     if code >= len(DTYPES):
         raise ValueError(f"{path!r}: dtype code {code} is not one of 0-{len(DTYPES) - 1}")
     dtype = _NUMPY_DTYPES[code]
-    ndim = reader.varint("the number of axes")
+    ndim, at = _varint_at(data, at + length + 2, "the number of axes")
     if not 1 <= ndim <= MAX_DIMS:
         raise ValueError(f"{path!r}: {ndim} axes, not 1-{MAX_DIMS}")
-    shape = tuple([reader.varint("the shape") for _ in range(ndim)])
+    shape = []
+    for _ in range(ndim):
+        size, at = _varint_at(data, at, "the shape")
+        shape.append(size)
     first: Any = None
     if form == RANGE:
         if dtype.kind not in "iu" or ndim != 1:
             raise ValueError(f"{path!r}: a range is an integer vector")
-        zigzag = reader.varint("the range's first value")
+        zigzag, at = _varint_at(data, at, "the range's first value")
         first = zigzag >> 1 if not zigzag & 1 else -(zigzag >> 1) - 1
         low, high = _INT_BOUNDS[dtype]
         if shape[0] and not low <= first <= first + shape[0] - 1 <= high:
             raise ValueError(f"{path!r}: the range does not fit {dtype}")
     elif form == FILL:
-        first = reader.take(dtype.itemsize, "the fill's value")
+        if at + dtype.itemsize > len(data):
+            raise ValueError("the fill's value runs past the body")
+        first, at = data[at:at + dtype.itemsize], at + dtype.itemsize
     elif form == BITS:
         if dtype.kind != "b":
             raise ValueError(f"{path!r}: bits are for a bool array")
     elif form != BYTES:
         raise ValueError(f"{path!r}: form {form} is not one of 0-3")
-    return Column(path, dtype, form, shape, first)
+    return (path, dtype, form, tuple(shape), first), at
 
 
-class _Reader:
-    """Reads a header front to back; a ValueError naming what ran past the body."""
-
-    def __init__(self, data: bytes, at: int) -> None:
-        self.data, self.at = data, at
-
-    def take(self, count: int, what: str) -> bytes:
-        end = self.at + count
-        if end > len(self.data):
+def _varint_at(data: bytes, at: int, what: str) -> tuple[int, int]:
+    """The varint at `at` and where it ends (a function, not a reader object's method: a
+    step's header has some 30 of them, most of one byte)."""
+    if at < len(data) and data[at] < 0x80:
+        return data[at], at + 1
+    value = 0
+    for shift in range(0, 70, 7):
+        if at >= len(data):
             raise ValueError(f"{what} runs past the body")
-        chunk, self.at = bytes(self.data[self.at:end]), end
-        return chunk
-
-    def varint(self, what: str) -> int:
-        at = self.at
-        if at < len(self.data) and self.data[at] < 0x80:  # (most are: one byte)
-            self.at = at + 1
-            return self.data[at]
-        value = 0
-        for shift in range(0, 70, 7):
-            if self.at >= len(self.data):
-                raise ValueError(f"{what} runs past the body")
-            byte = self.data[self.at]
-            self.at += 1
-            value |= (byte & 0x7F) << shift
-            if not byte & 0x80:
-                return value
-        raise ValueError(f"{what} is longer than 10 bytes")
+        byte = data[at]
+        at += 1
+        value |= (byte & 0x7F) << shift
+        if not byte & 0x80:
+            return value, at
+    raise ValueError(f"{what} is longer than 10 bytes")
 
 
 def _decode_columns(data: bytes) -> dict[str, Any]:
@@ -392,26 +409,23 @@ def _decode_columns(data: bytes) -> dict[str, Any]:
     body: dict[str, Any] = {}
     for path, value in values.items():
         _put_column(body, path, value)
-    for column in columns:
-        count = math.prod(column.shape)
-        if column.form == RANGE:
-            array = np.arange(column.first, column.first + count, dtype=column.dtype)
-        elif column.form == FILL:
-            array = np.full(column.shape, np.frombuffer(column.first, column.dtype)[0],
-                            dtype=column.dtype)
-        else:
-            size = column.wire_bytes
+    for path, dtype, form, shape, first in columns:
+        if form == BYTES or form == BITS:
+            count = math.prod(shape)
+            size = count * dtype.itemsize if form == BYTES else -(-count // 8)
             if at + size > len(data):
-                raise ValueError(f"{column.path!r}: shape {column.shape} of {column.dtype} "
-                                 "runs past the body")
-            if column.form == BITS:
-                bits = np.frombuffer(data, dtype=np.uint8, count=size, offset=at)
-                array = np.unpackbits(bits, count=count).view(bool).reshape(column.shape)
+                raise ValueError(f"{path!r}: shape {shape} of {dtype} runs past the body")
+            if form == BYTES:
+                array = np.frombuffer(data, dtype, count, at).reshape(shape)
             else:
-                array = np.frombuffer(data, dtype=column.dtype, count=count,
-                                      offset=at).reshape(column.shape)
+                bits = np.frombuffer(data, np.uint8, size, at)
+                array = np.unpackbits(bits, count=count).view(bool).reshape(shape)
             at += size
-        _put_column(body, column.path, array)
+        elif form == RANGE:
+            array = np.arange(first, first + shape[0], dtype=dtype)
+        else:  # FILL: the value's bytes, repeated (bit for bit, as sent)
+            array = np.frombuffer(first * math.prod(shape), dtype).reshape(shape)
+        _put_column(body, path, array)
     if at != len(data):
         raise ValueError(f"{len(data) - at} bytes after the last array")
     return body
@@ -419,10 +433,20 @@ def _decode_columns(data: bytes) -> dict[str, Any]:
 
 def _put_column(body: dict, path: str, value: Any) -> None:
     """`body[a][b][c] = value` for path ``a.b.c`` (at most `MAX_COLUMN_DEPTH` parts)."""
-    parts = path.split(".")
+    parts = _column_parts(path)
+    if len(parts) == 1 and path not in body:  # (most columns: a field of the body)
+        body[path] = value
+    else:
+        _set(body, path, list(parts), value)
+
+
+@functools.lru_cache(maxsize=256)
+def _column_parts(path: str) -> tuple[str, ...]:
+    """A column's field path split at its dots (the few paths of a step, split once)."""
+    parts = tuple(path.split("."))
     if not all(parts) or len(parts) > MAX_COLUMN_DEPTH:
         raise ValueError(f"{path!r} is not a field path of at most {MAX_COLUMN_DEPTH} parts")
-    _set(body, path, parts, value)
+    return parts
 
 
 def _no_constant(name: str) -> None:
