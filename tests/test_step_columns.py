@@ -81,6 +81,18 @@ def test_a_whole_batch_comes_back_as_it_was_kept():
         store.lookup(ids)
 
 
+def test_a_batch_named_in_another_order_with_the_same_ends_is_read_row_by_row():
+    """Ids that start and end where their batch does but do not count up (the whole-batch
+    shortcut must not take them) come back in the order named."""
+    store = StepStore()
+    ids = store.put(_obs(4, 0) + np.arange(4)[:, None], Acted(np.arange(4)))
+    order = ids[[0, 2, 1, 3]]
+    kept = store.lookup(order)
+    assert kept.obs[:, 0].tolist() == [0, 2, 1, 3] and kept.actions.tolist() == [0, 2, 1, 3]
+    store.release(order)
+    assert len(store) == 0
+
+
 def test_the_store_is_bounded_and_ids_never_repeat():
     store = StepStore(max_batches=2)
     old = store.put(_obs(1, 0), Acted(np.array([0])))
