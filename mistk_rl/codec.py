@@ -162,7 +162,7 @@ def _encode_columns(body: Mapping[str, Any]) -> bytes:
 
 def _column_form(array: np.ndarray) -> tuple[int, bytes, bytes]:
     """How `array` travels: (form, what the header adds, the bytes that follow it)."""
-    start = _range_start(array)
+    start = range_start(array)
     if start is not None:
         return RANGE, _varint(2 * start if start >= 0 else -2 * start - 1), b""
     raw = array.tobytes()  # (row-major, whatever the array's strides)
@@ -197,8 +197,9 @@ def _holds_arrays(node: Mapping[str, Any]) -> bool:
                for v in node.values())
 
 
-def _range_start(array: np.ndarray) -> int | None:
-    """The first value of an integer vector that counts up by one, else None."""
+def range_start(array: np.ndarray) -> int | None:
+    """The first value of an integer vector that counts up by one, else None (the codec's
+    RANGE form; the step store's whole-batch check)."""
     if array.ndim != 1 or len(array) < 2 or array.dtype.kind not in "iu":
         return None
     first = array.item(0)
