@@ -48,6 +48,23 @@ def test_mlp_widths_and_activation_names():
         MLP(4, [8], activation="sigmoidal")
 
 
+@pytest.mark.parametrize("activation", ["relu", "tanh", "elu", "gelu", "silu"])
+def test_mlp_computes_what_its_layers_called_in_order_do(activation):
+    """MLP.forward runs each layer's forward directly (no per-layer call overhead): the
+    output and the gradients are bit for bit those of calling `net`, an nn.Sequential."""
+    mlp = MLP(4, [16, 8], activation=activation, out_dim=3)
+    x = torch.randn(5, 4)
+    ours = mlp(x)
+    ours.square().sum().backward()
+    ours_grads = [p.grad.clone() for p in mlp.parameters()]
+    mlp.zero_grad()
+    theirs = mlp.net(x)
+    theirs.square().sum().backward()
+    assert torch.equal(ours, theirs)
+    assert all(torch.equal(a, p.grad) for a, p in zip(ours_grads, mlp.parameters()))
+    assert not torch.equal(ours, MLP(4, [16, 8], activation=activation, out_dim=3)(x))
+
+
 BOX4 = spaces.Box(-1.0, 1.0, shape=(4,), dtype=np.float32)
 
 
