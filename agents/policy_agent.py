@@ -42,7 +42,8 @@ replayAction). What is stored follows SB3:
 """
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from functools import partial
 from pathlib import Path
 from typing import Any, Optional
 
@@ -250,10 +251,21 @@ class PolicyAgent(AbstractAgent):
                                          warming_up=self.trainer.warming_up)
         return Acted(actions, extras)
 
-    def do_learn(self, transitions: Transitions) -> None:
+    def do_learn(self, transitions: Transitions) -> Optional[Callable[[], None]]:
+        """Count the env steps now: exploration and the warm-up read the count when the
+        next rows are acted on. If updates are due (or owed), learn now too, so the next
+        rows are acted on with their weights, as always; otherwise storing the transitions
+        (`_learn`) changes nothing acting reads and may wait for the step's answer."""
         self._require_model()
         if self.mode == "eval":
-            return  # evaluation episodes never train the agent
+            return None  # evaluation episodes never train the agent
+        self.learner.env_steps += len(transitions)
+        if self.trainer.updates_due(len(transitions)):
+            self._learn(transitions)
+            return None
+        return partial(self._learn, transitions)
+
+    def _learn(self, transitions: Transitions) -> None:
         process = self.policy.collect_mode.process_transition
         next_masks = transitions.next_action_mask if self.policy.masks_next_actions else None
         # a rollout gets normalised obs and scaled rewards; a replay buffer raw ones, which
@@ -300,7 +312,6 @@ class PolicyAgent(AbstractAgent):
                 if next_masks is not None:
                     batch[key]["next_action_mask"] = np.asarray(next_masks[i], dtype=bool)
             steps.append(batch)
-        self.learner.env_steps += len(keys)
         self.trainer.observe_steps(steps)
         self.trainer.maybe_train()
         self.update_status(self.progress(), every_s=PROGRESS_EVERY_S)

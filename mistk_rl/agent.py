@@ -7,7 +7,7 @@ import json
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Optional, Union
+from typing import Any, Callable, Optional, Union
 
 import numpy as np
 from gymnasium import spaces
@@ -272,11 +272,17 @@ class AbstractAgent(ServiceImplementation, ABC):
             raise ValueError(f"do_get_action answered no action for {missing[:3]}")
         return Acted(np.asarray([actions[name] for name in names]))
 
-    def do_learn(self, transitions: Transitions) -> None:
+    def do_learn(self, transitions: Transitions) -> Optional[Callable[[], None]]:
         """Learn from rows of transitions. Override to take the columns directly; the
-        default hands `do_replay_action` an entity-keyed `ReplayBatch`."""
+        default hands `do_replay_action` an entity-keyed `ReplayBatch`.
+
+        An override may return a callable: the part of the learning that can wait until
+        the answer to this step is out (a step that also acts answers first, and the work
+        runs while the caller steps its envs; it always runs before the agent's next hook).
+        Do at once what acting on the next rows reads (an env-step count that drives
+        exploration, say); return the rest (storing, updates)."""
         if type(self).do_replay_action is AbstractAgent.do_replay_action:
-            return  # an agent that does not learn (the default do_replay_action)
+            return None  # an agent that does not learn (the default do_replay_action)
         names = transitions.row_names(self.name)
         for rows in rounds(names) if len(set(names)) < len(names) else [None]:
             part = transitions if rows is None else transitions.take(np.asarray(rows))
@@ -290,6 +296,7 @@ class AbstractAgent(ServiceImplementation, ABC):
                 truncated=dict(zip(keys, part.truncated.tolist())),
                 new_action_mask=None if part.next_action_mask is None
                 else dict(zip(keys, part.next_action_mask))))
+        return None
 
     def do_policy_copy(self, weights: bool) -> PolicyCopy:
         """A copy of the policy to act with elsewhere (`local_inference` agents); with the

@@ -24,5 +24,7 @@ class EntitySteps:
 
     def replay_action(self, batch: ReplayBatch) -> None:
         transitions = entity_transitions(batch, self.store)
-        self.agent.do_learn(transitions)
+        rest = self.agent.do_learn(transitions)
+        if rest is not None:  # (what the service runs after a step's answer)
+            rest()
         self.store.forget(transitions.names)

@@ -4,6 +4,7 @@ its body. In-process ASGI as in test_pipeline.py, plus one served agent."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import threading
 import time
@@ -265,15 +266,14 @@ class _Counted:
         app.answer_now, app._serve = counted_answer_now, counted_serve
 
 
-@pytest.fixture
-def uvicorn_agent(tmp_path):
-    """A random agent in an episode, served by uvicorn with the services' settings on a
-    thread of this process: (port, the app's `_Counted`, the agent)."""
+@contextlib.contextmanager
+def _on_uvicorn(agent: RandomAgent, tmp_path: Path):
+    """`agent` in an episode, served by uvicorn with the services' settings on a thread of
+    this process: (port, the app's `_Counted`, the agent)."""
     import socket
 
     import uvicorn
 
-    agent = ThreadNoting()
     app = create_app(_in_episode(agent, tmp_path), token="sesame",
                      limits=Limits(max_body_bytes=4096))
     counted = _Counted(app)
@@ -289,6 +289,12 @@ def uvicorn_agent(tmp_path):
         thread.join(10)
         sock.close()
     assert not thread.is_alive()
+
+
+@pytest.fixture
+def uvicorn_agent(tmp_path):
+    with _on_uvicorn(ThreadNoting(), tmp_path) as served:
+        yield served
 
 
 def _request(op: str, body: bytes, *, token: str = "sesame", chunked: bool = False,
@@ -369,6 +375,66 @@ def test_pipelined_requests_are_answered_in_order_whichever_way_each_goes(uvicor
     assert all("actions" in json.loads(answers[i].body) for i in (0, 2))
     assert counted.fast >= 1 and counted.asgi >= 2 and counted.fast + counted.asgi == 4
     assert len(agent.threads) == 2
+
+
+class LearnsAfterAnswers(RandomAgent):
+    """Its learning (what `do_learn` leaves for after the answer) waits until the caller
+    says it has read the step's answer (`answered`), and notes whether that came; with
+    `fail`, it raises instead."""
+
+    def __init__(self, fail: bool = False) -> None:
+        super().__init__()
+        self.answered, self.learned, self.fail = threading.Event(), [], fail
+
+    def do_learn(self, transitions):
+        def rest():
+            if self.fail:
+                raise ValueError("the replay is full")
+            self.learned.append(self.answered.wait(5))
+        return rest
+
+
+REPLAY = (b'"replay": {"prevObs": {"p": [0, 0, 0, 0]}, "actions": {"p": 0}, "rewards": {"p": 1}, '
+          b'"terminated": {"p": false}, "newObs": {"p": [0, 0, 0, 0]}}')
+
+
+def _learning_step(port: int, op: str, chunked: bool):
+    """A step that brings an outcome: the entity step with a replay, or stepColumns naming
+    the step id of a first stepColumns' action."""
+    if op == "step":
+        body = b'{"obs": {"p": [0, 0, 0, 0]}, ' + REPLAY + b"}"
+    else:
+        [first], _ = _answers(port, _request(op, b'{"envs": [0], "obs": [[0, 0, 0, 0]]}'), 1)
+        step_id = json.loads(first.body)["stepIds"][0]
+        body = (b'{"envs": [0], "obs": [[0, 0, 0, 0]], "stepIds": [%d], "rewards": [1], '
+                b'"terminated": [false]}' % step_id)
+    [answer], _ = _answers(port, _request(op, body, chunked=chunked), 1)
+    return answer
+
+
+@pytest.mark.parametrize("op", ["step", "stepColumns"])
+@pytest.mark.parametrize("chunked", [False, True])  # the fast path, the ASGI way
+def test_a_steps_learning_runs_after_its_answer_is_out(tmp_path, op, chunked):
+    """The learning waits for the caller to have the answer: run before the answer, it would
+    wait in vain (5 s) and note False."""
+    with _on_uvicorn(LearnsAfterAnswers(), tmp_path) as (port, counted, agent):
+        answer = _learning_step(port, op, chunked)
+        assert answer.status == 200 and agent.learned == []
+        agent.answered.set()
+        [after], _ = _answers(port, _request("getAction", OBS), 1)  # (settles first)
+        assert after.status == 200 and agent.learned == [True]
+        assert counted.asgi == (1 if chunked else 0)
+
+
+def test_learning_that_fails_after_the_answer_fails_the_agent_for_its_next_call(tmp_path):
+    with _on_uvicorn(LearnsAfterAnswers(fail=True), tmp_path) as (port, _, agent):
+        answer = _learning_step(port, "step", chunked=False)
+        assert answer.status == 200 and "p" in json.loads(answer.body)["actions"]
+        [after], _ = _answers(port, _request("getAction", OBS), 1)
+        assert after.status == 409 and "'failed'" in json.loads(after.body)["detail"]
+        [status], _ = _answers(port, _request("status", b"", method="GET"), 1)
+        assert ("step raised ValueError after its answer: the replay is full"
+                in json.loads(status.body)["reason"])
 
 
 def _uvloop():

@@ -135,6 +135,74 @@ def test_background_hook_exception_fails():
     assert "checkpoint is corrupt" in status["reason"]
 
 
+def test_deferred_work_runs_at_once_when_no_pipeline_settles():
+    lifecycle = _at(AGENT, "in_episode")
+    done = []
+    lifecycle.run("step", lambda: (lifecycle.defer(lambda: done.append("learned")),
+                                   done.append("answered")))
+    assert done == ["learned", "answered"]  # inside the hook, as if it were not deferred
+
+
+def test_deferred_work_runs_at_settle_or_before_the_next_operation_once():
+    lifecycle = _at(AGENT, "in_episode")
+    lifecycle.after_answers = True
+    done = []
+
+    def step(n: int):
+        def hook():
+            lifecycle.defer(lambda: done.append(f"learned {n}"))
+            done.append(f"answered {n}")
+        return hook
+    lifecycle.run("step", step(1))
+    assert done == ["answered 1"]
+    lifecycle.settle()
+    lifecycle.settle()
+    assert done == ["answered 1", "learned 1"]
+    lifecycle.run("step", step(2))
+    lifecycle.run("episode_stopped", lambda: done.append("stopped"))  # (not settled)
+    assert done[2:] == ["answered 2", "learned 2", "stopped"]
+
+
+def test_deferred_work_that_raises_fails_the_service_with_the_reason():
+    lifecycle = _at(AGENT, "in_episode")
+    lifecycle.after_answers = True
+
+    def boom():
+        raise ValueError("replay write failed")
+    assert lifecycle.run("step", lambda: (lifecycle.defer(boom), "actions")[1]) == "actions"
+    assert lifecycle.state == "in_episode"  # the answer went out as it was
+    lifecycle.settle()
+    status = lifecycle.status()
+    assert status["state"] == "failed"
+    assert "step raised ValueError after its answer: replay write failed" in status["reason"]
+    with pytest.raises(IllegalState):
+        lifecycle.run("step", lambda: None)
+
+
+def test_an_operation_from_another_thread_waits_for_deferred_work_in_progress():
+    lifecycle = _at(AGENT, "in_episode")
+    lifecycle.after_answers = True
+    started, release, done = threading.Event(), threading.Event(), []
+
+    def slow_learning():
+        started.set()
+        assert release.wait(10)
+        done.append("learned")
+    lifecycle.run("step", lambda: lifecycle.defer(slow_learning))
+    settling = threading.Thread(target=lifecycle.settle)
+    settling.start()
+    assert started.wait(10)
+    stopping = threading.Thread(
+        target=lambda: lifecycle.run("episode_stopped", lambda: done.append("stopped")))
+    stopping.start()
+    stopping.join(0.2)  # (it cannot finish while the learning holds it; a bounded look)
+    assert done == []
+    release.set()
+    settling.join(10)
+    stopping.join(10)
+    assert done == ["learned", "stopped"]
+
+
 def test_rejected_hook_restores_the_state():
     lifecycle = _at(ORCHESTRATOR, "waiting_for_agents")
 

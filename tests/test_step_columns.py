@@ -257,6 +257,68 @@ def test_columns_and_the_entity_form_train_an_agent_alike(tmp_path, agent_cls, h
         assert torch.equal(x, y)
 
 
+class SettlingClient(InProcessClient):
+    """The in-process client in the served order: a step's learning waits until after its
+    answer (`Lifecycle.defer`), then runs right away as the pipeline runs it after sending
+    (`eager`), or only when the next operation comes (every operation settles first)."""
+
+    def __init__(self, service: AgentService, eager: bool) -> None:
+        super().__init__(service)
+        service.lifecycle.after_answers = True
+        self.eager = eager
+
+    def _call(self, *args, **kwargs):
+        answer = super()._call(*args, **kwargs)
+        if self.eager:
+            self.service.lifecycle.settle()
+        return answer
+
+
+@pytest.mark.parametrize("eager", [True, False])
+@pytest.mark.parametrize("agent_cls, hparams", [
+    (DQNAgent, {"log_every": 0, "train": {"learning_starts": 40, "train_freq": 10,
+                                          "gradient_steps": 5},
+                "policy": {"model": {"hidden_sizes": [32]}}}),
+    (PPOAgent, {"log_every": 0, "train": {"n_steps": 64},
+                "policy": {"learn": {"epochs": 2, "batch_size": 32}}})])
+def test_learning_after_the_answers_trains_an_agent_as_learning_inside_the_steps(
+        tmp_path, agent_cls, hparams, eager):
+    """A seeded run repeats itself whether a step's learning runs inside it (a service
+    object called directly) or after its answer (served): the same weights and counters."""
+    inside = _service(tmp_path / "i", agent_cls(), hparams)
+    after = _service(tmp_path / "a", agent_cls(), hparams)
+    _train(inside, ColumnStepper(InProcessClient(inside)), 150)
+    _train(after, ColumnStepper(SettlingClient(after, eager)), 150)
+    a, b = inside.agent, after.agent
+    assert a.learner.env_steps == b.learner.env_steps == 300
+    assert a.learner.train_iter == b.learner.train_iter > 0
+    for x, y in zip(a.policy.model.parameters(), b.policy.model.parameters()):
+        assert torch.equal(x, y)
+
+
+def test_a_dqn_step_stores_after_its_answer_unless_updates_fall_due_at_it(tmp_path):
+    """What acting reads (the env-step count: epsilon, the warm-up) is counted before the
+    step acts, and the transitions reach the replay once the answer is out; but at a step
+    where updates fall due, they run before it acts, as they always did."""
+    service = _service(tmp_path, DQNAgent(), {
+        "log_every": 0, "train": {"learning_starts": 4, "train_freq": 4, "gradient_steps": 1},
+        "policy": {"learn": {"batch_size": 2}}})
+    service.episodeStarted({"obs": {"p": [0, 0, 0, 0]}})
+    client = SettlingClient(service, eager=False)
+    agent = service.agent
+
+    def step(value: float, ids=None):
+        outcomes = {} if ids is None else {"step_ids": ids, "rewards": np.ones(2),
+                                            "terminated": np.zeros(2, bool)}
+        return client.step_columns(np.arange(2), _obs(2, value), **outcomes).step_ids
+    ids = step(1, step(0))
+    assert agent.learner.env_steps == 2 and agent.trainer.buffer.count() == 0
+    service.lifecycle.settle()
+    assert agent.learner.env_steps == 2 and agent.trainer.buffer.count() == 2
+    step(2, ids)  # env step 4: the first update is due
+    assert agent.trainer.buffer.count() == 4 and agent.learner.train_iter == 1
+
+
 def test_an_eval_episode_keeps_nothing_and_leaves_steps_in_flight_alone(tmp_path):
     """A resumed training run reports steps it took before an evaluation: the evaluation's
     steps (never reported) must not push them out of the bounded store."""

@@ -6,6 +6,15 @@ dropped), a `resourceVersion` that moves on every change so callers can long-pol
 sleeping, tasks that run hooks in the caller's thread or in the background, cancellation for
 the operations that preempt (reset, terminate, stopEpisode), and the failure rule: an exception
 in a hook moves the service to ``failed`` with the reason in status.
+
+Work after the answer (`defer`, `settle`): a hook may leave part of its work to run once its
+answer is out (an agent's step learns from the transitions while the orchestrator steps its
+envs). The work runs, in this order, before anything else: at `settle`, which the service's
+pipeline calls right after sending the answer, or at the start of the next operation,
+whichever comes first. So every operation still sees what all operations before it did, and a
+seeded run does the same work in the same order. An exception there fails the service as a
+hook's would (the answer has gone: the caller learns it from the next call and the status).
+A service object called without a pipeline (`after_answers` False) runs the work at once.
 """
 from __future__ import annotations
 
@@ -137,6 +146,10 @@ class Lifecycle:
         self._next_wake = 0.0  # update_payload's throttle
         self.payload: dict[str, Any] = {}
         self.reason: str | None = None
+        # a pipeline settles after each answer (module doc); without one, `defer` runs at once
+        self.after_answers = False
+        self._deferred: tuple[str, Callable[[], None]] | None = None
+        self._settling = threading.Lock()  # held while deferred work runs
 
     # ---- reading -------------------------------------------------------------------------
     @property
@@ -243,6 +256,7 @@ class Lifecycle:
         operation returns the hook's result; a background one returns the status at once.
         """
         op = self.table.operations[operation]
+        self.settle()
         with self._lock:
             if operation == "terminate" and self.state in ("terminating", "terminated"):
                 return self.status()  # terminate is idempotent
@@ -303,6 +317,39 @@ class Lifecycle:
                     self.payload = {}
                 self._fire("finish", **kwargs)
         return result
+
+    # ---- work after the answer (module doc) -----------------------------------------------
+    def defer(self, work: Callable[[], None]) -> None:
+        """From inside a hook: run `work` once this operation's answer is out (`settle`);
+        at once when no pipeline settles (`after_answers` False), as part of the hook."""
+        if not self.after_answers:
+            work()
+            return
+        task: Task | None = getattr(self._local, "task", None)
+        operation = task.operation if task is not None else "operation"
+        with self._settling:
+            if self._deferred is not None:  # (never: every operation settles first)
+                raise RuntimeError("defer: the last operation's deferred work has not run")
+            self._deferred = (operation, work)
+
+    def settle(self) -> None:
+        """Run the deferred work, if any (a caller in another thread waits for it)."""
+        if self._deferred is None and not self._settling.locked():  # (the common case:
+            return  # nothing deferred, nothing running; read without taking the lock)
+        with self._settling:
+            if self._deferred is None:
+                return
+            (operation, work), self._deferred = self._deferred, None
+            try:
+                work()
+            except Exception as exc:  # noqa: BLE001 - a failure is reported, as a hook's
+                reason = (f"{api_name(operation)} raised {type(exc).__name__} after its "
+                          f"answer: {exc}")
+                log.exception("%s: %s", self.table.role, reason)
+                with self._lock:
+                    if self.state not in ("failed", "terminating", "terminated"):
+                        self.reason = reason
+                        self._fire("fail")
 
     def _fire(self, trigger: str, **facts: bool) -> None:
         """Move as `trigger` says from the current state (the caller holds the lock)."""

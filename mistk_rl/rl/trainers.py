@@ -106,6 +106,12 @@ class Trainer(Protocol):
         """Owe the updates due now and pay some of what is owed (`mistk_rl.rl.pacing`); how
         many gradient steps ran."""
 
+    def updates_due(self, new_steps: int) -> bool:
+        """Whether `maybe_train`, once `new_steps` more env steps (counted in the learner's
+        `env_steps` already) are observed, may change the acting weights: steps owed, or
+        falling due with these. An agent learns from such env steps before it acts again,
+        and may leave the others for after its answer (`AbstractAgent.do_learn`)."""
+
     def end_all_episodes(self) -> None:
         """The agent's episode ended: what waits for more steps of it is complete now."""
 
@@ -145,6 +151,15 @@ class PacedTrainer:
         with self.pacer.paused():
             self._schedule()
         return self.pacer.pay()
+
+    def updates_due(self, new_steps: int) -> bool:
+        if isinstance(self.pacer, pacing.BackgroundPacer):
+            return True  # every request may take newer weights from the learner thread
+        return self.owed() > 0 or self._falls_due(new_steps)
+
+    def _falls_due(self, new_steps: int) -> bool:
+        """Whether `_schedule` will owe steps once `new_steps` more are observed."""
+        raise NotImplementedError
 
     def paused(self) -> Any:
         return self.pacer.paused()
@@ -270,6 +285,10 @@ class OffPolicyTrainer(PacedTrainer):
             due = (steps - self._last_train) // freq
             self._last_train += due * freq
         self._owed += due * self.config["gradient_steps"]
+
+    def _falls_due(self, new_steps: int) -> bool:
+        return (self.config["gradient_steps"] > 0 and not self.warming_up
+                and self.learner.env_steps - self._last_train >= self.config["train_freq"])
 
     def owed(self) -> int:
         return self._owed
@@ -426,6 +445,9 @@ class OnPolicyTrainer(PacedTrainer):
         self._plans.append(self.learner.plan(self._rollout_batch()))
         self._rollout.clear()
         self._count = 0
+
+    def _falls_due(self, new_steps: int) -> bool:
+        return self._count + new_steps >= self.config["n_steps"]
 
     def owed(self) -> int:
         return sum(plan.left for plan in self._plans)

@@ -15,7 +15,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 from collections.abc import Mapping
-from typing import Any, Iterable, Optional
+from typing import Any, Callable, Iterable, Optional
 from urllib.parse import SplitResult, urlsplit
 
 import numpy as np
@@ -347,6 +347,12 @@ def _policy_answer(copy: Any) -> dict[str, Any]:
     return answer
 
 
+def _finish(rest: Optional[Callable[[], None]]) -> None:
+    """Run now what `do_learn` left for later: an answer that says the agent has learned."""
+    if rest is not None:
+        rest()
+
+
 def _plain(actions: np.ndarray) -> list:
     """Actions as JSON-ready Python values, one per row."""
     return np.asarray(actions).tolist()
@@ -433,7 +439,10 @@ class AgentService(_Service):
 
     def replayAction(self, body: dict[str, Any]) -> Response:  # noqa: N802
         replay = _replay_batch(body, self._checks)
-        self.lifecycle.run("replay_action", lambda: self._learn_entities(replay))
+
+        def hook() -> None:
+            _finish(self._learn_entities(replay))  # (the answer says it has learned)
+        self.lifecycle.run("replay_action", hook)
         return self._done()
 
     def step(self, body: dict[str, Any]) -> Response:
@@ -442,32 +451,41 @@ class AgentService(_Service):
         acting = self._acting(body)
 
         def hook() -> Any:
-            if replay is not None:
-                self._learn_entities(replay)
-            return self._act(acting)
+            rest = self._learn_entities(replay) if replay is not None else None
+            actions = self._act(acting)
+            if rest is not None:
+                self.lifecycle.defer(rest)
+            return actions
         return {"actions": self.lifecycle.run("step", hook)}, 200, JSON
 
     def stepColumns(self, body: dict[str, Any]) -> Response:  # noqa: N802
         """The columnar step (module `mistk_rl.service.steps`): the outcomes of earlier
         steps, named by step id, become transitions the agent learns from; then it acts on
-        the rows that act. Everything is checked before the lifecycle moves."""
+        the rows that act. Everything is checked before the lifecycle moves. What of the
+        learning can wait (`AbstractAgent.do_learn`'s answer) runs after the answer is out
+        (`Lifecycle.defer`), while the caller steps its envs."""
         request = self._column_step(body)
         kept = self.steps.lookup(request.step_ids) if len(request.step_ids) else None
 
         def hook() -> Any:
+            rest = None
             if kept is not None:
-                self.agent.do_learn(Transitions(
+                rest = self.agent.do_learn(Transitions(
                     envs=request.outcome_envs, obs=kept.obs, actions=kept.actions,
                     extras=kept.extras, rewards=request.rewards, next_obs=request.next_obs,
                     terminated=request.terminated, truncated=request.truncated,
                     next_action_mask=request.next_mask))
                 self.steps.release(request.step_ids)
             if request.acting is None:
-                return {"actions": [], "stepIds": []}
-            acted = self.agent.do_act(request.acting)
-            ids = (self.steps.put(request.acting.obs, acted) if self._keeps_steps
-                   else np.full(len(acted.actions), -1, np.int64))
-            return {"actions": self._answer(acted.actions), "stepIds": ids}
+                answer: dict[str, Any] = {"actions": [], "stepIds": []}
+            else:
+                acted = self.agent.do_act(request.acting)
+                ids = (self.steps.put(request.acting.obs, acted) if self._keeps_steps
+                       else np.full(len(acted.actions), -1, np.int64))
+                answer = {"actions": self._answer(acted.actions), "stepIds": ids}
+            if rest is not None:
+                self.lifecycle.defer(rest)
+            return answer
         return self.lifecycle.run("step", hook), 200, JSON
 
     # ---- local inference: a copy of the policy acts next to the env ----------------------
@@ -485,7 +503,7 @@ class AgentService(_Service):
         since, every = body.get("weightsVersion", -1), body.get("syncEvery", 1)
 
         def hook() -> Any:
-            self.agent.do_learn(transitions)
+            _finish(self.agent.do_learn(transitions))  # (the answer's weights need it)
             now = self.agent.do_policy_copy(weights=False)
             answer = {"envSteps": now.env_steps, "version": now.version}
             if now.version >= since + every:
@@ -545,10 +563,12 @@ class AgentService(_Service):
             self.steps.put(acting.obs, acted, acting.names)
         return dict(zip(acting.names, _plain(acted.actions)))
 
-    def _learn_entities(self, replay: ReplayBatch) -> None:
+    def _learn_entities(self, replay: ReplayBatch) -> Optional[Callable[[], None]]:
+        """Learn from the entity form's replay; what of it can wait (`do_learn`)."""
         transitions = entity_transitions(replay, self.steps)
-        self.agent.do_learn(transitions)
+        rest = self.agent.do_learn(transitions)
         self.steps.forget(transitions.names)
+        return rest
 
     def _answer(self, actions: Any) -> np.ndarray:
         """Actions as the narrowest dtype of the space (a byte per Discrete(n <= 256))."""

@@ -24,6 +24,10 @@ An inline step whose body's size is declared can skip ASGI altogether: the servi
 protocol (`mistk_rl.service.server.CoalescingHttpTools`) gathers its body and calls
 `Pipeline.answer_now` the moment it is complete. That runs the same steps as `__call__`
 (`_admit`, `_decode`, the handler, `_render`, `_failure`), so both ways answer alike.
+
+After each answer is sent, the work its handler deferred runs (`settle`; an agent's step
+learns from its transitions then, while the caller steps its envs: `Lifecycle.defer`), where
+the handler ran: on the loop for an inline step, on its pool otherwise.
 """
 from __future__ import annotations
 
@@ -119,6 +123,8 @@ class Pipeline:
             operation.inline = operation.step and inline
         # every answer names the instance (the SDK notices a restarted service by it)
         self.instance = (b"mistk-instance", service.lifecycle.instance.encode())
+        self.lifecycle = service.lifecycle
+        self.lifecycle.after_answers = True  # `settle` runs deferred work after answers
         self.control = ThreadPoolExecutor(control_threads, thread_name_prefix="control")
         self.steps = ThreadPoolExecutor(step_threads, thread_name_prefix="step")
         self.long_polls = 0
@@ -140,6 +146,14 @@ class Pipeline:
         except Exception as exc:  # noqa: BLE001 - rendered as a problem (`_failure`)
             answer = self._failure(operation, exc)
         await send_answer(send, answer)
+        if operation.inline:
+            self.settle()
+        elif operation.step:
+            await asyncio.get_running_loop().run_in_executor(self.steps, self.settle)
+
+    def settle(self) -> None:
+        """Run what the last answered operation deferred (module doc)."""
+        self.lifecycle.settle()
 
     # -- the fast path: an inline step answered as soon as its body is in --
     def fast_operation(self, method: str, path: str,

@@ -246,7 +246,9 @@ class CoalescingHttpTools(HttpToolsProtocol):
             head += [name, b": ", value, b"\r\n"]
         head += [b"\r\n", answer.payload]
         self.transport.write(b"".join(head))
-        self.on_response_complete()  # (flushes; then uvicorn's keep-alive bookkeeping)
+        self.transport.flush()
+        self.app.settle()  # the handler's deferred work, while the caller reads the answer
+        self.on_response_complete()  # (uvicorn's keep-alive bookkeeping; awake from now)
 
     def on_response_complete(self) -> None:
         self.transport.flush()
