@@ -280,7 +280,8 @@ class AbstractAgent(ServiceImplementation, ABC):
         the answer to this step is out (a step that also acts answers first, and the work
         runs while the caller steps its envs; it always runs before the agent's next hook).
         Do at once what acting on the next rows reads (an env-step count that drives
-        exploration, say); return the rest (storing, updates)."""
+        exploration, say); return the rest (storing, updates). Any other value returned is
+        ignored, as it always was."""
         if type(self).do_replay_action is AbstractAgent.do_replay_action:
             return None  # an agent that does not learn (the default do_replay_action)
         names = transitions.row_names(self.name)

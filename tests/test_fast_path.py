@@ -426,6 +426,21 @@ def test_a_steps_learning_runs_after_its_answer_is_out(tmp_path, op, chunked):
         assert counted.asgi == (1 if chunked else 0)
 
 
+class ReturnsAValue(RandomAgent):
+    """A do_learn written before it could leave work for later: what it returns is no work."""
+
+    def do_learn(self, transitions):
+        return len(transitions)
+
+
+def test_a_do_learn_that_returns_something_else_than_work_is_served_as_before(tmp_path):
+    with _on_uvicorn(ReturnsAValue(), tmp_path) as (port, _, _agent):
+        for op in ("step", "stepColumns"):
+            assert _learning_step(port, op, chunked=False).status == 200
+        [after], _ = _answers(port, _request("getAction", OBS), 1)
+        assert after.status == 200
+
+
 def test_learning_that_fails_after_the_answer_fails_the_agent_for_its_next_call(tmp_path):
     with _on_uvicorn(LearnsAfterAnswers(fail=True), tmp_path) as (port, _, agent):
         answer = _learning_step(port, "step", chunked=False)

@@ -15,7 +15,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 from collections.abc import Mapping
-from typing import Any, Callable, Iterable, Optional
+from typing import Any, Iterable, Optional
 from urllib.parse import SplitResult, urlsplit
 
 import numpy as np
@@ -347,9 +347,10 @@ def _policy_answer(copy: Any) -> dict[str, Any]:
     return answer
 
 
-def _finish(rest: Optional[Callable[[], None]]) -> None:
-    """Run now what `do_learn` left for later: an answer that says the agent has learned."""
-    if rest is not None:
+def _finish(rest: Any) -> None:
+    """Run now what `do_learn` left for later: an answer that says the agent has learned.
+    (Only a callable is work left: what else an agent's do_learn returns means nothing.)"""
+    if callable(rest):
         rest()
 
 
@@ -453,7 +454,7 @@ class AgentService(_Service):
         def hook() -> Any:
             rest = self._learn_entities(replay) if replay is not None else None
             actions = self._act(acting)
-            if rest is not None:
+            if callable(rest):  # (see `_finish`)
                 self.lifecycle.defer(rest)
             return actions
         return {"actions": self.lifecycle.run("step", hook)}, 200, JSON
@@ -483,7 +484,7 @@ class AgentService(_Service):
                 ids = (self.steps.put(request.acting.obs, acted) if self._keeps_steps
                        else np.full(len(acted.actions), -1, np.int64))
                 answer = {"actions": self._answer(acted.actions), "stepIds": ids}
-            if rest is not None:
+            if callable(rest):  # (see `_finish`)
                 self.lifecycle.defer(rest)
             return answer
         return self.lifecycle.run("step", hook), 200, JSON
@@ -563,7 +564,7 @@ class AgentService(_Service):
             self.steps.put(acting.obs, acted, acting.names)
         return dict(zip(acting.names, _plain(acted.actions)))
 
-    def _learn_entities(self, replay: ReplayBatch) -> Optional[Callable[[], None]]:
+    def _learn_entities(self, replay: ReplayBatch) -> Any:
         """Learn from the entity form's replay; what of it can wait (`do_learn`)."""
         transitions = entity_transitions(replay, self.steps)
         rest = self.agent.do_learn(transitions)
