@@ -236,12 +236,24 @@ def _train(service: AgentService, stepper, steps: int, n: int = 2) -> None:
         service.episodeStopped()
 
 
-@pytest.mark.parametrize("agent_cls, hparams", [
+# a DQN and a PPO agent that update within `_train`'s 150 steps of two copies
+LEARNERS = pytest.mark.parametrize("agent_cls, hparams", [
     (DQNAgent, {"log_every": 0, "train": {"learning_starts": 40, "train_freq": 10,
                                           "gradient_steps": 5},
                 "policy": {"model": {"hidden_sizes": [32]}}}),
     (PPOAgent, {"log_every": 0, "train": {"n_steps": 64},
                 "policy": {"learn": {"epochs": 2, "batch_size": 32}}})])
+
+
+def _same_training(a, b) -> None:
+    """Two agents trained by `_train` alike: the same counters and weights, bit for bit."""
+    assert a.learner.env_steps == b.learner.env_steps == 300
+    assert a.learner.train_iter == b.learner.train_iter > 0
+    for x, y in zip(a.policy.model.parameters(), b.policy.model.parameters()):
+        assert torch.equal(x, y)
+
+
+@LEARNERS
 def test_columns_and_the_entity_form_train_an_agent_alike(tmp_path, agent_cls, hparams):
     """One pipeline: the same seeded agent driven by stepColumns and by the entity-keyed
     step ends with the same weights and counters."""
@@ -251,10 +263,7 @@ def test_columns_and_the_entity_form_train_an_agent_alike(tmp_path, agent_cls, h
     _train(by_entities, EntityStepper(InProcessClient(by_entities), frozenset({"step"}), "p", 2),
            150)
     a, b = by_columns.agent, by_entities.agent
-    assert a.learner.env_steps == b.learner.env_steps == 300
-    assert a.learner.train_iter == b.learner.train_iter > 0
-    for x, y in zip(a.policy.model.parameters(), b.policy.model.parameters()):
-        assert torch.equal(x, y)
+    _same_training(a, b)
 
 
 class SettlingClient(InProcessClient):
@@ -275,12 +284,7 @@ class SettlingClient(InProcessClient):
 
 
 @pytest.mark.parametrize("eager", [True, False])
-@pytest.mark.parametrize("agent_cls, hparams", [
-    (DQNAgent, {"log_every": 0, "train": {"learning_starts": 40, "train_freq": 10,
-                                          "gradient_steps": 5},
-                "policy": {"model": {"hidden_sizes": [32]}}}),
-    (PPOAgent, {"log_every": 0, "train": {"n_steps": 64},
-                "policy": {"learn": {"epochs": 2, "batch_size": 32}}})])
+@LEARNERS
 def test_learning_after_the_answers_trains_an_agent_as_learning_inside_the_steps(
         tmp_path, agent_cls, hparams, eager):
     """A seeded run repeats itself whether a step's learning runs inside it (a service
@@ -290,10 +294,7 @@ def test_learning_after_the_answers_trains_an_agent_as_learning_inside_the_steps
     _train(inside, ColumnStepper(InProcessClient(inside)), 150)
     _train(after, ColumnStepper(SettlingClient(after, eager)), 150)
     a, b = inside.agent, after.agent
-    assert a.learner.env_steps == b.learner.env_steps == 300
-    assert a.learner.train_iter == b.learner.train_iter > 0
-    for x, y in zip(a.policy.model.parameters(), b.policy.model.parameters()):
-        assert torch.equal(x, y)
+    _same_training(a, b)
 
 
 def test_a_dqn_step_stores_after_its_answer_unless_updates_fall_due_at_it(tmp_path):
