@@ -454,10 +454,15 @@ class AgentService(_Service):
         def hook() -> Any:
             rest = self._learn_entities(replay) if replay is not None else None
             actions = self._act(acting)
-            if callable(rest):  # (see `_finish`)
-                self.lifecycle.defer(rest)
+            self._learn_after_answer(rest)
             return actions
         return {"actions": self.lifecycle.run("step", hook)}, 200, JSON
+
+    def _learn_after_answer(self, rest: Any) -> None:
+        """What `do_learn` left for later runs once the step's answer is out
+        (`Lifecycle.defer`); only a callable is work left (as in `_finish`)."""
+        if callable(rest):
+            self.lifecycle.defer(rest)
 
     def stepColumns(self, body: dict[str, Any]) -> Response:  # noqa: N802
         """The columnar step (module `mistk_rl.service.steps`): the outcomes of earlier
@@ -484,8 +489,7 @@ class AgentService(_Service):
                 ids = (self.steps.put(request.acting.obs, acted) if self._keeps_steps
                        else np.full(len(acted.actions), -1, np.int64))
                 answer = {"actions": self._answer(acted.actions), "stepIds": ids}
-            if callable(rest):  # (see `_finish`)
-                self.lifecycle.defer(rest)
+            self._learn_after_answer(rest)
             return answer
         return self.lifecycle.run("step", hook), 200, JSON
 
