@@ -12,6 +12,7 @@ per client, `mistk_rl.transport`), so a step costs one round trip and no handsha
 from __future__ import annotations
 
 import json
+import logging
 import time
 from collections import deque
 from dataclasses import dataclass
@@ -20,14 +21,16 @@ from urllib.parse import urlsplit
 
 import numpy as np
 
-from mistk_rl import codec
+from mistk_rl import codec, frames
 from mistk_rl.jsonable import dumps, loads_fast, to_jsonable
 from mistk_rl.schemas import (AgentConfig, AgentInitParams, ApiVersion, ColumnActions,
                               EpisodeConfig, EpisodeResult, EpisodeSettings, EpisodeStart,
                               FileWritten, League, LeagueWorkerJoin, Learned,
                               OrchestratorInitParams, OrchestratorProgress,
                               OrchestratorStatus, PolicyCopy, Problem, Replay, Results, Status)
-from mistk_rl.transport import Response, Transport, TransportError
+from mistk_rl.transport import Response, Stream, Transport, TransportError
+
+log = logging.getLogger(__name__)
 
 DEFAULT_TIMEOUT = 30.0
 # a wait long-polls in chunks; each may take its chunk plus a grace before the service counts
@@ -428,10 +431,16 @@ class AgentClient(_ServiceClient):
         return _column_actions(self._call("POST", "/stepColumns", json_body=body,
                                           tensors=self.binary, columns=True))
 
-    def column_pipeline(self) -> "ColumnPipeline":
+    def column_pipeline(self, stream: bool = False) -> "ColumnPipeline":
         """stepColumns requests sent ahead of their answers, on a connection of their own
-        (`ColumnPipeline`)."""
-        return ColumnPipeline(self)
+        (`ColumnPipeline`); with `stream`, as frames on the agent's step stream."""
+        return ColumnPipeline(self, stream)
+
+    def step_stream(self) -> "ColumnPipeline":
+        """stepColumns on the agent's step stream (``GET stepStream`` upgraded, capability
+        ``stream``, `mistk_rl.frames`): `send` and `receive` carry the same bodies and
+        answers as `step_columns`, without HTTP per step; `close` ends it."""
+        return ColumnPipeline(self, stream=True)
 
     def get_policy(self, weights: bool = True) -> PolicyCopy:
         """A copy of the agent's policy to act with locally (`getPolicy`, capability
@@ -609,16 +618,25 @@ def _column_actions(answer: Mapping[str, Any]) -> ColumnActions:
 
 
 class ColumnPipeline:
-    """stepColumns requests sent before the answers to earlier ones are read (HTTP/1.1
-    pipelining on one connection, `mistk_rl.transport.Pipeline`): `send` takes
+    """stepColumns requests sent before the answers to earlier ones are read: `send` takes
     `AgentClient.step_columns`' arguments and returns at once, `receive` gives the oldest
     request's answer. The agent service runs them one at a time in the order sent.
-    `mistk_rl.stepping.ColumnStepper` with ``depth`` 2 uses it to step half its env copies
-    while the agent answers for the other half."""
+    `mistk_rl.stepping.ColumnStepper` uses it to step half its env copies while the agent
+    answers for the other half (``depth`` 2), and for the step stream at any depth.
 
-    def __init__(self, client: AgentClient) -> None:
+    The requests go as HTTP/1.1 pipelining on a connection of their own
+    (`mistk_rl.transport.Pipeline`) or, with `stream`, as frames on the agent's step stream
+    (`mistk_rl.frames`, capability ``stream``): no HTTP per step. The stream opens at the
+    first `send` with the encoding of that request (`AgentClient.binary`), and again after
+    `close` or when the encoding changes; an agent whose server cannot upgrade (426) or
+    whose steps do not run inline (501) is stepped over HTTP instead."""
+
+    def __init__(self, client: AgentClient, stream: bool = False) -> None:
         self.client = client
-        self._pipe = client.transport.pipeline()
+        self.stream = stream
+        self._pipe = None if stream else client.transport.pipeline()
+        self._stream: Optional[Stream] = None
+        self._opened_as: tuple[str, str] = ("", "")  # the stream's Content-Type and Accept
         self._sent: deque[_Request] = deque()
 
     @property
@@ -630,8 +648,13 @@ class ColumnPipeline:
         request = client._request("POST", "/stepColumns",
                                   json_body=_step_body(envs, obs, **columns),
                                   tensors=client.binary, columns=True)
+        wire = request.wire
         try:
-            self._pipe.send("POST", "/stepColumns", **request.wire)
+            stream = self._stream_for(request) if self.stream else None
+            if stream is not None:
+                stream.send(wire["body"], wire["timeout"])
+            else:
+                self._pipe.send("POST", "/stepColumns", **wire)  # type: ignore[union-attr]
         except TransportError as exc:
             self._sent.clear()
             raise request.unavailable(exc) from exc
@@ -640,13 +663,43 @@ class ColumnPipeline:
     def receive(self) -> ColumnActions:
         request = self._sent.popleft()
         try:
-            response = self._pipe.receive()
+            response = (self._stream.receive() if self._stream is not None  # type: ignore[union-attr]
+                        else self._pipe.receive())
         except TransportError as exc:
             self._sent.clear()
             raise request.unavailable(exc) from exc
         return _column_actions(self.client._answer(request, response))
 
+    def _stream_for(self, request: _Request) -> Optional[Stream]:
+        """The open step stream for `request`'s encoding (opened now if need be), or None
+        when the agent cannot stream after all (then requests go over HTTP from now on)."""
+        wire = request.wire
+        opened_as = (wire["content_type"], wire["accept"])
+        if self._stream is not None and (self._stream.closed or opened_as != self._opened_as):
+            if self._sent:
+                raise RuntimeError("stepColumns: the encoding changed with frames in flight")
+            self._stream.close()
+            self._stream = None
+        if self._stream is None:
+            stream, response = self.client.transport.open_stream(
+                frames.PATH, content_type=wire["content_type"], accept=wire["accept"],
+                timeout=wire["timeout"])
+            opening = _Request("GET", frames.PATH, request.base_url, False, wire)
+            if stream is None and response.status in (426, 501):
+                log.warning("%s: no step stream (%d); stepping over HTTP requests",
+                            request.base_url, response.status)
+                self.stream, self._pipe = False, self.client.transport.pipeline()
+                return None
+            self.client._answer(opening, response)  # (a refusal raises its error)
+            self._stream, self._opened_as = stream, opened_as
+        return self._stream
+
     def close(self) -> None:
-        """Drop what is in flight (its answers are not read) and free the connection."""
+        """Drop what is in flight (its answers are not read) and free the connection (a
+        stream ends)."""
         self._sent.clear()
-        self._pipe.close()
+        if self._stream is not None:
+            self._stream.close()
+            self._stream = None
+        if self._pipe is not None:
+            self._pipe.close()

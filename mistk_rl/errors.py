@@ -45,6 +45,18 @@ class IllegalState(MistkError):
         self.allowed = allowed
 
 
+class UpgradeRequired(MistkError):
+    """A path that only an upgraded connection uses was asked without the upgrade (426);
+    the answer names the protocol in its Upgrade header (RFC 9110 15.5.22)."""
+
+    status = 426
+    title = "Upgrade Required"
+
+    def __init__(self, detail: str, protocol: str) -> None:
+        super().__init__(detail)
+        self.headers = ((b"upgrade", protocol.encode("ascii")),)
+
+
 class HookFailed(MistkError):
     """A do_* hook raised; the service is now in state failed with the reason in status."""
 

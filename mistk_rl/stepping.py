@@ -84,7 +84,7 @@ def stepper_for(client: AgentClient, capabilities: frozenset[str], name: str,
     if local is not None:
         return LocalStepper(client, local, mode=mode, learn=learn, epsilon=epsilon)
     if "columns" in capabilities:
-        return ColumnStepper(client, depth)
+        return ColumnStepper(client, depth, stream="stream" in capabilities)
     return EntityStepper(client, capabilities, name, num_envs)
 
 
@@ -100,15 +100,19 @@ class ColumnStepper:
     observations either way; what changes is that a group's actions come from the policy
     as it stood when its request arrived. The agent runs the requests in the order sent, so
     a seeded run is reproducible at any depth (and differs from depth 1).
+
+    With `stream` (the agent lists ``stream``) the requests go as frames on the agent's step
+    stream (`mistk_rl.frames`), at any depth: the same bodies and answers without HTTP per
+    step. The stream closes when a loop ends (a call with no ready copies).
     """
 
-    def __init__(self, client: AgentClient, depth: int = 1) -> None:
+    def __init__(self, client: AgentClient, depth: int = 1, stream: bool = False) -> None:
         if depth < 1:
             raise ValueError(f"depth must be >= 1, not {depth}")
         self.client = client
         self.depth = depth
         self.step_ids: dict[int, int] = {}  # env -> the step id of its action in flight
-        self._pipeline = client.column_pipeline() if depth > 1 else None
+        self._pipeline = (client.column_pipeline(stream) if depth > 1 or stream else None)
         self._waiting: deque[list[int]] = deque()  # per request in flight: its acting copies
         self._asked: set[int] = set()  # the copies in those requests
         self._held: dict[int, Any] = {}  # actions answered but not yet taken by the caller
@@ -118,11 +122,19 @@ class ColumnStepper:
 
     def step(self, ready: Mapping[int, Any], outcomes: Mapping[int, Outcome],
              masks: Masks = None) -> dict[int, Any]:
-        if self._pipeline is None:
+        if self.depth == 1:  # one request at a time, over HTTP or the stream
             if not ready and not outcomes:
+                if self._pipeline is not None:  # (the loop ends: so does the stream)
+                    self._pipeline.close()
                 return {}
             acting, columns = self._columns(ready, outcomes, masks)
-            return self._took(acting, self.client.step_columns(**columns))
+            if self._pipeline is None:
+                return self._took(acting, self.client.step_columns(**columns))
+            self._pipeline.send(**columns)
+            answer = self._pipeline.receive()
+            if not ready:  # (the loop ends: so does the stream)
+                self._pipeline.close()
+            return self._took(acting, answer)
         waiting = self._asked.union(self._held) if self._held else self._asked
         asking = {i: obs for i, obs in ready.items() if i not in waiting}
         groups = (_split(asking, outcomes, self.depth)

@@ -10,7 +10,9 @@ with `bytes` methods instead of the `email` package.
 What it implements of HTTP/1.1 is what a client of these services needs: bodies delimited by
 Content-Length, chunked encoding or the end of the connection; 1xx answers skipped;
 keep-alive unless the server says ``Connection: close``; TLS for https URLs; pipelining
-(`Pipeline`: requests written before earlier answers are read, on one connection). Keep-alive
+(`Pipeline`: requests written before earlier answers are read, on one connection); the
+upgrade of a connection of its own to the services' step stream (`Stream`,
+`mistk_rl.frames`). Keep-alive
 brings one hazard, handled here: an idle connection the server closed is noticed *before* a
 request is written (the socket reads as at EOF), so a request is never sent twice. A server
 may still close a kept-alive connection just as a request goes out; then only an idempotent
@@ -47,6 +49,8 @@ from dataclasses import dataclass
 from http.client import RemoteDisconnected
 from typing import Iterator, Mapping, Optional
 from urllib.parse import urlencode, urlsplit
+
+from mistk_rl import frames
 
 # The server closed a kept-alive connection as the request went out: nothing was answered.
 _CLOSED_BEFORE_ANSWER = (RemoteDisconnected, ConnectionResetError, BrokenPipeError)
@@ -176,15 +180,15 @@ class _Connection:
         # poll for it only if the last answer came within the spin (module doc)
         self._poll_until = (started + self.spin if self._poller is not None
                             and self.last_wait <= self.spin else 0.0)
-        while True:
+        while True:  # (1xx answers come before the answer; 101 ends HTTP on the connection)
             status, reason, version, headers = self._read_head()
-            if not 100 <= status < 200:
+            if not 100 <= status < 200 or status == 101:
                 break
         self.last_wait = time.perf_counter() - started
         self._poll_until = 0.0  # (the body follows its head: read it blocking)
         connection = _tokens(headers, "connection") if "connection" in headers else ()
         closes = "close" in connection or (version == "HTTP/1.0" and "keep-alive" not in connection)
-        if head_only or status in (204, 304):
+        if head_only or status in (101, 204, 304):
             body = b""
         elif "transfer-encoding" in headers and "chunked" in _tokens(headers,
                                                                      "transfer-encoding"):
@@ -198,6 +202,29 @@ class _Connection:
         else:  # delimited by the end of the connection
             body, closes = self._read_to_end(), True
         return Response(status, reason, Headers(headers), body), not closes
+
+    def read_frame(self) -> tuple[int, int, bytes]:
+        """The next answer frame of a step stream (`mistk_rl.frames`): its status, content
+        type (an index into `frames.CONTENT_TYPES`) and payload; awaited as an answer is."""
+        started = time.perf_counter()
+        self._poll_until = (started + self.spin if self._poller is not None
+                            and self.last_wait <= self.spin else 0.0)
+        buffer, size = self.buffer, frames.ANSWER_HEAD.size
+        while len(buffer) < size:
+            if not self._fill():
+                raise ProtocolError("the step stream closed before an answer frame")
+        self.last_wait = time.perf_counter() - started
+        self._poll_until = 0.0
+        status, kind, length = frames.ANSWER_HEAD.unpack_from(buffer)
+        if kind >= len(frames.CONTENT_TYPES) or not 100 <= status < 600:
+            raise ProtocolError(f"not a step stream's answer frame: status {status}, "
+                                f"content type {kind}")
+        while len(buffer) < size + length:
+            if not self._fill():
+                raise ProtocolError("the step stream closed in the middle of an answer frame")
+        payload = bytes(buffer[size:size + length])
+        del buffer[:size + length]
+        return status, kind, payload
 
     # -- reading --
     def _fill(self) -> bool:
@@ -364,6 +391,31 @@ class Transport:
         """A connection of its own on which requests go out before earlier answers are read."""
         return Pipeline(self)
 
+    def open_stream(self, path: str, *, content_type: str, accept: str,
+                    timeout: float = 30.0) -> tuple[Optional["Stream"], Response]:
+        """A connection of its own upgraded to a step stream by GET `path` (`Stream`): the
+        stream and the ``101`` answer, or None and the answer that refused it."""
+        request = (f"GET {_safe(self.prefix + path, 'the URL')} HTTP/1.1\r\n"
+                   f"Accept: {_safe(accept, 'a header')}\r\n"
+                   f"Content-Type: {_safe(content_type, 'a header')}\r\n"
+                   f"Connection: Upgrade\r\nUpgrade: {frames.PROTOCOL}\r\n").encode(
+                       "latin-1") + self._fixed_head + b"\r\n"
+        conn = self._connect(timeout)
+        self.bytes_sent += len(request)
+        try:
+            response, _ = conn.exchange(request, False)
+        except (socket.timeout, TimeoutError) as exc:
+            conn.close()
+            raise TransportError(f"no answer within {timeout} s", timed_out=True) from exc
+        except (OSError, ProtocolError) as exc:
+            conn.close()
+            raise TransportError(f"{type(exc).__name__}: {exc}") from exc
+        self.bytes_received += conn.received
+        if response.status != 101:
+            conn.close()
+            return None, response
+        return Stream(self, conn), response
+
     def _exchange(self, conn: _Connection, request: bytes, head_only: bool,
                   timeout: float) -> Response:
         received = conn.received
@@ -503,4 +555,80 @@ class Pipeline:
             self._conn = None
         if lost:
             message += f" ({lost} pipelined request{'s' if lost > 1 else ''} unanswered)"
+        return TransportError(message, timed_out)
+
+
+class Stream:
+    """A step stream (`mistk_rl.frames`): bodies go out as frames on an upgraded connection
+    of its own and their answers are read in the order sent, with no HTTP per step. `send`
+    and `receive` are `Pipeline`'s, so a caller may keep several frames in flight; the
+    frames' Content-Type and Accept are the ones the stream was opened with
+    (`Transport.open_stream`). As with `Pipeline`, nothing is ever sent again: after an
+    error the stream is closed and the frames still unanswered are lost (the error says how
+    many). Not thread-safe: it belongs to one caller's loop."""
+
+    def __init__(self, transport: Transport, conn: _Connection) -> None:
+        self.transport = transport
+        self._conn: Optional[_Connection] = conn
+        self._waiting: deque[float] = deque()  # the timeout of each frame in flight
+
+    @property
+    def pending(self) -> int:
+        return len(self._waiting)
+
+    @property
+    def closed(self) -> bool:
+        return self._conn is None
+
+    def send(self, body: bytes, timeout: float = 30.0) -> None:
+        conn = self._open()
+        frame = frames.REQUEST_HEAD.pack(len(body)) + body
+        try:
+            if conn.sock.gettimeout() != timeout:
+                conn.sock.settimeout(timeout)
+            conn.sock.sendall(frame)
+        except (socket.timeout, TimeoutError) as exc:
+            raise self._fail(f"could not send within {timeout} s", True) from exc
+        except OSError as exc:
+            raise self._fail(f"{type(exc).__name__}: {exc}") from exc
+        self.transport.bytes_sent += len(frame)
+        self._waiting.append(timeout)
+
+    def receive(self) -> Response:
+        """The answer to the oldest frame not answered yet, as a `Response`."""
+        if not self._waiting:
+            raise RuntimeError("no frame is waiting for its answer")
+        conn = self._open()
+        timeout = self._waiting[0]
+        received = conn.received
+        try:
+            if conn.sock.gettimeout() != timeout:
+                conn.sock.settimeout(timeout)
+            status, kind, payload = conn.read_frame()
+        except (socket.timeout, TimeoutError) as exc:
+            raise self._fail(f"no answer within {timeout} s", True) from exc
+        except (OSError, ProtocolError) as exc:
+            raise self._fail(f"{type(exc).__name__}: {exc}") from exc
+        self._waiting.popleft()
+        self.transport.bytes_received += conn.received - received
+        return Response(status, "", Headers({"content-type": frames.CONTENT_TYPES[kind]}),
+                        payload)
+
+    def close(self) -> None:
+        """End the stream (the service forgets it); frames in flight are not answered."""
+        self._waiting.clear()
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            conn.close()
+
+    def _open(self) -> _Connection:
+        if self._conn is None:
+            raise TransportError("the step stream is closed")
+        return self._conn
+
+    def _fail(self, message: str, timed_out: bool = False) -> TransportError:
+        lost = len(self._waiting)
+        self.close()
+        if lost:
+            message += f" ({lost} frame{'s' if lost > 1 else ''} unanswered)"
         return TransportError(message, timed_out)

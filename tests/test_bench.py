@@ -24,7 +24,7 @@ def test_bench_transport_and_envs_write_records(tmp_path):
         records = json.loads(out.read_text())["records"]
         modes = {r["mode"] for r in records}
         expected = ({"inprocess", "http", "http-binary", "http-binary-varied",
-                     "http-pipelined", "http-entity",
+                     "http-pipelined", "stream", "stream-pipelined", "http-entity",
                      "dqn-inprocess",
                      "dqn-http", "dqn-local"} if what == "transport"
                     else
@@ -33,7 +33,7 @@ def test_bench_transport_and_envs_write_records(tmp_path):
         for record in records:
             assert record["bench"] == what and record["envs"] == 2
             assert record["steps_per_s"] > 0
-            if record["mode"].startswith("http"):  # the bytes on the wire, counted
+            if record["mode"].startswith(("http", "stream")):  # the bytes on the wire
                 assert record["wire_bytes_per_step"] > record["raw_bytes_per_step"] > 0
             if what == "transport" and record["mode"] not in ("inprocess", "dqn-inprocess"):
                 assert record["rounds"] == 5

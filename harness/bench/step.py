@@ -126,7 +126,7 @@ class InProcessClient(AgentClient):
 
     OPERATIONS = {"/policy": "getPolicy"}  # paths not named as their operation
 
-    def column_pipeline(self) -> "EagerPipeline":
+    def column_pipeline(self, stream: bool = False) -> "EagerPipeline":
         return EagerPipeline(self)
 
     def _call(self, method: str, path: str, *, json_body: Any = None,
@@ -176,13 +176,15 @@ def start_random_agent(tmp: Path, name: str = "bench"):
     return service, client
 
 
-# how each mode reaches the agent: in process, over HTTP with stepColumns as JSON and binary
-# (and binary on a CartPole whose rewards vary: `VariedRewardCartPole`), pipelined (two
-# requests in flight for two halves of the copies, pipelineDepth 2, encoded as the gym
-# orchestrator would: `binary_for`), and the entity-keyed step (also encoded as the
-# orchestrator would)
+# how each mode reaches the agent: in process; over HTTP requests with stepColumns as JSON
+# and binary (and binary on a CartPole whose rewards vary: `VariedRewardCartPole`), and
+# pipelined (two requests in flight for two halves of the copies, pipelineDepth 2); on the
+# agent's step stream (`mistk_rl.frames`, what the gym orchestrator uses when the agent lists
+# `stream`), one frame at a time and pipelined; and the entity-keyed step. Pipelined, stream
+# and entity modes are encoded as the gym orchestrator would (`binary_for`).
 TRANSPORT_MODES = ("inprocess", "http", "http-binary", "http-binary-varied", "http-pipelined",
-                   "http-entity")
+                   "stream", "stream-pipelined", "http-entity")
+ORCHESTRATOR_ENCODED = ("http-pipelined", "stream", "stream-pipelined", "http-entity")
 
 
 ROUNDS = 5  # each configuration is timed in this many blocks, its modes taking turns
@@ -262,18 +264,20 @@ def bench_transport(env_counts: list[int], steps: int, rounds: int = ROUNDS) -> 
             for n in env_counts:
                 def measure(mode: str) -> Block:
                     agent = inprocess if mode == "inprocess" else client
-                    capabilities = frozenset({"step"} if mode == "http-entity"
-                                             else {"columns"})
-                    depth = 2 if mode == "http-pipelined" else 1
+                    capabilities = frozenset(
+                        {"step"} if mode == "http-entity" else
+                        {"columns", "stream"} if mode.startswith("stream") else {"columns"})
+                    depth = 2 if mode.endswith("pipelined") else 1
                     client.binary = mode.startswith("http-binary") or (
-                        mode in ("http-entity", "http-pipelined")
+                        mode in ORCHESTRATOR_ENCODED
                         and binary_for(capabilities | {"tensors"}, space, n, depth))
                     env_id = VARIED_ENV if mode == "http-binary-varied" else "CartPole-v1"
                     return Block(*measure_steps(agent, capabilities, n, steps // rounds,
                                                 depth, env_id))
 
                 # (one copy does not pipeline: its next action waits for this one's outcome)
-                modes = [m for m in TRANSPORT_MODES if not (m == "http-pipelined" and n == 1)]
+                modes = [m for m in TRANSPORT_MODES
+                         if not (m.endswith("pipelined") and n == 1)]
                 records += summarize(interleaved(modes, rounds, measure), "inprocess", n)
             client.close()
         finally:

@@ -22,11 +22,11 @@ import numpy as np
 from gymnasium import spaces
 from pydantic import BaseModel
 
-from mistk_rl import API_VERSION, codec
+from mistk_rl import API_VERSION, codec, frames
 from mistk_rl.agent import AbstractAgent, Acting, Columns, EpisodeInfo, ReplayBatch, Transitions
 from mistk_rl.client import AgentClient, Conflict, ServiceError, ServiceUnavailable
 from mistk_rl.codec import StackedMap
-from mistk_rl.errors import IllegalState, InvalidRequest, NotFound
+from mistk_rl.errors import IllegalState, InvalidRequest, NotFound, UpgradeRequired
 from mistk_rl.files import atomic_write_bytes
 from mistk_rl.jsonable import to_jsonable
 from mistk_rl.lifecycle import AGENT, ORCHESTRATOR, Lifecycle
@@ -362,8 +362,9 @@ def _plain(actions: np.ndarray) -> list:
 class AgentService(_Service):
     role = "agent"
     # step: replayAction + getAction in one call; tensors: the binary encoding on the step
-    # path; columns: stepColumns
-    capabilities = ("step", "tensors", "columns")
+    # path; columns: stepColumns; stream: stepColumns as frames on an upgraded connection
+    # (`mistk_rl.frames`; an agent whose steps do not run inline has none)
+    capabilities = ("step", "tensors", "columns", "stream")
 
     def __init__(self, agent: AbstractAgent, data_dir: Path,
                  limits: Limits = Limits(), shares: Optional[dict[str, Path]] = None) -> None:
@@ -375,6 +376,8 @@ class AgentService(_Service):
         # an eval episode never learns: its steps are not kept (step ids -1), so it cannot
         # push out what a training run left in flight (a resumed run's actions, say)
         self._keeps_steps = True
+        if not agent.steps_inline:  # (the stream answers its frames on the event loop)
+            self.capabilities = tuple(c for c in self.capabilities if c != "stream")
         if agent.local_inference:  # getPolicy and replayColumns
             self.capabilities = (*self.capabilities, "local")
 
@@ -492,6 +495,13 @@ class AgentService(_Service):
             self._learn_after_answer(rest)
             return answer
         return self.lifecycle.run("step", hook), 200, JSON
+
+    def stepStream(self) -> Response:  # noqa: N802
+        """Reached only by a request that does not upgrade: the services' HTTP protocol
+        (`mistk_rl.service.server.CoalescingHttpTools`) takes the upgraded ones."""
+        raise UpgradeRequired(f"open the step stream with 'Connection: Upgrade' and 'Upgrade: "
+                              f"{frames.PROTOCOL}'; its frames are stepColumns bodies "
+                              "(mistk_rl.frames)", frames.PROTOCOL)
 
     # ---- local inference: a copy of the policy acts next to the env ----------------------
     def getPolicy(self, weights: bool = True) -> Response:  # noqa: N802

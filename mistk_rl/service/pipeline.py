@@ -46,7 +46,7 @@ from urllib.parse import parse_qsl
 import numpy as np
 from connexion.json_schema import resolve_refs
 
-from mistk_rl import codec
+from mistk_rl import codec, frames
 from mistk_rl.errors import InvalidRequest, MistkError
 from mistk_rl.jsonable import dumps, loads_fast
 from mistk_rl.limits import Limits
@@ -121,6 +121,9 @@ class Pipeline:
         inline = getattr(service.impl, "steps_inline", False)
         for operation in self.routes.values():
             operation.inline = operation.step and inline
+        # a step stream's path -> the operation its frames are (`mistk_rl.frames`)
+        self.streams = {path: self.routes[("POST", path[:-len(frames.PATH)] + frames.FRAMES_OF)]
+                        for (method, path), op in self.routes.items() if op.id == "stepStream"}
         # every answer names the instance (the SDK notices a restarted service by it)
         self.instance = (b"mistk-instance", service.lifecycle.instance.encode())
         self.lifecycle = service.lifecycle
@@ -180,6 +183,42 @@ class Pipeline:
         except Exception as exc:  # noqa: BLE001 - rendered as a problem (`_failure`)
             return self._failure(op, exc)
 
+    # -- the step stream: frames answered as requests on an upgraded connection --
+    def open_stream(self, method: str, path: str,
+                    headers: dict) -> tuple[Optional[Operation], "Answer"]:
+        """A request to upgrade to the step stream on `path` (`mistk_rl.frames`): the
+        operation its frames are and the ``101`` answer, or None and the problem that
+        refuses it. It is admitted as a request of that operation would be (the token), and
+        its headers (Content-Type, Accept) hold for every frame."""
+        try:
+            return self._stream_operation(method, path, headers), Answer(
+                101, b"", b"", ((b"connection", b"upgrade"),
+                                (b"upgrade", frames.PROTOCOL.encode()), self.instance))
+        except MistkError as exc:
+            return None, problem(exc.status, exc.title, exc.detail, exc.extra, self.instance)
+
+    def _stream_operation(self, method: str, path: str, headers: dict) -> Operation:
+        op = self.streams.get(path)
+        if op is None:
+            raise Refused(404, "Not Found", f"no step stream at {path}")
+        if method != "GET":
+            raise Refused(405, "Method Not Allowed", f"open a step stream with GET, not {method}")
+        self._admit(op, headers, b"")
+        if not op.inline:  # (`answer_now` runs on the loop: a blocking step must not)
+            raise Refused(501, "Not Implemented", f"{op.id} runs off the event loop here "
+                          "(steps_inline is False): step over HTTP requests")
+        content_type = headers.get(b"content-type", b"").split(b";")[0].strip().decode(
+            "latin-1").lower()
+        if content_type not in (JSON_TYPE, codec.CONTENT_TYPE):
+            raise Refused(415, "Unsupported Media Type",
+                          f"a step stream's Content-Type {content_type or '(none)'!r}: its "
+                          f"frames are {JSON_TYPE} or {codec.CONTENT_TYPE}")
+        return op
+
+    def frame_too_large(self, op: Operation) -> "Answer":
+        """The 413 a step stream's frame over the body limit gets."""
+        return self._failure(op, _too_large(self.limits.max_body_bytes))
+
     # -- the steps of serving one operation --
     def _admit(self, op: Operation, headers: dict, query: bytes) -> dict[str, Any]:
         """The token, then the query parameters: the handler's keyword arguments so far."""
@@ -220,7 +259,8 @@ class Pipeline:
         if isinstance(exc, MistkError):
             if exc.status >= 500:
                 log.error("%s: %s", op.id, exc.detail)
-            return problem(exc.status, exc.title, exc.detail, exc.extra, self.instance)
+            return problem(exc.status, exc.title, exc.detail, exc.extra, self.instance,
+                           *getattr(exc, "headers", ()))
         log.error("%s", op.id, exc_info=exc)  # a bug: say so, keep serving
         return problem(500, "Internal Server Error",
                        f"{op.id}: {type(exc).__name__}: {exc}", None, self.instance)

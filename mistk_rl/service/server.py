@@ -21,6 +21,7 @@ from gunicorn.app.base import BaseApplication
 from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
 from uvicorn_worker import UvicornWorker
 
+from mistk_rl import frames
 from mistk_rl.agent import AbstractAgent
 from mistk_rl.limits import Limits
 from mistk_rl.orchestrator import AbstractOrchestrator
@@ -186,11 +187,18 @@ class CoalescingHttpTools(HttpToolsProtocol):
     `Pipeline.answer_now` answers it the moment the request is complete, through the same
     checks, handler and rendering (30-40 us less a round trip on 2 cores, docs/serving.md).
     Any other request takes uvicorn's own way. After each answer the loop stays awake for
-    a while if requests come that fast (`AwakeAfterAnswers`, one per worker)."""
+    a while if requests come that fast (`AwakeAfterAnswers`, one per worker).
+
+    A request that upgrades to the step stream (`mistk_rl.frames`) turns its connection
+    into one: after the ``101`` every frame is answered the same way, `answer_now` with
+    the upgrade request's headers, and no HTTP is parsed or written again."""
 
     # the operation, headers and query string of the request gathered for the fast path
     _fast: Optional[tuple[Any, dict, bytes]] = None
     _fast_body: bytearray
+    # a step stream's operation and headers, once the connection is one; its unread bytes
+    _stream: Optional[tuple[Any, dict]] = None
+    _frames: bytearray
 
     awake: Optional[AwakeAfterAnswers] = None  # (made by the worker's first connection)
 
@@ -254,6 +262,72 @@ class CoalescingHttpTools(HttpToolsProtocol):
         self.transport.flush()
         super().on_response_complete()
         self.awake.answered(self.loop, self)  # type: ignore[union-attr]
+
+    # -- the step stream (`mistk_rl.frames`) --
+    def data_received(self, data: bytes) -> None:
+        if self._stream is None:
+            super().data_received(data)
+        else:
+            self._frames += data
+            self._answer_frames()
+
+    def _should_upgrade(self) -> bool:
+        return self._get_upgrade() == frames.PROTOCOL.encode() or super()._should_upgrade()
+
+    def handle_websocket_upgrade(self) -> None:
+        """uvicorn's one way out of HTTP: the step stream's upgrade, else a websocket's."""
+        if self._get_upgrade() != frames.PROTOCOL.encode():
+            super().handle_websocket_upgrade()
+            return
+        path = httptools.parse_url(self.url).path.decode("ascii", "replace")
+        headers = dict(self.headers)
+        op, answer = self.app.open_stream(self.scope["method"], path, headers)
+        head = [STATUS_LINE[answer.status]]
+        for name, value in answer.headers:
+            head += [name, b": ", value, b"\r\n"]
+        if op is None:  # refused: a problem, and the connection ends (its parser stopped)
+            head += [b"content-type: ", answer.content_type, b"\r\ncontent-length: ",
+                     str(len(answer.payload)).encode(), b"\r\nconnection: close\r\n\r\n",
+                     answer.payload]
+            self.transport.write(b"".join(head))
+            self.transport.close()
+            return
+        self._unset_keepalive_if_required()
+        self._stream, self._frames = (op, headers), bytearray()
+        self.transport.write(b"".join((*head, b"\r\n")))
+        self.transport.flush()
+
+    def _answer_frames(self) -> None:
+        """Answer every whole frame received, in order (two may come before one is answered:
+        a caller that pipelines)."""
+        op, headers = self._stream  # type: ignore[misc]
+        buffer, limit = self._frames, self.app.limits.max_body_bytes
+        while len(buffer) >= frames.REQUEST_HEAD.size:
+            (length,) = frames.REQUEST_HEAD.unpack_from(buffer)
+            if length > limit:  # a 413, and the stream ends (the frame is not read)
+                self._write_frame(self.app.frame_too_large(op))
+                self.transport.close()
+                return
+            end = frames.REQUEST_HEAD.size + length
+            if len(buffer) < end:
+                return
+            body = bytes(buffer[frames.REQUEST_HEAD.size:end])
+            del buffer[:end]
+            self.awake.request_came(self)  # type: ignore[union-attr]
+            self._write_frame(self.app.answer_now(op, headers, b"", body))
+            self.app.settle()  # (as after an HTTP answer: deferred work, the caller reads)
+            self.awake.answered(self.loop, self)  # type: ignore[union-attr]
+
+    def _write_frame(self, answer: Any) -> None:
+        self.transport.write(frames.ANSWER_HEAD.pack(
+            answer.status, frames.content_code(answer.content_type), len(answer.payload))
+            + answer.payload)
+
+    def shutdown(self) -> None:
+        if self._stream is None:
+            super().shutdown()
+        else:  # (between frames: nothing is half answered, the loop answers them whole)
+            self.transport.close()
 
 
 class ServiceWorker(UvicornWorker):
