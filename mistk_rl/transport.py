@@ -47,11 +47,12 @@ import time
 from collections import deque
 from dataclasses import dataclass
 from http.client import RemoteDisconnected
-from typing import Iterator, Mapping, Optional
+from typing import Callable, Iterator, Mapping, Optional, TypeVar
 from urllib.parse import urlencode, urlsplit
 
 from mistk_rl import frames
 
+T = TypeVar("T")
 # The server closed a kept-alive connection as the request went out: nothing was answered.
 _CLOSED_BEFORE_ANSWER = (RemoteDisconnected, ConnectionResetError, BrokenPipeError)
 MAX_HEAD_BYTES = 64 * 1024  # an answer's status line and headers
@@ -401,16 +402,7 @@ class Transport:
                    f"Connection: Upgrade\r\nUpgrade: {frames.PROTOCOL}\r\n").encode(
                        "latin-1") + self._fixed_head + b"\r\n"
         conn = self._connect(timeout)
-        self.bytes_sent += len(request)
-        try:
-            response, _ = conn.exchange(request, False)
-        except (socket.timeout, TimeoutError) as exc:
-            conn.close()
-            raise TransportError(f"no answer within {timeout} s", timed_out=True) from exc
-        except (OSError, ProtocolError) as exc:
-            conn.close()
-            raise TransportError(f"{type(exc).__name__}: {exc}") from exc
-        self.bytes_received += conn.received
+        response, _ = self._exchange_on(conn, request, False, timeout)
         if response.status != 101:
             conn.close()
             return None, response
@@ -418,22 +410,28 @@ class Transport:
 
     def _exchange(self, conn: _Connection, request: bytes, head_only: bool,
                   timeout: float) -> Response:
+        response, keep = self._exchange_on(conn, request, head_only, timeout)
+        if keep:
+            self._give_back(conn)
+        else:
+            conn.close()
+        return response
+
+    def _exchange_on(self, conn: _Connection, request: bytes, head_only: bool,
+                     timeout: float) -> tuple[Response, bool]:
+        """One request on `conn` (closed on an error): the answer, and whether to keep it."""
         received = conn.received
         self.bytes_sent += len(request)
         try:
             response, keep = conn.exchange(request, head_only)
-            self.bytes_received += conn.received - received
         except (socket.timeout, TimeoutError) as exc:
             conn.close()
             raise TransportError(f"no answer within {timeout} s", timed_out=True) from exc
         except (OSError, ProtocolError) as exc:
             conn.close()
             raise TransportError(f"{type(exc).__name__}: {exc}") from exc
-        if keep:
-            self._give_back(conn)
-        else:
-            conn.close()
-        return response
+        self.bytes_received += conn.received - received
+        return response, keep
 
     def close(self) -> None:
         with self._lock:
@@ -470,7 +468,69 @@ class Transport:
         conn.close()
 
 
-class Pipeline:
+class _InFlight:
+    """What `Pipeline` and `Stream` share: a connection of their own on which writes go out
+    before earlier answers are read, in order. No write is ever sent again: after an error
+    the connection is closed and what is still unanswered is lost (the error says how
+    many). Not thread-safe: it belongs to one caller's loop."""
+
+    ITEM, LOST = "request", "request"  # what a write is; what an error counts
+
+    def __init__(self, transport: Transport, conn: Optional[_Connection] = None) -> None:
+        self.transport = transport
+        self._conn = conn
+        self._waiting: deque[tuple[bool, float]] = deque()  # (head only, timeout) per write
+
+    @property
+    def pending(self) -> int:
+        """Writes sent whose answers are not read yet."""
+        return len(self._waiting)
+
+    def _write(self, conn: _Connection, data: bytes, timeout: float, head_only: bool) -> None:
+        try:
+            if conn.sock.gettimeout() != timeout:  # (setting it costs two fcntl calls)
+                conn.sock.settimeout(timeout)
+            conn.sock.sendall(data)
+        except (socket.timeout, TimeoutError) as exc:
+            raise self._fail(f"could not send within {timeout} s", True) from exc
+        except OSError as exc:
+            raise self._fail(f"{type(exc).__name__}: {exc}") from exc
+        self.transport.bytes_sent += len(data)
+        self._waiting.append((head_only, timeout))
+
+    def _read(self, read: Callable[[_Connection, bool], T]) -> T:
+        """`read(connection, head only)` for the oldest write, with its timeout."""
+        if not self._waiting:
+            raise RuntimeError(f"no {self.ITEM} is waiting for its answer")
+        if self._conn is None:  # the server closed the connection after an earlier answer
+            raise self._fail("the server closed the connection before answering")
+        conn = self._conn
+        head_only, timeout = self._waiting[0]
+        received = conn.received
+        try:
+            if conn.sock.gettimeout() != timeout:
+                conn.sock.settimeout(timeout)
+            answer = read(conn, head_only)
+        except (socket.timeout, TimeoutError) as exc:
+            raise self._fail(f"no answer within {timeout} s", True) from exc
+        except (OSError, ProtocolError) as exc:
+            raise self._fail(f"{type(exc).__name__}: {exc}") from exc
+        self._waiting.popleft()
+        self.transport.bytes_received += conn.received - received
+        return answer
+
+    def _fail(self, message: str, timed_out: bool = False) -> TransportError:
+        lost = len(self._waiting)
+        self._waiting.clear()
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+        if lost:
+            message += f" ({lost} {self.LOST}{'s' if lost > 1 else ''} unanswered)"
+        return TransportError(message, timed_out)
+
+
+class Pipeline(_InFlight):
     """HTTP/1.1 pipelining (RFC 9112 9.3.2) on one connection: `send` writes a request
     without waiting for the answers to earlier ones, `receive` reads the oldest answer.
 
@@ -479,20 +539,10 @@ class Pipeline:
     request in flight instead of waiting a round trip. The answers come back in the order
     the requests went, and uvicorn (these services' server) also runs one connection's
     requests one at a time in that order, so a seeded agent sees the same sequence of
-    requests as without pipelining. No request is ever sent again: after an error the
-    connection is closed and the requests still unanswered are lost (the error says how
-    many). Not thread-safe: it belongs to one caller's loop.
+    requests as without pipelining (`_InFlight`: errors).
     """
 
-    def __init__(self, transport: Transport) -> None:
-        self.transport = transport
-        self._conn: Optional[_Connection] = None
-        self._waiting: deque[tuple[bool, float]] = deque()  # (head only, timeout) per request
-
-    @property
-    def pending(self) -> int:
-        """Requests sent whose answers are not read yet."""
-        return len(self._waiting)
+    ITEM, LOST = "request", "pipelined request"
 
     def send(self, method: str, path: str, *, body: Optional[bytes] = None,
              content_type: str = "application/json",
@@ -501,39 +551,14 @@ class Pipeline:
         request = self.transport.encode(method, path, body, content_type, params, accept)
         if self._conn is None:
             self._conn = self.transport._take(timeout)[0]
-        conn = self._conn
-        try:
-            if conn.sock.gettimeout() != timeout:
-                conn.sock.settimeout(timeout)
-            conn.sock.sendall(request)
-        except (socket.timeout, TimeoutError) as exc:
-            raise self._fail(f"could not send within {timeout} s", True) from exc
-        except OSError as exc:
-            raise self._fail(f"{type(exc).__name__}: {exc}") from exc
-        self.transport.bytes_sent += len(request)
-        self._waiting.append((method == "HEAD", timeout))
+        self._write(self._conn, request, timeout, method == "HEAD")
 
     def receive(self) -> Response:
         """The answer to the oldest request not answered yet."""
-        if not self._waiting:
-            raise RuntimeError("no request is waiting for its answer")
-        if self._conn is None:  # the server closed the connection after an earlier answer
-            raise self._fail("the server closed the connection before answering")
-        head_only, timeout = self._waiting.popleft()
-        conn = self._conn
-        received = conn.received
-        try:
-            if conn.sock.gettimeout() != timeout:
-                conn.sock.settimeout(timeout)
-            response, keep = conn.read_answer(head_only)
-        except (socket.timeout, TimeoutError) as exc:
-            raise self._fail(f"no answer within {timeout} s", True) from exc
-        except (OSError, ProtocolError) as exc:
-            raise self._fail(f"{type(exc).__name__}: {exc}") from exc
-        self.transport.bytes_received += conn.received - received
+        response, keep = self._read(_Connection.read_answer)
         if not keep:  # (the requests after this one, if any, fail at their receive)
-            self._conn = None
-            conn.close()
+            conn, self._conn = self._conn, None
+            conn.close()  # type: ignore[union-attr]
         return response
 
     def close(self) -> None:
@@ -547,70 +572,28 @@ class Pipeline:
         else:
             self.transport._give_back(conn)
 
-    def _fail(self, message: str, timed_out: bool = False) -> TransportError:
-        lost = len(self._waiting)
-        self._waiting.clear()
-        if self._conn is not None:
-            self._conn.close()
-            self._conn = None
-        if lost:
-            message += f" ({lost} pipelined request{'s' if lost > 1 else ''} unanswered)"
-        return TransportError(message, timed_out)
 
-
-class Stream:
+class Stream(_InFlight):
     """A step stream (`mistk_rl.frames`): bodies go out as frames on an upgraded connection
     of its own and their answers are read in the order sent, with no HTTP per step. `send`
     and `receive` are `Pipeline`'s, so a caller may keep several frames in flight; the
     frames' Content-Type and Accept are the ones the stream was opened with
-    (`Transport.open_stream`). As with `Pipeline`, nothing is ever sent again: after an
-    error the stream is closed and the frames still unanswered are lost (the error says how
-    many). Not thread-safe: it belongs to one caller's loop."""
+    (`Transport.open_stream`); errors as `_InFlight` says."""
 
-    def __init__(self, transport: Transport, conn: _Connection) -> None:
-        self.transport = transport
-        self._conn: Optional[_Connection] = conn
-        self._waiting: deque[float] = deque()  # the timeout of each frame in flight
-
-    @property
-    def pending(self) -> int:
-        return len(self._waiting)
+    ITEM, LOST = "frame", "frame"
 
     @property
     def closed(self) -> bool:
         return self._conn is None
 
     def send(self, body: bytes, timeout: float = 30.0) -> None:
-        conn = self._open()
-        frame = frames.REQUEST_HEAD.pack(len(body)) + body
-        try:
-            if conn.sock.gettimeout() != timeout:
-                conn.sock.settimeout(timeout)
-            conn.sock.sendall(frame)
-        except (socket.timeout, TimeoutError) as exc:
-            raise self._fail(f"could not send within {timeout} s", True) from exc
-        except OSError as exc:
-            raise self._fail(f"{type(exc).__name__}: {exc}") from exc
-        self.transport.bytes_sent += len(frame)
-        self._waiting.append(timeout)
+        if self._conn is None:
+            raise TransportError("the step stream is closed")
+        self._write(self._conn, frames.REQUEST_HEAD.pack(len(body)) + body, timeout, False)
 
     def receive(self) -> Response:
         """The answer to the oldest frame not answered yet, as a `Response`."""
-        if not self._waiting:
-            raise RuntimeError("no frame is waiting for its answer")
-        conn = self._open()
-        timeout = self._waiting[0]
-        received = conn.received
-        try:
-            if conn.sock.gettimeout() != timeout:
-                conn.sock.settimeout(timeout)
-            status, kind, payload = conn.read_frame()
-        except (socket.timeout, TimeoutError) as exc:
-            raise self._fail(f"no answer within {timeout} s", True) from exc
-        except (OSError, ProtocolError) as exc:
-            raise self._fail(f"{type(exc).__name__}: {exc}") from exc
-        self._waiting.popleft()
-        self.transport.bytes_received += conn.received - received
+        status, kind, payload = self._read(lambda conn, _: conn.read_frame())
         return Response(status, "", Headers({"content-type": frames.CONTENT_TYPES[kind]}),
                         payload)
 
@@ -620,15 +603,3 @@ class Stream:
         conn, self._conn = self._conn, None
         if conn is not None:
             conn.close()
-
-    def _open(self) -> _Connection:
-        if self._conn is None:
-            raise TransportError("the step stream is closed")
-        return self._conn
-
-    def _fail(self, message: str, timed_out: bool = False) -> TransportError:
-        lost = len(self._waiting)
-        self.close()
-        if lost:
-            message += f" ({lost} frame{'s' if lost > 1 else ''} unanswered)"
-        return TransportError(message, timed_out)
