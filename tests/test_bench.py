@@ -24,7 +24,8 @@ def test_bench_transport_and_envs_write_records(tmp_path):
         records = json.loads(out.read_text())["records"]
         modes = {r["mode"] for r in records}
         expected = ({"inprocess", "http", "http-binary", "http-binary-varied",
-                     "http-pipelined", "stream", "stream-pipelined", "http-entity",
+                     "http-pipelined", "stream", "stream-varied", "stream-pipelined",
+                     "http-entity",
                      "dqn-inprocess",
                      "dqn-http", "dqn-local"} if what == "transport"
                     else

@@ -8,9 +8,9 @@ as JSON and binary, and the entity-keyed step), at each env count, in one run.
 Over HTTP it also counts the bytes on the wire per env step (requests and answers, heads
 included) against the raw bytes of what an env step must carry: the observation, a float32
 reward and the two flags (`RAW_STEP_BYTES`). CartPole's reward is always 1, which the binary
-encoding sends once per request (a fill); `http-binary-varied` is the same binary step on a
-CartPole whose rewards differ from step to step (`VariedRewardCartPole-v0`), the bytes a
-dense, varying reward costs.
+encoding sends once per request (a fill); `http-binary-varied` and `stream-varied` are the
+binary step and the stream on a CartPole whose rewards differ from step to step
+(`VariedRewardCartPole-v0`), the bytes a dense, varying reward costs.
 
 envs: env steps per second of each env manager and of gymnasium's SyncVectorEnv and
 AsyncVectorEnv at the same env counts, with constant actions, on CartPole-v1 and on a
@@ -180,11 +180,13 @@ def start_random_agent(tmp: Path, name: str = "bench"):
 # and binary (and binary on a CartPole whose rewards vary: `VariedRewardCartPole`), and
 # pipelined (two requests in flight for two halves of the copies, pipelineDepth 2); on the
 # agent's step stream (`mistk_rl.frames`, what the gym orchestrator uses when the agent lists
-# `stream`), one frame at a time and pipelined; and the entity-keyed step. Pipelined, stream
-# and entity modes are encoded as the gym orchestrator would (`binary_for`).
+# `stream`), one frame at a time (also with varying rewards) and pipelined; and the
+# entity-keyed step. Pipelined, stream and entity modes are encoded as the gym orchestrator
+# would (`binary_for`).
 TRANSPORT_MODES = ("inprocess", "http", "http-binary", "http-binary-varied", "http-pipelined",
-                   "stream", "stream-pipelined", "http-entity")
-ORCHESTRATOR_ENCODED = ("http-pipelined", "stream", "stream-pipelined", "http-entity")
+                   "stream", "stream-varied", "stream-pipelined", "http-entity")
+ORCHESTRATOR_ENCODED = ("http-pipelined", "stream", "stream-varied", "stream-pipelined",
+                        "http-entity")
 
 
 ROUNDS = 5  # each configuration is timed in this many blocks, its modes taking turns
@@ -271,7 +273,7 @@ def bench_transport(env_counts: list[int], steps: int, rounds: int = ROUNDS) -> 
                     client.binary = mode.startswith("http-binary") or (
                         mode in ORCHESTRATOR_ENCODED
                         and binary_for(capabilities | {"tensors"}, space, n, depth))
-                    env_id = VARIED_ENV if mode == "http-binary-varied" else "CartPole-v1"
+                    env_id = VARIED_ENV if mode.endswith("varied") else "CartPole-v1"
                     return Block(*measure_steps(agent, capabilities, n, steps // rounds,
                                                 depth, env_id))
 

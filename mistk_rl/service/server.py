@@ -28,6 +28,7 @@ from mistk_rl.orchestrator import AbstractOrchestrator
 from mistk_rl.transport import default_spin
 
 ROLES = {"agent": AbstractAgent, "orchestrator": AbstractOrchestrator}
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -294,6 +295,8 @@ class CoalescingHttpTools(HttpToolsProtocol):
             return
         self._unset_keepalive_if_required()
         self._stream, self._frames = (op, headers), bytearray()
+        log.info("%s: a step stream opened (%s)", op.id,
+                 headers.get(b"content-type", b"").decode("latin-1"))
         self.transport.write(b"".join((*head, b"\r\n")))
         self.transport.flush()
 
