@@ -690,7 +690,12 @@ class ColumnPipeline:
                             request.base_url, response.status)
                 self.stream, self._pipe = False, self.client.transport.pipeline()
                 return None
-            self.client._answer(opening, response)  # (a refusal raises its error)
+            try:
+                self.client._answer(opening, response)  # (a refusal raises its error)
+            except ServiceError:  # (a restarted service, say: the stream is not kept)
+                if stream is not None:
+                    stream.close()
+                raise
             self._stream, self._opened_as = stream, opened_as
         return self._stream
 

@@ -127,6 +127,8 @@ def test_an_agent_whose_steps_leave_the_event_loop_offers_no_stream(tmp_path):
     assert op is None and answer.status == 501 and b"steps_inline" in answer.payload
     op, answer = pipeline.open_stream("GET", "/v1/mistk/agent/nowhere", {})
     assert op is None and answer.status == 404
+    op, answer = pipeline.open_stream("POST", "/v1/mistk/agent" + frames.PATH, {})
+    assert op is None and answer.status == 405 and (b"allow", b"GET") in answer.headers
 
 
 def test_a_server_that_cannot_upgrade_is_stepped_over_http(launch, monkeypatch):

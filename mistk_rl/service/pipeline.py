@@ -123,7 +123,7 @@ class Pipeline:
             operation.inline = operation.step and inline
         # a step stream's path -> the operation its frames are (`mistk_rl.frames`)
         self.streams = {path: self.routes[("POST", path[:-len(frames.PATH)] + frames.FRAMES_OF)]
-                        for (method, path), op in self.routes.items() if op.id == "stepStream"}
+                        for (_, path), op in self.routes.items() if op.id == "stepStream"}
         # every answer names the instance (the SDK notices a restarted service by it)
         self.instance = (b"mistk-instance", service.lifecycle.instance.encode())
         self.lifecycle = service.lifecycle
@@ -190,19 +190,20 @@ class Pipeline:
         operation its frames are and the ``101`` answer, or None and the problem that
         refuses it. It is admitted as a request of that operation would be (the token), and
         its headers (Content-Type, Accept) hold for every frame."""
+        if path in self.streams and method != "GET":
+            return None, problem(405, "Method Not Allowed", f"open a step stream with GET, "
+                                 f"not {method}", None, self.instance, (b"allow", b"GET"))
         try:
-            return self._stream_operation(method, path, headers), Answer(
+            return self._stream_operation(path, headers), Answer(
                 101, b"", b"", ((b"connection", b"upgrade"),
                                 (b"upgrade", frames.PROTOCOL.encode()), self.instance))
         except MistkError as exc:
             return None, problem(exc.status, exc.title, exc.detail, exc.extra, self.instance)
 
-    def _stream_operation(self, method: str, path: str, headers: dict) -> Operation:
+    def _stream_operation(self, path: str, headers: dict) -> Operation:
         op = self.streams.get(path)
         if op is None:
             raise Refused(404, "Not Found", f"no step stream at {path}")
-        if method != "GET":
-            raise Refused(405, "Method Not Allowed", f"open a step stream with GET, not {method}")
         self._admit(op, headers, b"")
         if not op.inline:  # (`answer_now` runs on the loop: a blocking step must not)
             raise Refused(501, "Not Implemented", f"{op.id} runs off the event loop here "
