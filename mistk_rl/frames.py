@@ -35,6 +35,10 @@ CONTENT_TYPES = ("application/json", "application/vnd.mistk.tensors",
                  "application/problem+json")
 
 
+_CODES = {name.encode("latin-1"): code for code, name in enumerate(CONTENT_TYPES)}
+
+
 def content_code(content_type: bytes) -> int:
     """An answer's Content-Type as its index in CONTENT_TYPES."""
-    return CONTENT_TYPES.index(content_type.split(b";")[0].decode("latin-1"))
+    code = _CODES.get(content_type)  # (the pipeline's answers name them exactly)
+    return code if code is not None else _CODES[content_type.split(b";")[0].strip()]

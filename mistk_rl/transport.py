@@ -378,10 +378,11 @@ class Transport:
     def encode(self, method: str, path: str, body: Optional[bytes] = None,
                content_type: str = "application/json",
                params: Optional[Mapping[str, object]] = None,
-               accept: str = "application/json") -> bytes:
-        """One request as the bytes that go on the wire (head and body)."""
+               accept: str = "application/json", extra: str = "") -> bytes:
+        """One request as the bytes that go on the wire (head and body); `extra`: header
+        lines of its own (an upgrade's)."""
         url = _safe(self.prefix + path + (f"?{urlencode(params)}" if params else ""), "the URL")
-        head = f"{method} {url} HTTP/1.1\r\nAccept: {accept}\r\n"
+        head = f"{method} {url} HTTP/1.1\r\nAccept: {accept}\r\n{extra}"
         if body is not None:
             head += f"Content-Type: {content_type}\r\nContent-Length: {len(body)}\r\n"
         elif method not in ("GET", "HEAD"):
@@ -396,11 +397,9 @@ class Transport:
                     timeout: float = 30.0) -> tuple[Optional["Stream"], Response]:
         """A connection of its own upgraded to a step stream by GET `path` (`Stream`): the
         stream and the ``101`` answer, or None and the answer that refused it."""
-        request = (f"GET {_safe(self.prefix + path, 'the URL')} HTTP/1.1\r\n"
-                   f"Accept: {_safe(accept, 'a header')}\r\n"
-                   f"Content-Type: {_safe(content_type, 'a header')}\r\n"
-                   f"Connection: Upgrade\r\nUpgrade: {frames.PROTOCOL}\r\n").encode(
-                       "latin-1") + self._fixed_head + b"\r\n"
+        request = self.encode("GET", path, accept=_safe(accept, "a header"), extra=(
+            f"Content-Type: {_safe(content_type, 'a header')}\r\n"
+            f"Connection: Upgrade\r\nUpgrade: {frames.PROTOCOL}\r\n"))
         conn = self._connect(timeout)
         response, _ = self._exchange_on(conn, request, False, timeout)
         if response.status != 101:
