@@ -54,7 +54,13 @@ def export_run(run_dir: Path, fmt: str, out: Path, agent_name: Optional[str] = N
     was checked. ConfigError for a run that has nothing to export, naming why."""
     if fmt not in FORMATS:
         raise ConfigError(f"--format {fmt!r}: one of {', '.join(FORMATS)}")
-    agent, name, model = _load_agent(run_dir, agent_name)
+    with tempfile.TemporaryDirectory(prefix="mistk-export-") as scratch:  # (the agent's files)
+        agent, name, model = _load_agent(run_dir, agent_name, Path(scratch))
+        return _export(agent, name, model, fmt, out, seed)
+
+
+def _export(agent: Any, name: str, model: str, fmt: str, out: Path,
+            seed: int) -> dict[str, Any]:
     space = agent.policy.observation_space
     if not isinstance(space, spaces.Box):
         raise ConfigError(f"agent {name!r} observes {space}: only Box observations export "
@@ -79,8 +85,10 @@ def export_run(run_dir: Path, fmt: str, out: Path, agent_name: Optional[str] = N
             "checked_rows": CHECK_ROWS, "observation_shape": list(space.shape)}
 
 
-def _load_agent(run_dir: Path, agent_name: Optional[str]) -> tuple[Any, str, str]:
-    """The run's agent, built from its final model: (agent, its name, the model file)."""
+def _load_agent(run_dir: Path, agent_name: Optional[str],
+                scratch: Path) -> tuple[Any, str, str]:
+    """The run's agent, built from its final model: (agent, its name, the model file).
+    `scratch`: the agent's data directory (the caller removes it)."""
     try:
         config = RunConfig.model_validate(yaml.safe_load((run_dir / "config.yaml").read_text()))
     except OSError as exc:
@@ -102,7 +110,7 @@ def _load_agent(run_dir: Path, agent_name: Optional[str]) -> tuple[Any, str, str
     if not hasattr(agent, "actor"):
         raise ConfigError(f"agent {spec.name!r} ({spec.target}) has no network to export: "
                           "DQN and PPO agents do")
-    agent.data_dir = Path(tempfile.mkdtemp(prefix="mistk-export-"))  # (its config.yaml)
+    agent.data_dir = scratch  # (its config.yaml)
     agent.do_initialize(spec.properties, spec.hyperparameters)
     agent.do_build_model(where / model)
     return agent, spec.name, model

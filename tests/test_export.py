@@ -2,6 +2,8 @@
 does (the export checks itself; these tests check the files again, on other inputs)."""
 from __future__ import annotations
 
+import tempfile
+
 import numpy as np
 import pytest
 import torch
@@ -33,11 +35,15 @@ def test_an_export_acts_as_the_agent(tmp_path, monkeypatch, config_name, fmt):
     monkeypatch.chdir(REPO)  # (the services import agents/ from here)
     run_dir = _trained(tmp_path, config_name, env_steps=600, eval_every=600)
     out = tmp_path / f"acting.{fmt}"
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(scratch))
     done = export_run(run_dir, fmt, out)
     assert done["model"] == "final.pt" and out.is_file()
+    assert not list(scratch.glob("mistk-export-*"))  # (the agent's scratch directory went)
     from harness.export import _load_agent
 
-    agent, _, _ = _load_agent(run_dir, None)
+    agent, _, _ = _load_agent(run_dir, None, scratch)
     space = agent.policy.observation_space
     space.seed(123)
     rows = np.stack([space.sample() for _ in range(50)]).astype(np.float32)
