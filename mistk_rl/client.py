@@ -663,8 +663,8 @@ class ColumnPipeline:
     def receive(self) -> ColumnActions:
         request = self._sent.popleft()
         try:
-            response = (self._stream.receive() if self._stream is not None  # type: ignore[union-attr]
-                        else self._pipe.receive())
+            response = (self._stream.receive() if self._stream is not None
+                        else self._pipe.receive())  # type: ignore[union-attr]
         except TransportError as exc:
             self._sent.clear()
             raise request.unavailable(exc) from exc

@@ -18,9 +18,9 @@ channel, on the services' own HTTP/1.1 port.
                    [u32 payload length] [payload: the answer, or a problem+json]
 
 All little endian. The caller sends its first frame once the ``101`` is read (what comes
-with the upgrade request is not read). A frame longer than the service's body limit is answered with a 413
-problem and the stream closes (the rest of it is not read); a problem answer to a frame
-leaves the stream open, as a 4xx leaves a kept-alive HTTP connection open.
+with the upgrade request is not read). A frame longer than the service's body limit is
+answered with a 413 problem and the stream closes (the rest of it is not read); a problem
+answer to a frame leaves the stream open, as a 4xx leaves a kept-alive HTTP connection open.
 """
 from __future__ import annotations
 
@@ -35,10 +35,5 @@ CONTENT_TYPES = ("application/json", "application/vnd.mistk.tensors",
                  "application/problem+json")
 
 
-_CODES = {name.encode("latin-1"): code for code, name in enumerate(CONTENT_TYPES)}
-
-
-def content_code(content_type: bytes) -> int:
-    """An answer's Content-Type as its index in CONTENT_TYPES."""
-    code = _CODES.get(content_type)  # (the pipeline's answers name them exactly)
-    return code if code is not None else _CODES[content_type.split(b";")[0].strip()]
+# an answer's Content-Type (as the pipeline names it) -> its code in an answer frame
+CONTENT_CODES = {name.encode("latin-1"): code for code, name in enumerate(CONTENT_TYPES)}

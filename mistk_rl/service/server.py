@@ -247,14 +247,7 @@ class CoalescingHttpTools(HttpToolsProtocol):
             return
         (op, headers, query), self._fast = self._fast, None
         answer = self.app.answer_now(op, headers, query, bytes(self._fast_body))
-        head = [STATUS_LINE[answer.status]]
-        for name, value in (*self.server_state.default_headers,
-                            (b"content-type", answer.content_type),
-                            (b"content-length", str(len(answer.payload)).encode()),
-                            *answer.headers):
-            head += [name, b": ", value, b"\r\n"]
-        head += [b"\r\n", answer.payload]
-        self.transport.write(b"".join(head))
+        self.transport.write(self._http_answer(answer))
         self.transport.flush()
         self.app.settle()  # the handler's deferred work, while the caller reads the answer
         self.on_response_complete()  # (uvicorn's keep-alive bookkeeping; awake from now)
@@ -283,21 +276,15 @@ class CoalescingHttpTools(HttpToolsProtocol):
         path = httptools.parse_url(self.url).path.decode("ascii", "replace")
         headers = dict(self.headers)
         op, answer = self.app.open_stream(self.scope["method"], path, headers)
-        head = [STATUS_LINE[answer.status]]
-        for name, value in answer.headers:
-            head += [name, b": ", value, b"\r\n"]
         if op is None:  # refused: a problem, and the connection ends (its parser stopped)
-            head += [b"content-type: ", answer.content_type, b"\r\ncontent-length: ",
-                     str(len(answer.payload)).encode(), b"\r\nconnection: close\r\n\r\n",
-                     answer.payload]
-            self.transport.write(b"".join(head))
+            self.transport.write(self._http_answer(answer, (b"connection", b"close")))
             self.transport.close()
             return
         self._unset_keepalive_if_required()
         self._stream, self._frames = (op, headers), bytearray()
         log.info("%s: a step stream opened (%s)", op.id,
                  headers.get(b"content-type", b"").decode("latin-1"))
-        self.transport.write(b"".join((*head, b"\r\n")))
+        self.transport.write(self._http_answer(answer))
         self.transport.flush()
 
     def _answer_frames(self) -> None:
@@ -321,9 +308,21 @@ class CoalescingHttpTools(HttpToolsProtocol):
             self.app.settle()  # (as after an HTTP answer: deferred work, the caller reads)
             self.awake.answered(self.loop, self)  # type: ignore[union-attr]
 
+    def _http_answer(self, answer: Any, *more: tuple[bytes, bytes]) -> bytes:
+        """An answer as HTTP/1.1 bytes: the status line, the headers (a 101 has no body, so
+        neither type nor length) and the body."""
+        body = () if answer.status == 101 else (
+            (b"content-type", answer.content_type),
+            (b"content-length", str(len(answer.payload)).encode()))
+        head = [STATUS_LINE[answer.status]]
+        for name, value in (*self.server_state.default_headers, *body, *answer.headers, *more):
+            head += [name, b": ", value, b"\r\n"]
+        head += [b"\r\n", answer.payload]
+        return b"".join(head)
+
     def _write_frame(self, answer: Any) -> None:
         self.transport.write(frames.ANSWER_HEAD.pack(
-            answer.status, frames.content_code(answer.content_type), len(answer.payload))
+            answer.status, frames.CONTENT_CODES[answer.content_type], len(answer.payload))
             + answer.payload)
 
     def shutdown(self) -> None:
