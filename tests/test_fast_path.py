@@ -7,7 +7,6 @@ import asyncio
 import contextlib
 import json
 import threading
-import time
 from pathlib import Path
 
 import numpy as np
@@ -459,8 +458,9 @@ def _uvloop():
 @pytest.mark.parametrize("new_loop", [asyncio.new_event_loop, _uvloop], ids=["asyncio", "uvloop"])
 @pytest.mark.parametrize("spin", [0.0, 0.01])
 def test_after_an_answer_the_loop_polls_awake_for_the_spin_then_sleeps(spin, new_loop):
-    """`AwakeAfterAnswers`: with a spin the loop keeps its CPU busy polling for that long
-    after an answer (and takes a timer due meanwhile as always); without one it sleeps."""
+    """`AwakeAfterAnswers`: with a spin the loop keeps polling for that long after an answer
+    (and takes a timer due meanwhile as always); without one it sleeps. Counted in polls,
+    not CPU time, which a busy machine moves either way."""
     awake = AwakeAfterAnswers(spin)
     polls = []
     poll = awake._poll
@@ -468,18 +468,15 @@ def test_after_an_answer_the_loop_polls_awake_for_the_spin_then_sleeps(spin, new
     loop = new_loop()
     try:
         fired = []
-        cpu = time.thread_time()
         awake.answered(loop, "a connection")
         loop.call_later(0.005, fired.append, "timer")  # (due within the spin)
         loop.run_until_complete(asyncio.sleep(0.1))
-        cpu = time.thread_time() - cpu
     finally:
         loop.close()
     assert fired == ["timer"] and not awake._polling  # the polling ended by itself
-    if spin:  # (polling 10 ms of the 100; sleeping takes well under 1 ms of CPU)
-        assert cpu >= 0.003, f"the loop used {cpu * 1e3:.1f} ms of CPU: it slept"
-        assert len(polls) > 10
-    else:  # (not a bound on CPU time: a busy machine's loop start-up can take ms of it)
+    if spin:  # (polling for 10 ms of the 100 takes hundreds of polls)
+        assert len(polls) > 10, f"{len(polls)} polls: the loop slept"
+    else:
         assert polls == [], "the loop polled without a spin"
 
 

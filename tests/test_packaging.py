@@ -7,8 +7,10 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import site
 import subprocess
 import sys
+import sysconfig
 import venv
 from pathlib import Path
 
@@ -48,13 +50,26 @@ def _run(cmd: list[str], cwd: Path, timeout: float, env: dict | None = None
     return done
 
 
+def _dependency_dirs() -> list[str]:
+    """The site-packages this pytest imports its dependencies from: a user's venv, CI's, or
+    the system interpreter's. A venv made with ``system_site_packages`` would see only the
+    base interpreter's, which in a user's venv holds none of them."""
+    dirs = [*site.getsitepackages(), sysconfig.get_paths()["purelib"],
+            sysconfig.get_paths()["platlib"]]
+    if site.ENABLE_USER_SITE:
+        dirs.append(site.getusersitepackages())
+    return list(dict.fromkeys(d for d in dirs if Path(d).is_dir()))
+
+
 @pytest.fixture(scope="module")
 def wheel_venv(tmp_path_factory) -> tuple[Path, Path]:
     """(the venv's python, its site-packages) with the project's wheel installed. The wheel
     is built from the tracked files alone (a copy made with git), so an untracked file in a
-    checkout cannot make it pass. The venv sees the machine's packages for the dependencies
-    (pip resolves install_requires against them, downloading nothing) but its own copy of
-    the project comes first."""
+    checkout cannot make it pass. The venv sees the running interpreter's packages for the
+    dependencies, through a ``.pth`` file listing their directories (pip resolves
+    install_requires against them, downloading nothing), after its own site-packages, so its
+    copy of the project comes first. A path line in a ``.pth`` adds the directory only: the
+    ``.pth`` files inside it, such as an editable install's, are not run."""
     if shutil.which("git") is None or not (REPO / ".git").exists():
         pytest.skip("needs a git checkout to copy the tracked files from")
     root = tmp_path_factory.mktemp("wheel")
@@ -69,13 +84,15 @@ def wheel_venv(tmp_path_factory) -> tuple[Path, Path]:
           "-q", "-w", str(dist), str(source)], root, 300)
     (wheel,) = dist.glob("mistk_rl-*.whl")
     env_dir = root / "venv"
-    venv.create(env_dir, system_site_packages=True, with_pip=False)
+    venv.create(env_dir, system_site_packages=False, with_pip=False)
     python = env_dir / "bin" / "python"
+    site_dir = Path(_run([str(python), "-c",
+                          "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                         root, 60).stdout.strip())
+    (site_dir / "zz_dependencies.pth").write_text("\n".join(_dependency_dirs()) + "\n")
     _run([sys.executable, "-m", "pip", "--python", str(python), "install", "-q",
           "--no-index", str(wheel)], root, 300)
-    site = _run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-                root, 60).stdout.strip()
-    return python, Path(site)
+    return python, site_dir
 
 
 def test_wheel_imports_every_module_from_the_install(wheel_venv, tmp_path):

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import json
-import time
 
 import pytest
 import requests
@@ -175,8 +174,9 @@ def test_reset_cancels_a_running_build(launch):
     assert agent.reset(unload_model=False, timeout=10).state == "initialized"
 
 
-def test_stop_during_a_running_episode(launch):
-    """stopEpisode mid-run answers at once (not after the cancellation grace period), and the
+def test_stop_during_a_running_episode(launch, tmp_path):
+    """stopEpisode mid-run stops the episode when asked (it does not wait out the cancellation
+    grace period, which the orchestrator would log as a warning), and the
     episode in progress is recorded as cancelled and ends at the agent too. A stop that lands
     between two episodes (the next one has taken no step) finds none in progress, about one
     time in 20 here: such a try is checked for that and the stop tried again, at most 5 times."""
@@ -187,11 +187,10 @@ def test_stop_during_a_running_episode(launch):
         status = orch.wait_for_state("running", timeout=10)
         while status.payload.get("episodesDone", 0) < before + 2:  # a couple finish first
             status = orch.status(status.resource_version, timeout=10)
-        started = time.monotonic()
         stopped = orch.stop_episode()
-        took = time.monotonic() - started
         assert stopped.state == "ready"
-        assert took < 5.0, "stop fell through to the cancellation grace period"
+        log = (tmp_path / "orchestrator0.log").read_text()  # (the `launch` fixture's name)
+        assert "did not stop within" not in log, "stop fell through to the grace period"
         episodes = orch.get_results().episodes[before:]
         assert 2 <= len(episodes) < 100000
         *finished, last = episodes

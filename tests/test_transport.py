@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import select
 import socket
 import threading
 import time
@@ -9,6 +10,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
+import mistk_rl.transport as transport_module
 from mistk_rl.transport import (DEFAULT_SPIN, SPIN_ENV, Transport, TransportError,
                                 default_spin, spin_from_env)
 
@@ -254,44 +256,70 @@ def _slow_server(*delays: float) -> tuple[socket.socket, threading.Thread]:
     return listener, thread
 
 
-def _cpu_per_answer(spin: float, *delays: float) -> list[float]:
-    """Seconds of this thread's CPU each request to `_slow_server(*delays)` took."""
+class _CountingPoll:
+    """`select.poll` that counts the polls its owner makes: polling awake for a spin takes
+    many, a blocking read none. (Counted, not CPU time, which a busy machine moves.)"""
+
+    polls = 0
+
+    def __init__(self) -> None:
+        self._poll = _REAL_POLL()
+
+    def register(self, *args) -> None:
+        self._poll.register(*args)
+
+    def poll(self, timeout=None):
+        type(self).polls += 1
+        return self._poll.poll(timeout)
+
+
+_REAL_POLL = select.poll
+
+
+def _polls_per_answer(monkeypatch, spin: float, *delays: float) -> list[int]:
+    """How many times the connection polled its socket awaiting each request's answer from
+    `_slow_server(*delays)`."""
+    monkeypatch.setattr(transport_module.select, "poll", _CountingPoll)
     listener, thread = _slow_server(*delays)
     transport = Transport(f"http://127.0.0.1:{listener.getsockname()[1]}", spin=spin)
-    used = []
+    counts = []
     try:
         for _ in delays:
-            cpu = time.thread_time()
+            before = _CountingPoll.polls
             answer = transport.request("GET", "/slow", timeout=10)
-            used.append(time.thread_time() - cpu)
+            counts.append(_CountingPoll.polls - before)
             assert (answer.status, answer.body) == (200, b"late")
     finally:
         transport.close()
         thread.join(10)
         listener.close()
-    return used
+    return counts
+
+
+# polling for a 10 ms spin takes thousands of polls; a kept-alive connection's reuse check
+# takes one (`still_open`), a blocking read none
+AWAKE, ASLEEP = 5, 1
 
 
 @pytest.mark.parametrize("spin", [0.0, 0.01])
-def test_a_spinning_connection_waits_awake_then_blocks_for_a_late_answer(spin):
-    """With a spin the caller polls, using its CPU, for up to that long; an answer later
-    than that is still read, by the blocking read that follows. Without one it sleeps."""
-    (cpu,) = _cpu_per_answer(spin, 0.15)
-    if spin:  # (polling 10 ms of the 150; a blocking read takes well under 1 ms of CPU)
-        assert cpu >= 0.003, f"the caller used {cpu * 1e3:.1f} ms of CPU waiting: it slept"
+def test_a_spinning_connection_waits_awake_then_blocks_for_a_late_answer(monkeypatch, spin):
+    """With a spin the caller polls for up to that long; an answer later than that is still
+    read, by the blocking read that follows. Without one it does not poll."""
+    (polls,) = _polls_per_answer(monkeypatch, spin, 0.15)
+    if spin:
+        assert polls >= AWAKE, f"{polls} polls waiting: it slept"
     else:
-        assert cpu < 0.002, f"the caller used {cpu * 1e3:.1f} ms of CPU waiting: it spun"
+        assert polls == 0, f"{polls} polls waiting: it spun"
 
 
-def test_after_a_late_answer_a_connection_blocks_until_one_comes_within_the_spin():
+def test_after_a_late_answer_a_connection_blocks_until_one_comes_within_the_spin(monkeypatch):
     """The spin follows the service's pace: after an answer later than the spin the next is
     awaited asleep; one that comes within it brings the polling back."""
     late, fast = 0.1, 0.0
-    cpu = _cpu_per_answer(0.01, late, late, fast, late)
-    assert cpu[0] >= 0.003, f"{cpu[0] * 1e3:.1f} ms of CPU: the first wait did not poll"
-    assert cpu[1] < 0.002, f"{cpu[1] * 1e3:.1f} ms of CPU: it polled after a late answer"
-    assert cpu[3] >= 0.003, f"{cpu[3] * 1e3:.1f} ms of CPU: a fast answer did not bring " \
-                            "the polling back"
+    polls = _polls_per_answer(monkeypatch, 0.01, late, late, fast, late)
+    assert polls[0] >= AWAKE, f"{polls[0]} polls: the first wait did not poll"
+    assert polls[1] <= ASLEEP, f"{polls[1]} polls: it polled after a late answer"
+    assert polls[3] >= AWAKE, f"{polls[3]} polls: a fast answer did not bring the polling back"
 
 
 @pytest.mark.parametrize("given, seconds", [("", None), (" 250 ", 0.00025), ("0", 0.0),

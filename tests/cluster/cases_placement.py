@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import json
-import time
 from pathlib import Path
 
 import pytest
@@ -56,10 +55,8 @@ def test_a_service_the_cluster_cannot_place_ends_the_run_naming_it(cluster, tmp_
     # (15 s: the orchestrator, placeable, must come up within it too, also on a busy machine;
     # 5 s once failed there with the orchestrator not yet answering)
     config = _config(tmp_path, {"resources": {"gamma": 1}}, startup=15.0)
-    started = time.monotonic()
     with pytest.raises(HarnessError, match=r"starting agent 'player'.*not placed.*1 gamma"):
-        run(config, tmp_path / "run", say=lambda _: None)
-    assert time.monotonic() - started < 60
+        run(config, tmp_path / "run", say=lambda _: None)  # (a hang fails the case's bound)
     assert ray.util.list_named_actors() == []
 
 

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import os
-import time
 
 import numpy as np
 import pytest
@@ -117,9 +116,8 @@ def test_async_manager_returns_the_fast_envs_first():
     fns = [CARTPOLE, CARTPOLE, Slow(0.3)]
     with AsyncSubprocessEnvManager(fns, {"wait_num": 2, "wait_timeout": 5.0}) as manager:
         manager.launch(seed=0)
-        started = time.monotonic()
         first = manager.step({i: 0 for i in manager.ready_obs})
-        assert set(first) == {0, 1} and time.monotonic() - started < 0.3
+        assert set(first) == {0, 1}  # (the slow env's step, 0.3 s, is still in flight)
         assert manager.in_flight == [2] and set(manager.ready_obs) == {0, 1}
         later = {}
         while 2 not in later:
