@@ -14,10 +14,10 @@ from typing import Any, ClassVar, Optional
 import numpy as np
 from gymnasium import spaces
 
-from mistk_rl.agent import AbstractAgent, Observations
+from mistk_rl.framework.agent import AbstractAgent, Observations
 from mistk_rl.errors import InvalidRequest
 from mistk_rl.files import atomic_write_json
-from mistk_rl.implementation import PROGRESS_EVERY_S
+from mistk_rl.framework.implementation import PROGRESS_EVERY_S
 from mistk_rl.registry import did_you_mean
 from mistk_rl.games.opponents import (OPPONENTS, ConnectFourWinBlock, MaskedRandom,
                                       TicTacToePerfect, UniformOpponent)

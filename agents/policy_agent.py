@@ -51,11 +51,11 @@ import numpy as np
 import torch
 from gymnasium import spaces
 
-from mistk_rl.agent import (AbstractAgent, Acted, Acting, EpisodeInfo, PolicyCopy,
+from mistk_rl.framework.agent import (AbstractAgent, Acted, Acting, EpisodeInfo, PolicyCopy,
                             Transitions, rounds)
 from mistk_rl.errors import InvalidRequest
 from mistk_rl.games.symmetries import GAMES, BoardSymmetries, symmetries_for
-from mistk_rl.implementation import PROGRESS_EVERY_S
+from mistk_rl.framework.implementation import PROGRESS_EVERY_S
 from mistk_rl.rl.actor import Actor, weights as actor_weights
 from mistk_rl.rl.config import ConfigError, deep_merge, save_config
 from mistk_rl.rl.device import resolve_device

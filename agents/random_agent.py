@@ -11,11 +11,11 @@ from typing import Any, Optional
 import numpy as np
 from gymnasium import spaces
 
-from mistk_rl.agent import (AbstractAgent, Acted, Acting, Observations, saved_seed,
+from mistk_rl.framework.agent import (AbstractAgent, Acted, Acting, Observations, saved_seed,
                             seed_hyperparameter)
 from mistk_rl.errors import InvalidRequest
 from mistk_rl.files import atomic_write_json
-from mistk_rl.implementation import PROGRESS_EVERY_S
+from mistk_rl.framework.implementation import PROGRESS_EVERY_S
 
 
 class RandomAgent(AbstractAgent):

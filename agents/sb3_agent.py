@@ -23,7 +23,7 @@ from typing import Any, Optional
 import numpy as np
 from gymnasium import spaces
 
-from mistk_rl.agent import AbstractAgent, Acted, Acting
+from mistk_rl.framework.agent import AbstractAgent, Acted, Acting
 from mistk_rl.errors import InvalidRequest
 from mistk_rl.registry import suggest
 

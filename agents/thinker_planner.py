@@ -12,7 +12,7 @@ from typing import Any, Optional
 import numpy as np
 from gymnasium import spaces
 
-from mistk_rl.agent import AbstractAgent, Observations, saved_seed, seed_hyperparameter
+from mistk_rl.framework.agent import AbstractAgent, Observations, saved_seed, seed_hyperparameter
 from mistk_rl.errors import InvalidRequest
 from mistk_rl.files import atomic_write_json
 from mistk_rl.thinker.planner import plan

@@ -13,7 +13,7 @@ from typing import Optional, Sequence
 
 from mistk_rl import API_VERSION, __version__
 from mistk_rl.service.cli import add_serve_arguments
-from mistk_rl.transport import spin_from_env
+from mistk_rl.wire.spin import spin_from_env
 
 
 def _run(args: argparse.Namespace) -> int:

@@ -9,7 +9,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from mistk_rl.league.player import PLAYER_TYPES, solo_players
 from mistk_rl.registry import suggest
-from mistk_rl.schemas import AgentSettings, LocalInferenceSettings
+from mistk_rl.sdk.schemas import AgentSettings, LocalInferenceSettings
 
 
 class _Strict(BaseModel):
@@ -69,7 +69,7 @@ class OrchestratorSpec(ServiceSpec):
 
 class LocalInferenceSpec(_Strict):
     """Act with a copy of the agent's policy in the orchestrator, next to the env (local
-    inference, `mistk_rl.stepping.LocalStepper`): the experience goes to the agent every
+    inference, `mistk_rl.sdk.stepping.LocalStepper`): the experience goes to the agent every
     `batch_steps` env steps; new weights come back once the agent made `sync_every`
     updates (DQN: gradient steps; PPO: whole updates) since the copy's."""
 
@@ -183,7 +183,7 @@ class GameTrainingSpec(_Strict):
 
 
 class ClusterSpec(_Strict):
-    """Place the services this run starts on a Ray cluster (`mistk_rl.cluster`).
+    """Place the services this run starts on a Ray cluster (`mistk_rl.deploy.cluster`).
     `address`: ``auto`` (the cluster this machine belongs to), ``HOST:PORT``,
     ``ray://HOST:PORT``, or ``local`` (a one-node cluster started for the run)."""
 

@@ -25,9 +25,9 @@ from harness.progress import TrainingProgress
 from harness.league import payoff_figure
 from harness.loop import Evaluated, run_loop
 from harness.training import Checkpoints, ProgressFile, tensorboard_writer
-from mistk_rl.client import OrchestratorClient
+from mistk_rl.sdk.client import OrchestratorClient
 from mistk_rl.games.pettingzoo_games import RESULTS, result_for
-from mistk_rl.schemas import AgentSettings, EpisodeConfig, EpisodeResult, ExhaustiveSpec
+from mistk_rl.sdk.schemas import AgentSettings, EpisodeConfig, EpisodeResult, ExhaustiveSpec
 
 
 def evaluate(orch: OrchestratorClient, spec: GameEvaluation, timeout: float) -> dict[str, Any]:

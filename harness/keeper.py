@@ -18,9 +18,9 @@ from dataclasses import dataclass, field
 from typing import Callable, Optional
 
 from harness.config import ServiceSpec
-from mistk_rl.client import OrchestratorClient, ServiceError
-from mistk_rl.cluster import Cluster, PlacedService, Resources
-from mistk_rl.launch import ServiceStartError
+from mistk_rl.sdk.client import OrchestratorClient, ServiceError
+from mistk_rl.deploy.cluster import Cluster, PlacedService, Resources
+from mistk_rl.deploy.launch import ServiceStartError
 
 POLL_S = 1.0  # how often the workers are looked at
 

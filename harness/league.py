@@ -22,9 +22,9 @@ from harness.config import TrainingSpec
 from harness.loop import Evaluated
 from harness.progress import TrainingProgress
 from harness.training import GymSchedule, Progress, evaluate_returns, train
-from mistk_rl.client import OrchestratorClient
+from mistk_rl.sdk.client import OrchestratorClient
 from mistk_rl.games.opponents import OPPONENTS
-from mistk_rl.schemas import EpisodeConfig
+from mistk_rl.sdk.schemas import EpisodeConfig
 
 SEAT_ORDER = ("first", "second", "third", "fourth")
 

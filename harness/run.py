@@ -29,11 +29,11 @@ from harness.keeper import KeptWorker, WorkerKeeper
 from harness.league import Evaluator, league_results, table_text, train_solo_league
 from harness.training import (Checkpoints, Progress, evaluate_returns, first_success,
                               restore_checkpoint, run_episodes, train)
-from mistk_rl.client import AgentClient, OrchestratorClient, ServiceError
+from mistk_rl.sdk.client import AgentClient, OrchestratorClient, ServiceError
 from mistk_rl.files import atomic_write_bytes, atomic_write_json
-from mistk_rl.cluster import Cluster, ClusterError, PlacedService, Resources
-from mistk_rl.launch import ServiceProcess, ServiceStartError, spawn_service
-from mistk_rl.schemas import EpisodeConfig, Status
+from mistk_rl.deploy.cluster import Cluster, ClusterError, PlacedService, Resources
+from mistk_rl.deploy.launch import ServiceProcess, ServiceStartError, spawn_service
+from mistk_rl.sdk.schemas import EpisodeConfig, Status
 
 
 class HarnessError(RuntimeError):

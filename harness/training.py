@@ -30,9 +30,9 @@ import numpy as np
 from harness.config import ConfigError, TrainingSpec
 from harness.loop import Evaluated, run_loop
 from harness.progress import TrainingProgress
-from mistk_rl.client import AgentClient, OrchestratorClient
+from mistk_rl.sdk.client import AgentClient, OrchestratorClient
 from mistk_rl.files import atomic_write_bytes, atomic_write_json
-from mistk_rl.schemas import AgentSettings, EpisodeConfig, EpisodeResult
+from mistk_rl.sdk.schemas import AgentSettings, EpisodeConfig, EpisodeResult
 
 
 @dataclass

@@ -15,7 +15,7 @@ from typing import Any, Callable, Mapping, Optional
 import numpy as np
 from gymnasium import spaces
 
-from mistk_rl.codec import StackedMap
+from mistk_rl.wire.codec import StackedMap
 from mistk_rl.errors import InvalidRequest
 from mistk_rl.limits import Limits
 

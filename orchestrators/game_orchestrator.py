@@ -26,17 +26,17 @@ from typing import Any, Optional
 
 import numpy as np
 
-from mistk_rl.client import ServiceError, ServiceUnavailable
+from mistk_rl.sdk.client import ServiceError, ServiceUnavailable
 from mistk_rl.errors import InvalidRequest
 from mistk_rl.games.enumerate import check_enumerable, enumerate_lines
 from mistk_rl.games.opponents import OPPONENTS
 from mistk_rl.games.pettingzoo_games import (RESULTS, Decision, GameCopy, GameInfo, Outcome,
                                              check_lineup, make_copy, probe_game, result_for,
                                              winner)
-from mistk_rl.implementation import PROGRESS_EVERY_S
-from mistk_rl.orchestrator import AbstractOrchestrator, episode_quotas
-from mistk_rl.stepping import replay_batch
-from mistk_rl.schemas import ExhaustiveSpec, GameEpisodeSettings
+from mistk_rl.framework.implementation import PROGRESS_EVERY_S
+from mistk_rl.framework.orchestrator import AbstractOrchestrator, episode_quotas
+from mistk_rl.sdk.stepping import replay_batch
+from mistk_rl.sdk.schemas import ExhaustiveSpec, GameEpisodeSettings
 from mistk_rl.spaces import space_to_dict
 
 

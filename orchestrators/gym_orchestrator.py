@@ -5,7 +5,7 @@ One startEpisode is one agent episode (episodeStarted ... episodeStopped) in whi
 copies run their own episodes and reset themselves. Every step sends all ready copies'
 observations in one request (columns, or entity ``name`` for one copy and ``name:i`` for
 several; with ``pipelineDepth`` 2, two requests in flight for two halves of the copies:
-`mistk_rl.stepping`), so the agent answers with one batched forward pass; the previous
+`mistk_rl.sdk.stepping`), so the agent answers with one batched forward pass; the previous
 steps' outcomes ride along in the same request. Per-env accounting records each finished
 episode exactly once. Env copies live in an env manager (``envManager``: base, subprocess,
 async, or ray: actors on the cluster, placed as ``env.envWorkers`` says) that supervises
@@ -23,17 +23,17 @@ from typing import Any, Iterable, Optional
 import gymnasium as gym
 import numpy as np
 
-from mistk_rl.client import ServiceError, ServiceUnavailable
+from mistk_rl.sdk.client import ServiceError, ServiceUnavailable
 from mistk_rl.errors import InvalidRequest
-from mistk_rl.implementation import PROGRESS_EVERY_S
-from mistk_rl.orchestrator import AbstractOrchestrator, episode_quotas
+from mistk_rl.framework.implementation import PROGRESS_EVERY_S
+from mistk_rl.framework.orchestrator import AbstractOrchestrator, episode_quotas
 from mistk_rl.rl.envs import ALL_MANAGERS, EnvManager, Timestep, make_env_fns
 from mistk_rl.rl.envs.ray_workers import join_cluster
 from mistk_rl.rl.envs.base import EnvFn
 from mistk_rl.thinker.gym_env import ThinkerEnvFactory
-from mistk_rl.schemas import GymEnvSpec, GymEpisodeSettings
+from mistk_rl.sdk.schemas import GymEnvSpec, GymEpisodeSettings
 from mistk_rl.spaces import SUPPORTED, coerce_action, space_to_dict
-from mistk_rl.stepping import Outcome, Stepper, stepper_for
+from mistk_rl.sdk.stepping import Outcome, Stepper, stepper_for
 
 
 # When requests use the binary encoding (`binary_for`). Measured with `mistk-rl bench

@@ -80,7 +80,7 @@ from typing import Any, Optional
 
 import gymnasium as gym
 
-from mistk_rl.client import (BadRequest, Conflict, OrchestratorClient, ServiceError,
+from mistk_rl.sdk.client import (BadRequest, Conflict, OrchestratorClient, ServiceError,
                              WaitTimeout)
 from mistk_rl.errors import InvalidRequest
 from mistk_rl.files import atomic_write_bytes
@@ -90,9 +90,9 @@ from mistk_rl.league.manager import LeagueManager
 from mistk_rl.league.player import MainPlayer, solo_players
 from mistk_rl.league.scheduler import Assignment, Backoff, Failure, Scheduler, one_line
 from mistk_rl.lifecycle import AGENT
-from mistk_rl.orchestrator import AbstractOrchestrator
+from mistk_rl.framework.orchestrator import AbstractOrchestrator
 from orchestrators.gym_orchestrator import probe_env
-from mistk_rl.schemas import (AgentSettings, EpisodeConfig, EpisodeResult, GameEpisodeSettings,
+from mistk_rl.sdk.schemas import (AgentSettings, EpisodeConfig, EpisodeResult, GameEpisodeSettings,
                               LeagueEnvSpec, LeagueSettings)
 from mistk_rl.spaces import space_to_dict
 

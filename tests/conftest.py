@@ -7,7 +7,7 @@ from typing import Callable, Optional, Sequence
 
 import pytest
 
-from mistk_rl.launch import ServiceProcess, group_members, spawn_service, wait_ready
+from mistk_rl.deploy.launch import ServiceProcess, group_members, spawn_service, wait_ready
 
 RANDOM_AGENT = "agents.random_agent:RandomAgent"
 GYM_ORCHESTRATOR = "orchestrators.gym_orchestrator:GymOrchestrator"

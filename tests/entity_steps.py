@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
-from mistk_rl.agent import AbstractAgent, ReplayBatch
+from mistk_rl.framework.agent import AbstractAgent, ReplayBatch
 from mistk_rl.service.steps import StepStore, entity_acting, entity_transitions
 
 

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from agents.random_agent import RandomAgent
-from mistk_rl import codec
+from mistk_rl.wire import codec
 from mistk_rl.errors import IllegalState, InvalidRequest
 from mistk_rl.limits import Limits
 from mistk_rl.service.handlers import AgentService, OrchestratorService

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from mistk_rl.transport import DEFAULT_SPIN
+from mistk_rl.wire.spin import DEFAULT_SPIN
 from tests.conftest import REPO
 
 

@@ -1,4 +1,4 @@
-"""Services on a Ray cluster (`mistk_rl.cluster`, `mistk-rl run --cluster`).
+"""Services on a Ray cluster (`mistk_rl.deploy.cluster`, `mistk-rl run --cluster`).
 
 The cases in `tests/cluster/` start a real three-node cluster on this machine; they run in a
 loopback-only network namespace (``unshare --net``: Ray binds the machine's interface address
@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from harness.config import ConfigError, RunConfig, load_config, with_cluster
-from mistk_rl.cluster import Resources
+from mistk_rl.deploy.cluster import Resources
 
 REPO = Path(__file__).resolve().parent.parent
 CASES = sorted((REPO / "tests" / "cluster").glob("cases_*.py"))

@@ -8,7 +8,7 @@ import struct
 import numpy as np
 import pytest
 
-from mistk_rl import codec
+from mistk_rl.wire import codec
 from mistk_rl.errors import InvalidRequest
 from tests.conftest import RANDOM_AGENT
 

@@ -8,8 +8,8 @@ import re
 import pytest
 from pydantic.alias_generators import to_snake
 
-from mistk_rl import schemas
-from mistk_rl.client import AgentClient, OrchestratorClient
+from mistk_rl.sdk import schemas
+from mistk_rl.sdk.client import AgentClient, OrchestratorClient
 from mistk_rl.lifecycle import AGENT, ORCHESTRATOR
 from mistk_rl.lifecycle.machine import api_name
 from mistk_rl.service.app import load_spec

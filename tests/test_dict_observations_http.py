@@ -8,9 +8,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from mistk_rl.client import BadRequest
+from mistk_rl.sdk.client import BadRequest
 from mistk_rl.rl.learner import load_checkpoint
-from mistk_rl.launch import wait_ready
+from mistk_rl.deploy.launch import wait_ready
 from tests.conftest import GYM_ORCHESTRATOR
 
 ENV = "tests.rl.dict_env:DictCue-v0"  # 8 steps an episode: a random policy scores 4

@@ -77,9 +77,9 @@ def test_the_lifecycle_pictures_show_every_state_a_caller_sees(site: Path) -> No
 
 def test_the_sdk_page_documents_the_clients(site: Path) -> None:
     page = (site / "reference" / "sdk" / "index.html").read_text()
-    for name in ("mistk_rl.client.AgentClient.get_action",
-                 "mistk_rl.client.OrchestratorClient.start_episode",
-                 "mistk_rl.served_policy.ServedPolicy.predict", "mistk_rl.client.WaitTimeout"):
+    for name in ("mistk_rl.sdk.client.AgentClient.get_action",
+                 "mistk_rl.sdk.client.OrchestratorClient.start_episode",
+                 "mistk_rl.sdk.served_policy.ServedPolicy.predict", "mistk_rl.sdk.client.WaitTimeout"):
         assert f'id="{name}"' in page, name
 
 

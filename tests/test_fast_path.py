@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from agents.random_agent import RandomAgent
-from mistk_rl import jsonable
+from mistk_rl.wire import jsonable
 from mistk_rl.limits import Limits
 from mistk_rl.service.app import create_app
 from mistk_rl.service.handlers import AgentService
@@ -309,7 +309,7 @@ def _request(op: str, body: bytes, *, token: str = "sesame", chunked: bool = Fal
 def _answers(port: int, wire: bytes, count: int):
     """Send `wire` at once on one connection; the `count` answers, and whether the server
     kept the connection."""
-    from mistk_rl.transport import _Connection
+    from mistk_rl.sdk.transport import _Connection
 
     conn = _Connection("127.0.0.1", port, 10, None)
     try:
@@ -548,7 +548,7 @@ def test_the_served_loop_times_each_request_from_the_answer_before_it(uvicorn_ag
 
     awake = Noted(0.001, clock=lambda: now[0])
     monkeypatch.setattr(CoalescingHttpTools, "awake", awake)
-    from mistk_rl.transport import _Connection
+    from mistk_rl.sdk.transport import _Connection
 
     conn = _Connection("127.0.0.1", port, 10, None)
     try:

@@ -9,8 +9,8 @@ import time
 import pytest
 
 from harness.bench.faults import HarnessProcess, long_run_config, restart_worker
-from mistk_rl.client import ServiceRestarted, ServiceUnavailable
-from mistk_rl.launch import wait_until_gone
+from mistk_rl.sdk.client import ServiceRestarted, ServiceUnavailable
+from mistk_rl.deploy.launch import wait_until_gone
 from tests.conftest import GYM_ORCHESTRATOR, RANDOM_AGENT, REPO, SIGINT_IGNORED
 
 

@@ -8,7 +8,7 @@ import os
 import pytest
 import requests
 
-from mistk_rl.client import BadRequest, Conflict, NotFound, PayloadTooLarge
+from mistk_rl.sdk.client import BadRequest, Conflict, NotFound, PayloadTooLarge
 from tests.conftest import GYM_ORCHESTRATOR, RANDOM_AGENT
 
 

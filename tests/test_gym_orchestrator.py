@@ -150,7 +150,7 @@ def test_pipelined_blocks_play_the_continuous_pipelined_run_and_replay_each_step
      "sends no step requests"),
 ])
 def test_a_pipeline_it_cannot_run_is_refused_and_changes_nothing(launch, config, match):
-    from mistk_rl.client import BadRequest
+    from mistk_rl.sdk.client import BadRequest
 
     orch_service = launch("orchestrator", GYM_ORCHESTRATOR)
     agent_service = launch("agent", "agents.dqn_agent:DQNAgent")
@@ -230,7 +230,7 @@ def test_env_copies_on_ray_without_a_cluster_are_a_400_that_changes_nothing(
     (the cluster tests run it on one: tests/cluster/cases_env_workers.py). Also where Ray's
     ray_current_cluster file names a cluster that is gone, as one that stopped leaves it:
     ray.init would retry that address for minutes, past the client's timeout."""
-    from mistk_rl.client import BadRequest
+    from mistk_rl.sdk.client import BadRequest
 
     monkeypatch.delenv("RAY_ADDRESS", raising=False)
     monkeypatch.setenv("RAY_TMPDIR", str(tmp_path))  # Ray's files: tmp_path/ray/...

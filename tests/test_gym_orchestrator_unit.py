@@ -2,8 +2,8 @@
 from __future__ import annotations
 
 from orchestrators.gym_orchestrator import GymOrchestrator
-from mistk_rl.orchestrator import RegisteredAgent
-from mistk_rl.schemas import EpisodeConfig
+from mistk_rl.framework.orchestrator import RegisteredAgent
+from mistk_rl.sdk.schemas import EpisodeConfig
 
 
 class RecordingClient:
@@ -67,7 +67,7 @@ def test_a_pipeline_needs_an_agent_that_takes_step_columns():
     import pytest
 
     from mistk_rl.errors import InvalidRequest
-    from mistk_rl.schemas import GymEpisodeSettings
+    from mistk_rl.sdk.schemas import GymEpisodeSettings
 
     orch = GymOrchestrator()
     orch.do_initialize({"id": "CartPole-v1", "kwargs": {}}, 1)

@@ -101,7 +101,7 @@ def test_no_private_names_imported_across_modules():
 def test_services_and_callers_that_run_no_model_do_not_load_torch():
     """torch takes seconds to import: the SDK, the serving pipeline, the step path and the
     gym orchestrator must not load it (a policy copy loads it where one runs)."""
-    modules = ("mistk_rl.client", "mistk_rl.service.app", "mistk_rl.stepping",
+    modules = ("mistk_rl.sdk.client", "mistk_rl.service.app", "mistk_rl.sdk.stepping",
                "orchestrators.gym_orchestrator", "agents.random_agent")
     done = subprocess.run(
         [sys.executable, "-c", f"import sys; import {', '.join(modules)}; "

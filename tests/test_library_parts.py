@@ -13,8 +13,8 @@ from pydantic import TypeAdapter
 from harness.config import ConfigError, load_config, with_seed
 from mistk_rl.errors import InvalidRequest
 from mistk_rl.files import atomic_write_json, resolve_in
-from mistk_rl.jsonable import to_jsonable
-from mistk_rl.schemas import Space
+from mistk_rl.wire.jsonable import to_jsonable
+from mistk_rl.sdk.schemas import Space
 from mistk_rl.spaces import coerce_action, space_from_dict, space_to_dict
 
 REPO = Path(__file__).resolve().parent.parent
@@ -178,7 +178,7 @@ def test_atomic_writes_get_the_mode_open_would_give(tmp_path):
 
 def test_episode_quotas_split_evenly_with_the_remainder_first():
     """Each env copy's share of an episode limit: short episodes cannot crowd out long ones."""
-    from mistk_rl.orchestrator import episode_quotas
+    from mistk_rl.framework.orchestrator import episode_quotas
 
     assert episode_quotas(5, 2) == [3, 2]
     assert episode_quotas(7, 3) == [3, 2, 2] and sum(episode_quotas(100, 7)) == 100
@@ -186,8 +186,8 @@ def test_episode_quotas_split_evenly_with_the_remainder_first():
 
 
 def test_played_counts_what_a_call_moved():
-    from mistk_rl.client import Played
-    from mistk_rl.schemas import OrchestratorProgress, Results
+    from mistk_rl.sdk.client import Played
+    from mistk_rl.sdk.schemas import OrchestratorProgress, Results
 
     played = Played(Results(), OrchestratorProgress(env_steps=10, agent_steps={"a": 4}),
                     OrchestratorProgress(env_steps=25, agent_steps={"a": 9, "b": 3}))

@@ -11,12 +11,12 @@ from agents.dqn_agent import DQNAgent
 from agents.ppo_agent import PPOAgent
 from agents.random_agent import RandomAgent
 from harness.bench.step import InProcessClient
-from mistk_rl.agent import rounds
-from mistk_rl.client import ServiceError
+from mistk_rl.framework.agent import rounds
+from mistk_rl.sdk.client import ServiceError
 from mistk_rl.errors import IllegalState, InvalidRequest
 from mistk_rl.service.handlers import AgentService
 from mistk_rl.spaces import space_to_dict
-from mistk_rl.stepping import LocalInference, LocalStepper
+from mistk_rl.sdk.stepping import LocalInference, LocalStepper
 from tests.conftest import GYM_ORCHESTRATOR, RANDOM_AGENT
 from tests.test_step_columns import SPACES, _service, _train
 
@@ -241,7 +241,7 @@ def test_spaces_of_the_copy_are_the_agents(tmp_path):
 def test_a_copy_sends_each_env_copys_steps_in_time_order(tmp_path):
     """Async env managers report outcomes in any order: a batch's rows go together, batches
     in the order they acted, so each copy's steps reach the agent in time order."""
-    from mistk_rl.stepping import Outcome
+    from mistk_rl.sdk.stepping import Outcome
 
     service = _service(tmp_path, DQNAgent(), DQN)
     sent = []

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from agents.random_agent import RandomAgent
-from mistk_rl import codec
+from mistk_rl.wire import codec
 from mistk_rl.errors import InvalidRequest
 from mistk_rl.limits import Limits
 from mistk_rl.service.app import BASE_PATHS, create_app, load_spec

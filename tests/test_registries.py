@@ -7,7 +7,7 @@ from pydantic import ValidationError
 
 from mistk_rl.games.opponents import OPPONENTS, UniformOpponent
 from mistk_rl.registry import Registry, did_you_mean
-from mistk_rl.schemas import ExhaustiveSpec
+from mistk_rl.sdk.schemas import ExhaustiveSpec
 from mistk_rl.service.app import fill_registry_enums, load_spec
 
 
@@ -124,7 +124,7 @@ def test_a_new_player_type_is_declared_by_its_class_alone():
 
     from mistk_rl.league.manager import LeagueManager
     from mistk_rl.league.player import PLAYER_TYPES, MainPlayer
-    from mistk_rl.schemas import LeaguePlayerSpec
+    from mistk_rl.sdk.schemas import LeaguePlayerSpec
 
     @dataclass
     class Sparring(MainPlayer):

@@ -10,7 +10,7 @@ import yaml
 
 from harness.config import RunConfig
 from harness.run import read_episodes, run
-from mistk_rl.client import BadRequest
+from mistk_rl.sdk.client import BadRequest
 from mistk_rl.spaces import space_to_dict
 from tests.conftest import GYM_ORCHESTRATOR
 

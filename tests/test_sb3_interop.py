@@ -1,13 +1,13 @@
 """Interop with Stable-Baselines3 both ways, over HTTP: an SB3 model served as an agent
 (`agents/sb3_agent.py`) plays a game and acts as SB3 itself does; a served agent is a
-policy object (`mistk_rl.served_policy.ServedPolicy`) that SB3's `evaluate_policy` drives."""
+policy object (`mistk_rl.sdk.served_policy.ServedPolicy`) that SB3's `evaluate_policy` drives."""
 from __future__ import annotations
 
 import gymnasium as gym
 import pytest
 
-from mistk_rl.client import BadRequest
-from mistk_rl.served_policy import ServedPolicy
+from mistk_rl.sdk.client import BadRequest
+from mistk_rl.sdk.served_policy import ServedPolicy
 from tests.conftest import RANDOM_AGENT
 
 sb3 = pytest.importorskip("stable_baselines3")

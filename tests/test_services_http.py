@@ -6,7 +6,7 @@ import json
 import pytest
 import requests
 
-from mistk_rl.client import (AgentClient, BadRequest, Conflict, OrchestratorClient,
+from mistk_rl.sdk.client import (AgentClient, BadRequest, Conflict, OrchestratorClient,
                              PayloadTooLarge, ServerError, ServiceFailed, Unauthorized)
 from tests.conftest import GYM_ORCHESTRATOR, RANDOM_AGENT
 

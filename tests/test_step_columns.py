@@ -12,15 +12,15 @@ import torch
 from agents.dqn_agent import DQNAgent
 from agents.ppo_agent import PPOAgent
 from agents.random_agent import RandomAgent
-from mistk_rl import codec
-from mistk_rl.agent import Acted, Acting
+from mistk_rl.wire import codec
+from mistk_rl.framework.agent import Acted, Acting
 from mistk_rl.errors import InvalidRequest
 from mistk_rl.rl.envs import MANAGERS, make_env_fns
 from mistk_rl.service.handlers import AgentService
 from mistk_rl.service.steps import StepStore, entity_acting
 from mistk_rl.spaces import space_to_dict
 from harness.bench.step import InProcessClient
-from mistk_rl.stepping import ColumnStepper, EntityStepper, Outcome
+from mistk_rl.sdk.stepping import ColumnStepper, EntityStepper, Outcome
 from tests.conftest import RANDOM_AGENT
 
 CARTPOLE = gym.make("CartPole-v1")

@@ -1,4 +1,4 @@
-"""The step stream (`mistk_rl.frames`): stepColumns as frames on one upgraded connection.
+"""The step stream (`mistk_rl.wire.frames`): stepColumns as frames on one upgraded connection.
 Served agents (gunicorn on loopback) driven through the SDK, checked against the same agent
 driven in process and against the HTTP requests' answers."""
 from __future__ import annotations
@@ -7,10 +7,10 @@ import numpy as np
 import pytest
 
 from agents.dqn_agent import DQNAgent
-from mistk_rl import frames
-from mistk_rl.client import (BadRequest, ColumnPipeline, Conflict, PayloadTooLarge,
+from mistk_rl.wire import frames
+from mistk_rl.sdk.client import (BadRequest, ColumnPipeline, Conflict, PayloadTooLarge,
                              ServiceUnavailable, Unauthorized)
-from mistk_rl.stepping import ColumnStepper, stepper_for
+from mistk_rl.sdk.stepping import ColumnStepper, stepper_for
 from harness.bench.step import InProcessClient
 from tests.conftest import RANDOM_AGENT
 from tests.test_fast_path import OnThePool
@@ -148,7 +148,7 @@ def test_a_server_that_cannot_upgrade_is_stepped_over_http(launch, monkeypatch):
 def test_the_gym_orchestrator_steps_an_agent_that_lists_stream_on_its_stream():
     """`stepper_for` (the gym orchestrator's choice) takes the stream at any depth when the
     agent lists it, and HTTP requests otherwise."""
-    from mistk_rl.client import AgentClient
+    from mistk_rl.sdk.client import AgentClient
 
     client = AgentClient("http://127.0.0.1:1")
     for depth in (1, 2):

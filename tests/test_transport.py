@@ -10,9 +10,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-import mistk_rl.transport as transport_module
-from mistk_rl.transport import (DEFAULT_SPIN, SPIN_ENV, Transport, TransportError,
-                                default_spin, spin_from_env)
+import mistk_rl.sdk.transport as transport_module
+from mistk_rl.sdk.transport import Transport, TransportError
+from mistk_rl.wire.spin import DEFAULT_SPIN, SPIN_ENV, default_spin, spin_from_env
 
 
 class _Handler(BaseHTTPRequestHandler):

@@ -177,7 +177,7 @@ def test_unsupported_keywords_are_refused_at_compile_time():
 
 
 def test_binary_maps_are_checked_through_one_entry():
-    from mistk_rl import codec
+    from mistk_rl.wire import codec
 
     check = compile_schema(SCHEMAS["getAction"])
     check(codec.decode(codec.encode({"obs": {f"e{i}": [0.0, 1.0] for i in range(8)}})), "")

@@ -8,10 +8,10 @@ in the same sitting, the machine's floor under it (`floor`: a bare echo and the 
 server stack answering a constant). With ``--awake`` (getaction, transport) every CPU is
 kept from idling meanwhile (`floor.cpus_kept_awake`), and the records say so. With ``--spin
 US`` (getaction, transport) the bench runs with ``MISTK_RL_SPIN_US=US``, as a user can set
-it: its clients wait for each answer awake for up to US microseconds (`mistk_rl.transport`)
+it: its clients wait for each answer awake for up to US microseconds (`mistk_rl.sdk.transport`)
 and the services it starts wait so for the next request after each answer; without it, as
 without the variable, both wait so for up to 1 ms with two CPUs or more
-(`mistk_rl.transport.default_spin`). The records carry it: ``spin_us``.
+(`mistk_rl.wire.spin.default_spin`). The records carry it: ``spin_us``.
 """
 from __future__ import annotations
 
@@ -142,7 +142,7 @@ def run_bench(what: str, n: Optional[int] = None, json_out: Optional[Path] = Non
             raise SystemExit(f"bench {what}: {flag} is for getaction and transport")
     if what in ("getaction", "transport"):
         from harness.bench.floor import cpus_kept_awake
-        from mistk_rl.transport import default_spin
+        from mistk_rl.wire.spin import default_spin
 
         with cpus_kept_awake() if awake else nullcontext(), _spinning(spin_us):
             spins = {"spin_us": round(default_spin() * 1e6, 3)}
@@ -230,7 +230,7 @@ def run_bench(what: str, n: Optional[int] = None, json_out: Optional[Path] = Non
 def _spinning(spin_us: Optional[float]) -> Iterator[None]:
     """Every client made meanwhile waits for answers awake for `spin_us` (the environment
     variable a user would set; checked as a client would). None: as the environment says."""
-    from mistk_rl.transport import SPIN_ENV, spin_from_env
+    from mistk_rl.wire.spin import SPIN_ENV, spin_from_env
 
     if spin_us is None:
         yield

@@ -212,8 +212,8 @@ def bench_cluster_league(steps: int = 10_000) -> list[dict[str, Any]]:
 
 def bench_cluster_transport(env_counts: list[int], steps: int) -> list[dict[str, Any]]:
     from harness.bench.step import cartpole_agent_config, measure_steps, start_random_agent
-    from mistk_rl.client import AgentClient
-    from mistk_rl.cluster import Cluster as Placement, Resources
+    from mistk_rl.sdk.client import AgentClient
+    from mistk_rl.deploy.cluster import Cluster as Placement, Resources
 
     records = []
     with tempfile.TemporaryDirectory(prefix="mistk-bench-") as tmp:

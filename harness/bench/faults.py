@@ -21,7 +21,7 @@ from typing import Callable
 
 import yaml
 
-from mistk_rl.launch import group_members, wait_until_gone
+from mistk_rl.deploy.launch import group_members, wait_until_gone
 
 RANDOM_AGENT = "agents.random_agent:RandomAgent"
 GYM_ORCHESTRATOR = "orchestrators.gym_orchestrator:GymOrchestrator"

@@ -36,8 +36,8 @@ from typing import Callable, Iterator
 
 import numpy as np
 
-from mistk_rl.launch import end_with_parent
-from mistk_rl.transport import Transport
+from mistk_rl.deploy.launch import end_with_parent
+from mistk_rl.sdk.transport import Transport
 
 KINDS = ("echo", "asgi")
 # a getAction of one CartPole observation, as the SDK sends it (JSON)

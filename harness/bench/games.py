@@ -14,9 +14,9 @@ import time
 from pathlib import Path
 from typing import Any, Optional
 
-from mistk_rl.jsonable import to_jsonable
-from mistk_rl.orchestrator import RegisteredAgent
-from mistk_rl.schemas import EpisodeConfig
+from mistk_rl.wire.jsonable import to_jsonable
+from mistk_rl.framework.orchestrator import RegisteredAgent
+from mistk_rl.sdk.schemas import EpisodeConfig
 
 AGENTS = {"random": "agents.opponent_agents:MaskedRandomAgent",
           "dqn": "agents.dqn_agent:DQNAgent"}
@@ -60,7 +60,7 @@ def _hyperparameters(agent: str) -> dict:
 
 
 def bench_games(copies: list[int], moves: int) -> list[dict]:
-    from mistk_rl.launch import start_service
+    from mistk_rl.deploy.launch import start_service
     from mistk_rl.service.handlers import AgentService
     from orchestrators.game_orchestrator import GameOrchestrator
 

@@ -2,7 +2,7 @@
 
 transport: env steps per second on CartPole-v1 with the random agent, driving the gym
 orchestrator's loop (ready observations -> one step request carrying the last steps'
-outcomes -> env manager step, through `mistk_rl.stepping`) with the agent called in-process
+outcomes -> env manager step, through `mistk_rl.sdk.stepping`) with the agent called in-process
 (its service object, no HTTP) and over HTTP (a real gunicorn service on loopback; stepColumns
 as JSON and binary, and the entity-keyed step), at each env count, in one run.
 Over HTTP it also counts the bytes on the wire per env step (requests and answers, heads
@@ -28,11 +28,11 @@ from typing import Any, Callable, Sequence
 import gymnasium as gym
 import numpy as np
 
-from mistk_rl.client import AgentClient
-from mistk_rl.jsonable import to_jsonable
+from mistk_rl.sdk.client import AgentClient
+from mistk_rl.wire.jsonable import to_jsonable
 from mistk_rl.rl.envs import MANAGERS, EnvManager, make_env_fns
 from mistk_rl.spaces import space_to_dict
-from mistk_rl.stepping import Outcome, Stepper, stepper_for
+from mistk_rl.sdk.stepping import Outcome, Stepper, stepper_for
 
 SLOW_ENV = "harness.bench.step:SlowCartPole-v0"
 
@@ -165,7 +165,7 @@ def cartpole_agent_config(name: str = "bench") -> dict:
 def start_random_agent(tmp: Path, name: str = "bench"):
     """A RandomAgent service on loopback, initialized and registered for CartPole-v1;
     returns (service process, client). The caller stops the service."""
-    from mistk_rl.launch import start_service
+    from mistk_rl.deploy.launch import start_service
 
     service = start_service("agent", "agents.random_agent:RandomAgent",
                             data_dir=tmp / "served", log_path=tmp / "agent.log")
@@ -179,7 +179,7 @@ def start_random_agent(tmp: Path, name: str = "bench"):
 # how each mode reaches the agent: in process; over HTTP requests with stepColumns as JSON
 # and binary (and binary on a CartPole whose rewards vary: `VariedRewardCartPole`), and
 # pipelined (two requests in flight for two halves of the copies, pipelineDepth 2); on the
-# agent's step stream (`mistk_rl.frames`, what the gym orchestrator uses when the agent lists
+# agent's step stream (`mistk_rl.wire.frames`, what the gym orchestrator uses when the agent lists
 # `stream`), one frame at a time (also with varying rewards) and pipelined; and the
 # entity-keyed step. Pipelined, stream and entity modes are encoded as the gym orchestrator
 # would (`binary_for`).
@@ -302,9 +302,9 @@ def bench_local(env_counts: list[int], steps: int, batch_steps: int = 64,
     (replayColumns), encoded as the gym orchestrator would (`binary_for`); the modes take
     turns (`interleaved`)."""
     from agents.dqn_agent import DQNAgent
-    from mistk_rl.launch import start_service
+    from mistk_rl.deploy.launch import start_service
     from mistk_rl.service.handlers import AgentService
-    from mistk_rl.stepping import ColumnStepper, LocalInference, LocalStepper
+    from mistk_rl.sdk.stepping import ColumnStepper, LocalInference, LocalStepper
     from orchestrators.gym_orchestrator import binary_for
 
     space = gym.make("CartPole-v1").observation_space

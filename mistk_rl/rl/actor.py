@@ -1,7 +1,7 @@
 """`Actor`: acting with a policy, the same wherever it runs.
 
 An agent service acts with its policy (`PolicyAgent.do_act`); with local inference an
-orchestrator acts with a copy of it next to the env (`mistk_rl.stepping.LocalStepper`). Both
+orchestrator acts with a copy of it next to the env (`mistk_rl.sdk.stepping.LocalStepper`). Both
 go through `Actor.act`, so exploration (epsilon at the env step, sampling), the warm-up's
 uniform actions, action masks and what the model said for the transition (the extras:
 sampled action, log-prob, value) are one piece of code, not two that drift apart.

@@ -1,6 +1,6 @@
 """`mistk-rl serve` (and `python -m mistk_rl serve`): one agent or orchestrator class as a
 service. The framework's own command line, so that starting a service needs nothing above
-the framework (`mistk_rl.launch` runs `python -m mistk_rl serve ...`)."""
+the framework (`mistk_rl.deploy.launch` runs `python -m mistk_rl serve ...`)."""
 from __future__ import annotations
 
 import argparse
@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Optional, Sequence
 
 from mistk_rl.limits import Limits
-from mistk_rl.transport import spin_from_env
+from mistk_rl.wire.spin import spin_from_env
 
 
 def add_serve_arguments(parser: argparse.ArgumentParser) -> None:

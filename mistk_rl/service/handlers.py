@@ -22,22 +22,23 @@ import numpy as np
 from gymnasium import spaces
 from pydantic import BaseModel
 
-from mistk_rl import API_VERSION, codec, frames
-from mistk_rl.agent import AbstractAgent, Acting, Columns, EpisodeInfo, ReplayBatch, Transitions
-from mistk_rl.client import AgentClient, Conflict, ServiceError, ServiceUnavailable
-from mistk_rl.codec import StackedMap
+from mistk_rl import API_VERSION
+from mistk_rl.wire import codec, frames
+from mistk_rl.framework.agent import AbstractAgent, Acting, EpisodeInfo, ReplayBatch, Transitions
+from mistk_rl.sdk.client import AgentClient, Conflict, ServiceError, ServiceUnavailable
+from mistk_rl.wire.codec import StackedMap
 from mistk_rl.errors import IllegalState, InvalidRequest, NotFound, UpgradeRequired
 from mistk_rl.files import atomic_write_bytes
-from mistk_rl.jsonable import to_jsonable
+from mistk_rl.wire.jsonable import to_jsonable
 from mistk_rl.lifecycle import AGENT, ORCHESTRATOR, Lifecycle
 from mistk_rl.limits import Limits
-from mistk_rl.orchestrator import AbstractOrchestrator, RegisteredAgent
+from mistk_rl.framework.orchestrator import AbstractOrchestrator, RegisteredAgent
 from mistk_rl.registry import suggest
-from mistk_rl.agent import take_rows
+from mistk_rl.wire.columns import Columns, take_rows
 from mistk_rl.service.steps import StepStore, entity_acting, entity_transitions
 from mistk_rl.spaces import (ValueCheck, mask_check, observation_dtypes, space_from_request,
                              value_check)
-from mistk_rl.stepping import prepare_local_inference
+from mistk_rl.sdk.stepping import prepare_local_inference
 
 log = logging.getLogger(__name__)
 Response = tuple[dict[str, Any], int, dict[str, str]]
@@ -363,7 +364,7 @@ class AgentService(_Service):
     role = "agent"
     # step: replayAction + getAction in one call; tensors: the binary encoding on the step
     # path; columns: stepColumns; stream: stepColumns as frames on an upgraded connection
-    # (`mistk_rl.frames`; an agent whose steps do not run inline has none)
+    # (`mistk_rl.wire.frames`; an agent whose steps do not run inline has none)
     capabilities = ("step", "tensors", "columns", "stream")
 
     def __init__(self, agent: AbstractAgent, data_dir: Path,
@@ -501,7 +502,7 @@ class AgentService(_Service):
         (`mistk_rl.service.server.CoalescingHttpTools`) takes the upgraded ones."""
         raise UpgradeRequired(f"open the step stream with 'Connection: Upgrade' and 'Upgrade: "
                               f"{frames.PROTOCOL}'; its frames are stepColumns bodies "
-                              "(mistk_rl.frames)", frames.PROTOCOL)
+                              "(mistk_rl.wire.frames)", frames.PROTOCOL)
 
     # ---- local inference: a copy of the policy acts next to the env ----------------------
     def getPolicy(self, weights: bool = True) -> Response:  # noqa: N802

@@ -46,9 +46,9 @@ from urllib.parse import parse_qsl
 import numpy as np
 from connexion.json_schema import resolve_refs
 
-from mistk_rl import codec, frames
+from mistk_rl.wire import codec, frames
 from mistk_rl.errors import InvalidRequest, MistkError
-from mistk_rl.jsonable import dumps, loads_fast
+from mistk_rl.wire.jsonable import dumps, loads_fast
 from mistk_rl.limits import Limits
 from mistk_rl.service.validation import Check, compile_schema
 
@@ -121,7 +121,7 @@ class Pipeline:
         inline = getattr(service.impl, "steps_inline", False)
         for operation in self.routes.values():
             operation.inline = operation.step and inline
-        # a step stream's path -> the operation its frames are (`mistk_rl.frames`)
+        # a step stream's path -> the operation its frames are (`mistk_rl.wire.frames`)
         self.streams = {path: self.routes[("POST", path[:-len(frames.PATH)] + frames.FRAMES_OF)]
                         for (_, path), op in self.routes.items() if op.id == "stepStream"}
         # every answer names the instance (the SDK notices a restarted service by it)
@@ -186,7 +186,7 @@ class Pipeline:
     # -- the step stream: frames answered as requests on an upgraded connection --
     def open_stream(self, method: str, path: str,
                     headers: dict) -> tuple[Optional[Operation], "Answer"]:
-        """A request to upgrade to the step stream on `path` (`mistk_rl.frames`): the
+        """A request to upgrade to the step stream on `path` (`mistk_rl.wire.frames`): the
         operation its frames are and the ``101`` answer, or None and the problem that
         refuses it. It is admitted as a request of that operation would be (the token), and
         its headers (Content-Type, Accept) hold for every frame."""

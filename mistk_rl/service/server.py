@@ -21,11 +21,11 @@ from gunicorn.app.base import BaseApplication
 from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
 from uvicorn_worker import UvicornWorker
 
-from mistk_rl import frames
-from mistk_rl.agent import AbstractAgent
+from mistk_rl.wire import frames
+from mistk_rl.framework.agent import AbstractAgent
 from mistk_rl.limits import Limits
-from mistk_rl.orchestrator import AbstractOrchestrator
-from mistk_rl.transport import default_spin
+from mistk_rl.framework.orchestrator import AbstractOrchestrator
+from mistk_rl.wire.spin import default_spin
 
 ROLES = {"agent": AbstractAgent, "orchestrator": AbstractOrchestrator}
 log = logging.getLogger(__name__)
@@ -127,7 +127,7 @@ class AwakeAfterAnswers:
     """Keeps the worker's event loop polling instead of sleeping for `spin` seconds after each
     answer, while requests come that soon after the answer before them (`default_spin`: 1
     ms with two CPUs or more, ``MISTK_RL_SPIN_US`` sets it; the clients' side is
-    `mistk_rl.transport`).
+    `mistk_rl.sdk.transport`).
 
     In a step loop the next request comes within a step's time; a loop that slept meanwhile
     lets its vCPU halt, and on a virtual machine the request then waits for the hypervisor
@@ -190,7 +190,7 @@ class CoalescingHttpTools(HttpToolsProtocol):
     Any other request takes uvicorn's own way. After each answer the loop stays awake for
     a while if requests come that fast (`AwakeAfterAnswers`, one per worker).
 
-    A request that upgrades to the step stream (`mistk_rl.frames`) turns its connection
+    A request that upgrades to the step stream (`mistk_rl.wire.frames`) turns its connection
     into one: after the ``101`` every frame is answered the same way, `answer_now` with
     the upgrade request's headers, and no HTTP is parsed or written again."""
 
@@ -257,7 +257,7 @@ class CoalescingHttpTools(HttpToolsProtocol):
         super().on_response_complete()
         self.awake.answered(self.loop, self)  # type: ignore[union-attr]
 
-    # -- the step stream (`mistk_rl.frames`) --
+    # -- the step stream (`mistk_rl.wire.frames`) --
     def data_received(self, data: bytes) -> None:
         if self._stream is None:
             super().data_received(data)

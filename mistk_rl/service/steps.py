@@ -22,9 +22,9 @@ from typing import Any, Optional
 
 import numpy as np
 
-from mistk_rl.agent import (Acted, Acting, Columns, ReplayBatch, Transitions, concat_rows,
-                            take_rows)
-from mistk_rl.codec import range_start
+from mistk_rl.framework.agent import Acted, Acting, ReplayBatch, Transitions
+from mistk_rl.wire.columns import Columns, concat_rows, take_rows
+from mistk_rl.wire.codec import range_start
 from mistk_rl.errors import InvalidRequest
 
 

@@ -8,7 +8,7 @@ use are supported one by one, and any other keyword is refused at compile time, 
 cannot silently use something this validator ignores. Error messages follow jsonschema's
 wording (``<problem> - '<path>'``); a value that fits no option of a `oneOf` gets the deepest
 option error, as jsonschema's `best_match` picks it. Bodies decoded from the binary
-encoding (`mistk_rl.codec`) hold numpy values where JSON has numbers and lists; they pass the
+encoding (`mistk_rl.wire.codec`) hold numpy values where JSON has numbers and lists; they pass the
 same checks (a Tensor is then a numeric array of rank <= 4).
 """
 from __future__ import annotations
@@ -19,7 +19,7 @@ from typing import Any, Callable, Optional
 
 import numpy as np
 
-from mistk_rl.codec import StackedMap
+from mistk_rl.wire.codec import StackedMap
 from mistk_rl.errors import InvalidRequest
 
 Check = Callable[[Any, str], None]

@@ -66,8 +66,8 @@ def test_a_gym_orchestrator_on_the_cluster_plays_with_env_copies_on_another_node
     (until reset), they hold 3 of the `alpha` node's 4 units."""
     import ray
 
-    from mistk_rl.client import AgentClient, OrchestratorClient
-    from mistk_rl.cluster import Cluster, Resources
+    from mistk_rl.sdk.client import AgentClient, OrchestratorClient
+    from mistk_rl.deploy.cluster import Cluster, Resources
 
     placed = Cluster("auto", run_id="envs", data_root=str(tmp_path / "nodes"))
     services = [placed.spawn("orchestrator", "orchestrator",

@@ -1,4 +1,4 @@
-"""Services placed on the cluster by `mistk-rl run`'s `cluster:` block (`mistk_rl.cluster`)."""
+"""Services placed on the cluster by `mistk-rl run`'s `cluster:` block (`mistk_rl.deploy.cluster`)."""
 from __future__ import annotations
 
 import json
@@ -78,7 +78,7 @@ def test_a_killed_service_is_gone_when_kill_returns(cluster):
     (right after a bare `ray.kill` Ray still listed it 2 times in 40)."""
     import ray
 
-    from mistk_rl.cluster import PlacedService, Resources
+    from mistk_rl.deploy.cluster import PlacedService, Resources
 
     host = ray.remote(max_restarts=0, num_cpus=0)(_Idle)
     for i in range(20):
@@ -91,7 +91,7 @@ def test_a_killed_service_is_gone_when_kill_returns(cluster):
 def test_a_service_asked_near_the_driver_runs_on_its_node_when_it_can(cluster, tmp_path):
     """The league orchestrator's default (`harness.run`): on the driver's node (the head
     here) while it has room, elsewhere when it has not."""
-    from mistk_rl.cluster import Cluster, Resources
+    from mistk_rl.deploy.cluster import Cluster, Resources
 
     placed = Cluster("auto", run_id="near", data_root=str(tmp_path / "nodes"))
     near = placed.spawn("agent", "near", "agents.random_agent:RandomAgent",

@@ -10,8 +10,8 @@ import pytest
 from mistk_rl.errors import InvalidRequest
 from mistk_rl.service.handlers import refuse_unknown_options
 from mistk_rl.games.opponents import MaskedRandom, TicTacToePerfect
-from mistk_rl.orchestrator import RegisteredAgent
-from mistk_rl.schemas import AgentSettings, EpisodeConfig, ExhaustiveSpec
+from mistk_rl.framework.orchestrator import RegisteredAgent
+from mistk_rl.sdk.schemas import AgentSettings, EpisodeConfig, ExhaustiveSpec
 from orchestrators.game_orchestrator import GameOrchestrator
 
 TICTACTOE, RPS = "classic/tictactoe-v3", "classic/rps-v2"

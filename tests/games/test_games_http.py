@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from mistk_rl.client import BadRequest
+from mistk_rl.sdk.client import BadRequest
 
 GAME = "orchestrators.game_orchestrator:GameOrchestrator"
 DQN = "agents.dqn_agent:DQNAgent"

@@ -52,7 +52,7 @@ def test_symmetric_positions_are_stored_once():
 
 def test_a_dqn_agent_stores_every_image_of_a_move(tmp_path):
     from agents.dqn_agent import DQNAgent
-    from mistk_rl.agent import ReplayBatch
+    from mistk_rl.framework.agent import ReplayBatch
     from tests.entity_steps import EntitySteps
     from mistk_rl.errors import InvalidRequest
     from mistk_rl.spaces import space_from_dict

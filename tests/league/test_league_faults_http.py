@@ -16,9 +16,9 @@ import pytest
 
 from harness.bench.faults import HarnessProcess
 from harness.bench.faults import workers as gunicorn_workers
-from mistk_rl.client import BadRequest, NotFound, OrchestratorClient
-from mistk_rl.launch import ServiceProcess, wait_ready, wait_until_gone
-from mistk_rl.schemas import League
+from mistk_rl.sdk.client import BadRequest, NotFound, OrchestratorClient
+from mistk_rl.deploy.launch import ServiceProcess, wait_ready, wait_until_gone
+from mistk_rl.sdk.schemas import League
 from tests.conftest import REPO
 
 LEAGUE = "orchestrators.league_orchestrator:LeagueOrchestrator"

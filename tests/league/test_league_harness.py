@@ -7,7 +7,7 @@ import pytest
 from harness.config import ConfigError, Target, load_config
 from harness.games import meets
 from harness.league import by_seat_order, payoff_figure, plot_payoff, plot_ratings, table_text
-from mistk_rl.schemas import LeagueSettings
+from mistk_rl.sdk.schemas import LeagueSettings
 from tests.conftest import REPO
 
 REPORT = {"random": {"exhaustive": True, "seats": {

@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from mistk_rl.client import BadRequest, NotFound
-from mistk_rl.launch import wait_ready
+from mistk_rl.sdk.client import BadRequest, NotFound
+from mistk_rl.deploy.launch import wait_ready
 
 LEAGUE = "orchestrators.league_orchestrator:LeagueOrchestrator"
 GAME = "orchestrators.game_orchestrator:GameOrchestrator"

@@ -8,11 +8,11 @@ import itertools
 
 import pytest
 
-from mistk_rl.client import (Conflict, OrchestratorClient, ServerError, ServiceRestarted,
+from mistk_rl.sdk.client import (Conflict, OrchestratorClient, ServerError, ServiceRestarted,
                              ServiceUnavailable)
-from mistk_rl.orchestrator import RegisteredAgent
+from mistk_rl.framework.orchestrator import RegisteredAgent
 from mistk_rl.errors import InvalidRequest
-from mistk_rl.schemas import (EpisodeConfig, EpisodeResult, GameEpisodeSettings,
+from mistk_rl.sdk.schemas import (EpisodeConfig, EpisodeResult, GameEpisodeSettings,
                               OrchestratorProgress, Results, Status)
 from orchestrators import league_orchestrator
 from orchestrators.league_orchestrator import LeagueOrchestrator

@@ -7,7 +7,7 @@ import math
 import pytest
 
 from agents.random_agent import RandomAgent
-from mistk_rl.agent import EpisodeInfo
+from mistk_rl.framework.agent import EpisodeInfo
 from mistk_rl.errors import InvalidRequest
 from mistk_rl.league.manager import LeagueManager
 

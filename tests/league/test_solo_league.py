@@ -10,11 +10,11 @@ import threading
 
 import pytest
 
-from mistk_rl.client import OrchestratorClient, ServerError
+from mistk_rl.sdk.client import OrchestratorClient, ServerError
 from mistk_rl.errors import InvalidRequest
 from mistk_rl.league.manager import LeagueManager
-from mistk_rl.orchestrator import RegisteredAgent
-from mistk_rl.schemas import EpisodeConfig, EpisodeResult, OrchestratorProgress, Results, Status
+from mistk_rl.framework.orchestrator import RegisteredAgent
+from mistk_rl.sdk.schemas import EpisodeConfig, EpisodeResult, OrchestratorProgress, Results, Status
 from orchestrators.league_orchestrator import LeagueOrchestrator
 from tests.league.test_league_orchestrator import FakeAgent, wire_workers
 
@@ -222,7 +222,7 @@ def test_what_a_solo_league_refuses(players, workers, agents, match):
 def test_a_battle_player_takes_no_solo_settings():
     from pydantic import ValidationError
 
-    from mistk_rl.schemas import LeaguePlayerSpec
+    from mistk_rl.sdk.schemas import LeaguePlayerSpec
 
     assert LeaguePlayerSpec(id="s", type="solo", numEnvs=3).settings() == {"num_envs": 3}
     with pytest.raises(ValidationError, match="player 'm' \\(main\\) has no setting numEnvs"):

@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from mistk_rl.client import BadRequest
-from mistk_rl.launch import wait_ready
+from mistk_rl.sdk.client import BadRequest
+from mistk_rl.deploy.launch import wait_ready
 
 LEAGUE = "orchestrators.league_orchestrator:LeagueOrchestrator"
 GYM = "orchestrators.gym_orchestrator:GymOrchestrator"

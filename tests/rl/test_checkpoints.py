@@ -15,7 +15,7 @@ import torch
 
 from agents.dqn_agent import DQNAgent
 from agents.ppo_agent import PPOAgent
-from mistk_rl.agent import EpisodeInfo, ReplayBatch
+from mistk_rl.framework.agent import EpisodeInfo, ReplayBatch
 from mistk_rl.rl.data.buffers import NaiveReplayBuffer
 from mistk_rl.rl.learner import Learner, LogHook, load_checkpoint, save_checkpoint
 from mistk_rl.rl.policies.dqn import DQNPolicy

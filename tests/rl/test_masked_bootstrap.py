@@ -10,7 +10,7 @@ from mistk_rl.rl.data.returns import NStepAccumulator
 from mistk_rl.rl.data.samples import ReplaySamples
 from mistk_rl.rl.envs.base import Timestep
 from mistk_rl.rl.policies.dqn import DQNPolicy
-from mistk_rl.stepping import EntityStepper, replay_batch
+from mistk_rl.sdk.stepping import EntityStepper, replay_batch
 from orchestrators.gym_orchestrator import _outcome
 
 OBS = gym.spaces.Box(-1, 1, (3,), np.float32)

@@ -10,7 +10,7 @@ import torch
 
 from agents.dqn_agent import DQNAgent
 from agents.ppo_agent import PPOAgent
-from mistk_rl.agent import EpisodeInfo, ReplayBatch
+from mistk_rl.framework.agent import EpisodeInfo, ReplayBatch
 from mistk_rl.errors import InvalidRequest
 from mistk_rl.rl.normalize import Normalizer, RunningMeanStd
 from tests.entity_steps import EntitySteps

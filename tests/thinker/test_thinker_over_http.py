@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from mistk_rl.client import BadRequest
-from mistk_rl.launch import wait_ready
+from mistk_rl.sdk.client import BadRequest
+from mistk_rl.deploy.launch import wait_ready
 from mistk_rl.thinker.puzzle import MAX_STEPS
 from tests.conftest import GYM_ORCHESTRATOR
 

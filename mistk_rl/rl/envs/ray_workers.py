@@ -12,7 +12,7 @@ finds room, reset with its next seed and reported by an abnormal timestep; `max_
 failures in a row retire it.
 
 The process that runs the manager must reach the cluster: `address` (default: the
-``RAY_ADDRESS`` a service placed by `mistk_rl.cluster` gets, else ``auto``). Ray is imported
+``RAY_ADDRESS`` a service placed by `mistk_rl.deploy.cluster` gets, else ``auto``). Ray is imported
 only when this manager is launched.
 """
 from __future__ import annotations
@@ -20,7 +20,7 @@ from __future__ import annotations
 import os
 from typing import Any, Optional
 
-from mistk_rl.ray_address import unreachable
+from mistk_rl.rl.envs.ray_address import unreachable
 from mistk_rl.rl.envs.base import EnvManager, Timestep
 from mistk_rl.rl.envs.worker import step_env
 

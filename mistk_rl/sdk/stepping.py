@@ -32,8 +32,8 @@ from typing import Any, Mapping, Optional, Protocol
 
 import numpy as np
 
-from mistk_rl.agent import concat_rows, take_rows
-from mistk_rl.client import AgentClient
+from mistk_rl.wire.columns import concat_rows, take_rows
+from mistk_rl.sdk.client import AgentClient
 from mistk_rl.spaces import space_from_dict
 
 Masks = Optional[Mapping[int, Any]]
@@ -94,7 +94,7 @@ class ColumnStepper:
     With ``depth`` 1 each call sends one request and waits for its answer. With ``depth``
     d > 1 the copies are split into d groups the first time; each later call sends the
     copies that are ready again as one request and takes the answer of the oldest request
-    in flight (`mistk_rl.client.ColumnPipeline`). Its caller steps that group's copies while
+    in flight (`mistk_rl.sdk.client.ColumnPipeline`). Its caller steps that group's copies while
     the agent computes the next group's actions: env stepping and the agent's work overlap
     instead of taking turns, and the round trip's wait is hidden. A copy acts on its own
     observations either way; what changes is that a group's actions come from the policy
@@ -102,7 +102,7 @@ class ColumnStepper:
     a seeded run is reproducible at any depth (and differs from depth 1).
 
     With `stream` (the agent lists ``stream``) the requests go as frames on the agent's step
-    stream (`mistk_rl.frames`), at any depth: the same bodies and answers without HTTP per
+    stream (`mistk_rl.wire.frames`), at any depth: the same bodies and answers without HTTP per
     step. The stream closes when a loop ends (a call with no ready copies).
     """
 

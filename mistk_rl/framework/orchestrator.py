@@ -8,12 +8,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar, Optional
 
-from mistk_rl.client import AgentClient
+from mistk_rl.sdk.client import AgentClient
 from mistk_rl.errors import InvalidRequest
 from mistk_rl.files import atomic_write_json
-from mistk_rl.implementation import PROGRESS_EVERY_S, ServiceImplementation
-from mistk_rl.schemas import EnvSpec, EpisodeSettings
-from mistk_rl.stepping import LocalInference, replay_batch
+from mistk_rl.framework.implementation import PROGRESS_EVERY_S, ServiceImplementation
+from mistk_rl.sdk.schemas import EnvSpec, EpisodeSettings
+from mistk_rl.sdk.stepping import LocalInference, replay_batch
 
 
 @dataclass
@@ -108,8 +108,8 @@ class AbstractOrchestrator(ServiceImplementation, ABC):
     def act(self, agent: RegisteredAgent, obs: dict[str, Any], replay: dict[str, dict],
             masks: Optional[dict[str, Any]]) -> dict[str, Any]:
         """One request for all of `agent`'s entities that must act: `step` (with the
-        transitions in `replay`, entity -> `mistk_rl.stepping.REPLAY_FIELDS`) when the agent offers it, else
-        replayAction then getAction."""
+        transitions in `replay`, entity -> `mistk_rl.sdk.stepping.REPLAY_FIELDS`) when the
+        agent offers it, else replayAction then getAction."""
         if "step" in agent.capabilities:
             return agent.client.step(obs, replay=replay_batch(replay) if replay else None,
                                      action_mask=masks)

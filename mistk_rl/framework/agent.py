@@ -7,13 +7,14 @@ import json
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Optional, Union
+from typing import Any, Callable, Optional
 
 import numpy as np
 from gymnasium import spaces
 
 from mistk_rl.errors import InvalidRequest
-from mistk_rl.implementation import ServiceImplementation
+from mistk_rl.framework.implementation import ServiceImplementation
+from mistk_rl.wire.columns import Columns, take_rows
 
 Observations = dict[str, np.ndarray]
 """Observations keyed by entity name (an agent may control several entities)."""
@@ -41,24 +42,6 @@ class ReplayBatch:
     terminated: dict[str, bool]
     truncated: dict[str, bool]
     new_action_mask: Optional[dict[str, np.ndarray]] = None  # legal actions in new_obs
-
-
-Columns = Union[np.ndarray, dict[str, np.ndarray]]
-"""One row per env copy: an array [N, ...], or for a Dict space one such array per key."""
-
-
-def take_rows(columns: Columns, rows: Any) -> Columns:
-    """Rows of columns (a Dict space's: of each key's)."""
-    if isinstance(columns, dict):
-        return {key: column[rows] for key, column in columns.items()}
-    return columns[rows]
-
-
-def concat_rows(parts: list[Columns]) -> Columns:
-    """Columns one after the other (a Dict space's: key by key)."""
-    if isinstance(parts[0], dict):
-        return {key: np.concatenate([p[key] for p in parts]) for key in parts[0]}
-    return np.concatenate(parts)
 
 
 @dataclass

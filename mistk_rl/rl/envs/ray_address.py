@@ -3,8 +3,9 @@
 `ray.init` on an address where nothing answers retries for minutes (over 200 s measured),
 and ``auto`` is such an address more often than it looks: it means the cluster named in
 Ray's ``ray_current_cluster`` file, which a cluster that is gone leaves behind. So before
-joining, both `mistk_rl.cluster.Cluster` and the env copies on Ray (`mistk_rl.rl.envs.
-ray_workers`) resolve the address as Ray would and try one TCP connection to it.
+joining, both the env copies on Ray (`ray_workers`, beside this module) and the services
+placed there (`mistk_rl.deploy.cluster.Cluster`) resolve the address as Ray would and try
+one TCP connection to it.
 """
 from __future__ import annotations
 

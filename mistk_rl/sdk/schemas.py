@@ -161,7 +161,8 @@ class StepColumns(Body):
 
 
 class PolicyCopy(Body):
-    """getPolicy's answer (local inference; `mistk_rl.agent.PolicyCopy` says each field)."""
+    """getPolicy's answer (local inference; `mistk_rl.framework.agent.PolicyCopy` says each
+    field)."""
 
     policy: str
     config: dict[str, Any]
@@ -387,7 +388,7 @@ class OrchestratorStatus(Status):
 
 
 class LocalInferenceSettings(Body):
-    """Act with a copy of the agent's policy next to the env (`mistk_rl.stepping`)."""
+    """Act with a copy of the agent's policy next to the env (`mistk_rl.sdk.stepping`)."""
 
     sync_every: int = Field(default=1, ge=1)
     batch_steps: int = Field(default=64, ge=1, le=65536)
@@ -438,7 +439,7 @@ class GymEpisodeSettings(EpisodeSettings):
     resume: bool = False  # with num_steps: cut at the budget, continue in the next call
     env_kwargs: Optional[dict[str, Any]] = None  # over initialize's kwargs
     # stepColumns requests in flight at once, each for its share of the env copies
-    # (`mistk_rl.stepping.ColumnStepper`)
+    # (`mistk_rl.sdk.stepping.ColumnStepper`)
     pipeline_depth: int = Field(default=1, ge=1, le=8)
 
 

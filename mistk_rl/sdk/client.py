@@ -3,7 +3,7 @@
 Every call has a timeout; every error the service answers becomes a typed exception carrying
 the problem details; background operations (202) wait for their outcome by long-polling
 ``GET status`` unless called with ``wait=False``. Connections are kept alive (a small pool
-per client, `mistk_rl.transport`), so a step costs one round trip and no handshake.
+per client, `mistk_rl.sdk.transport`), so a step costs one round trip and no handshake.
 
     agent = AgentClient("http://127.0.0.1:8081")
     agent.initialize(hyperparameters={"lr": 1e-3})   # waits until 'initialized'
@@ -21,14 +21,14 @@ from urllib.parse import urlsplit
 
 import numpy as np
 
-from mistk_rl import codec, frames
-from mistk_rl.jsonable import dumps, loads_fast, to_jsonable
-from mistk_rl.schemas import (AgentConfig, AgentInitParams, ApiVersion, ColumnActions,
+from mistk_rl.wire import codec, frames
+from mistk_rl.wire.jsonable import dumps, loads_fast, to_jsonable
+from mistk_rl.sdk.schemas import (AgentConfig, AgentInitParams, ApiVersion, ColumnActions,
                               EpisodeConfig, EpisodeResult, EpisodeSettings, EpisodeStart,
                               FileWritten, League, LeagueWorkerJoin, Learned,
                               OrchestratorInitParams, OrchestratorProgress,
                               OrchestratorStatus, PolicyCopy, Problem, Replay, Results, Status)
-from mistk_rl.transport import Response, Stream, Transport, TransportError
+from mistk_rl.sdk.transport import Response, Stream, Transport, TransportError
 
 log = logging.getLogger(__name__)
 
@@ -179,7 +179,7 @@ class _ServiceClient:
                  timeout: float = DEFAULT_TIMEOUT, spin: Optional[float] = None) -> None:
         """`url` is the service's root (``http://host:port``) or its full base path.
         `spin`: seconds to wait for each answer awake before sleeping, while answers come
-        that fast (`mistk_rl.transport`; None: ``MISTK_RL_SPIN_US``, else 1 ms with two
+        that fast (`mistk_rl.sdk.transport`; None: ``MISTK_RL_SPIN_US``, else 1 ms with two
         CPUs or more, 0 with one)."""
         url = url.rstrip("/")
         self.base_url = url if urlsplit(url).path not in ("", "/") else url + self.base_path
@@ -438,14 +438,14 @@ class AgentClient(_ServiceClient):
 
     def step_stream(self) -> "ColumnPipeline":
         """stepColumns on the agent's step stream (``GET stepStream`` upgraded, capability
-        ``stream``, `mistk_rl.frames`): `send` and `receive` carry the same bodies and
+        ``stream``, `mistk_rl.wire.frames`): `send` and `receive` carry the same bodies and
         answers as `step_columns`, without HTTP per step; `close` ends it."""
         return ColumnPipeline(self, stream=True)
 
     def get_policy(self, weights: bool = True) -> PolicyCopy:
         """A copy of the agent's policy to act with locally (`getPolicy`, capability
         ``local``): its name, config and, with `weights`, the acting model's weights (name
-        -> numpy array). `mistk_rl.stepping.LocalStepper` builds and uses it."""
+        -> numpy array). `mistk_rl.sdk.stepping.LocalStepper` builds and uses it."""
         answer = self._call("GET", "/policy", params={"weights": weights},
                             tensors=self.binary, columns=True)
         arrays = _arrays(answer.pop("weights", None))
@@ -621,12 +621,12 @@ class ColumnPipeline:
     """stepColumns requests sent before the answers to earlier ones are read: `send` takes
     `AgentClient.step_columns`' arguments and returns at once, `receive` gives the oldest
     request's answer. The agent service runs them one at a time in the order sent.
-    `mistk_rl.stepping.ColumnStepper` uses it to step half its env copies while the agent
+    `mistk_rl.sdk.stepping.ColumnStepper` uses it to step half its env copies while the agent
     answers for the other half (``depth`` 2), and for the step stream at any depth.
 
     The requests go as HTTP/1.1 pipelining on a connection of their own
-    (`mistk_rl.transport.Pipeline`) or, with `stream`, as frames on the agent's step stream
-    (`mistk_rl.frames`, capability ``stream``): no HTTP per step. The stream opens at the
+    (`mistk_rl.sdk.transport.Pipeline`) or, with `stream`, as frames on the agent's step stream
+    (`mistk_rl.wire.frames`, capability ``stream``): no HTTP per step. The stream opens at the
     first `send` with the encoding of that request (`AgentClient.binary`), and again after
     `close` or when the encoding changes; an agent whose server cannot upgrade (426) or
     whose steps do not run inline (501) is stepped over HTTP instead."""

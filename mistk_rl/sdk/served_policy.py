@@ -16,7 +16,7 @@ from typing import Any, Optional
 import numpy as np
 from gymnasium import spaces
 
-from mistk_rl.client import AgentClient
+from mistk_rl.sdk.client import AgentClient
 from mistk_rl.spaces import space_to_dict
 
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional, Sequence
 
-from mistk_rl.client import AgentClient, OrchestratorClient, ServiceUnavailable
+from mistk_rl.sdk.client import AgentClient, OrchestratorClient, ServiceUnavailable
 
 _CLIENTS = {"agent": AgentClient, "orchestrator": OrchestratorClient}
 _PR_SET_PDEATHSIG = 1  # linux/prctl.h

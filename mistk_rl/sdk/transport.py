@@ -12,7 +12,7 @@ Content-Length, chunked encoding or the end of the connection; 1xx answers skipp
 keep-alive unless the server says ``Connection: close``; TLS for https URLs; pipelining
 (`Pipeline`: requests written before earlier answers are read, on one connection); the
 upgrade of a connection of its own to the services' step stream (`Stream`,
-`mistk_rl.frames`). Keep-alive
+`mistk_rl.wire.frames`). Keep-alive
 brings one hazard, handled here: an idle connection the server closed is noticed *before* a
 request is written (the socket reads as at EOF), so a request is never sent twice. A server
 may still close a kept-alive connection just as a request goes out; then only an idempotent
@@ -38,7 +38,6 @@ them on its connection, as they do in a step loop with one caller
 """
 from __future__ import annotations
 
-import os
 import select
 import socket
 import ssl
@@ -50,16 +49,14 @@ from http.client import RemoteDisconnected
 from typing import Callable, Iterator, Mapping, Optional, TypeVar
 from urllib.parse import urlencode, urlsplit
 
-from mistk_rl import frames
+from mistk_rl.wire import frames
+from mistk_rl.wire.spin import MAX_SPIN, default_spin
 
 T = TypeVar("T")
 # The server closed a kept-alive connection as the request went out: nothing was answered.
 _CLOSED_BEFORE_ANSWER = (RemoteDisconnected, ConnectionResetError, BrokenPipeError)
 MAX_HEAD_BYTES = 64 * 1024  # an answer's status line and headers
 _RECV_BYTES = 256 * 1024
-SPIN_ENV = "MISTK_RL_SPIN_US"  # microseconds each answer is waited for awake (module doc)
-MAX_SPIN = 0.01  # seconds: a longer wait is better spent asleep
-DEFAULT_SPIN = 1e-3  # seconds clients and services poll when the variable is unset
 
 
 class TransportError(ConnectionError):
@@ -72,34 +69,6 @@ class TransportError(ConnectionError):
 
 class ProtocolError(ValueError):
     """The server's answer is not HTTP/1.x as this client reads it."""
-
-
-def spin_from_env() -> float:
-    """The spin ``MISTK_RL_SPIN_US`` asks for, in seconds (0 when it is unset or empty); a
-    ValueError naming it when it is not a number of microseconds from 0 to `MAX_SPIN`."""
-    raw = os.environ.get(SPIN_ENV, "").strip()
-    if not raw:
-        return 0.0
-    try:
-        spin = float(raw) / 1e6
-    except ValueError:
-        spin = -1.0
-    if not 0 <= spin <= MAX_SPIN:  # (also NaN)
-        raise ValueError(f"{SPIN_ENV}={raw!r}: give the microseconds to wait for an answer "
-                         f"awake, 0 to {MAX_SPIN * 1e6:.0f}")
-    return spin
-
-
-def default_spin() -> float:
-    """The spin this process's SDK clients wait for answers with, and its services for the
-    next request (module doc): ``MISTK_RL_SPIN_US`` when set, else `DEFAULT_SPIN` for a
-    process that may run on two CPUs or more, else 0 (on one CPU the poller would keep the
-    process it waits for from running)."""
-    if os.environ.get(SPIN_ENV, "").strip():
-        return spin_from_env()
-    usable = (len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity")
-              else os.cpu_count() or 1)
-    return DEFAULT_SPIN if usable >= 2 else 0.0
 
 
 class Headers(Mapping[str, str]):
@@ -205,7 +174,7 @@ class _Connection:
         return Response(status, reason, Headers(headers), body), not closes
 
     def read_frame(self) -> tuple[int, int, bytes]:
-        """The next answer frame of a step stream (`mistk_rl.frames`): its status, content
+        """The next answer frame of a step stream (`mistk_rl.wire.frames`): its status, content
         type (an index into `frames.CONTENT_TYPES`) and payload; awaited as an answer is."""
         started = time.perf_counter()
         self._poll_until = (started + self.spin if self._poller is not None
@@ -573,7 +542,7 @@ class Pipeline(_InFlight):
 
 
 class Stream(_InFlight):
-    """A step stream (`mistk_rl.frames`): bodies go out as frames on an upgraded connection
+    """A step stream (`mistk_rl.wire.frames`): bodies go out as frames on an upgraded connection
     of its own and their answers are read in the order sent, with no HTTP per step. `send`
     and `receive` are `Pipeline`'s, so a caller may keep several frames in flight; the
     frames' Content-Type and Accept are the ones the stream was opened with

@@ -2,7 +2,7 @@
 
 A service on a cluster is one small Ray actor (`ServiceHost`) that asks Ray for the service's
 resources (CPUs, GPUs, custom node resources: what pins a service to a kind of node) and, on
-the node Ray picked, starts the service exactly as on one machine (`mistk_rl.launch`:
+the node Ray picked, starts the service exactly as on one machine (`mistk_rl.deploy.launch`:
 `mistk-rl serve` on a free port, bound to the node's address, its data dir on that node).
 Callers get its URL and talk to it over plain HTTP as always: Ray places services, it is not
 on the step path. The actor is the service's parent: when the actor dies (its node is lost,
@@ -19,8 +19,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping, Optional, Sequence
 
-from mistk_rl.launch import ServiceStartError, spawn_service, wait_ready
-from mistk_rl.ray_address import unreachable
+from mistk_rl.deploy.launch import ServiceStartError, spawn_service, wait_ready
+from mistk_rl.rl.envs.ray_address import unreachable
 
 NAMESPACE = "mistk-rl"
 
@@ -92,7 +92,7 @@ class ServiceHost:
 @dataclass
 class PlacedService:
     """A service on the cluster, as the harness sees it: the interface of
-    `mistk_rl.launch.ServiceProcess` (url, wait_ready, begin_stop, stop, log_tail)."""
+    `mistk_rl.deploy.launch.ServiceProcess` (url, wait_ready, begin_stop, stop, log_tail)."""
 
     role: str
     target: str

@@ -50,7 +50,7 @@ from typing import Any, Iterator, Mapping, NamedTuple
 import numpy as np
 
 from mistk_rl.errors import InvalidRequest
-from mistk_rl.jsonable import dumps, loads_fast
+from mistk_rl.wire.jsonable import dumps, loads_fast
 
 CONTENT_TYPE = "application/vnd.mistk.tensors"
 # fields that group maps (a step request's replay); every other dict in a body is a map of
@@ -254,7 +254,7 @@ def _decode(data: bytes) -> dict[str, Any]:
     header = _loads(bytes(data[_LENGTH.size:base]))
     if type(header) is dict and "arrays" in header:
         raise ValueError("a JSON header of 'arrays' is the column form before 2026-11-27; "
-                         f"column messages now start with {COLUMNS_MAGIC!r} (mistk_rl.codec)")
+                         f"column messages now start with {COLUMNS_MAGIC!r} (mistk_rl.wire.codec)")
     header = _object(header, "the header", required=("maps",), optional=("values",))
     body: dict[str, Any] = {}
     for path, value in _object(header.get("values", {}), "the header's values").items():
