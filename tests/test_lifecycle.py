@@ -6,13 +6,16 @@ derived from `mistk_rl.lifecycle.tables`, so a wrong row in the implementation f
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import threading
+import types
 
 import pytest
+from transitions import Machine
 
 from mistk_rl.errors import HookFailed, IllegalState, Rejected
 from mistk_rl.lifecycle import AGENT, ORCHESTRATOR, Lifecycle
-from mistk_rl.lifecycle.machine import Task
+from mistk_rl.lifecycle.machine import Task, direct_moves
 
 # operation -> {legal source state: state after the hook returns}
 AGENT_EXPECTED = {
@@ -341,3 +344,31 @@ def test_docs_lifecycle_diagrams_are_current():
                 continue
             for source in ([row["source"]] if isinstance(row["source"], str) else row["source"]):
                 assert f"{source} --> {row['dest']}: {row['trigger']}" in drawn
+
+
+@pytest.mark.parametrize("table", [AGENT, ORCHESTRATOR], ids=lambda t: t.role)
+def test_the_direct_moves_go_where_the_machine_would(table):
+    """`Lifecycle._fire` moves plain rows by hand: from every state, every trigger it moves
+    that way lands where transitions' Machine, firing the same trigger, lands."""
+    moves = direct_moves(table)
+    assert len(moves) > len(table.states)  # (most rows are plain: the check has cases)
+    for (state, trigger), dest in moves.items():
+        model = types.SimpleNamespace()
+        machine = Machine(model=model, states=list(table.states), initial=state,
+                          transitions=[dict(t) for t in table.transitions],
+                          auto_transitions=False)
+        assert machine.events[trigger].trigger(model), (state, trigger)
+        assert model.state == dest, (state, trigger)
+
+
+def test_a_row_with_a_callback_goes_through_the_machine():
+    """A callback added to a row the fast path would move is run, not skipped: the row is no
+    longer plain, so its trigger fires through the machine."""
+    ran = []
+    rows = [{**row, "after": lambda event: ran.append(event.transition.dest)}
+            if row["trigger"] == "step" else row for row in AGENT.transitions]
+    table = dataclasses.replace(AGENT, transitions=tuple(rows))
+    assert ("in_episode", "step") not in direct_moves(table)
+    lifecycle = _at(table, "in_episode")
+    lifecycle.run("step", lambda: None)
+    assert ran == ["stepping"] and lifecycle.state == "in_episode"

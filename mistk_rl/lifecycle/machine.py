@@ -100,6 +100,26 @@ class _Model:
     state: str
 
 
+# A row with only these keys has no condition and no callback: firing its trigger can only
+# set the state (and the machine's after_state_change, which `Lifecycle._fire` repeats).
+PLAIN_ROW = frozenset({"trigger", "source", "dest"})
+
+
+def direct_moves(table: Table) -> dict[tuple[str, str], str]:
+    """(state, trigger) -> destination, where the machine would always take a plain row: the
+    first row for that pair has no condition and no callback. The per-step operations (two
+    triggers a step) move there directly instead of through transitions' event processing
+    (150 -> 30 us a step under cProfile). Any other row, one with a condition or with a
+    callback someone adds (``before``, ``after``, ``prepare``, ...), goes through the
+    machine, so its callback runs; the states are names, with no callbacks of their own."""
+    first: dict[tuple[str, str], dict] = {}
+    for row in table.transitions:
+        sources = [row["source"]] if isinstance(row["source"], str) else row["source"]
+        for source in sources:
+            first.setdefault((source, row["trigger"]), row)
+    return {key: row["dest"] for key, row in first.items() if set(row) <= PLAIN_ROW}
+
+
 class Lifecycle:
     """State, version, payload and tasks of one service, driven by a transition table."""
 
@@ -123,18 +143,7 @@ class Lifecycle:
         self._allowed = {state: [name for name in table.operations
                                  if name in self._machine.get_triggers(state)]
                          for state in table.states}
-        # (state, trigger) -> destination where the table's first row for them has no
-        # condition: the machine would always pick that row, so the per-step operations
-        # (two triggers a step) move there directly instead of through transitions' event
-        # processing (150 -> 30 us a step under cProfile). Rows with conditions still go
-        # through the machine.
-        first: dict[tuple[str, str], dict] = {}
-        for row in table.transitions:
-            sources = [row["source"]] if isinstance(row["source"], str) else row["source"]
-            for source in sources:
-                first.setdefault((source, row["trigger"]), row)
-        self._direct = {key: row["dest"] for key, row in first.items()
-                        if not row.get("conditions")}
+        self._direct = direct_moves(table)
         self._ids = itertools.count(1)
         self._task: Task | None = None
         self._local = threading.local()
