@@ -18,8 +18,13 @@ from mistk_rl.limits import Limits
 from mistk_rl.service.app import create_app
 from mistk_rl.service.handlers import AgentService
 from mistk_rl.service.pipeline import STEP_OPERATIONS
-from mistk_rl.service.server import (AwakeAfterAnswers, CoalescingHttpTools, ServiceWorker,
-                                     _HeadWithBody)
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+
+from mistk_rl.service.server import ServiceWorker
+from mistk_rl.service.uvicorn_protocol import (UVICORN_ATTRIBUTES, UVICORN_PRIVATE,
+                                               AwakeAfterAnswers, CoalescingHttpTools,
+                                               IncompatibleUvicorn, _HeadWithBody,
+                                               check_uvicorn)
 from tests.conftest import RANDOM_AGENT
 from tests.test_pipeline import _asgi
 
@@ -229,6 +234,27 @@ def test_an_answers_head_goes_out_with_its_body():
     transport.close()
     assert raw.writes[3].startswith(b"HTTP/1.1 500") and raw.closed
     assert transport.is_closing()  # the rest is the transport's own
+
+
+def test_the_installed_uvicorn_has_what_the_protocol_uses():
+    check_uvicorn()
+
+
+@pytest.mark.parametrize("lacking", [UVICORN_PRIVATE[0], "on_response_complete",
+                                     UVICORN_ATTRIBUTES[-1]])
+def test_a_uvicorn_without_a_part_the_protocol_uses_fails_loudly(lacking):
+    """A uvicorn whose protocol lost a method or a connection attribute is refused by name
+    before any service starts on it (`mistk-rl serve` runs the check first)."""
+    class Changed(HttpToolsProtocol):
+        def on_message_begin(self) -> None:
+            super().on_message_begin()
+            if lacking in UVICORN_ATTRIBUTES:
+                delattr(self, lacking)
+
+    if lacking in UVICORN_PRIVATE:
+        setattr(Changed, lacking, None)
+    with pytest.raises(IncompatibleUvicorn, match=rf"uvicorn .* lacks .*\b{lacking}\b.*tested"):
+        check_uvicorn(Changed)
 
 
 def test_the_worker_serves_with_the_coalescing_protocol_and_no_date_or_server_header():

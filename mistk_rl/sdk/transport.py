@@ -34,7 +34,7 @@ until an answer comes within the bound again. The caller's CPU is busy at most t
 would have waited for a fast answer. A service waits so for the next request after each
 answer, by the same rule: only while requests come within the bound of the answer before
 them on its connection, as they do in a step loop with one caller
-(`mistk_rl.service.server.AwakeAfterAnswers`).
+(`mistk_rl.service.uvicorn_protocol.AwakeAfterAnswers`).
 """
 from __future__ import annotations
 

@@ -499,7 +499,7 @@ class AgentService(_Service):
 
     def stepStream(self) -> Response:  # noqa: N802
         """Reached only by a request that does not upgrade: the services' HTTP protocol
-        (`mistk_rl.service.server.CoalescingHttpTools`) takes the upgraded ones."""
+        (`mistk_rl.service.uvicorn_protocol.CoalescingHttpTools`) takes the upgraded ones."""
         raise UpgradeRequired(f"open the step stream with 'Connection: Upgrade' and 'Upgrade: "
                               f"{frames.PROTOCOL}'; its frames are stepColumns bodies "
                               "(mistk_rl.wire.frames)", frames.PROTOCOL)

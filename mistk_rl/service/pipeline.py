@@ -21,7 +21,7 @@ Requests that name no operation (the Swagger UI, ``openapi.json``, unknown paths
 connexion, which serves the docs and answers 404/405.
 
 An inline step whose body's size is declared can skip ASGI altogether: the services' HTTP
-protocol (`mistk_rl.service.server.CoalescingHttpTools`) gathers its body and calls
+protocol (`mistk_rl.service.uvicorn_protocol.CoalescingHttpTools`) gathers its body and calls
 `Pipeline.answer_now` the moment it is complete. That runs the same steps as `__call__`
 (`_admit`, `_decode`, the handler, `_render`, `_failure`), so both ways answer alike.
 
@@ -43,7 +43,6 @@ from dataclasses import dataclass, field
 from typing import Any, Awaitable, Callable, NamedTuple, Optional
 from urllib.parse import parse_qsl
 
-import numpy as np
 from connexion.json_schema import resolve_refs
 
 from mistk_rl.wire import codec, frames
