@@ -51,13 +51,13 @@ import numpy as np
 import torch
 from gymnasium import spaces
 
-from mistk_rl.framework.agent import (AbstractAgent, Acted, Acting, EpisodeInfo, PolicyCopy,
+from mistk_rl.framework.agent import (AbstractAgent, Acted, Acting, EpisodeInfo, PolicyDescription,
                             Transitions, rounds)
 from mistk_rl.errors import InvalidRequest
 from mistk_rl.games.symmetries import GAMES, BoardSymmetries, symmetries_for
 from mistk_rl.framework.implementation import PROGRESS_EVERY_S
 from mistk_rl.rl.actor import Actor, weights as actor_weights
-from mistk_rl.rl.config import ConfigError, deep_merge, save_config
+from mistk_rl.rl.config import AgentConfigError, deep_merge, save_config
 from mistk_rl.rl.device import resolve_device
 from mistk_rl.rl.learner import (CheckpointHook, Learner, LogHook, load_checkpoint,
                                  save_checkpoint)
@@ -127,7 +127,7 @@ class PolicyAgent(AbstractAgent):
         try:
             config = self.compile_config(hparams)
             resolve_device(config["device"])
-        except ConfigError as exc:
+        except AgentConfigError as exc:
             raise InvalidRequest(f"hyperparameters: {exc}") from exc
         threads = config["torch_threads"]
         if threads is not None and (type(threads) is not int or threads < 1):
@@ -316,7 +316,7 @@ class PolicyAgent(AbstractAgent):
         self.trainer.maybe_train()
         self.update_status(self.progress(), every_s=PROGRESS_EVERY_S)
 
-    def do_policy_copy(self, weights: bool) -> PolicyCopy:
+    def do_policy_copy(self, weights: bool) -> PolicyDescription:
         """The policy's config and, when asked, the acting weights (local inference). An
         agent that normalises observations offers none: a copy would act on statistics
         that move only here."""
@@ -325,7 +325,7 @@ class PolicyAgent(AbstractAgent):
             raise InvalidRequest("local inference: this agent normalises observations "
                                  "(normalize.obs), which a copy cannot follow; turn one off")
         with self.trainer.paused():  # (learn_in background: no step while weights are read)
-            return PolicyCopy(
+            return PolicyDescription(
                 policy=type(self.policy).__name__, config=self.policy.config,
                 observation_space=space_to_dict(self.policy.observation_space),
                 action_space=space_to_dict(self.policy.action_space),

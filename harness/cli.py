@@ -36,12 +36,12 @@ def _eval(args: argparse.Namespace) -> int:
 
 
 def _export(args: argparse.Namespace) -> int:
-    from harness.config import ConfigError
+    from harness.config import RunConfigError
     from harness.export import export_run
 
     try:
         done = export_run(Path(args.run), args.format, Path(args.out), args.agent)
-    except (ConfigError, RuntimeError) as exc:
+    except (RunConfigError, RuntimeError) as exc:
         print(f"mistk-rl export: {exc}", file=sys.stderr)
         return 1
     print(f"exported agent {done['agent']} ({done['model']}) as {done['format']} to "
@@ -53,11 +53,11 @@ def _export(args: argparse.Namespace) -> int:
 
 def _compare(args: argparse.Namespace) -> int:
     from harness.compare import compare
-    from harness.config import ConfigError
+    from harness.config import RunConfigError
 
     try:
         print(compare(args.runs, Path(args.json) if args.json else None))
-    except ConfigError as exc:
+    except RunConfigError as exc:
         print(f"mistk-rl compare: {exc}", file=sys.stderr)
         return 1
     return 0

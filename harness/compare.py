@@ -18,7 +18,7 @@ from typing import Any, Optional, Sequence
 
 import yaml
 
-from harness.config import ConfigError
+from harness.config import RunConfigError
 from harness.games import GameProgress
 from harness.training import Progress
 
@@ -56,12 +56,12 @@ def load_run(spec: str) -> Run:
     try:  # (read as plain YAML: a run of an older schema still compares)
         config = yaml.safe_load((path / CONFIG).read_text())
     except FileNotFoundError:
-        raise ConfigError(f"{path}: not a run directory with evaluations ({CONFIG} is "
+        raise RunConfigError(f"{path}: not a run directory with evaluations ({CONFIG} is "
                           "missing: it is not a mistk-rl run)") from None
     games = config.get("game_training")
     training = games or config.get("training")
     if training is None:
-        raise ConfigError(f"{path}: a run without training (nothing was evaluated over time)")
+        raise RunConfigError(f"{path}: a run without training (nothing was evaluated over time)")
     progress = (GameProgress if games else Progress).load(path)  # (what --resume reads)
     every = int(training.get("eval_every") or 1)
     run = Run(label or config.get("name") or path.name, path, training.get("seed"),
@@ -92,7 +92,7 @@ def summarise(runs: Sequence[Run]) -> dict[str, dict[int, dict[str, Cell]]]:
     for group, members in by_group.items():
         units = {run.unit for run in members}
         if len(units) > 1:
-            raise ConfigError(f"group {group!r} mixes game and gym runs: "
+            raise RunConfigError(f"group {group!r} mixes game and gym runs: "
                               + ", ".join(f"{r.path} ({r.unit})" for r in members))
         table = summary[group] = {}
         for point in sorted({p for run in members for p in run.points}):

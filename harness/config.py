@@ -7,6 +7,7 @@ from typing import Any, Literal, Optional
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from mistk_rl._moved import renamed
 from mistk_rl.league.player import PLAYER_TYPES, solo_players
 from mistk_rl.registry import suggest
 from mistk_rl.sdk.schemas import AgentSettings, LocalInferenceSettings
@@ -39,7 +40,7 @@ class ServiceSpec(_Strict):
         return self
 
 
-class EnvSpec(BaseModel):
+class RunEnvSpec(BaseModel):
     """initialize's env as it is sent: `id`, `kwargs` and whatever settings the orchestrator
     takes (its `env_settings`; it refuses with a 400 naming a key it does not take, with a
     suggestion, so the harness keeps no list of them: e.g. the gym orchestrator's `thinker`)."""
@@ -64,7 +65,7 @@ class EnvSpec(BaseModel):
 class OrchestratorSpec(ServiceSpec):
     """The orchestrator: the env it runs (or the league) and where it comes from."""
 
-    env: EnvSpec  # sent with initialize
+    env: RunEnvSpec  # sent with initialize
 
 
 class LocalInferenceSpec(_Strict):
@@ -251,7 +252,7 @@ class RunConfig(_Strict):
             except ValidationError as exc:
                 raise ValueError("workers: " + "; ".join(
                     f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())) from None
-            env = EnvSpec.model_validate((data.get("orchestrator") or {}).get("env") or {"id": ""})
+            env = RunEnvSpec.model_validate((data.get("orchestrator") or {}).get("env") or {"id": ""})
             data = {**data, "workers": pool.specs(solo=env.solo_players() is not None)}
         return data
 
@@ -315,7 +316,7 @@ def with_seed(config: RunConfig, seed: int) -> RunConfig:
     matchmaking seed. Evaluation seeds (``eval_seed``) stay, so evaluations of runs with
     different seeds play the same episodes."""
     if seed < 0:
-        raise ConfigError(f"seed must be >= 0, got {seed}")
+        raise RunConfigError(f"seed must be >= 0, got {seed}")
     data = config.model_dump()
     for i, agent in enumerate(data["agents"]):
         agent["hyperparameters"]["seed"] = seed + i
@@ -330,7 +331,7 @@ def with_seed(config: RunConfig, seed: int) -> RunConfig:
     return RunConfig.model_validate(data)
 
 
-class ConfigError(ValueError):
+class RunConfigError(ValueError):
     """The config file is missing, not YAML, or does not match the schema."""
 
 
@@ -338,10 +339,10 @@ def with_eval_episodes(config: RunConfig, episodes: int) -> RunConfig:
     """The config evaluating a single-agent run on `episodes` episodes (``mistk-rl eval
     --episodes``)."""
     if config.training is None:
-        raise ConfigError("--episodes: only a single-agent run ('training' block) evaluates "
+        raise RunConfigError("--episodes: only a single-agent run ('training' block) evaluates "
                           "on episodes; a game config's evaluation is its 'evaluation' block")
     if episodes < 1:
-        raise ConfigError(f"--episodes must be >= 1, got {episodes}")
+        raise RunConfigError(f"--episodes must be >= 1, got {episodes}")
     data = config.model_dump()
     data["training"]["eval_episodes"] = episodes
     return RunConfig.model_validate(data)
@@ -371,7 +372,7 @@ def resume_config(run_dir: Path, config_path: Optional[Path] = None,
     differ = sorted({key for key, _ in _flat(given.model_dump(exclude={"token"})).items()
                      ^ _flat(saved.model_dump(exclude={"token"})).items()})
     if differ:
-        raise ConfigError(f"{config_path or '--seed'} differs from {run_dir}/config.yaml in "
+        raise RunConfigError(f"{config_path or '--seed'} differs from {run_dir}/config.yaml in "
                           f"{', '.join(differ)}: --resume continues the saved run (edit that "
                           "file to change it)")
     return saved.model_copy(update={"token": given.token if config_path else None})
@@ -395,13 +396,13 @@ def load_config(path: Path) -> RunConfig:
     try:
         data = yaml.safe_load(Path(path).read_text())
     except OSError as exc:
-        raise ConfigError(f"cannot read config {path}: {exc}") from exc
+        raise RunConfigError(f"cannot read config {path}: {exc}") from exc
     except yaml.YAMLError as exc:
-        raise ConfigError(f"{path} is not valid YAML: {exc}") from exc
+        raise RunConfigError(f"{path} is not valid YAML: {exc}") from exc
     try:
         return RunConfig.model_validate(data or {})
     except ValidationError as exc:
-        raise ConfigError(f"{path}: {describe_errors(exc)}") from exc
+        raise RunConfigError(f"{path}: {describe_errors(exc)}") from exc
 
 
 def describe_errors(exc: ValidationError) -> str:
@@ -444,3 +445,6 @@ def model_in(annotation: Any) -> Optional[type[BaseModel]]:
         if found is not None:
             return found
     return None
+
+
+__getattr__ = renamed(__name__, {"ConfigError": "RunConfigError"}, globals())  # 0.1's name

@@ -24,7 +24,7 @@ import torch
 import yaml
 from gymnasium import spaces
 
-from harness.config import ConfigError, RunConfig
+from harness.config import RunConfigError, RunConfig
 from harness.run import last_checkpoint, saved_model, data_dir
 
 FORMATS = ("torchscript", "onnx")
@@ -51,9 +51,9 @@ class _Acting(torch.nn.Module):
 def export_run(run_dir: Path, fmt: str, out: Path, agent_name: Optional[str] = None,
                seed: int = 0) -> dict[str, Any]:
     """Export the run's acting network to `out` (module doc); what was exported and how it
-    was checked. ConfigError for a run that has nothing to export, naming why."""
+    was checked. RunConfigError for a run that has nothing to export, naming why."""
     if fmt not in FORMATS:
-        raise ConfigError(f"--format {fmt!r}: one of {', '.join(FORMATS)}")
+        raise RunConfigError(f"--format {fmt!r}: one of {', '.join(FORMATS)}")
     with tempfile.TemporaryDirectory(prefix="mistk-export-") as scratch:  # (the agent's files)
         agent, name, model = _load_agent(run_dir, agent_name, Path(scratch))
         return _export(agent, name, model, fmt, out, seed)
@@ -63,7 +63,7 @@ def _export(agent: Any, name: str, model: str, fmt: str, out: Path,
             seed: int) -> dict[str, Any]:
     space = agent.policy.observation_space
     if not isinstance(space, spaces.Box):
-        raise ConfigError(f"agent {name!r} observes {space}: only Box observations export "
+        raise RunConfigError(f"agent {name!r} observes {space}: only Box observations export "
                           "(one tensor in)")
     space.seed(seed)
     # traced on a few observations, checked on others (a batch of another size too): a
@@ -92,23 +92,23 @@ def _load_agent(run_dir: Path, agent_name: Optional[str],
     try:
         config = RunConfig.model_validate(yaml.safe_load((run_dir / "config.yaml").read_text()))
     except OSError as exc:
-        raise ConfigError(f"{run_dir} is no run directory of mistk-rl run (no config.yaml)") \
+        raise RunConfigError(f"{run_dir} is no run directory of mistk-rl run (no config.yaml)") \
             from exc
     specs = [a for a in config.agents if a.target and (agent_name in (None, a.name))]
     if not specs:
-        raise ConfigError(f"no agent {agent_name!r} started by this run "
+        raise RunConfigError(f"no agent {agent_name!r} started by this run "
                           f"(its agents: {', '.join(a.name for a in config.agents)})")
     spec = specs[0]
     where = data_dir(run_dir, spec.name)
     here = {spec.name: where}  # (the run's agent started on this machine)
     model = saved_model(spec, here) or last_checkpoint(config, spec, run_dir, here)
     if model is None:
-        raise ConfigError(f"agent {spec.name!r}: no saved model in {where} (no save_path "
+        raise RunConfigError(f"agent {spec.name!r}: no saved model in {where} (no save_path "
                           "written, no checkpoint in progress.json)")
     module, _, cls_name = spec.target.partition(":")
     agent = getattr(importlib.import_module(module), cls_name)()
     if not hasattr(agent, "actor"):
-        raise ConfigError(f"agent {spec.name!r} ({spec.target}) has no network to export: "
+        raise RunConfigError(f"agent {spec.name!r} ({spec.target}) has no network to export: "
                           "DQN and PPO agents do")
     agent.data_dir = scratch  # (its config.yaml)
     agent.do_initialize(spec.properties, spec.hyperparameters)
@@ -134,7 +134,7 @@ def _onnx(net: torch.nn.Module, example: torch.Tensor, path: Path
     try:
         from onnx.reference import ReferenceEvaluator
     except ImportError as exc:
-        raise ConfigError("--format onnx needs the onnx package: pip install "
+        raise RunConfigError("--format onnx needs the onnx package: pip install "
                           "'mistk-rl[export]'") from exc
     with warnings.catch_warnings():  # (the TorchScript-based exporter: no onnxscript needed)
         warnings.filterwarnings("ignore", category=DeprecationWarning)

@@ -22,7 +22,7 @@ from typing import Callable, Optional
 import numpy as np
 import yaml
 
-from harness.config import (AgentSpec, ConfigError, RunConfig, ServiceSpec, load_config,
+from harness.config import (AgentSpec, RunConfigError, RunConfig, ServiceSpec, load_config,
                             resume_config, with_cluster, with_eval_episodes, with_seed)
 from harness.games import GameProgress, evaluate, summary, train_games
 from harness.keeper import KeptWorker, WorkerKeeper
@@ -84,7 +84,7 @@ def run_from_file(config_path: Optional[Path], out: Optional[Path] = None, quiet
         progress = None
         if resume is not None:
             if out is not None:
-                raise ConfigError("--resume continues the run in its own directory: "
+                raise RunConfigError("--resume continues the run in its own directory: "
                                   "--out does not apply")
             config, run_dir = resume_config(resume, config_path, seed), resume
             finished = _finished(config, resume)
@@ -106,7 +106,7 @@ def run_from_file(config_path: Optional[Path], out: Optional[Path] = None, quiet
         max_restarts = restarts_allowed(config, max_restarts)
         results = run_restarting(config, run_dir, say, progress, quiet, evaluate_only,
                                   max_restarts)
-    except (ConfigError, HarnessError, ClusterError) as exc:
+    except (RunConfigError, HarnessError, ClusterError) as exc:
         print(f"{program}: {exc}", file=sys.stderr)
         return 1
     except (Stopped, KeyboardInterrupt) as exc:
@@ -190,7 +190,7 @@ def run_restarting(config: RunConfig, run_dir: Path, say: Callable[[str], None],
             try:
                 progress = (GameProgress if config.game_training else Progress).load(run_dir)
                 where = "its last checkpoint"
-            except ConfigError:
+            except RunConfigError:
                 progress, where = None, "the start (no checkpoint yet)"
             pause = min(2.0 ** restarts, 30.0)
             say(f"{exc}: starting the run's services again in {pause:.0f} s and resuming "
@@ -210,7 +210,7 @@ def _finished(config: RunConfig, run_dir: Path) -> Optional[str]:
     kind = GameProgress if config.game_training else Progress
     try:
         progress = kind.load(run_dir)
-    except ConfigError:  # no checkpoints (so no progress.json): results.json says it ended
+    except RunConfigError:  # no checkpoints (so no progress.json): results.json says it ended
         return "it trained to its end"
     if config.game_training:
         done, total, unit = progress.agent_steps, config.game_training.agent_steps, "agent"
@@ -235,7 +235,7 @@ def run(config: RunConfig, run_dir: Path, say: Callable[[str], None] = print,
     on a cluster, as ``--max-restarts``)."""
     max_restarts = restarts_allowed(config, max_restarts)
     if evaluate_only and config.evaluation is None and config.training is None:
-        raise ConfigError("nothing to evaluate: the config has neither an 'evaluation' block "
+        raise RunConfigError("nothing to evaluate: the config has neither an 'evaluation' block "
                           "(games) nor a 'training' block (its eval_episodes, eval_seed)")
     started = time.monotonic()
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -506,7 +506,7 @@ def last_checkpoint(config: RunConfig, spec: AgentSpec, run_dir: Path,
     kind = GameProgress if config.game_training else Progress
     try:
         checkpoint = kind.load(run_dir).checkpoints.get(spec.name)
-    except (ConfigError, TypeError):  # (no progress.json; one of another kind of run)
+    except (RunConfigError, TypeError):  # (no progress.json; one of another kind of run)
         return None
     if checkpoint and where is not None and (where / checkpoint).exists():
         return checkpoint

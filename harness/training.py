@@ -27,7 +27,7 @@ from typing import Callable, Mapping, Optional, Sequence
 
 import numpy as np
 
-from harness.config import ConfigError, TrainingSpec
+from harness.config import RunConfigError, TrainingSpec
 from harness.loop import Evaluated, run_loop
 from harness.progress import TrainingProgress
 from mistk_rl.sdk.client import AgentClient, OrchestratorClient
@@ -63,7 +63,7 @@ class ProgressFile:
     def load(cls, run_dir: Path):
         path = run_dir / PROGRESS
         if not path.exists():
-            raise ConfigError(f"{run_dir} has no {PROGRESS}: the run saved no checkpoint "
+            raise RunConfigError(f"{run_dir} has no {PROGRESS}: the run saved no checkpoint "
                               "(it stopped before its first evaluation, or checkpoints are off)")
         return cls(**json.loads(path.read_text()))
 
@@ -125,7 +125,7 @@ def restore_checkpoint(agent: AgentClient, mirror: Path, name: str, path: str,
     dir, to build its model from: a restarted agent on another node has none."""
     copy = mirror / name / path
     if not copy.is_file():
-        raise ConfigError(f"the checkpoint {path} of agent {name!r} was not copied to {copy}")
+        raise RunConfigError(f"the checkpoint {path} of agent {name!r} was not copied to {copy}")
     agent.put_file(path, copy.read_bytes(), timeout=timeout)
 
 

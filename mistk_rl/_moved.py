@@ -16,7 +16,7 @@ import importlib.machinery
 import sys
 import types
 import warnings
-from typing import Any, Optional, Sequence
+from typing import Any, Callable, Optional, Sequence
 
 MOVED: dict[str, str] = {
     "mistk_rl.client": "mistk_rl.sdk.client",
@@ -79,3 +79,16 @@ def install() -> None:
     of an old name, should one come back, wins)."""
     if not any(isinstance(finder, _MovedFinder) for finder in sys.meta_path):
         sys.meta_path.append(_MovedFinder())
+
+
+def renamed(module: str, names: dict[str, str], namespace: dict[str, Any]
+            ) -> Callable[[str], Any]:
+    """A module ``__getattr__`` for the names `module` renamed in 0.2 (old -> new): the old
+    name gives the new object, with a DeprecationWarning, for one release."""
+    def __getattr__(name: str) -> Any:
+        if name in names:
+            warnings.warn(f"{module}.{name} is now {names[name]} (the old name goes in the "
+                          "next release)", DeprecationWarning, stacklevel=2)
+            return namespace[names[name]]
+        raise AttributeError(f"module {module!r} has no attribute {name!r}")
+    return __getattr__

@@ -1,6 +1,8 @@
 """Errors the library raises, independent of HTTP; the service maps each to a status code."""
 from __future__ import annotations
 
+from mistk_rl._moved import renamed
+
 
 class MistkError(Exception):
     """Base class: carries an HTTP-like status and a readable detail."""
@@ -21,7 +23,7 @@ class InvalidRequest(MistkError):
     title = "Invalid request"
 
 
-class NotFound(MistkError):
+class ResourceNotFound(MistkError):
     """What the caller asked for does not exist here (404)."""
 
     status = 404
@@ -71,3 +73,7 @@ class Rejected(MistkError):
         super().__init__(detail, **extra)
         self.status = status
         self.title = "Rejected"
+
+
+# 0.1's name, beside the SDK's `NotFound` (the 404 a caller catches) until the next release
+__getattr__ = renamed(__name__, {"NotFound": "ResourceNotFound"}, globals())

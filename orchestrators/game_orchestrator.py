@@ -30,7 +30,7 @@ from mistk_rl.sdk.client import ServiceError, ServiceUnavailable
 from mistk_rl.errors import InvalidRequest
 from mistk_rl.games.enumerate import check_enumerable, enumerate_lines
 from mistk_rl.games.opponents import OPPONENTS
-from mistk_rl.games.pettingzoo_games import (RESULTS, Decision, GameCopy, GameInfo, Outcome,
+from mistk_rl.games.pettingzoo_games import (RESULTS, Decision, GameCopy, GameInfo, SeatOutcome,
                                              check_lineup, make_copy, probe_game, result_for,
                                              winner)
 from mistk_rl.framework.implementation import PROGRESS_EVERY_S
@@ -329,7 +329,7 @@ class _Match:
             orch.env_steps += len(seat_actions)
 
 
-def _transition(move: _Move, outcome: Outcome) -> dict[str, Any]:
+def _transition(move: _Move, outcome: SeatOutcome) -> dict[str, Any]:
     entry = {"prevObs": move.obs, "actions": move.action, "rewards": outcome.reward,
              "newObs": outcome.obs, "terminated": outcome.terminated,
              "truncated": outcome.truncated and not outcome.terminated}

@@ -33,7 +33,7 @@ from mistk_rl.rl.envs.base import EnvFn
 from mistk_rl.thinker.gym_env import ThinkerEnvFactory
 from mistk_rl.sdk.schemas import GymEnvSpec, GymEpisodeSettings
 from mistk_rl.spaces import SUPPORTED, coerce_action, space_to_dict
-from mistk_rl.sdk.stepping import Outcome, Stepper, stepper_for
+from mistk_rl.sdk.stepping import StepOutcome, Stepper, stepper_for
 
 
 # When requests use the binary encoding (`binary_for`). Measured with `mistk-rl bench
@@ -187,7 +187,7 @@ class GymOrchestrator(AbstractOrchestrator):
                                      action_mask=_entity_masks(_masks(manager, ready), entity),
                                      episode=len(self.results),
                                      epsilon=self.exploration(config, agent))
-        outcomes: dict[int, Outcome] = {}  # env -> what its last step led to, to report
+        outcomes: dict[int, StepOutcome] = {}  # env -> what its last step led to, to report
         cut = False  # resume: the step budget ran out with episodes in progress
         try:
             while active and not self.should_stop and not cut:
@@ -363,11 +363,11 @@ def _key(config: GymEpisodeSettings) -> tuple:
     return (config.num_envs, config.env_manager, config.step_timeout, config.train, kwargs)
 
 
-def _outcome(ts: Timestep, truncated: bool) -> Outcome:
+def _outcome(ts: Timestep, truncated: bool) -> StepOutcome:
     """What an env copy's step led to, for its agent; an abnormal step ends its episode as
     a truncation. Envs that put the legal actions in info["action_mask"] give those of the
     new observation, so a learner bootstraps from legal actions only."""
-    return Outcome(ts.obs, float(ts.reward), bool(ts.terminated and not ts.abnormal),
+    return StepOutcome(ts.obs, float(ts.reward), bool(ts.terminated and not ts.abnormal),
                    bool(ts.truncated or truncated or ts.abnormal), ts.info.get("action_mask"))
 
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.config import ConfigError, RunConfig, load_config, with_cluster
+from harness.config import RunConfigError, RunConfig, load_config, with_cluster
 from mistk_rl.deploy.cluster import Resources
 
 REPO = Path(__file__).resolve().parent.parent
@@ -104,7 +104,7 @@ def test_a_worker_pool_stands_for_that_many_workers(tmp_path):
         "orchestrators.gym_orchestrator:GymOrchestrator"}
     bad = tmp_path / "bad.yaml"
     bad.write_text(yaml.safe_dump({**data, "workers": {"count": 0}}))
-    with pytest.raises(ConfigError, match="workers: count"):
+    with pytest.raises(RunConfigError, match="workers: count"):
         load_config(bad)
 
 

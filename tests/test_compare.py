@@ -9,7 +9,7 @@ import yaml
 
 from harness.cli import main
 from harness.compare import compare, load_run, summarise
-from harness.config import ConfigError
+from harness.config import RunConfigError
 
 
 def _game_run(root: Path, name: str, seed: int, wins: list[tuple[int, float, float]]) -> Path:
@@ -71,7 +71,7 @@ def test_labels_group_runs_and_gym_runs_report_their_return(tmp_path):
 def test_what_cannot_be_compared_is_refused_naming_it(tmp_path, capsys):
     gym = _gym_run(tmp_path, 0, [(10_000, 1.0)])
     game = _game_run(tmp_path, "league", 0, [(100_000, 0.3, 0.2)])
-    with pytest.raises(ConfigError, match="mixes game and gym runs"):
+    with pytest.raises(RunConfigError, match="mixes game and gym runs"):
         compare([f"x={gym}", f"x={game}"])
     (tmp_path / "empty").mkdir()
     assert main(["compare", str(tmp_path / "empty")]) == 1

@@ -9,7 +9,7 @@ import pytest
 import torch
 import yaml
 
-from harness.config import ConfigError, RunConfig
+from harness.config import RunConfigError, RunConfig
 from harness.export import _check, export_run
 from harness.run import run
 from tests.conftest import REPO
@@ -60,12 +60,12 @@ def test_an_export_acts_as_the_agent(tmp_path, monkeypatch, config_name, fmt):
 
 def test_what_cannot_be_exported_says_why(tmp_path, monkeypatch):
     monkeypatch.chdir(REPO)
-    with pytest.raises(ConfigError, match="no run directory"):
+    with pytest.raises(RunConfigError, match="no run directory"):
         export_run(tmp_path, "torchscript", tmp_path / "x.pt")
     run_dir = tmp_path / "random"
     data = yaml.safe_load((REPO / "configs" / "cartpole_random.yaml").read_text())
     run(RunConfig.model_validate(data), run_dir, say=lambda _: None, quiet=True)
-    with pytest.raises(ConfigError, match="has no network to export"):
+    with pytest.raises(RunConfigError, match="has no network to export"):
         export_run(run_dir, "torchscript", tmp_path / "x.pt")
     with pytest.raises(RuntimeError, match="acts differently from the agent on 1 of 3"):
         _check(np.array([0, 1, 1]), np.array([0, 1, 0]), "p")

@@ -8,7 +8,7 @@ import json
 import pytest
 import yaml
 
-from harness.config import ConfigError, RunConfig, resume_config
+from harness.config import RunConfigError, RunConfig, resume_config
 from harness.run import read_episodes, run, run_from_file
 from harness.training import Progress, resumed_seed
 from mistk_rl.rl.learner import load_checkpoint
@@ -143,12 +143,12 @@ def test_resume_refuses_another_config_and_a_run_without_checkpoint(tmp_path):
     longer = tmp_path / "longer.yaml"
     longer.write_text(yaml.safe_dump({**TINY, "training": {**TINY["training"],
                                                            "env_steps": 900}}))
-    with pytest.raises(ConfigError, match=r"differs .* in training\.env_steps: --resume"):
+    with pytest.raises(RunConfigError, match=r"differs .* in training\.env_steps: --resume"):
         resume_config(run_dir, longer)
-    with pytest.raises(ConfigError, match=r"in agents\.0\.hyperparameters\.seed, "
+    with pytest.raises(RunConfigError, match=r"in agents\.0\.hyperparameters\.seed, "
                                           r"training\.seed"):
         resume_config(run_dir, seed=3)
     assert resume_config(run_dir, seed=0).training.env_steps == 400
-    with pytest.raises(ConfigError, match="no progress.json"):
+    with pytest.raises(RunConfigError, match="no progress.json"):
         Progress.load(run_dir)
     assert run_from_file(None, resume=run_dir, quiet=True) == 1

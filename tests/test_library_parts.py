@@ -10,7 +10,7 @@ import pytest
 from gymnasium import spaces
 from pydantic import TypeAdapter
 
-from harness.config import ConfigError, load_config, with_seed
+from harness.config import RunConfigError, load_config, with_seed
 from mistk_rl.errors import InvalidRequest
 from mistk_rl.files import atomic_write_json, resolve_in
 from mistk_rl.wire.jsonable import to_jsonable
@@ -140,7 +140,7 @@ def test_with_seed_sets_every_seed_but_the_evaluation_ones():
     assert dqn.agents[0].hyperparameters["policy"]["nstep"] == 5  # the rest is kept
     play = with_seed(load_config(REPO / "configs" / "cartpole_random.yaml"), 3)
     assert [block.seed for block in play.episodes] == [3] * len(play.episodes)
-    with pytest.raises(ConfigError, match="seed"):
+    with pytest.raises(RunConfigError, match="seed"):
         with_seed(play, -1)
     league = with_seed(load_config(REPO / "configs" / "tictactoe_league.yaml"), 5)
     assert [a.hyperparameters["seed"] for a in league.agents] == [5, 6, 7, 8, 9]
@@ -162,7 +162,7 @@ def test_with_seed_sets_every_seed_but_the_evaluation_ones():
 def test_config_errors_name_the_problem(tmp_path, text, message):
     path = tmp_path / "c.yaml"
     path.write_text(text)
-    with pytest.raises(ConfigError, match=message):
+    with pytest.raises(RunConfigError, match=message):
         load_config(path)
 
 

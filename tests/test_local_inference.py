@@ -241,7 +241,7 @@ def test_spaces_of_the_copy_are_the_agents(tmp_path):
 def test_a_copy_sends_each_env_copys_steps_in_time_order(tmp_path):
     """Async env managers report outcomes in any order: a batch's rows go together, batches
     in the order they acted, so each copy's steps reach the agent in time order."""
-    from mistk_rl.sdk.stepping import Outcome
+    from mistk_rl.sdk.stepping import StepOutcome
 
     service = _service(tmp_path, DQNAgent(), DQN)
     sent = []
@@ -255,9 +255,9 @@ def test_a_copy_sends_each_env_copys_steps_in_time_order(tmp_path):
     stepper = LocalStepper(Recording(service), LocalInference(batch_steps=100))
     o = lambda v: np.full(4, v, np.float32)  # noqa: E731
     stepper.step({0: o(0.1), 1: o(0.2)}, {})  # batch A: both copies act
-    stepper.step({1: o(0.3)}, {1: Outcome(o(0.3), 1.0, False, False)})  # B: copy 1 only
-    stepper.step({}, {1: Outcome(o(0.4), 1.0, False, False),  # B's outcome before A's
-                      0: Outcome(o(0.5), 1.0, True, False)})
+    stepper.step({1: o(0.3)}, {1: StepOutcome(o(0.3), 1.0, False, False)})  # B: copy 1 only
+    stepper.step({}, {1: StepOutcome(o(0.4), 1.0, False, False),  # B's outcome before A's
+                      0: StepOutcome(o(0.5), 1.0, True, False)})
     assert sent == [([1, 0, 1], [0.2, 0.1, 0.3])]  # A's rows, then B's
     assert service.agent.learner.env_steps == 3
 

@@ -56,3 +56,35 @@ def test_the_new_names_import_without_a_warning():
 def test_a_name_that_never_existed_is_still_an_import_error():
     with pytest.raises(ModuleNotFoundError):
         importlib.import_module("mistk_rl.no_such_module")
+
+
+@pytest.mark.parametrize("module, old, new", [
+    ("mistk_rl.errors", "NotFound", "ResourceNotFound"),
+    ("mistk_rl.sdk.stepping", "Outcome", "StepOutcome"),
+    ("mistk_rl.framework.agent", "PolicyCopy", "PolicyDescription"),
+    ("mistk_rl.rl.config", "ConfigError", "AgentConfigError"),
+    ("harness.config", "ConfigError", "RunConfigError")])
+def test_a_renamed_name_warns_and_gives_the_new_object(module, old, new):
+    """Names that collided with another's (two `Outcome`s, two `ConfigError`s, ...) were
+    renamed to say what they are; 0.1's name still gives the object, with a warning."""
+    namespace = importlib.import_module(module)
+    with pytest.warns(DeprecationWarning, match=f"{module}.{old} is now {new}"):
+        assert getattr(namespace, old) is getattr(namespace, new)
+    with pytest.raises(AttributeError, match="no attribute 'Nonesuch'"):
+        namespace.Nonesuch  # noqa: B018
+
+
+def test_no_public_class_name_is_defined_twice():
+    """A class name says what it is once in the package: no two modules define the same."""
+    import ast
+    from collections import defaultdict
+    from pathlib import Path
+
+    where = defaultdict(list)
+    root = Path(__file__).resolve().parents[1]
+    for top in ("mistk_rl", "agents", "orchestrators", "harness"):
+        for path in sorted((root / top).rglob("*.py")):
+            for node in ast.parse(path.read_text()).body:
+                if isinstance(node, ast.ClassDef) and not node.name.startswith("_"):
+                    where[node.name].append(str(path.relative_to(root)))
+    assert {name: paths for name, paths in where.items() if len(paths) > 1} == {}

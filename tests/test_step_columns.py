@@ -20,7 +20,7 @@ from mistk_rl.service.handlers import AgentService
 from mistk_rl.service.steps import StepStore, entity_acting
 from mistk_rl.spaces import space_to_dict
 from harness.bench.step import InProcessClient
-from mistk_rl.sdk.stepping import ColumnStepper, EntityStepper, Outcome
+from mistk_rl.sdk.stepping import ColumnStepper, EntityStepper, StepOutcome
 from tests.conftest import RANDOM_AGENT
 
 CARTPOLE = gym.make("CartPole-v1")
@@ -217,7 +217,7 @@ def test_a_ppo_agent_learns_from_columns_with_what_it_said_when_acting(tmp_path)
         outcomes = {}
         for _ in range(10):
             actions = stepper.step(manager.ready_obs, outcomes)
-            outcomes = {i: Outcome(t.obs, t.reward, t.terminated, t.truncated)
+            outcomes = {i: StepOutcome(t.obs, t.reward, t.terminated, t.truncated)
                         for i, t in manager.step({i: int(a) for i, a in actions.items()}).items()}
     assert service.agent.learner.train_iter == 1 and service.agent.learner.env_steps == 36
 
@@ -230,7 +230,7 @@ def _train(service: AgentService, stepper, steps: int, n: int = 2) -> None:
         outcomes = {}
         for _ in range(steps):
             actions = stepper.step(manager.ready_obs, outcomes)
-            outcomes = {i: Outcome(t.obs, t.reward, t.terminated, t.truncated)
+            outcomes = {i: StepOutcome(t.obs, t.reward, t.terminated, t.truncated)
                         for i, t in manager.step({i: int(a) for i, a in actions.items()}).items()}
         stepper.step({}, outcomes)
         service.episodeStopped()
@@ -345,8 +345,8 @@ def test_the_column_stepper_sends_each_observation_once_with_masks_for_resets(tm
     mask = np.array([1, 0], bool)
     first = stepper.step({0: _obs(1, 1)[0], 1: _obs(1, 1)[0]}, {}, {0: mask, 1: mask})
     assert stepper.in_flight() == {0, 1} and set(first) == {0, 1}
-    outcomes = {0: Outcome(_obs(1, 2)[0], 1.0, False, False, mask),
-                1: Outcome(_obs(1, 3)[0], 1.0, True, False, np.zeros(2, bool))}
+    outcomes = {0: StepOutcome(_obs(1, 2)[0], 1.0, False, False, mask),
+                1: StepOutcome(_obs(1, 3)[0], 1.0, True, False, np.zeros(2, bool))}
     second = stepper.step({0: _obs(1, 2)[0], 1: _obs(1, 7)[0]}, outcomes, {0: mask, 1: mask})
     assert second == {0: 0, 1: 0}  # the masks allow action 0 only
     (learned,) = service.agent.learned
@@ -371,7 +371,7 @@ def _drive_recording(stepper, n: int, steps: int, seed: int = 0) -> tuple[list[d
             calls.append(actions)
             outcomes = {}
             for i, t in manager.step({i: int(a) for i, a in actions.items()}).items():
-                outcomes[i] = Outcome(t.obs, t.reward, t.terminated, t.truncated)
+                outcomes[i] = StepOutcome(t.obs, t.reward, t.terminated, t.truncated)
                 taken[i].append((ready[i][0], int(actions[i]), t.obs[0]))
         stepper.step({}, outcomes)
     return calls, taken

@@ -24,7 +24,7 @@ GAME = "classic/tictactoe-v3"
 CONFIG = Path(__file__).resolve().parents[2] / "configs" / "tictactoe_selfplay_dqn.yaml"
 
 
-class InProcessClient:
+class InProcessGameClient:
     """The agent client calls the GameOrchestrator makes, answered by an AgentService object
     in this process: the same bodies (as JSON-able data), the same validation, no HTTP."""
 
@@ -91,7 +91,7 @@ def bench_games(copies: list[int], moves: int) -> list[dict]:
                         service.buildModel()
                         service.lifecycle.wait_for_state("initialized", 30)
                         service.agentRegistered(config)
-                        client = InProcessClient(service)
+                        client = InProcessGameClient(service)
                     try:
                         orch.agents["bench"] = RegisteredAgent(
                             "bench", "http://127.0.0.1", False, client, frozenset({"step"}),

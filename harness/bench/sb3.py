@@ -21,7 +21,7 @@ import torch
 
 from harness.config import RunConfig
 from mistk_rl.rl import pacing
-from mistk_rl.rl.config import ConfigError
+from mistk_rl.rl.config import AgentConfigError
 
 # the agents' keys with no bearing on what is learned (logging, checkpoints, threads, the
 # device: SB3's side runs on the CPU, see `run_sb3`)
@@ -65,7 +65,7 @@ def merged_agent_config(config: RunConfig) -> tuple[dict, Optional[str]]:
     hp = dict(spec.hyperparameters)
     try:
         return cls.compile_config(hp), None
-    except ConfigError as exc:
+    except AgentConfigError as exc:
         if "normalize" not in hp:
             raise
         normalize = hp.pop("normalize")
@@ -78,7 +78,7 @@ def sb3_setup(config: RunConfig) -> Sb3Setup:
     """SB3's algorithm and kwargs for a training config (module doc)."""
     spec = config.training
     if spec is None:
-        raise ConfigError(f"config {config.name!r} has no training section")
+        raise AgentConfigError(f"config {config.name!r} has no training section")
     merged, pending = merged_agent_config(config)
     algo = agent_class(config.agents[0].target).policy_cls.__name__.removesuffix("Policy")
     algo = algo.lower()

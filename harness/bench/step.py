@@ -32,7 +32,7 @@ from mistk_rl.sdk.client import AgentClient
 from mistk_rl.wire.jsonable import to_jsonable
 from mistk_rl.rl.envs import MANAGERS, EnvManager, make_env_fns
 from mistk_rl.spaces import space_to_dict
-from mistk_rl.sdk.stepping import Outcome, Stepper, stepper_for
+from mistk_rl.sdk.stepping import StepOutcome, Stepper, stepper_for
 
 SLOW_ENV = "harness.bench.step:SlowCartPole-v0"
 
@@ -82,12 +82,12 @@ RAW_STEP_BYTES = 4 * 4 + 4 + 2
 def _drive(stepper: Stepper, manager: EnvManager, steps: int) -> tuple[int, float]:
     """Run the orchestrator's step loop (`orchestrators.gym_orchestrator`: ready copies act,
     the last steps' outcomes ride along) for at least `steps` env steps; (steps, seconds)."""
-    outcomes: dict[int, Outcome] = {}
+    outcomes: dict[int, StepOutcome] = {}
     done_steps, started = 0, time.perf_counter()
     while done_steps < steps:
         actions = stepper.step(manager.ready_obs, outcomes)
         timesteps = manager.step({i: int(a) for i, a in actions.items()})
-        outcomes = {i: Outcome(ts.obs, ts.reward, ts.terminated, ts.truncated)
+        outcomes = {i: StepOutcome(ts.obs, ts.reward, ts.terminated, ts.truncated)
                     for i, ts in timesteps.items()}
         done_steps += len(timesteps)
     stepper.step({}, outcomes)

@@ -104,11 +104,11 @@ def held_out_windows(k: int, env_n: int = 16, steps: int = 200, seed: int = 1,
     and seeds the run never sees: a fixed set to measure the model of the world on."""
     import gymnasium as gym
 
-    from mistk_rl.thinker.model_learner import Replay
+    from mistk_rl.thinker.model_learner import ModelReplay
 
     envs = [gym.make(ENV_ID) for _ in range(env_n)]
     frames = np.stack([env.reset(seed=seed * 1000 + i)[0] for i, env in enumerate(envs)])
-    replay = Replay(env_n, steps, 2 * k + 1, frames.shape[1:], frames.dtype, 4, False, 0.6)
+    replay = ModelReplay(env_n, steps, 2 * k + 1, frames.shape[1:], frames.dtype, 4, False, 0.6)
     rng = np.random.default_rng(seed)
     act = Behaviour(behaviour, epsilon, seed)
     prev = np.zeros(env_n, dtype=np.int64)

@@ -12,6 +12,7 @@ from typing import Any, Callable, Optional
 import numpy as np
 from gymnasium import spaces
 
+from mistk_rl._moved import renamed
 from mistk_rl.errors import InvalidRequest
 from mistk_rl.framework.implementation import ServiceImplementation
 from mistk_rl.wire.columns import Columns, take_rows
@@ -118,7 +119,7 @@ class Transitions:
 
 
 @dataclass
-class PolicyCopy:
+class PolicyDescription:
     """What acting with a copy of an agent's policy takes (local inference: `getPolicy`,
     and the weights a `replayColumns` answer brings)."""
 
@@ -282,7 +283,7 @@ class AbstractAgent(ServiceImplementation, ABC):
                 else dict(zip(keys, part.next_action_mask))))
         return None
 
-    def do_policy_copy(self, weights: bool) -> PolicyCopy:
+    def do_policy_copy(self, weights: bool) -> PolicyDescription:
         """A copy of the policy to act with elsewhere (`local_inference` agents); with the
         weights when `weights`."""
         raise NotImplementedError(f"{type(self).__name__} offers no local inference")
@@ -295,3 +296,6 @@ class AbstractAgent(ServiceImplementation, ABC):
 
     def do_terminate(self) -> None:
         """Release resources; the service answers only status afterwards."""
+
+
+__getattr__ = renamed(__name__, {"PolicyCopy": "PolicyDescription"}, globals())  # 0.1's name

@@ -2,10 +2,10 @@
 
 A `GameCopy` is one PettingZoo env seen seat by seat: `advance` says which seats must move
 now (`Decision`: observation and action mask) and what happened to seats since they last
-moved (`Outcome`: the reward collected meanwhile and where they are now), `act` plays the
+moved (`SeatOutcome`: the reward collected meanwhile and where they are now), `act` plays the
 moves. Turn-based games go through PettingZoo's AEC API, one seat at a time; games whose
 metadata says they are parallelizable (rock-paper-scissors) through the parallel API, every
-seat at once. The orchestrator pairs each Outcome with the seat's last move: that is the
+seat at once. The orchestrator pairs each SeatOutcome with the seat's last move: that is the
 seat's transition, from one decision to its next one or to the end of the game.
 
 PettingZoo puts legal moves in the observation (``{"observation", "action_mask"}``); here the
@@ -40,7 +40,7 @@ class Decision:
 
 
 @dataclass
-class Outcome:
+class SeatOutcome:
     """What happened to a seat since its last move: the reward collected meanwhile and its
     observation now (the game's last one when it ended)."""
 
@@ -173,7 +173,7 @@ class GameCopy(ABC):
         self.length = 0
         self.over = False
         self.terminated = self.truncated = False
-        self._queued: list[Outcome] = []  # outcomes of an illegal move, for `advance`
+        self._queued: list[SeatOutcome] = []  # outcomes of an illegal move, for `advance`
         self._decided: dict[str, Decision] = {}
 
     def reset(self, seed: Optional[int] = None) -> None:
@@ -184,7 +184,7 @@ class GameCopy(ABC):
         self._queued, self._decided = [], {}
         self._reset(seed)
 
-    def advance(self) -> tuple[list[Outcome], list[Decision]]:
+    def advance(self) -> tuple[list[SeatOutcome], list[Decision]]:
         """Outcomes since the last call, and the seats that must move now (none: over)."""
         if self._queued:
             outcomes, self._queued = self._queued, []
@@ -213,7 +213,7 @@ class GameCopy(ABC):
             self.returns[seat] += reward
             last = self._decided.get(seat)
             obs, mask = (last.obs, last.mask) if last else self._observe(seat)
-            self._queued.append(Outcome(seat, reward, obs,
+            self._queued.append(SeatOutcome(seat, reward, obs,
                                         None if mask is None else np.zeros_like(mask),
                                         terminated=True, truncated=False))
 
@@ -229,7 +229,7 @@ class GameCopy(ABC):
     def _reset(self, seed: Optional[int]) -> None: ...
 
     @abstractmethod
-    def _advance(self) -> tuple[list[Outcome], list[Decision]]: ...
+    def _advance(self) -> tuple[list[SeatOutcome], list[Decision]]: ...
 
     @abstractmethod
     def _act(self, actions: dict[str, int]) -> None: ...
@@ -246,13 +246,13 @@ class AecCopy(GameCopy):
     def _reset(self, seed: Optional[int]) -> None:
         self.env.reset(seed=seed)
 
-    def _advance(self) -> tuple[list[Outcome], list[Decision]]:
+    def _advance(self) -> tuple[list[SeatOutcome], list[Decision]]:
         env, outcomes = self.env, []
         while env.agents:
             seat = env.agent_selection
             raw, reward, terminated, truncated, info = env.last()
             obs, mask = split_obs(raw, info)
-            outcomes.append(Outcome(seat, float(reward), obs, mask, bool(terminated),
+            outcomes.append(SeatOutcome(seat, float(reward), obs, mask, bool(terminated),
                                     bool(truncated)))
             if not (terminated or truncated):
                 return outcomes, [Decision(seat, obs, mask)]
@@ -276,9 +276,9 @@ class ParallelCopy(GameCopy):
 
     def _reset(self, seed: Optional[int]) -> None:
         self._obs, self._infos = self.env.reset(seed=seed)
-        self._outcomes: list[Outcome] = []
+        self._outcomes: list[SeatOutcome] = []
 
-    def _advance(self) -> tuple[list[Outcome], list[Decision]]:
+    def _advance(self) -> tuple[list[SeatOutcome], list[Decision]]:
         outcomes, self._outcomes = self._outcomes, []
         if not self.env.agents:
             self.over = True
@@ -294,7 +294,7 @@ class ParallelCopy(GameCopy):
             observation, mask = split_obs(obs[seat], infos.get(seat))
             self.terminated |= bool(terminations[seat])
             self.truncated |= bool(truncations[seat])
-            self._outcomes.append(Outcome(seat, float(rewards[seat]), observation, mask,
+            self._outcomes.append(SeatOutcome(seat, float(rewards[seat]), observation, mask,
                                           bool(terminations[seat]), bool(truncations[seat])))
 
     def _observe(self, seat: str) -> tuple[np.ndarray, Optional[np.ndarray]]:

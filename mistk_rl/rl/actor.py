@@ -6,7 +6,7 @@ go through `Actor.act`, so exploration (epsilon at the env step, sampling), the 
 uniform actions, action masks and what the model said for the transition (the extras:
 sampled action, log-prob, value) are one piece of code, not two that drift apart.
 
-A copy is built from what the agent describes (`PolicyCopy`: the policy's registered name,
+A copy is built from what the agent describes (`PolicyDescription`: the policy's registered name,
 its config, the spaces, the weights); `weights` and `load_weights` move the acting model's
 parameters as numpy arrays, which both wire encodings carry. Whatever the agent's device
 (`mistk_rl.rl.device`), those arrays are CPU ones and a copy acts on the CPU: the actor

@@ -20,11 +20,12 @@ from typing import Any
 
 import yaml
 
+from mistk_rl._moved import renamed
 from mistk_rl.files import atomic_write_bytes
 from mistk_rl.registry import suggest
 
 
-class ConfigError(ValueError):
+class AgentConfigError(ValueError):
     """The user's config does not fit the defaults: unknown key or wrong type."""
 
 
@@ -32,14 +33,14 @@ def deep_merge(defaults: Mapping, user: Mapping | None, *, path: str = "") -> di
     """A new tree: `defaults` with `user` merged over it (inputs are never mutated).
 
     Mappings merge key by key; any other value replaces the default. A key that `defaults`
-    lacks is a ConfigError naming its dotted path, unless `defaults` is `{}` (open: any keys).
+    lacks is a AgentConfigError naming its dotted path, unless `defaults` is `{}` (open: any keys).
     Bool and number defaults are type-checked. `path` locates this level in error messages.
     """
     merged = copy.deepcopy(dict(defaults))
     if user is None:  # an empty YAML section (`model:`) means "keep the defaults"
         return merged
     if not isinstance(user, Mapping):
-        raise ConfigError(f"{path or 'config'}: expected a mapping, got "
+        raise AgentConfigError(f"{path or 'config'}: expected a mapping, got "
                           f"{type(user).__name__} ({user!r})")
     is_open = not defaults
     for key, value in user.items():
@@ -49,7 +50,7 @@ def deep_merge(defaults: Mapping, user: Mapping | None, *, path: str = "") -> di
         elif is_open:
             merged[key] = copy.deepcopy(value)
         else:
-            raise ConfigError(_unknown_key_message(key, path, defaults))
+            raise AgentConfigError(_unknown_key_message(key, path, defaults))
     return merged
 
 
@@ -77,7 +78,7 @@ def _check_type(default: Any, value: Any, path: str) -> None:
     else:
         return
     if not ok:
-        raise ConfigError(f"{path}: expected {expected}, got {type(value).__name__} ({value!r})")
+        raise AgentConfigError(f"{path}: expected {expected}, got {type(value).__name__} ({value!r})")
 
 
 def _unknown_key_message(key: Any, path: str, defaults: Mapping) -> str:
@@ -121,12 +122,15 @@ def load_config_file(path: str | Path) -> dict:
         text = path.read_text()
         data = json.loads(text) if path.suffix == ".json" else yaml.load(text, Loader=_Loader)
     except OSError as exc:
-        raise ConfigError(f"cannot read config {path}: {exc}") from exc
+        raise AgentConfigError(f"cannot read config {path}: {exc}") from exc
     except (json.JSONDecodeError, yaml.YAMLError) as exc:
         kind = "JSON" if path.suffix == ".json" else "YAML"
-        raise ConfigError(f"{path} is not valid {kind}: {exc}") from exc
+        raise AgentConfigError(f"{path} is not valid {kind}: {exc}") from exc
     if data is None:
         return {}
     if not isinstance(data, dict):
-        raise ConfigError(f"{path}: expected a mapping at the top, got {type(data).__name__}")
+        raise AgentConfigError(f"{path}: expected a mapping at the top, got {type(data).__name__}")
     return data
+
+
+__getattr__ = renamed(__name__, {"ConfigError": "AgentConfigError"}, globals())  # 0.1's name

@@ -17,21 +17,21 @@ from __future__ import annotations
 
 import torch
 
-from mistk_rl.rl.config import ConfigError
+from mistk_rl.rl.config import AgentConfigError
 
 DEVICES = ("auto", "cpu", "cuda")
 
 
 def resolve_device(name: str) -> torch.device:
-    """The torch device `name` (one of DEVICES) means here; a ConfigError naming `device`
+    """The torch device `name` (one of DEVICES) means here; a AgentConfigError naming `device`
     for another name, or for `cuda` where torch sees no GPU."""
     if name not in DEVICES:
-        raise ConfigError(f"device must be one of {', '.join(DEVICES)}, not {name!r}")
+        raise AgentConfigError(f"device must be one of {', '.join(DEVICES)}, not {name!r}")
     if name == "cpu":
         return torch.device("cpu")
     if torch.cuda.is_available():
         return torch.device("cuda")
     if name == "cuda":
-        raise ConfigError("device: 'cuda' was asked for, but torch sees no CUDA GPU here "
+        raise AgentConfigError("device: 'cuda' was asked for, but torch sees no CUDA GPU here "
                           "(torch.cuda.is_available() is False); use 'auto' or 'cpu'")
     return torch.device("cpu")

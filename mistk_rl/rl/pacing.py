@@ -37,7 +37,7 @@ from typing import Any, Callable, Iterator, Mapping, Optional, Protocol
 
 import torch
 
-from mistk_rl.rl.config import ConfigError
+from mistk_rl.rl.config import AgentConfigError
 
 LEARN_IN = ("request", "background")
 
@@ -59,18 +59,18 @@ def config(updates_per_request: int = 16) -> dict:
 
 
 def check_config(train: Mapping[str, Any]) -> None:
-    """A ConfigError naming the first bad pacing key of the user's `train` section."""
+    """A AgentConfigError naming the first bad pacing key of the user's `train` section."""
     if train.get("learn_in", "request") not in LEARN_IN:
-        raise ConfigError(f"train.learn_in {train['learn_in']!r} is not one of "
+        raise AgentConfigError(f"train.learn_in {train['learn_in']!r} is not one of "
                           f"{', '.join(LEARN_IN)}")
     limit = train.get("updates_per_request", 1)
     if type(limit) is not int or limit < 1:
-        raise ConfigError(f"train.updates_per_request must be a positive integer, not "
+        raise AgentConfigError(f"train.updates_per_request must be a positive integer, not "
                           f"{limit!r}")
     seconds = train.get("max_update_seconds_per_request")
     if seconds is not None and (isinstance(seconds, bool) or not isinstance(seconds, (int, float))
                                 or seconds <= 0):
-        raise ConfigError(f"train.max_update_seconds_per_request must be a positive number "
+        raise AgentConfigError(f"train.max_update_seconds_per_request must be a positive number "
                           f"or null, not {seconds!r}")
 
 

@@ -35,7 +35,7 @@ import numpy as np
 import torch
 
 from mistk_rl.rl import pacing
-from mistk_rl.rl.config import ConfigError
+from mistk_rl.rl.config import AgentConfigError
 from mistk_rl.rl.data.buffers import BUFFERS
 from mistk_rl.rl.data.collate import Batch, concat, default_collate
 from mistk_rl.rl.data.returns import NStepAccumulator, gae
@@ -191,7 +191,7 @@ class OffPolicyTrainer(PacedTrainer):
         pacing.check_config(hparams.get("train") or {})
         buffer_type = (hparams.get("buffer") or {}).get("type", "naive")
         if buffer_type not in BUFFERS:
-            raise ConfigError(f"buffer.type {buffer_type!r} is not one of {', '.join(BUFFERS)}")
+            raise AgentConfigError(f"buffer.type {buffer_type!r} is not one of {', '.join(BUFFERS)}")
         return {
             "train": cls.default_config(),
             # learner iterations (one minibatch each) between TensorBoard/CSV rows (0: off)

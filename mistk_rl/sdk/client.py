@@ -625,7 +625,7 @@ class ColumnPipeline:
     answers for the other half (``depth`` 2), and for the step stream at any depth.
 
     The requests go as HTTP/1.1 pipelining on a connection of their own
-    (`mistk_rl.sdk.transport.Pipeline`) or, with `stream`, as frames on the agent's step stream
+    (`mistk_rl.sdk.transport.PipelinedConnection`) or, with `stream`, as frames on the agent's step stream
     (`mistk_rl.wire.frames`, capability ``stream``): no HTTP per step. The stream opens at the
     first `send` with the encoding of that request (`AgentClient.binary`), and again after
     `close` or when the encoding changes; an agent whose server cannot upgrade (426) or

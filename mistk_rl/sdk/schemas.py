@@ -161,7 +161,7 @@ class StepColumns(Body):
 
 
 class PolicyCopy(Body):
-    """getPolicy's answer (local inference; `mistk_rl.framework.agent.PolicyCopy` says each
+    """getPolicy's answer (local inference; `mistk_rl.framework.agent.PolicyDescription` says each
     field)."""
 
     policy: str

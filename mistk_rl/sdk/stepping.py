@@ -1,6 +1,6 @@
 """An orchestrator's side of the step path with one agent: env copies in, actions out.
 
-An orchestrator's loop knows, per env copy, what its last step led to (an `Outcome`) and
+An orchestrator's loop knows, per env copy, what its last step led to (an `StepOutcome`) and
 which copies must act now (their observations). A stepper turns that into requests:
 
 - `ColumnStepper` (the agent lists the ``columns`` capability): one stepColumns request, an
@@ -32,6 +32,7 @@ from typing import Any, Mapping, Optional, Protocol
 
 import numpy as np
 
+from mistk_rl._moved import renamed
 from mistk_rl.wire.columns import concat_rows, take_rows
 from mistk_rl.sdk.client import AgentClient
 from mistk_rl.spaces import space_from_dict
@@ -40,7 +41,7 @@ Masks = Optional[Mapping[int, Any]]
 
 
 @dataclass
-class Outcome:
+class StepOutcome:
     """What one env copy's step led to."""
 
     obs: Any  # the observation it led to (the final one, when the episode ended)
@@ -55,7 +56,7 @@ class Outcome:
 
 
 class Stepper(Protocol):
-    def step(self, ready: Mapping[int, Any], outcomes: Mapping[int, Outcome],
+    def step(self, ready: Mapping[int, Any], outcomes: Mapping[int, StepOutcome],
              masks: Masks = None) -> dict[int, Any]:
         """Report `outcomes` (env -> what its action in flight led to) and answer actions
         for `ready` copies (env -> the observation it acts on; `masks`: its legal actions):
@@ -120,7 +121,7 @@ class ColumnStepper:
     def in_flight(self) -> set[int]:
         return set(self.step_ids) | self._asked
 
-    def step(self, ready: Mapping[int, Any], outcomes: Mapping[int, Outcome],
+    def step(self, ready: Mapping[int, Any], outcomes: Mapping[int, StepOutcome],
              masks: Masks = None) -> dict[int, Any]:
         if self.depth == 1:  # one request at a time, over HTTP or the stream
             if not ready and not outcomes:
@@ -161,7 +162,7 @@ class ColumnStepper:
         self._asked.difference_update(acting)
         return self._took(acting, self._pipeline.receive())
 
-    def _columns(self, ready: Mapping[int, Any], outcomes: Mapping[int, Outcome],
+    def _columns(self, ready: Mapping[int, Any], outcomes: Mapping[int, StepOutcome],
                  masks: Masks) -> tuple[list[int], dict[str, Any]]:
         """The copies that act and the stepColumns arguments for one request."""
         rows = list(outcomes) + [i for i in ready if i not in outcomes]
@@ -200,8 +201,8 @@ class ColumnStepper:
         return dict(zip(acting, answer.actions))
 
 
-def _split(ready: Mapping[int, Any], outcomes: Mapping[int, Outcome],
-           depth: int) -> list[tuple[dict[int, Any], dict[int, Outcome]]]:
+def _split(ready: Mapping[int, Any], outcomes: Mapping[int, StepOutcome],
+           depth: int) -> list[tuple[dict[int, Any], dict[int, StepOutcome]]]:
     """Up to `depth` groups of the ready copies, each with its copies' outcomes (outcomes of
     copies that do not act again go with the first group)."""
     envs = list(ready)
@@ -251,7 +252,7 @@ class EntityStepper:
     def entity(self, i: int) -> str:
         return self.name if self.one else f"{self.name}:{i}"
 
-    def step(self, ready: Mapping[int, Any], outcomes: Mapping[int, Outcome],
+    def step(self, ready: Mapping[int, Any], outcomes: Mapping[int, StepOutcome],
              masks: Masks = None) -> dict[int, Any]:
         replay = {self.entity(i): self._transition(i, o) for i, o in outcomes.items()}
         if not ready:
@@ -271,7 +272,7 @@ class EntityStepper:
         self.sent.update((i, (ready[i], actions[i])) for i in ready)
         return actions
 
-    def _transition(self, i: int, outcome: Outcome) -> dict:
+    def _transition(self, i: int, outcome: StepOutcome) -> dict:
         obs, action = self.sent.pop(i)
         entry = {"prevObs": obs, "actions": action, "rewards": float(outcome.reward),
                  "newObs": outcome.obs, "terminated": bool(outcome.terminated),
@@ -334,14 +335,14 @@ class LocalStepper:
         self.warmup_until, self.version = copy.warmup_until, copy.version
         self.env_steps = copy.env_steps  # the agent's, plus the steps not yet sent
         self.sent: dict[int, tuple[_Acted, int]] = {}  # env -> its action's batch and row
-        self.rows: list[tuple[int, _Acted, int, Outcome]] = []  # transitions not yet sent
+        self.rows: list[tuple[int, _Acted, int, StepOutcome]] = []  # transitions not yet sent
         self.sends = 0  # replayColumns requests made
         self._batches = 0  # batches acted on so far (their order: a copy's steps in time)
 
     def in_flight(self) -> set[int]:
         return set(self.sent)
 
-    def step(self, ready: Mapping[int, Any], outcomes: Mapping[int, Outcome],
+    def step(self, ready: Mapping[int, Any], outcomes: Mapping[int, StepOutcome],
              masks: Masks = None) -> dict[int, Any]:
         for i, outcome in outcomes.items():
             batch, row = self.sent.pop(i)
@@ -408,3 +409,6 @@ class _Acted:
         index = np.asarray(rows)
         return _Acted(self.seq, take_rows(self.obs, index), self.actions[index],
                       take_rows(self.extras, index))
+
+
+__getattr__ = renamed(__name__, {"Outcome": "StepOutcome"}, globals())  # 0.1's name

@@ -10,7 +10,7 @@ with `bytes` methods instead of the `email` package.
 What it implements of HTTP/1.1 is what a client of these services needs: bodies delimited by
 Content-Length, chunked encoding or the end of the connection; 1xx answers skipped;
 keep-alive unless the server says ``Connection: close``; TLS for https URLs; pipelining
-(`Pipeline`: requests written before earlier answers are read, on one connection); the
+(`PipelinedConnection`: requests written before earlier answers are read, on one connection); the
 upgrade of a connection of its own to the services' step stream (`Stream`,
 `mistk_rl.wire.frames`). Keep-alive
 brings one hazard, handled here: an idle connection the server closed is noticed *before* a
@@ -358,9 +358,9 @@ class Transport:
             head += "Content-Length: 0\r\n"
         return head.encode("latin-1") + self._fixed_head + b"\r\n" + (body or b"")
 
-    def pipeline(self) -> "Pipeline":
+    def pipeline(self) -> "PipelinedConnection":
         """A connection of its own on which requests go out before earlier answers are read."""
-        return Pipeline(self)
+        return PipelinedConnection(self)
 
     def open_stream(self, path: str, *, content_type: str, accept: str,
                     timeout: float = 30.0) -> tuple[Optional["Stream"], Response]:
@@ -437,7 +437,7 @@ class Transport:
 
 
 class _InFlight:
-    """What `Pipeline` and `Stream` share: a connection of their own on which writes go out
+    """What `PipelinedConnection` and `Stream` share: a connection of their own on which writes go out
     before earlier answers are read, in order. No write is ever sent again: after an error
     the connection is closed and what is still unanswered is lost (the error says how
     many). Not thread-safe: it belongs to one caller's loop."""
@@ -498,7 +498,7 @@ class _InFlight:
         return TransportError(message, timed_out)
 
 
-class Pipeline(_InFlight):
+class PipelinedConnection(_InFlight):
     """HTTP/1.1 pipelining (RFC 9112 9.3.2) on one connection: `send` writes a request
     without waiting for the answers to earlier ones, `receive` reads the oldest answer.
 
@@ -544,7 +544,7 @@ class Pipeline(_InFlight):
 class Stream(_InFlight):
     """A step stream (`mistk_rl.wire.frames`): bodies go out as frames on an upgraded connection
     of its own and their answers are read in the order sent, with no HTTP per step. `send`
-    and `receive` are `Pipeline`'s, so a caller may keep several frames in flight; the
+    and `receive` are `PipelinedConnection`'s, so a caller may keep several frames in flight; the
     frames' Content-Type and Accept are the ones the stream was opened with
     (`Transport.open_stream`); errors as `_InFlight` says."""
 

@@ -1,6 +1,6 @@
 """The app factory: one service behind the serving pipeline, connexion for the docs.
 
-`create_app(service)` loads ``mistk_rl/openapi/<role>.yaml`` and puts `Pipeline`
+`create_app(service)` loads ``mistk_rl/openapi/<role>.yaml`` and puts `ServicePipeline`
 (``pipeline.py``), the outermost ASGI layer, in front of a connexion app of the same spec. The
 pipeline serves every operation the spec names (token, size limit, decoding, validation,
 problem+json, thread pools: one place for every rule); connexion serves what is left: the
@@ -25,7 +25,7 @@ import mistk_rl.league.player  # noqa: F401
 from mistk_rl.limits import Limits
 from mistk_rl.registry import Registry
 from mistk_rl.service.handlers import AgentService, OrchestratorService
-from mistk_rl.service.pipeline import Pipeline
+from mistk_rl.service.pipeline import ServicePipeline
 
 BASE_PATHS = {"agent": "/v1/mistk/agent", "orchestrator": "/v1/mistk/orchestrator"}
 
@@ -54,8 +54,8 @@ def fill_registry_enums(node: Any) -> Any:
 
 
 def create_app(service: Union[AgentService, OrchestratorService], *,
-               token: Optional[str] = None, limits: Limits = Limits()) -> Pipeline:
-    """The ASGI app of one service: `Pipeline` first, connexion behind it.
+               token: Optional[str] = None, limits: Limits = Limits()) -> ServicePipeline:
+    """The ASGI app of one service: `ServicePipeline` first, connexion behind it.
 
     The pipeline is the outermost layer, not a middleware inside connexion's stack: the spec's
     operations skip connexion's and starlette's wrappers (~5 us of the ~55 us a getAction
@@ -71,5 +71,5 @@ def create_app(service: Union[AgentService, OrchestratorService], *,
     docs.add_api(spec, base_path=base_path,
                  resolver=Resolver(lambda operation_id: getattr(service, operation_id)),
                  swagger_ui_options=SwaggerUIOptions(swagger_ui=True, swagger_ui_path="/ui"))
-    return Pipeline(docs, service=service, spec=spec, base_path=base_path, token=token,
+    return ServicePipeline(docs, service=service, spec=spec, base_path=base_path, token=token,
                     limits=limits)

@@ -27,7 +27,7 @@ from mistk_rl.wire import codec, frames
 from mistk_rl.framework.agent import AbstractAgent, Acting, EpisodeInfo, ReplayBatch, Transitions
 from mistk_rl.sdk.client import AgentClient, Conflict, ServiceError, ServiceUnavailable
 from mistk_rl.wire.codec import StackedMap
-from mistk_rl.errors import IllegalState, InvalidRequest, NotFound, UpgradeRequired
+from mistk_rl.errors import IllegalState, InvalidRequest, ResourceNotFound, UpgradeRequired
 from mistk_rl.files import atomic_write_bytes
 from mistk_rl.wire.jsonable import to_jsonable
 from mistk_rl.lifecycle import AGENT, ORCHESTRATOR, Lifecycle
@@ -89,7 +89,7 @@ class _Service:
         try:
             return resolved.read_bytes(), 200, OCTET
         except FileNotFoundError:
-            raise NotFound(f"no file at {path!r}") from None
+            raise ResourceNotFound(f"no file at {path!r}") from None
         except OSError as exc:
             raise InvalidRequest(f"{path!r} cannot be read: {exc.strerror}") from None
 
@@ -769,7 +769,7 @@ class OrchestratorService(_Service):
     def getLeague(self) -> Response:  # noqa: N802
         league = self.orchestrator.league_view()
         if league is None:
-            raise NotFound(f"{type(self.orchestrator).__name__} runs no league"
+            raise ResourceNotFound(f"{type(self.orchestrator).__name__} runs no league"
                            + (" (initialize it first)" if hasattr(
                                self.orchestrator, "manager") else ""))
         return to_jsonable(league), 200, JSON
@@ -777,7 +777,7 @@ class OrchestratorService(_Service):
     def addLeagueWorker(self, body: dict[str, Any]) -> Response:  # noqa: N802
         add = getattr(self.orchestrator, "add_worker", None)
         if add is None:
-            raise NotFound(f"{type(self.orchestrator).__name__} runs no league: no workers "
+            raise ResourceNotFound(f"{type(self.orchestrator).__name__} runs no league: no workers "
                            "to join")
         _service_url(body["url"], "url")
         if body.get("replaces") is not None:

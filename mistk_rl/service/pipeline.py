@@ -22,7 +22,7 @@ connexion, which serves the docs and answers 404/405.
 
 An inline step whose body's size is declared can skip ASGI altogether: the services' HTTP
 protocol (`mistk_rl.service.uvicorn_protocol.CoalescingHttpTools`) gathers its body and calls
-`Pipeline.answer_now` the moment it is complete. That runs the same steps as `__call__`
+`ServicePipeline.answer_now` the moment it is complete. That runs the same steps as `__call__`
 (`_admit`, `_decode`, the handler, `_render`, `_failure`), so both ways answer alike.
 
 After each answer is sent, the work its handler deferred runs (`settle`; an agent's step
@@ -81,7 +81,7 @@ class Parameter:
 
 
 @dataclass
-class Operation:
+class ServedOperation:
     """One spec operation, ready to serve."""
 
     id: str
@@ -98,7 +98,7 @@ class Operation:
     waits: bool = False  # the handler is a coroutine (a long-poll): awaited on the loop
 
 
-class Pipeline:
+class ServicePipeline:
     """One service's ASGI app: it serves the spec's operations and hands anything else (the
     docs, unknown paths, lifespan events) to `app`, the service's connexion app."""
 
@@ -159,7 +159,7 @@ class Pipeline:
 
     # -- the fast path: an inline step answered as soon as its body is in --
     def fast_operation(self, method: str, path: str,
-                       content_length: Optional[bytes]) -> Optional[Operation]:
+                       content_length: Optional[bytes]) -> Optional[ServedOperation]:
         """The operation of a request that `answer_now` can answer, or None (it goes the ASGI
         way): a step run inline whose body's size is declared and within the limit (a
         chunked or too large body takes the ASGI path, which streams and refuses it)."""
@@ -170,7 +170,7 @@ class Pipeline:
             return None
         return op
 
-    def answer_now(self, op: Operation, headers: dict, query: bytes, raw: bytes) -> "Answer":
+    def answer_now(self, op: ServedOperation, headers: dict, query: bytes, raw: bytes) -> "Answer":
         """What `__call__` answers `op` with, computed at once from the whole body (no ASGI
         messages, no task): the same admission, decoding, checks, handler and rendering."""
         try:
@@ -184,7 +184,7 @@ class Pipeline:
 
     # -- the step stream: frames answered as requests on an upgraded connection --
     def open_stream(self, method: str, path: str,
-                    headers: dict) -> tuple[Optional[Operation], "Answer"]:
+                    headers: dict) -> tuple[Optional[ServedOperation], "Answer"]:
         """A request to upgrade to the step stream on `path` (`mistk_rl.wire.frames`): the
         operation its frames are and the ``101`` answer, or None and the problem that
         refuses it. It is admitted as a request of that operation would be (the token), and
@@ -199,7 +199,7 @@ class Pipeline:
         except MistkError as exc:
             return None, problem(exc.status, exc.title, exc.detail, exc.extra, self.instance)
 
-    def _stream_operation(self, path: str, headers: dict) -> Operation:
+    def _stream_operation(self, path: str, headers: dict) -> ServedOperation:
         op = self.streams.get(path)
         if op is None:
             raise Refused(404, "Not Found", f"no step stream at {path}")
@@ -215,12 +215,12 @@ class Pipeline:
                           f"frames are {JSON_TYPE} or {codec.CONTENT_TYPE}")
         return op
 
-    def frame_too_large(self, op: Operation) -> "Answer":
+    def frame_too_large(self, op: ServedOperation) -> "Answer":
         """The 413 a step stream's frame over the body limit gets."""
         return self._failure(op, _too_large(self.limits.max_body_bytes))
 
     # -- the steps of serving one operation --
-    def _admit(self, op: Operation, headers: dict, query: bytes) -> dict[str, Any]:
+    def _admit(self, op: ServedOperation, headers: dict, query: bytes) -> dict[str, Any]:
         """The token, then the query parameters: the handler's keyword arguments so far."""
         if op.secured and self.token and not _authorized(headers.get(b"authorization", b""),
                                                          self.token):
@@ -228,7 +228,7 @@ class Pipeline:
                           "No authorization token provided, or it is not valid")
         return _query(op, query) if query or op.params else {}
 
-    async def _serve(self, op: Operation, scope: dict, headers: dict,
+    async def _serve(self, op: ServedOperation, scope: dict, headers: dict,
                      receive: Any) -> tuple[Any, int]:
         kwargs = self._admit(op, headers, scope.get("query_string", b""))
         if op.body is not None:
@@ -246,7 +246,7 @@ class Pipeline:
             pool, lambda: op.handler(**kwargs))
         return result, status
 
-    def _render(self, op: Operation, headers: dict, result: Any, status: int) -> "Answer":
+    def _render(self, op: ServedOperation, headers: dict, result: Any, status: int) -> "Answer":
         if isinstance(result, bytes):  # a file
             return Answer(status, OCTET_TYPE.encode(), result, (self.instance,))
         if op.binary_answer and codec.CONTENT_TYPE.encode() in headers.get(b"accept", b""):
@@ -255,7 +255,7 @@ class Pipeline:
                           codec.encode(result, columns=columns), (self.instance,))
         return Answer(status, JSON_TYPE.encode(), dumps(result), (self.instance,))
 
-    def _failure(self, op: Operation, exc: Exception) -> "Answer":
+    def _failure(self, op: ServedOperation, exc: Exception) -> "Answer":
         if isinstance(exc, MistkError):
             if exc.status >= 500:
                 log.error("%s: %s", op.id, exc.detail)
@@ -265,7 +265,7 @@ class Pipeline:
         return problem(500, "Internal Server Error",
                        f"{op.id}: {type(exc).__name__}: {exc}", None, self.instance)
 
-    async def _long_poll(self, op: Operation, kwargs: dict) -> tuple[Any, int]:
+    async def _long_poll(self, op: ServedOperation, kwargs: dict) -> tuple[Any, int]:
         if "resource_version" not in kwargs:  # a plain status answers at once: never capped
             result, status, _ = await op.handler(**kwargs)
             return result, status
@@ -298,7 +298,7 @@ class Pipeline:
             if not message.get("more_body"):
                 return b"".join(chunks)
 
-    def _decode(self, op: Operation, headers: dict, raw: bytes) -> Any:
+    def _decode(self, op: ServedOperation, headers: dict, raw: bytes) -> Any:
         content_type = headers.get(b"content-type", b"").split(b";")[0].strip().decode(
             "latin-1").lower()
         if op.raw:
@@ -418,7 +418,7 @@ def _depth(text: str) -> int:
     return deepest
 
 
-def _query(op: Operation, query_string: bytes) -> dict[str, Any]:
+def _query(op: ServedOperation, query_string: bytes) -> dict[str, Any]:
     """The handler's keyword arguments from the query string, checked against the spec."""
     try:
         pairs = parse_qsl(query_string.decode("utf-8"), keep_blank_values=True,
@@ -470,7 +470,7 @@ _EXPECTED = {"integer": "an integer", "number": "a finite number", "boolean": "t
 
 
 # ---- building the routes --------------------------------------------------------------------
-def _operations(spec: dict, service: Any, base_path: str) -> dict[tuple[str, str], Operation]:
+def _operations(spec: dict, service: Any, base_path: str) -> dict[tuple[str, str], ServedOperation]:
     secured_default = bool(spec.get("security"))
     routes = {}
     for path, methods in spec["paths"].items():
@@ -487,7 +487,7 @@ def _operations(spec: dict, service: Any, base_path: str) -> dict[tuple[str, str
                                               schema.get("default"))
             secured = bool(op["security"]) if "security" in op else secured_default
             handler = getattr(service, op_id)
-            operation = Operation(op_id, handler, secured, params,
+            operation = ServedOperation(op_id, handler, secured, params,
                                   step=op_id in STEP_OPERATIONS,
                                   waits=inspect.iscoroutinefunction(handler))
             answer = op.get("responses", {}).get("200", {})

@@ -168,9 +168,9 @@ class CoalescingHttpTools(HttpToolsProtocol):
     uvicorn turns every request into an ASGI cycle: a scope, an event, a task scheduled on
     the loop, then the body and the answer as messages. A step that the pipeline runs
     inline on the loop anyway, with its body's size declared and within the limit
-    (`Pipeline.fast_operation`), on a kept-alive HTTP/1.1 connection with nothing else of
+    (`ServicePipeline.fast_operation`), on a kept-alive HTTP/1.1 connection with nothing else of
     its own in progress, skips all that: its body is gathered as it is parsed and
-    `Pipeline.answer_now` answers it the moment the request is complete, through the same
+    `ServicePipeline.answer_now` answers it the moment the request is complete, through the same
     checks, handler and rendering (30-40 us less a round trip on 2 cores, docs/serving.md).
     Any other request takes uvicorn's own way. After each answer the loop stays awake for
     a while if requests come that fast (`AwakeAfterAnswers`, one per worker).

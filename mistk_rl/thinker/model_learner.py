@@ -1,6 +1,6 @@
 """How the Thinker model learns from real steps (v1.1's model training, single process).
 
-Replay: a ring of real transitions per env (`Replay`), entry t of env e holding s_t, the
+Replay: a ring of real transitions per env (`ModelReplay`), entry t of env e holding s_t, the
 action before it, a_t, r_t, the episode's end, truncation and V_tree(s_t). A sample is a window
 of 2k + 1 entries (k = model_unroll_len, also the n of the n-step value target), drawn with
 prioritized replay (`mistk_rl.rl.data.priority.PrioritySampler`, the DQN agent's too: alpha
@@ -105,7 +105,7 @@ class Window(NamedTuple):
     weights: np.ndarray
 
 
-class Replay:
+class ModelReplay:
     """`env_n` rings of `length` real transitions, and priorities over window starts.
 
     A start t becomes drawable (`priorities`, over env * length + slot) once entry
@@ -185,7 +185,7 @@ class Replay:
         return state
 
     @classmethod
-    def from_state(cls, state: dict[str, Any], alpha: float) -> Replay:
+    def from_state(cls, state: dict[str, Any], alpha: float) -> ModelReplay:
         frames = state["frames"].numpy()
         num_actions = state["probs"].shape[-1] if "probs" in state else 1
         replay = cls(frames.shape[0], frames.shape[1], int(state["window"]), frames.shape[2:],
@@ -219,7 +219,7 @@ class ModelLearner:
         self.optimizers = {name: torch.optim.Adam(net.parameters(), lr=cfg.model_lr)
                            for name, net in (("sr", model.sr), ("vp", model.vp))
                            if net is not None}
-        self.replay: Optional[Replay] = None
+        self.replay: Optional[ModelReplay] = None
         self.rng = np.random.default_rng(cfg.seed)
         self.processed_n = 0  # real transitions recorded (env_n per real step)
         self.updates = 0
@@ -244,7 +244,7 @@ class ModelLearner:
         if self.cfg.require_prob and action_probs is None:
             raise ValueError("require_prob is set: record needs action_probs [env_n, A]")
         if self.replay is None:
-            self.replay = Replay(n, cfg.model_buffer_n // n, 2 * self.k + 1,
+            self.replay = ModelReplay(n, cfg.model_buffer_n // n, 2 * self.k + 1,
                                  self.model.obs_shape, np.asarray(frames).dtype,
                                  self.model.num_actions, cfg.require_prob,
                                  cfg.priority_alpha)
@@ -411,7 +411,7 @@ class ModelLearner:
         self.losses = dict(state["losses"])
         self.rng.bit_generator.state = state["rng"]
         self.replay = (None if state["replay"] is None
-                       else Replay.from_state(state["replay"], self.cfg.priority_alpha))
+                       else ModelReplay.from_state(state["replay"], self.cfg.priority_alpha))
         if self.replay is not None:
             self.replay.mark_boundary()
         self._prev_actions = None

@@ -9,7 +9,7 @@ what every step's headers would (the token, Content-Type and Accept of the frame
 service checks it then as it checks a request. After its ``101 Switching Protocols`` answer
 the connection carries only frames, each answered in the order sent (so two may be in
 flight, as with HTTP pipelining), through the same pipeline as a stepColumns request
-(`Pipeline.answer_now`: the body's limit, decoding, the spec's checks, the handler, the
+(`ServicePipeline.answer_now`: the body's limit, decoding, the spec's checks, the handler, the
 rendering of the answer or of a problem). This is SEED RL's and gRPC's streaming step
 channel, on the services' own HTTP/1.1 port.
 

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from harness.config import ConfigError, RunConfig, load_config
+from harness.config import RunConfigError, RunConfig, load_config
 from harness.cli import main as cli
 from harness.run import read_episodes, run
 
@@ -119,11 +119,11 @@ def test_config_checks_the_evaluation(tmp_path):
     bad = {**SELF_PLAY, "evaluation": {"agent": "learner", "against": [
         {"opponent": "nobody", "games_per_seat": 10}]}}
     (tmp_path / "bad.yaml").write_text(yaml.safe_dump(bad))
-    with pytest.raises(ConfigError, match="nobody"):
+    with pytest.raises(RunConfigError, match="nobody"):
         load_config(tmp_path / "bad.yaml")
     no_eval = {k: v for k, v in SELF_PLAY.items() if k != "evaluation"}
     (tmp_path / "no_eval.yaml").write_text(yaml.safe_dump(no_eval))
-    with pytest.raises(ConfigError, match="game_training needs 'evaluation'"):
+    with pytest.raises(RunConfigError, match="game_training needs 'evaluation'"):
         load_config(tmp_path / "no_eval.yaml")
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from harness.config import ConfigError, Target, load_config
+from harness.config import RunConfigError, Target, load_config
 from harness.games import meets
 from harness.league import by_seat_order, payoff_figure, plot_payoff, plot_ratings, table_text
 from mistk_rl.sdk.schemas import LeagueSettings
@@ -52,10 +52,10 @@ def test_league_configs_load_and_are_checked(tmp_path):
     bad = tmp_path / "bad.yaml"
     bad.write_text(text.replace("- {opponent: tictactoe_perfect, max_lost_lines: 0}",
                                 "- {opponent: nobody, max_lost_lines: 0}"))
-    with pytest.raises(ConfigError, match="nobody"):
+    with pytest.raises(RunConfigError, match="nobody"):
         load_config(bad)
     bad.write_text(text.replace("    league:\n", "    leag:\n"))
-    with pytest.raises(ConfigError):
+    with pytest.raises(RunConfigError):
         load_config(bad)
 
 

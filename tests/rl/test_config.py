@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from mistk_rl.rl.config import ConfigError, deep_merge, load_config_file, save_config
+from mistk_rl.rl.config import AgentConfigError, deep_merge, load_config_file, save_config
 from mistk_rl.rl.schedules import (ConstantSchedule, ExponentialSchedule, LinearSchedule,
                                    constant, exponential, linear, make_schedule)
 
@@ -53,7 +53,7 @@ def test_non_dict_values_replace_whole():
 
 
 def test_unknown_key_names_full_path_valid_keys_and_suggestion():
-    with pytest.raises(ConfigError) as info:
+    with pytest.raises(AgentConfigError) as info:
         deep_merge(DEFAULTS, {"policy": {"learn": {"batchsize": 32}}})
     message = str(info.value)
     assert "'policy.learn.batchsize'" in message
@@ -63,7 +63,7 @@ def test_unknown_key_names_full_path_valid_keys_and_suggestion():
 
 
 def test_unknown_key_without_close_match_has_no_suggestion():
-    with pytest.raises(ConfigError, match="top-level keys: policy, buffer") as info:
+    with pytest.raises(AgentConfigError, match="top-level keys: policy, buffer") as info:
         deep_merge(DEFAULTS, {"zzzzzz": 1})
     assert "Did you mean" not in str(info.value)
 
@@ -76,7 +76,7 @@ def test_open_dict_accepts_any_keys_at_any_depth():
 
 
 def test_dict_default_rejects_a_scalar():
-    with pytest.raises(ConfigError, match=r"policy\.learn: expected a mapping, got int"):
+    with pytest.raises(AgentConfigError, match=r"policy\.learn: expected a mapping, got int"):
         deep_merge(DEFAULTS, {"policy": {"learn": 5}})
 
 
@@ -93,7 +93,7 @@ def test_empty_section_keeps_defaults():  # YAML `learn:` with nothing under it 
     ({"policy": {"learn": {"batch_size": True}}}, "policy.learn.batch_size", "int", "bool"),
 ])
 def test_type_errors_name_path_expected_and_got(user, path, expected, got):
-    with pytest.raises(ConfigError) as info:
+    with pytest.raises(AgentConfigError) as info:
         deep_merge(DEFAULTS, user)
     assert str(info.value).startswith(f"{path}: expected {expected}, got {got}")
 
@@ -171,12 +171,12 @@ def test_load_json_and_empty_yaml(tmp_path):
 ])
 def test_load_errors(tmp_path, name, text, match):
     (tmp_path / name).write_text(text)
-    with pytest.raises(ConfigError, match=match):
+    with pytest.raises(AgentConfigError, match=match):
         load_config_file(tmp_path / name)
 
 
 def test_load_missing_file(tmp_path):
-    with pytest.raises(ConfigError, match="cannot read config"):
+    with pytest.raises(AgentConfigError, match="cannot read config"):
         load_config_file(tmp_path / "missing.yaml")
 
 

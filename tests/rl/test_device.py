@@ -16,7 +16,7 @@ from agents.dqn_agent import DQNAgent
 from agents.ppo_agent import PPOAgent
 from mistk_rl.errors import InvalidRequest
 from mistk_rl.rl.actor import Actor
-from mistk_rl.rl.config import ConfigError
+from mistk_rl.rl.config import AgentConfigError
 from mistk_rl.rl.data.collate import to_device
 from mistk_rl.rl.data.samples import RolloutSamples
 from mistk_rl.rl.device import resolve_device
@@ -51,13 +51,13 @@ def test_auto_and_cuda_are_cuda_where_torch_sees_a_gpu(a_gpu):
 
 
 def test_cuda_without_a_gpu_is_refused_naming_device(no_gpu):
-    with pytest.raises(ConfigError, match=r"^device: 'cuda' .*no CUDA GPU"):
+    with pytest.raises(AgentConfigError, match=r"^device: 'cuda' .*no CUDA GPU"):
         resolve_device("cuda")
 
 
 @pytest.mark.parametrize("name", ["gpu", "CUDA", None, 0])
 def test_other_names_are_refused_naming_the_valid_ones(name):
-    with pytest.raises(ConfigError, match=r"^device must be one of auto, cpu, cuda"):
+    with pytest.raises(AgentConfigError, match=r"^device must be one of auto, cpu, cuda"):
         resolve_device(name)
 
 

@@ -12,7 +12,7 @@ from gymnasium import spaces
 
 from agents.dqn_agent import DQNAgent
 from agents.ppo_agent import PPOAgent
-from mistk_rl.rl.config import ConfigError
+from mistk_rl.rl.config import AgentConfigError
 from mistk_rl.rl.data.buffers import NaiveReplayBuffer
 from mistk_rl.rl.learner import Hook, Learner, load_checkpoint, save_checkpoint
 from mistk_rl.rl.pacing import BackgroundPacer, Pacer
@@ -232,7 +232,7 @@ def test_pacing_config_is_checked():
                        ({"updates_per_request": 0}, "updates_per_request"),
                        ({"max_update_seconds_per_request": -1}, "max_update_seconds")):
         for trainer_cls in (OffPolicyTrainer, OnPolicyTrainer):
-            with pytest.raises(ConfigError, match=match):
+            with pytest.raises(AgentConfigError, match=match):
                 trainer_cls.agent_config({"train": bad})
     assert OffPolicyTrainer.agent_config({"train": {"max_update_seconds_per_request": None}})
 

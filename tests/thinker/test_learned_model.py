@@ -10,7 +10,7 @@ import torch
 from mistk_rl.thinker import load_config, make
 from mistk_rl.thinker.tree import decode_tree_reps
 from mistk_rl.thinker.model import ThinkerModel
-from mistk_rl.thinker.model_learner import CHECKPOINT, Replay, alive_mask, value_targets
+from mistk_rl.thinker.model_learner import CHECKPOINT, ModelReplay, alive_mask, value_targets
 from tests.thinker.chain import CELLS, Chain
 
 SMALL = dict(wrapper_type=0, rec_t=4, max_depth=3, discounting=0.5, model_unroll_len=2,
@@ -62,8 +62,8 @@ def test_value_targets_stop_at_a_termination_and_bootstrap_at_a_truncation():
 
 
 # ---- the replay -----------------------------------------------------------------------------
-def _filled(t: int, length: int = 6, window: int = 3) -> Replay:
-    replay = Replay(2, length, window, (1,), np.dtype(np.float32), 2, False, alpha=0.6)
+def _filled(t: int, length: int = 6, window: int = 3) -> ModelReplay:
+    replay = ModelReplay(2, length, window, (1,), np.dtype(np.float32), 2, False, alpha=0.6)
     for i in range(t):
         replay.add(frames=np.full((2, 1), i, np.float32), prev_actions=np.zeros(2),
                    actions=np.zeros(2), rewards=np.full(2, i), dones=np.zeros(2, bool),
@@ -91,7 +91,7 @@ def test_replay_priorities_steer_sampling_and_survive_a_round_trip():
     share = 10.0 ** 0.6 / (10.0 ** 0.6 + 7 * 0.1 ** 0.6)
     assert np.mean(w.leaves == 7) == pytest.approx(share, abs=0.05)
     assert w.weights[w.leaves == 7].max() < w.weights[w.leaves != 7].min()  # IS weights
-    copy = Replay.from_state(replay.state_dict(), alpha=0.6)
+    copy = ModelReplay.from_state(replay.state_dict(), alpha=0.6)
     again = copy.sample(256, 1.0, np.random.default_rng(0), k=1)
     np.testing.assert_array_equal(again.leaves, w.leaves)
     np.testing.assert_array_equal(again.rewards, w.rewards)

@@ -98,11 +98,11 @@ def test_other_spaces_are_refused(space, action_n, match):
 
 
 def test_ppo_model_keys_this_model_ignores_are_errors():
-    from mistk_rl.rl.config import ConfigError
+    from mistk_rl.rl.config import AgentConfigError
     from mistk_rl.thinker.policy import ThinkerPPOPolicy
 
     env = _mdp(env_n=1)
-    with pytest.raises(ConfigError, match="share_encoder"):
+    with pytest.raises(AgentConfigError, match="share_encoder"):
         ThinkerPPOPolicy({"model": {"share_encoder": True}}, env.observation_space,
                          spaces.Discrete(2 * A))
     env.close()
