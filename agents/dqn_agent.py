@@ -3,8 +3,9 @@
 Hyperparameters (initialize) are the agent config; see `PolicyAgent.default_config()`:
 ``{"seed": 0, "policy": {"learn": {"lr": 1e-3}}, "buffer": {"type": "advanced"}}``.
 """
-from mistk_rl.rl.policies.dqn import DQNPolicy
+
 from agents.policy_agent import PolicyAgent
+from mistk_rl.rl.policies.dqn import DQNPolicy
 
 
 class DQNAgent(PolicyAgent):

@@ -5,6 +5,7 @@ They read the board from the "observation" array of a PettingZoo classic observa
 orchestrator sends its "action_mask" separately), so they register with that Box as their
 observation space. Like RandomAgent they have no model: a "checkpoint" is their settings.
 """
+
 from __future__ import annotations
 
 import json
@@ -14,13 +15,18 @@ from typing import Any, ClassVar, Optional
 import numpy as np
 from gymnasium import spaces
 
-from mistk_rl.framework.agent import AbstractAgent, Observations
 from mistk_rl.errors import InvalidRequest
 from mistk_rl.files import atomic_write_json
+from mistk_rl.framework.agent import AbstractAgent, Observations
 from mistk_rl.framework.implementation import PROGRESS_EVERY_S
+from mistk_rl.games.opponents import (
+    OPPONENTS,
+    ConnectFourWinBlock,
+    MaskedRandom,
+    TicTacToePerfect,
+    UniformOpponent,
+)
 from mistk_rl.registry import did_you_mean
-from mistk_rl.games.opponents import (OPPONENTS, ConnectFourWinBlock, MaskedRandom,
-                                      TicTacToePerfect, UniformOpponent)
 
 
 class OpponentAgent(AbstractAgent):
@@ -41,19 +47,25 @@ class OpponentAgent(AbstractAgent):
     def validate_initialize(self, props: dict[str, Any], hparams: dict[str, Any]) -> None:
         unknown = sorted(set(hparams) - {"opponent", "seed"})
         if unknown:
-            raise InvalidRequest(f"hyperparameters: {type(self).__name__} takes only "
-                                 f"opponent and seed, not {unknown}")
+            raise InvalidRequest(
+                f"hyperparameters: {type(self).__name__} takes only "
+                f"opponent and seed, not {unknown}"
+            )
         name = hparams.get("opponent", self._default_name())
         if name is None:
-            raise InvalidRequest(f"hyperparameters: opponent is required (one of "
-                                 f"{', '.join(OPPONENTS)})")
+            raise InvalidRequest(
+                f"hyperparameters: opponent is required (one of {', '.join(OPPONENTS)})"
+            )
         if not isinstance(name, str) or name not in OPPONENTS:
-            raise InvalidRequest("hyperparameters.opponent: "
-                                 + did_you_mean(str(name), OPPONENTS.names(), OPPONENTS.what))
+            raise InvalidRequest(
+                "hyperparameters.opponent: "
+                + did_you_mean(str(name), OPPONENTS.names(), OPPONENTS.what)
+            )
         seed = hparams.get("seed")
         if seed is not None and (type(seed) is not int or seed < 0):
-            raise InvalidRequest(f"hyperparameters: seed must be a non-negative int or null, "
-                                 f"not {seed!r}")
+            raise InvalidRequest(
+                f"hyperparameters: seed must be a non-negative int or null, not {seed!r}"
+            )
 
     def do_initialize(self, props: dict[str, Any], hparams: dict[str, Any]) -> None:
         self.seed = hparams.get("seed")
@@ -63,29 +75,35 @@ class OpponentAgent(AbstractAgent):
         if path is not None:  # a saved opponent: restore its seed
             saved = json.loads(path.read_text())
             if saved.get("opponent") != self._opponent_cls().name:
-                raise ValueError(f"{path.name} is a {saved.get('agent')} file of the "
-                                 f"{saved.get('opponent')} opponent, not of "
-                                 f"{self._opponent_cls().name}")
+                raise ValueError(
+                    f"{path.name} is a {saved.get('agent')} file of the "
+                    f"{saved.get('opponent')} opponent, not of "
+                    f"{self._opponent_cls().name}"
+                )
             self.seed = saved.get("seed", self.seed)
         self.actions_taken = 0
 
-    def validate_registration(self, observation_space: Optional[spaces.Space],
-                              action_space: Optional[spaces.Space]) -> None:
+    def validate_registration(
+        self, observation_space: Optional[spaces.Space], action_space: Optional[spaces.Space]
+    ) -> None:
         if observation_space is None or action_space is None:
-            raise InvalidRequest(f"{type(self).__name__} needs observationSpace and "
-                                 "actionSpace at registration")
+            raise InvalidRequest(
+                f"{type(self).__name__} needs observationSpace and actionSpace at registration"
+            )
         try:
             self._opponent_cls().check_spaces(observation_space, action_space)
         except ValueError as exc:
-            raise InvalidRequest(f"{type(self).__name__} cannot play in these spaces: "
-                                 f"{exc}") from exc
+            raise InvalidRequest(
+                f"{type(self).__name__} cannot play in these spaces: {exc}"
+            ) from exc
 
     def do_agent_registered(self, config: dict[str, Any]) -> None:
         self.opponent = self._opponent_cls()(self.observation_space, self.action_space)
         self.rng = np.random.default_rng(self.seed)
 
-    def do_get_action(self, obs: Observations,
-                      action_mask: Optional[Observations] = None) -> dict[str, Any]:
+    def do_get_action(
+        self, obs: Observations, action_mask: Optional[Observations] = None
+    ) -> dict[str, Any]:
         if self.opponent is None:
             raise RuntimeError("no opponent: register the agent first")
         names = list(obs)
@@ -93,16 +111,24 @@ class OpponentAgent(AbstractAgent):
         all_legal = np.ones(self.opponent.n, dtype=np.int8)
         actions = self.opponent.act(
             np.stack([np.asarray(obs[n]) for n in names]),
-            np.stack([np.asarray(masks.get(n, all_legal)) for n in names]), self.rng)
+            np.stack([np.asarray(masks.get(n, all_legal)) for n in names]),
+            self.rng,
+        )
         self.actions_taken += len(names)
         # (throttled: a game asks hundreds of times a second, each update wakes long-polls)
         self.update_status({"actionsTaken": self.actions_taken}, every_s=PROGRESS_EVERY_S)
         return dict(zip(names, actions.tolist()))
 
     def do_save_model(self, path: Path) -> None:
-        atomic_write_json(path, {"agent": type(self).__name__,
-                                 "opponent": self._opponent_cls().name, "seed": self.seed,
-                                 "actionsTaken": self.actions_taken})
+        atomic_write_json(
+            path,
+            {
+                "agent": type(self).__name__,
+                "opponent": self._opponent_cls().name,
+                "seed": self.seed,
+                "actionsTaken": self.actions_taken,
+            },
+        )
 
     def _default_name(self) -> Optional[str]:
         return None if type(self).opponent_cls is None else type(self).opponent_cls.name

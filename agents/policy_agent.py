@@ -19,8 +19,9 @@ How the MISTK calls map onto RL:
   atomically; the periodic checkpoint (`checkpoint_every`) writes the same.
 
 One update, hop by hop (the agent does not own the env loop, so the steps live in several
-files): stepColumns -> `mistk_rl.service.steps` (the kept rows) -> `do_learn` -> the policy's `collect_mode.process_transition`
-(a transition dict per entity) -> its `trainer_cls` (`mistk_rl/rl/trainers.py`):
+files): stepColumns -> `mistk_rl.service.steps` (the kept rows) -> `do_learn` -> the
+policy's `collect_mode.process_transition` (a transition dict per entity) -> its
+`trainer_cls` (`mistk_rl/rl/trainers.py`):
 - DQN, `OffPolicyTrainer`: n-step windows (`data/returns.py`) -> `buffer.push`; on schedule
   `buffer.sample_batch` -> `ReplaySamples` (`data/samples.py`) -> `Learner.train` ->
   `DQNPolicy._forward_learn` -> new priorities -> `buffer.update`;
@@ -40,6 +41,7 @@ replayAction). What is stored follows SB3:
   statistics updates: normalised once at storage it would mix scales across the buffer, and
   the checkpointed buffer stays valid whatever the statistics.
 """
+
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
@@ -51,16 +53,23 @@ import numpy as np
 import torch
 from gymnasium import spaces
 
-from mistk_rl.framework.agent import (AbstractAgent, Acted, Acting, EpisodeInfo, PolicyDescription,
-                            Transitions, rounds)
 from mistk_rl.errors import InvalidRequest
-from mistk_rl.games.symmetries import GAMES, BoardSymmetries, symmetries_for
+from mistk_rl.framework.agent import (
+    AbstractAgent,
+    Acted,
+    Acting,
+    EpisodeInfo,
+    PolicyDescription,
+    Transitions,
+    rounds,
+)
 from mistk_rl.framework.implementation import PROGRESS_EVERY_S
-from mistk_rl.rl.actor import Actor, weights as actor_weights
+from mistk_rl.games.symmetries import GAMES, BoardSymmetries, symmetries_for
+from mistk_rl.rl.actor import Actor
+from mistk_rl.rl.actor import weights as actor_weights
 from mistk_rl.rl.config import AgentConfigError, deep_merge, save_config
 from mistk_rl.rl.device import resolve_device
-from mistk_rl.rl.learner import (CheckpointHook, Learner, LogHook, load_checkpoint,
-                                 save_checkpoint)
+from mistk_rl.rl.learner import CheckpointHook, Learner, LogHook, load_checkpoint, save_checkpoint
 from mistk_rl.rl.normalize import Normalizer
 from mistk_rl.rl.policies.base import Policy
 from mistk_rl.rl.policies.random import RandomPolicy
@@ -100,8 +109,14 @@ class PolicyAgent(AbstractAgent):
             # observation and reward normalisation (SB3's VecNormalize; module doc): off by
             # default. gamma: the discount of the return whose std scales rewards (null: the
             # policy's learn.gamma)
-            "normalize": {"obs": False, "reward": False, "clip_obs": 10.0, "clip_reward": 10.0,
-                          "gamma": None, "epsilon": 1e-8},
+            "normalize": {
+                "obs": False,
+                "reward": False,
+                "clip_obs": 10.0,
+                "clip_reward": 10.0,
+                "gamma": None,
+                "epsilon": 1e-8,
+            },
         }
 
     @classmethod
@@ -131,43 +146,53 @@ class PolicyAgent(AbstractAgent):
             raise InvalidRequest(f"hyperparameters: {exc}") from exc
         threads = config["torch_threads"]
         if threads is not None and (type(threads) is not int or threads < 1):
-            raise InvalidRequest(f"hyperparameters: torch_threads must be a positive integer "
-                                 f"or null, not {threads!r}")
+            raise InvalidRequest(
+                f"hyperparameters: torch_threads must be a positive integer "
+                f"or null, not {threads!r}"
+            )
         if "observationSpace" in props and "actionSpace" in props:  # built at buildModel
-            obs_space, act_space = (space_from_request(props[k], self.limits,
-                                                       f"modelProperties.{k}")
-                                    for k in ("observationSpace", "actionSpace"))
+            obs_space, act_space = (
+                space_from_request(props[k], self.limits, f"modelProperties.{k}")
+                for k in ("observationSpace", "actionSpace")
+            )
             self._check_model(config, obs_space, act_space)
 
-    def validate_registration(self, observation_space: Optional[spaces.Space],
-                              action_space: Optional[spaces.Space]) -> None:
+    def validate_registration(
+        self, observation_space: Optional[spaces.Space], action_space: Optional[spaces.Space]
+    ) -> None:
         if observation_space is None or action_space is None:
-            raise InvalidRequest(f"{type(self).__name__} needs observationSpace and "
-                                 "actionSpace at registration")
+            raise InvalidRequest(
+                f"{type(self).__name__} needs observationSpace and actionSpace at registration"
+            )
         if self.policy is None:
             self._check_model(self.config, observation_space, action_space)
             return
-        built = (space_to_dict(self.policy.observation_space),
-                 space_to_dict(self.policy.action_space))
+        built = (
+            space_to_dict(self.policy.observation_space),
+            space_to_dict(self.policy.action_space),
+        )
         given = (space_to_dict(observation_space), space_to_dict(action_space))
         if built != given:
-            raise InvalidRequest(f"the model was built for spaces {built}, the orchestrator "
-                                 f"offers {given}")
+            raise InvalidRequest(
+                f"the model was built for spaces {built}, the orchestrator offers {given}"
+            )
 
     def validate_registration_properties(self, properties: dict[str, Any]) -> None:
         augment = self.config.get("augment")
         if augment is None:
             return
         if augment != "board_symmetries":
-            raise InvalidRequest(f"hyperparameters: augment must be null or "
-                                 f"'board_symmetries', not {augment!r}")
+            raise InvalidRequest(
+                f"hyperparameters: augment must be null or 'board_symmetries', not {augment!r}"
+            )
         if symmetries_for(properties.get("game")) is None:
-            raise InvalidRequest(f"augment board_symmetries: no symmetries are known for "
-                                 f"{properties.get('game') or 'an env that names no game'} "
-                                 f"(known: {', '.join(GAMES)})")
+            raise InvalidRequest(
+                f"augment board_symmetries: no symmetries are known for "
+                f"{properties.get('game') or 'an env that names no game'} "
+                f"(known: {', '.join(GAMES)})"
+            )
 
-    def _check_model(self, config: dict, obs_space: spaces.Space,
-                     act_space: spaces.Space) -> None:
+    def _check_model(self, config: dict, obs_space: spaces.Space, act_space: spaces.Space) -> None:
         """Refuse spaces the policy cannot act in, or whose model would be over the
         max_model_params limit, before anything is allocated: the policy is built on torch's
         meta device (shapes only, no memory, no random numbers drawn)."""
@@ -175,15 +200,24 @@ class PolicyAgent(AbstractAgent):
             with torch.device("meta"):
                 policy = self.policy_cls(config["policy"], obs_space, act_space, seed=None)
         except (ValueError, TypeError) as exc:
-            raise InvalidRequest(f"{type(self).__name__} cannot act in these spaces: "
-                                 f"{exc}") from exc
+            raise InvalidRequest(
+                f"{type(self).__name__} cannot act in these spaces: {exc}"
+            ) from exc
         if config["normalize"]["obs"] and not isinstance(obs_space, spaces.Box):
-            raise InvalidRequest(f"hyperparameters: normalize.obs needs a Box observation "
-                                 f"space, not {obs_space}")
-        params = {id(p): p.numel() for module in vars(policy).values()
-                  if isinstance(module, torch.nn.Module) for p in module.parameters()}
-        self.limits.check("max_model_params", sum(params.values()),
-                          "the parameter count of the model these spaces need")
+            raise InvalidRequest(
+                f"hyperparameters: normalize.obs needs a Box observation space, not {obs_space}"
+            )
+        params = {
+            id(p): p.numel()
+            for module in vars(policy).values()
+            if isinstance(module, torch.nn.Module)
+            for p in module.parameters()
+        }
+        self.limits.check(
+            "max_model_params",
+            sum(params.values()),
+            "the parameter count of the model these spaces need",
+        )
 
     def do_initialize(self, props: dict[str, Any], hparams: dict[str, Any]) -> None:
         self.config = self.compile_config(hparams)
@@ -198,11 +232,14 @@ class PolicyAgent(AbstractAgent):
             checkpoint = load_checkpoint(path)
             expected = type(self).__name__
             if checkpoint.get("agent") != expected:
-                raise ValueError(f"{path.name} is a {checkpoint.get('agent')} checkpoint, "
-                                 f"not a {expected} one")
+                raise ValueError(
+                    f"{path.name} is a {checkpoint.get('agent')} checkpoint, not a {expected} one"
+                )
             if "learner" not in checkpoint:
-                raise ValueError(f"{path.name} holds no learner state (a periodic checkpoint "
-                                 "written before format 2 cannot be loaded)")
+                raise ValueError(
+                    f"{path.name} holds no learner state (a periodic checkpoint "
+                    "written before format 2 cannot be loaded)"
+                )
             # the checkpoint fixes the architecture; what initialize gave explicitly wins
             saved = checkpoint["config"]
             # checkpoints from before normalisation existed: their runs had it off
@@ -212,12 +249,15 @@ class PolicyAgent(AbstractAgent):
             saved["device"] = self.config["device"]
             self.config = deep_merge(saved, self.hparams)
             save_config(self.config, self.data_dir / "config.yaml")
-            obs_space, act_space = (space_from_dict(checkpoint["spaces"][k])
-                                    for k in ("observation", "action"))
+            obs_space, act_space = (
+                space_from_dict(checkpoint["spaces"][k]) for k in ("observation", "action")
+            )
             self._build(obs_space, act_space, checkpoint)
         elif "observationSpace" in self.properties and "actionSpace" in self.properties:
-            self._build(space_from_dict(self.properties["observationSpace"]),
-                        space_from_dict(self.properties["actionSpace"]))
+            self._build(
+                space_from_dict(self.properties["observationSpace"]),
+                space_from_dict(self.properties["actionSpace"]),
+            )
 
     def do_agent_registered(self, config: dict[str, Any]) -> None:
         if self.config.get("augment"):
@@ -226,10 +266,12 @@ class PolicyAgent(AbstractAgent):
             self._build(self.observation_space, self.action_space)
 
     def validate_episode_start(self, episode: EpisodeInfo) -> None:
-        if episode.epsilon is not None and (self.policy is None
-                                            or self.policy.exploration(0) is None):
-            raise InvalidRequest(f"epsilon: {type(self.policy).__name__} has no "
-                                 "epsilon-greedy exploration to set")
+        if episode.epsilon is not None and (
+            self.policy is None or self.policy.exploration(0) is None
+        ):
+            raise InvalidRequest(
+                f"epsilon: {type(self.policy).__name__} has no epsilon-greedy exploration to set"
+            )
 
     def do_episode_started(self, episode: EpisodeInfo) -> None:
         self._require_model()
@@ -246,9 +288,13 @@ class PolicyAgent(AbstractAgent):
         normalised observation it acted on): the service keeps them under each row's step
         id and hands them back with the transition (`do_learn`)."""
         self._require_model()
-        actions, extras = self.actor.act(batch.obs, batch.action_mask, mode=self.mode,
-                                         env_steps=self.learner.env_steps,
-                                         warming_up=self.trainer.warming_up)
+        actions, extras = self.actor.act(
+            batch.obs,
+            batch.action_mask,
+            mode=self.mode,
+            env_steps=self.learner.env_steps,
+            warming_up=self.trainer.warming_up,
+        )
         return Acted(actions, extras)
 
     def do_learn(self, transitions: Transitions) -> Optional[Callable[[], None]]:
@@ -271,23 +317,26 @@ class PolicyAgent(AbstractAgent):
         # a rollout gets normalised obs and scaled rewards; a replay buffer raw ones, which
         # its trainer normalises when sampled (module doc)
         normalizer = None if self.trainer.normalizes_samples else self.normalizer
-        keys = (transitions.names if transitions.names is not None
-                else transitions.envs.tolist())
+        keys = transitions.names if transitions.names is not None else transitions.envs.tolist()
         rewards = transitions.rewards.tolist()
         terminated, truncated = transitions.terminated.tolist(), transitions.truncated.tolist()
         extras, matched = transitions.extras, transitions.matched
         obs, next_obs = transitions.obs, transitions.next_obs
-        row = ((lambda columns, i: {k: v[i] for k, v in columns.items()})
-               if isinstance(obs, dict) else (lambda columns, i: columns[i]))
+        row = (
+            (lambda columns, i: {k: v[i] for k, v in columns.items()})
+            if isinstance(obs, dict)
+            else (lambda columns, i: columns[i])
+        )
         # one step per entity at a time: rows of one entity (local inference's batches)
         # go in order, one round each; the trainer takes the rounds at once (one buffer
         # write for the batch) and nothing if a row is refused
         steps: list[dict] = []
         for rows in rounds(keys) if len(set(keys)) < len(keys) else [range(len(keys))]:
             if self.normalizer is not None:
-                self.normalizer.update_rewards({keys[i]: rewards[i] for i in rows},
-                                               {keys[i]: terminated[i] or truncated[i]
-                                                for i in rows})
+                self.normalizer.update_rewards(
+                    {keys[i]: rewards[i] for i in rows},
+                    {keys[i]: terminated[i] or truncated[i] for i in rows},
+                )
             batch = {}
             for i in rows:
                 key = keys[i]
@@ -304,11 +353,18 @@ class PolicyAgent(AbstractAgent):
                         prev_obs = normalizer.obs(row(obs, i))
                     new_obs, reward = normalizer.obs(new_obs), float(normalizer.reward(reward))
                 try:
-                    batch[key] = process(row(obs, i) if prev_obs is None else prev_obs, output,
-                                         reward, new_obs, terminated[i], truncated[i])
+                    batch[key] = process(
+                        row(obs, i) if prev_obs is None else prev_obs,
+                        output,
+                        reward,
+                        new_obs,
+                        terminated[i],
+                        truncated[i],
+                    )
                 except ValueError as exc:
-                    raise ValueError(f"replayAction for {key!r} with action "
-                                     f"{transitions.actions[i]}: {exc}") from exc
+                    raise ValueError(
+                        f"replayAction for {key!r} with action {transitions.actions[i]}: {exc}"
+                    ) from exc
                 if next_masks is not None:
                     batch[key]["next_action_mask"] = np.asarray(next_masks[i], dtype=bool)
             steps.append(batch)
@@ -322,19 +378,26 @@ class PolicyAgent(AbstractAgent):
         that move only here."""
         self._require_model()
         if self.normalizer is not None and self.normalizer.norm_obs:
-            raise InvalidRequest("local inference: this agent normalises observations "
-                                 "(normalize.obs), which a copy cannot follow; turn one off")
+            raise InvalidRequest(
+                "local inference: this agent normalises observations "
+                "(normalize.obs), which a copy cannot follow; turn one off"
+            )
         with self.trainer.paused():  # (learn_in background: no step while weights are read)
             return PolicyDescription(
-                policy=type(self.policy).__name__, config=self.policy.config,
+                policy=type(self.policy).__name__,
+                config=self.policy.config,
                 observation_space=space_to_dict(self.policy.observation_space),
                 action_space=space_to_dict(self.policy.action_space),
-                seed=self.config["seed"], env_steps=self.learner.env_steps,
-                warmup_until=(self.config["train"].get("learning_starts", 0)
-                              if self.warmup is not None else 0),
-                version=self.learner.train_iter, extras=self.policy.transition_extras(),
+                seed=self.config["seed"],
+                env_steps=self.learner.env_steps,
+                warmup_until=(
+                    self.config["train"].get("learning_starts", 0) if self.warmup is not None else 0
+                ),
+                version=self.learner.train_iter,
+                extras=self.policy.transition_extras(),
                 optional_extras=sorted(self.policy.optional_extras),
-                weights=actor_weights(self.policy) if weights else None)
+                weights=actor_weights(self.policy) if weights else None,
+            )
 
     def do_episode_stopped(self) -> None:
         if self.trainer is not None and self.mode == "collect":
@@ -358,41 +421,73 @@ class PolicyAgent(AbstractAgent):
     def progress(self) -> dict[str, Any]:
         """What the status payload shows about training."""
         info = self.learner.last_info
-        progress = {"algorithm": type(self.policy).__name__, "envSteps": self.learner.env_steps,
-                    "updates": self.learner.train_iter, "mode": self.mode,
-                    "loss": info.get("loss"), **self.trainer.progress()}
+        progress = {
+            "algorithm": type(self.policy).__name__,
+            "envSteps": self.learner.env_steps,
+            "updates": self.learner.train_iter,
+            "mode": self.mode,
+            "loss": info.get("loss"),
+            **self.trainer.progress(),
+        }
         epsilon = self.policy.exploration(self.learner.env_steps)
         if epsilon is not None:
             progress["epsilon"] = float(epsilon)
         return progress
 
-    def _build(self, obs_space: spaces.Space, act_space: spaces.Space,
-               checkpoint: Optional[dict] = None) -> None:
+    def _build(
+        self, obs_space: spaces.Space, act_space: spaces.Space, checkpoint: Optional[dict] = None
+    ) -> None:
         seed = self.config["seed"]
-        self.policy = self.policy_cls(self.config["policy"], obs_space, act_space, seed=seed,
-                                      device=resolve_device(self.config["device"]))
+        self.policy = self.policy_cls(
+            self.config["policy"],
+            obs_space,
+            act_space,
+            seed=seed,
+            device=resolve_device(self.config["device"]),
+        )
         norm = self.config["normalize"]
-        self.normalizer = (Normalizer(norm, obs_space.shape or (),  # (a Dict's shape: None)
-                                      self.policy.config["learn"]["gamma"])
-                           if norm["obs"] or norm["reward"] else None)
+        self.normalizer = (
+            Normalizer(
+                norm,
+                obs_space.shape or (),  # (a Dict's shape: None)
+                self.policy.config["learn"]["gamma"],
+            )
+            if norm["obs"] or norm["reward"]
+            else None
+        )
         hooks = []
         if self.config["log_every"]:
             saved = checkpoint["learner"] if checkpoint else {}
-            hooks.append(LogHook(self.data_dir / "logs", every=self.config["log_every"],
-                                 resumed_at=saved.get("train_iter"),
-                                 resumed_env_steps=saved.get("env_steps")))
+            hooks.append(
+                LogHook(
+                    self.data_dir / "logs",
+                    every=self.config["log_every"],
+                    resumed_at=saved.get("train_iter"),
+                    resumed_env_steps=saved.get("env_steps"),
+                )
+            )
         if self.config["checkpoint_every"]:
-            hooks.append(CheckpointHook(self.data_dir / "checkpoints" / "latest.pt",
-                                        every=self.config["checkpoint_every"],
-                                        state=self._checkpoint_state))
+            hooks.append(
+                CheckpointHook(
+                    self.data_dir / "checkpoints" / "latest.pt",
+                    every=self.config["checkpoint_every"],
+                    state=self._checkpoint_state,
+                )
+            )
         self.learner = Learner(self.policy.learn_mode, hooks)
         self.trainer = self.policy.trainer_cls.from_agent_config(
-            self.policy, self.learner, self.config, seed=seed, normalizer=self.normalizer,
-            augment=self._augmented if self.config.get("augment") else None)
+            self.policy,
+            self.learner,
+            self.config,
+            seed=seed,
+            normalizer=self.normalizer,
+            augment=self._augmented if self.config.get("augment") else None,
+        )
         if self.trainer.warming_up:  # acts uniformly at random until learning starts
             self.warmup = RandomPolicy(None, obs_space, act_space, seed=seed)
-        self.actor = Actor(self.policy, self.warmup, self.normalizer,
-                           keep_obs=not self.trainer.normalizes_samples)
+        self.actor = Actor(
+            self.policy, self.warmup, self.normalizer, keep_obs=not self.trainer.normalizes_samples
+        )
         if checkpoint is not None:
             self._restore(checkpoint)
         self.update_status(self.progress())
@@ -410,15 +505,22 @@ class PolicyAgent(AbstractAgent):
         the model, and the normaliser's statistics.
         """
         with self.trainer.paused():  # (learn_in background: no step while it is read)
-            return {"agent": type(self).__name__, "format": CHECKPOINT_FORMAT,
-                    "config": self.config,
-                    "spaces": {"observation": space_to_dict(self.policy.observation_space),
-                               "action": space_to_dict(self.policy.action_space)},
-                    "learner": self.learner.state_dict(),
-                    "trainer": self.trainer.state_dict(),
-                    "rng": {"policy": self.policy.rng_state(),
-                            "warmup": self.warmup.rng_state() if self.warmup else None},
-                    "normalizer": self.normalizer.state_dict() if self.normalizer else None}
+            return {
+                "agent": type(self).__name__,
+                "format": CHECKPOINT_FORMAT,
+                "config": self.config,
+                "spaces": {
+                    "observation": space_to_dict(self.policy.observation_space),
+                    "action": space_to_dict(self.policy.action_space),
+                },
+                "learner": self.learner.state_dict(),
+                "trainer": self.trainer.state_dict(),
+                "rng": {
+                    "policy": self.policy.rng_state(),
+                    "warmup": self.warmup.rng_state() if self.warmup else None,
+                },
+                "normalizer": self.normalizer.state_dict() if self.normalizer else None,
+            }
 
     def _restore(self, checkpoint: dict) -> None:
         self.learner.load_state_dict(checkpoint["learner"])  # first: the trainer's pushes

@@ -3,8 +3,9 @@
 Hyperparameters (initialize) are the agent config; see `PolicyAgent.default_config()`:
 ``{"seed": 0, "train": {"n_steps": 256}, "policy": {"learn": {"epochs": 10}}}``.
 """
-from mistk_rl.rl.policies.ppo import PPOPolicy
+
 from agents.policy_agent import PolicyAgent
+from mistk_rl.rl.policies.ppo import PPOPolicy
 
 
 class PPOAgent(PolicyAgent):

@@ -3,6 +3,7 @@
 A baseline and a smoke test for the whole service stack: it needs no model, so its
 "checkpoint" is just its settings, saved as JSON.
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -11,10 +12,16 @@ from typing import Any, Optional
 import numpy as np
 from gymnasium import spaces
 
-from mistk_rl.framework.agent import (AbstractAgent, Acted, Acting, Observations, saved_seed,
-                            seed_hyperparameter)
 from mistk_rl.errors import InvalidRequest
 from mistk_rl.files import atomic_write_json
+from mistk_rl.framework.agent import (
+    AbstractAgent,
+    Acted,
+    Acting,
+    Observations,
+    saved_seed,
+    seed_hyperparameter,
+)
 from mistk_rl.framework.implementation import PROGRESS_EVERY_S
 
 
@@ -33,16 +40,18 @@ class RandomAgent(AbstractAgent):
         self.seed = saved_seed(path, self.seed)  # a saved RandomAgent: restore its seed
         self.actions_taken = 0
 
-    def validate_registration(self, observation_space: Optional[spaces.Space],
-                              action_space: Optional[spaces.Space]) -> None:
+    def validate_registration(
+        self, observation_space: Optional[spaces.Space], action_space: Optional[spaces.Space]
+    ) -> None:
         if action_space is None:
             raise InvalidRequest(f"{type(self).__name__} needs an actionSpace at registration")
 
     def do_agent_registered(self, config: dict[str, Any]) -> None:
         self.action_space.seed(self.seed)
 
-    def do_get_action(self, obs: Observations,
-                      action_mask: Optional[Observations] = None) -> dict[str, Any]:
+    def do_get_action(
+        self, obs: Observations, action_mask: Optional[Observations] = None
+    ) -> dict[str, Any]:
         if self.action_space is None:
             raise RuntimeError("no action space: register the agent first")
         masks = action_mask or {}
@@ -62,14 +71,14 @@ class RandomAgent(AbstractAgent):
             return super().do_act(batch)
         rng, n = space.np_random, len(batch)
         if batch.action_mask is None:  # (one row: a scalar draw, the same stream, 3x faster)
-            actions = (rng.integers(0, space.n, size=n) if n > 1
-                       else np.array([rng.integers(0, space.n)])) + int(space.start)
+            actions = (
+                rng.integers(0, space.n, size=n) if n > 1 else np.array([rng.integers(0, space.n)])
+            ) + int(space.start)
         else:
             mask = batch.action_mask.reshape(n, -1)
             if not mask.any(axis=1).all():
                 raise ValueError("action mask allows no action")
-            actions = np.where(mask, rng.random(mask.shape), -1.0).argmax(axis=1) \
-                + int(space.start)
+            actions = np.where(mask, rng.random(mask.shape), -1.0).argmax(axis=1) + int(space.start)
         self.actions_taken += n
         self.update_status({"actionsTaken": self.actions_taken}, every_s=PROGRESS_EVERY_S)
         return Acted(actions)
@@ -88,9 +97,9 @@ class RandomAgent(AbstractAgent):
         if isinstance(space, spaces.MultiDiscrete):
             rows = tuple(np.asarray(m, dtype=np.int8) for m in mask)
             return space.sample(mask=rows)
-        raise ValueError(f"action masks are supported for Discrete and MultiDiscrete, "
-                         f"not {space}")
+        raise ValueError(f"action masks are supported for Discrete and MultiDiscrete, not {space}")
 
     def do_save_model(self, path: Path) -> None:
-        atomic_write_json(path, {"agent": "RandomAgent", "seed": self.seed,
-                                 "actionsTaken": self.actions_taken})
+        atomic_write_json(
+            path, {"agent": "RandomAgent", "seed": self.seed, "actionsTaken": self.actions_taken}
+        )

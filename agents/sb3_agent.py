@@ -13,6 +13,7 @@ it ranks actions by: a DQN's Q-values, or the logits of an actor-critic's catego
 policy; the best legal action is taken. A model with nothing to mask (a Box action space)
 refuses masks. Registration checks the model's spaces against the orchestrator's.
 """
+
 from __future__ import annotations
 
 import os
@@ -23,8 +24,8 @@ from typing import Any, Optional
 import numpy as np
 from gymnasium import spaces
 
-from mistk_rl.framework.agent import AbstractAgent, Acted, Acting
 from mistk_rl.errors import InvalidRequest
+from mistk_rl.framework.agent import AbstractAgent, Acted, Acting
 from mistk_rl.registry import suggest
 
 ALGOS = ("dqn", "ppo", "a2c", "sac", "td3", "ddpg")
@@ -34,8 +35,7 @@ def _sb3():
     try:
         import stable_baselines3
     except ImportError as exc:
-        raise ValueError("SB3Agent needs Stable-Baselines3: pip install "
-                         "'mistk-rl[sb3]'") from exc
+        raise ValueError("SB3Agent needs Stable-Baselines3: pip install 'mistk-rl[sb3]'") from exc
     return stable_baselines3
 
 
@@ -55,9 +55,11 @@ def algo_of(path: Path) -> str:
         return "ppo"
     if "gae_lambda" in data:
         return "a2c"
-    raise ValueError(f"{path.name}: cannot tell which SB3 algorithm saved it (policy class "
-                     f"{data.get('policy_class')!r}); give hyperparameters.algo, one of "
-                     f"{', '.join(ALGOS)}")
+    raise ValueError(
+        f"{path.name}: cannot tell which SB3 algorithm saved it (policy class "
+        f"{data.get('policy_class')!r}); give hyperparameters.algo, one of "
+        f"{', '.join(ALGOS)}"
+    )
 
 
 class SB3Agent(AbstractAgent):
@@ -73,35 +75,45 @@ class SB3Agent(AbstractAgent):
         unknown = set(hparams) - {"algo", "device", "seed"}
         if unknown:
             name = sorted(unknown)[0]
-            raise InvalidRequest(f"hyperparameters.{name}: SB3Agent takes algo, device (and "
-                                 f"seed){suggest(name, ['algo', 'device'])}")
+            raise InvalidRequest(
+                f"hyperparameters.{name}: SB3Agent takes algo, device (and "
+                f"seed){suggest(name, ['algo', 'device'])}"
+            )
         algo = hparams.get("algo")
         if algo is not None and algo not in ALGOS:
-            raise InvalidRequest(f"hyperparameters.algo: {algo!r} is not one of "
-                                 f"{', '.join(ALGOS)}{suggest(str(algo), list(ALGOS))}")
+            raise InvalidRequest(
+                f"hyperparameters.algo: {algo!r} is not one of "
+                f"{', '.join(ALGOS)}{suggest(str(algo), list(ALGOS))}"
+            )
 
     def do_initialize(self, props: dict[str, Any], hparams: dict[str, Any]) -> None:
         self.algo, self.device = hparams.get("algo"), hparams.get("device", "cpu")
 
     def do_build_model(self, path: Optional[Path]) -> None:
         if path is None:
-            raise ValueError("SB3Agent acts with a trained model: buildModel with modelPath, "
-                             "a .zip that SB3's model.save wrote")
+            raise ValueError(
+                "SB3Agent acts with a trained model: buildModel with modelPath, "
+                "a .zip that SB3's model.save wrote"
+            )
         sb3 = _sb3()
         algo = self.algo or algo_of(path)
         self.model = getattr(sb3, algo.upper()).load(path, device=self.device)
         self.model.policy.set_training_mode(False)
 
-    def validate_registration(self, observation_space: Optional[spaces.Space],
-                              action_space: Optional[spaces.Space]) -> None:
+    def validate_registration(
+        self, observation_space: Optional[spaces.Space], action_space: Optional[spaces.Space]
+    ) -> None:
         if self.model is None:
             raise InvalidRequest("SB3Agent has no model: buildModel with a .zip first")
-        for what, ours, given in (("observation", self.model.observation_space,
-                                   observation_space),
-                                  ("action", self.model.action_space, action_space)):
+        for what, ours, given in (
+            ("observation", self.model.observation_space, observation_space),
+            ("action", self.model.action_space, action_space),
+        ):
             if given is not None and not _same_space(ours, given):
-                raise InvalidRequest(f"the model was trained on the {what} space {ours}; "
-                                     f"this orchestrator's is {given}")
+                raise InvalidRequest(
+                    f"the model was trained on the {what} space {ours}; "
+                    f"this orchestrator's is {given}"
+                )
 
     def do_act(self, batch: Acting) -> Acted:
         obs = batch.obs
@@ -120,8 +132,10 @@ class SB3Agent(AbstractAgent):
 
         policy = self.model.policy
         if not isinstance(self.model.action_space, spaces.Discrete):
-            raise ValueError(f"action masks: a model acting in {self.model.action_space} has "
-                             "no per-action scores to mask (Discrete spaces only)")
+            raise ValueError(
+                f"action masks: a model acting in {self.model.action_space} has "
+                "no per-action scores to mask (Discrete spaces only)"
+            )
         tensor, _ = policy.obs_to_tensor(obs)
         with torch.no_grad():
             if hasattr(policy, "q_net"):  # DQN
@@ -149,6 +163,9 @@ class SB3Agent(AbstractAgent):
 def _same_space(a: spaces.Space, b: spaces.Space) -> bool:
     """Equal, ignoring a Box's dtype width (float32 vs float64 bounds)."""
     if isinstance(a, spaces.Box) and isinstance(b, spaces.Box):
-        return (a.shape == b.shape and np.allclose(a.low, b.low, equal_nan=True)
-                and np.allclose(a.high, b.high, equal_nan=True))
+        return (
+            a.shape == b.shape
+            and np.allclose(a.low, b.low, equal_nan=True)
+            and np.allclose(a.high, b.high, equal_nan=True)
+        )
     return a == b

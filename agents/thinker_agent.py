@@ -7,8 +7,9 @@ a model that reads each action's tree statistics through one shared readout
 ``readout_hidden`` and ``reset_logit`` and has no ``share_encoder`` or ``log_std_init``.
 configs/puzzle_thinker_agent.yaml plays the puzzle with it.
 """
-from mistk_rl.thinker.policy import ThinkerPPOPolicy
+
 from agents.policy_agent import PolicyAgent
+from mistk_rl.thinker.policy import ThinkerPPOPolicy
 
 
 class ThinkerPPOAgent(PolicyAgent):

@@ -4,6 +4,7 @@ Registered with a Thinker orchestrator's spaces (observation ``{"tree_reps", ...
 Discrete(2A) or MultiDiscrete([A, 2])), it imagines at random and takes the root child with
 the best return found. It learns nothing: what it solves is the signal the tree carries.
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -12,9 +13,9 @@ from typing import Any, Optional
 import numpy as np
 from gymnasium import spaces
 
-from mistk_rl.framework.agent import AbstractAgent, Observations, saved_seed, seed_hyperparameter
 from mistk_rl.errors import InvalidRequest
 from mistk_rl.files import atomic_write_json
+from mistk_rl.framework.agent import AbstractAgent, Observations, saved_seed, seed_hyperparameter
 from mistk_rl.thinker.planner import plan
 
 
@@ -34,26 +35,33 @@ class ThinkerPlannerAgent(AbstractAgent):
         self.seed = saved_seed(path, self.seed)
         self.rng = np.random.default_rng(self.seed)
 
-    def validate_registration(self, observation_space: Optional[spaces.Space],
-                              action_space: Optional[spaces.Space]) -> None:
-        if not (isinstance(observation_space, spaces.Dict)
-                and "tree_reps" in observation_space.spaces):
-            raise InvalidRequest("ThinkerPlannerAgent plays the Thinker MDP: its observation "
-                                 "space is a Dict with tree_reps")
+    def validate_registration(
+        self, observation_space: Optional[spaces.Space], action_space: Optional[spaces.Space]
+    ) -> None:
+        if not (
+            isinstance(observation_space, spaces.Dict) and "tree_reps" in observation_space.spaces
+        ):
+            raise InvalidRequest(
+                "ThinkerPlannerAgent plays the Thinker MDP: its observation "
+                "space is a Dict with tree_reps"
+            )
         if isinstance(action_space, spaces.Discrete) and action_space.n % 2 == 0:
             return
         if isinstance(action_space, spaces.MultiDiscrete) and list(action_space.nvec)[1:] == [2]:
             return
-        raise InvalidRequest("ThinkerPlannerAgent acts in Discrete(2A) or MultiDiscrete([A, 2])"
-                             f", not {action_space}")
+        raise InvalidRequest(
+            f"ThinkerPlannerAgent acts in Discrete(2A) or MultiDiscrete([A, 2]), not {action_space}"
+        )
 
     def do_agent_registered(self, config: dict[str, Any]) -> None:
         space = self.action_space
-        self.num_actions = (space.n // 2 if isinstance(space, spaces.Discrete)
-                            else int(space.nvec[0]))
+        self.num_actions = (
+            space.n // 2 if isinstance(space, spaces.Discrete) else int(space.nvec[0])
+        )
 
-    def do_get_action(self, obs: Observations,
-                      action_mask: Optional[Observations] = None) -> dict[str, Any]:
+    def do_get_action(
+        self, obs: Observations, action_mask: Optional[Observations] = None
+    ) -> dict[str, Any]:
         entities = list(obs)
         reps = np.stack([np.asarray(obs[e]["tree_reps"], dtype=np.float32) for e in entities])
         primary, reset = plan(reps, self.num_actions, self.rng)

@@ -7,6 +7,7 @@
 - ``reference/configs.md``: every key of the harness's YAML config with its type and default
   (from the pydantic models), and the DQN, PPO and Thinker settings with their defaults.
 """
+
 from __future__ import annotations
 
 import inspect
@@ -25,14 +26,16 @@ def on_files(files: Files, config: Any) -> Files:
     from mistk_rl.lifecycle.tables import AGENT, ORCHESTRATOR
 
     for table in (AGENT, ORCHESTRATOR):
-        files.append(File.generated(config, f"concepts/{table.role}-lifecycle.svg",
-                                    content=svg(table)))
+        files.append(
+            File.generated(config, f"concepts/{table.role}-lifecycle.svg", content=svg(table))
+        )
     files.append(File.generated(config, "reference/http-api.md", content=http_api_page()))
     files.append(File.generated(config, "reference/configs.md", content=configs_page()))
     return files
 
 
 # -- the HTTP API, from the specs ------------------------------------------------------------
+
 
 def _spec(name: str) -> dict:
     return yaml.safe_load(resources.files("mistk_rl.openapi").joinpath(name).read_text())
@@ -52,9 +55,11 @@ def _schema_text(schema: dict) -> str:
     kind = schema.get("type", "any")
     if kind == "array":
         kind = f"array of {_schema_text(schema.get('items', {}))}"
-    bounds = [f"{key} {schema[key]}" for key in ("minimum", "maximum", "minLength",
-                                                   "maxLength", "minItems", "maxItems")
-              if key in schema]
+    bounds = [
+        f"{key} {schema[key]}"
+        for key in ("minimum", "maximum", "minLength", "maxLength", "minItems", "maxItems")
+        if key in schema
+    ]
     if "enum" in schema:
         bounds.append("one of " + ", ".join(f"`{v}`" for v in schema["enum"]))
     if "default" in schema:
@@ -80,24 +85,37 @@ def _plain(text: str) -> str:
 
 def _operation(spec: dict, path: str, method: str, op: dict) -> list[str]:
     base = spec["servers"][0]["url"]
-    lines = [f"### {op['operationId']}", "",
-             f"`{method.upper()} {base}{path}` · tag `{', '.join(op.get('tags', []))}`", "",
-             _one_line(op.get("summary")), ""]
+    lines = [
+        f"### {op['operationId']}",
+        "",
+        f"`{method.upper()} {base}{path}` · tag `{', '.join(op.get('tags', []))}`",
+        "",
+        _one_line(op.get("summary")),
+        "",
+    ]
     if op.get("description"):
         lines += [op["description"].strip(), ""]
-    params = [spec["components"]["parameters"][_ref_name(p["$ref"])] if "$ref" in p else p
-              for p in op.get("parameters", [])]
+    params = [
+        spec["components"]["parameters"][_ref_name(p["$ref"])] if "$ref" in p else p
+        for p in op.get("parameters", [])
+    ]
     if params:
-        lines += ["| parameter | in | required | schema | what |",
-                  "| --- | --- | --- | --- | --- |"]
-        lines += [f"| `{p['name']}` | {p['in']} | {'yes' if p.get('required') else 'no'} | "
-                  f"{_schema_text(p.get('schema', {}))} | {_one_line(p.get('description'))} |"
-                  for p in params]
+        lines += [
+            "| parameter | in | required | schema | what |",
+            "| --- | --- | --- | --- | --- |",
+        ]
+        lines += [
+            f"| `{p['name']}` | {p['in']} | {'yes' if p.get('required') else 'no'} | "
+            f"{_schema_text(p.get('schema', {}))} | {_one_line(p.get('description'))} |"
+            for p in params
+        ]
         lines.append("")
     body = op.get("requestBody")
     if body:
-        kinds = ", ".join(f"`{media}`: {_schema_text(c.get('schema', {}))}"
-                          for media, c in body.get("content", {}).items())
+        kinds = ", ".join(
+            f"`{media}`: {_schema_text(c.get('schema', {}))}"
+            for media, c in body.get("content", {}).items()
+        )
         lines += [f"Body{' (required)' if body.get('required') else ''}: {kinds}", ""]
     lines += ["| status | what |", "| --- | --- |"]
     for status, response in op.get("responses", {}).items():
@@ -115,8 +133,11 @@ def _schemas(spec: dict) -> list[str]:
         if props:
             required = set(schema.get("required", []))
             lines += ["| field | schema | required | what |", "| --- | --- | --- | --- |"]
-            lines += [f"| `{field}` | {_schema_text(sub)} | {'yes' if field in required else ''}"
-                      f" | {_one_line(sub.get('description'))} |" for field, sub in props.items()]
+            lines += [
+                f"| `{field}` | {_schema_text(sub)} | {'yes' if field in required else ''}"
+                f" | {_one_line(sub.get('description'))} |"
+                for field, sub in props.items()
+            ]
         else:
             lines.append(_schema_text(schema))
         lines.append("")
@@ -124,19 +145,31 @@ def _schemas(spec: dict) -> list[str]:
 
 
 def http_api_page() -> str:
-    lines = ["# HTTP API", "",
-             "Generated from the OpenAPI contracts the services are routed from "
-             "(`mistk_rl/openapi/agent.yaml`, `mistk_rl/openapi/orchestrator.yaml`); a running "
-             "service serves the same as Swagger UI at `<base path>/ui/` and the spec at "
-             "`<base path>/openapi.json`. Errors are `application/problem+json` "
-             "(`title`, `detail`, `status`).", ""]
+    lines = [
+        "# HTTP API",
+        "",
+        "Generated from the OpenAPI contracts the services are routed from "
+        "(`mistk_rl/openapi/agent.yaml`, `mistk_rl/openapi/orchestrator.yaml`); a running "
+        "service serves the same as Swagger UI at `<base path>/ui/` and the spec at "
+        "`<base path>/openapi.json`. Errors are `application/problem+json` "
+        "(`title`, `detail`, `status`).",
+        "",
+    ]
     for name in ("agent.yaml", "orchestrator.yaml"):
         spec = _spec(name)
-        lines += [f"## {spec['info']['title']} (API {spec['info']['version']})", "",
-                  _one_line(spec["info"].get("description")), ""]
+        lines += [
+            f"## {spec['info']['title']} (API {spec['info']['version']})",
+            "",
+            _one_line(spec["info"].get("description")),
+            "",
+        ]
         for tag in spec.get("tags", []):
-            ops = [(path, method, op) for path, methods in spec["paths"].items()
-                   for method, op in methods.items() if tag["name"] in op.get("tags", [])]
+            ops = [
+                (path, method, op)
+                for path, methods in spec["paths"].items()
+                for method, op in methods.items()
+                if tag["name"] in op.get("tags", [])
+            ]
             if not ops:
                 continue
             lines += [f"**{tag['name']}**: {_one_line(tag.get('description'))}", ""]
@@ -147,6 +180,7 @@ def http_api_page() -> str:
 
 
 # -- the configs, from the models ------------------------------------------------------------
+
 
 def _field_comments(model: type) -> dict[str, str]:
     """The comment on a field's line or on the lines just above it, in the model's source:
@@ -198,12 +232,16 @@ def config_rows(model: type[BaseModel], prefix: str = "") -> list[tuple[str, str
     for name, field in model.model_fields.items():
         key = f"{prefix}{name}"
         nested = model_in(field.annotation)
-        what = (field.description or notes.get(name)
-                or ((nested.__doc__ or "").split("\n\n")[0] if nested is not None else ""))
+        what = (
+            field.description
+            or notes.get(name)
+            or ((nested.__doc__ or "").split("\n\n")[0] if nested is not None else "")
+        )
         rows.append((key, _type_text(field.annotation), _default_text(field), what or ""))
         if nested is not None:
             listed = get_origin(field.annotation) is list or any(
-                get_origin(arg) is list for arg in get_args(field.annotation))
+                get_origin(arg) is list for arg in get_args(field.annotation)
+            )
             rows += config_rows(nested, f"{key}[]." if listed else f"{key}.")
     return rows
 
@@ -215,28 +253,54 @@ def configs_page() -> str:
     from harness.config import RunConfig
     from mistk_rl.thinker.config import ThinkerConfig
 
-    lines = ["# Configs", "",
-             "Generated from the code at build time. A key that is not listed is an error "
-             "that names it and the closest known key (\"Did you mean ...?\"), in the harness "
-             "config and in an agent's hyperparameters alike.", "",
-             "## The harness config (`mistk-rl run CONFIG.yaml`)", "",
-             f"{_one_line(RunConfig.__doc__)} Examples: `configs/`.", "",
-             "| key | type | default | what |", "| --- | --- | --- | --- |"]
-    lines += [f"| `{key}` | `{kind}` | {default} | {_one_line(what)} |"
-              for key, kind, default, what in config_rows(RunConfig)]
-    lines += ["", "## Agent hyperparameters", "",
-              "An agent's `hyperparameters` (the harness config's `agents[].hyperparameters`, "
-              "or initialize's `objectives` ... `hyperparameters` over HTTP) merge over these "
-              "defaults key by key.", ""]
+    lines = [
+        "# Configs",
+        "",
+        "Generated from the code at build time. A key that is not listed is an error "
+        'that names it and the closest known key ("Did you mean ...?"), in the harness '
+        "config and in an agent's hyperparameters alike.",
+        "",
+        "## The harness config (`mistk-rl run CONFIG.yaml`)",
+        "",
+        f"{_one_line(RunConfig.__doc__)} Examples: `configs/`.",
+        "",
+        "| key | type | default | what |",
+        "| --- | --- | --- | --- |",
+    ]
+    lines += [
+        f"| `{key}` | `{kind}` | {default} | {_one_line(what)} |"
+        for key, kind, default, what in config_rows(RunConfig)
+    ]
+    lines += [
+        "",
+        "## Agent hyperparameters",
+        "",
+        "An agent's `hyperparameters` (the harness config's `agents[].hyperparameters`, "
+        "or initialize's `objectives` ... `hyperparameters` over HTTP) merge over these "
+        "defaults key by key.",
+        "",
+    ]
     for agent in (DQNAgent, PPOAgent, ThinkerPPOAgent):
-        lines += [f"### {agent.__name__} (`agents.{agent.__module__.split('.')[-1]}:"
-                  f"{agent.__name__}`)", "", "```yaml",
-                  yaml.safe_dump(agent.default_config(), sort_keys=False).rstrip(), "```", ""]
+        lines += [
+            f"### {agent.__name__} (`agents.{agent.__module__.split('.')[-1]}:{agent.__name__}`)",
+            "",
+            "```yaml",
+            yaml.safe_dump(agent.default_config(), sort_keys=False).rstrip(),
+            "```",
+            "",
+        ]
     notes = _field_comments(ThinkerConfig)
-    lines += ["## Thinker (`env.thinker` of a gym orchestrator)", "",
-              "The Thinker-augmented MDP's settings; the keys keep the names of the Thinker "
-              "paper's `default_thinker.yaml`.", "",
-              "| key | default | what |", "| --- | --- | --- |"]
-    lines += [f"| `{name}` | `{value}` | {_one_line(notes.get(name))} |"
-              for name, value in vars(ThinkerConfig()).items()]
+    lines += [
+        "## Thinker (`env.thinker` of a gym orchestrator)",
+        "",
+        "The Thinker-augmented MDP's settings; the keys keep the names of the Thinker "
+        "paper's `default_thinker.yaml`.",
+        "",
+        "| key | default | what |",
+        "| --- | --- | --- |",
+    ]
+    lines += [
+        f"| `{name}` | `{value}` | {_one_line(notes.get(name))} |"
+        for name, value in vars(ThinkerConfig()).items()
+    ]
     return "\n".join(lines) + "\n"

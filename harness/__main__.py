@@ -1,4 +1,5 @@
 """`python -m harness ...` is `mistk-rl ...` (for a checkout without the console script)."""
+
 import sys
 
 from harness.cli import main

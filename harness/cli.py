@@ -4,6 +4,7 @@ The top of the driver layer: `serve` is the framework's (`mistk_rl.service.cli`,
 `python -m mistk_rl serve`, which is how the harness starts services), `run` and `eval` the
 harness's (`harness.run`), `compare` reads run directories (`harness.compare`), `bench` the
 benchmarks' (`harness.bench`)."""
+
 from __future__ import annotations
 
 import argparse
@@ -22,17 +23,27 @@ def _run(args: argparse.Namespace) -> int:
     if args.config is None and args.resume is None:
         print("mistk-rl run: give CONFIG, or --resume RUN_DIR", file=sys.stderr)
         return 2
-    return run_from_file(Path(args.config) if args.config else None,
-                         out=Path(args.out) if args.out else None, quiet=args.quiet,
-                         seed=args.seed, resume=Path(args.resume) if args.resume else None,
-                         cluster=args.cluster, max_restarts=args.max_restarts)
+    return run_from_file(
+        Path(args.config) if args.config else None,
+        out=Path(args.out) if args.out else None,
+        quiet=args.quiet,
+        seed=args.seed,
+        resume=Path(args.resume) if args.resume else None,
+        cluster=args.cluster,
+        max_restarts=args.max_restarts,
+    )
 
 
 def _eval(args: argparse.Namespace) -> int:
     from harness.run import run_from_file
 
-    return run_from_file(Path(args.config), out=Path(args.run) if args.run else None,
-                         quiet=args.quiet, evaluate_only=True, eval_episodes=args.episodes)
+    return run_from_file(
+        Path(args.config),
+        out=Path(args.run) if args.run else None,
+        quiet=args.quiet,
+        evaluate_only=True,
+        eval_episodes=args.episodes,
+    )
 
 
 def _export(args: argparse.Namespace) -> int:
@@ -44,10 +55,12 @@ def _export(args: argparse.Namespace) -> int:
     except (RunConfigError, RuntimeError) as exc:
         print(f"mistk-rl export: {exc}", file=sys.stderr)
         return 1
-    print(f"exported agent {done['agent']} ({done['model']}) as {done['format']} to "
-          f"{done['out']}: obs [batch, {', '.join(map(str, done['observation_shape']))}] -> "
-          f"actions; it gives the agent's own greedy actions on {done['checked_rows']} "
-          "observations drawn from the observation space")
+    print(
+        f"exported agent {done['agent']} ({done['model']}) as {done['format']} to "
+        f"{done['out']}: obs [batch, {', '.join(map(str, done['observation_shape']))}] -> "
+        f"actions; it gives the agent's own greedy actions on {done['checked_rows']} "
+        "observations drawn from the observation space"
+    )
     return 0
 
 
@@ -69,10 +82,11 @@ def seed_list(text: str) -> list[int]:
     for part in text.split(","):
         first, dots, last = part.strip().partition("..")
         try:
-            seeds += (list(range(int(first), int(last) + 1)) if dots else [int(first)])
+            seeds += list(range(int(first), int(last) + 1)) if dots else [int(first)]
         except ValueError:
             raise argparse.ArgumentTypeError(
-                f"{part!r} is not a seed or a range A..B of seeds") from None
+                f"{part!r} is not a seed or a range A..B of seeds"
+            ) from None
         if dots and int(last) < int(first):
             raise argparse.ArgumentTypeError(f"{part!r}: the range ends before it starts")
     return seeds
@@ -82,182 +96,300 @@ def _bench(args: argparse.Namespace) -> int:
     from harness.bench import run_bench
 
     counts = [int(x) for x in args.envs.split(",")] if args.envs else None
-    return run_bench(args.what, n=args.n, json_out=Path(args.json) if args.json else None,
-                     seed=args.seed, eval_every=args.eval_every, env_counts=counts,
-                     steps=args.steps, seeds=args.seeds,
-                     config=Path(args.config) if args.config else None, suite=args.suite,
-                     entries=args.entries.split(",") if args.entries else None,
-                     behaviour=args.behaviour, local_inference=args.local_inference,
-                     saved=[Path(f) for f in args.from_json.split(",")] if args.from_json
-                     else None, arms=args.arms.split(",") if args.arms else None,
-                     awake=args.awake, spin_us=args.spin)
+    return run_bench(
+        args.what,
+        n=args.n,
+        json_out=Path(args.json) if args.json else None,
+        seed=args.seed,
+        eval_every=args.eval_every,
+        env_counts=counts,
+        steps=args.steps,
+        seeds=args.seeds,
+        config=Path(args.config) if args.config else None,
+        suite=args.suite,
+        entries=args.entries.split(",") if args.entries else None,
+        behaviour=args.behaviour,
+        local_inference=args.local_inference,
+        saved=[Path(f) for f in args.from_json.split(",")] if args.from_json else None,
+        arms=args.arms.split(",") if args.arms else None,
+        awake=args.awake,
+        spin_us=args.spin,
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="mistk-rl", description=__doc__.splitlines()[0])
-    parser.add_argument("--version", action="version",
-                        version=f"mistk-rl {__version__} (HTTP API {API_VERSION})")
+    parser.add_argument(
+        "--version", action="version", version=f"mistk-rl {__version__} (HTTP API {API_VERSION})"
+    )
     sub = parser.add_subparsers(dest="command", required=True)
 
     serve = sub.add_parser("serve", help="run an agent or orchestrator class as a service")
     add_serve_arguments(serve)
 
     run = sub.add_parser("run", help="drive agents and an orchestrator from a YAML config")
-    run.add_argument("config", nargs="?",
-                     help="the run's YAML config (with --resume: optional, checked against "
-                          "the run's saved config)")
+    run.add_argument(
+        "config",
+        nargs="?",
+        help="the run's YAML config (with --resume: optional, checked against "
+        "the run's saved config)",
+    )
     run.add_argument("--out", default=None, help="run directory (default runs/NAME-TIME)")
     run.add_argument("--quiet", action="store_true", help="no progress output")
-    run.add_argument("--seed", type=int, default=None,
-                     help="one seed for the run: every agent's hyperparameters.seed, "
-                          "training.seed and each episode block's seed (evaluation seeds "
-                          "stay fixed)")
-    run.add_argument("--resume", default=None, metavar="RUN_DIR",
-                     help="continue the training run in RUN_DIR (crashed or stopped) from its "
-                          "last checkpoint, with the config saved there (a finished run: "
-                          "says so, changes nothing)")
-    run.add_argument("--cluster", default=None, metavar="ADDRESS",
-                     help="place the services the run starts on a Ray cluster (needs "
-                          "mistk-rl[ray]): 'auto' joins the cluster of this machine, "
-                          "HOST:PORT or ray://HOST:PORT one elsewhere, 'local' starts a "
-                          "one-node cluster for the run (overrides the config's cluster "
-                          "address)")
-    run.add_argument("--max-restarts", type=int, default=None, metavar="N",
-                     help="on a cluster: when services of the run are lost (a node is lost), "
-                          "start them again and resume from the last checkpoint, at most N "
-                          "times (default 3; 0 without --cluster)")
+    run.add_argument(
+        "--seed",
+        type=int,
+        default=None,
+        help="one seed for the run: every agent's hyperparameters.seed, "
+        "training.seed and each episode block's seed (evaluation seeds "
+        "stay fixed)",
+    )
+    run.add_argument(
+        "--resume",
+        default=None,
+        metavar="RUN_DIR",
+        help="continue the training run in RUN_DIR (crashed or stopped) from its "
+        "last checkpoint, with the config saved there (a finished run: "
+        "says so, changes nothing)",
+    )
+    run.add_argument(
+        "--cluster",
+        default=None,
+        metavar="ADDRESS",
+        help="place the services the run starts on a Ray cluster (needs "
+        "mistk-rl[ray]): 'auto' joins the cluster of this machine, "
+        "HOST:PORT or ray://HOST:PORT one elsewhere, 'local' starts a "
+        "one-node cluster for the run (overrides the config's cluster "
+        "address)",
+    )
+    run.add_argument(
+        "--max-restarts",
+        type=int,
+        default=None,
+        metavar="N",
+        help="on a cluster: when services of the run are lost (a node is lost), "
+        "start them again and resume from the last checkpoint, at most N "
+        "times (default 3; 0 without --cluster)",
+    )
     run.set_defaults(func=_run)
 
-    evaluate = sub.add_parser("eval", help="evaluate a trained run: games against the "
-                                           "config's opponents in every seat; single-agent "
-                                           "training greedy on the fixed evaluation seeds")
-    evaluate.add_argument("config", help="the run's YAML config (its 'evaluation' block, or "
-                                         "its 'training' block's eval_episodes, eval_seed)")
-    evaluate.add_argument("--run", default=None, metavar="RUN_DIR",
-                          help="the run directory of a `mistk-rl run` of this config: its "
-                               "agents start on their data dirs there and load the model "
-                               "each saved (save_path, else the checkpoint of the last "
-                               "evaluation); evaluation.json is written there (default: a "
-                               "new runs/NAME-TIME, agents from model_path)")
-    evaluate.add_argument("--episodes", type=int, default=None,
-                          help="single-agent runs: this many episodes (default the config's "
-                               "eval_episodes)")
+    evaluate = sub.add_parser(
+        "eval",
+        help="evaluate a trained run: games against the "
+        "config's opponents in every seat; single-agent "
+        "training greedy on the fixed evaluation seeds",
+    )
+    evaluate.add_argument(
+        "config",
+        help="the run's YAML config (its 'evaluation' block, or "
+        "its 'training' block's eval_episodes, eval_seed)",
+    )
+    evaluate.add_argument(
+        "--run",
+        default=None,
+        metavar="RUN_DIR",
+        help="the run directory of a `mistk-rl run` of this config: its "
+        "agents start on their data dirs there and load the model "
+        "each saved (save_path, else the checkpoint of the last "
+        "evaluation); evaluation.json is written there (default: a "
+        "new runs/NAME-TIME, agents from model_path)",
+    )
+    evaluate.add_argument(
+        "--episodes",
+        type=int,
+        default=None,
+        help="single-agent runs: this many episodes (default the config's eval_episodes)",
+    )
     evaluate.add_argument("--quiet", action="store_true", help="no progress output")
     evaluate.set_defaults(func=_eval)
 
-    export = sub.add_parser("export", help="write a DQN or PPO run's acting network as "
-                                           "TorchScript or ONNX, checked against the agent")
+    export = sub.add_parser(
+        "export",
+        help="write a DQN or PPO run's acting network as "
+        "TorchScript or ONNX, checked against the agent",
+    )
     export.add_argument("run", metavar="RUN_DIR", help="the run directory of a mistk-rl run")
     export.add_argument("--format", choices=["torchscript", "onnx"], default="torchscript")
     export.add_argument("--out", required=True, help="the file to write")
-    export.add_argument("--agent", default=None,
-                        help="the agent to export (default the config's first)")
+    export.add_argument(
+        "--agent", default=None, help="the agent to export (default the config's first)"
+    )
     export.set_defaults(func=_export)
 
-    compare = sub.add_parser("compare", help="runs as distributions over their seeds: at "
-                                             "each evaluation point, the mean and range "
-                                             "of every evaluated figure")
-    compare.add_argument("runs", nargs="+", metavar="[LABEL=]RUN_DIR",
-                         help="run directories of mistk-rl run, grouped by their config's "
-                              "name, or by LABEL")
+    compare = sub.add_parser(
+        "compare",
+        help="runs as distributions over their seeds: at "
+        "each evaluation point, the mean and range "
+        "of every evaluated figure",
+    )
+    compare.add_argument(
+        "runs",
+        nargs="+",
+        metavar="[LABEL=]RUN_DIR",
+        help="run directories of mistk-rl run, grouped by their config's name, or by LABEL",
+    )
     compare.add_argument("--json", default=None, help="also write the summary here")
     compare.set_defaults(func=_compare)
 
     bench = sub.add_parser("bench", help="measure the services")
-    bench.add_argument("what", choices=["getaction", "longpolls", "transport", "envs",
-                                        "faults", "sb3-dqn", "sb3-ppo", "parity",
-                                        "learning-dqn", "learning-ppo", "games",
-                                        "thinker-planner", "thinker-ppo", "thinker-model",
-                                        "thinker-agent",
-                                        "cluster", "cluster-loss"],
-                       help="getaction: round-trip time of getAction to a local agent, and "
-                            "the machine's floor under it (a bare echo, the server stack "
-                            "answering a constant); "
-                            "longpolls: reset/terminate latency with 64 status long-polls "
-                            "waiting; "
-                            "transport: env steps/s in-process vs over HTTP (and at 1 env the "
-                            "ratio the floor allows); "
-                            "cluster: on a local Ray cluster (needs mistk-rl[ray]), the "
-                            "tic-tac-toe league's main-player moves/s without Ray and with "
-                            "its workers on 1 and 2 nodes (--n moves, default 10000), and "
-                            "transport's http-binary steps/s with the agent placed by Ray "
-                            "(--envs, default 1,64); cluster-loss: the tic-tac-toe league "
-                            "to its targets on a local cluster, its workers on two nodes, "
-                            "one removed after the first evaluation and another joining; "
-                            "envs: env managers vs gymnasium's vector envs; "
-                            "faults: how fast a run ends, and what it leaves, when a service "
-                            "dies, restarts or hangs; "
-                            "sb3-dqn / sb3-ppo: Stable-Baselines3 alone, in-process, on a "
-                            "training config (default configs/suite/{dqn,ppo}_cartpole.yaml) "
-                            "with our eval protocol; "
-                            "parity: per suite entry (configs/suite/), our agent over HTTP and "
-                            "SB3 with the same hyperparameters, back to back per seed; "
-                            "learning-dqn / learning-ppo: parity on the CartPole entry; "
-                            "games: tic-tac-toe moves/s of the game orchestrator with its "
-                            "agent in-process vs over HTTP (--envs: game copies, default "
-                            "1,16,64; --steps: moves timed); "
-                            "thinker-planner: the scripted planner's solve rate on the puzzle "
-                            "(perfect model; --n episodes, default 3000); "
-                            "thinker-ppo: PPO on the raw and the Thinker puzzle, --seeds each, "
-                            "solve-rate curves in one plot; "
-                            "thinker-agent: the Thinker PPO agent (tree readout) against "
-                            "PPO on the raw puzzle, in-process, --n real steps (default "
-                            "200000) per --seeds (default 0-4), each evaluated on the whole "
-                            "level pool, with the difference's 95%% interval; "
-                            "thinker-model: the learned model trained over --n real steps "
-                            "(default 20000) while --behaviour acts: held-out losses, "
-                            "finiteness, time per augmented step")
-    bench.add_argument("--n", type=int, default=None,
-                       help="getaction: calls to time (default 2000); thinker-planner: "
-                            "episodes (default 3000); thinker-agent: real steps a seed")
+    bench.add_argument(
+        "what",
+        choices=[
+            "getaction",
+            "longpolls",
+            "transport",
+            "envs",
+            "faults",
+            "sb3-dqn",
+            "sb3-ppo",
+            "parity",
+            "learning-dqn",
+            "learning-ppo",
+            "games",
+            "thinker-planner",
+            "thinker-ppo",
+            "thinker-model",
+            "thinker-agent",
+            "cluster",
+            "cluster-loss",
+        ],
+        help="getaction: round-trip time of getAction to a local agent, and "
+        "the machine's floor under it (a bare echo, the server stack "
+        "answering a constant); "
+        "longpolls: reset/terminate latency with 64 status long-polls "
+        "waiting; "
+        "transport: env steps/s in-process vs over HTTP (and at 1 env the "
+        "ratio the floor allows); "
+        "cluster: on a local Ray cluster (needs mistk-rl[ray]), the "
+        "tic-tac-toe league's main-player moves/s without Ray and with "
+        "its workers on 1 and 2 nodes (--n moves, default 10000), and "
+        "transport's http-binary steps/s with the agent placed by Ray "
+        "(--envs, default 1,64); cluster-loss: the tic-tac-toe league "
+        "to its targets on a local cluster, its workers on two nodes, "
+        "one removed after the first evaluation and another joining; "
+        "envs: env managers vs gymnasium's vector envs; "
+        "faults: how fast a run ends, and what it leaves, when a service "
+        "dies, restarts or hangs; "
+        "sb3-dqn / sb3-ppo: Stable-Baselines3 alone, in-process, on a "
+        "training config (default configs/suite/{dqn,ppo}_cartpole.yaml) "
+        "with our eval protocol; "
+        "parity: per suite entry (configs/suite/), our agent over HTTP and "
+        "SB3 with the same hyperparameters, back to back per seed; "
+        "learning-dqn / learning-ppo: parity on the CartPole entry; "
+        "games: tic-tac-toe moves/s of the game orchestrator with its "
+        "agent in-process vs over HTTP (--envs: game copies, default "
+        "1,16,64; --steps: moves timed); "
+        "thinker-planner: the scripted planner's solve rate on the puzzle "
+        "(perfect model; --n episodes, default 3000); "
+        "thinker-ppo: PPO on the raw and the Thinker puzzle, --seeds each, "
+        "solve-rate curves in one plot; "
+        "thinker-agent: the Thinker PPO agent (tree readout) against "
+        "PPO on the raw puzzle, in-process, --n real steps (default "
+        "200000) per --seeds (default 0-4), each evaluated on the whole "
+        "level pool, with the difference's 95%% interval; "
+        "thinker-model: the learned model trained over --n real steps "
+        "(default 20000) while --behaviour acts: held-out losses, "
+        "finiteness, time per augmented step",
+    )
+    bench.add_argument(
+        "--n",
+        type=int,
+        default=None,
+        help="getaction: calls to time (default 2000); thinker-planner: "
+        "episodes (default 3000); thinker-agent: real steps a seed",
+    )
     bench.add_argument("--seed", type=int, default=0, help="sb3-*: training seed")
-    bench.add_argument("--suite", default="classic", choices=["classic", "extended"],
-                       help="parity: which entries (classic: CartPole, Acrobot, MountainCar, "
-                            "Pendulum; extended: LunarLander, needs box2d)")
-    bench.add_argument("--entries", default=None,
-                       help="parity: only these entries, comma-separated (e.g. dqn_cartpole)")
-    bench.add_argument("--envs", default=None,
-                       help="transport/envs: env counts, comma-separated (default 1,16,64,256)")
-    bench.add_argument("--steps", type=int, default=20000,
-                       help="transport/envs: env steps timed per configuration")
-    bench.add_argument("--eval-every", type=int, default=None,
-                       help="sb3-*: env steps between evaluations (default: the config's)")
-    bench.add_argument("--seeds", default=None, type=seed_list,
-                       help="parity, learning-*: seeds, comma-separated, a range A..B taking "
-                            "both ends (0..9), or both (0..4,7) (default 0,1,2; extended "
-                            "suite 0)")
-    bench.add_argument("--config", default=None,
-                       help="parity, learning-*, sb3-*: run this training config instead of "
-                            "the suite's entries (SB3 takes the same hyperparameters)")
-    bench.add_argument("--behaviour", default="solver", choices=["solver", "random"],
-                       help="thinker-model: who takes the real steps (solver: a shortest "
-                            "solution's next move, a random one 30%% of the time; random: "
-                            "uniform moves, which solve too rarely to learn rewards from)")
-    bench.add_argument("--local-inference", action="store_true",
-                       help="parity, learning-*: our agents act with a policy copy in the "
-                            "orchestrator (local inference), sending experience once per "
-                            "learning cycle (DQN train_freq, PPO n_steps env steps)")
-    bench.add_argument("--from", dest="from_json", default=None,
-                       help="parity: run nothing; summarize the records of these --json "
-                            "files together (comma-separated: seed batches run apart)")
-    bench.add_argument("--arms", default=None,
-                       help="thinker-agent: which, comma-separated, of raw, thinker (the "
-                            "perfect model), thinker-learned (the learned model, "
-                            "wrapper_type 0) and planner (the scripted planner on the same "
-                            "levels); default raw,thinker")
-    bench.add_argument("--awake", action="store_true",
-                       help="getaction, transport: run with every CPU kept from idling (a "
-                            "spinner per CPU at SCHED_IDLE, Linux), as on a machine whose "
-                            "idle CPUs poll instead of halting: a virtual machine's halted "
-                            "vCPU takes tens of us to wake, twice a round trip")
-    bench.add_argument("--spin", type=float, default=None, metavar="US",
-                       help="getaction, transport: MISTK_RL_SPIN_US=US for the bench, as "
-                            "a user would set it: its clients wait for each answer awake "
-                            "(polling, not sleeping) for up to US microseconds, and the "
-                            "services it starts wait so for the next request after each "
-                            "answer; default: as MISTK_RL_SPIN_US says, else clients "
-                            "and services wait so for up to 1 ms (with two CPUs "
-                            "or more)")
+    bench.add_argument(
+        "--suite",
+        default="classic",
+        choices=["classic", "extended"],
+        help="parity: which entries (classic: CartPole, Acrobot, MountainCar, "
+        "Pendulum; extended: LunarLander, needs box2d)",
+    )
+    bench.add_argument(
+        "--entries",
+        default=None,
+        help="parity: only these entries, comma-separated (e.g. dqn_cartpole)",
+    )
+    bench.add_argument(
+        "--envs",
+        default=None,
+        help="transport/envs: env counts, comma-separated (default 1,16,64,256)",
+    )
+    bench.add_argument(
+        "--steps", type=int, default=20000, help="transport/envs: env steps timed per configuration"
+    )
+    bench.add_argument(
+        "--eval-every",
+        type=int,
+        default=None,
+        help="sb3-*: env steps between evaluations (default: the config's)",
+    )
+    bench.add_argument(
+        "--seeds",
+        default=None,
+        type=seed_list,
+        help="parity, learning-*: seeds, comma-separated, a range A..B taking "
+        "both ends (0..9), or both (0..4,7) (default 0,1,2; extended "
+        "suite 0)",
+    )
+    bench.add_argument(
+        "--config",
+        default=None,
+        help="parity, learning-*, sb3-*: run this training config instead of "
+        "the suite's entries (SB3 takes the same hyperparameters)",
+    )
+    bench.add_argument(
+        "--behaviour",
+        default="solver",
+        choices=["solver", "random"],
+        help="thinker-model: who takes the real steps (solver: a shortest "
+        "solution's next move, a random one 30%% of the time; random: "
+        "uniform moves, which solve too rarely to learn rewards from)",
+    )
+    bench.add_argument(
+        "--local-inference",
+        action="store_true",
+        help="parity, learning-*: our agents act with a policy copy in the "
+        "orchestrator (local inference), sending experience once per "
+        "learning cycle (DQN train_freq, PPO n_steps env steps)",
+    )
+    bench.add_argument(
+        "--from",
+        dest="from_json",
+        default=None,
+        help="parity: run nothing; summarize the records of these --json "
+        "files together (comma-separated: seed batches run apart)",
+    )
+    bench.add_argument(
+        "--arms",
+        default=None,
+        help="thinker-agent: which, comma-separated, of raw, thinker (the "
+        "perfect model), thinker-learned (the learned model, "
+        "wrapper_type 0) and planner (the scripted planner on the same "
+        "levels); default raw,thinker",
+    )
+    bench.add_argument(
+        "--awake",
+        action="store_true",
+        help="getaction, transport: run with every CPU kept from idling (a "
+        "spinner per CPU at SCHED_IDLE, Linux), as on a machine whose "
+        "idle CPUs poll instead of halting: a virtual machine's halted "
+        "vCPU takes tens of us to wake, twice a round trip",
+    )
+    bench.add_argument(
+        "--spin",
+        type=float,
+        default=None,
+        metavar="US",
+        help="getaction, transport: MISTK_RL_SPIN_US=US for the bench, as "
+        "a user would set it: its clients wait for each answer awake "
+        "(polling, not sleeping) for up to US microseconds, and the "
+        "services it starts wait so for the next request after each "
+        "answer; default: as MISTK_RL_SPIN_US says, else clients "
+        "and services wait so for up to 1 ms (with two CPUs "
+        "or more)",
+    )
     bench.add_argument("--json", default=None, help="also write the figures here")
     bench.set_defaults(func=_bench)
     return parser

@@ -8,6 +8,7 @@ run's mean evaluation return. It reads each run's ``progress.json``, which is wr
 evaluation, so a run still going counts up to its last evaluation. Evaluation points are
 the config's ``eval_every`` multiples nearest each evaluation (a run evaluates just past each
 point: jobs and games are whole)."""
+
 from __future__ import annotations
 
 import json
@@ -56,16 +57,22 @@ def load_run(spec: str) -> Run:
     try:  # (read as plain YAML: a run of an older schema still compares)
         config = yaml.safe_load((path / CONFIG).read_text())
     except FileNotFoundError:
-        raise RunConfigError(f"{path}: not a run directory with evaluations ({CONFIG} is "
-                          "missing: it is not a mistk-rl run)") from None
+        raise RunConfigError(
+            f"{path}: not a run directory with evaluations ({CONFIG} is "
+            "missing: it is not a mistk-rl run)"
+        ) from None
     games = config.get("game_training")
     training = games or config.get("training")
     if training is None:
         raise RunConfigError(f"{path}: a run without training (nothing was evaluated over time)")
     progress = (GameProgress if games else Progress).load(path)  # (what --resume reads)
     every = int(training.get("eval_every") or 1)
-    run = Run(label or config.get("name") or path.name, path, training.get("seed"),
-              "moves" if games else "env steps")
+    run = Run(
+        label or config.get("name") or path.name,
+        path,
+        training.get("seed"),
+        "moves" if games else "env steps",
+    )
     for record in progress.evals:
         steps = record["agent_steps"] if games else record["env_steps"]
         point = max(1, round(steps / every)) * every
@@ -78,9 +85,11 @@ def _metrics(record: dict[str, Any], game: bool) -> dict[str, float]:
     mean evaluation return (a gym run; a league's, its best player's)."""
     if not game:
         return {"mean return": float(record["mean_return"])}
-    return {f"{opponent} {seat}": float(result["win"])
-            for opponent, matchup in record["evaluation"].items()
-            for seat, result in matchup["seats"].items()}
+    return {
+        f"{opponent} {seat}": float(result["win"])
+        for opponent, matchup in record["evaluation"].items()
+        for seat, result in matchup["seats"].items()
+    }
 
 
 def summarise(runs: Sequence[Run]) -> dict[str, dict[int, dict[str, Cell]]]:
@@ -92,17 +101,23 @@ def summarise(runs: Sequence[Run]) -> dict[str, dict[int, dict[str, Cell]]]:
     for group, members in by_group.items():
         units = {run.unit for run in members}
         if len(units) > 1:
-            raise RunConfigError(f"group {group!r} mixes game and gym runs: "
-                              + ", ".join(f"{r.path} ({r.unit})" for r in members))
+            raise RunConfigError(
+                f"group {group!r} mixes game and gym runs: "
+                + ", ".join(f"{r.path} ({r.unit})" for r in members)
+            )
         table = summary[group] = {}
         for point in sorted({p for run in members for p in run.points}):
             metrics = sorted({m for run in members for m in run.points.get(point, {})})
             table[point] = {}
             for metric in metrics:
-                values = [run.points[point][metric] for run in members
-                          if metric in run.points.get(point, {})]
-                table[point][metric] = Cell(statistics.fmean(values), min(values),
-                                            max(values), len(values))
+                values = [
+                    run.points[point][metric]
+                    for run in members
+                    if metric in run.points.get(point, {})
+                ]
+                table[point][metric] = Cell(
+                    statistics.fmean(values), min(values), max(values), len(values)
+                )
     return summary
 
 
@@ -117,8 +132,10 @@ def table_text(runs: Sequence[Run], summary: dict[str, dict[int, dict[str, Cell]
         lines.append(f"{group}: {len(members)} run{'s' if len(members) > 1 else ''}: {seeds}")
         metrics = sorted({m for row in table.values() for m in row})
         header = [unit, *metrics]
-        rows = [[f"{point:,}", *(row[m].text(digits) if m in row else "-" for m in metrics)]
-                for point, row in table.items()]
+        rows = [
+            [f"{point:,}", *(row[m].text(digits) if m in row else "-" for m in metrics)]
+            for point, row in table.items()
+        ]
         widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
         for r in [header, *rows]:
             lines.append(("  " + "  ".join(c.ljust(w) for c, w in zip(r, widths))).rstrip())
@@ -132,10 +149,21 @@ def compare(specs: Sequence[str], json_out: Optional[Path] = None) -> str:
     runs = [load_run(spec) for spec in specs]
     summary = summarise(runs)
     if json_out is not None:
-        json_out.write_text(json.dumps({
-            group: {"runs": [{"path": str(r.path), "seed": r.seed} for r in runs
-                             if r.group == group],
-                    "points": {str(point): {m: vars(cell) for m, cell in row.items()}
-                               for point, row in table.items()}}
-            for group, table in summary.items()}, indent=2))
+        json_out.write_text(
+            json.dumps(
+                {
+                    group: {
+                        "runs": [
+                            {"path": str(r.path), "seed": r.seed} for r in runs if r.group == group
+                        ],
+                        "points": {
+                            str(point): {m: vars(cell) for m, cell in row.items()}
+                            for point, row in table.items()
+                        },
+                    }
+                    for group, table in summary.items()
+                },
+                indent=2,
+            )
+        )
     return table_text(runs, summary)

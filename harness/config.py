@@ -1,4 +1,5 @@
 """The harness's YAML config, validated (an unknown or misspelt key is an error naming it)."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -95,9 +96,12 @@ class AgentSpec(ServiceSpec):
         """How it plays in a training run's episodes, when that is not the default."""
         if self.local_inference is None:
             return None
-        return AgentSettings(local_inference=LocalInferenceSettings(
-            sync_every=self.local_inference.sync_every,
-            batch_steps=self.local_inference.batch_steps))
+        return AgentSettings(
+            local_inference=LocalInferenceSettings(
+                sync_every=self.local_inference.sync_every,
+                batch_steps=self.local_inference.batch_steps,
+            )
+        )
 
 
 class EpisodeBlock(_Strict):
@@ -206,8 +210,11 @@ class WorkerPool(_Strict):
     resources: dict[str, float] = Field(default_factory=dict)
 
     def specs(self, solo: bool) -> list[dict[str, Any]]:
-        target = self.target or ("orchestrators.gym_orchestrator:GymOrchestrator" if solo
-                                 else "orchestrators.game_orchestrator:GameOrchestrator")
+        target = self.target or (
+            "orchestrators.gym_orchestrator:GymOrchestrator"
+            if solo
+            else "orchestrators.game_orchestrator:GameOrchestrator"
+        )
         one = {**self.model_dump(exclude={"count"}), "target": target}
         return [dict(one) for _ in range(self.count)]
 
@@ -250,9 +257,13 @@ class RunConfig(_Strict):
             try:
                 pool = WorkerPool.model_validate(data["workers"])
             except ValidationError as exc:
-                raise ValueError("workers: " + "; ".join(
-                    f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())) from None
-            env = RunEnvSpec.model_validate((data.get("orchestrator") or {}).get("env") or {"id": ""})
+                raise ValueError(
+                    "workers: "
+                    + "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
+                ) from None
+            env = RunEnvSpec.model_validate(
+                (data.get("orchestrator") or {}).get("env") or {"id": ""}
+            )
             data = {**data, "workers": pool.specs(solo=env.solo_players() is not None)}
         return data
 
@@ -261,49 +272,69 @@ class RunConfig(_Strict):
         names = [a.name for a in self.agents]
         if len(set(names)) != len(names):
             raise ValueError(f"agent names must be unique, got {names}")
-        given = [key for key in ("episodes", "training", "game_training")
-                 if getattr(self, key) is not None]
+        given = [
+            key
+            for key in ("episodes", "training", "game_training")
+            if getattr(self, key) is not None
+        ]
         if len(given) > 1:
-            raise ValueError("give one of 'episodes' (play), 'training' (train and "
-                             "evaluate) or 'game_training' (games), not "
-                             f"{' and '.join(given)}")
+            raise ValueError(
+                "give one of 'episodes' (play), 'training' (train and "
+                "evaluate) or 'game_training' (games), not "
+                f"{' and '.join(given)}"
+            )
         league = self.orchestrator.env.league
         solo = self.orchestrator.env.solo_players() if league is not None else None
         if league is not None and self.training is not None and solo is None:
-            raise ValueError("'training' with a league trains a solo league (every player of "
-                             "type solo); a league of players that play each other trains "
-                             "with 'game_training'")
+            raise ValueError(
+                "'training' with a league trains a solo league (every player of "
+                "type solo); a league of players that play each other trains "
+                "with 'game_training'"
+            )
         if solo is not None and self.game_training is not None:
             raise ValueError("a solo league plays no games: train it with 'training'")
         if solo is not None and sorted(a.name for a in self.agents) != sorted(solo):
-            raise ValueError(f"a solo league's agents are its players ({', '.join(solo)}), "
-                             f"one each, not {', '.join(a.name for a in self.agents)}")
+            raise ValueError(
+                f"a solo league's agents are its players ({', '.join(solo)}), "
+                f"one each, not {', '.join(a.name for a in self.agents)}"
+            )
         if self.evaluator is not None and solo is None:
             raise ValueError("'evaluator' is a solo league's (its players' evaluations)")
         if self.training is not None and solo is None and len(self.agents) != 1:
             raise ValueError("training drives exactly one agent")
         if self.game_training is not None and self.evaluation is None:
-            raise ValueError("game_training needs 'evaluation': its agent is the one "
-                             "whose moves count and who is evaluated")
+            raise ValueError(
+                "game_training needs 'evaluation': its agent is the one "
+                "whose moves count and who is evaluated"
+            )
         if self.evaluation is not None:
             known = set(names)
-            named = [self.evaluation.agent] + [m.opponent for m in self.evaluation.against
-                                               if not m.exhaustive]
+            named = [self.evaluation.agent] + [
+                m.opponent for m in self.evaluation.against if not m.exhaustive
+            ]
             missing = sorted({n for n in named if n not in known})
             if missing:
-                raise ValueError(f"evaluation names agents {', '.join(missing)} that "
-                                 f"'agents' does not list ({', '.join(names)})")
+                raise ValueError(
+                    f"evaluation names agents {', '.join(missing)} that "
+                    f"'agents' does not list ({', '.join(names)})"
+                )
             against = {m.opponent for m in self.evaluation.against}
-            unknown = sorted({t.opponent for t in (self.game_training.stop_when
-                                                   if self.game_training else ())} - against)
+            unknown = sorted(
+                {t.opponent for t in (self.game_training.stop_when if self.game_training else ())}
+                - against
+            )
             if unknown:
-                raise ValueError(f"game_training.stop_when names opponents "
-                                 f"{', '.join(unknown)} the evaluation does not play")
+                raise ValueError(
+                    f"game_training.stop_when names opponents "
+                    f"{', '.join(unknown)} the evaluation does not play"
+                )
         if self.workers and league is None:
             raise ValueError("'workers' are a league's: orchestrator.env.league is not set")
         if league is not None and not self.workers and not league.get("workers"):
-            raise ValueError("a league needs 'workers' (game orchestrators, or a solo league's "
-                             "gym orchestrators) to play its jobs")
+            raise ValueError(
+                "a league needs 'workers' (game orchestrators, or a solo league's "
+                "gym orchestrators) to play its jobs"
+            )
         if not given:
             self.episodes = [EpisodeBlock()]
         return self
@@ -339,8 +370,10 @@ def with_eval_episodes(config: RunConfig, episodes: int) -> RunConfig:
     """The config evaluating a single-agent run on `episodes` episodes (``mistk-rl eval
     --episodes``)."""
     if config.training is None:
-        raise RunConfigError("--episodes: only a single-agent run ('training' block) evaluates "
-                          "on episodes; a game config's evaluation is its 'evaluation' block")
+        raise RunConfigError(
+            "--episodes: only a single-agent run ('training' block) evaluates "
+            "on episodes; a game config's evaluation is its 'evaluation' block"
+        )
     if episodes < 1:
         raise RunConfigError(f"--episodes must be >= 1, got {episodes}")
     data = config.model_dump()
@@ -356,8 +389,9 @@ def with_cluster(config: RunConfig, address: str) -> RunConfig:
     return RunConfig.model_validate(data)
 
 
-def resume_config(run_dir: Path, config_path: Optional[Path] = None,
-                  seed: Optional[int] = None) -> RunConfig:
+def resume_config(
+    run_dir: Path, config_path: Optional[Path] = None, seed: Optional[int] = None
+) -> RunConfig:
     """The config the run in `run_dir` ran with (its saved ``config.yaml``), to resume it.
 
     `config_path` (with `seed`, as the run was started) may be given to check that it is the
@@ -369,12 +403,19 @@ def resume_config(run_dir: Path, config_path: Optional[Path] = None,
     given = load_config(config_path) if config_path is not None else saved
     if seed is not None:
         given = with_seed(given, seed)
-    differ = sorted({key for key, _ in _flat(given.model_dump(exclude={"token"})).items()
-                     ^ _flat(saved.model_dump(exclude={"token"})).items()})
+    differ = sorted(
+        {
+            key
+            for key, _ in _flat(given.model_dump(exclude={"token"})).items()
+            ^ _flat(saved.model_dump(exclude={"token"})).items()
+        }
+    )
     if differ:
-        raise RunConfigError(f"{config_path or '--seed'} differs from {run_dir}/config.yaml in "
-                          f"{', '.join(differ)}: --resume continues the saved run (edit that "
-                          "file to change it)")
+        raise RunConfigError(
+            f"{config_path or '--seed'} differs from {run_dir}/config.yaml in "
+            f"{', '.join(differ)}: --resume continues the saved run (edit that "
+            "file to change it)"
+        )
     return saved.model_copy(update={"token": given.token if config_path else None})
 
 
@@ -415,8 +456,10 @@ def describe_errors(exc: ValidationError) -> str:
         if error["type"] == "extra_forbidden":
             known = _known_keys(RunConfig, error["loc"][:-1])
             if known:
-                message = (f"unknown key (known here: {', '.join(known)})"
-                           f"{suggest(str(error['loc'][-1]), known)}")
+                message = (
+                    f"unknown key (known here: {', '.join(known)})"
+                    f"{suggest(str(error['loc'][-1]), known)}"
+                )
         problems.append(f"{where}: {message}")
     return "; ".join(problems)
 

@@ -11,6 +11,7 @@ space and must give the agent's own actions (a continuous policy: within 1e-5): 
 are printed. ONNX needs the ``onnx`` package (``pip install 'mistk-rl[export]'``), and is
 checked with its reference evaluator.
 """
+
 from __future__ import annotations
 
 import importlib
@@ -24,8 +25,8 @@ import torch
 import yaml
 from gymnasium import spaces
 
-from harness.config import RunConfigError, RunConfig
-from harness.run import last_checkpoint, saved_model, data_dir
+from harness.config import RunConfig, RunConfigError
+from harness.run import data_dir, last_checkpoint, saved_model
 
 FORMATS = ("torchscript", "onnx")
 CHECK_ROWS = 256
@@ -48,8 +49,9 @@ class _Acting(torch.nn.Module):
         return out.get("env_action", out["action"]).detach()
 
 
-def export_run(run_dir: Path, fmt: str, out: Path, agent_name: Optional[str] = None,
-               seed: int = 0) -> dict[str, Any]:
+def export_run(
+    run_dir: Path, fmt: str, out: Path, agent_name: Optional[str] = None, seed: int = 0
+) -> dict[str, Any]:
     """Export the run's acting network to `out` (module doc); what was exported and how it
     was checked. RunConfigError for a run that has nothing to export, naming why."""
     if fmt not in FORMATS:
@@ -59,12 +61,12 @@ def export_run(run_dir: Path, fmt: str, out: Path, agent_name: Optional[str] = N
         return _export(agent, name, model, fmt, out, seed)
 
 
-def _export(agent: Any, name: str, model: str, fmt: str, out: Path,
-            seed: int) -> dict[str, Any]:
+def _export(agent: Any, name: str, model: str, fmt: str, out: Path, seed: int) -> dict[str, Any]:
     space = agent.policy.observation_space
     if not isinstance(space, spaces.Box):
-        raise RunConfigError(f"agent {name!r} observes {space}: only Box observations export "
-                          "(one tensor in)")
+        raise RunConfigError(
+            f"agent {name!r} observes {space}: only Box observations export (one tensor in)"
+        )
     space.seed(seed)
     # traced on a few observations, checked on others (a batch of another size too): a
     # trace that froze anything of its example would fail the check
@@ -81,35 +83,46 @@ def _export(agent: Any, name: str, model: str, fmt: str, out: Path,
         run = (_torchscript if fmt == "torchscript" else _onnx)(net, example, staged)
         _check(expected, run(rows), name)
         staged.replace(out)
-    return {"agent": name, "model": model, "format": fmt, "out": str(out),
-            "checked_rows": CHECK_ROWS, "observation_shape": list(space.shape)}
+    return {
+        "agent": name,
+        "model": model,
+        "format": fmt,
+        "out": str(out),
+        "checked_rows": CHECK_ROWS,
+        "observation_shape": list(space.shape),
+    }
 
 
-def _load_agent(run_dir: Path, agent_name: Optional[str],
-                scratch: Path) -> tuple[Any, str, str]:
+def _load_agent(run_dir: Path, agent_name: Optional[str], scratch: Path) -> tuple[Any, str, str]:
     """The run's agent, built from its final model: (agent, its name, the model file).
     `scratch`: the agent's data directory (the caller removes it)."""
     try:
         config = RunConfig.model_validate(yaml.safe_load((run_dir / "config.yaml").read_text()))
     except OSError as exc:
-        raise RunConfigError(f"{run_dir} is no run directory of mistk-rl run (no config.yaml)") \
-            from exc
+        raise RunConfigError(
+            f"{run_dir} is no run directory of mistk-rl run (no config.yaml)"
+        ) from exc
     specs = [a for a in config.agents if a.target and (agent_name in (None, a.name))]
     if not specs:
-        raise RunConfigError(f"no agent {agent_name!r} started by this run "
-                          f"(its agents: {', '.join(a.name for a in config.agents)})")
+        raise RunConfigError(
+            f"no agent {agent_name!r} started by this run "
+            f"(its agents: {', '.join(a.name for a in config.agents)})"
+        )
     spec = specs[0]
     where = data_dir(run_dir, spec.name)
     here = {spec.name: where}  # (the run's agent started on this machine)
     model = saved_model(spec, here) or last_checkpoint(config, spec, run_dir, here)
     if model is None:
-        raise RunConfigError(f"agent {spec.name!r}: no saved model in {where} (no save_path "
-                          "written, no checkpoint in progress.json)")
+        raise RunConfigError(
+            f"agent {spec.name!r}: no saved model in {where} (no save_path "
+            "written, no checkpoint in progress.json)"
+        )
     module, _, cls_name = spec.target.partition(":")
     agent = getattr(importlib.import_module(module), cls_name)()
     if not hasattr(agent, "actor"):
-        raise RunConfigError(f"agent {spec.name!r} ({spec.target}) has no network to export: "
-                          "DQN and PPO agents do")
+        raise RunConfigError(
+            f"agent {spec.name!r} ({spec.target}) has no network to export: DQN and PPO agents do"
+        )
     agent.data_dir = scratch  # (its config.yaml)
     agent.do_initialize(spec.properties, spec.hyperparameters)
     agent.do_build_model(where / model)
@@ -120,27 +133,36 @@ def _draw(space: spaces.Box, n: int) -> np.ndarray:
     return np.stack([space.sample() for _ in range(n)]).astype(np.float32)
 
 
-def _torchscript(net: torch.nn.Module, example: torch.Tensor, path: Path
-                 ) -> Callable[[np.ndarray], np.ndarray]:
+def _torchscript(
+    net: torch.nn.Module, example: torch.Tensor, path: Path
+) -> Callable[[np.ndarray], np.ndarray]:
     """Write the traced module; how to run the written file."""
     torch.jit.trace(net, example).save(str(path))
     loaded = torch.jit.load(str(path))
     return lambda rows: loaded(torch.as_tensor(rows)).numpy()
 
 
-def _onnx(net: torch.nn.Module, example: torch.Tensor, path: Path
-          ) -> Callable[[np.ndarray], np.ndarray]:
+def _onnx(
+    net: torch.nn.Module, example: torch.Tensor, path: Path
+) -> Callable[[np.ndarray], np.ndarray]:
     """Write the ONNX model; how to run the written file (onnx's reference evaluator)."""
     try:
         from onnx.reference import ReferenceEvaluator
     except ImportError as exc:
-        raise RunConfigError("--format onnx needs the onnx package: pip install "
-                          "'mistk-rl[export]'") from exc
+        raise RunConfigError(
+            "--format onnx needs the onnx package: pip install 'mistk-rl[export]'"
+        ) from exc
     with warnings.catch_warnings():  # (the TorchScript-based exporter: no onnxscript needed)
         warnings.filterwarnings("ignore", category=DeprecationWarning)
-        torch.onnx.export(net, (example,), str(path), input_names=["obs"],
-                          output_names=["action"], dynamo=False,
-                          dynamic_axes={"obs": {0: "batch"}, "action": {0: "batch"}})
+        torch.onnx.export(
+            net,
+            (example,),
+            str(path),
+            input_names=["obs"],
+            output_names=["action"],
+            dynamo=False,
+            dynamic_axes={"obs": {0: "batch"}, "action": {0: "batch"}},
+        )
     evaluator = ReferenceEvaluator(str(path))
     return lambda rows: evaluator.run(None, {"obs": rows})[0]
 
@@ -153,5 +175,7 @@ def _check(expected: np.ndarray, got: np.ndarray, name: str) -> None:
     else:
         wrong = int((~np.isclose(expected, got, atol=1e-5, rtol=0)).any(axis=-1).sum())
     if wrong:
-        raise RuntimeError(f"agent {name!r}: the export acts differently from the agent on "
-                           f"{wrong} of {len(expected)} observations: not written")
+        raise RuntimeError(
+            f"agent {name!r}: the export acts differently from the agent on "
+            f"{wrong} of {len(expected)} observations: not written"
+        )

@@ -13,6 +13,7 @@ one): blocks of games until the next evaluation point, then an evaluation and a 
 every agent (and ``progress.json``: what ``mistk-rl run --resume RUN_DIR`` continues), until
 the budget is spent. Games in progress at a budget are finished, not cut.
 """
+
 from __future__ import annotations
 
 import csv
@@ -21,45 +22,69 @@ from pathlib import Path
 from typing import Any, Callable, Optional
 
 from harness.config import GameEvaluation, GameTrainingSpec, Matchup, Target
-from harness.progress import TrainingProgress
 from harness.league import payoff_figure
 from harness.loop import Evaluated, run_loop
+from harness.progress import TrainingProgress
 from harness.training import Checkpoints, ProgressFile, tensorboard_writer
-from mistk_rl.sdk.client import OrchestratorClient
 from mistk_rl.games.pettingzoo_games import RESULTS, result_for
+from mistk_rl.sdk.client import OrchestratorClient
 from mistk_rl.sdk.schemas import AgentSettings, EpisodeConfig, EpisodeResult, ExhaustiveSpec
 
 
 def evaluate(orch: OrchestratorClient, spec: GameEvaluation, timeout: float) -> dict[str, Any]:
     """{opponent: {"exhaustive": bool, "seats": {seat: {win, draw, loss, ...}}}}."""
-    return {matchup.opponent: (_enumerated(orch, spec, matchup, timeout) if matchup.exhaustive
-                               else _sampled(orch, spec, matchup, timeout))
-            for matchup in spec.against}
+    return {
+        matchup.opponent: (
+            _enumerated(orch, spec, matchup, timeout)
+            if matchup.exhaustive
+            else _sampled(orch, spec, matchup, timeout)
+        )
+        for matchup in spec.against
+    }
 
 
-def _enumerated(orch: OrchestratorClient, spec: GameEvaluation, matchup: Matchup,
-                timeout: float) -> dict[str, Any]:
-    played = orch.play(EpisodeConfig(exhaustive=ExhaustiveSpec(agent=spec.agent,
-                                                             opponent=matchup.opponent)),
-                       timeout=timeout)
+def _enumerated(
+    orch: OrchestratorClient, spec: GameEvaluation, matchup: Matchup, timeout: float
+) -> dict[str, Any]:
+    played = orch.play(
+        EpisodeConfig(exhaustive=ExhaustiveSpec(agent=spec.agent, opponent=matchup.opponent)),
+        timeout=timeout,
+    )
     report = played.results.evaluations[-1]
     if not report["complete"]:
-        raise RuntimeError(f"the enumeration against {matchup.opponent} did not complete "
-                           f"({report['positions']} positions)")
-    return {"exhaustive": True, "seats": {
-        seat: {**{r: round(tally[r], 6) for r in RESULTS},
-               "lines": tally["lines"], "lost_lines": tally["lostLines"]}
-        for seat, tally in report["seats"].items()}}
+        raise RuntimeError(
+            f"the enumeration against {matchup.opponent} did not complete "
+            f"({report['positions']} positions)"
+        )
+    return {
+        "exhaustive": True,
+        "seats": {
+            seat: {
+                **{r: round(tally[r], 6) for r in RESULTS},
+                "lines": tally["lines"],
+                "lost_lines": tally["lostLines"],
+            }
+            for seat, tally in report["seats"].items()
+        },
+    }
 
 
-def _sampled(orch: OrchestratorClient, spec: GameEvaluation, matchup: Matchup,
-             timeout: float) -> dict[str, Any]:
+def _sampled(
+    orch: OrchestratorClient, spec: GameEvaluation, matchup: Matchup, timeout: float
+) -> dict[str, Any]:
     seats = orch.status().payload["seats"]
     lineup = {seats[0]: spec.agent, seats[1]: matchup.opponent}
-    games = orch.play(EpisodeConfig(
-        num_episodes=matchup.games_per_seat * len(seats), num_envs=spec.num_envs,
-        seed=spec.seed, train=False, lineup=lineup, seat_assignment="alternate"),
-        timeout=timeout).episodes
+    games = orch.play(
+        EpisodeConfig(
+            num_episodes=matchup.games_per_seat * len(seats),
+            num_envs=spec.num_envs,
+            seed=spec.seed,
+            train=False,
+            lineup=lineup,
+            seat_assignment="alternate",
+        ),
+        timeout=timeout,
+    ).episodes
     return {"exhaustive": False, "seats": seat_rates(games, spec.agent, seats)}
 
 
@@ -70,14 +95,27 @@ def seat_rates(games: list[EpisodeResult], agent: str, seats: list[str]) -> dict
         for seat, holder in (game.seats or {}).items():
             if holder == agent:
                 counts[seat][result_for(seat, game.winner)] += 1
-    return {seat: {**{r: round(c[r] / max(1, sum(c.values())), 4) for r in RESULTS},
-                   "games": sum(c.values())} for seat, c in counts.items()}
+    return {
+        seat: {
+            **{r: round(c[r] / max(1, sum(c.values())), 4) for r in RESULTS},
+            "games": sum(c.values()),
+        }
+        for seat, c in counts.items()
+    }
 
 
-def train_games(orch: OrchestratorClient, spec: GameTrainingSpec, evaluation: GameEvaluation,
-                run_dir: Path, timeout: float, say: Callable[[str], None],
-                checkpoints: Optional[Checkpoints] = None, quiet: bool = False,
-                progress: Optional[GameProgress] = None, title: str = "") -> list[dict]:
+def train_games(
+    orch: OrchestratorClient,
+    spec: GameTrainingSpec,
+    evaluation: GameEvaluation,
+    run_dir: Path,
+    timeout: float,
+    say: Callable[[str], None],
+    checkpoints: Optional[Checkpoints] = None,
+    quiet: bool = False,
+    progress: Optional[GameProgress] = None,
+    title: str = "",
+) -> list[dict]:
     """The training loop (module doc; `harness.loop`), from the start or from `progress` (a
     resumed run); returns the evaluations, also written to ``evals.csv``, TensorBoard and
     ``learning_curve.png`` in `run_dir` (`title`: the config's name). With `checkpoints`,
@@ -87,11 +125,25 @@ def train_games(orch: OrchestratorClient, spec: GameTrainingSpec, evaluation: Ga
     if resumed:
         progress.resumed_at.append(progress.agent_steps)
     last = progress.evals[-1]["evaluation"] if progress.evals else None
-    run_loop(_GameSchedule(orch, spec, evaluation, run_dir, timeout, progress, resumed,
-                           f"{title or run_dir.name} (seed {spec.seed})"),
-             progress.wall_s, say, checkpoints, quiet, last and _win_rate(last),
-             "every stop_when target met: stopping (this checkpoint is kept)",
-             done=progress.done)
+    run_loop(
+        _GameSchedule(
+            orch,
+            spec,
+            evaluation,
+            run_dir,
+            timeout,
+            progress,
+            resumed,
+            f"{title or run_dir.name} (seed {spec.seed})",
+        ),
+        progress.wall_s,
+        say,
+        checkpoints,
+        quiet,
+        last and _win_rate(last),
+        "every stop_when target met: stopping (this checkpoint is kept)",
+        done=progress.done,
+    )
     return progress.evals
 
 
@@ -101,18 +153,28 @@ class _GameSchedule:
 
     unit, eval_label = "agent steps", "last eval win rate"
 
-    def __init__(self, orch: OrchestratorClient, spec: GameTrainingSpec,
-                 evaluation: GameEvaluation, run_dir: Path, timeout: float,
-                 progress: GameProgress, resumed: bool = False, title: str = "") -> None:
+    def __init__(
+        self,
+        orch: OrchestratorClient,
+        spec: GameTrainingSpec,
+        evaluation: GameEvaluation,
+        run_dir: Path,
+        timeout: float,
+        progress: GameProgress,
+        resumed: bool = False,
+        title: str = "",
+    ) -> None:
         self.orch, self.spec, self.evaluation = orch, spec, evaluation
         self.run_dir, self.timeout, self.progress = run_dir, timeout, progress
         self.title = title
         # the x axis is the evaluated agent's moves, as evals.csv's
-        self.writer = tensorboard_writer(run_dir / "tensorboard",
-                                   purge_step=progress.agent_steps + 1 if resumed else None)
+        self.writer = tensorboard_writer(
+            run_dir / "tensorboard", purge_step=progress.agent_steps + 1 if resumed else None
+        )
         self.budget, self.eval_every = spec.agent_steps, spec.eval_every
-        self.settings = {name: AgentSettings.model_validate(value)
-                         for name, value in spec.agents.items()}
+        self.settings = {
+            name: AgentSettings.model_validate(value) for name, value in spec.agents.items()
+        }
 
     def steps(self) -> int:
         return self.progress.agent_steps
@@ -121,29 +183,46 @@ class _GameSchedule:
         agent, spec, progress = self.evaluation.agent, self.spec, self.progress
         while progress.agent_steps < target:
             done, base = progress.agent_steps, _agent_steps(self.orch, agent)
-            played = self.orch.play(EpisodeConfig(
-                num_steps=target - done, num_envs=spec.num_envs,
-                seed=spec.seed + progress.blocks * spec.num_envs, train=True,
-                seat_assignment=spec.seat_assignment, lineup=spec.lineup,
-                agents=self.settings), timeout=self.timeout,
+            played = self.orch.play(
+                EpisodeConfig(
+                    num_steps=target - done,
+                    num_envs=spec.num_envs,
+                    seed=spec.seed + progress.blocks * spec.num_envs,
+                    train=True,
+                    seat_assignment=spec.seat_assignment,
+                    lineup=spec.lineup,
+                    agents=self.settings,
+                ),
+                timeout=self.timeout,
                 on_status=lambda status: shown.update(
-                    done + status.payload.get("agentSteps", {}).get(agent, base) - base))
+                    done + status.payload.get("agentSteps", {}).get(agent, base) - base
+                ),
+            )
             progress.agent_steps += played.agent_steps(agent)
             progress.blocks += 1
 
     def evaluate(self, wall_s: float) -> Evaluated:
         report = evaluate(self.orch, self.evaluation, self.timeout)
         status = self.orch.status()
-        record = {"agent_steps": self.progress.agent_steps, "wall_s": wall_s,
-                  "moves": status.payload.get("envSteps", 0), "evaluation": report}
+        record = {
+            "agent_steps": self.progress.agent_steps,
+            "wall_s": wall_s,
+            "moves": status.payload.get("envSteps", 0),
+            "evaluation": report,
+        }
         if "league" in status.payload:  # the league as it stood: ratings over time
             record["league"] = self.orch.get_league().model_dump()["players"]
         self.progress.done = record["passed"] = meets(report, self.spec.stop_when)
         self.progress.evals.append(record)
         self._log(record)
-        return Evaluated(_win_rate(report), (
-            f"  eval at {self.progress.agent_steps:7d} agent steps ({wall_s:7.1f} s): "
-            f"{summary(report)}"), self.progress.done)
+        return Evaluated(
+            _win_rate(report),
+            (
+                f"  eval at {self.progress.agent_steps:7d} agent steps ({wall_s:7.1f} s): "
+                f"{summary(report)}"
+            ),
+            self.progress.done,
+        )
 
     def save(self, checkpoints: dict[str, str], wall_s: float) -> None:
         self.progress.checkpoints = checkpoints
@@ -169,8 +248,11 @@ class _GameSchedule:
             for key in ("exposure", "elo"):
                 self.writer.add_scalar(f"league/{key}/{row['id']}", row[key], step)
         if "league" in record:
-            self.writer.add_figure("league/payoff", payoff_figure(
-                self.orch.get_league().model_dump()["payoff"], self.title), step)
+            self.writer.add_figure(
+                "league/payoff",
+                payoff_figure(self.orch.get_league().model_dump()["payoff"], self.title),
+                step,
+            )
         self.writer.flush()
 
 
@@ -191,10 +273,21 @@ def plot_game_curve(evals: list[dict], path: Path, title: str) -> None:
         for seat in result["seats"]:
             color = next(colors)
             rates = [e["evaluation"][opponent]["seats"][seat] for e in evals]
-            ax.plot(steps, [r["win"] for r in rates], "-o", color=color, markersize=3,
-                    label=f"vs {opponent}, {seat}: win")
-            ax.plot(steps, [r["loss"] for r in rates], ":", color=color,
-                    label=f"vs {opponent}, {seat}: loss")
+            ax.plot(
+                steps,
+                [r["win"] for r in rates],
+                "-o",
+                color=color,
+                markersize=3,
+                label=f"vs {opponent}, {seat}: win",
+            )
+            ax.plot(
+                steps,
+                [r["loss"] for r in rates],
+                ":",
+                color=color,
+                label=f"vs {opponent}, {seat}: loss",
+            )
     ax.set_ylim(-0.02, 1.02)
     ax.set_xlabel("evaluated agent's moves")
     ax.set_ylabel("rate in its evaluation games")
@@ -244,11 +337,14 @@ def meets(report: dict[str, Any], targets: list[Target]) -> bool:
         seats = report[target.opponent]["seats"]
         for seat in [target.seat] if target.seat else list(seats):
             r = seats[seat]
-            if ((target.min_win is not None and r["win"] < target.min_win)
-                    or (target.max_loss is not None and r["loss"] > target.max_loss)
-                    or (target.max_lost_lines is not None
-                        and r.get("lost_lines", target.max_lost_lines + 1)
-                        > target.max_lost_lines)):
+            if (
+                (target.min_win is not None and r["win"] < target.min_win)
+                or (target.max_loss is not None and r["loss"] > target.max_loss)
+                or (
+                    target.max_lost_lines is not None
+                    and r.get("lost_lines", target.max_lost_lines + 1) > target.max_lost_lines
+                )
+            ):
                 return False
     return True
 
@@ -273,11 +369,32 @@ def write_evals(evals: list[dict], run_dir: Path) -> None:
     """``evals.csv``: one row per evaluation, matchup and seat."""
     with open(run_dir / "evals.csv", "w", newline="") as fh:
         out = csv.writer(fh)
-        out.writerow(["agent_steps", "wall_s", "opponent", "seat", "win", "draw", "loss",
-                      "lines", "lost_lines"])
+        out.writerow(
+            [
+                "agent_steps",
+                "wall_s",
+                "opponent",
+                "seat",
+                "win",
+                "draw",
+                "loss",
+                "lines",
+                "lost_lines",
+            ]
+        )
         for record in evals:
             for opponent, result in record["evaluation"].items():
                 for seat, r in result["seats"].items():
-                    out.writerow([record["agent_steps"], record["wall_s"], opponent, seat,
-                                  r["win"], r["draw"], r["loss"], r.get("lines", ""),
-                                  r.get("lost_lines", "")])
+                    out.writerow(
+                        [
+                            record["agent_steps"],
+                            record["wall_s"],
+                            opponent,
+                            seat,
+                            r["win"],
+                            r["draw"],
+                            r["loss"],
+                            r.get("lines", ""),
+                            r.get("lost_lines", ""),
+                        ]
+                    )

@@ -11,6 +11,7 @@ Only workers are kept here: the league orchestrator, the agents and an evaluator
 run's state, so losing one of them fails the run, which `harness.run.run_restarting`
 resumes from its last checkpoint.
 """
+
 from __future__ import annotations
 
 import threading
@@ -18,9 +19,9 @@ from dataclasses import dataclass, field
 from typing import Callable, Optional
 
 from harness.config import ServiceSpec
-from mistk_rl.sdk.client import OrchestratorClient, ServiceError
 from mistk_rl.deploy.cluster import Cluster, PlacedService, Resources
 from mistk_rl.deploy.launch import ServiceStartError
+from mistk_rl.sdk.client import OrchestratorClient, ServiceError
 
 POLL_S = 1.0  # how often the workers are looked at
 
@@ -41,10 +42,18 @@ class WorkerKeeper:
     """Starts lost workers again (module doc) until `stop`. `on_spawn(name, service)` is
     called for each service it starts, before it waits for it (so the run stops it too)."""
 
-    def __init__(self, cluster: Cluster, league: OrchestratorClient,
-                 workers: list[KeptWorker], say: Callable[[str], None], *,
-                 token: Optional[str], max_restarts: int, startup_timeout: float,
-                 on_spawn: Callable[[str, PlacedService], None]) -> None:
+    def __init__(
+        self,
+        cluster: Cluster,
+        league: OrchestratorClient,
+        workers: list[KeptWorker],
+        say: Callable[[str], None],
+        *,
+        token: Optional[str],
+        max_restarts: int,
+        startup_timeout: float,
+        on_spawn: Callable[[str, PlacedService], None],
+    ) -> None:
         self.cluster, self.league, self.workers, self.say = cluster, league, workers, say
         self.token, self.max_restarts = token, max_restarts
         self.startup_timeout, self.on_spawn = startup_timeout, on_spawn
@@ -64,8 +73,14 @@ class WorkerKeeper:
 
     def placement(self) -> dict[str, dict]:
         """results.json's placement of each worker: where it runs now, and where it ran."""
-        return {w.name: {"url": w.service.url, "node": w.service.node_id,
-                         **({"was": list(w.was)} if w.was else {})} for w in self.workers}
+        return {
+            w.name: {
+                "url": w.service.url,
+                "node": w.service.node_id,
+                **({"was": list(w.was)} if w.was else {}),
+            }
+            for w in self.workers
+        }
 
     def _watch(self) -> None:
         while not self._stop.wait(POLL_S):
@@ -80,17 +95,24 @@ class WorkerKeeper:
         what = f"worker {worker.name} at {lost.url} (node {lost.node_id[:12]}) is lost"
         if worker.restarts >= self.max_restarts:
             worker.given_up = True
-            self.say(f"{what}; not started again: {worker.restarts} restarts so far, "
-                     f"--max-restarts {self.max_restarts}")
+            self.say(
+                f"{what}; not started again: {worker.restarts} restarts so far, "
+                f"--max-restarts {self.max_restarts}"
+            )
             return
         worker.restarts += 1
         spec = worker.spec
-        allow = tuple(arg for host in self.cluster.node_addresses()
-                      for arg in ("--allow-agent-host", host))
-        service = self.cluster.spawn("orchestrator", f"{worker.name}.{worker.restarts}",
-                                     spec.target, token=self.token,
-                                     extra_args=(*spec.args, *allow),
-                                     resources=Resources(spec.cpus, spec.gpus, spec.resources))
+        allow = tuple(
+            arg for host in self.cluster.node_addresses() for arg in ("--allow-agent-host", host)
+        )
+        service = self.cluster.spawn(
+            "orchestrator",
+            f"{worker.name}.{worker.restarts}",
+            spec.target,
+            token=self.token,
+            extra_args=(*spec.args, *allow),
+            resources=Resources(spec.cpus, spec.gpus, spec.resources),
+        )
         self.on_spawn(f"{worker.name}.{worker.restarts}", service)
         try:
             service.wait_ready(self.startup_timeout)
@@ -103,5 +125,7 @@ class WorkerKeeper:
         worker.service = service
         self.replaced.append(lost)
         lost.kill()  # (its actor, if Ray still has it)
-        self.say(f"{what}: started again at {service.url} on node {service.node_id[:12]}; "
-                 "it takes the lost one's place in the league")
+        self.say(
+            f"{what}: started again at {service.url} on node {service.node_id[:12]}; "
+            "it takes the lost one's place in the league"
+        )

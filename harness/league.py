@@ -10,6 +10,7 @@ seeds on a gym orchestrator of the harness's (the evaluator: `eval_episodes` epi
 `train: false`), and every agent saves a checkpoint. An evaluation's ``mean_return`` is the
 best player's (its ``players`` has each one's); ``stop_value`` stops the run once the best
 player reaches it."""
+
 from __future__ import annotations
 
 import functools
@@ -22,8 +23,8 @@ from harness.config import TrainingSpec
 from harness.loop import Evaluated
 from harness.progress import TrainingProgress
 from harness.training import GymSchedule, Progress, evaluate_returns, train
-from mistk_rl.sdk.client import OrchestratorClient
 from mistk_rl.games.opponents import OPPONENTS
+from mistk_rl.sdk.client import OrchestratorClient
 from mistk_rl.sdk.schemas import EpisodeConfig
 
 SEAT_ORDER = ("first", "second", "third", "fourth")
@@ -44,8 +45,13 @@ def by_seat_order(report: dict[str, Any]) -> dict[str, Any]:
     return named
 
 
-def league_results(orch: OrchestratorClient, evals: list[dict], run_dir: Path,
-                   checkpoint: Optional[Path], title: str = "") -> dict[str, Any]:
+def league_results(
+    orch: OrchestratorClient,
+    evals: list[dict],
+    run_dir: Path,
+    checkpoint: Optional[Path],
+    title: str = "",
+) -> dict[str, Any]:
     """results.json's league part; writes ``payoff.png`` and ``ratings.png`` (`title`:
     the run's, on both)."""
     league = orch.get_league().model_dump()
@@ -53,11 +59,13 @@ def league_results(orch: OrchestratorClient, evals: list[dict], run_dir: Path,
     passed = next((e for e in evals if e.get("passed")), None)
     plot_payoff(league["payoff"], run_dir / "payoff.png", title)
     plot_ratings(evals, run_dir / "ratings.png", title)
-    return {"evaluation": by_seat_order(last["evaluation"]) if last else None,
-            "evaluation_detail": last and last["evaluation"],
-            "first_pass": passed and {k: passed[k] for k in ("agent_steps", "wall_s")},
-            "checkpoint": str(checkpoint) if checkpoint else None,
-            "league": league}
+    return {
+        "evaluation": by_seat_order(last["evaluation"]) if last else None,
+        "evaluation_detail": last and last["evaluation"],
+        "first_pass": passed and {k: passed[k] for k in ("agent_steps", "wall_s")},
+        "checkpoint": str(checkpoint) if checkpoint else None,
+        "league": league,
+    }
 
 
 def table_text(league: dict[str, Any], rows: int = 12) -> str:
@@ -65,12 +73,16 @@ def table_text(league: dict[str, Any], rows: int = 12) -> str:
     players' steps, epsilon and last job's mean return, and their snapshots."""
     if any("epsilon" in row for row in league["players"]):
         return _solo_table_text(league)
-    lines = [f"league: {league['jobs']['launched']} jobs, {len(league['players'])} players "
-             f"(best {min(rows, len(league['players']))} by TrueSkill exposure)",
-             f"  {'player':32s} {'kind':16s} {'steps':>8s} {'exposure':>9s} {'elo':>6s}"]
+    lines = [
+        f"league: {league['jobs']['launched']} jobs, {len(league['players'])} players "
+        f"(best {min(rows, len(league['players']))} by TrueSkill exposure)",
+        f"  {'player':32s} {'kind':16s} {'steps':>8s} {'exposure':>9s} {'elo':>6s}",
+    ]
     for row in league["players"][:rows]:
-        lines.append(f"  {row['id']:32s} {row['kind']:16s} {row['steps']:8d} "
-                     f"{row['exposure']:9.2f} {row['elo']:6.0f}")
+        lines.append(
+            f"  {row['id']:32s} {row['kind']:16s} {row['steps']:8d} "
+            f"{row['exposure']:9.2f} {row['elo']:6.0f}"
+        )
     return "\n".join(lines)
 
 
@@ -78,9 +90,11 @@ def _solo_table_text(league: dict[str, Any]) -> str:
     jobs = league["jobs"]
     players = [row for row in league["players"] if "epsilon" in row]
     snapshots = len(league["players"]) - len(players)
-    lines = [f"solo league: {jobs['launched']} jobs ({jobs['failed']} failed), "
-             f"{len(players)} players, {snapshots} snapshots",
-             f"  {'player':32s} {'steps':>8s} {'epsilon':>8s} {'last job mean return':>21s}"]
+    lines = [
+        f"solo league: {jobs['launched']} jobs ({jobs['failed']} failed), "
+        f"{len(players)} players, {snapshots} snapshots",
+        f"  {'player':32s} {'steps':>8s} {'epsilon':>8s} {'last job mean return':>21s}",
+    ]
     for row in sorted(players, key=lambda r: r["id"]):
         eps = "-" if row["epsilon"] is None else f"{row['epsilon']:.4f}"
         mean = "-" if row["mean_return"] is None else f"{row['mean_return']:.2f}"
@@ -88,23 +102,46 @@ def _solo_table_text(league: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def train_solo_league(league: OrchestratorClient, evaluator: "Evaluator", spec: TrainingSpec,
-                      run_dir: Path, timeout: float, say: Callable[[str], None],
-                      checkpoints: Any = None, progress: Optional[Progress] = None,
-                      quiet: bool = False, title: str = "") -> Progress:
+def train_solo_league(
+    league: OrchestratorClient,
+    evaluator: "Evaluator",
+    spec: TrainingSpec,
+    run_dir: Path,
+    timeout: float,
+    say: Callable[[str], None],
+    checkpoints: Any = None,
+    progress: Optional[Progress] = None,
+    quiet: bool = False,
+    title: str = "",
+) -> Progress:
     """A solo league's training loop (module doc), from the start or from `progress` (a
     resumed run: the league resumes from its directory); returns where it ended."""
-    return train(league, spec, run_dir, timeout, say, checkpoints, progress, quiet, title,
-                 schedule=functools.partial(_SoloSchedule, evaluator=evaluator),
-                 stop_line="the best player reached stop_value {}: stopping")
+    return train(
+        league,
+        spec,
+        run_dir,
+        timeout,
+        say,
+        checkpoints,
+        progress,
+        quiet,
+        title,
+        schedule=functools.partial(_SoloSchedule, evaluator=evaluator),
+        stop_line="the best player reached stop_value {}: stopping",
+    )
 
 
 class Evaluator:
     """The gym orchestrator a solo league's players are evaluated on: it takes one agent,
     so a player's agent is registered before its evaluation (the last one is kept)."""
 
-    def __init__(self, client: OrchestratorClient, env: dict[str, Any],
-                 agent_urls: dict[str, str], timeout: float) -> None:
+    def __init__(
+        self,
+        client: OrchestratorClient,
+        env: dict[str, Any],
+        agent_urls: dict[str, str],
+        timeout: float,
+    ) -> None:
         self.client, self.env, self.agent_urls = client, env, agent_urls
         self.timeout = timeout
         self.current: Optional[str] = None
@@ -112,8 +149,9 @@ class Evaluator:
     def use(self, player: str) -> OrchestratorClient:
         if self.current != player:
             self.current = None
-            self.client.set_up(self.env, [(player, self.agent_urls[player], False)],
-                               timeout=self.timeout)
+            self.client.set_up(
+                self.env, [(player, self.agent_urls[player], False)], timeout=self.timeout
+            )
             self.current = player
         return self.client
 
@@ -124,9 +162,18 @@ class _SoloSchedule(GymSchedule):
 
     unit, eval_label = "env steps", "last eval (best player)"
 
-    def __init__(self, league: OrchestratorClient, spec: TrainingSpec, run_dir: Path,
-                 timeout: float, progress: Progress, resumed: bool, title: str, *,
-                 evaluator: Evaluator) -> None:
+    def __init__(
+        self,
+        league: OrchestratorClient,
+        spec: TrainingSpec,
+        run_dir: Path,
+        timeout: float,
+        progress: Progress,
+        resumed: bool,
+        title: str,
+        *,
+        evaluator: Evaluator,
+    ) -> None:
         super().__init__(league, spec, run_dir, timeout, progress, resumed, title)
         self.evaluator, self.players = evaluator, list(evaluator.agent_urls)
 
@@ -136,9 +183,12 @@ class _SoloSchedule(GymSchedule):
             done = progress.train_steps
             base = self.orch.progress().env_steps
             played = self.orch.play(
-                EpisodeConfig(num_steps=target - done), timeout=self.timeout,
+                EpisodeConfig(num_steps=target - done),
+                timeout=self.timeout,
                 on_status=lambda status: shown.update(
-                    done + status.payload.get("envSteps", base) - base))
+                    done + status.payload.get("envSteps", base) - base
+                ),
+            )
             if played.env_steps <= 0:
                 raise RuntimeError(f"the league played no env steps toward {target}")
             progress.train_steps += played.env_steps
@@ -152,26 +202,47 @@ class _SoloSchedule(GymSchedule):
         progress, spec = self.progress, self.spec
         players, results = {}, {}
         for player in self.players:
-            result = results[player] = evaluate_returns(self.evaluator.use(player), spec,
-                                                        self.timeout)
-            players[player] = {"mean_return": result.mean_return,
-                               "std_return": result.std_return, "returns": result.returns}
-            self.writer.add_scalar(f"eval/{player}/mean_return", result.mean_return,
-                                   progress.train_steps)
+            result = results[player] = evaluate_returns(
+                self.evaluator.use(player), spec, self.timeout
+            )
+            players[player] = {
+                "mean_return": result.mean_return,
+                "std_return": result.std_return,
+                "returns": result.returns,
+            }
+            self.writer.add_scalar(
+                f"eval/{player}/mean_return", result.mean_return, progress.train_steps
+            )
         best = max(players, key=lambda p: players[p]["mean_return"])
         top, stop = players[best], results[best].stop
-        progress.evals.append({"env_steps": progress.train_steps, "wall_s": wall_s,
-                               **top, "best": best, "players": players,
-                               "train_episodes": progress.train_episodes})
+        progress.evals.append(
+            {
+                "env_steps": progress.train_steps,
+                "wall_s": wall_s,
+                **top,
+                "best": best,
+                "players": players,
+                "train_episodes": progress.train_episodes,
+            }
+        )
         progress.done = stop
         self.writer.flush()
-        each = (f"mean return {top['mean_return']:7.2f} ± {top['std_return']:.2f}"
-                if len(players) == 1 else ", ".join(
-                    f"{p} {r['mean_return']:.2f} ± {r['std_return']:.2f}"
-                    for p, r in players.items()) + f" (best {best})")
-        return Evaluated(top["mean_return"], (
-            f"  eval at {progress.train_steps:7d} env steps ({wall_s:7.1f} s): {each} over "
-            f"{len(top['returns'])} episodes"), stop)
+        each = (
+            f"mean return {top['mean_return']:7.2f} ± {top['std_return']:.2f}"
+            if len(players) == 1
+            else ", ".join(
+                f"{p} {r['mean_return']:.2f} ± {r['std_return']:.2f}" for p, r in players.items()
+            )
+            + f" (best {best})"
+        )
+        return Evaluated(
+            top["mean_return"],
+            (
+                f"  eval at {progress.train_steps:7d} env steps ({wall_s:7.1f} s): {each} over "
+                f"{len(top['returns'])} episodes"
+            ),
+            stop,
+        )
 
 
 def plot_payoff(payoff: dict[str, Any], path: Path, title: str = "") -> None:
@@ -200,11 +271,20 @@ def payoff_figure(payoff: dict[str, Any], title: str = "") -> Any:
         for i in range(len(ids)):
             for j in range(len(ids)):
                 if games[i][j]:
-                    ax.text(j, i, f"{rates[i][j]:.2f}\n{games[i][j]}", ha="center",
-                            va="center", fontsize=6)
+                    ax.text(
+                        j,
+                        i,
+                        f"{rates[i][j]:.2f}\n{games[i][j]}",
+                        ha="center",
+                        va="center",
+                        fontsize=6,
+                    )
     fig.colorbar(image, ax=ax, label="win rate of row vs column (draws half)")
-    ax.set_title(f"{title}payoff: row vs column (decayed; prior 0.5 under 8 games;\n"
-                 "games played below each rate; grey: never played)", fontsize="small")
+    ax.set_title(
+        f"{title}payoff: row vs column (decayed; prior 0.5 under 8 games;\n"
+        "games played below each rate; grey: never played)",
+        fontsize="small",
+    )
     fig.tight_layout()
     return fig
 
@@ -217,7 +297,8 @@ def plot_ratings(evals: list[dict], path: Path, title: str = "") -> None:
     for record in evals:
         for row in record.get("league", ()):
             series.setdefault(row["id"], []).append(
-                (record["agent_steps"], row["exposure"], row["elo"]))
+                (record["agent_steps"], row["exposure"], row["elo"])
+            )
     fig, (top, bottom) = plt.subplots(2, 1, figsize=(8, 7), sharex=True)
     for name, points in series.items():
         steps, exposure, elo = zip(*points)
@@ -227,14 +308,22 @@ def plot_ratings(evals: list[dict], path: Path, title: str = "") -> None:
     top.set_ylabel("TrueSkill exposure (mu - 3 sigma)")
     bottom.set_ylabel("Elo")
     bottom.set_xlabel("evaluated player's steps")
-    top.set_title(f"{title + ': ' if title else ''}ratings at each evaluation "
-                  "(solid: active players; dotted: frozen snapshots)", fontsize="small")
+    top.set_title(
+        f"{title + ': ' if title else ''}ratings at each evaluation "
+        "(solid: active players; dotted: frozen snapshots)",
+        fontsize="small",
+    )
     if len(series) <= 12:
         top.legend(fontsize="x-small", loc="best")
     else:  # (too many names: the styles still say which is which)
         from matplotlib.lines import Line2D
-        top.legend([Line2D([], [], linestyle="-"), Line2D([], [], linestyle=":")],
-                   ["active player", "snapshot"], fontsize="x-small", loc="best")
+
+        top.legend(
+            [Line2D([], [], linestyle="-"), Line2D([], [], linestyle=":")],
+            ["active player", "snapshot"],
+            fontsize="x-small",
+            loc="best",
+        )
     for ax in (top, bottom):
         ax.grid(alpha=0.3)
     fig.tight_layout()
@@ -252,4 +341,5 @@ def _pyplot():
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+
     return plt

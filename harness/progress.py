@@ -1,6 +1,7 @@
 """What a training run shows while it runs: a progress bar on a terminal (env steps, steps/s,
 the last evaluation), plain lines every `PLAIN_EVERY_S` seconds otherwise (logs, CI, pipes),
 so nothing scrolls a log full of carriage returns."""
+
 from __future__ import annotations
 
 import sys
@@ -11,9 +12,16 @@ PLAIN_EVERY_S = 10.0
 
 
 class TrainingProgress:
-    def __init__(self, total_steps: int, done_steps: int = 0, stream: TextIO = sys.stdout,
-                 quiet: bool = False, say: Optional[Callable[[str], None]] = None,
-                 unit: str = "env steps", eval_label: str = "last eval") -> None:
+    def __init__(
+        self,
+        total_steps: int,
+        done_steps: int = 0,
+        stream: TextIO = sys.stdout,
+        quiet: bool = False,
+        say: Optional[Callable[[str], None]] = None,
+        unit: str = "env steps",
+        eval_label: str = "last eval",
+    ) -> None:
         """Lines go to `say` (default: print to `stream`) unless a bar is shown. `unit`:
         what the steps count (games count the evaluated agent's moves)."""
         self.total, self.steps, self.stream, self.quiet = total_steps, done_steps, stream, quiet
@@ -26,9 +34,16 @@ class TrainingProgress:
         if not quiet and stream.isatty():
             from tqdm import tqdm
 
-            self._bar = tqdm(total=total_steps, initial=done_steps, unit="step",
-                             desc="training", file=stream, dynamic_ncols=True,
-                             unit_scale=True, leave=True)
+            self._bar = tqdm(
+                total=total_steps,
+                initial=done_steps,
+                unit="step",
+                desc="training",
+                file=stream,
+                dynamic_ncols=True,
+                unit_scale=True,
+                leave=True,
+            )
 
     def update(self, steps: int) -> None:
         """The run has taken `steps` training env steps in all."""
@@ -50,9 +65,11 @@ class TrainingProgress:
         elapsed = max(time.monotonic() - self._started, 1e-9)
         rate = (self.steps - self._start_steps) / elapsed
         last = "none yet" if self.last_eval is None else f"{self.last_eval:.2f}"
-        return (f"  training: {self.steps:,}/{self.total:,} {self.unit} "
-                f"({100 * self.steps / max(self.total, 1):.1f}%), {rate:,.0f} steps/s, "
-                f"{self.eval_label} {last}")
+        return (
+            f"  training: {self.steps:,}/{self.total:,} {self.unit} "
+            f"({100 * self.steps / max(self.total, 1):.1f}%), {rate:,.0f} steps/s, "
+            f"{self.eval_label} {last}"
+        )
 
     def write(self, message: str) -> None:
         """A line of output that does not break the bar."""

@@ -5,6 +5,7 @@ block startEpisode (progress followed by long-poll), saveEpisode, stopEpisode ->
 saveModel -> reset and terminate everything -> results.json. Services the config names by
 `target` are started on free loopback ports and always stopped, also on failure.
 """
+
 from __future__ import annotations
 
 import json
@@ -22,17 +23,33 @@ from typing import Callable, Optional
 import numpy as np
 import yaml
 
-from harness.config import (AgentSpec, RunConfigError, RunConfig, ServiceSpec, load_config,
-                            resume_config, with_cluster, with_eval_episodes, with_seed)
+from harness.config import (
+    AgentSpec,
+    RunConfig,
+    RunConfigError,
+    ServiceSpec,
+    load_config,
+    resume_config,
+    with_cluster,
+    with_eval_episodes,
+    with_seed,
+)
 from harness.games import GameProgress, evaluate, summary, train_games
 from harness.keeper import KeptWorker, WorkerKeeper
 from harness.league import Evaluator, league_results, table_text, train_solo_league
-from harness.training import (Checkpoints, Progress, evaluate_returns, first_success,
-                              restore_checkpoint, run_episodes, train)
-from mistk_rl.sdk.client import AgentClient, OrchestratorClient, ServiceError
-from mistk_rl.files import atomic_write_bytes, atomic_write_json
+from harness.training import (
+    Checkpoints,
+    Progress,
+    evaluate_returns,
+    first_success,
+    restore_checkpoint,
+    run_episodes,
+    train,
+)
 from mistk_rl.deploy.cluster import Cluster, ClusterError, PlacedService, Resources
 from mistk_rl.deploy.launch import ServiceProcess, ServiceStartError, spawn_service
+from mistk_rl.files import atomic_write_bytes, atomic_write_json
+from mistk_rl.sdk.client import AgentClient, OrchestratorClient, ServiceError
 from mistk_rl.sdk.schemas import EpisodeConfig, Status
 
 
@@ -61,11 +78,17 @@ def _raise_stopped(signum: int, _frame: object) -> None:
     raise Stopped(signum)
 
 
-def run_from_file(config_path: Optional[Path], out: Optional[Path] = None, quiet: bool = False,
-                  seed: Optional[int] = None, resume: Optional[Path] = None,
-                  evaluate_only: bool = False, cluster: Optional[str] = None,
-                  max_restarts: Optional[int] = None,
-                  eval_episodes: Optional[int] = None) -> int:
+def run_from_file(
+    config_path: Optional[Path],
+    out: Optional[Path] = None,
+    quiet: bool = False,
+    seed: Optional[int] = None,
+    resume: Optional[Path] = None,
+    evaluate_only: bool = False,
+    cluster: Optional[str] = None,
+    max_restarts: Optional[int] = None,
+    eval_episodes: Optional[int] = None,
+) -> int:
     """CLI entry: run (with `seed` for every seed in the config, if given), or continue the
     run in `resume` from its last checkpoint, or (`evaluate_only`, `mistk-rl eval`) run only
     the config's evaluation (`eval_episodes`: a single-agent one's episodes); `cluster`:
@@ -75,23 +98,28 @@ def run_from_file(config_path: Optional[Path], out: Optional[Path] = None, quiet
     say = (lambda *_: None) if quiet else (lambda msg: print(msg, flush=True))
     # SIGINT already unwinds (KeyboardInterrupt); SIGTERM and SIGHUP do the same, so the
     # services this run started are stopped whichever way it is ended
-    previous = ({sig: signal.signal(sig, _raise_stopped) for sig in (signal.SIGTERM,
-                                                                     signal.SIGHUP)}
-                if threading.current_thread() is threading.main_thread() else {})
+    previous = (
+        {sig: signal.signal(sig, _raise_stopped) for sig in (signal.SIGTERM, signal.SIGHUP)}
+        if threading.current_thread() is threading.main_thread()
+        else {}
+    )
     program = "mistk-rl eval" if evaluate_only else "mistk-rl run"
     run_dir: Optional[Path] = None
     try:
         progress = None
         if resume is not None:
             if out is not None:
-                raise RunConfigError("--resume continues the run in its own directory: "
-                                  "--out does not apply")
+                raise RunConfigError(
+                    "--resume continues the run in its own directory: --out does not apply"
+                )
             config, run_dir = resume_config(resume, config_path, seed), resume
             finished = _finished(config, resume)
             if finished:  # nothing to do, and nothing in the run dir is touched
-                print(f"mistk-rl run: the run in {resume} has finished ({finished}): nothing "
-                      f"to resume; its results are in {resume / 'results.json'}",
-                      file=sys.stderr)
+                print(
+                    f"mistk-rl run: the run in {resume} has finished ({finished}): nothing "
+                    f"to resume; its results are in {resume / 'results.json'}",
+                    file=sys.stderr,
+                )
                 return 0
             progress = (GameProgress if config.game_training else Progress).load(resume)
         else:
@@ -104,15 +132,16 @@ def run_from_file(config_path: Optional[Path], out: Optional[Path] = None, quiet
         if eval_episodes is not None:
             config = with_eval_episodes(config, eval_episodes)
         max_restarts = restarts_allowed(config, max_restarts)
-        results = run_restarting(config, run_dir, say, progress, quiet, evaluate_only,
-                                  max_restarts)
+        results = run_restarting(config, run_dir, say, progress, quiet, evaluate_only, max_restarts)
     except (RunConfigError, HarnessError, ClusterError) as exc:
         print(f"{program}: {exc}", file=sys.stderr)
         return 1
     except (Stopped, KeyboardInterrupt) as exc:
         why = "interrupted (Ctrl-C)" if isinstance(exc, KeyboardInterrupt) else str(exc)
-        print(f"{program}: {why}; the services it started are stopped"
-              f"{_what_is_left(run_dir)}", file=sys.stderr)
+        print(
+            f"{program}: {why}; the services it started are stopped{_what_is_left(run_dir)}",
+            file=sys.stderr,
+        )
         return 130 if isinstance(exc, KeyboardInterrupt) else 128 + exc.signum
     finally:
         for sig, handler in previous.items():
@@ -123,18 +152,24 @@ def run_from_file(config_path: Optional[Path], out: Optional[Path] = None, quiet
     elif "evaluation" in results:  # a single-agent run's (mistk-rl eval of a gym config)
         report = results["evaluation"]
         returns = ", ".join(f"{r:g}" for r in report["returns"])
-        say(f"evaluation: mean return {report['mean_return']:.2f}, std "
+        say(
+            f"evaluation: mean return {report['mean_return']:.2f}, std "
             f"{report['std_return']:.2f} over {len(report['returns'])} greedy episodes "
-            f"(seeds from {config.training.eval_seed}): {returns}")
+            f"(seeds from {config.training.eval_seed}): {returns}"
+        )
     if results.get("league"):
         say(table_text(results["league"]))
         if results.get("first_pass"):
-            say(f"first passing evaluation at {results['first_pass']['agent_steps']} steps "
-                f"({results['first_pass']['wall_s']} s); kept: {results['checkpoint']}")
+            say(
+                f"first passing evaluation at {results['first_pass']['agent_steps']} steps "
+                f"({results['first_pass']['wall_s']} s); kept: {results['checkpoint']}"
+            )
     if results.get("episode_count"):
-        say(f"{results['episode_count']} episodes, mean return "
+        say(
+            f"{results['episode_count']} episodes, mean return "
             f"{results['episode_mean_return']:.2f}; wall {results['wall_s']:.2f} s; results in "
-            f"{run_dir / 'results.json'} (each episode: {run_dir / EPISODES})")
+            f"{run_dir / 'results.json'} (each episode: {run_dir / EPISODES})"
+        )
     return 0
 
 
@@ -166,35 +201,54 @@ def _what_is_left(run_dir: Optional[Path]) -> str:
     if run_dir is None or not run_dir.exists():
         return ""
     if (run_dir / "progress.json").exists():
-        return (f"; what it did so far is in {run_dir} (continue with "
-                f"'mistk-rl run --resume {run_dir}')")
+        return (
+            f"; what it did so far is in {run_dir} (continue with "
+            f"'mistk-rl run --resume {run_dir}')"
+        )
     return f"; its logs are in {run_dir / 'logs'} (no checkpoint yet: nothing to resume)"
 
 
-def run_restarting(config: RunConfig, run_dir: Path, say: Callable[[str], None],
-                    progress: Optional[Progress | GameProgress], quiet: bool,
-                    evaluate_only: bool, max_restarts: int) -> dict:
+def run_restarting(
+    config: RunConfig,
+    run_dir: Path,
+    say: Callable[[str], None],
+    progress: Optional[Progress | GameProgress],
+    quiet: bool,
+    evaluate_only: bool,
+    max_restarts: int,
+) -> dict:
     """`run`; when services are lost, start them all again and resume from the last
     checkpoint (from the start, if none was saved yet), as ``--resume`` would, after a
     growing pause (2, 4, 8 ... 30 s), at most `max_restarts` times."""
     restarts = 0
     while True:
         try:
-            return run(config, run_dir, say=say, resume=progress, quiet=quiet,
-                       evaluate_only=evaluate_only, max_restarts=max_restarts)
+            return run(
+                config,
+                run_dir,
+                say=say,
+                resume=progress,
+                quiet=quiet,
+                evaluate_only=evaluate_only,
+                max_restarts=max_restarts,
+            )
         except ServicesLost as exc:
             if restarts >= max_restarts:
-                raise HarnessError(f"{exc}; not restarted again: {restarts} restarts so far, "
-                                   f"--max-restarts {max_restarts}") from exc
+                raise HarnessError(
+                    f"{exc}; not restarted again: {restarts} restarts so far, "
+                    f"--max-restarts {max_restarts}"
+                ) from exc
             restarts += 1
             try:
                 progress = (GameProgress if config.game_training else Progress).load(run_dir)
                 where = "its last checkpoint"
             except RunConfigError:
                 progress, where = None, "the start (no checkpoint yet)"
-            pause = min(2.0 ** restarts, 30.0)
-            say(f"{exc}: starting the run's services again in {pause:.0f} s and resuming "
-                f"from {where} (restart {restarts} of at most {max_restarts})")
+            pause = min(2.0**restarts, 30.0)
+            say(
+                f"{exc}: starting the run's services again in {pause:.0f} s and resuming "
+                f"from {where} (restart {restarts} of at most {max_restarts})"
+            )
             time.sleep(pause)  # backing off: a node that keeps failing is not hammered
 
 
@@ -223,9 +277,15 @@ def _finished(config: RunConfig, run_dir: Path) -> Optional[str]:
     return None
 
 
-def run(config: RunConfig, run_dir: Path, say: Callable[[str], None] = print,
-        resume: Optional[Progress | GameProgress] = None, quiet: bool = False,
-        evaluate_only: bool = False, max_restarts: Optional[int] = None) -> dict:
+def run(
+    config: RunConfig,
+    run_dir: Path,
+    say: Callable[[str], None] = print,
+    resume: Optional[Progress | GameProgress] = None,
+    quiet: bool = False,
+    evaluate_only: bool = False,
+    max_restarts: Optional[int] = None,
+) -> dict:
     """Run the whole sequence, or continue a training run from `resume` (its progress file:
     agents load their checkpoints, training goes on from its schedule); returns what it
     writes to ``run_dir/results.json``. `evaluate_only`: only the config's evaluation, with
@@ -235,8 +295,10 @@ def run(config: RunConfig, run_dir: Path, say: Callable[[str], None] = print,
     on a cluster, as ``--max-restarts``)."""
     max_restarts = restarts_allowed(config, max_restarts)
     if evaluate_only and config.evaluation is None and config.training is None:
-        raise RunConfigError("nothing to evaluate: the config has neither an 'evaluation' block "
-                          "(games) nor a 'training' block (its eval_episodes, eval_seed)")
+        raise RunConfigError(
+            "nothing to evaluate: the config has neither an 'evaluation' block "
+            "(games) nor a 'training' block (its eval_episodes, eval_seed)"
+        )
     started = time.monotonic()
     run_dir.mkdir(parents=True, exist_ok=True)
     saved = config.model_dump()
@@ -250,26 +312,46 @@ def run(config: RunConfig, run_dir: Path, say: Callable[[str], None] = print,
         spawned: list[tuple[str, ServiceProcess | PlacedService]] = []
         cluster = None
         if config.cluster is not None:  # (closed last: after every service is stopped)
-            cluster = Cluster(config.cluster.address, run_id=run_dir.resolve().name,
-                              data_root=config.cluster.data_root)
+            cluster = Cluster(
+                config.cluster.address,
+                run_id=run_dir.resolve().name,
+                data_root=config.cluster.data_root,
+            )
             stack.callback(cluster.close)
-            say(f"placing services on the Ray cluster at {config.cluster.address} "
-                f"({len(cluster.node_addresses())} nodes)")
+            say(
+                f"placing services on the Ray cluster at {config.cluster.address} "
+                f"({len(cluster.node_addresses())} nodes)"
+            )
 
-        def launch(role: str, name: str, spec: ServiceSpec, extra: tuple[str, ...] = (),
-                   near_driver: bool = False) -> ServiceProcess | PlacedService:
+        def launch(
+            role: str,
+            name: str,
+            spec: ServiceSpec,
+            extra: tuple[str, ...] = (),
+            near_driver: bool = False,
+        ) -> ServiceProcess | PlacedService:
             """Start a service here or on the cluster (they all boot side by side; the loop
             below waits); `near_driver`: on this process's node if it can hold it."""
             args = (*spec.args, *extra)
             if cluster is not None:
                 service: ServiceProcess | PlacedService = cluster.spawn(
-                    role, name, spec.target, token=token, extra_args=args,
+                    role,
+                    name,
+                    spec.target,
+                    token=token,
+                    extra_args=args,
                     resources=Resources(spec.cpus, spec.gpus, spec.resources),
-                    near_driver=near_driver)
+                    near_driver=near_driver,
+                )
             else:
-                service = spawn_service(role, spec.target, data_dir=data_dir(run_dir, name),
-                                        log_path=run_dir / "logs" / f"{name}.log",
-                                        token=token, extra_args=args)
+                service = spawn_service(
+                    role,
+                    spec.target,
+                    data_dir=data_dir(run_dir, name),
+                    log_path=run_dir / "logs" / f"{name}.log",
+                    token=token,
+                    extra_args=args,
+                )
             stack.callback(_stop, service, say)
             spawned.append((name, service))
             return service
@@ -278,8 +360,11 @@ def run(config: RunConfig, run_dir: Path, say: Callable[[str], None] = print,
         env = orch_spec.env.model_dump(exclude_none=True)
         share: tuple[str, ...] = ()
         # orchestrators on a cluster call agents on other nodes
-        allow = tuple(arg for host in (cluster.node_addresses() if cluster else ())
-                      for arg in ("--allow-agent-host", host))
+        allow = tuple(
+            arg
+            for host in (cluster.node_addresses() if cluster else ())
+            for arg in ("--allow-agent-host", host)
+        )
         workers: list[str | ServiceProcess | PlacedService] = []
         evaluator_service = None
         if orch_spec.env.league is not None:
@@ -288,8 +373,10 @@ def run(config: RunConfig, run_dir: Path, say: Callable[[str], None] = print,
             else:  # the league's directory, shared by its services
                 name = str(orch_spec.env.league.get("directory", "league")).split("/")[0]
                 share = ("--share", f"{name}={(run_dir / name).resolve()}")
-            workers = [w.url or launch("orchestrator", f"worker{i}", w, allow)
-                       for i, w in enumerate(config.workers)]
+            workers = [
+                w.url or launch("orchestrator", f"worker{i}", w, allow)
+                for i, w in enumerate(config.workers)
+            ]
             if orch_spec.env.solo_players() is not None:  # its players' evaluations
                 spec = config.evaluator or _default_evaluator(config)
                 evaluator_service = spec.url or launch("orchestrator", "evaluator", spec, allow)
@@ -297,10 +384,13 @@ def run(config: RunConfig, run_dir: Path, say: Callable[[str], None] = print,
         # unless its config pins it, it runs on this node, next to the run dir, so losing
         # it is losing this run's driver too, which `--resume` continues (it finds the league)
         orch_service = orch_spec.url or launch(
-            "orchestrator", "orchestrator", orch_spec, allow + share,
-            near_driver=orch_spec.env.league is not None and not orch_spec.resources)
-        agent_services = {a.name: a.url or launch("agent", a.name, a, share)
-                          for a in config.agents}
+            "orchestrator",
+            "orchestrator",
+            orch_spec,
+            allow + share,
+            near_driver=orch_spec.env.league is not None and not orch_spec.resources,
+        )
+        agent_services = {a.name: a.url or launch("agent", a.name, a, share) for a in config.agents}
         # (callbacks run last first: this one SIGTERMs every service, then each is waited for)
         stack.callback(lambda: [service.begin_stop() for _, service in spawned])
         for name, service in spawned:
@@ -311,47 +401,85 @@ def run(config: RunConfig, run_dir: Path, say: Callable[[str], None] = print,
             where = f" on node {service.node_id[:12]}" if isinstance(service, PlacedService) else ""
             say(f"started {service.role} {name} ({service.target}) at {service.url}{where}")
         if workers:
-            env["league"] = {**env["league"], "workers": list(env["league"].get("workers", ()))
-                             + [_url(w) for w in workers]}
+            env["league"] = {
+                **env["league"],
+                "workers": list(env["league"].get("workers", ())) + [_url(w) for w in workers],
+            }
         orch_url, agent_urls = _url(orch_service), {n: _url(s) for n, s in agent_services.items()}
         evaluator_url = evaluator_service and _url(evaluator_service)
         # the data dirs of the agents this harness started, where it can reach them
-        local_dirs = {} if cluster else {a.name: data_dir(run_dir, a.name)
-                                         for a in config.agents if a.target}
-        placement = {name: {"url": s.url, "node": s.node_id} for name, s in spawned
-                     if isinstance(s, PlacedService)}
-        orch = stack.enter_context(OrchestratorClient(orch_url, token=token,
-                                                      timeout=timeouts.call))
-        agents = {name: stack.enter_context(AgentClient(url, token=token, timeout=timeouts.call))
-                  for name, url in agent_urls.items()}
+        local_dirs = (
+            {}
+            if cluster
+            else {a.name: data_dir(run_dir, a.name) for a in config.agents if a.target}
+        )
+        placement = {
+            name: {"url": s.url, "node": s.node_id}
+            for name, s in spawned
+            if isinstance(s, PlacedService)
+        }
+        orch = stack.enter_context(OrchestratorClient(orch_url, token=token, timeout=timeouts.call))
+        agents = {
+            name: stack.enter_context(AgentClient(url, token=token, timeout=timeouts.call))
+            for name, url in agent_urls.items()
+        }
         evaluator = evaluator_url and Evaluator(
-            stack.enter_context(OrchestratorClient(evaluator_url, token=token,
-                                                   timeout=timeouts.call)),
-            {"id": env["id"], "kwargs": env.get("kwargs", {})}, agent_urls, timeouts.call)
+            stack.enter_context(
+                OrchestratorClient(evaluator_url, token=token, timeout=timeouts.call)
+            ),
+            {"id": env["id"], "kwargs": env.get("kwargs", {})},
+            agent_urls,
+            timeouts.call,
+        )
         # on a cluster the agents' checkpoints are copied here as they are saved
         mirror = run_dir / "checkpoints" if cluster else None
         keeper = None
-        placed_workers = [KeptWorker(f"worker{i}", spec, service) for i, (spec, service)
-                          in enumerate(zip(config.workers, workers))
-                          if isinstance(service, PlacedService)]
+        placed_workers = [
+            KeptWorker(f"worker{i}", spec, service)
+            for i, (spec, service) in enumerate(zip(config.workers, workers))
+            if isinstance(service, PlacedService)
+        ]
         if placed_workers and not evaluate_only:  # (stopped first: before the services)
             keeper = WorkerKeeper(
-                cluster, stack.enter_context(OrchestratorClient(orch_url, token=token,
-                                                                timeout=timeouts.call)),
-                placed_workers, say, token=token, max_restarts=max_restarts,
+                cluster,
+                stack.enter_context(
+                    OrchestratorClient(orch_url, token=token, timeout=timeouts.call)
+                ),
+                placed_workers,
+                say,
+                token=token,
+                max_restarts=max_restarts,
                 startup_timeout=timeouts.startup,
-                on_spawn=lambda name, service: (spawned.append((name, service)),
-                                                stack.callback(_stop, service, say)))
+                on_spawn=lambda name, service: (
+                    spawned.append((name, service)),
+                    stack.callback(_stop, service, say),
+                ),
+            )
             stack.callback(keeper.stop)
             keeper.start()
         try:
-            episodes, progress, outcome = _sequence(config, env, orch, agents, agent_urls,
-                                                    run_dir, say, resume, quiet,
-                                                    evaluate_only, evaluator, local_dirs, mirror)
+            episodes, progress, outcome = _sequence(
+                config,
+                env,
+                orch,
+                agents,
+                agent_urls,
+                run_dir,
+                say,
+                resume,
+                quiet,
+                evaluate_only,
+                evaluator,
+                local_dirs,
+                mirror,
+            )
         except (HarnessError, ServiceError) as exc:  # (a lost service fails some call)
             replaced = keeper.replaced if keeper else []
-            lost = [name for name, s in spawned
-                    if cluster and not any(s is r for r in replaced) and not s.alive()]
+            lost = [
+                name
+                for name, s in spawned
+                if cluster and not any(s is r for r in replaced) and not s.alive()
+            ]
             if lost:
                 raise ServicesLost(lost, exc) from exc
             raise
@@ -361,33 +489,51 @@ def run(config: RunConfig, run_dir: Path, say: Callable[[str], None] = print,
     if placement:  # where the cluster ran each service
         outcome["placement"] = placement
     if evaluate_only:
-        results = {"name": config.name, "evaluation": outcome["evaluation"],
-                   "wall_s": round(time.monotonic() - started, 3), **outcome}
+        results = {
+            "name": config.name,
+            "evaluation": outcome["evaluation"],
+            "wall_s": round(time.monotonic() - started, 3),
+            **outcome,
+        }
         atomic_write_json(run_dir / "evaluation.json", results)
         return results
     write_episodes(run_dir, episodes)
     returns = [e["return"] for e in episodes]
-    results = {"name": config.name, "episodes_file": EPISODES, "episode_count": len(episodes),
-               "episode_mean_return": round(float(np.mean(returns)), 6) if returns else None,
-               "wall_s": round(time.monotonic() - started, 3), **outcome}
+    results = {
+        "name": config.name,
+        "episodes_file": EPISODES,
+        "episode_count": len(episodes),
+        "episode_mean_return": round(float(np.mean(returns)), 6) if returns else None,
+        "wall_s": round(time.monotonic() - started, 3),
+        **outcome,
+    }
     if config.training is not None:
         results["evals"] = evals = progress.evals
         if progress.resumed_at:
             results["resumed_at"] = progress.resumed_at  # env steps of each resume
         success = first_success(evals, config.training.stop_value)
-        results["first_success"] = success and {k: success[k] for k in
-                                                ("env_steps", "wall_s", "mean_return")}
+        results["first_success"] = success and {
+            k: success[k] for k in ("env_steps", "wall_s", "mean_return")
+        }
     atomic_write_json(run_dir / "results.json", results)
     return results
 
 
-def _sequence(config: RunConfig, env: dict, orch: OrchestratorClient,
-              agents: dict[str, AgentClient],
-              agent_urls: dict[str, str], run_dir: Path, say: Callable[[str], None],
-              resume: Optional[Progress | GameProgress], quiet: bool,
-              evaluate_only: bool = False, evaluator: Optional[Evaluator] = None,
-              local_dirs: Optional[dict[str, Path]] = None, mirror: Optional[Path] = None
-              ) -> tuple[list[dict], Optional[Progress], dict]:
+def _sequence(
+    config: RunConfig,
+    env: dict,
+    orch: OrchestratorClient,
+    agents: dict[str, AgentClient],
+    agent_urls: dict[str, str],
+    run_dir: Path,
+    say: Callable[[str], None],
+    resume: Optional[Progress | GameProgress],
+    quiet: bool,
+    evaluate_only: bool = False,
+    evaluator: Optional[Evaluator] = None,
+    local_dirs: Optional[dict[str, Path]] = None,
+    mirror: Optional[Path] = None,
+) -> tuple[list[dict], Optional[Progress], dict]:
     """The MISTK sequence; returns results.json's episodes, the training progress and what
     game training and evaluation add to the results ("evals", "evaluation"; a league's
     "league"). `evaluator`: a solo league's (its players are evaluated there). `local_dirs`:
@@ -408,49 +554,90 @@ def _sequence(config: RunConfig, env: dict, orch: OrchestratorClient,
             if checkpoint and mirror is not None and spec.target:
                 restore_checkpoint(agent, mirror, spec.name, checkpoint, call_timeout)
             if evaluate_only:
-                checkpoint = (spec.model_path or saved_model(spec, local_dirs)
-                              or last_checkpoint(config, spec, run_dir, local_dirs))
+                checkpoint = (
+                    spec.model_path
+                    or saved_model(spec, local_dirs)
+                    or last_checkpoint(config, spec, run_dir, local_dirs)
+                )
                 if spec.target:
-                    say(f"agent {spec.name}: " + (f"the model in {checkpoint}" if checkpoint
-                                                  else "untrained (no model_path, and no "
-                                                       "model saved in the run dir)"))
+                    say(
+                        f"agent {spec.name}: "
+                        + (
+                            f"the model in {checkpoint}"
+                            if checkpoint
+                            else "untrained (no model_path, and no model saved in the run dir)"
+                        )
+                    )
             agent.build_model(checkpoint or spec.model_path, timeout=call_timeout)
         with _step(f"registerAgent {spec.name}"):
-            orch.register_agent(spec.name, agent_urls[spec.name], skip_train=not spec.train,
-                                seats=spec.seats,
-                                local_inference=spec.local_inference is not None)
+            orch.register_agent(
+                spec.name,
+                agent_urls[spec.name],
+                skip_train=not spec.train,
+                seats=spec.seats,
+                local_inference=spec.local_inference is not None,
+            )
     progress = None
     if evaluate_only:
         with _step("evaluation"):
             outcome["evaluation"] = (
                 evaluate(orch, config.evaluation, config.timeouts.episodes)
-                if config.evaluation is not None else
-                asdict(evaluate_returns(orch, config.training, config.timeouts.episodes)))
+                if config.evaluation is not None
+                else asdict(evaluate_returns(orch, config.training, config.timeouts.episodes))
+            )
     elif config.game_training is not None:
         checkpoints = None
         if config.game_training.checkpoints:
-            checkpoints = Checkpoints(agents, config.game_training.checkpoints, local_dirs,
-                                      call_timeout, mirror)
+            checkpoints = Checkpoints(
+                agents, config.game_training.checkpoints, local_dirs, call_timeout, mirror
+            )
         with _step("game training"):
-            outcome["evals"] = train_games(orch, config.game_training, config.evaluation,
-                                           run_dir, config.timeouts.episodes, say,
-                                           checkpoints, quiet=quiet, progress=resume,
-                                           title=config.name)
+            outcome["evals"] = train_games(
+                orch,
+                config.game_training,
+                config.evaluation,
+                run_dir,
+                config.timeouts.episodes,
+                say,
+                checkpoints,
+                quiet=quiet,
+                progress=resume,
+                title=config.name,
+            )
     elif config.training is not None:
         checkpoints = None
         if config.training.checkpoints:  # pruned where this harness can reach them
-            checkpoints = Checkpoints(agents, config.training.checkpoints, local_dirs,
-                                      call_timeout, mirror)
+            checkpoints = Checkpoints(
+                agents, config.training.checkpoints, local_dirs, call_timeout, mirror
+            )
         with _step("training"):
             if evaluator is not None:  # a solo league (harness.league)
-                progress = train_solo_league(orch, evaluator, config.training, run_dir,
-                                             config.timeouts.episodes, say, checkpoints,
-                                             resume, quiet=quiet, title=config.name)
+                progress = train_solo_league(
+                    orch,
+                    evaluator,
+                    config.training,
+                    run_dir,
+                    config.timeouts.episodes,
+                    say,
+                    checkpoints,
+                    resume,
+                    quiet=quiet,
+                    title=config.name,
+                )
             else:
                 settings = {a.name: a.settings() for a in config.agents if a.settings()}
-                progress = train(orch, config.training, run_dir, config.timeouts.episodes,
-                                 say, checkpoints, resume, quiet=quiet, title=config.name,
-                                 agents=settings)
+                progress = train(
+                    orch,
+                    config.training,
+                    run_dir,
+                    config.timeouts.episodes,
+                    say,
+                    checkpoints,
+                    resume,
+                    quiet=quiet,
+                    title=config.name,
+                    agents=settings,
+                )
         if evaluator is not None:
             with _step("league results"):
                 outcome["league"] = orch.get_league().model_dump()
@@ -462,15 +649,20 @@ def _sequence(config: RunConfig, env: dict, orch: OrchestratorClient,
                 kept = outcome["evals"][-1].get("checkpoint") if outcome["evals"] else None
                 agent = config.evaluation.agent
                 where = local_dirs.get(agent)
-                outcome.update(league_results(orch, outcome["evals"], run_dir, kept and (
-                    where / kept if where else Path(kept)),
-                    title=f"{config.name} (seed {config.game_training.seed})"))
+                outcome.update(
+                    league_results(
+                        orch,
+                        outcome["evals"],
+                        run_dir,
+                        kept and (where / kept if where else Path(kept)),
+                        title=f"{config.name} (seed {config.game_training.seed})",
+                    )
+                )
         elif config.game_training is not None:  # its last evaluation is the final one
             outcome["evaluation"] = outcome["evals"][-1]["evaluation"]
         else:
             with _step("evaluation"):
-                outcome["evaluation"] = evaluate(orch, config.evaluation,
-                                                 config.timeouts.episodes)
+                outcome["evaluation"] = evaluate(orch, config.evaluation, config.timeouts.episodes)
     with _step("getResults"):
         episodes = run_episodes(orch, episodes_before)
     for spec in config.agents:
@@ -497,8 +689,9 @@ def saved_model(spec: AgentSpec, local_dirs: dict[str, Path]) -> Optional[str]:
     return None
 
 
-def last_checkpoint(config: RunConfig, spec: AgentSpec, run_dir: Path,
-                    local_dirs: dict[str, Path]) -> Optional[str]:
+def last_checkpoint(
+    config: RunConfig, spec: AgentSpec, run_dir: Path, local_dirs: dict[str, Path]
+) -> Optional[str]:
     """The checkpoint of the agent's last evaluation in the run's progress.json (a game
     run's or a gym run's, as `config` says), if the harness started the agent here and the
     file is there."""
@@ -540,16 +733,26 @@ def _play_blocks(config: RunConfig, orch: OrchestratorClient, say: Callable[[str
         nonlocal printed
         if status.payload.get("episodesDone", 0) > printed:
             for episode in orch.get_results(since=printed).episodes:
-                say(f"  episode {episode.episode:4d}  agent {episode.agent}  "
-                    f"return {episode.return_:9.2f}  length {episode.length}")
+                say(
+                    f"  episode {episode.episode:4d}  agent {episode.agent}  "
+                    f"return {episode.return_:9.2f}  length {episode.length}"
+                )
                 printed += 1
 
     for i, block in enumerate(config.episodes):
-        episode_config = EpisodeConfig(num_episodes=block.num_episodes, seed=block.seed,
-                                       max_steps=block.max_steps, train=block.train)
+        episode_config = EpisodeConfig(
+            num_episodes=block.num_episodes,
+            seed=block.seed,
+            max_steps=block.max_steps,
+            train=block.train,
+        )
         with _step(f"episode block {i} startEpisode"):
-            orch.start_episode(episode_config, wait=True, timeout=config.timeouts.episodes,
-                               on_status=show_new_episodes)
+            orch.start_episode(
+                episode_config,
+                wait=True,
+                timeout=config.timeouts.episodes,
+                on_status=show_new_episodes,
+            )
         if block.save_path:
             with _step(f"episode block {i} saveEpisode"):
                 orch.save_episode(block.save_path)

@@ -16,13 +16,14 @@ cannot be restored is the training envs' episodes in progress (an orchestrator c
 live env): a resumed run starts new ones, seeded from the run's seed and the number of
 evaluations done, so resuming the same run dir twice plays the same episodes.
 """
+
 from __future__ import annotations
 
 import csv
 import json
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 from functools import partial
+from pathlib import Path
 from typing import Callable, Mapping, Optional, Sequence
 
 import numpy as np
@@ -30,8 +31,8 @@ import numpy as np
 from harness.config import RunConfigError, TrainingSpec
 from harness.loop import Evaluated, run_loop
 from harness.progress import TrainingProgress
-from mistk_rl.sdk.client import AgentClient, OrchestratorClient
 from mistk_rl.files import atomic_write_bytes, atomic_write_json
+from mistk_rl.sdk.client import AgentClient, OrchestratorClient
 from mistk_rl.sdk.schemas import AgentSettings, EpisodeConfig, EpisodeResult
 
 
@@ -63,8 +64,10 @@ class ProgressFile:
     def load(cls, run_dir: Path):
         path = run_dir / PROGRESS
         if not path.exists():
-            raise RunConfigError(f"{run_dir} has no {PROGRESS}: the run saved no checkpoint "
-                              "(it stopped before its first evaluation, or checkpoints are off)")
+            raise RunConfigError(
+                f"{run_dir} has no {PROGRESS}: the run saved no checkpoint "
+                "(it stopped before its first evaluation, or checkpoints are off)"
+            )
         return cls(**json.loads(path.read_text()))
 
 
@@ -91,9 +94,14 @@ class Checkpoints:
     when the node goes), each checkpoint is also copied over HTTP (`getFile`) into
     ``mirror/AGENT/``, and `restore` puts it back (`putFile`) into a restarted agent."""
 
-    def __init__(self, agents: dict[str, AgentClient], keep: int,
-                 local_dirs: dict[str, Path], timeout: float,
-                 mirror: Optional[Path] = None) -> None:
+    def __init__(
+        self,
+        agents: dict[str, AgentClient],
+        keep: int,
+        local_dirs: dict[str, Path],
+        timeout: float,
+        mirror: Optional[Path] = None,
+    ) -> None:
         self.agents, self.keep, self.local_dirs, self.timeout = agents, keep, local_dirs, timeout
         self.mirror = mirror
 
@@ -102,8 +110,9 @@ class Checkpoints:
         for name, agent in self.agents.items():
             agent.save_model(path, timeout=self.timeout)
             if self.mirror is not None:
-                atomic_write_bytes(self.mirror / name / path,
-                                   agent.get_file(path, timeout=self.timeout))
+                atomic_write_bytes(
+                    self.mirror / name / path, agent.get_file(path, timeout=self.timeout)
+                )
         return dict.fromkeys(self.agents, path)
 
     def prune(self) -> None:
@@ -113,14 +122,17 @@ class Checkpoints:
         if self.mirror is not None:
             dirs += [self.mirror / name for name in self.agents]
         for data_dir in dirs:
-            saved = sorted((data_dir / "checkpoints").glob("step-*.pt"),
-                           key=lambda p: int(p.stem.removeprefix("step-")))
-            for old in saved[:-self.keep]:
+            saved = sorted(
+                (data_dir / "checkpoints").glob("step-*.pt"),
+                key=lambda p: int(p.stem.removeprefix("step-")),
+            )
+            for old in saved[: -self.keep]:
                 old.unlink(missing_ok=True)
 
 
-def restore_checkpoint(agent: AgentClient, mirror: Path, name: str, path: str,
-                       timeout: float) -> None:
+def restore_checkpoint(
+    agent: AgentClient, mirror: Path, name: str, path: str, timeout: float
+) -> None:
     """Put agent `name`'s mirrored checkpoint `path` (`Checkpoints.mirror`) into its data
     dir, to build its model from: a restarted agent on another node has none."""
     copy = mirror / name / path
@@ -135,12 +147,20 @@ def resumed_seed(seed: int, evals_done: int) -> int:
     return int(np.random.SeedSequence([seed, evals_done]).generate_state(1)[0])
 
 
-def train(orch: OrchestratorClient, spec: TrainingSpec, run_dir: Path, timeout: float,
-          say: Callable[[str], None], checkpoints: Optional[Checkpoints] = None,
-          progress: Optional[Progress] = None, quiet: bool = False,
-          title: str = "", schedule: Optional[Callable[..., "GymSchedule"]] = None,
-          stop_line: str = "reached stop_value {}: stopping",
-          agents: Optional[Mapping[str, AgentSettings]] = None) -> Progress:
+def train(
+    orch: OrchestratorClient,
+    spec: TrainingSpec,
+    run_dir: Path,
+    timeout: float,
+    say: Callable[[str], None],
+    checkpoints: Optional[Checkpoints] = None,
+    progress: Optional[Progress] = None,
+    quiet: bool = False,
+    title: str = "",
+    schedule: Optional[Callable[..., "GymSchedule"]] = None,
+    stop_line: str = "reached stop_value {}: stopping",
+    agents: Optional[Mapping[str, AgentSettings]] = None,
+) -> Progress:
     """Run the training loop (`harness.loop`), from the start or from `progress`; returns
     where it ended (the evaluations are also written to disk). `schedule` makes the
     schedule from (orch, spec, run_dir, timeout, progress, resumed, title): a `GymSchedule`
@@ -151,10 +171,18 @@ def train(orch: OrchestratorClient, spec: TrainingSpec, run_dir: Path, timeout: 
     if resumed:
         progress.resumed_at.append(progress.train_steps)
     made = (schedule or partial(GymSchedule, agents=agents or {}))(
-        orch, spec, run_dir, timeout, progress, resumed, title)
-    run_loop(made, progress.wall_s, say, checkpoints, quiet,
-             progress.evals[-1]["mean_return"] if progress.evals else None,
-             stop_line.format(spec.stop_value), done=progress.done)
+        orch, spec, run_dir, timeout, progress, resumed, title
+    )
+    run_loop(
+        made,
+        progress.wall_s,
+        say,
+        checkpoints,
+        quiet,
+        progress.evals[-1]["mean_return"] if progress.evals else None,
+        stop_line.format(spec.stop_value),
+        done=progress.done,
+    )
     return progress
 
 
@@ -167,26 +195,41 @@ class GymSchedule:
 
     unit, eval_label = "env steps", "last eval"
 
-    def __init__(self, orch: OrchestratorClient, spec: TrainingSpec, run_dir: Path,
-                 timeout: float, progress: Progress, resumed: bool, title: str,
-                 agents: Optional[Mapping[str, AgentSettings]] = None) -> None:
+    def __init__(
+        self,
+        orch: OrchestratorClient,
+        spec: TrainingSpec,
+        run_dir: Path,
+        timeout: float,
+        progress: Progress,
+        resumed: bool,
+        title: str,
+        agents: Optional[Mapping[str, AgentSettings]] = None,
+    ) -> None:
         self.orch, self.spec, self.run_dir, self.timeout = orch, spec, run_dir, timeout
         self.agents = dict(agents or {})  # how agents play in its episodes
         self.progress, self.title = progress, title
         self.budget, self.eval_every = spec.env_steps, spec.eval_every
         self.seed = resumed_seed(spec.seed, len(progress.evals)) if resumed else spec.seed
         self.episodes_before = progress.episodes
-        self.writer = tensorboard_writer(run_dir / "tensorboard",
-                                   purge_step=progress.train_steps + 1 if resumed else None)
+        self.writer = tensorboard_writer(
+            run_dir / "tensorboard", purge_step=progress.train_steps + 1 if resumed else None
+        )
 
     def steps(self) -> int:
         return self.progress.train_steps
 
     def train_block(self, target: int, shown: TrainingProgress) -> None:
         done = self.progress.train_steps
-        steps, episodes = _train_block(self.orch, self.spec, target - done, self.seed,
-                                       self.timeout, lambda block: shown.update(done + block),
-                                       self.agents)
+        steps, episodes = _train_block(
+            self.orch,
+            self.spec,
+            target - done,
+            self.seed,
+            self.timeout,
+            lambda block: shown.update(done + block),
+            self.agents,
+        )
         self.progress.train_steps += steps
         self.progress.train_episodes += len(episodes)
         for at, e in episodes:
@@ -196,18 +239,29 @@ class GymSchedule:
     def evaluate(self, wall_s: float) -> Evaluated:
         result = evaluate_returns(self.orch, self.spec, self.timeout, self.agents)
         progress = self.progress
-        progress.evals.append({"env_steps": progress.train_steps, "wall_s": wall_s,
-                               "mean_return": result.mean_return,
-                               "std_return": result.std_return, "returns": result.returns,
-                               "train_episodes": progress.train_episodes})
+        progress.evals.append(
+            {
+                "env_steps": progress.train_steps,
+                "wall_s": wall_s,
+                "mean_return": result.mean_return,
+                "std_return": result.std_return,
+                "returns": result.returns,
+                "train_episodes": progress.train_episodes,
+            }
+        )
         progress.done = result.stop
         self.writer.add_scalar("eval/mean_return", result.mean_return, progress.train_steps)
         self.writer.add_scalar("eval/wall_s", wall_s, progress.train_steps)
         self.writer.flush()
-        return Evaluated(result.mean_return, (
-            f"  eval at {progress.train_steps:7d} env steps ({wall_s:7.1f} s): mean return "
-            f"{result.mean_return:7.2f} ± {result.std_return:.2f} over "
-            f"{len(result.returns)} episodes"), result.stop)
+        return Evaluated(
+            result.mean_return,
+            (
+                f"  eval at {progress.train_steps:7d} env steps ({wall_s:7.1f} s): mean return "
+                f"{result.mean_return:7.2f} ± {result.std_return:.2f} over "
+                f"{len(result.returns)} episodes"
+            ),
+            result.stop,
+        )
 
     def save(self, checkpoints: dict[str, str], wall_s: float) -> None:
         self.progress.checkpoints = checkpoints
@@ -217,15 +271,24 @@ class GymSchedule:
 
     def close(self) -> None:
         self.writer.close()
-        write_curve(self.progress.evals, self.run_dir, self.spec.stop_value,
-                    self.progress.train_returns,
-                    f"{self.title or self.run_dir.name} (seed {self.spec.seed})")
+        write_curve(
+            self.progress.evals,
+            self.run_dir,
+            self.spec.stop_value,
+            self.progress.train_returns,
+            f"{self.title or self.run_dir.name} (seed {self.spec.seed})",
+        )
 
 
-def _train_block(orch: OrchestratorClient, spec: TrainingSpec, budget: int, seed: int,
-                 timeout: float, on_steps: Callable[[int], None] = lambda steps: None,
-                 agents: Optional[Mapping[str, AgentSettings]] = None
-                 ) -> tuple[int, list[tuple[int, EpisodeResult]]]:
+def _train_block(
+    orch: OrchestratorClient,
+    spec: TrainingSpec,
+    budget: int,
+    seed: int,
+    timeout: float,
+    on_steps: Callable[[int], None] = lambda steps: None,
+    agents: Optional[Mapping[str, AgentSettings]] = None,
+) -> tuple[int, list[tuple[int, EpisodeResult]]]:
     """Train for exactly `budget` env steps; returns the steps taken and the episodes
     finished, each with the block's env steps when it ended (`on_steps` hears the block's
     steps as the orchestrator reports them).
@@ -233,37 +296,67 @@ def _train_block(orch: OrchestratorClient, spec: TrainingSpec, budget: int, seed
     evaluating never cuts or restarts a training episode (`seed` seeds the envs' first
     episodes only)."""
     steps_before = orch.progress().env_steps
-    played = orch.play(EpisodeConfig(
-        num_steps=budget, seed=seed, max_steps=spec.max_steps, train=True,
-        num_envs=spec.num_envs, env_manager=spec.env_manager, resume=True,
-        pipeline_depth=spec.pipeline_depth,
-        agents=dict(agents or {})), timeout=timeout,
+    played = orch.play(
+        EpisodeConfig(
+            num_steps=budget,
+            seed=seed,
+            max_steps=spec.max_steps,
+            train=True,
+            num_envs=spec.num_envs,
+            env_manager=spec.env_manager,
+            resume=True,
+            pipeline_depth=spec.pipeline_depth,
+            agents=dict(agents or {}),
+        ),
+        timeout=timeout,
         on_status=lambda status: on_steps(
-            status.payload.get("envSteps", steps_before) - steps_before))
+            status.payload.get("envSteps", steps_before) - steps_before
+        ),
+    )
     return played.env_steps, [
         (played.env_steps if e.env_steps is None else e.env_steps - steps_before, e)
-        for e in played.episodes]
+        for e in played.episodes
+    ]
 
 
-def evaluate_returns(orch: OrchestratorClient, spec: TrainingSpec, timeout: float,
-                     agents: Optional[Mapping[str, AgentSettings]] = None) -> EvalResult:
+def evaluate_returns(
+    orch: OrchestratorClient,
+    spec: TrainingSpec,
+    timeout: float,
+    agents: Optional[Mapping[str, AgentSettings]] = None,
+) -> EvalResult:
     """`eval_episodes` greedy episodes on the fixed evaluation seeds."""
-    episodes = orch.play(EpisodeConfig(
-        num_episodes=spec.eval_episodes, seed=spec.eval_seed, max_steps=spec.max_steps,
-        train=False, num_envs=spec.eval_envs or spec.eval_episodes,
-        env_manager=spec.env_manager, agents=dict(agents or {})), timeout=timeout).episodes
+    episodes = orch.play(
+        EpisodeConfig(
+            num_episodes=spec.eval_episodes,
+            seed=spec.eval_seed,
+            max_steps=spec.max_steps,
+            train=False,
+            num_envs=spec.eval_envs or spec.eval_episodes,
+            env_manager=spec.env_manager,
+            agents=dict(agents or {}),
+        ),
+        timeout=timeout,
+    ).episodes
     return summarize([e.return_ for e in episodes if not e.abnormal], spec.stop_value)
 
 
 def run_episodes(orch: OrchestratorClient, before: list[dict]) -> list[dict]:
     """results.json's episodes: `before` (what a resumed run had played up to its checkpoint),
     then the orchestrator's, numbered on from there."""
-    return before + [{**e.model_dump(by_alias=True, exclude_none=True),
-                      "episode": e.episode + len(before)} for e in orch.get_results().episodes]
+    return before + [
+        {**e.model_dump(by_alias=True, exclude_none=True), "episode": e.episode + len(before)}
+        for e in orch.get_results().episodes
+    ]
 
 
-def write_curve(evals: list[dict], run_dir: Path, stop_value: Optional[float] = None,
-                train_returns: Sequence[Sequence[float]] = (), title: str = "") -> None:
+def write_curve(
+    evals: list[dict],
+    run_dir: Path,
+    stop_value: Optional[float] = None,
+    train_returns: Sequence[Sequence[float]] = (),
+    title: str = "",
+) -> None:
     """``evals.csv`` and ``learning_curve.png``: mean ± std eval return vs training env
     steps, the training episodes' returns (rolling mean of `ROLLING`), the stop value."""
     with open(run_dir / "evals.csv", "w", newline="") as fh:
@@ -286,16 +379,33 @@ def write_curve(evals: list[dict], run_dir: Path, stop_value: Optional[float] = 
         at, returns = np.asarray(train_returns, dtype=float).T
         window = min(ROLLING, len(returns))
         rolling = np.convolve(returns, np.ones(window) / window, mode="valid")
-        ax.plot(at, returns, ".", color="tab:gray", alpha=0.25, markersize=3,
-                label="training episodes (each)")
-        ax.plot(at[window - 1:], rolling, color="tab:gray",
-                label=f"training episodes (mean of {window})")
+        ax.plot(
+            at,
+            returns,
+            ".",
+            color="tab:gray",
+            alpha=0.25,
+            markersize=3,
+            label="training episodes (each)",
+        )
+        ax.plot(
+            at[window - 1 :],
+            rolling,
+            color="tab:gray",
+            label=f"training episodes (mean of {window})",
+        )
     ax.plot(steps, mean, marker="o", color="tab:blue", label="evaluation mean ± std")
-    ax.fill_between(steps, [m - s for m, s in zip(mean, std)],
-                    [m + s for m, s in zip(mean, std)], alpha=0.2, color="tab:blue")
+    ax.fill_between(
+        steps,
+        [m - s for m, s in zip(mean, std)],
+        [m + s for m, s in zip(mean, std)],
+        alpha=0.2,
+        color="tab:blue",
+    )
     if stop_value is not None:
-        ax.axhline(stop_value, color="tab:green", linestyle="--",
-                   label=f"stop value {stop_value:g}")
+        ax.axhline(
+            stop_value, color="tab:green", linestyle="--", label=f"stop value {stop_value:g}"
+        )
     ax.set_xlabel("training env steps")
     ax.set_ylabel("episode return")
     ax.set_title(title or run_dir.name)

@@ -1,5 +1,6 @@
 """`python -m mistk_rl serve ...`: how services are started (the full `mistk-rl` command is
 `harness.cli`, the driver layer's)."""
+
 import sys
 
 from mistk_rl.service.cli import main

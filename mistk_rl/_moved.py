@@ -8,6 +8,7 @@ before, and a pickle that names an old path still loads. The stand-in is a modul
 module's ``__spec__`` with the old name's. A meta-path finder, not a file per old name: the
 top level keeps only the modules that live there.
 """
+
 from __future__ import annotations
 
 import importlib
@@ -54,8 +55,12 @@ class _MovedLoader(importlib.abc.Loader):
     def create_module(self, spec: importlib.machinery.ModuleSpec) -> types.ModuleType:
         new = MOVED[spec.name]
         # (stacklevel 2: the line with the old import; warnings skips importlib's own frames)
-        warnings.warn(f"{spec.name} moved to {new}: import it from there (the old name goes "
-                      "in the next release)", DeprecationWarning, stacklevel=2)
+        warnings.warn(
+            f"{spec.name} moved to {new}: import it from there (the old name goes "
+            "in the next release)",
+            DeprecationWarning,
+            stacklevel=2,
+        )
         return _Forward(spec.name, importlib.import_module(new))
 
     def exec_module(self, module: types.ModuleType) -> None:
@@ -63,9 +68,12 @@ class _MovedLoader(importlib.abc.Loader):
 
 
 class _MovedFinder(importlib.abc.MetaPathFinder):
-    def find_spec(self, fullname: str, path: Optional[Sequence[str]],
-                  target: Optional[types.ModuleType] = None
-                  ) -> Optional[importlib.machinery.ModuleSpec]:
+    def find_spec(
+        self,
+        fullname: str,
+        path: Optional[Sequence[str]],
+        target: Optional[types.ModuleType] = None,
+    ) -> Optional[importlib.machinery.ModuleSpec]:
         if fullname not in MOVED:
             return None
         return importlib.machinery.ModuleSpec(fullname, _LOADER)
@@ -81,14 +89,18 @@ def install() -> None:
         sys.meta_path.append(_MovedFinder())
 
 
-def renamed(module: str, names: dict[str, str], namespace: dict[str, Any]
-            ) -> Callable[[str], Any]:
+def renamed(module: str, names: dict[str, str], namespace: dict[str, Any]) -> Callable[[str], Any]:
     """A module ``__getattr__`` for the names `module` renamed in 0.2 (old -> new): the old
     name gives the new object, with a DeprecationWarning, for one release."""
+
     def __getattr__(name: str) -> Any:
         if name in names:
-            warnings.warn(f"{module}.{name} is now {names[name]} (the old name goes in the "
-                          "next release)", DeprecationWarning, stacklevel=2)
+            warnings.warn(
+                f"{module}.{name} is now {names[name]} (the old name goes in the next release)",
+                DeprecationWarning,
+                stacklevel=2,
+            )
             return namespace[names[name]]
         raise AttributeError(f"module {module!r} has no attribute {name!r}")
+
     return __getattr__

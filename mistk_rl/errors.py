@@ -1,4 +1,5 @@
 """Errors the library raises, independent of HTTP; the service maps each to a status code."""
+
 from __future__ import annotations
 
 from mistk_rl._moved import renamed
@@ -36,13 +37,23 @@ class IllegalState(MistkError):
     status = 409
     title = "Illegal in the current state"
 
-    def __init__(self, operation: str, state: str, allowed: list[str], *, busy: bool = False,
-                 detail: str | None = None) -> None:
+    def __init__(
+        self,
+        operation: str,
+        state: str,
+        allowed: list[str],
+        *,
+        busy: bool = False,
+        detail: str | None = None,
+    ) -> None:
         why = "the service is busy" if busy else "not allowed"
         super().__init__(
-            detail or f"{operation}: {why} in state '{state}'; "
-                      f"allowed now: {', '.join(allowed) or 'nothing but status'}",
-            state=state, allowed=allowed)
+            detail
+            or f"{operation}: {why} in state '{state}'; "
+            f"allowed now: {', '.join(allowed) or 'nothing but status'}",
+            state=state,
+            allowed=allowed,
+        )
         self.state = state
         self.allowed = allowed
 

@@ -1,4 +1,5 @@
 """Paths inside a service's data dir, and atomic writes (a crash never leaves half a file)."""
+
 from __future__ import annotations
 
 import json
@@ -8,7 +9,6 @@ from pathlib import Path
 from typing import Any, Mapping, Optional
 
 from mistk_rl.errors import InvalidRequest
-
 
 MAX_NAME_BYTES = 255  # one path component, on the file systems Linux uses
 
@@ -24,11 +24,18 @@ def resolve_in(root: Path, path: str, shares: Optional[Mapping[str, Path]] = Non
     followed out of a root: a caller cannot create them, so one that escapes is refused."""
     if "\x00" in path:
         raise InvalidRequest(f"path {path!r} contains a NUL character")
-    long = next((part for part in Path(path).parts
-                 if len(part.encode("utf-8", "surrogateescape")) > MAX_NAME_BYTES), None)
+    long = next(
+        (
+            part
+            for part in Path(path).parts
+            if len(part.encode("utf-8", "surrogateescape")) > MAX_NAME_BYTES
+        ),
+        None,
+    )
     if long is not None:
-        raise InvalidRequest(f"path {path!r}: the name {long[:40]!r}... is longer than "
-                             f"{MAX_NAME_BYTES} bytes")
+        raise InvalidRequest(
+            f"path {path!r}: the name {long[:40]!r}... is longer than {MAX_NAME_BYTES} bytes"
+        )
     first, _, rest = path.partition("/")
     if shares and first in shares and rest:
         root, path = shares[first], rest

@@ -6,6 +6,7 @@ take the machine down (a [4000, 4000] observation space made a DQN allocate a 16
 layer; numEnvs 1024 with subprocess envs started 1,027 processes). Raise one with
 ``mistk-rl serve ... --limit NAME=VALUE``.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -49,6 +50,8 @@ class Limits:
         """Raise InvalidRequest (400, naming the limit) when `value` is over limit `name`."""
         limit = getattr(self, name)
         if value > limit:
-            raise InvalidRequest(f"{what} is {value:,}, over the limit {name}={limit:,} (the "
-                                 f"service's operator can raise it: --limit {name}=N)",
-                                 limit=name)
+            raise InvalidRequest(
+                f"{what} is {value:,}, over the limit {name}={limit:,} (the "
+                f"service's operator can raise it: --limit {name}=N)",
+                limit=name,
+            )

@@ -7,6 +7,7 @@ enums (a schema marked ``x-mistk-registry: NAME`` gets ``enum`` filled in when t
 loads its spec), the request models' validation (`Registry.validate`), messages and help.
 gymnasium's ``register`` and DI-engine's registries are the model.
 """
+
 from __future__ import annotations
 
 import difflib

@@ -18,6 +18,7 @@ Per game the results record the winner (or a draw), each seat's return and holde
 and illegal moves; `totals` sums wins, draws and losses per agent and seat. With
 ``exhaustive`` the call enumerates games instead of sampling them (`mistk_rl.games.enumerate`).
 """
+
 from __future__ import annotations
 
 import sys
@@ -26,17 +27,26 @@ from typing import Any, Optional
 
 import numpy as np
 
-from mistk_rl.sdk.client import ServiceError, ServiceUnavailable
 from mistk_rl.errors import InvalidRequest
-from mistk_rl.games.enumerate import check_enumerable, enumerate_lines
-from mistk_rl.games.opponents import OPPONENTS
-from mistk_rl.games.pettingzoo_games import (RESULTS, Decision, GameCopy, GameInfo, SeatOutcome,
-                                             check_lineup, make_copy, probe_game, result_for,
-                                             winner)
 from mistk_rl.framework.implementation import PROGRESS_EVERY_S
 from mistk_rl.framework.orchestrator import AbstractOrchestrator, episode_quotas
-from mistk_rl.sdk.stepping import replay_batch
+from mistk_rl.games.enumerate import check_enumerable, enumerate_lines
+from mistk_rl.games.opponents import OPPONENTS
+from mistk_rl.games.pettingzoo_games import (
+    RESULTS,
+    Decision,
+    GameCopy,
+    GameInfo,
+    SeatOutcome,
+    check_lineup,
+    make_copy,
+    probe_game,
+    result_for,
+    winner,
+)
+from mistk_rl.sdk.client import ServiceError, ServiceUnavailable
 from mistk_rl.sdk.schemas import ExhaustiveSpec, GameEpisodeSettings
+from mistk_rl.sdk.stepping import replay_batch
 from mistk_rl.spaces import space_to_dict
 
 
@@ -85,37 +95,46 @@ class GameOrchestrator(AbstractOrchestrator):
         self.totals, self.evaluations, self.moves_by_agent = {}, [], {}
         self.update_status({"game": self.registry_id, "seats": list(self.seats)})
 
-    def validate_register_agent(self, name: str, seats: tuple[str, ...],
-                                skip_train: bool = False) -> tuple[str, ...]:
+    def validate_register_agent(
+        self, name: str, seats: tuple[str, ...], skip_train: bool = False
+    ) -> tuple[str, ...]:
         bound = {seat for agent in self.agents.values() for seat in agent.seats}
         free = [seat for seat in self.seats if seat not in bound]
         if not seats:  # one agent: every seat; else the next free one
             seats = tuple(free) if self.agents_needed == 1 else tuple(free[:1])
         unknown = [seat for seat in seats if seat not in self.seats]
         if unknown:
-            raise InvalidRequest(f"seats {', '.join(unknown)}: {self.registry_id} has seats "
-                                 f"{', '.join(self.seats)}")
+            raise InvalidRequest(
+                f"seats {', '.join(unknown)}: {self.registry_id} has seats {', '.join(self.seats)}"
+            )
         taken = [seat for seat in seats if seat in bound]
         if taken or len(set(seats)) != len(seats):
-            raise InvalidRequest(f"seats {', '.join(seats)}: each seat is held by one agent "
-                                 f"(free now: {', '.join(free) or 'none'})")
+            raise InvalidRequest(
+                f"seats {', '.join(seats)}: each seat is held by one agent "
+                f"(free now: {', '.join(free) or 'none'})"
+            )
         if len({_space_key(self.spaces[seat]) for seat in seats or self.seats}) > 1:
-            raise InvalidRequest(f"seats {', '.join(seats or self.seats)} have different "
-                                 "spaces: one agent holds seats of one observation and "
-                                 "action space")
+            raise InvalidRequest(
+                f"seats {', '.join(seats or self.seats)} have different "
+                "spaces: one agent holds seats of one observation and "
+                "action space"
+            )
         left = [seat for seat in free if seat not in seats]
         if len(self.agents) + 1 == self.agents_needed and left:
-            raise InvalidRequest(f"the last agent must leave no seat empty: "
-                                 f"{', '.join(left)} would be")
+            raise InvalidRequest(
+                f"the last agent must leave no seat empty: {', '.join(left)} would be"
+            )
         return seats
 
     def agent_config(self, name: str, seats: tuple[str, ...] = ()) -> dict[str, Any]:
         """Its seats' spaces; an agent holding none (an opponent on the bench, for lineups
         of later calls) gets those every seat shares."""
         obs_space, act_space = self._spaces_of(seats)
-        return {"observationSpace": space_to_dict(obs_space),
-                "actionSpace": space_to_dict(act_space),
-                "properties": {"game": self.registry_id, "seats": list(seats)}}
+        return {
+            "observationSpace": space_to_dict(obs_space),
+            "actionSpace": space_to_dict(act_space),
+            "properties": {"game": self.registry_id, "seats": list(seats)},
+        }
 
     def _spaces_of(self, seats: tuple[str, ...]) -> tuple[Any, Any]:
         """The spaces an agent holding `seats` was told (no seat: those all seats share)."""
@@ -128,8 +147,9 @@ class GameOrchestrator(AbstractOrchestrator):
         if config.lineup is not None:
             self._check_lineup(config.lineup)
         if config.exhaustive is not None:
-            check_enumerable(self._game(), config.exhaustive.agent,
-                             config.exhaustive.opponent, self.agents)
+            check_enumerable(
+                self._game(), config.exhaustive.agent, config.exhaustive.opponent, self.agents
+            )
 
     def _run_exhaustive(self, spec: ExhaustiveSpec) -> dict[str, Any]:
         """Every game of the agent (greedy) against every reply of the opponent, in each
@@ -138,9 +158,16 @@ class GameOrchestrator(AbstractOrchestrator):
         opponent = OPPONENTS[spec.opponent](*self.spaces[self.seats[0]])
         agent.client.episode_started({}, mode="eval", episode=len(self.results))
         try:
-            report = enumerate_lines(self.api, self.registry_id, self.kwargs, self.seats,
-                                     opponent, agent.client.get_action, spec.max_positions,
-                                     lambda: self.should_stop)
+            report = enumerate_lines(
+                self.api,
+                self.registry_id,
+                self.kwargs,
+                self.seats,
+                opponent,
+                agent.client.get_action,
+                spec.max_positions,
+                lambda: self.should_stop,
+            )
         finally:
             agent.client.episode_stopped()
         return {"agent": spec.agent, "opponent": spec.opponent, **report}
@@ -153,8 +180,9 @@ class GameOrchestrator(AbstractOrchestrator):
         for seat, name in lineup.items():
             agent = self.agents[name]
             if _space_key(self._spaces_of(agent.seats)) != _space_key(self.spaces[seat]):
-                raise InvalidRequest(f"lineup[{seat!r}]: {name!r} was registered for other "
-                                     "spaces than this seat's")
+                raise InvalidRequest(
+                    f"lineup[{seat!r}]: {name!r} was registered for other spaces than this seat's"
+                )
 
     def do_start_episode(self, config: GameEpisodeSettings) -> None:
         if config.exhaustive is not None:
@@ -169,12 +197,20 @@ class GameOrchestrator(AbstractOrchestrator):
     def report(self, every_s: float = 0.0) -> None:
         """Moves, moves per agent and the totals into status (copies: status is read from
         other threads while games go on)."""
-        self.update_status({"envSteps": self.env_steps, "agentSteps": dict(self.moves_by_agent),
-                            "games": self._totals()}, every_s)
+        self.update_status(
+            {
+                "envSteps": self.env_steps,
+                "agentSteps": dict(self.moves_by_agent),
+                "games": self._totals(),
+            },
+            every_s,
+        )
 
     def _totals(self) -> dict[str, dict[str, dict[str, float]]]:
-        return {agent: {seat: dict(tally) for seat, tally in seats.items()}
-                for agent, seats in self.totals.items()}
+        return {
+            agent: {seat: dict(tally) for seat, tally in seats.items()}
+            for agent, seats in self.totals.items()
+        }
 
     def do_reset(self) -> None:
         self._close()
@@ -192,12 +228,14 @@ class GameOrchestrator(AbstractOrchestrator):
             self.copies.append(make_copy(self.api, self.registry_id, self.kwargs))
         return self.copies[:n]
 
-    def holders(self, config: GameEpisodeSettings, game: int,
-                rng: np.random.Generator) -> dict[str, str]:
+    def holders(
+        self, config: GameEpisodeSettings, game: int, rng: np.random.Generator
+    ) -> dict[str, str]:
         """seat -> agent for the `game`-th game of this call: the registered binding
         (fixed), rotated by one seat per game (alternate), or a random permutation."""
-        base = config.lineup or {seat: agent.name for agent in self.agents.values()
-                                 for seat in agent.seats}
+        base = config.lineup or {
+            seat: agent.name for agent in self.agents.values() for seat in agent.seats
+        }
         owners = [base[seat] for seat in self.seats]
         if config.seat_assignment == "alternate":
             shift = game % len(owners)
@@ -212,17 +250,26 @@ class GameOrchestrator(AbstractOrchestrator):
         first = self.seats[0]
         for seat, agent in game.holders.items():
             tally = self.totals.setdefault(agent, {}).setdefault(
-                seat, {"games": 0, **dict.fromkeys(RESULTS, 0), "illegal": 0, "return": 0.0})
+                seat, {"games": 0, **dict.fromkeys(RESULTS, 0), "illegal": 0, "return": 0.0}
+            )
             tally["games"] += 1
             tally[result_for(seat, won)] += 1
             tally["illegal"] += copy.illegal[seat]
             tally["return"] += copy.returns[seat]
         self.record_episode(
-            game.holders[first], copy.returns[first], copy.length, seed=game.seed,
-            terminated=copy.terminated, truncated=copy.truncated,
-            envIndex=index, train=bool(trained & set(game.holders.values())),
-            seats=dict(game.holders), returns=dict(copy.returns), winner=won,
-            illegal=dict(copy.illegal))
+            game.holders[first],
+            copy.returns[first],
+            copy.length,
+            seed=game.seed,
+            terminated=copy.terminated,
+            truncated=copy.truncated,
+            envIndex=index,
+            train=bool(trained & set(game.holders.values())),
+            seats=dict(game.holders),
+            returns=dict(copy.returns),
+            winner=won,
+            illegal=dict(copy.illegal),
+        )
 
 
 class _Match:
@@ -230,10 +277,14 @@ class _Match:
 
     def __init__(self, orch: GameOrchestrator, config: GameEpisodeSettings) -> None:
         self.orch, self.config = orch, config
-        playing = set(config.lineup.values()) if config.lineup else {
-            agent.name for agent in orch.agents.values() if agent.seats}
-        self.settings = {name: orch.play_settings(config, orch.agents[name])
-                         for name in sorted(playing)}
+        playing = (
+            set(config.lineup.values())
+            if config.lineup
+            else {agent.name for agent in orch.agents.values() if agent.seats}
+        )
+        self.settings = {
+            name: orch.play_settings(config, orch.agents[name]) for name in sorted(playing)
+        }
         self.trained = {name for name, (_, train) in self.settings.items() if train}
         self.copies = orch.copies_for(config.num_envs)
         self.rng = np.random.default_rng(config.seed)
@@ -251,8 +302,11 @@ class _Match:
             self._new_game(i)
         for name, (mode, _) in self.settings.items():
             orch.agents[name].client.episode_started(
-                {}, mode=mode, episode=len(orch.results),
-                epsilon=orch.exploration(self.config, orch.agents[name]))
+                {},
+                mode=mode,
+                episode=len(orch.results),
+                epsilon=orch.exploration(self.config, orch.agents[name]),
+            )
         try:
             while active and not orch.should_stop:
                 asks: dict[str, dict[str, tuple[int, Decision]]] = {}  # agent -> entity ->
@@ -261,8 +315,7 @@ class _Match:
                     while self.copies[i].over:
                         orch.record_game(self.copies[i], self.games[i], i, self.trained)
                         finished[i] += 1
-                        spent = (config.num_steps is not None
-                                 and self.moves >= config.num_steps)
+                        spent = config.num_steps is not None and self.moves >= config.num_steps
                         if spent or finished[i] >= quotas[i]:
                             active.discard(i)
                             break
@@ -330,12 +383,18 @@ class _Match:
 
 
 def _transition(move: _Move, outcome: SeatOutcome) -> dict[str, Any]:
-    entry = {"prevObs": move.obs, "actions": move.action, "rewards": outcome.reward,
-             "newObs": outcome.obs, "terminated": outcome.terminated,
-             "truncated": outcome.truncated and not outcome.terminated}
+    entry = {
+        "prevObs": move.obs,
+        "actions": move.action,
+        "rewards": outcome.reward,
+        "newObs": outcome.obs,
+        "terminated": outcome.terminated,
+        "truncated": outcome.truncated and not outcome.terminated,
+    }
     if outcome.mask is not None:
-        entry["newActionMask"] = (np.zeros_like(outcome.mask)
-                                  if outcome.terminated or outcome.truncated else outcome.mask)
+        entry["newActionMask"] = (
+            np.zeros_like(outcome.mask) if outcome.terminated or outcome.truncated else outcome.mask
+        )
     return entry
 
 

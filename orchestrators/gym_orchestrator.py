@@ -12,6 +12,7 @@ async, or ray: actors on the cluster, placed as ``env.envWorkers`` says) that su
 them: a copy that raises, dies or hangs is restarted, its episode is recorded as abnormal,
 and the others go on.
 """
+
 from __future__ import annotations
 
 import importlib
@@ -23,18 +24,17 @@ from typing import Any, Iterable, Optional
 import gymnasium as gym
 import numpy as np
 
-from mistk_rl.sdk.client import ServiceError, ServiceUnavailable
 from mistk_rl.errors import InvalidRequest
 from mistk_rl.framework.implementation import PROGRESS_EVERY_S
 from mistk_rl.framework.orchestrator import AbstractOrchestrator, episode_quotas
 from mistk_rl.rl.envs import ALL_MANAGERS, EnvManager, Timestep, make_env_fns
-from mistk_rl.rl.envs.ray_workers import join_cluster
 from mistk_rl.rl.envs.base import EnvFn
-from mistk_rl.thinker.gym_env import ThinkerEnvFactory
+from mistk_rl.rl.envs.ray_workers import join_cluster
+from mistk_rl.sdk.client import ServiceError, ServiceUnavailable
 from mistk_rl.sdk.schemas import GymEnvSpec, GymEpisodeSettings
-from mistk_rl.spaces import SUPPORTED, coerce_action, space_to_dict
 from mistk_rl.sdk.stepping import StepOutcome, Stepper, stepper_for
-
+from mistk_rl.spaces import SUPPORTED, coerce_action, space_to_dict
+from mistk_rl.thinker.gym_env import ThinkerEnvFactory
 
 # When requests use the binary encoding (`binary_for`). Measured with `mistk-rl bench
 # transport` (CartPole, 16 observation bytes per copy): the entity form is faster binary
@@ -46,8 +46,13 @@ BINARY_FROM_ENVS = 8
 BINARY_FROM_BYTES = 512
 
 
-def binary_for(capabilities: frozenset[str], observation_space: gym.Space, num_envs: int,
-               depth: int = 1, local: bool = False) -> bool:
+def binary_for(
+    capabilities: frozenset[str],
+    observation_space: gym.Space,
+    num_envs: int,
+    depth: int = 1,
+    local: bool = False,
+) -> bool:
     """Whether an agent's requests use the binary encoding (it must list ``tensors``):
     local inference's batches of experience and weights always; stepColumns once one
     request's observations (numEnvs / depth copies) reach `BINARY_FROM_BYTES`; the entity
@@ -107,8 +112,10 @@ class GymOrchestrator(AbstractOrchestrator):
     def validate_initialize(self, env: dict[str, Any], agents_needed: int) -> None:
         super().validate_initialize(env, agents_needed)
         if agents_needed != 1:
-            raise InvalidRequest("GymOrchestrator plays single-agent envs: agentsNeeded "
-                                 f"must be 1, not {agents_needed}")
+            raise InvalidRequest(
+                "GymOrchestrator plays single-agent envs: agentsNeeded "
+                f"must be 1, not {agents_needed}"
+            )
         probe_env(env, self.env_modules)
 
     def validate_start_episode(self, config: GymEpisodeSettings) -> None:
@@ -124,25 +131,33 @@ class GymOrchestrator(AbstractOrchestrator):
         if config.env_manager == "base" or _key(config) in self.managers:
             return
         running = sum(m.env_num for k, m in self.managers.items() if k[1] != "base")
-        self.limits.check("max_env_processes", running + config.num_envs,
-                          f"env worker processes (the {running} running and numEnvs "
-                          f"{config.num_envs} more)")
+        self.limits.check(
+            "max_env_processes",
+            running + config.num_envs,
+            f"env worker processes (the {running} running and numEnvs {config.num_envs} more)",
+        )
 
     def _check_pipeline(self, config: GymEpisodeSettings) -> None:
         """pipelineDepth > 1 needs env copies to share out and a columnar step to pipeline."""
         depth = config.pipeline_depth
         if depth > config.num_envs:
-            raise InvalidRequest(f"pipelineDepth {depth} is more than numEnvs "
-                                 f"{config.num_envs}: each request in flight needs env "
-                                 "copies of its own")
+            raise InvalidRequest(
+                f"pipelineDepth {depth} is more than numEnvs "
+                f"{config.num_envs}: each request in flight needs env "
+                "copies of its own"
+            )
         for agent in self.agents.values():
             if "columns" not in agent.capabilities:
-                raise InvalidRequest(f"pipelineDepth {depth}: agent {agent.name!r} does not "
-                                     "take stepColumns (capability 'columns'), the step "
-                                     "that is pipelined")
+                raise InvalidRequest(
+                    f"pipelineDepth {depth}: agent {agent.name!r} does not "
+                    "take stepColumns (capability 'columns'), the step "
+                    "that is pipelined"
+                )
             if self.local_inference_settings(config, agent) is not None:
-                raise InvalidRequest(f"pipelineDepth {depth}: agent {agent.name!r} acts "
-                                     "with localInference, which sends no step requests")
+                raise InvalidRequest(
+                    f"pipelineDepth {depth}: agent {agent.name!r} acts "
+                    "with localInference, which sends no step requests"
+                )
 
     def do_initialize(self, env: dict[str, Any], agents_needed: int) -> None:
         self._close_managers()
@@ -150,8 +165,10 @@ class GymOrchestrator(AbstractOrchestrator):
         self.env_spec = env
 
     def agent_config(self, name: str, seats: tuple[str, ...] = ()) -> dict[str, Any]:
-        return {"observationSpace": space_to_dict(self.observation_space),
-                "actionSpace": space_to_dict(self.action_space)}
+        return {
+            "observationSpace": space_to_dict(self.observation_space),
+            "actionSpace": space_to_dict(self.action_space),
+        }
 
     # ---- running episodes ------------------------------------------------------------------
     def do_start_episode(self, config: GymEpisodeSettings) -> None:
@@ -160,33 +177,43 @@ class GymOrchestrator(AbstractOrchestrator):
         n = manager.env_num
         local = self.local_inference_settings(config, agent)
         mode, learn = self.play_settings(config, agent)
-        agent.client.binary = binary_for(agent.capabilities, self.observation_space, n,
-                                         config.pipeline_depth, local is not None)
+        agent.client.binary = binary_for(
+            agent.capabilities, self.observation_space, n, config.pipeline_depth, local is not None
+        )
         live = [i for i in range(n) if i not in manager.retired]
         carried = self._carried.pop(_key(config), None)
         if config.resume and carried is not None and carried.manager is manager:
             running = {i: carried.running.get(i, _Running()) for i in live}
             stepper = carried.stepper
         else:
-            manager.reset(live, seeds={i: None if config.seed is None else config.seed + i
-                                       for i in live})
-            running = {i: _Running(None if config.seed is None else config.seed + i)
-                       for i in live}
-            stepper = stepper_for(agent.client, agent.capabilities, agent.name, n, local,
-                                  mode=mode, learn=learn,
-                                  epsilon=self.exploration(config, agent),
-                                  depth=config.pipeline_depth)
+            manager.reset(
+                live, seeds={i: None if config.seed is None else config.seed + i for i in live}
+            )
+            running = {i: _Running(None if config.seed is None else config.seed + i) for i in live}
+            stepper = stepper_for(
+                agent.client,
+                agent.capabilities,
+                agent.name,
+                n,
+                local,
+                mode=mode,
+                learn=learn,
+                epsilon=self.exploration(config, agent),
+                depth=config.pipeline_depth,
+            )
         quotas = episode_quotas(config.episode_limit(), n)
         finished = [0] * n
         active = {i for i in live if quotas[i] > 0}
         entity = (lambda i: agent.name) if n == 1 else (lambda i: f"{agent.name}:{i}")
         start_steps = self.env_steps
         ready = {i: obs for i, obs in manager.ready_obs.items() if i in active}
-        agent.client.episode_started({entity(i): o for i, o in ready.items()},
-                                     mode=mode,
-                                     action_mask=_entity_masks(_masks(manager, ready), entity),
-                                     episode=len(self.results),
-                                     epsilon=self.exploration(config, agent))
+        agent.client.episode_started(
+            {entity(i): o for i, o in ready.items()},
+            mode=mode,
+            action_mask=_entity_masks(_masks(manager, ready), entity),
+            episode=len(self.results),
+            epsilon=self.exploration(config, agent),
+        )
         outcomes: dict[int, StepOutcome] = {}  # env -> what its last step led to, to report
         cut = False  # resume: the step budget ran out with episodes in progress
         try:
@@ -197,17 +224,23 @@ class GymOrchestrator(AbstractOrchestrator):
                 if ready:
                     outcomes = {}
                 # (a pipelined stepper answers part of the ready copies at a time)
-                timesteps = manager.step({i: coerce_action(self.action_space, a)
-                                          for i, a in actions.items() if i in ready})
+                timesteps = manager.step(
+                    {
+                        i: coerce_action(self.action_space, a)
+                        for i, a in actions.items()
+                        if i in ready
+                    }
+                )
                 to_reset = []
                 for i, ts in timesteps.items():
                     episode = running[i]
                     episode.episode_return += ts.reward
                     real = ts.info.get("real_step", True)  # (the Thinker MDP's imagination
-                    episode.length += real                 # is not an env step)
+                    episode.length += real  # is not an env step)
                     self.env_steps += real
-                    capped = (real and config.max_steps is not None
-                              and episode.length >= config.max_steps)
+                    capped = (
+                        real and config.max_steps is not None and episode.length >= config.max_steps
+                    )
                     if learn:
                         outcomes[i] = _outcome(ts, truncated=capped)
                     if not (ts.done or capped or ts.abnormal):
@@ -217,47 +250,67 @@ class GymOrchestrator(AbstractOrchestrator):
                     if capped and not ts.done and not ts.abnormal:
                         to_reset.append(i)
                     finished[i] += 1
-                    budget_spent = (config.num_steps is not None
-                                    and self.env_steps - start_steps >= config.num_steps)
+                    budget_spent = (
+                        config.num_steps is not None
+                        and self.env_steps - start_steps >= config.num_steps
+                    )
                     if budget_spent or finished[i] >= quotas[i] or i in manager.retired:
                         active.discard(i)
                 if to_reset:
                     manager.reset(to_reset)
-                cut = (config.resume and config.num_steps is not None
-                       and self.env_steps - start_steps >= config.num_steps)
+                cut = (
+                    config.resume
+                    and config.num_steps is not None
+                    and self.env_steps - start_steps >= config.num_steps
+                )
                 self._report(every_s=PROGRESS_EVERY_S)
             stepper.step({}, outcomes)  # the last outcomes, which no next step carried
             # (and local inference's experience not sent yet)
             if cut and not self.should_stop:  # kept for the next resume run
                 self._carried[_key(config)] = _Carried(
-                    manager, {i: running[i] for i in active}, stepper)
+                    manager, {i: running[i] for i in active}, stepper
+                )
             elif self.should_stop:  # stopped mid-run: the episodes in progress end here
                 for i in sorted(active):
                     if running[i].length:
-                        self.record_episode(agent.name, running[i].episode_return,
-                                            running[i].length, seed=running[i].seed,
-                                            cancelled=True, train=learn, envIndex=i)
+                        self.record_episode(
+                            agent.name,
+                            running[i].episode_return,
+                            running[i].length,
+                            seed=running[i].seed,
+                            cancelled=True,
+                            train=learn,
+                            envIndex=i,
+                        )
         finally:
             self._report()
             ending = sys.exc_info()[1]  # the error that ended the run, if one did
             if not isinstance(ending, ServiceUnavailable):  # (an agent that did not answer
-                try:                                        # would not answer this either)
+                try:  # would not answer this either)
                     agent.client.episode_stopped()
                 except ServiceError:
                     if ending is None:  # else that error is the news, not this one
                         raise
 
     def _report(self, every_s: float = 0.0) -> None:
-        restarts = self._restarts_before + sum(m.stats["restarts"]
-                                               for m in self.managers.values())
+        restarts = self._restarts_before + sum(m.stats["restarts"] for m in self.managers.values())
         self.update_status({"envSteps": self.env_steps, "envRestarts": restarts}, every_s)
 
-    def _finish(self, name: str, i: int, episode: _Running, ts: Timestep, capped: bool,
-                learn: bool) -> None:
-        self.record_episode(name, episode.episode_return, episode.length, seed=episode.seed,
-                            terminated=ts.terminated and not ts.abnormal,
-                            truncated=(ts.truncated or capped) and not ts.abnormal,
-                            abnormal=ts.abnormal, cancelled=False, train=learn, envIndex=i)
+    def _finish(
+        self, name: str, i: int, episode: _Running, ts: Timestep, capped: bool, learn: bool
+    ) -> None:
+        self.record_episode(
+            name,
+            episode.episode_return,
+            episode.length,
+            seed=episode.seed,
+            terminated=ts.terminated and not ts.abnormal,
+            truncated=(ts.truncated or capped) and not ts.abnormal,
+            abnormal=ts.abnormal,
+            cancelled=False,
+            train=learn,
+            envIndex=i,
+        )
 
     def _manager(self, config: GymEpisodeSettings) -> EnvManager:
         """The env manager for this config, kept across startEpisode calls with the same
@@ -272,8 +325,9 @@ class GymOrchestrator(AbstractOrchestrator):
             self._restarts_before += manager.stats["restarts"]
             manager.close()
         fns = [_env_fn(self.env_spec, self._kwargs(config))] * config.num_envs
-        manager_config: dict[str, Any] = {} if config.step_timeout is None else {
-            "step_timeout": config.step_timeout}
+        manager_config: dict[str, Any] = (
+            {} if config.step_timeout is None else {"step_timeout": config.step_timeout}
+        )
         if config.env_manager == "ray":  # what each env copy's actor asks of its node
             manager_config.update(self.env_spec.get("envWorkers") or {})
         manager = self.managers[key] = ALL_MANAGERS[config.env_manager](fns, manager_config)
@@ -309,7 +363,8 @@ def probe_env(env: dict[str, Any], modules: Iterable[str]) -> tuple[gym.Space, g
         raise InvalidRequest(
             f"env {env['id']!r}: module {module!r} is not one this orchestrator may "
             "import; its operator can allow it with --env-module "
-            f"{module} (allowed now: {', '.join(sorted(modules)) or 'none'})")
+            f"{module} (allowed now: {', '.join(sorted(modules)) or 'none'})"
+        )
     try:  # "module:EnvId-v0": the module registers the env, as gym.make does
         if module:
             importlib.import_module(module)
@@ -324,22 +379,26 @@ def _probe(env: dict[str, Any]) -> tuple[gym.Space, gym.Space]:
     InvalidRequest when it cannot be made with these kwargs or has unsupported spaces."""
     try:
         probe = _env_fn(env, env.get("kwargs", {}))()
-    except Exception as exc:  # noqa: BLE001 - whatever the env's constructor raises
+    except Exception as exc:
         what = f"kwargs {env.get('kwargs', {})}"
         if env.get("thinker") is not None:
             what += f" and Thinker settings {env['thinker']}"
-        raise InvalidRequest(f"env {env['id']!r} cannot be made with {what}: "
-                             f"{type(exc).__name__}: {exc}") from exc
+        raise InvalidRequest(
+            f"env {env['id']!r} cannot be made with {what}: {type(exc).__name__}: {exc}"
+        ) from exc
     try:
         if not isinstance(probe.action_space, SUPPORTED):
-            raise InvalidRequest(f"{env['id']} has an action space {probe.action_space} that "
-                                 "is not supported: use Box, Discrete, MultiDiscrete or "
-                                 "MultiBinary")
+            raise InvalidRequest(
+                f"{env['id']} has an action space {probe.action_space} that "
+                "is not supported: use Box, Discrete, MultiDiscrete or "
+                "MultiBinary"
+            )
         try:  # observations may also be a Dict of those (sent as one object per entity)
             space_to_dict(probe.observation_space)
         except ValueError as exc:
-            raise InvalidRequest(f"{env['id']} has an observation space that is not "
-                                 f"supported: {exc}") from exc
+            raise InvalidRequest(
+                f"{env['id']} has an observation space that is not supported: {exc}"
+            ) from exc
         return probe.observation_space, probe.action_space
     finally:
         probe.close()
@@ -353,13 +412,15 @@ def _env_fn(env: dict[str, Any], kwargs: dict[str, Any]) -> EnvFn:
         return make_env_fns(env["id"], kwargs, 1)[0]
     settings = dict(env["thinker"])
     actions = settings.pop("actions", "Discrete")
-    return ThinkerEnvFactory(env["id"], tuple(sorted(kwargs.items())),
-                             tuple(sorted(settings.items())), actions)
+    return ThinkerEnvFactory(
+        env["id"], tuple(sorted(kwargs.items())), tuple(sorted(settings.items())), actions
+    )
 
 
 def _key(config: GymEpisodeSettings) -> tuple:
-    kwargs = json.dumps(config.env_kwargs, sort_keys=True, default=repr) if config.env_kwargs \
-        else None
+    kwargs = (
+        json.dumps(config.env_kwargs, sort_keys=True, default=repr) if config.env_kwargs else None
+    )
     return (config.num_envs, config.env_manager, config.step_timeout, config.train, kwargs)
 
 
@@ -367,16 +428,22 @@ def _outcome(ts: Timestep, truncated: bool) -> StepOutcome:
     """What an env copy's step led to, for its agent; an abnormal step ends its episode as
     a truncation. Envs that put the legal actions in info["action_mask"] give those of the
     new observation, so a learner bootstraps from legal actions only."""
-    return StepOutcome(ts.obs, float(ts.reward), bool(ts.terminated and not ts.abnormal),
-                   bool(ts.truncated or truncated or ts.abnormal), ts.info.get("action_mask"))
+    return StepOutcome(
+        ts.obs,
+        float(ts.reward),
+        bool(ts.terminated and not ts.abnormal),
+        bool(ts.truncated or truncated or ts.abnormal),
+        ts.info.get("action_mask"),
+    )
 
 
 def _masks(manager: EnvManager, ready: dict[int, Any]) -> Optional[dict[int, Any]]:
     """Action masks of the ready envs (gymnasium envs such as Taxi put them in
     info["action_mask"]); None when the env has none."""
     info = manager.ready_info
-    masks = {i: np.asarray(info[i]["action_mask"]) for i in ready
-             if "action_mask" in info.get(i, {})}
+    masks = {
+        i: np.asarray(info[i]["action_mask"]) for i in ready if "action_mask" in info.get(i, {})
+    }
     return masks or None
 
 

@@ -68,6 +68,7 @@ took ``numSteps`` env steps in all (or ``numEpisodes`` episodes were played). Th
 frozen agents, no lineups and no enumerations; everything else (league.json, checkpoints,
 resuming, faults) is as for battle players.
 """
+
 from __future__ import annotations
 
 import concurrent.futures as futures
@@ -80,21 +81,26 @@ from typing import Any, Optional
 
 import gymnasium as gym
 
-from mistk_rl.sdk.client import (BadRequest, Conflict, OrchestratorClient, ServiceError,
-                             WaitTimeout)
 from mistk_rl.errors import InvalidRequest
 from mistk_rl.files import atomic_write_bytes
+from mistk_rl.framework.orchestrator import AbstractOrchestrator
 from mistk_rl.games.enumerate import check_enumerable
 from mistk_rl.games.pettingzoo_games import GameInfo, check_lineup, probe_game, result_for
 from mistk_rl.league.manager import LeagueManager
 from mistk_rl.league.player import MainPlayer, solo_players
 from mistk_rl.league.scheduler import Assignment, Backoff, Failure, Scheduler, one_line
 from mistk_rl.lifecycle import AGENT
-from mistk_rl.framework.orchestrator import AbstractOrchestrator
-from orchestrators.gym_orchestrator import probe_env
-from mistk_rl.sdk.schemas import (AgentSettings, EpisodeConfig, EpisodeResult, GameEpisodeSettings,
-                              LeagueEnvSpec, LeagueSettings)
+from mistk_rl.sdk.client import BadRequest, Conflict, OrchestratorClient, ServiceError, WaitTimeout
+from mistk_rl.sdk.schemas import (
+    AgentSettings,
+    EpisodeConfig,
+    EpisodeResult,
+    GameEpisodeSettings,
+    LeagueEnvSpec,
+    LeagueSettings,
+)
 from mistk_rl.spaces import space_to_dict
+from orchestrators.gym_orchestrator import probe_env
 
 log = logging.getLogger(__name__)
 STATE = "league.json"
@@ -148,8 +154,9 @@ class LeagueOrchestrator(AbstractOrchestrator):
     def validate_initialize(self, env: dict[str, Any], agents_needed: int) -> None:
         super().validate_initialize(env, agents_needed)
         if env.get("league") is None:
-            raise InvalidRequest("env.league: the league orchestrator needs its settings "
-                                 "(players, workers)")
+            raise InvalidRequest(
+                "env.league: the league orchestrator needs its settings (players, workers)"
+            )
         try:
             settings = LeagueSettings.model_validate(env["league"])
         except ValueError as exc:
@@ -169,23 +176,33 @@ class LeagueOrchestrator(AbstractOrchestrator):
         if not any(p.type == "main" for p in settings.players):
             raise InvalidRequest("env.league.players: a league needs a main player")
         fixed = set(settings.fixed)
-        if len(fixed) != len(settings.fixed) or fixed & set(ids) or fixed & set(
-                settings.pool or ()):
-            raise InvalidRequest(f"env.league.fixed {settings.fixed}: unique names, neither "
-                                 "a player's nor in pool (a fixed opponent is played by its "
-                                 "own agent, registered with skipTrain)")
+        if (
+            len(fixed) != len(settings.fixed)
+            or fixed & set(ids)
+            or fixed & set(settings.pool or ())
+        ):
+            raise InvalidRequest(
+                f"env.league.fixed {settings.fixed}: unique names, neither "
+                "a player's nor in pool (a fixed opponent is played by its "
+                "own agent, registered with skipTrain)"
+            )
         wanting = [p.id for p in settings.players if (p.branches or {}).get("fixed")]
         if wanting and not fixed:
-            raise InvalidRequest(f"env.league.players {wanting}: the fixed branch plays the "
-                                 "fixed opponents, and env.league.fixed names none")
+            raise InvalidRequest(
+                f"env.league.players {wanting}: the fixed branch plays the "
+                "fixed opponents, and env.league.fixed names none"
+            )
         if agents_needed <= len(ids) + len(fixed):
-            raise InvalidRequest(f"agentsNeeded {agents_needed}: one agent per player "
-                                 f"({len(ids)}), one per fixed opponent ({len(fixed)}) and at "
-                                 "least one frozen agent (skipTrain) for the snapshots")
+            raise InvalidRequest(
+                f"agentsNeeded {agents_needed}: one agent per player "
+                f"({len(ids)}), one per fixed opponent ({len(fixed)}) and at "
+                "least one frozen agent (skipTrain) for the snapshots"
+            )
         probe_game({"id": env["id"], "kwargs": env.get("kwargs", {})})
 
-    def _validate_solo(self, env: dict[str, Any], settings: LeagueSettings,
-                       agents_needed: int) -> None:
+    def _validate_solo(
+        self, env: dict[str, Any], settings: LeagueSettings, agents_needed: int
+    ) -> None:
         """A solo league's settings: a worker per player at least, an agent per player and
         no other, an env every player's kwargs can make (module doc)."""
         ids = [p.id for p in settings.players]
@@ -193,18 +210,24 @@ class LeagueOrchestrator(AbstractOrchestrator):
             raise InvalidRequest(
                 f"env.league.workers: a solo league binds each gym orchestrator worker to "
                 f"one player (a gym orchestrator takes one agent): {len(settings.workers)} "
-                f"workers for {len(ids)} solo players; give at least {len(ids)}")
+                f"workers for {len(ids)} solo players; give at least {len(ids)}"
+            )
         if settings.pool is not None or settings.fixed:
             raise InvalidRequest("env.league.pool, fixed: a solo league has no frozen agents")
         if agents_needed != len(ids):
-            raise InvalidRequest(f"agentsNeeded {agents_needed}: a solo league's agents are "
-                                 f"its players, one each ({len(ids)})")
+            raise InvalidRequest(
+                f"agentsNeeded {agents_needed}: a solo league's agents are "
+                f"its players, one each ({len(ids)})"
+            )
         kwargs = dict(env.get("kwargs", {}))
         _probe_gym({"id": env["id"], "kwargs": kwargs}, self.env_modules)
         for p in settings.players:
             if p.env_kwargs:
-                _probe_gym({"id": env["id"], "kwargs": {**kwargs, **p.env_kwargs}},
-                           self.env_modules, f"player {p.id!r}: ")
+                _probe_gym(
+                    {"id": env["id"], "kwargs": {**kwargs, **p.env_kwargs}},
+                    self.env_modules,
+                    f"player {p.id!r}: ",
+                )
 
     def do_initialize(self, env: dict[str, Any], agents_needed: int) -> None:
         self._close_workers()
@@ -220,46 +243,69 @@ class LeagueOrchestrator(AbstractOrchestrator):
             self.game = probe_game(self.env)
             self.seats, self.spaces = self.game.seats, self.game.spaces
         self.manager, self.evaluations, self._agents_loaded = None, [], False
-        self.scheduler = Scheduler([p.id for p in s.players], s.workers, Backoff(
-            max_failures=s.max_worker_failures, first_s=s.worker_backoff,
-            max_s=s.worker_backoff_max), bind=self.solo)
+        self.scheduler = Scheduler(
+            [p.id for p in s.players],
+            s.workers,
+            Backoff(
+                max_failures=s.max_worker_failures,
+                first_s=s.worker_backoff,
+                max_s=s.worker_backoff_max,
+            ),
+            bind=self.solo,
+        )
         self.clients = [None] * len(s.workers)
         if self.solo:
             self.update_status({"env": self.env["id"], "players": [p.id for p in s.players]})
         else:
-            self.update_status({"game": self.env["id"], "seats": list(self.seats),
-                                "players": [p.id for p in s.players]})
+            self.update_status(
+                {
+                    "game": self.env["id"],
+                    "seats": list(self.seats),
+                    "players": [p.id for p in s.players],
+                }
+            )
         self.manager = self._load()  # a league in the directory: resumed (its counts now)
         if self.manager is not None:
             self._report()
 
-    def validate_register_agent(self, name: str, seats: tuple[str, ...],
-                                skip_train: bool = False) -> tuple[str, ...]:
+    def validate_register_agent(
+        self, name: str, seats: tuple[str, ...], skip_train: bool = False
+    ) -> tuple[str, ...]:
         if seats:
-            raise InvalidRequest("the league seats its agents itself: registerAgent takes no "
-                                 "seats here")
+            raise InvalidRequest(
+                "the league seats its agents itself: registerAgent takes no seats here"
+            )
         players = {p.id for p in self.settings.players}
         if not skip_train and name not in players:
-            raise InvalidRequest(f"agent {name!r} trains but is no player of the league "
-                                 f"({', '.join(sorted(players))}): register it under a "
-                                 "player's id, or with skipTrain as a frozen opponent")
+            raise InvalidRequest(
+                f"agent {name!r} trains but is no player of the league "
+                f"({', '.join(sorted(players))}): register it under a "
+                "player's id, or with skipTrain as a frozen opponent"
+            )
         if skip_train and name in players:
             raise InvalidRequest(f"player {name!r} trains: register it without skipTrain")
         if skip_train and self.solo:
-            raise InvalidRequest(f"agent {name!r}: a solo league has no frozen agents "
-                                 "(skipTrain); its agents are its players")
+            raise InvalidRequest(
+                f"agent {name!r}: a solo league has no frozen agents "
+                "(skipTrain); its agents are its players"
+            )
         if len(self.agents) + 1 == self.agents_needed:
             missing = players - set(self.agents) - {name}
             if missing:
-                raise InvalidRequest(f"the last agent leaves players {sorted(missing)} "
-                                     "without an agent")
+                raise InvalidRequest(
+                    f"the last agent leaves players {sorted(missing)} without an agent"
+                )
             if not self.solo and not self.pool and not self._in_pool(name, skip_train):
-                raise InvalidRequest("the last agent leaves the league without a frozen "
-                                     "agent (skipTrain, in pool) to load snapshots")
+                raise InvalidRequest(
+                    "the last agent leaves the league without a frozen "
+                    "agent (skipTrain, in pool) to load snapshots"
+                )
             unregistered = set(self.settings.fixed) - set(self.agents) - {name}
             if unregistered:
-                raise InvalidRequest(f"the last agent leaves the fixed opponents "
-                                     f"{sorted(unregistered)} without an agent")
+                raise InvalidRequest(
+                    f"the last agent leaves the fixed opponents "
+                    f"{sorted(unregistered)} without an agent"
+                )
         return ()
 
     def agent_config(self, name: str, seats: tuple[str, ...] = ()) -> dict[str, Any]:
@@ -269,8 +315,11 @@ class LeagueOrchestrator(AbstractOrchestrator):
         else:
             obs_space, act_space = self.spaces[self.seats[0]]  # (a game's seats share them)
             properties = {"game": self.env["id"], "league": True}
-        return {"observationSpace": space_to_dict(obs_space),
-                "actionSpace": space_to_dict(act_space), "properties": properties}
+        return {
+            "observationSpace": space_to_dict(obs_space),
+            "actionSpace": space_to_dict(act_space),
+            "properties": properties,
+        }
 
     def do_register_agent(self, agent_name: str, agent_url: str, skip_train: bool) -> None:
         if self._in_pool(agent_name, skip_train):
@@ -278,8 +327,11 @@ class LeagueOrchestrator(AbstractOrchestrator):
 
     def _in_pool(self, name: str, skip_train: bool) -> bool:
         """Whether the agent is a frozen one that loads snapshots (module doc)."""
-        return skip_train and name not in self.settings.fixed and (
-            self.settings.pool is None or name in self.settings.pool)
+        return (
+            skip_train
+            and name not in self.settings.fixed
+            and (self.settings.pool is None or name in self.settings.pool)
+        )
 
     # ---- episodes ------------------------------------------------------------------------
     def validate_start_episode(self, config: GameEpisodeSettings) -> None:
@@ -287,9 +339,11 @@ class LeagueOrchestrator(AbstractOrchestrator):
         if missing:  # (the lifecycle allows startEpisode only once all are registered)
             raise InvalidRequest(f"players {missing} have no agent")
         if self.solo and (config.lineup is not None or config.exhaustive is not None):
-            raise InvalidRequest("lineup and exhaustive are games': a solo league plays no "
-                                 "games (evaluate a solo player's agent on a gym "
-                                 "orchestrator)")
+            raise InvalidRequest(
+                "lineup and exhaustive are games': a solo league plays no "
+                "games (evaluate a solo player's agent on a gym "
+                "orchestrator)"
+            )
         if self.game is None:
             return
         # a game call forwarded to a worker: checked here, so a caller's mistake is a 400
@@ -297,8 +351,9 @@ class LeagueOrchestrator(AbstractOrchestrator):
         if config.lineup is not None:
             check_lineup(self.game, config.lineup, self.agents)
         if config.exhaustive is not None:
-            check_enumerable(self.game, config.exhaustive.agent, config.exhaustive.opponent,
-                             self.agents)
+            check_enumerable(
+                self.game, config.exhaustive.agent, config.exhaustive.opponent, self.agents
+            )
 
     def do_start_episode(self, config: GameEpisodeSettings) -> None:
         with self._joining_lock:  # (the job loop owns the scheduler until it ends)
@@ -329,11 +384,19 @@ class LeagueOrchestrator(AbstractOrchestrator):
         if self.manager is None:
             return None
         with self._joining_lock:
-            joining = [{"url": url, "replaces": None if index is None
-                        else self.scheduler.workers[index].url}
-                       for url, index in self._joining]
-        return {**self.manager.view(), "pool": dict(self.pool),
-                "workers": self.scheduler.view(self.clock()), "joining": joining}
+            joining = [
+                {
+                    "url": url,
+                    "replaces": None if index is None else self.scheduler.workers[index].url,
+                }
+                for url, index in self._joining
+            ]
+        return {
+            **self.manager.view(),
+            "pool": dict(self.pool),
+            "workers": self.scheduler.view(self.clock()),
+            "joining": joining,
+        }
 
     def add_worker(self, url: str, replaces: Optional[str] = None) -> dict[str, Any]:
         """POST /league/workers (module doc), once initialized: the worker at `url` joins,
@@ -350,16 +413,21 @@ class LeagueOrchestrator(AbstractOrchestrator):
             if replaces is not None:
                 index = live.get(replaces)
                 if index is None or index in {i for _, i in self._joining}:
-                    raise InvalidRequest(f"replaces: {replaces} is no live worker of the "
-                                         f"league (live: {sorted(live)})", field="replaces")
+                    raise InvalidRequest(
+                        f"replaces: {replaces} is no live worker of the "
+                        f"league (live: {sorted(live)})",
+                        field="replaces",
+                    )
             if len(sched.workers) + len(self._joining) >= MAX_WORKERS:
-                raise InvalidRequest(f"the league has had {MAX_WORKERS} workers: no more "
-                                     "can join", field="url")
+                raise InvalidRequest(
+                    f"the league has had {MAX_WORKERS} workers: no more can join", field="url"
+                )
             self._joining.append((url, index))
             if not self._in_episode:  # (no job loop runs: the scheduler is this call's)
                 self._admit_joining()
-        log.info("worker %s joins the league%s", url,
-                 f" in place of {replaces}" if replaces else "")
+        log.info(
+            "worker %s joins the league%s", url, f" in place of {replaces}" if replaces else ""
+        )
         return {"url": url, "replaces": replaces}
 
     def _admit_joining(self) -> None:
@@ -370,8 +438,12 @@ class LeagueOrchestrator(AbstractOrchestrator):
             self.clients.append(None)
             if replaces is not None and not self.scheduler.workers[replaces].live:
                 self._drop_client(replaces)
-            log.info("worker %d %s joined%s", worker.index, url,
-                     "" if replaces is None else f" in place of worker {replaces}")
+            log.info(
+                "worker %d %s joined%s",
+                worker.index,
+                url,
+                "" if replaces is None else f" in place of worker {replaces}",
+            )
         if self._joining:
             self._joining = []
             self._report()
@@ -422,10 +494,12 @@ class LeagueOrchestrator(AbstractOrchestrator):
         given = {p.id: p.type for p in self.settings.players}
         kinds = {pid: p.kind for pid, p in manager.active.items()}
         if given != kinds or sorted(self.settings.fixed) != sorted(manager.fixed):
-            raise ValueError(f"{state_file} holds a league of {kinds} (fixed opponents "
-                             f"{sorted(manager.fixed)}); the settings name {given} (fixed "
-                             f"{sorted(self.settings.fixed)}): give another directory for a "
-                             "new league")
+            raise ValueError(
+                f"{state_file} holds a league of {kinds} (fixed opponents "
+                f"{sorted(manager.fixed)}); the settings name {given} (fixed "
+                f"{sorted(self.settings.fixed)}): give another directory for a "
+                "new league"
+            )
         log.info("resuming the league in %s (%d jobs)", state_file, manager.jobs_launched)
         return manager
 
@@ -437,11 +511,22 @@ class LeagueOrchestrator(AbstractOrchestrator):
             initial, latest = self._path(f"initial/{p.id}.pt"), self._path(f"players/{p.id}.pt")
             self._save_weights(p.id, initial, call)
             self._save_weights(p.id, latest, call)
-            specs.append({"type": p.type, "id": p.id, "checkpoint": latest,
-                          "initial_checkpoint": initial, **p.settings()})
-        return LeagueManager.create(specs, one_phase_step=s.one_phase_step,
-                                    max_active_player_job=s.max_active_player_job, seed=s.seed,
-                                    fixed=s.fixed)
+            specs.append(
+                {
+                    "type": p.type,
+                    "id": p.id,
+                    "checkpoint": latest,
+                    "initial_checkpoint": initial,
+                    **p.settings(),
+                }
+            )
+        return LeagueManager.create(
+            specs,
+            one_phase_step=s.one_phase_step,
+            max_active_player_job=s.max_active_player_job,
+            seed=s.seed,
+            fixed=s.fixed,
+        )
 
     def _connect(self, url: str) -> OrchestratorClient:
         """A fresh client of a worker (it accepts whichever instance answers: a worker set
@@ -459,8 +544,7 @@ class LeagueOrchestrator(AbstractOrchestrator):
         player = self.scheduler.workers[index].player  # (solo: the one it registers)
         agents = [self.agents[player]] if player is not None else list(self.agents.values())
         try:
-            client.set_up(self.env, [(a.name, a.url, a.skip_train) for a in agents],
-                          timeout=call)
+            client.set_up(self.env, [(a.name, a.url, a.skip_train) for a in agents], timeout=call)
         except (ServiceError, ValueError) as exc:
             client.close()
             return f"setting it up: {exc}"
@@ -495,14 +579,17 @@ class LeagueOrchestrator(AbstractOrchestrator):
         limit = config.episode_limit()
 
         def spent() -> bool:
-            if config.num_steps is not None and (self._budget_steps() - steps_before
-                                                 >= config.num_steps):
+            if config.num_steps is not None and (
+                self._budget_steps() - steps_before >= config.num_steps
+            ):
                 return True
             return limit is not None and len(self.results) - games_before >= limit
 
         tasks: dict[futures.Future, tuple[int, Optional[Assignment]]] = {}
-        with futures.ThreadPoolExecutor(MAX_WORKERS,  # (threads start as tasks need them)
-                                        thread_name_prefix="league-job") as pool:
+        with futures.ThreadPoolExecutor(
+            MAX_WORKERS,  # (threads start as tasks need them)
+            thread_name_prefix="league-job",
+        ) as pool:
             try:
                 while True:
                     with self._joining_lock:
@@ -533,14 +620,19 @@ class LeagueOrchestrator(AbstractOrchestrator):
                             raise RuntimeError(reason)
                         wait = sched.next_retry(now)
                         if wait is None:
-                            raise RuntimeError("no job can start: every player's opponent "
-                                               "is waiting for an agent no job will free")
+                            raise RuntimeError(
+                                "no job can start: every player's opponent "
+                                "is waiting for an agent no job will free"
+                            )
                         self._pause(wait)
                         continue
                     wait = sched.next_retry(now)
                     watched = self._watched(tasks)
-                    futures.wait(watched, timeout=min(WAKE_S, wait or WAKE_S),
-                                 return_when=futures.FIRST_COMPLETED)
+                    futures.wait(
+                        watched,
+                        timeout=min(WAKE_S, wait or WAKE_S),
+                        return_when=futures.FIRST_COMPLETED,
+                    )
                     for future in [f for f in watched if f.done()]:
                         index, assignment = tasks.pop(future)
                         self._ended(index, assignment, future.result())
@@ -560,8 +652,9 @@ class LeagueOrchestrator(AbstractOrchestrator):
                 for exc in errors:  # (the error that ended the loop is the one to report)
                     log.warning("settling a job after the run ended: %s", exc)
 
-    def _watched(self, tasks: dict[futures.Future, tuple[int, Optional[Assignment]]]
-                 ) -> list[futures.Future]:
+    def _watched(
+        self, tasks: dict[futures.Future, tuple[int, Optional[Assignment]]]
+    ) -> list[futures.Future]:
         """The tasks whose end the loop takes next: any (set-ups always); with
         ``deterministic``, of the jobs only the one launched first, so results are applied
         in launch order and the next launch follows each one."""
@@ -585,8 +678,12 @@ class LeagueOrchestrator(AbstractOrchestrator):
         elif outcome is None:
             self.scheduler.set_up_done(index)
             worker = self.scheduler.workers[index]
-            log.info("worker %d %s set up%s", index, worker.url,
-                     f" again (after: {worker.last_error})" if worker.set_ups > 1 else "")
+            log.info(
+                "worker %d %s set up%s",
+                index,
+                worker.url,
+                f" again (after: {worker.last_error})" if worker.set_ups > 1 else "",
+            )
             self._report()
         else:
             self._worker_failed(index, outcome)
@@ -608,9 +705,15 @@ class LeagueOrchestrator(AbstractOrchestrator):
             if opponent != home:
                 agents[opponent] = AgentSettings(mode=s.opponent_mode, train=False)
             seed = None if s.seed is None else s.seed + assignment.job_id * s.num_envs
-            config = EpisodeConfig(num_episodes=s.games_per_job, seed=seed,
-                                   num_envs=min(s.num_envs, s.games_per_job), train=True,
-                                   lineup=lineup, seat_assignment="alternate", agents=agents)
+            config = EpisodeConfig(
+                num_episodes=s.games_per_job,
+                seed=seed,
+                num_envs=min(s.num_envs, s.games_per_job),
+                train=True,
+                lineup=lineup,
+                seat_assignment="alternate",
+                agents=agents,
+            )
         client = self.clients[assignment.worker]
         try:
             if assignment.load is not None:
@@ -639,8 +742,7 @@ class LeagueOrchestrator(AbstractOrchestrator):
         player's agent with its epsilon, envKwargs), seeded per job when the league is."""
         settings = dict(assignment.running.job.settings)
         if self.settings.seed is not None:
-            settings["seed"] = (self.settings.seed
-                                + assignment.job_id * settings.get("numEnvs", 1))
+            settings["seed"] = self.settings.seed + assignment.job_id * settings.get("numEnvs", 1)
         return EpisodeConfig.model_validate(settings)
 
     def _recover_agent(self, name: str) -> Optional[str]:
@@ -663,15 +765,19 @@ class LeagueOrchestrator(AbstractOrchestrator):
                     if agent.client.status().state != "ready":
                         raise
             elif status.state == "initialized":  # (reset with its model: told its spaces)
-                agent.client.agent_registered({"name": name, "train": not agent.skip_train,
-                                               **self.agent_config(name)})
+                agent.client.agent_registered(
+                    {"name": name, "train": not agent.skip_train, **self.agent_config(name)}
+                )
             else:
                 reason = f" ({status.reason})" if status.reason else ""
-                raise RuntimeError(f"{where} is '{status.state}'{reason} after a failed "
-                                   "job: the league cannot go on without it")
+                raise RuntimeError(
+                    f"{where} is '{status.state}'{reason} after a failed "
+                    "job: the league cannot go on without it"
+                )
         except ServiceError as exc:
-            raise RuntimeError(f"{where} cannot be brought back to ready after a failed "
-                               f"job: {exc}") from exc
+            raise RuntimeError(
+                f"{where} cannot be brought back to ready after a failed job: {exc}"
+            ) from exc
         log.info("%s was '%s' after a failed job: back to ready", where, status.state)
         return status.state
 
@@ -697,19 +803,29 @@ class LeagueOrchestrator(AbstractOrchestrator):
                 return
             results = []
             for game in outcome.games:
-                seat = next(seat for seat, agent in (game.seats or {}).items()
-                            if agent == job.launch_player)
+                seat = next(
+                    seat for seat, agent in (game.seats or {}).items() if agent == job.launch_player
+                )
                 results.append(result_for(seat, game.winner))
-                self.record_episode(job.launch_player, game.returns[seat], game.length,
-                                    job=job_id, opponent=job.opponent,
-                                    branch=job.branch, seats=game.seats,
-                                    winner=game.winner, illegal=game.illegal)
+                self.record_episode(
+                    job.launch_player,
+                    game.returns[seat],
+                    game.length,
+                    job=job_id,
+                    opponent=job.opponent,
+                    branch=job.branch,
+                    seats=game.seats,
+                    winner=game.winner,
+                    illegal=game.illegal,
+                )
             self.env_steps += sum(game.length for game in outcome.games)
             self.manager.finish_job(job_id, results, outcome.steps)
             self._snapshot_if_due(job.launch_player)
-            self._save_weights(job.launch_player,
-                               self.manager.active[job.launch_player].checkpoint_path,
-                               self._call_timeout())
+            self._save_weights(
+                job.launch_player,
+                self.manager.active[job.launch_player].checkpoint_path,
+                self._call_timeout(),
+            )
             self._save()
         finally:
             self.scheduler.job_done(assignment)
@@ -725,17 +841,27 @@ class LeagueOrchestrator(AbstractOrchestrator):
             self.env_steps += episode.length  # (each result's envSteps: the count at its end)
             if not (episode.abnormal or episode.cancelled):
                 returns.append(episode.return_)
-            extra = {"envIndex": episode.env_index, "terminated": episode.terminated,
-                     "truncated": episode.truncated, "abnormal": episode.abnormal,
-                     "cancelled": episode.cancelled}
-            self.record_episode(player, episode.return_, episode.length,
-                                job=job_id, branch=job.branch,
-                                **{k: v for k, v in extra.items() if v is not None})
+            extra = {
+                "envIndex": episode.env_index,
+                "terminated": episode.terminated,
+                "truncated": episode.truncated,
+                "abnormal": episode.abnormal,
+                "cancelled": episode.cancelled,
+            }
+            self.record_episode(
+                player,
+                episode.return_,
+                episode.length,
+                job=job_id,
+                branch=job.branch,
+                **{k: v for k, v in extra.items() if v is not None},
+            )
         self.env_steps = steps_before + outcome.steps  # (the worker's count is the truth)
         self.manager.finish_job(job_id, [], outcome.steps, returns=returns)
         self._snapshot_if_due(player)
-        self._save_weights(player, self.manager.active[player].checkpoint_path,
-                           self._call_timeout())
+        self._save_weights(
+            player, self.manager.active[player].checkpoint_path, self._call_timeout()
+        )
         self._save()
 
     def _snapshot_if_due(self, player_id: str) -> None:
@@ -745,11 +871,14 @@ class LeagueOrchestrator(AbstractOrchestrator):
         path = self._path(f"snapshots/{self.manager.next_snapshot_id(player_id)}.pt")
         self._save_weights(player_id, path, call)
         snapshot, reset = self.manager.take_snapshot(player_id, path)
-        log.info("snapshot %s of %s%s", snapshot.player_id, player_id,
-                 "; reset to its initial weights" if reset else "")
+        log.info(
+            "snapshot %s of %s%s",
+            snapshot.player_id,
+            player_id,
+            "; reset to its initial weights" if reset else "",
+        )
         if reset:  # a fresh learner: initial weights, no optimizer state, empty buffer
-            self._load_weights(player_id, self.manager.active[player_id].initial_checkpoint,
-                               call)
+            self._load_weights(player_id, self.manager.active[player_id].initial_checkpoint, call)
 
     # ---- calls of the league's own -------------------------------------------------------
     def _forward(self, config: GameEpisodeSettings) -> None:
@@ -766,8 +895,7 @@ class LeagueOrchestrator(AbstractOrchestrator):
                 results = client.play(config, timeout=self.settings.job_timeout).results
             except BadRequest as exc:  # (the call is wrong, not the worker)
                 self.scheduler.release(index)
-                raise RuntimeError(f"worker {client.base_url} refused the call: {exc}") \
-                    from exc
+                raise RuntimeError(f"worker {client.base_url} refused the call: {exc}") from exc
             except (ServiceError, ValueError) as exc:
                 _quietly(client.stop_episode)
                 for name in sorted(agents):
@@ -777,8 +905,11 @@ class LeagueOrchestrator(AbstractOrchestrator):
             self.scheduler.task_done(index)
             break
         for game in results.episodes:
-            extra = {k: v for k, v in game.model_dump(by_alias=True, exclude_unset=True).items()
-                     if k not in ("episode", "agent", "return", "length", "envSteps")}
+            extra = {
+                k: v
+                for k, v in game.model_dump(by_alias=True, exclude_unset=True).items()
+                if k not in ("episode", "agent", "return", "length", "envSteps")
+            }
             self.record_episode(game.agent, game.return_, game.length, **extra)
         if config.exhaustive is not None and results.evaluations:
             self.evaluations.append(results.evaluations[-1])
@@ -814,8 +945,11 @@ class LeagueOrchestrator(AbstractOrchestrator):
     def _budget_steps(self) -> int:
         """What a startEpisode's numSteps counts: the main players' moves (a solo league:
         every player's env steps)."""
-        return sum(p.total_agent_step for p in self.manager.active.values()
-                   if self.solo or isinstance(p, MainPlayer))
+        return sum(
+            p.total_agent_step
+            for p in self.manager.active.values()
+            if self.solo or isinstance(p, MainPlayer)
+        )
 
     def _save(self) -> None:
         self.manager.save(self.resolve_path(self._path(STATE)))
@@ -824,20 +958,26 @@ class LeagueOrchestrator(AbstractOrchestrator):
         m = self.manager
         if m is None:  # (a worker set up for an evaluation before the league began)
             return
-        self.update_status({
-            "agentSteps": {pid: p.total_agent_step for pid, p in m.active.items()},
-            "envSteps": self.env_steps, "episodesDone": len(self.results),
-            "league": {"jobs": m.jobs_launched, "finished": m.jobs_finished,
-                       "failed": m.jobs_failed, "running": len(m.running),
-                       "snapshots": len(m.historical),
-                       "workers": len(self.scheduler.live())}})
+        self.update_status(
+            {
+                "agentSteps": {pid: p.total_agent_step for pid, p in m.active.items()},
+                "envSteps": self.env_steps,
+                "episodesDone": len(self.results),
+                "league": {
+                    "jobs": m.jobs_launched,
+                    "finished": m.jobs_finished,
+                    "failed": m.jobs_failed,
+                    "running": len(m.running),
+                    "snapshots": len(m.historical),
+                    "workers": len(self.scheduler.live()),
+                },
+            }
+        )
 
 
-
-
-
-def _probe_gym(env: dict[str, Any], modules: frozenset[str],
-               who: str = "") -> tuple[gym.Space, gym.Space]:
+def _probe_gym(
+    env: dict[str, Any], modules: frozenset[str], who: str = ""
+) -> tuple[gym.Space, gym.Space]:
     """`probe_env` (the gym orchestrator's initialize check), its refusal naming `who`."""
     try:
         return probe_env(env, modules)

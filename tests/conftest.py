@@ -1,4 +1,5 @@
 """Fixtures that start real services (gunicorn on 127.0.0.1, free ports) and stop them."""
+
 from __future__ import annotations
 
 import signal
@@ -14,8 +15,10 @@ GYM_ORCHESTRATOR = "orchestrators.gym_orchestrator:GymOrchestrator"
 REPO = Path(__file__).resolve().parent.parent
 # a shell starts background jobs (`cmd &`) with SIGINT ignored; a harness started from such
 # a process inherits that, as any program does, and Python then installs no handler for it
-SIGINT_IGNORED = pytest.mark.skipif(signal.getsignal(signal.SIGINT) == signal.SIG_IGN,
-                                    reason="SIGINT is ignored here (a background job)")
+SIGINT_IGNORED = pytest.mark.skipif(
+    signal.getsignal(signal.SIGINT) == signal.SIG_IGN,
+    reason="SIGINT is ignored here (a background job)",
+)
 
 
 def group_alive(pgid: int) -> bool:
@@ -29,13 +32,24 @@ def launch(tmp_path: Path, monkeypatch) -> Callable[..., ServiceProcess]:
     monkeypatch.chdir(REPO)  # services import agents/, orchestrators/ and tests/ from here
     started: list[ServiceProcess] = []
 
-    def _launch(role: str, target: str, *, token: Optional[str] = None,
-                extra_args: Sequence[str] = (), wait: bool = True) -> ServiceProcess:
+    def _launch(
+        role: str,
+        target: str,
+        *,
+        token: Optional[str] = None,
+        extra_args: Sequence[str] = (),
+        wait: bool = True,
+    ) -> ServiceProcess:
         """`wait=False`: spawned only, so that several boot side by side; `wait_ready` it."""
         name = f"{role}{len(started)}"
-        service = spawn_service(role, target, data_dir=tmp_path / name,
-                                log_path=tmp_path / f"{name}.log", token=token,
-                                extra_args=extra_args)
+        service = spawn_service(
+            role,
+            target,
+            data_dir=tmp_path / name,
+            log_path=tmp_path / f"{name}.log",
+            token=token,
+            extra_args=extra_args,
+        )
         started.append(service)
         if wait:
             wait_ready(service, 60)

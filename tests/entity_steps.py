@@ -2,6 +2,7 @@
 
 The service keeps what an agent acted on under step ids (`mistk_rl.service.steps`) and hands
 it back with each transition; tests that play an agent without HTTP do the same here."""
+
 from __future__ import annotations
 
 from typing import Any, Optional
@@ -15,8 +16,9 @@ class EntitySteps:
         self.agent = agent
         self.store = StepStore()
 
-    def get_action(self, obs: dict[str, Any],
-                   action_mask: Optional[dict[str, Any]] = None) -> dict[str, Any]:
+    def get_action(
+        self, obs: dict[str, Any], action_mask: Optional[dict[str, Any]] = None
+    ) -> dict[str, Any]:
         acting = entity_acting(obs, action_mask)
         acted = self.agent.do_act(acting)
         self.store.put(acting.obs, acted, acting.names)

@@ -1,4 +1,5 @@
 """Implementations used by the end-to-end tests to inject failures and slow hooks."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -58,7 +59,8 @@ class CountingAgent(RandomAgent):
         if batch.action_mask is not None:
             masked = getattr(self, "masked", 0) + 1
             chosen = batch.action_mask.reshape(len(batch), -1)[
-                np.arange(len(batch)), acted.actions.astype(int)]
+                np.arange(len(batch)), acted.actions.astype(int)
+            ]
             bad = getattr(self, "violations", 0) + int((~chosen.astype(bool)).sum())
             self.masked, self.violations = masked, bad
             self.update_status({"masked": masked, "violations": bad})

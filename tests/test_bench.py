@@ -1,5 +1,6 @@
 """The step-path benchmarks run end to end and write comparable records (tiny sizes here:
 the figures themselves are measured with `mistk-rl bench`, never asserted)."""
+
 from __future__ import annotations
 
 import json
@@ -17,19 +18,46 @@ from tests.conftest import REPO
 def test_bench_transport_and_envs_write_records(tmp_path):
     for what in ("transport", "envs"):
         out = tmp_path / f"{what}.json"
-        proc = subprocess.run([sys.executable, "-m", "harness", "bench", what, "--envs", "2",
-                               "--steps", "60", "--json", str(out)], cwd=REPO,
-                              capture_output=True, text=True, timeout=240)
+        proc = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "harness",
+                "bench",
+                what,
+                "--envs",
+                "2",
+                "--steps",
+                "60",
+                "--json",
+                str(out),
+            ],
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            timeout=240,
+        )
         assert proc.returncode == 0, proc.stderr
         records = json.loads(out.read_text())["records"]
         modes = {r["mode"] for r in records}
-        expected = ({"inprocess", "http", "http-binary", "http-binary-varied",
-                     "http-pipelined", "stream", "stream-varied", "stream-pipelined",
-                     "http-entity",
-                     "dqn-inprocess",
-                     "dqn-http", "dqn-local"} if what == "transport"
-                    else
-                    {"base", "subprocess", "async", "gym_sync", "gym_async"})
+        expected = (
+            {
+                "inprocess",
+                "http",
+                "http-binary",
+                "http-binary-varied",
+                "http-pipelined",
+                "stream",
+                "stream-varied",
+                "stream-pipelined",
+                "http-entity",
+                "dqn-inprocess",
+                "dqn-http",
+                "dqn-local",
+            }
+            if what == "transport"
+            else {"base", "subprocess", "async", "gym_sync", "gym_async"}
+        )
         assert modes == expected
         for record in records:
             assert record["bench"] == what and record["envs"] == 2
@@ -38,8 +66,9 @@ def test_bench_transport_and_envs_write_records(tmp_path):
                 assert record["wire_bytes_per_step"] > record["raw_bytes_per_step"] > 0
             if what == "transport" and record["mode"] not in ("inprocess", "dqn-inprocess"):
                 assert record["rounds"] == 5
-                assert 0 < record["to_base_min"] <= record["to_base_median"] <= record[
-                    "to_base_max"]
+                assert (
+                    0 < record["to_base_min"] <= record["to_base_median"] <= record["to_base_max"]
+                )
 
 
 def test_interleaved_modes_take_turns_and_ratios_are_taken_round_by_round():
@@ -51,6 +80,7 @@ def test_interleaved_modes_take_turns_and_ratios_are_taken_round_by_round():
     def measure(mode: str) -> Block:
         order.append(mode)
         return Block(1000, 1000 / next(speeds), wire=0 if mode == "inprocess" else 25_000)
+
     blocks = interleaved(["inprocess", "http"], 3, measure)
     assert order == ["inprocess", "http"] * 3
     base, served = summarize(blocks, "inprocess", envs=4)
@@ -58,23 +88,34 @@ def test_interleaved_modes_take_turns_and_ratios_are_taken_round_by_round():
     assert "to_base_median" not in base and "wire_bytes_per_step" not in base
     # 0.5, 0.3, 0.4 round by round: their median, not a ratio of the pooled rates (0.35)
     assert (served["to_base_min"], served["to_base_median"], served["to_base_max"]) == (
-        0.3, 0.4, 0.5)
+        0.3,
+        0.4,
+        0.5,
+    )
     assert served["wire_bytes_per_step"] == 25.0 and served["rounds"] == 3
 
 
 def test_parity_outcome_and_comparison():
     from harness.bench.parity import compare, meets_targets, outcome
 
-    evals = [{"env_steps": 2500, "wall_s": 2.0, "mean_return": 200.0},
-             {"env_steps": 5000, "wall_s": 4.5, "mean_return": 480.0},
-             {"env_steps": 7500, "wall_s": 7.0, "mean_return": 500.0}]
-    assert outcome(evals, 475) == {"env_steps": 5000, "wall_s": 4.5, "final_mean": 500.0,
-                                   "evals": 3}
+    evals = [
+        {"env_steps": 2500, "wall_s": 2.0, "mean_return": 200.0},
+        {"env_steps": 5000, "wall_s": 4.5, "mean_return": 480.0},
+        {"env_steps": 7500, "wall_s": 7.0, "mean_return": 500.0},
+    ]
+    assert outcome(evals, 475) == {
+        "env_steps": 5000,
+        "wall_s": 4.5,
+        "final_mean": 500.0,
+        "evals": 3,
+    }
     never = outcome(evals[:1], 475)
     assert never["env_steps"] is None and never["wall_s"] is None
-    records = [{"ours": outcome(evals, 475), "sb3": outcome(evals[2:], 475)},  # 4.5 vs 7.0
-               {"ours": outcome(evals[2:], 475), "sb3": outcome(evals, 475)},  # 7.0 vs 4.5
-               {"ours": never, "sb3": outcome(evals, 475)}]  # left out of the means
+    records = [
+        {"ours": outcome(evals, 475), "sb3": outcome(evals[2:], 475)},  # 4.5 vs 7.0
+        {"ours": outcome(evals[2:], 475), "sb3": outcome(evals, 475)},  # 7.0 vs 4.5
+        {"ours": never, "sb3": outcome(evals, 475)},
+    ]  # left out of the means
     summary = compare(records)
     assert summary["both_reached"] == 2 and summary["ours_reached"] == 2
     assert summary["ratio_of_means"] == 1.0 and summary["max_seed_ratio"] == round(7 / 4.5, 2)
@@ -98,19 +139,33 @@ def test_parity_spread_counts_unreached_seeds_at_the_budget():
     assert spread([5, 5], [5, 5], 10)["ratio_interval"] == [1.0, 1.0]
 
     def record(seed: int, system: str, steps, batch: str = "a") -> dict:
-        return {"entry": "e", "algo": "dqn", "env": "CartPole-v1", "seed": seed,
-                "system": system, "env_steps_to_threshold": steps,
-                "wall_s_to_threshold": steps and steps / 1000, "final_eval": 500.0,
-                "budget": 50_000, "threshold": 475.0, "status": "ok",
-                "evals": [{"env_steps": steps or 50_000, "wall_s": 1.0, "mean_return": 500.0}]}
+        return {
+            "entry": "e",
+            "algo": "dqn",
+            "env": "CartPole-v1",
+            "seed": seed,
+            "system": system,
+            "env_steps_to_threshold": steps,
+            "wall_s_to_threshold": steps and steps / 1000,
+            "final_eval": 500.0,
+            "budget": 50_000,
+            "threshold": 475.0,
+            "status": "ok",
+            "evals": [{"env_steps": steps or 50_000, "wall_s": 1.0, "mean_return": 500.0}],
+        }
+
     # two seed batches run apart, summarized together: one seed of ours 4x SB3's slowest
-    records = [record(0, "ours", 10_000), record(0, "sb3", 10_000),
-               record(1, "ours", 40_000), record(1, "sb3", 5_000)]
-    summary, = resummarize(records)
+    records = [
+        record(0, "ours", 10_000),
+        record(0, "sb3", 10_000),
+        record(1, "ours", 40_000),
+        record(1, "sb3", 5_000),
+    ]
+    (summary,) = resummarize(records)
     assert summary["seeds"] == 2 and summary["steps_ratio"] == round(25_000 / 7_500, 2)
     assert summary["spread"]["slowest_ratio"] == 4.0
     assert meets_targets(summary, thresholded=True) is False
-    fine, = resummarize(records[:2])
+    (fine,) = resummarize(records[:2])
     assert meets_targets(fine, thresholded=True) is True
 
 
@@ -119,17 +174,20 @@ def test_suite_configs_load_and_map_to_sb3():
     maps to SB3 kwargs with no key left over (and, with SB3 installed, none SB3 lacks)."""
     import inspect
 
-    from harness.config import load_config
     from harness.bench.parity import SUITE_DIR, SUITES
     from harness.bench.sb3 import sb3_setup
+    from harness.config import load_config
 
     files = sorted(p.stem for p in SUITE_DIR.glob("*.yaml"))
     listed = sorted(name for names in SUITES.values() for name in names)
     assert files == listed
     try:
         from stable_baselines3 import DQN, PPO
-        params = {"dqn": set(inspect.signature(DQN.__init__).parameters),
-                  "ppo": set(inspect.signature(PPO.__init__).parameters)}
+
+        params = {
+            "dqn": set(inspect.signature(DQN.__init__).parameters),
+            "ppo": set(inspect.signature(PPO.__init__).parameters),
+        }
     except ImportError:
         params = None
     for name in files:
@@ -145,9 +203,9 @@ def test_an_sb3_run_leaves_no_folder_behind(monkeypatch, tmp_path):
     pytest.importorskip("stable_baselines3")
     import tempfile
 
-    from harness.config import load_config
     from harness.bench.parity import entry_path
     from harness.bench.sb3 import run_sb3
+    from harness.config import load_config
 
     data = load_config(entry_path("ppo_cartpole")).model_dump()
     data["training"].update(env_steps=64, eval_every=64, eval_episodes=1)
@@ -160,9 +218,9 @@ def test_an_sb3_run_leaves_no_folder_behind(monkeypatch, tmp_path):
 
 
 def test_sb3_mapping_refuses_what_sb3_cannot_express():
-    from harness.config import load_config
     from harness.bench.parity import entry_path
     from harness.bench.sb3 import Unmappable, sb3_setup
+    from harness.config import load_config
 
     config = load_config(entry_path("dqn_cartpole"))
     data = config.model_dump()
@@ -191,9 +249,25 @@ def test_bench_parity_runs_both_sides(tmp_path):
     path = tmp_path / "tiny.yaml"
     path.write_text(yaml.safe_dump(config))
     out = tmp_path / "parity.json"
-    proc = subprocess.run([sys.executable, "-m", "harness", "bench", "parity", "--seeds", "3",
-                           "--config", str(path), "--json", str(out)], cwd=REPO,
-                          capture_output=True, text=True, timeout=240)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "harness",
+            "bench",
+            "parity",
+            "--seeds",
+            "3",
+            "--config",
+            str(path),
+            "--json",
+            str(out),
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     result = json.loads(out.read_text())
     records = {r["system"]: r for r in result["records"]}
@@ -202,12 +276,17 @@ def test_bench_parity_runs_both_sides(tmp_path):
         assert record["status"] == "ok" and record["seed"] == 3 and record["budget"] == 512
         assert record["env_steps_to_threshold"] == 512 and len(record["evals"]) == 1
         assert record["algo"] == "ppo" and record["env"] == "CartPole-v1"
-    summary, = result["summaries"]
+    (summary,) = result["summaries"]
     assert summary["both_reached"] == 1 and summary["meets_targets"] is not None
     assert summary["spread"]["ratio"] == 1.0  # (both reached it at the first evaluation)
     assert "tiny" in proc.stdout  # the summary table names the entry
-    again = subprocess.run([sys.executable, "-m", "harness", "bench", "parity", "--from",
-                            str(out)], cwd=REPO, capture_output=True, text=True, timeout=60)
+    again = subprocess.run(
+        [sys.executable, "-m", "harness", "bench", "parity", "--from", str(out)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert again.returncode == 0 and again.stdout.strip() == proc.stdout.split("\n\n")[-1].strip()
 
 
@@ -243,13 +322,32 @@ def _floor_servers() -> list[str]:
 def test_bench_getaction_reports_the_machines_floor_beside_it(tmp_path, spin):
     out = tmp_path / "getaction.json"
     env = {k: v for k, v in os.environ.items() if k != "MISTK_RL_SPIN_US"}
-    proc = subprocess.run([sys.executable, "-m", "harness", "bench", "getaction", "--n", "50",
-                           "--json", str(out), *spin], cwd=REPO, env=env, capture_output=True,
-                          text=True, timeout=120)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "harness",
+            "bench",
+            "getaction",
+            "--n",
+            "50",
+            "--json",
+            str(out),
+            *spin,
+        ],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 0, proc.stderr
     records = json.loads(out.read_text())["records"]
     assert [(r["bench"], r.get("kind")) for r in records] == [
-        ("getaction", None), ("floor", "echo"), ("floor", "asgi")]
+        ("getaction", None),
+        ("floor", "echo"),
+        ("floor", "asgi"),
+    ]
     for record in records:
         assert record["calls"] == 50 and record["cpus_awake"] is False
         default = DEFAULT_SPIN * 1e6 if len(os.sched_getaffinity(0)) >= 2 else 0  # (unset)
@@ -276,18 +374,30 @@ def test_cpus_kept_awake_spins_one_idle_class_process_per_cpu_and_ends_them():
 
 @pytest.mark.parametrize("flag", [["--awake"], ["--spin", "200"]])
 def test_awake_and_spin_are_refused_where_they_mean_nothing(flag):
-    proc = subprocess.run([sys.executable, "-m", "harness", "bench", "envs", *flag],
-                          cwd=REPO, capture_output=True, text=True, timeout=60)
+    proc = subprocess.run(
+        [sys.executable, "-m", "harness", "bench", "envs", *flag],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert proc.returncode != 0 and f"{flag[0]} is for getaction and transport" in proc.stderr
 
 
 def test_a_bad_spin_in_the_environment_stops_the_cli_before_anything_runs():
     env = {**os.environ, "MISTK_RL_SPIN_US": "fast"}
-    for command in (["harness", "bench", "getaction", "--n", "5"],
-                    ["mistk_rl", "serve", "agent", "agents.random_agent:RandomAgent",
-                     "--port", "0"]):
-        proc = subprocess.run([sys.executable, "-m", *command], cwd=REPO, env=env,
-                              capture_output=True, text=True, timeout=60)
+    for command in (
+        ["harness", "bench", "getaction", "--n", "5"],
+        ["mistk_rl", "serve", "agent", "agents.random_agent:RandomAgent", "--port", "0"],
+    ):
+        proc = subprocess.run(
+            [sys.executable, "-m", *command],
+            cwd=REPO,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
         assert proc.returncode == 2, proc.stderr
         assert "MISTK_RL_SPIN_US='fast'" in proc.stderr
 
@@ -315,10 +425,14 @@ def test_a_floor_server_answering_otherwise_fails_the_bench_naming_it(monkeypatc
 def test_one_copy_ceiling_is_the_in_process_step_over_it_plus_the_round_trip():
     from harness.bench import _one_copy_ceiling
 
-    floor = [{"bench": "floor", "kind": "echo", "median_ms": 0.05},
-             {"bench": "floor", "kind": "asgi", "median_ms": 0.3}]
-    records = [{"bench": "transport", "mode": "inprocess", "envs": 16, "steps_per_s": 1e5},
-               {"bench": "transport", "mode": "inprocess", "envs": 1, "steps_per_s": 1e4}]
+    floor = [
+        {"bench": "floor", "kind": "echo", "median_ms": 0.05},
+        {"bench": "floor", "kind": "asgi", "median_ms": 0.3},
+    ]
+    records = [
+        {"bench": "transport", "mode": "inprocess", "envs": 16, "steps_per_s": 1e5},
+        {"bench": "transport", "mode": "inprocess", "envs": 1, "steps_per_s": 1e4},
+    ]
     added = _one_copy_ceiling(records, floor)
     assert added[:2] == floor
     assert added[2]["served_to_inprocess_max"] == pytest.approx(0.1 / (0.1 + 0.3))

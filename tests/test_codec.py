@@ -1,5 +1,6 @@
 """The binary tensor encoding: round trips, refusal of malformed bodies, and the same answers
 as JSON over a real service."""
+
 from __future__ import annotations
 
 import json
@@ -8,17 +9,24 @@ import struct
 import numpy as np
 import pytest
 
-from mistk_rl.wire import codec
 from mistk_rl.errors import InvalidRequest
+from mistk_rl.wire import codec
 from tests.conftest import RANDOM_AGENT
 
 
 def test_round_trip_keeps_arrays_and_structure():
-    body = {"obs": {"a": np.arange(4, dtype=np.float32), "b": np.ones(4, np.float32)},
-            "replay": {"prevObs": {"a": [0.5, 1, 2, 3]}, "actions": {"a": 1},
-                       "rewards": {"a": 1.0}, "newObs": {"a": np.zeros(4)},
-                       "terminated": {"a": False}, "truncated": {"a": True}},
-            "mode": "collect"}
+    body = {
+        "obs": {"a": np.arange(4, dtype=np.float32), "b": np.ones(4, np.float32)},
+        "replay": {
+            "prevObs": {"a": [0.5, 1, 2, 3]},
+            "actions": {"a": 1},
+            "rewards": {"a": 1.0},
+            "newObs": {"a": np.zeros(4)},
+            "terminated": {"a": False},
+            "truncated": {"a": True},
+        },
+        "mode": "collect",
+    }
     back = codec.decode(codec.encode(body))
     assert back["mode"] == "collect"
     assert set(back["obs"]) == {"a", "b"} and back["obs"]["a"].dtype == np.float32
@@ -32,9 +40,13 @@ def test_replayed_rows_are_copies_not_views_into_the_request_body():
     request body alive with it."""
     from mistk_rl.service.handlers import _replay_batch, _SpaceChecks
 
-    replay = {"prevObs": {"a": np.zeros(4), "b": np.ones(4)}, "actions": {"a": 0, "b": 1},
-              "rewards": {"a": 1.0, "b": 0.0}, "newObs": {"a": np.ones(4), "b": np.zeros(4)},
-              "terminated": {"a": False, "b": True}}
+    replay = {
+        "prevObs": {"a": np.zeros(4), "b": np.ones(4)},
+        "actions": {"a": 0, "b": 1},
+        "rewards": {"a": 1.0, "b": 0.0},
+        "newObs": {"a": np.ones(4), "b": np.zeros(4)},
+        "terminated": {"a": False, "b": True},
+    }
     wire = codec.decode(codec.encode({"replay": replay}))["replay"]
     batch = _replay_batch(wire, _SpaceChecks.of(None, None))
     for entity in ("a", "b"):
@@ -52,8 +64,7 @@ def test_binary_and_json_carry_the_same_arrays():
 
 
 def _dict_obs(i: int) -> dict:
-    return {"tree_reps": np.full(5, i, np.float32),
-            "real_states": np.full((4, 7, 7), i, np.uint8)}
+    return {"tree_reps": np.full(5, i, np.float32), "real_states": np.full((4, 7, 7), i, np.uint8)}
 
 
 def _message(maps: dict, payload: bytes = bytes(64)) -> bytes:
@@ -65,9 +76,17 @@ def test_dict_observations_keep_every_key_and_dtype():
     """A map of dict observations travels as one stacked array per key, in its own dtype,
     in the body and in the replay alike; decoding gives what a JSON body would."""
     obs = {f"p:{i}": _dict_obs(i) for i in range(3)}
-    body = {"obs": obs, "actionMask": {k: [1, 0] for k in obs},
-            "replay": {"prevObs": obs, "newObs": obs, "actions": {k: 1 for k in obs},
-                       "rewards": {k: 0.5 for k in obs}, "terminated": {k: False for k in obs}}}
+    body = {
+        "obs": obs,
+        "actionMask": {k: [1, 0] for k in obs},
+        "replay": {
+            "prevObs": obs,
+            "newObs": obs,
+            "actions": {k: 1 for k in obs},
+            "rewards": {k: 0.5 for k in obs},
+            "terminated": {k: False for k in obs},
+        },
+    }
     back = codec.decode(codec.encode(body))
     for field in (back["obs"], back["replay"]["prevObs"], back["replay"]["newObs"]):
         assert set(field.array) == {"tree_reps", "real_states"}
@@ -94,8 +113,12 @@ def test_dict_observations_in_one_step_cross_the_handlers_as_their_spaces_dtypes
 
     from mistk_rl.service.handlers import _SpaceChecks
 
-    space = spaces.Dict({"tree_reps": spaces.Box(-np.inf, np.inf, (5,), np.float32),
-                         "real_states": spaces.Box(0, 255, (4, 7, 7), np.uint8)})
+    space = spaces.Dict(
+        {
+            "tree_reps": spaces.Box(-np.inf, np.inf, (5,), np.float32),
+            "real_states": spaces.Box(0, 255, (4, 7, 7), np.uint8),
+        }
+    )
     checks = _SpaceChecks.of(space, spaces.Discrete(2))
     obs = {f"p:{i}": _dict_obs(i) for i in range(6)}
     as_json = {e: {k: v.tolist() for k, v in o.items()} for e, o in obs.items()}
@@ -107,12 +130,25 @@ def test_dict_observations_in_one_step_cross_the_handlers_as_their_spaces_dtypes
             np.testing.assert_array_equal(got[entity]["real_states"], value["real_states"])
 
 
-@pytest.mark.parametrize("data", [b"", b"\x05\x00\x00\x00{}", b"\xff\xff\x00\x00{}",
-                                  codec.encode({"obs": {"a": [1.0, 2.0]}})[:-4],
-                                  codec.encode({"obs": {"a": _dict_obs(1)}})[:-4],
-                                  _message({"obs": {"entities": ["a"], "keys": {}}}),
-                                  _message({"obs": {"entities": ["a", "b"], "keys": {"k": {
-                                      "dtype": "<f4", "shape": [1, 2], "offset": 0}}}})])
+@pytest.mark.parametrize(
+    "data",
+    [
+        b"",
+        b"\x05\x00\x00\x00{}",
+        b"\xff\xff\x00\x00{}",
+        codec.encode({"obs": {"a": [1.0, 2.0]}})[:-4],
+        codec.encode({"obs": {"a": _dict_obs(1)}})[:-4],
+        _message({"obs": {"entities": ["a"], "keys": {}}}),
+        _message(
+            {
+                "obs": {
+                    "entities": ["a", "b"],
+                    "keys": {"k": {"dtype": "<f4", "shape": [1, 2], "offset": 0}},
+                }
+            }
+        ),
+    ],
+)
 def test_malformed_bodies_are_invalid_requests(data):
     with pytest.raises(InvalidRequest, match="malformed"):
         codec.decode(data)
@@ -135,9 +171,14 @@ def test_binary_step_path_over_http(launch):
     agent.binary = True
     actions = agent.step(obs)
     assert set(actions) == set(obs) and all(0 <= int(a) < 3 for a in actions.values())
-    replay = {"prevObs": obs, "actions": actions, "rewards": {k: 1.0 for k in obs},
-              "newObs": obs, "terminated": {k: False for k in obs},
-              "truncated": {k: False for k in obs}}
+    replay = {
+        "prevObs": obs,
+        "actions": actions,
+        "rewards": {k: 1.0 for k in obs},
+        "newObs": obs,
+        "terminated": {k: False for k in obs},
+        "truncated": {k: False for k in obs},
+    }
     assert set(agent.step(obs, replay=replay)) == set(obs)
     assert agent.replay_action(replay).state == "in_episode"
     masked = agent.get_action({"p:0": obs["p:0"]}, action_mask={"p:0": [0, 0, 1]})

@@ -1,4 +1,5 @@
 """`mistk-rl compare`: run directories grouped and summarised over their seeds."""
+
 from __future__ import annotations
 
 import json
@@ -17,13 +18,25 @@ def _game_run(root: Path, name: str, seed: int, wins: list[tuple[int, float, flo
     against win-block."""
     run = root / f"{name}-s{seed}"
     run.mkdir()
-    (run / "config.yaml").write_text(yaml.safe_dump(
-        {"name": name, "game_training": {"eval_every": 100_000, "seed": seed}}))
-    evals = [{"agent_steps": steps, "wall_s": 1.0, "evaluation": {"winblock": {
-        "exhaustive": False, "seats": {"player_0": {"win": first, "draw": 0, "loss": 1 - first},
-                                       "player_1": {"win": second, "draw": 0,
-                                                    "loss": 1 - second}}}}}
-             for steps, first, second in wins]
+    (run / "config.yaml").write_text(
+        yaml.safe_dump({"name": name, "game_training": {"eval_every": 100_000, "seed": seed}})
+    )
+    evals = [
+        {
+            "agent_steps": steps,
+            "wall_s": 1.0,
+            "evaluation": {
+                "winblock": {
+                    "exhaustive": False,
+                    "seats": {
+                        "player_0": {"win": first, "draw": 0, "loss": 1 - first},
+                        "player_1": {"win": second, "draw": 0, "loss": 1 - second},
+                    },
+                }
+            },
+        }
+        for steps, first, second in wins
+    ]
     (run / "progress.json").write_text(json.dumps({"agent_steps": 0, "evals": evals}))
     return run
 
@@ -31,10 +44,14 @@ def _game_run(root: Path, name: str, seed: int, wins: list[tuple[int, float, flo
 def _gym_run(root: Path, seed: int, returns: list[tuple[int, float]]) -> Path:
     run = root / f"gym-s{seed}"
     run.mkdir()
-    (run / "config.yaml").write_text(yaml.safe_dump(
-        {"name": "cartpole_ppo", "training": {"eval_every": 10_000, "seed": seed}}))
-    (run / "progress.json").write_text(json.dumps({"evals": [
-        {"env_steps": s, "mean_return": r, "std_return": 0.0} for s, r in returns]}))
+    (run / "config.yaml").write_text(
+        yaml.safe_dump({"name": "cartpole_ppo", "training": {"eval_every": 10_000, "seed": seed}})
+    )
+    (run / "progress.json").write_text(
+        json.dumps(
+            {"evals": [{"env_steps": s, "mean_return": r, "std_return": 0.0} for s, r in returns]}
+        )
+    )
     return run
 
 
@@ -64,7 +81,11 @@ def test_labels_group_runs_and_gym_runs_report_their_return(tmp_path):
     summary = json.loads(out.read_text())
     assert summary["mine"]["points"]["100000"]["winblock player_0"]["mean"] == pytest.approx(0.2)
     assert summary["cartpole_ppo"]["points"]["10000"]["mean return"] == {
-        "mean": 125.0, "low": 100.0, "high": 150.0, "n": 2}
+        "mean": 125.0,
+        "low": 100.0,
+        "high": 150.0,
+        "n": 2,
+    }
     assert "125.0 [100.0, 150.0] (2)" in text and "env steps" in text
 
 
@@ -75,5 +96,4 @@ def test_what_cannot_be_compared_is_refused_naming_it(tmp_path, capsys):
         compare([f"x={gym}", f"x={game}"])
     (tmp_path / "empty").mkdir()
     assert main(["compare", str(tmp_path / "empty")]) == 1
-    assert "not a run directory with evaluations (config.yaml is missing" in \
-        capsys.readouterr().err
+    assert "not a run directory with evaluations (config.yaml is missing" in capsys.readouterr().err

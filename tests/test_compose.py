@@ -2,6 +2,7 @@
 Docker daemon runs, `docker compose up --build --abort-on-container-exit --exit-code-from
 harness` really works from a fresh copy of the repository (skipped, with the reason, where it
 cannot run)."""
+
 from __future__ import annotations
 
 import json
@@ -66,8 +67,11 @@ def test_compose_builds_one_image_requires_the_token_and_keeps_data_on_the_host(
 
 
 def test_dockerignore_lets_in_exactly_what_the_dockerfile_copies():
-    patterns = [line.strip() for line in (REPO / ".dockerignore").read_text().splitlines()
-                if line.strip() and not line.startswith("#")]
+    patterns = [
+        line.strip()
+        for line in (REPO / ".dockerignore").read_text().splitlines()
+        if line.strip() and not line.startswith("#")
+    ]
     assert patterns[0] == "*"  # everything else (.git, runs, venvs, tests...) stays out
     allowed = {p[1:] for p in patterns if p.startswith("!")}
     copied = set()
@@ -83,10 +87,13 @@ def test_dockerignore_lets_in_exactly_what_the_dockerfile_copies():
 
 # ---- the real thing, with a Docker daemon ------------------------------------------------
 
-def _docker(*args: str, timeout: float, env: dict | None = None,
-            cwd: Path | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run(["docker", *args], capture_output=True, text=True, timeout=timeout,
-                          env=env, cwd=cwd)
+
+def _docker(
+    *args: str, timeout: float, env: dict | None = None, cwd: Path | None = None
+) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        ["docker", *args], capture_output=True, text=True, timeout=timeout, env=env, cwd=cwd
+    )
 
 
 def _require_docker() -> None:
@@ -108,16 +115,29 @@ def _require_docker() -> None:
         except subprocess.TimeoutExpired:
             pytest.skip(f"base image {base} is absent and `docker pull` timed out")
         if pulled.returncode != 0:
-            pytest.skip(f"base image {base} is absent and cannot be pulled: "
-                        f"{pulled.stderr.strip()[-300:]}")
+            pytest.skip(
+                f"base image {base} is absent and cannot be pulled: {pulled.stderr.strip()[-300:]}"
+            )
 
 
 def _fresh_copy(dest: Path) -> None:
     """What a clone of the current work would hold: tracked and new not-ignored files."""
     try:
         listed = subprocess.run(
-            ["git", "-C", str(REPO), "ls-files", "-z", "--cached", "--others",
-             "--exclude-standard"], capture_output=True, check=True, timeout=60).stdout
+            [
+                "git",
+                "-C",
+                str(REPO),
+                "ls-files",
+                "-z",
+                "--cached",
+                "--others",
+                "--exclude-standard",
+            ],
+            capture_output=True,
+            check=True,
+            timeout=60,
+        ).stdout
     except (OSError, subprocess.SubprocessError) as exc:
         pytest.skip(f"the repository's files cannot be listed with git: {exc}")
     for name in filter(None, listed.decode().split("\0")):
@@ -134,8 +154,11 @@ def test_compose_up_from_a_fresh_copy(tmp_path: Path):
     _fresh_copy(project)
     assert not (project / "runs").exists()  # as in a fresh clone: docker creates it root-owned
     name = f"mistkrltest{secrets.token_hex(4)}"
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("MISTK_RL_", "COMPOSE_", "DOCKER_DEFAULT_PLATFORM"))}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("MISTK_RL_", "COMPOSE_", "DOCKER_DEFAULT_PLATFORM"))
+    }
     env["MISTK_RL_IMAGE"] = f"mistk-rl:{name}"  # leaves the user's mistk-rl:latest alone
     owner = 1000  # the image's user, whom the entrypoint hands the root-owned ./runs
     if os.getuid() != 0:  # run as ourselves, so that we can read and delete what it writes
@@ -146,10 +169,10 @@ def test_compose_up_from_a_fresh_copy(tmp_path: Path):
 
     refused = _docker(*up, timeout=120, env=env, cwd=project)  # MISTK_RL_TOKEN not set
     assert refused.returncode != 0
-    assert "MISTK_RL_TOKEN" in refused.stderr and "must be set" in refused.stderr, \
-        refused.stderr
-    started = _docker("ps", "-aq", "--filter", f"label=com.docker.compose.project={name}",
-                      timeout=60)
+    assert "MISTK_RL_TOKEN" in refused.stderr and "must be set" in refused.stderr, refused.stderr
+    started = _docker(
+        "ps", "-aq", "--filter", f"label=com.docker.compose.project={name}", timeout=60
+    )
     assert started.stdout.strip() == ""
 
     env["MISTK_RL_TOKEN"] = secrets.token_hex(16)
@@ -158,8 +181,9 @@ def test_compose_up_from_a_fresh_copy(tmp_path: Path):
         log = ran.stdout + ran.stderr
         assert ran.returncode == 0, log[-6000:]
         assert "Pulling" not in log  # the image is built once and never looked up elsewhere
-        containers = _docker("ps", "-aq", "--filter", f"label=com.docker.compose.project={name}",
-                             timeout=60).stdout.split()
+        containers = _docker(
+            "ps", "-aq", "--filter", f"label=com.docker.compose.project={name}", timeout=60
+        ).stdout.split()
         assert len(containers) == 3
         used = _docker("inspect", "--format", "{{.Image}}", *containers, timeout=60)
         assert len(set(used.stdout.split())) == 1, used.stdout
@@ -174,15 +198,23 @@ def test_compose_up_from_a_fresh_copy(tmp_path: Path):
         for path in (project / "runs", run_dir / "results.json", model, episodes):
             assert path.stat().st_uid == owner, path  # written by the unprivileged user
     finally:
-        _docker(*compose, "down", "-v", "--rmi", "all", "--remove-orphans", timeout=300,
-                env=env, cwd=project)
+        _docker(
+            *compose,
+            "down",
+            "-v",
+            "--rmi",
+            "all",
+            "--remove-orphans",
+            timeout=300,
+            env=env,
+            cwd=project,
+        )
 
 
 def test_league_compose_wires_players_pool_workers_and_one_shared_directory():
     compose = yaml.safe_load((REPO / "docker-compose.league.yml").read_text())
     services = compose["services"]
-    config = load_config(REPO / DEFAULT_CONFIG.match(
-        services["harness"]["command"][1])["path"])
+    config = load_config(REPO / DEFAULT_CONFIG.match(services["harness"]["command"][1])["path"])
     league = config.orchestrator.env.league
     agents = {a.name: a for a in config.agents}
     shares = set()
@@ -198,8 +230,11 @@ def test_league_compose_wires_players_pool_workers_and_one_shared_directory():
             assert agents[name].url == f"http://{name}:{port}"
         if "--share" in command:
             shares.add(_option(command, "--share"))
-    workers = [n for n, s in services.items()
-               if s.get("command", [None] * 3)[2] == "orchestrators.game_orchestrator:GameOrchestrator"]
+    workers = [
+        n
+        for n, s in services.items()
+        if s.get("command", [None] * 3)[2] == "orchestrators.game_orchestrator:GameOrchestrator"
+    ]
     assert sorted(league["workers"]) == sorted(f"http://{w}:8080" for w in workers)
     assert len(workers) == 2
     assert config.orchestrator.url == "http://league:8080"

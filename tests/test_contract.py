@@ -1,5 +1,6 @@
 """The spec is the source of truth: every operation has a handler and an SDK method, and the
 typed models carry exactly the spec's fields."""
+
 from __future__ import annotations
 
 import inspect
@@ -8,17 +9,27 @@ import re
 import pytest
 from pydantic.alias_generators import to_snake
 
-from mistk_rl.sdk import schemas
-from mistk_rl.sdk.client import AgentClient, OrchestratorClient
 from mistk_rl.lifecycle import AGENT, ORCHESTRATOR
 from mistk_rl.lifecycle.machine import api_name
+from mistk_rl.sdk import schemas
+from mistk_rl.sdk.client import AgentClient, OrchestratorClient
 from mistk_rl.service.app import load_spec
 from mistk_rl.service.handlers import AgentService, OrchestratorService
 
-ROLES = [("agent", AgentService, AgentClient, AGENT),
-         ("orchestrator", OrchestratorService, OrchestratorClient, ORCHESTRATOR)]
-SHARED_SCHEMAS = ["Problem", "Status", "ApiVersion", "Tensor", "TensorMap", "Space",
-                  "FundamentalSpace", "DictSpace"]
+ROLES = [
+    ("agent", AgentService, AgentClient, AGENT),
+    ("orchestrator", OrchestratorService, OrchestratorClient, ORCHESTRATOR),
+]
+SHARED_SCHEMAS = [
+    "Problem",
+    "Status",
+    "ApiVersion",
+    "Tensor",
+    "TensorMap",
+    "Space",
+    "FundamentalSpace",
+    "DictSpace",
+]
 
 
 def operations(role: str):
@@ -29,7 +40,7 @@ def operations(role: str):
 
 @pytest.mark.parametrize("role, service_cls, client_cls, table", ROLES)
 def test_every_operation_has_a_handler_and_an_sdk_method(role, service_cls, client_cls, table):
-    for path, method, op in operations(role):
+    for _path, _method, op in operations(role):
         op_id = op["operationId"]
         handler = getattr(service_cls, op_id, None)
         assert callable(handler), f"{role}: no handler for {op_id}"
@@ -78,27 +89,41 @@ def test_shared_schemas_are_identical_in_both_specs():
         assert agent["components"][part] == orch["components"][part], part
 
 
-MODELS = {"agent": {"Status": schemas.Status, "ApiVersion": schemas.ApiVersion,
-                    "Problem": schemas.Problem, "FundamentalSpace": schemas.FundamentalSpace,
-                    "DictSpace": schemas.DictSpace,
-                    "AgentInitParams": schemas.AgentInitParams,
-                    "AgentConfig": schemas.AgentConfig, "EpisodeStart": schemas.EpisodeStart,
-                    "ActionRequest": schemas.ActionRequest,
-                    "ActionResponse": schemas.ActionResponse, "Replay": schemas.Replay,
-                    "StepRequest": schemas.StepRequest,
-                    "StepColumns": schemas.StepColumns, "ColumnActions": schemas.ColumnActions,
-                    "PolicyCopy": schemas.PolicyCopy, "ReplayColumns": schemas.ReplayColumns,
-                    "Learned": schemas.Learned, "FileWritten": schemas.FileWritten},
-          "orchestrator": {"OrchestratorInitParams": schemas.OrchestratorInitParams,
-                           "EpisodeConfig": schemas.EpisodeConfig,
-                           "EpisodeResult": schemas.EpisodeResult,
-                           "Results": schemas.Results, "League": schemas.League,
-                           "LeagueSettings": schemas.LeagueSettings,
-                           "LeagueWorker": schemas.LeagueWorker,
-                           "LeagueWorkerJoin": schemas.LeagueWorkerJoin,
-                           "OrchestratorStatus": schemas.OrchestratorStatus,
-                           "OrchestratorProgress": schemas.OrchestratorProgress,
-                           "LeagueProgress": schemas.LeagueProgress}}
+MODELS = {
+    "agent": {
+        "Status": schemas.Status,
+        "ApiVersion": schemas.ApiVersion,
+        "Problem": schemas.Problem,
+        "FundamentalSpace": schemas.FundamentalSpace,
+        "DictSpace": schemas.DictSpace,
+        "AgentInitParams": schemas.AgentInitParams,
+        "AgentConfig": schemas.AgentConfig,
+        "EpisodeStart": schemas.EpisodeStart,
+        "ActionRequest": schemas.ActionRequest,
+        "ActionResponse": schemas.ActionResponse,
+        "Replay": schemas.Replay,
+        "StepRequest": schemas.StepRequest,
+        "StepColumns": schemas.StepColumns,
+        "ColumnActions": schemas.ColumnActions,
+        "PolicyCopy": schemas.PolicyCopy,
+        "ReplayColumns": schemas.ReplayColumns,
+        "Learned": schemas.Learned,
+        "FileWritten": schemas.FileWritten,
+    },
+    "orchestrator": {
+        "OrchestratorInitParams": schemas.OrchestratorInitParams,
+        "EpisodeConfig": schemas.EpisodeConfig,
+        "EpisodeResult": schemas.EpisodeResult,
+        "Results": schemas.Results,
+        "League": schemas.League,
+        "LeagueSettings": schemas.LeagueSettings,
+        "LeagueWorker": schemas.LeagueWorker,
+        "LeagueWorkerJoin": schemas.LeagueWorkerJoin,
+        "OrchestratorStatus": schemas.OrchestratorStatus,
+        "OrchestratorProgress": schemas.OrchestratorProgress,
+        "LeagueProgress": schemas.LeagueProgress,
+    },
+}
 
 
 def spec_fields(spec_schemas: dict, schema: dict) -> set[str]:
@@ -121,16 +146,27 @@ def test_pydantic_models_have_the_spec_fields(role):
         assert wanted == model_fields, f"{role} {name}"
     # maps and unions (the pydantic side: a type alias each, e.g. schemas.Space);
     # ThinkerSettings: the Thinker config's own snake_case keys, checked by load_config
-    plain_maps = {"Tensor", "TensorMap", "Observation", "ObservationMap", "Observations",
-                  "Space", "ThinkerSettings", "Column", "Weights"}  # (Weights: `codec.pack_arrays`)
-    assert not set(spec_schemas) - set(MODELS[role]) - plain_maps - set(
-        MODELS["agent"]), "a spec schema has no model"
+    plain_maps = {
+        "Tensor",
+        "TensorMap",
+        "Observation",
+        "ObservationMap",
+        "Observations",
+        "Space",
+        "ThinkerSettings",
+        "Column",
+        "Weights",
+    }  # (Weights: `codec.pack_arrays`)
+    assert not set(spec_schemas) - set(MODELS[role]) - plain_maps - set(MODELS["agent"]), (
+        "a spec schema has no model"
+    )
 
 
 def test_league_player_entries_have_the_spec_fields():
     """LeagueSettings' players items (inline in the spec) are LeaguePlayerSpec's fields."""
-    items = load_spec("orchestrator")["components"]["schemas"]["LeagueSettings"][
-        "properties"]["players"]["items"]
+    items = load_spec("orchestrator")["components"]["schemas"]["LeagueSettings"]["properties"][
+        "players"
+    ]["items"]
     fields = {f.alias or n for n, f in schemas.LeaguePlayerSpec.model_fields.items()}
     assert set(items["properties"]) == fields
     assert items["additionalProperties"] is False
@@ -142,9 +178,18 @@ def test_an_orchestrators_status_payload_is_typed():
     spec = load_spec("orchestrator")
     answer = spec["paths"]["/status"]["get"]["responses"]["200"]["content"]["application/json"]
     assert answer["schema"] == {"$ref": "#/components/schemas/OrchestratorStatus"}
-    status = schemas.OrchestratorStatus.model_validate({
-        "state": "running", "resourceVersion": 3, "payload": {
-            "agentSteps": {"main": 7}, "episodesDone": 2, "envSteps": 12, "other": 1,
-            "league": {"jobs": 3, "failed": 1, "workers": 2}}})
+    status = schemas.OrchestratorStatus.model_validate(
+        {
+            "state": "running",
+            "resourceVersion": 3,
+            "payload": {
+                "agentSteps": {"main": 7},
+                "episodesDone": 2,
+                "envSteps": 12,
+                "other": 1,
+                "league": {"jobs": 3, "failed": 1, "workers": 2},
+            },
+        }
+    )
     assert status.payload.agent_steps == {"main": 7} and status.payload.episodes_done == 2
     assert status.payload.league.failed == 1 and status.payload.model_extra == {"other": 1}

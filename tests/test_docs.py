@@ -2,6 +2,7 @@
 or a docstring mkdocstrings cannot read fails it), and its generated pages cover what they
 claim: every operation of both contracts, every key of the harness config, every state a
 caller sees in the lifecycle pictures, the SDK's clients."""
+
 from __future__ import annotations
 
 import os
@@ -25,8 +26,12 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("site")
     done = subprocess.run(
         [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(out)],
-        cwd=ROOT, capture_output=True, text=True, timeout=240,
-        env={**os.environ, "NO_MKDOCS_2_WARNING": "1"})
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=240,
+        env={**os.environ, "NO_MKDOCS_2_WARNING": "1"},
+    )
     assert done.returncode == 0, done.stderr[-4000:]
     return out
 
@@ -52,8 +57,12 @@ def test_the_configs_page_has_every_key_with_its_default(site: Path) -> None:
     rows = hooks.config_rows(RunConfig)
     keys = {key for key, _, _, _ in rows}
     # nested models are walked: a key of a list of models and one of a nested model
-    assert {"training.env_steps", "agents[].local_inference.batch_steps",
-            "game_training.stop_when[].min_win", "timeouts.startup"} <= keys
+    assert {
+        "training.env_steps",
+        "agents[].local_inference.batch_steps",
+        "game_training.stop_when[].min_win",
+        "timeouts.startup",
+    } <= keys
     for key, *_ in rows:
         assert f"<code>{key}</code>" in page, key
     assert ("training.eval_every", "int", "`5000`") in {row[:3] for row in rows}
@@ -77,9 +86,12 @@ def test_the_lifecycle_pictures_show_every_state_a_caller_sees(site: Path) -> No
 
 def test_the_sdk_page_documents_the_clients(site: Path) -> None:
     page = (site / "reference" / "sdk" / "index.html").read_text()
-    for name in ("mistk_rl.sdk.client.AgentClient.get_action",
-                 "mistk_rl.sdk.client.OrchestratorClient.start_episode",
-                 "mistk_rl.sdk.served_policy.ServedPolicy.predict", "mistk_rl.sdk.client.WaitTimeout"):
+    for name in (
+        "mistk_rl.sdk.client.AgentClient.get_action",
+        "mistk_rl.sdk.client.OrchestratorClient.start_episode",
+        "mistk_rl.sdk.served_policy.ServedPolicy.predict",
+        "mistk_rl.sdk.client.WaitTimeout",
+    ):
         assert f'id="{name}"' in page, name
 
 
@@ -88,8 +100,11 @@ def test_every_operation_of_a_table_is_an_edge_of_the_callers_view() -> None:
     edge from its source, whichever resting state its hook finishes in."""
     for table in (AGENT, ORCHESTRATOR):
         _, edges = caller_edges(table)
-        drawn = {(source, line.split("\n")[0].split(" ")[0])
-                 for source, _, label in edges for line in label.splitlines()}
+        drawn = {
+            (source, line.split("\n")[0].split(" ")[0])
+            for source, _, label in edges
+            for line in label.splitlines()
+        }
         for row in table.transitions:
             if row["trigger"] in ("finish", "fail", "reset", "terminate"):
                 continue

@@ -1,5 +1,6 @@
 """`mistk-rl export`: a run's acting network as TorchScript or ONNX, acting as the agent
 does (the export checks itself; these tests check the files again, on other inputs)."""
+
 from __future__ import annotations
 
 import tempfile
@@ -9,7 +10,7 @@ import pytest
 import torch
 import yaml
 
-from harness.config import RunConfigError, RunConfig
+from harness.config import RunConfig, RunConfigError
 from harness.export import _check, export_run
 from harness.run import run
 from tests.conftest import REPO
@@ -24,9 +25,14 @@ def _trained(tmp_path, config_name: str, **training):
     return run_dir
 
 
-@pytest.mark.parametrize("config_name, fmt", [("cartpole_dqn.yaml", "torchscript"),
-                                              ("pendulum_ppo.yaml", "torchscript"),
-                                              ("pendulum_ppo.yaml", "onnx")])
+@pytest.mark.parametrize(
+    "config_name, fmt",
+    [
+        ("cartpole_dqn.yaml", "torchscript"),
+        ("pendulum_ppo.yaml", "torchscript"),
+        ("pendulum_ppo.yaml", "onnx"),
+    ],
+)
 def test_an_export_acts_as_the_agent(tmp_path, monkeypatch, config_name, fmt):
     """DQN (discrete) to TorchScript; PPO with observation normalisation (continuous, the
     normaliser folded in) to both (a Gaussian's actions come out of TorchScript detached)."""
@@ -52,6 +58,7 @@ def test_an_export_acts_as_the_agent(tmp_path, monkeypatch, config_name, fmt):
         got = torch.jit.load(str(out))(torch.as_tensor(rows)).numpy()
     else:
         from onnx.reference import ReferenceEvaluator
+
         got = ReferenceEvaluator(str(out)).run(None, {"obs": rows})[0]
     np.testing.assert_allclose(got.reshape(expected.shape), expected, atol=1e-5)
     if agent.normalizer is not None:  # (pendulum: the statistics moved in training)

@@ -1,6 +1,7 @@
 """The step path's speed-ups keep every rule: steps inline on the event loop (an agent may opt
 out), orjson with the `json` path's refusals and messages, and an answer's head sent with
 its body. In-process ASGI as in test_pipeline.py, plus one served agent."""
+
 from __future__ import annotations
 
 import asyncio
@@ -11,28 +12,37 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from agents.random_agent import RandomAgent
-from mistk_rl.wire import jsonable
 from mistk_rl.limits import Limits
 from mistk_rl.service.app import create_app
 from mistk_rl.service.handlers import AgentService
 from mistk_rl.service.pipeline import STEP_OPERATIONS
-from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
-
 from mistk_rl.service.server import ServiceWorker
-from mistk_rl.service.uvicorn_protocol import (UVICORN_ATTRIBUTES, UVICORN_PRIVATE,
-                                               AwakeAfterAnswers, CoalescingHttpTools,
-                                               IncompatibleUvicorn, _HeadWithBody,
-                                               check_uvicorn)
+from mistk_rl.service.uvicorn_protocol import (
+    UVICORN_ATTRIBUTES,
+    UVICORN_PRIVATE,
+    AwakeAfterAnswers,
+    CoalescingHttpTools,
+    IncompatibleUvicorn,
+    _HeadWithBody,
+    check_uvicorn,
+)
+from mistk_rl.wire import jsonable
 from tests.conftest import RANDOM_AGENT
 from tests.test_pipeline import _asgi
 
 OBS = b'{"obs": {"p": [0, 0, 0, 0]}}'
-STEP = {"getAction": OBS, "step": OBS,
-        "replayAction": (b'{"prevObs": {"p": [0, 0, 0, 0]}, "actions": {"p": 0}, '
-                         b'"rewards": {"p": 1}, "terminated": {"p": false}, '
-                         b'"newObs": {"p": [0, 0, 0, 0]}}')}
+STEP = {
+    "getAction": OBS,
+    "step": OBS,
+    "replayAction": (
+        b'{"prevObs": {"p": [0, 0, 0, 0]}, "actions": {"p": 0}, '
+        b'"rewards": {"p": 1}, "terminated": {"p": false}, '
+        b'"newObs": {"p": [0, 0, 0, 0]}}'
+    ),
+}
 
 
 class ThreadNoting(RandomAgent):
@@ -81,9 +91,14 @@ def _in_episode(agent: RandomAgent, tmp_path: Path) -> AgentService:
 
 
 def _call(app, method: str, path: str, body: bytes = b""):
-    return _asgi(app, method, "/v1/mistk/agent" + path, "",
-                 [(b"content-type", b"application/json"),
-                  (b"content-length", str(len(body)).encode())], [body])
+    return _asgi(
+        app,
+        method,
+        "/v1/mistk/agent" + path,
+        "",
+        [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())],
+        [body],
+    )
 
 
 @pytest.mark.parametrize("cls, where", [(ThreadNoting, "loop"), (OnThePool, "step")])
@@ -95,6 +110,7 @@ def test_steps_run_inline_on_the_loop_unless_the_agent_opts_out(tmp_path, cls, w
         loop_thread = threading.current_thread().name
         answers = [await _call(app, "POST", f"/{op}", STEP[op]) for op in sorted(STEP)]
         return loop_thread, answers
+
     loop_thread, answers = asyncio.run(scenario())
     assert [a[0] for a in answers] == [200, 200, 200]
     assert len(agent.threads) == 3  # one hook per operation (the step has no replay)
@@ -114,6 +130,7 @@ def test_an_opted_out_step_still_gets_409_beside_a_running_step(tmp_path):
         second = await _call(app, "POST", "/getAction", OBS)
         agent.release.set()
         return await first, second
+
     first, second = asyncio.run(scenario())
     assert first[0] == 200
     assert second[0] == 409 and "busy" in json.loads(second[2])["detail"]
@@ -134,6 +151,7 @@ def test_an_inline_step_gets_409_while_a_control_operation_runs(tmp_path):
         status = await _call(app, "GET", "/status")
         agent.release.set()
         return refused, status, await stopping
+
     refused, status, stopped = asyncio.run(scenario())
     problem = json.loads(refused[2])
     assert refused[0] == 409 and problem["state"] == "episode_stopping", problem
@@ -169,12 +187,15 @@ def test_a_step_body_with_many_brackets_is_read_by_json_as_well(tmp_path):
     assert status == 200 and set(json.loads(answer)["actions"]) == set(entities)
 
 
-@pytest.mark.parametrize("text, where", [
-    (b'{"obs": {"p": [0, 0, 0, NaN]}}', "obs['p'][3]: NaN is not a JSON number"),
-    (b'{"obs": {"p": [0, 0, 0, 1e400]}}', "obs['p']"),  # json reads inf: the check refuses
-    (b'{"obs": {"p": "\xff"}}', "not valid UTF-8"),
-    (b'{"obs": {"p": [0, 0, 0, 0]}', "not valid JSON"),
-])
+@pytest.mark.parametrize(
+    "text, where",
+    [
+        (b'{"obs": {"p": [0, 0, 0, NaN]}}', "obs['p'][3]: NaN is not a JSON number"),
+        (b'{"obs": {"p": [0, 0, 0, 1e400]}}', "obs['p']"),  # json reads inf: the check refuses
+        (b'{"obs": {"p": "\xff"}}', "not valid UTF-8"),
+        (b'{"obs": {"p": [0, 0, 0, 0]}', "not valid JSON"),
+    ],
+)
 def test_a_step_body_orjson_refuses_gets_the_json_paths_message(tmp_path, text, where):
     app = create_app(_in_episode(RandomAgent(), tmp_path))
     status, _, answer = asyncio.run(_call(app, "POST", "/getAction", text))
@@ -183,13 +204,19 @@ def test_a_step_body_orjson_refuses_gets_the_json_paths_message(tmp_path, text, 
 
 def test_dumps_writes_what_json_writes_of_to_jsonable():
     f32 = np.array([0.7, 1e-8, 3.4e38], np.float32)
-    for value in ({"obs": {"p": f32, "q": np.int64(3), "r": np.bool_(True)}},
-                  {"a": [1, (2, 3)], "b": "x"}, {"nan": [float("nan")]},
-                  {"inf": np.array([np.inf])}, {1: "int key"}, {"big": 2 ** 70},
-                  {"empty": None}):
+    for value in (
+        {"obs": {"p": f32, "q": np.int64(3), "r": np.bool_(True)}},
+        {"a": [1, (2, 3)], "b": "x"},
+        {"nan": [float("nan")]},
+        {"inf": np.array([np.inf])},
+        {1: "int key"},
+        {"big": 2**70},
+        {"empty": None},
+    ):
         expected = json.dumps(jsonable.to_jsonable(value), separators=(",", ":"))
         assert json.loads(jsonable.dumps(value)) == json.loads(expected) or (
-            jsonable.dumps(value).decode() == expected)
+            jsonable.dumps(value).decode() == expected
+        )
     # the numbers a float32 array has as float64 (orjson's own numpy writes 0.7f as 0.7)
     assert json.loads(jsonable.dumps(f32)) == f32.tolist()
     assert jsonable.dumps({"x": [float("nan")]}) == b'{"x":[NaN]}'  # json's NaN, not null
@@ -240,11 +267,13 @@ def test_the_installed_uvicorn_has_what_the_protocol_uses():
     check_uvicorn()
 
 
-@pytest.mark.parametrize("lacking", [UVICORN_PRIVATE[0], "on_response_complete",
-                                     UVICORN_ATTRIBUTES[-1]])
+@pytest.mark.parametrize(
+    "lacking", [UVICORN_PRIVATE[0], "on_response_complete", UVICORN_ATTRIBUTES[-1]]
+)
 def test_a_uvicorn_without_a_part_the_protocol_uses_fails_loudly(lacking):
     """A uvicorn whose protocol lost a method or a connection attribute is refused by name
     before any service starts on it (`mistk-rl serve` runs the check first)."""
+
     class Changed(HttpToolsProtocol):
         def on_message_begin(self) -> None:
             super().on_message_begin()
@@ -288,6 +317,7 @@ class _Counted:
         async def counted_serve(*args):
             self.asgi += 1
             return await serve(*args)
+
         app.answer_now, app._serve = counted_answer_now, counted_serve
 
 
@@ -299,12 +329,14 @@ def _on_uvicorn(agent: RandomAgent, tmp_path: Path):
 
     import uvicorn
 
-    app = create_app(_in_episode(agent, tmp_path), token="sesame",
-                     limits=Limits(max_body_bytes=4096))
+    app = create_app(
+        _in_episode(agent, tmp_path), token="sesame", limits=Limits(max_body_bytes=4096)
+    )
     counted = _Counted(app)
     sock = socket.create_server(("127.0.0.1", 0))
-    server = uvicorn.Server(uvicorn.Config(app, lifespan="off", log_level="warning",
-                                           **ServiceWorker.CONFIG_KWARGS))
+    server = uvicorn.Server(
+        uvicorn.Config(app, lifespan="off", log_level="warning", **ServiceWorker.CONFIG_KWARGS)
+    )
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
     thread.start()
     try:
@@ -322,13 +354,24 @@ def uvicorn_agent(tmp_path):
         yield served
 
 
-def _request(op: str, body: bytes, *, token: str = "sesame", chunked: bool = False,
-             extra: str = "", method: str = "POST", version: str = "1.1") -> bytes:
-    head = (f"{method} /v1/mistk/agent/{op} HTTP/{version}\r\nHost: t\r\n"
-            f"Content-Type: application/json\r\nAuthorization: Bearer {token}\r\n{extra}")
+def _request(
+    op: str,
+    body: bytes,
+    *,
+    token: str = "sesame",
+    chunked: bool = False,
+    extra: str = "",
+    method: str = "POST",
+    version: str = "1.1",
+) -> bytes:
+    head = (
+        f"{method} /v1/mistk/agent/{op} HTTP/{version}\r\nHost: t\r\n"
+        f"Content-Type: application/json\r\nAuthorization: Bearer {token}\r\n{extra}"
+    )
     if chunked:
         return (head + "Transfer-Encoding: chunked\r\n\r\n").encode() + (
-            b"%x\r\n%s\r\n0\r\n\r\n" % (len(body), body))
+            b"%x\r\n%s\r\n0\r\n\r\n" % (len(body), body)
+        )
     return (head + f"Content-Length: {len(body)}\r\n\r\n").encode() + body
 
 
@@ -351,11 +394,13 @@ def _answers(port: int, wire: bytes, count: int):
 
 def _same(fast, slow) -> None:
     assert (fast.status, dict(fast.headers), fast.body) == (
-        slow.status, dict(slow.headers), slow.body)
+        slow.status,
+        dict(slow.headers),
+        slow.body,
+    )
 
 
-def test_a_step_with_its_size_declared_is_answered_at_once_as_the_asgi_way_would(
-        uvicorn_agent):
+def test_a_step_with_its_size_declared_is_answered_at_once_as_the_asgi_way_would(uvicorn_agent):
     port, counted, agent = uvicorn_agent
     [fast], keep = _answers(port, _request("getAction", OBS), 1)
     assert (counted.fast, counted.asgi) == (1, 0) and keep
@@ -368,8 +413,11 @@ def test_a_step_with_its_size_declared_is_answered_at_once_as_the_asgi_way_would
     assert dict(slow.headers).keys() == dict(fast.headers).keys()
     assert len(agent.threads) == 2  # both acted, on the loop
     # refusals: the same problem either way, and the agent untouched
-    for body, kwargs, status in ((b'{"obs": 5}', {}, 400), (OBS, {"token": "wrong"}, 401),
-                                 (b"[" * 3000, {}, 400)):
+    for body, kwargs, status in (
+        (b'{"obs": 5}', {}, 400),
+        (OBS, {"token": "wrong"}, 401),
+        (b"[" * 3000, {}, 400),
+    ):
         [fast], _ = _answers(port, _request("getAction", body, **kwargs), 1)
         [slow], _ = _answers(port, _request("getAction", body, chunked=True, **kwargs), 1)
         assert fast.status == status
@@ -392,8 +440,12 @@ def test_requests_the_fast_path_leaves_to_uvicorn_are_answered_as_before(uvicorn
 def test_pipelined_requests_are_answered_in_order_whichever_way_each_goes(uvicorn_agent):
     """A control operation runs on its pool: a step pipelined behind it waits its turn."""
     port, counted, agent = uvicorn_agent
-    wire = (_request("getAction", OBS) + _request("apiVersion", b"", method="GET")
-            + _request("getAction", OBS) + _request("getAction", b'{"obs": 5}'))
+    wire = (
+        _request("getAction", OBS)
+        + _request("apiVersion", b"", method="GET")
+        + _request("getAction", OBS)
+        + _request("getAction", b'{"obs": 5}')
+    )
     answers, keep = _answers(port, wire, 4)
     assert [a.status for a in answers] == [200, 200, 200, 400] and keep
     assert json.loads(answers[1].body)["role"] == "agent"
@@ -416,11 +468,14 @@ class LearnsAfterAnswers(RandomAgent):
             if self.fail:
                 raise ValueError("the replay is full")
             self.learned.append(self.answered.wait(5))
+
         return rest
 
 
-REPLAY = (b'"replay": {"prevObs": {"p": [0, 0, 0, 0]}, "actions": {"p": 0}, "rewards": {"p": 1}, '
-          b'"terminated": {"p": false}, "newObs": {"p": [0, 0, 0, 0]}}')
+REPLAY = (
+    b'"replay": {"prevObs": {"p": [0, 0, 0, 0]}, "actions": {"p": 0}, "rewards": {"p": 1}, '
+    b'"terminated": {"p": false}, "newObs": {"p": [0, 0, 0, 0]}}'
+)
 
 
 def _learning_step(port: int, op: str, chunked: bool):
@@ -431,8 +486,10 @@ def _learning_step(port: int, op: str, chunked: bool):
     else:
         [first], _ = _answers(port, _request(op, b'{"envs": [0], "obs": [[0, 0, 0, 0]]}'), 1)
         step_id = json.loads(first.body)["stepIds"][0]
-        body = (b'{"envs": [0], "obs": [[0, 0, 0, 0]], "stepIds": [%d], "rewards": [1], '
-                b'"terminated": [false]}' % step_id)
+        body = (
+            b'{"envs": [0], "obs": [[0, 0, 0, 0]], "stepIds": [%d], "rewards": [1], '
+            b'"terminated": [false]}' % step_id
+        )
     [answer], _ = _answers(port, _request(op, body, chunked=chunked), 1)
     return answer
 
@@ -473,8 +530,10 @@ def test_learning_that_fails_after_the_answer_fails_the_agent_for_its_next_call(
         [after], _ = _answers(port, _request("getAction", OBS), 1)
         assert after.status == 409 and "'failed'" in json.loads(after.body)["detail"]
         [status], _ = _answers(port, _request("status", b"", method="GET"), 1)
-        assert ("step raised ValueError after its answer: the replay is full"
-                in json.loads(status.body)["reason"])
+        assert (
+            "step raised ValueError after its answer: the replay is full"
+            in json.loads(status.body)["reason"]
+        )
 
 
 def _uvloop():
@@ -560,8 +619,7 @@ def test_a_request_from_another_connection_turns_the_polling_off():
     assert awake.prompt and awake._polling
 
 
-def test_the_served_loop_times_each_request_from_the_answer_before_it(uvicorn_agent,
-                                                                        monkeypatch):
+def test_the_served_loop_times_each_request_from_the_answer_before_it(uvicorn_agent, monkeypatch):
     """`CoalescingHttpTools` tells its `AwakeAfterAnswers` when each request begins, and on
     which connection."""
     port, _counted, _agent = uvicorn_agent

@@ -1,5 +1,6 @@
 """Faults end to end: a service that dies, restarts or hangs, and a harness that is stopped,
 end in a known state with a reason, never in a hang and never with processes left behind."""
+
 from __future__ import annotations
 
 import os
@@ -9,8 +10,8 @@ import time
 import pytest
 
 from harness.bench.faults import HarnessProcess, long_run_config, restart_worker
-from mistk_rl.sdk.client import ServiceRestarted, ServiceUnavailable
 from mistk_rl.deploy.launch import wait_until_gone
+from mistk_rl.sdk.client import ServiceRestarted, ServiceUnavailable
 from tests.conftest import GYM_ORCHESTRATOR, RANDOM_AGENT, REPO, SIGINT_IGNORED
 
 
@@ -90,8 +91,9 @@ def test_the_harness_stops_naming_the_agent_when_it_dies(harness):
     assert "episode block 0" in stderr and "/v1/mistk/agent/step" in stderr
 
 
-@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP,
-                                 pytest.param(signal.SIGINT, marks=SIGINT_IGNORED)])
+@pytest.mark.parametrize(
+    "sig", [signal.SIGTERM, signal.SIGHUP, pytest.param(signal.SIGINT, marks=SIGINT_IGNORED)]
+)
 def test_a_signalled_harness_stops_every_service_it_started(harness, sig):
     run, _ = harness
     run.process.send_signal(sig)
@@ -104,4 +106,3 @@ def test_a_killed_harness_leaves_no_service_behind(harness):
     run, _ = harness
     run.process.kill()  # SIGKILL: no clean-up runs in the harness; the services follow it
     run.process.wait(10)
-

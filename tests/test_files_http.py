@@ -1,5 +1,6 @@
 """getFile / putFile: files (checkpoints, snapshots) move between services over HTTP, so
 services on machines that share no file system can hand each other weights."""
+
 from __future__ import annotations
 
 import hashlib
@@ -56,8 +57,13 @@ def test_bad_file_requests_are_refused_and_change_nothing(launch):
             agent.put_file(path, b"x")
     with pytest.raises(PayloadTooLarge):
         agent.put_file("big.pt", b"x" * 1001)
-    answer = requests.put(f"{service.url}/v1/mistk/agent/files", params={"path": "a.pt"},
-                          data=b"{}", headers={"Content-Type": "application/json"}, timeout=10)
+    answer = requests.put(
+        f"{service.url}/v1/mistk/agent/files",
+        params={"path": "a.pt"},
+        data=b"{}",
+        headers={"Content-Type": "application/json"},
+        timeout=10,
+    )
     assert answer.status_code == 415 and "application/octet-stream" in answer.json()["detail"]
     assert sorted(p.name for p in service.data_dir.iterdir()) == before
     agent.terminate()

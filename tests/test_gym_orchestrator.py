@@ -1,4 +1,5 @@
 """GymOrchestrator over HTTP: training flags, other space kinds, action masks."""
+
 from __future__ import annotations
 
 import socket
@@ -12,8 +13,9 @@ COUNTING = "tests.service_fixtures:CountingAgent"
 
 
 def _pair(launch, env, skip_train=False):
-    orch_service = launch("orchestrator", GYM_ORCHESTRATOR,
-                          extra_args=["--env-module", "tests.rl.faulty_env"])
+    orch_service = launch(
+        "orchestrator", GYM_ORCHESTRATOR, extra_args=["--env-module", "tests.rl.faulty_env"]
+    )
     agent_service = launch("agent", COUNTING)
     orch, agent = orch_service.client(), agent_service.client()
     orch.initialize(env)
@@ -58,10 +60,13 @@ def test_results_accumulate_across_runs(launch):
     assert [e.episode for e in orch.get_results().episodes] == [0, 1, 2]
 
 
-@pytest.mark.parametrize("env", [
-    {"id": "Pendulum-v1"},  # Box actions, episodes truncated by maxSteps
-    {"id": "FrozenLake-v1", "kwargs": {"is_slippery": False}},  # Discrete observations
-])
+@pytest.mark.parametrize(
+    "env",
+    [
+        {"id": "Pendulum-v1"},  # Box actions, episodes truncated by maxSteps
+        {"id": "FrozenLake-v1", "kwargs": {"is_slippery": False}},  # Discrete observations
+    ],
+)
 def test_other_space_kinds(launch, env):
     orch, _ = _pair(launch, env)
     episodes = _play(orch, numEpisodes=2, seed=0, maxSteps=25)
@@ -94,8 +99,10 @@ def test_random_agent_respects_masks_in_process(tmp_path):
     service.agentRegistered({"name": "p", "actionSpace": {"type": "Discrete", "n": 6}})
     service.episodeStarted({"obs": {"p": 0}})
     mask = [0, 0, 0, 1, 0, 1]
-    picks = {service.getAction({"obs": {"p": 0}, "actionMask": {"p": mask}})[0]["actions"]["p"]
-             for _ in range(200)}
+    picks = {
+        service.getAction({"obs": {"p": 0}, "actionMask": {"p": mask}})[0]["actions"]["p"]
+        for _ in range(200)
+    }
     assert picks == {3, 5}
     unmasked = {service.getAction({"obs": {"p": 0}})[0]["actions"]["p"] for _ in range(200)}
     assert unmasked == set(range(6))
@@ -144,11 +151,16 @@ def test_pipelined_blocks_play_the_continuous_pipelined_run_and_replay_each_step
     assert agent.status().payload["replayed"] == 200
 
 
-@pytest.mark.parametrize("config, match", [
-    ({"numEnvs": 2, "pipelineDepth": 3}, "more than numEnvs 2"),
-    ({"numEnvs": 4, "pipelineDepth": 2, "agents": {"player": {"localInference": {}}}},
-     "sends no step requests"),
-])
+@pytest.mark.parametrize(
+    "config, match",
+    [
+        ({"numEnvs": 2, "pipelineDepth": 3}, "more than numEnvs 2"),
+        (
+            {"numEnvs": 4, "pipelineDepth": 2, "agents": {"player": {"localInference": {}}}},
+            "sends no step requests",
+        ),
+    ],
+)
 def test_a_pipeline_it_cannot_run_is_refused_and_changes_nothing(launch, config, match):
     from mistk_rl.sdk.client import BadRequest
 
@@ -175,12 +187,14 @@ def test_an_evaluation_between_resumed_blocks_leaves_training_episodes_alone(lau
     orch, agent = _pair(launch, "CartPole-v1")
     trained, steps = [], 0
     for _ in range(5):
-        trained += _play(orch, numSteps=60, numEnvs=3, seed=5, train=True, resume=True,
-                         envManager=manager)
+        trained += _play(
+            orch, numSteps=60, numEnvs=3, seed=5, train=True, resume=True, envManager=manager
+        )
         taken = orch.status().payload["envSteps"] - steps
         assert 60 <= taken < 63  # cut at the budget (async: within one batch of it)
-        evaluated = _play(orch, numEpisodes=3, numEnvs=3, seed=9, train=False,
-                          envManager=manager)  # the same number of envs
+        evaluated = _play(
+            orch, numEpisodes=3, numEnvs=3, seed=9, train=False, envManager=manager
+        )  # the same number of envs
         steps += taken + sum(e.length for e in evaluated)
     # had an evaluation reset the training envs, each block would reseed them: every env's
     # first training episode carries its seed, and no later one does
@@ -188,7 +202,8 @@ def test_an_evaluation_between_resumed_blocks_leaves_training_episodes_alone(lau
         seeds = [e.seed for e in trained if e.env_index == env_index]
         assert seeds[:1] == [5 + env_index] and not any(seeds[1:]), (env_index, seeds)
     assert agent.status().payload["replayed"] == steps - sum(  # every training step, once
-        e.length for e in orch.get_results().episodes if not e.train)
+        e.length for e in orch.get_results().episodes if not e.train
+    )
 
 
 @pytest.mark.parametrize("manager", ["base", "subprocess", "async"])
@@ -203,19 +218,36 @@ def test_vectorized_episodes_are_counted_once_per_env(launch, manager):
 
 
 def test_same_seed_same_vectorized_run_across_managers(launch):
-    runs = [_play(_pair(launch, "CartPole-v1")[0], numEpisodes=4, numEnvs=2, envManager=m,
-                  seed=5, train=False) for m in ("base", "subprocess")]
-    assert [(e.env_index, e.length) for e in runs[0]] == [(e.env_index, e.length)
-                                                          for e in runs[1]]
+    runs = [
+        _play(
+            _pair(launch, "CartPole-v1")[0],
+            numEpisodes=4,
+            numEnvs=2,
+            envManager=m,
+            seed=5,
+            train=False,
+        )
+        for m in ("base", "subprocess")
+    ]
+    assert [(e.env_index, e.length) for e in runs[0]] == [(e.env_index, e.length) for e in runs[1]]
 
 
 @pytest.mark.parametrize("mode", ["exit", "hang"])
 def test_a_crashing_or_hanging_env_costs_only_its_episode(launch, tmp_path, mode):
-    env = {"id": "tests.rl.faulty_env:FaultyCartPole-v0",
-           "kwargs": {"mode": mode, "at": 5, "marker": str(tmp_path / "failed")}}
+    env = {
+        "id": "tests.rl.faulty_env:FaultyCartPole-v0",
+        "kwargs": {"mode": mode, "at": 5, "marker": str(tmp_path / "failed")},
+    }
     orch, _ = _pair(launch, env)
-    episodes = _play(orch, numEpisodes=6, numEnvs=3, envManager="subprocess", seed=0,
-                     train=False, stepTimeout=1.0)
+    episodes = _play(
+        orch,
+        numEpisodes=6,
+        numEnvs=3,
+        envManager="subprocess",
+        seed=0,
+        train=False,
+        stepTimeout=1.0,
+    )
     assert len(episodes) == 6
     assert [e.abnormal for e in episodes].count(True) == 1
     normal = [e for e in episodes if not e.abnormal]
@@ -225,7 +257,8 @@ def test_a_crashing_or_hanging_env_costs_only_its_episode(launch, tmp_path, mode
 
 @pytest.mark.parametrize("last_cluster", [False, True])
 def test_env_copies_on_ray_without_a_cluster_are_a_400_that_changes_nothing(
-        launch, monkeypatch, tmp_path, last_cluster):
+    launch, monkeypatch, tmp_path, last_cluster
+):
     """envManager ray where no Ray cluster answers: refused at startEpisode, naming why
     (the cluster tests run it on one: tests/cluster/cases_env_workers.py). Also where Ray's
     ray_current_cluster file names a cluster that is gone, as one that stopped leaves it:

@@ -1,9 +1,10 @@
 """GymOrchestrator's step loop in-process, with a recording stand-in for the agent client."""
+
 from __future__ import annotations
 
-from orchestrators.gym_orchestrator import GymOrchestrator
 from mistk_rl.framework.orchestrator import RegisteredAgent
 from mistk_rl.sdk.schemas import EpisodeConfig
+from orchestrators.gym_orchestrator import GymOrchestrator
 
 
 class RecordingClient:
@@ -71,8 +72,9 @@ def test_a_pipeline_needs_an_agent_that_takes_step_columns():
 
     orch = GymOrchestrator()
     orch.do_initialize({"id": "CartPole-v1", "kwargs": {}}, 1)
-    orch.agents["p"] = RegisteredAgent("p", "http://127.0.0.1:1", False, RecordingClient(),
-                                       frozenset({"step", "tensors"}))
+    orch.agents["p"] = RegisteredAgent(
+        "p", "http://127.0.0.1:1", False, RecordingClient(), frozenset({"step", "tensors"})
+    )
     with pytest.raises(InvalidRequest, match="does not take stepColumns"):
         orch.validate_start_episode(GymEpisodeSettings(num_envs=4, pipeline_depth=2))
     orch.validate_start_episode(GymEpisodeSettings(num_envs=4))  # depth 1: any agent
@@ -89,8 +91,12 @@ def test_the_encoding_follows_the_size_of_a_requests_observations():
 
     columns, entity = frozenset({"columns", "tensors"}), frozenset({"step", "tensors"})
     vector = gym.spaces.Box(-1, 1, (4,), np.float32)  # 16 bytes
-    image = gym.spaces.Dict({"planes": gym.spaces.Box(0, 255, (4, 32, 32), np.uint8),
-                             "score": gym.spaces.Box(0, 1, (1,), np.float32)})
+    image = gym.spaces.Dict(
+        {
+            "planes": gym.spaces.Box(0, 255, (4, 32, 32), np.uint8),
+            "score": gym.spaces.Box(0, 1, (1,), np.float32),
+        }
+    )
     rows = BINARY_FROM_BYTES // 16
     assert not binary_for(columns, vector, rows - 1)
     assert binary_for(columns, vector, rows)
@@ -110,8 +116,9 @@ def test_finished_episodes_do_not_wake_long_polls_one_by_one():
     orch = GymOrchestrator()
     orch._lifecycle = Lifecycle(ORCHESTRATOR)
     orch.do_initialize({"id": "CartPole-v1", "kwargs": {}}, 1)
-    orch.agents["p"] = RegisteredAgent("p", "http://127.0.0.1:1", False, RecordingClient(),
-                                       frozenset({"step"}))
+    orch.agents["p"] = RegisteredAgent(
+        "p", "http://127.0.0.1:1", False, RecordingClient(), frozenset({"step"})
+    )
     before = orch._lifecycle.version
     orch.do_start_episode(EpisodeConfig(num_episodes=30, seed=0, train=True))
     assert len(orch.results) == 30

@@ -1,4 +1,5 @@
 """`mistk-rl run` as a user runs it: a subprocess, real services, results on disk."""
+
 from __future__ import annotations
 
 import json
@@ -12,8 +13,13 @@ from tests.conftest import REPO, SIGINT_IGNORED, group_alive
 
 
 def _run(args, cwd):
-    return subprocess.run([sys.executable, "-m", "harness", "run", *args], cwd=cwd,
-                          capture_output=True, text=True, timeout=240)
+    return subprocess.run(
+        [sys.executable, "-m", "harness", "run", *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
 
 
 def _service_pids(run_dir: Path) -> list[int]:
@@ -22,8 +28,11 @@ def _service_pids(run_dir: Path) -> list[int]:
     for log in (run_dir / "logs").glob("*.log"):
         for line in log.read_text().splitlines():
             if "Listening at" in line or "Starting gunicorn" in line:
-                pids.extend(int(tok.strip("[]")) for tok in line.split() if
-                            tok.startswith("[") and tok.strip("[]").isdigit())
+                pids.extend(
+                    int(tok.strip("[]"))
+                    for tok in line.split()
+                    if tok.startswith("[") and tok.strip("[]").isdigit()
+                )
     return pids
 
 
@@ -35,7 +44,8 @@ def test_run_example_config_writes_results(tmp_path):
     episodes = [json.loads(line) for line in (out / "episodes.jsonl").read_text().splitlines()]
     assert results["episode_count"] == len(episodes) == 3 and results["wall_s"] > 0
     assert results["episode_mean_return"] == pytest.approx(
-        sum(e["return"] for e in episodes) / 3, abs=1e-6)
+        sum(e["return"] for e in episodes) / 3, abs=1e-6
+    )
     assert "episodes" not in results  # (the summary only: each episode is a line beside it)
     for episode in episodes:
         assert {"agent", "return", "length"} <= set(episode)
@@ -48,8 +58,11 @@ def test_run_example_config_writes_results(tmp_path):
 
 def test_run_fails_clearly_and_cleans_up(tmp_path):
     config = tmp_path / "broken.yaml"
-    config.write_text((REPO / "configs" / "cartpole_random.yaml").read_text()
-                      .replace("id: CartPole-v1", "id: NoSuchEnv-v0"))
+    config.write_text(
+        (REPO / "configs" / "cartpole_random.yaml")
+        .read_text()
+        .replace("id: CartPole-v1", "id: NoSuchEnv-v0")
+    )
     out = tmp_path / "run"
     proc = _run([str(config), "--out", str(out)], REPO)
     assert proc.returncode == 1
@@ -61,8 +74,11 @@ def test_run_fails_clearly_and_cleans_up(tmp_path):
 
 def test_run_reports_a_bad_target(tmp_path):
     config = tmp_path / "typo.yaml"
-    config.write_text((REPO / "configs" / "cartpole_random.yaml").read_text()
-                      .replace("RandomAgent", "RandomAgnet"))
+    config.write_text(
+        (REPO / "configs" / "cartpole_random.yaml")
+        .read_text()
+        .replace("RandomAgent", "RandomAgnet")
+    )
     proc = _run([str(config), "--out", str(tmp_path / "run")], REPO)
     assert proc.returncode == 1
     assert "RandomAgnet" in proc.stderr
@@ -76,20 +92,42 @@ def test_serve_on_a_taken_port_says_so_at_once(tmp_path):
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         port = taken.getsockname()[1]
-        proc = subprocess.run([sys.executable, "-m", "mistk_rl", "serve", "agent",
-                               "agents.random_agent:RandomAgent", "--port", str(port),
-                               "--data-dir", str(tmp_path)], cwd=REPO, capture_output=True,
-                              text=True, timeout=60)
+        proc = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "mistk_rl",
+                "serve",
+                "agent",
+                "agents.random_agent:RandomAgent",
+                "--port",
+                str(port),
+                "--data-dir",
+                str(tmp_path),
+            ],
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
     assert proc.returncode == 2
-    assert proc.stderr.strip() == (f"mistk-rl serve: port {port} on 127.0.0.1 is in use "
-                                   "(another service?): choose another with --port, or "
-                                   "--port 0 for a free one")
+    assert proc.stderr.strip() == (
+        f"mistk-rl serve: port {port} on 127.0.0.1 is in use "
+        "(another service?): choose another with --port, or "
+        "--port 0 for a free one"
+    )
 
 
 def test_version():
-    proc = subprocess.run([sys.executable, "-m", "harness", "--version"], cwd=REPO,
-                          capture_output=True, text=True, timeout=60)
+    proc = subprocess.run(
+        [sys.executable, "-m", "harness", "--version"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     from mistk_rl import __version__
+
     assert proc.returncode == 0 and proc.stdout.startswith(f"mistk-rl {__version__} (HTTP API")
 
 
@@ -105,8 +143,7 @@ def test_ctrl_c_stops_the_services_and_says_where_the_run_is(tmp_path):
 
     config = yaml.safe_load((REPO / "configs" / "cartpole_dqn.yaml").read_text())
     # no stop_value: a lucky one-episode evaluation must not end the run before the signal
-    config["training"].update(env_steps=10 ** 6, eval_every=500, eval_episodes=1,
-                              stop_value=None)
+    config["training"].update(env_steps=10**6, eval_every=500, eval_episodes=1, stop_value=None)
     run = HarnessProcess(config, tmp_path / "run", REPO)
     run.wait_for_line("eval at", timeout=120)  # (progress.json is written with it)
     run.process.send_signal(signal.SIGINT)
@@ -120,7 +157,8 @@ def test_ctrl_c_stops_the_services_and_says_where_the_run_is(tmp_path):
     assert stderr.strip().endswith(
         f"mistk-rl run: interrupted (Ctrl-C); the services it started are stopped; what it "
         f"did so far is in {tmp_path / 'run'} (continue with 'mistk-rl run --resume "
-        f"{tmp_path / 'run'}')"), stderr
+        f"{tmp_path / 'run'}')"
+    ), stderr
     pids = _service_pids(tmp_path / "run")
     assert pids and not any(group_alive(pid) for pid in pids)
 
@@ -132,10 +170,24 @@ def test_serve_starts_without_warnings_and_says_where(tmp_path):
     import re
     import signal
 
-    process = subprocess.Popen([sys.executable, "-m", "mistk_rl", "serve", "agent",
-                                "agents.random_agent:RandomAgent", "--port", "0",
-                                "--data-dir", str(tmp_path)], cwd=REPO, text=True,
-                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    process = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "mistk_rl",
+            "serve",
+            "agent",
+            "agents.random_agent:RandomAgent",
+            "--port",
+            "0",
+            "--data-dir",
+            str(tmp_path),
+        ],
+        cwd=REPO,
+        text=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+    )
     lines = []
     try:
         for line in process.stdout:  # (ends when the service does: it is stopped below)
@@ -145,8 +197,11 @@ def test_serve_starts_without_warnings_and_says_where(tmp_path):
     finally:
         process.send_signal(signal.SIGTERM)
         process.wait(30)
-    first = re.fullmatch(r"mistk-rl serve: agent agents\.random_agent:RandomAgent on "
-                         r"http://127\.0\.0\.1:(\d+)/v1/mistk/agent\n", lines[0])
+    first = re.fullmatch(
+        r"mistk-rl serve: agent agents\.random_agent:RandomAgent on "
+        r"http://127\.0\.0\.1:(\d+)/v1/mistk/agent\n",
+        lines[0],
+    )
     assert first and int(first.group(1)) > 0, lines[0]
     assert any("Application startup complete" in line for line in lines), lines
     assert not [line for line in lines if "Warning" in line or "Control socket" in line]
@@ -167,9 +222,23 @@ def test_eval_of_a_single_agent_run_uses_its_last_checkpoint(tmp_path):
     assert _run([str(path), "--out", str(run_dir), "--quiet"], REPO).returncode == 0
     outputs = []
     for _ in range(2):
-        proc = subprocess.run([sys.executable, "-m", "harness", "eval", str(path), "--run",
-                               str(run_dir), "--episodes", "4"], cwd=REPO,
-                              capture_output=True, text=True, timeout=240)
+        proc = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "harness",
+                "eval",
+                str(path),
+                "--run",
+                str(run_dir),
+                "--episodes",
+                "4",
+            ],
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            timeout=240,
+        )
         assert proc.returncode == 0, proc.stderr
         kept = json.loads((run_dir / "progress.json").read_text())["checkpoints"]["player"]
         assert f"agent player: the model in {kept}\n" in proc.stdout
@@ -177,6 +246,8 @@ def test_eval_of_a_single_agent_run_uses_its_last_checkpoint(tmp_path):
     first, second = outputs
     assert len(first["returns"]) == 4 and first == second
     line = [x for x in proc.stdout.splitlines() if x.startswith("evaluation: ")][0]
-    assert line.startswith(f"evaluation: mean return {first['mean_return']:.2f}, std "
-                           f"{first['std_return']:.2f} over 4 greedy episodes (seeds from "
-                           f"10000): ")
+    assert line.startswith(
+        f"evaluation: mean return {first['mean_return']:.2f}, std "
+        f"{first['std_return']:.2f} over 4 greedy episodes (seeds from "
+        f"10000): "
+    )

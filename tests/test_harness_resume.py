@@ -1,5 +1,6 @@
 """`mistk-rl run --resume RUN_DIR`: a training run that died after an evaluation continues
 from that evaluation's checkpoint over real services, without redoing what it had done."""
+
 from __future__ import annotations
 
 import csv
@@ -8,21 +9,37 @@ import json
 import pytest
 import yaml
 
-from harness.config import RunConfigError, RunConfig, resume_config
+from harness.config import RunConfig, RunConfigError, resume_config
 from harness.run import read_episodes, run, run_from_file
 from harness.training import Progress, resumed_seed
 from mistk_rl.rl.learner import load_checkpoint
 from tests.conftest import GYM_ORCHESTRATOR, REPO
 
 TINY = {
-    "name": "tiny", "orchestrator": {"target": GYM_ORCHESTRATOR, "env": {"id": "CartPole-v1"}},
-    "agents": [{"name": "player", "target": "agents.dqn_agent:DQNAgent", "save_path": "final.pt",
-                "hyperparameters": {"seed": 0, "log_every": 10,
-                                    "policy": {"model": {"hidden_sizes": [32]}},
-                                    "train": {"learning_starts": 100, "train_freq": 50,
-                                              "gradient_steps": 10}}}],
-    "training": {"env_steps": 400, "eval_every": 200, "eval_episodes": 2, "max_steps": 50,
-                 "num_envs": 2, "checkpoints": 1}}
+    "name": "tiny",
+    "orchestrator": {"target": GYM_ORCHESTRATOR, "env": {"id": "CartPole-v1"}},
+    "agents": [
+        {
+            "name": "player",
+            "target": "agents.dqn_agent:DQNAgent",
+            "save_path": "final.pt",
+            "hyperparameters": {
+                "seed": 0,
+                "log_every": 10,
+                "policy": {"model": {"hidden_sizes": [32]}},
+                "train": {"learning_starts": 100, "train_freq": 50, "gradient_steps": 10},
+            },
+        }
+    ],
+    "training": {
+        "env_steps": 400,
+        "eval_every": 200,
+        "eval_episodes": 2,
+        "max_steps": 50,
+        "num_envs": 2,
+        "checkpoints": 1,
+    },
+}
 
 
 class Crash(Exception):
@@ -56,11 +73,11 @@ def test_resume_continues_after_the_first_evaluation(tmp_path, monkeypatch):
     # the episodes cover the whole run: those up to the checkpoint, then the resumed ones
     episodes = read_episodes(run_dir)
     assert results["episode_count"] == len(episodes)
-    assert episodes[:len(cut.episodes)] == cut.episodes
+    assert episodes[: len(cut.episodes)] == cut.episodes
     assert [e["episode"] for e in episodes] == list(range(len(episodes)))
     assert sum(not e["train"] for e in episodes) == 2 * 2  # 2 episodes per evaluation
     # the resumed training envs started new episodes, seeded from the seed and evals done
-    resumed = [e for e in episodes[len(cut.episodes):] if e["train"] and "seed" in e]
+    resumed = [e for e in episodes[len(cut.episodes) :] if e["train"] and "seed" in e]
     assert sorted(e["seed"] for e in resumed) == [resumed_seed(0, 1) + i for i in range(2)]
     # the agent went on from its checkpoint: 400 env steps in all, one checkpoint kept
     assert load_checkpoint(agent_dir / "final.pt")["learner"]["env_steps"] == 400
@@ -79,9 +96,10 @@ def test_resume_continues_after_the_first_evaluation(tmp_path, monkeypatch):
 
 def _snapshot(run_dir):
     """Every file and directory under `run_dir`: its bytes (files) and mtime."""
-    return {str(p.relative_to(run_dir)): (p.read_bytes() if p.is_file() else None,
-                                          p.stat().st_mtime_ns)
-            for p in sorted(run_dir.rglob("*"))}
+    return {
+        str(p.relative_to(run_dir)): (p.read_bytes() if p.is_file() else None, p.stat().st_mtime_ns)
+        for p in sorted(run_dir.rglob("*"))
+    }
 
 
 def _finished_run(run_dir, config: dict, progress: dict | None) -> None:
@@ -96,18 +114,38 @@ def _finished_run(run_dir, config: dict, progress: dict | None) -> None:
     (run_dir / "evals.csv").write_text("env_steps\n200\n400\n")
 
 
-@pytest.mark.parametrize("config, progress, says", [
-    (TINY, {"train_steps": 400, "checkpoints": {"player": "checkpoints/step-400.pt"}},
-     "it trained 400 of 400 env steps"),
-    (TINY, {"train_steps": 200, "done": True, "checkpoints": {
-        "player": "checkpoints/step-400.pt"}},
-     "an evaluation met its stop target after 200 env steps"),
-    ({**TINY, "training": {**TINY["training"], "checkpoints": 0}}, None, "it trained to its end"),
-    ({key: value for key, value in TINY.items() if key != "training"}, None,
-     "it ran every episode block"),
-])
-def test_resuming_a_finished_run_says_so_and_rewrites_nothing(tmp_path, monkeypatch, capsys,
-                                                             config, progress, says):
+@pytest.mark.parametrize(
+    "config, progress, says",
+    [
+        (
+            TINY,
+            {"train_steps": 400, "checkpoints": {"player": "checkpoints/step-400.pt"}},
+            "it trained 400 of 400 env steps",
+        ),
+        (
+            TINY,
+            {
+                "train_steps": 200,
+                "done": True,
+                "checkpoints": {"player": "checkpoints/step-400.pt"},
+            },
+            "an evaluation met its stop target after 200 env steps",
+        ),
+        (
+            {**TINY, "training": {**TINY["training"], "checkpoints": 0}},
+            None,
+            "it trained to its end",
+        ),
+        (
+            {key: value for key, value in TINY.items() if key != "training"},
+            None,
+            "it ran every episode block",
+        ),
+    ],
+)
+def test_resuming_a_finished_run_says_so_and_rewrites_nothing(
+    tmp_path, monkeypatch, capsys, config, progress, says
+):
     """A finished run resumed again started its services, rewrote config.yaml and went on
     to load its checkpoint and save over its model and results."""
     from harness.cli import main
@@ -128,8 +166,7 @@ def test_a_finished_run_whose_config_asks_for_more_is_not_finished(tmp_path):
 
     run_dir = tmp_path / "run"
     _finished_run(run_dir, TINY, {"train_steps": 400})
-    longer = RunConfig.model_validate({**TINY, "training": {**TINY["training"],
-                                                            "env_steps": 800}})
+    longer = RunConfig.model_validate({**TINY, "training": {**TINY["training"], "env_steps": 800}})
     assert _finished(longer, run_dir) is None  # RUN_DIR/config.yaml edited: go on training
     assert _finished(RunConfig.model_validate(TINY), run_dir) == "it trained 400 of 400 env steps"
     (run_dir / "results.json").unlink()  # died after training, before its results: resume
@@ -141,12 +178,14 @@ def test_resume_refuses_another_config_and_a_run_without_checkpoint(tmp_path):
     run_dir.mkdir()
     (run_dir / "config.yaml").write_text(yaml.safe_dump(TINY))
     longer = tmp_path / "longer.yaml"
-    longer.write_text(yaml.safe_dump({**TINY, "training": {**TINY["training"],
-                                                           "env_steps": 900}}))
+    longer.write_text(yaml.safe_dump({**TINY, "training": {**TINY["training"], "env_steps": 900}}))
     with pytest.raises(RunConfigError, match=r"differs .* in training\.env_steps: --resume"):
         resume_config(run_dir, longer)
-    with pytest.raises(RunConfigError, match=r"in agents\.0\.hyperparameters\.seed, "
-                                          r"training\.seed"):
+    with pytest.raises(
+        RunConfigError,
+        match=r"in agents\.0\.hyperparameters\.seed, "
+        r"training\.seed",
+    ):
         resume_config(run_dir, seed=3)
     assert resume_config(run_dir, seed=0).training.env_steps == 400
     with pytest.raises(RunConfigError, match="no progress.json"):

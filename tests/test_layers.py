@@ -1,5 +1,6 @@
 """The folders are the layers (docs/layout.md): the import contracts in setup.cfg hold, no
 module imports another module's private names, and there is no import cycle at all."""
+
 from __future__ import annotations
 
 import ast
@@ -17,9 +18,17 @@ def test_import_contracts_hold():
     """`lint-imports` on setup.cfg's contracts (layers point down; the run driver knows
     neither the CLI nor the benches; no cycles between sibling packages)."""
     done = subprocess.run(
-        [sys.executable, "-c", "import sys; from importlinter.cli import lint_imports; "
-                               "sys.exit(lint_imports(no_cache=True, no_logo=True))"],
-        cwd=REPO, capture_output=True, text=True, timeout=120)
+        [
+            sys.executable,
+            "-c",
+            "import sys; from importlinter.cli import lint_imports; "
+            "sys.exit(lint_imports(no_cache=True, no_logo=True))",
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
     assert "0 broken" in done.stdout
 
@@ -92,20 +101,34 @@ def test_no_private_names_imported_across_modules():
         for path in sorted((REPO / top).rglob("*.py")):
             for node in ast.walk(ast.parse(path.read_text())):
                 if isinstance(node, ast.ImportFrom) and node.module:
-                    reaching += [f"{path.relative_to(REPO)}: from {node.module} import "
-                                 f"{alias.name}" for alias in node.names
-                                 if alias.name.startswith("_") and not alias.name.startswith("__")]
+                    reaching += [
+                        f"{path.relative_to(REPO)}: from {node.module} import {alias.name}"
+                        for alias in node.names
+                        if alias.name.startswith("_") and not alias.name.startswith("__")
+                    ]
     assert reaching == []
 
 
 def test_services_and_callers_that_run_no_model_do_not_load_torch():
     """torch takes seconds to import: the SDK, the serving pipeline, the step path and the
     gym orchestrator must not load it (a policy copy loads it where one runs)."""
-    modules = ("mistk_rl.sdk.client", "mistk_rl.service.app", "mistk_rl.sdk.stepping",
-               "orchestrators.gym_orchestrator", "agents.random_agent")
+    modules = (
+        "mistk_rl.sdk.client",
+        "mistk_rl.service.app",
+        "mistk_rl.sdk.stepping",
+        "orchestrators.gym_orchestrator",
+        "agents.random_agent",
+    )
     done = subprocess.run(
-        [sys.executable, "-c", f"import sys; import {', '.join(modules)}; "
-                               "print('torch' in sys.modules)"],
-        cwd=REPO, capture_output=True, text=True, timeout=120)
+        [
+            sys.executable,
+            "-c",
+            f"import sys; import {', '.join(modules)}; print('torch' in sys.modules)",
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.strip() == "False"

@@ -1,4 +1,5 @@
 """Unit tests of the small library pieces: spaces, paths, atomic files, config, SDK errors."""
+
 from __future__ import annotations
 
 import json
@@ -13,34 +14,42 @@ from pydantic import TypeAdapter
 from harness.config import RunConfigError, load_config, with_seed
 from mistk_rl.errors import InvalidRequest
 from mistk_rl.files import atomic_write_json, resolve_in
-from mistk_rl.wire.jsonable import to_jsonable
 from mistk_rl.sdk.schemas import Space
 from mistk_rl.spaces import coerce_action, space_from_dict, space_to_dict
+from mistk_rl.wire.jsonable import to_jsonable
 
 REPO = Path(__file__).resolve().parent.parent
 
 
-@pytest.mark.parametrize("space", [
-    spaces.Discrete(5, start=-1),
-    spaces.Box(low=-1.0, high=2.0, shape=(3, 2), dtype=np.float32),
-    gym.make("CartPole-v1").observation_space,  # infinite bounds
-    spaces.MultiDiscrete([3, 4, 2]),
-    spaces.MultiBinary(6),
-])
+@pytest.mark.parametrize(
+    "space",
+    [
+        spaces.Discrete(5, start=-1),
+        spaces.Box(low=-1.0, high=2.0, shape=(3, 2), dtype=np.float32),
+        gym.make("CartPole-v1").observation_space,  # infinite bounds
+        spaces.MultiDiscrete([3, 4, 2]),
+        spaces.MultiBinary(6),
+    ],
+)
 def test_space_round_trip(space):
     data = json.loads(json.dumps(space_to_dict(space)))  # survives JSON (no inf)
     TypeAdapter(Space).validate_python(data)
     back = space_from_dict(data)
     assert type(back) is type(space) and back.shape == space.shape
     sample = space.sample()
-    assert back.contains(np.asarray(sample, dtype=back.dtype) if not isinstance(
-        space, spaces.Discrete) else sample)
+    assert back.contains(
+        np.asarray(sample, dtype=back.dtype) if not isinstance(space, spaces.Discrete) else sample
+    )
 
 
 def test_dict_space_round_trip():
-    space = spaces.Dict({"tree_reps": spaces.Box(-np.inf, np.inf, (5,), np.float32),
-                         "real_states": spaces.Box(0, 1, (4, 7, 7), np.uint8),
-                         "turn": spaces.Discrete(2)})
+    space = spaces.Dict(
+        {
+            "tree_reps": spaces.Box(-np.inf, np.inf, (5,), np.float32),
+            "real_states": spaces.Box(0, 1, (4, 7, 7), np.uint8),
+            "turn": spaces.Discrete(2),
+        }
+    )
     data = json.loads(json.dumps(space_to_dict(space)))
     TypeAdapter(Space).validate_python(data)
     back = space_from_dict(data)
@@ -48,12 +57,15 @@ def test_dict_space_round_trip():
     assert back.contains(space.sample())
 
 
-@pytest.mark.parametrize("space, match", [
-    (spaces.Tuple((spaces.Discrete(2),)), "unsupported space"),
-    (spaces.Dict({"a": spaces.Dict({"b": spaces.Discrete(2)})}), "Dict inside a Dict"),
-    (spaces.Dict({"a b": spaces.Discrete(2)}), "does not match"),
-    (spaces.Dict({"a": spaces.Tuple((spaces.Discrete(2),))}), "key 'a': unsupported space"),
-])
+@pytest.mark.parametrize(
+    "space, match",
+    [
+        (spaces.Tuple((spaces.Discrete(2),)), "unsupported space"),
+        (spaces.Dict({"a": spaces.Dict({"b": spaces.Discrete(2)})}), "Dict inside a Dict"),
+        (spaces.Dict({"a b": spaces.Discrete(2)}), "does not match"),
+        (spaces.Dict({"a": spaces.Tuple((spaces.Discrete(2),))}), "key 'a': unsupported space"),
+    ],
+)
 def test_unsupported_space_is_refused(space, match):
     with pytest.raises(ValueError, match=match):
         space_to_dict(space)
@@ -65,9 +77,15 @@ def test_coerce_action():
     assert coerce_action(spaces.Discrete(3, start=-1), np.int32(-1)) == -1
     box = spaces.Box(-1, 1, shape=(2,), dtype=np.float32)
     assert coerce_action(box, [0.5, -0.5]).dtype == np.float32
-    for space, bad in ((spaces.Discrete(3), 3), (spaces.Discrete(3), -1),
-                       (spaces.Discrete(3), np.int64(7)), (spaces.Discrete(3), 1.5),
-                       (box, [2.0, 0.0]), (box, [0.0]), (spaces.Discrete(2), "a")):
+    for space, bad in (
+        (spaces.Discrete(3), 3),
+        (spaces.Discrete(3), -1),
+        (spaces.Discrete(3), np.int64(7)),
+        (spaces.Discrete(3), 1.5),
+        (box, [2.0, 0.0]),
+        (box, [0.0]),
+        (spaces.Discrete(2), "a"),
+    ):
         with pytest.raises(ValueError, match="not in the action space"):
             coerce_action(space, bad)
 
@@ -112,8 +130,11 @@ def test_example_config_loads():
     assert config.orchestrator.env.id == "CartPole-v1" and config.agents[0].name == "player"
 
 
-@pytest.mark.parametrize("path", sorted((REPO / "configs").rglob("*.yaml")),
-                         ids=lambda path: str(path.relative_to(REPO / "configs")))
+@pytest.mark.parametrize(
+    "path",
+    sorted((REPO / "configs").rglob("*.yaml")),
+    ids=lambda path: str(path.relative_to(REPO / "configs")),
+)
 def test_every_example_config_is_valid_down_to_the_hyperparameters(path):
     """A config a user copies must load, name service classes `serve` takes, and merge its
     agents' hyperparameters over their classes' defaults (a misplaced key is otherwise found
@@ -147,18 +168,29 @@ def test_with_seed_sets_every_seed_but_the_evaluation_ones():
     assert league.orchestrator.env.league["seed"] == 5 and league.game_training.seed == 5
 
 
-@pytest.mark.parametrize("text, message", [
-    ("orchestrator: {target: a:B, env: {id: X}}\nagents: [{name: p, target: a:B}]\n"
-     "episodez: []\n", r"episodez: unknown key \(known here: agents, .*\)\. Did you mean "
-                         r"'episodes'\?"),
-    ("orchestrator: {target: a:B, env: {id: X}}\n"
-     "agents: [{name: p, target: a:B, hyperparamters: {}}]\n",
-     r"agents\.0\.hyperparamters: unknown key .* Did you mean 'hyperparameters'\?"),
-    ("orchestrator: {target: a:B, url: http://x, env: {id: X}}\n"
-     "agents: [{name: p, target: a:B}]\n", "exactly one of"),
-    ("orchestrator: {target: a:B, env: {id: X}}\nagents: []\n", "agents"),
-    ("orchestrator: [unclosed\n", "not valid YAML"),
-])
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        (
+            "orchestrator: {target: a:B, env: {id: X}}\nagents: [{name: p, target: a:B}]\n"
+            "episodez: []\n",
+            r"episodez: unknown key \(known here: agents, .*\)\. Did you mean "
+            r"'episodes'\?",
+        ),
+        (
+            "orchestrator: {target: a:B, env: {id: X}}\n"
+            "agents: [{name: p, target: a:B, hyperparamters: {}}]\n",
+            r"agents\.0\.hyperparamters: unknown key .* Did you mean 'hyperparameters'\?",
+        ),
+        (
+            "orchestrator: {target: a:B, url: http://x, env: {id: X}}\n"
+            "agents: [{name: p, target: a:B}]\n",
+            "exactly one of",
+        ),
+        ("orchestrator: {target: a:B, env: {id: X}}\nagents: []\n", "agents"),
+        ("orchestrator: [unclosed\n", "not valid YAML"),
+    ],
+)
 def test_config_errors_name_the_problem(tmp_path, text, message):
     path = tmp_path / "c.yaml"
     path.write_text(text)
@@ -169,6 +201,7 @@ def test_config_errors_name_the_problem(tmp_path, text, message):
 def test_atomic_writes_get_the_mode_open_would_give(tmp_path):
     """mkstemp makes 0600 files; results and checkpoints must be readable as usual."""
     import os
+
     from mistk_rl.files import _UMASK
 
     atomic_write_json(tmp_path / "r.json", {"a": 1})
@@ -189,8 +222,11 @@ def test_played_counts_what_a_call_moved():
     from mistk_rl.sdk.client import Played
     from mistk_rl.sdk.schemas import OrchestratorProgress, Results
 
-    played = Played(Results(), OrchestratorProgress(env_steps=10, agent_steps={"a": 4}),
-                    OrchestratorProgress(env_steps=25, agent_steps={"a": 9, "b": 3}))
+    played = Played(
+        Results(),
+        OrchestratorProgress(env_steps=10, agent_steps={"a": 4}),
+        OrchestratorProgress(env_steps=25, agent_steps={"a": 9, "b": 3}),
+    )
     assert played.env_steps == 15 and played.episodes == []
     assert played.agent_steps("a") == 5 and played.agent_steps("b") == 3
     assert played.agent_steps("nobody") == 0

@@ -3,6 +3,7 @@
 The expected tables below are written out from the MISTK gaming guide (with our fixes), not
 derived from `mistk_rl.lifecycle.tables`, so a wrong row in the implementation fails here.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -50,8 +51,9 @@ def _pairs():
     for table, expected in CASES:
         for state in table.states:
             for operation in table.operations:
-                yield pytest.param(table, expected, state, operation,
-                                   id=f"{table.role}-{state}-{operation}")
+                yield pytest.param(
+                    table, expected, state, operation, id=f"{table.role}-{state}-{operation}"
+                )
 
 
 @pytest.mark.parametrize("table, expected, state, operation", list(_pairs()))
@@ -114,6 +116,7 @@ def test_hook_exception_fails_with_reason_and_only_reset_leaves():
 
     def boom():
         raise ValueError("bad observation shape")
+
     with pytest.raises(HookFailed, match="bad observation shape"):
         lifecycle.run("get_action", boom)
     status = lifecycle.status()
@@ -132,6 +135,7 @@ def test_background_hook_exception_fails():
 
     def boom():
         raise RuntimeError("checkpoint is corrupt")
+
     accepted = lifecycle.run("build_model", boom)
     assert accepted["state"] == "building_model"  # the 202 body shows the busy state
     status = lifecycle.wait_for_state("failed", 5)
@@ -141,8 +145,9 @@ def test_background_hook_exception_fails():
 def test_deferred_work_runs_at_once_when_no_pipeline_settles():
     lifecycle = _at(AGENT, "in_episode")
     done = []
-    lifecycle.run("step", lambda: (lifecycle.defer(lambda: done.append("learned")),
-                                   done.append("answered")))
+    lifecycle.run(
+        "step", lambda: (lifecycle.defer(lambda: done.append("learned")), done.append("answered"))
+    )
     assert done == ["learned", "answered"]  # inside the hook, as if it were not deferred
 
 
@@ -155,7 +160,9 @@ def test_deferred_work_runs_at_settle_or_before_the_next_operation_once():
         def hook():
             lifecycle.defer(lambda: done.append(f"learned {n}"))
             done.append(f"answered {n}")
+
         return hook
+
     lifecycle.run("step", step(1))
     assert done == ["answered 1"]
     lifecycle.settle()
@@ -172,6 +179,7 @@ def test_deferred_work_that_raises_fails_the_service_with_the_reason():
 
     def boom():
         raise ValueError("replay write failed")
+
     assert lifecycle.run("step", lambda: (lifecycle.defer(boom), "actions")[1]) == "actions"
     assert lifecycle.state == "in_episode"  # the answer went out as it was
     lifecycle.settle()
@@ -191,12 +199,14 @@ def test_an_operation_from_another_thread_waits_for_deferred_work_in_progress():
         started.set()
         assert release.wait(10)
         done.append("learned")
+
     lifecycle.run("step", lambda: lifecycle.defer(slow_learning))
     settling = threading.Thread(target=lifecycle.settle)
     settling.start()
     assert started.wait(10)
     stopping = threading.Thread(
-        target=lambda: lifecycle.run("episode_stopped", lambda: done.append("stopped")))
+        target=lambda: lifecycle.run("episode_stopped", lambda: done.append("stopped"))
+    )
     stopping.start()
     stopping.join(0.2)  # (it cannot finish while the learning holds it; a bounded look)
     assert done == []
@@ -211,6 +221,7 @@ def test_rejected_hook_restores_the_state():
 
     def refuse():
         raise Rejected("agent is not initialized", status=409)
+
     with pytest.raises(Rejected):
         lifecycle.run("register_agent", refuse)
     assert lifecycle.state == "waiting_for_agents"
@@ -234,6 +245,7 @@ def test_stop_episode_cancels_running_work():
         while not lifecycle.cancel_requested:
             lifecycle.current_cancel_event().wait(0.05)
         seen_cancel.set()
+
     lifecycle.run("start_episode", episode_loop)
     assert lifecycle.state == "running"
     lifecycle.run("stop_episode", lambda: None)
@@ -267,6 +279,7 @@ def test_a_task_wakes_its_waiter_whichever_comes_first():
         def finish(task=task, start=start) -> None:
             start.wait()
             task.finish()
+
         thread = threading.Thread(target=finish)
         thread.start()
         start.wait()
@@ -283,6 +296,7 @@ def test_failing_terminate_still_terminates():
 
     def boom():
         raise OSError("disk gone")
+
     with pytest.raises(HookFailed):
         lifecycle.run("terminate", boom)
     assert lifecycle.state == "terminated"
@@ -342,7 +356,7 @@ def test_docs_lifecycle_diagrams_are_current():
         for row in table.transitions:
             if row["trigger"] in SHARED_TRIGGERS:
                 continue
-            for source in ([row["source"]] if isinstance(row["source"], str) else row["source"]):
+            for source in [row["source"]] if isinstance(row["source"], str) else row["source"]:
                 assert f"{source} --> {row['dest']}: {row['trigger']}" in drawn
 
 
@@ -354,9 +368,13 @@ def test_the_direct_moves_go_where_the_machine_would(table):
     assert len(moves) > len(table.states)  # (most rows are plain: the check has cases)
     for (state, trigger), dest in moves.items():
         model = types.SimpleNamespace()
-        machine = Machine(model=model, states=list(table.states), initial=state,
-                          transitions=[dict(t) for t in table.transitions],
-                          auto_transitions=False)
+        machine = Machine(
+            model=model,
+            states=list(table.states),
+            initial=state,
+            transitions=[dict(t) for t in table.transitions],
+            auto_transitions=False,
+        )
         assert machine.events[trigger].trigger(model), (state, trigger)
         assert model.state == dest, (state, trigger)
 
@@ -365,8 +383,12 @@ def test_a_row_with_a_callback_goes_through_the_machine():
     """A callback added to a row the fast path would move is run, not skipped: the row is no
     longer plain, so its trigger fires through the machine."""
     ran = []
-    rows = [{**row, "after": lambda event: ran.append(event.transition.dest)}
-            if row["trigger"] == "step" else row for row in AGENT.transitions]
+    rows = [
+        {**row, "after": lambda event: ran.append(event.transition.dest)}
+        if row["trigger"] == "step"
+        else row
+        for row in AGENT.transitions
+    ]
     table = dataclasses.replace(AGENT, transitions=tuple(rows))
     assert ("in_episode", "step") not in direct_moves(table)
     lifecycle = _at(table, "in_episode")

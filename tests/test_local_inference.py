@@ -1,5 +1,6 @@
 """Local inference (issue 23, item 4): a copy of the agent's policy acts next to the env, the
 experience goes to the agent in batches (replayColumns), new weights come back."""
+
 from __future__ import annotations
 
 import gymnasium as gym
@@ -11,19 +12,25 @@ from agents.dqn_agent import DQNAgent
 from agents.ppo_agent import PPOAgent
 from agents.random_agent import RandomAgent
 from harness.bench.step import InProcessClient
+from mistk_rl.errors import IllegalState, InvalidRequest
 from mistk_rl.framework.agent import rounds
 from mistk_rl.sdk.client import ServiceError
-from mistk_rl.errors import IllegalState, InvalidRequest
+from mistk_rl.sdk.stepping import LocalInference, LocalStepper
 from mistk_rl.service.handlers import AgentService
 from mistk_rl.spaces import space_to_dict
-from mistk_rl.sdk.stepping import LocalInference, LocalStepper
 from tests.conftest import GYM_ORCHESTRATOR, RANDOM_AGENT
 from tests.test_step_columns import SPACES, _service, _train
 
-DQN = {"log_every": 0, "train": {"learning_starts": 40, "train_freq": 10, "gradient_steps": 5},
-       "policy": {"model": {"hidden_sizes": [32]}, "learn": {"batch_size": 16}}}
-PPO = {"log_every": 0, "train": {"n_steps": 64},
-       "policy": {"learn": {"epochs": 2, "batch_size": 32}}}
+DQN = {
+    "log_every": 0,
+    "train": {"learning_starts": 40, "train_freq": 10, "gradient_steps": 5},
+    "policy": {"model": {"hidden_sizes": [32]}, "learn": {"batch_size": 16}},
+}
+PPO = {
+    "log_every": 0,
+    "train": {"n_steps": 64},
+    "policy": {"learn": {"epochs": 2, "batch_size": 32}},
+}
 
 
 def _ready(service: AgentService) -> InProcessClient:
@@ -34,8 +41,14 @@ def _ready(service: AgentService) -> InProcessClient:
 def _rows(n: int, env: int = 0, start: float = 0.0) -> dict:
     """replayColumns' body: `n` CartPole steps of env copy `env`, obs start, start+1, ..."""
     obs = (start + np.arange(n, dtype=np.float32))[:, None].repeat(4, 1) / 100
-    return {"envs": np.full(n, env), "obs": obs, "actions": np.arange(n) % 2,
-            "rewards": np.ones(n), "nextObs": obs + 0.01, "terminated": np.zeros(n, bool)}
+    return {
+        "envs": np.full(n, env),
+        "obs": obs,
+        "actions": np.arange(n) % 2,
+        "rewards": np.ones(n),
+        "nextObs": obs + 0.01,
+        "terminated": np.zeros(n, bool),
+    }
 
 
 def test_rounds_keep_each_keys_rows_in_order():
@@ -83,9 +96,15 @@ def test_rows_of_one_env_copy_reach_the_learner_in_order(tmp_path):
     service.episodeStarted({"obs": {"p": [0, 0, 0, 0]}})
     copy = InProcessClient(service).get_policy(weights=False)
     assert set(copy.extras) == {"action", "log_prob", "value", "action_mask"}
-    body = {**_rows(3), "envs": np.array([0, 1, 0]),
-            "extras": {"action": np.array([0, 1, 0]), "log_prob": np.full(3, -0.7),
-                       "value": np.zeros(3)}}
+    body = {
+        **_rows(3),
+        "envs": np.array([0, 1, 0]),
+        "extras": {
+            "action": np.array([0, 1, 0]),
+            "log_prob": np.full(3, -0.7),
+            "value": np.zeros(3),
+        },
+    }
     service.replayColumns(body)
     rollout = service.agent.trainer._rollout
     assert [round(float(t["obs"][0]) * 100) for t in rollout[0]] == [0, 2]
@@ -93,20 +112,26 @@ def test_rows_of_one_env_copy_reach_the_learner_in_order(tmp_path):
     assert service.agent.learner.env_steps == 3
 
 
-@pytest.mark.parametrize("change, match", [
-    ({"extras": {"q": np.zeros(3)}}, "unknown: \\['q'\\]"),
-    ({"extras": {"log_prob": np.zeros(3), "value": np.zeros(3)}}, "missing: \\['action'\\]"),
-    ({"extras": {"action": np.zeros(3), "log_prob": np.zeros((3, 2)), "value": np.zeros(3)}},
-     "rows of shape \\(\\)"),
-    ({"actions": np.array([0, 5, 1])}, "actions"),
-    ({"rewards": np.array([1.0, np.nan, 1.0])}, "rewards"),
-    ({"nextObs": np.zeros((2, 4))}, "nextObs: 2 rows"),
-])
+@pytest.mark.parametrize(
+    "change, match",
+    [
+        ({"extras": {"q": np.zeros(3)}}, "unknown: \\['q'\\]"),
+        ({"extras": {"log_prob": np.zeros(3), "value": np.zeros(3)}}, "missing: \\['action'\\]"),
+        (
+            {"extras": {"action": np.zeros(3), "log_prob": np.zeros((3, 2)), "value": np.zeros(3)}},
+            "rows of shape \\(\\)",
+        ),
+        ({"actions": np.array([0, 5, 1])}, "actions"),
+        ({"rewards": np.array([1.0, np.nan, 1.0])}, "rewards"),
+        ({"nextObs": np.zeros((2, 4))}, "nextObs: 2 rows"),
+    ],
+)
 def test_bad_experience_is_refused_and_changes_nothing(tmp_path, change, match):
     service = _service(tmp_path, PPOAgent(), PPO)
     service.episodeStarted({"obs": {"p": [0, 0, 0, 0]}})
-    good = {"extras": {"action": np.array([0, 1, 0]), "log_prob": np.zeros(3),
-                       "value": np.zeros(3)}}
+    good = {
+        "extras": {"action": np.array([0, 1, 0]), "log_prob": np.zeros(3), "value": np.zeros(3)}
+    }
     with pytest.raises(InvalidRequest, match=match):
         service.replayColumns({**_rows(3), **good, **change})
     assert service.agent.learner.env_steps == 0 and not service.agent.trainer._rollout
@@ -128,14 +153,19 @@ def test_copies_are_refused_where_there_is_none(tmp_path):
 
 
 def test_weights_come_back_only_when_sync_every_updates_are_due(tmp_path):
-    service = _service(tmp_path, DQNAgent(), {**DQN, "train": {
-        "learning_starts": 4, "train_freq": 4, "gradient_steps": 1},
-        "policy": {"learn": {"batch_size": 4}, "model": {"hidden_sizes": [8]}}})
+    service = _service(
+        tmp_path,
+        DQNAgent(),
+        {
+            **DQN,
+            "train": {"learning_starts": 4, "train_freq": 4, "gradient_steps": 1},
+            "policy": {"learn": {"batch_size": 4}, "model": {"hidden_sizes": [8]}},
+        },
+    )
     service.episodeStarted({"obs": {"p": [0, 0, 0, 0]}})
     answer, _, _ = service.replayColumns({**_rows(8), "weightsVersion": 0, "syncEvery": 2})
     assert answer["version"] == 1 and "weights" not in answer  # 1 update: not yet 2
-    answer, _, _ = service.replayColumns({**_rows(4, start=8), "weightsVersion": 0,
-                                          "syncEvery": 2})
+    answer, _, _ = service.replayColumns({**_rows(4, start=8), "weightsVersion": 0, "syncEvery": 2})
     assert answer["version"] == 2 and answer["envSteps"] == 12
     assert answer["weights"]["names"] == list(service.agent.policy.model.state_dict())
 
@@ -152,16 +182,33 @@ def test_policy_copies_and_experience_over_http(launch, binary):
     copy = agent.get_policy()
     assert copy.policy == "DQNPolicy" and copy.warmup_until == 40 and copy.version == 0
     assert all(w.dtype == np.float32 for w in copy.weights.values())
-    assert copy.weights.keys() == {"encoder.mlp.net.0.weight", "encoder.mlp.net.0.bias",
-                                   "head.out.net.0.weight", "head.out.net.0.bias"}
+    assert copy.weights.keys() == {
+        "encoder.mlp.net.0.weight",
+        "encoder.mlp.net.0.bias",
+        "head.out.net.0.weight",
+        "head.out.net.0.bias",
+    }
     agent.episode_started({"p": [0, 0, 0, 0]})
     rows = _rows(48)
-    learned = agent.replay_columns(rows["envs"], rows["obs"], rows["actions"], rows["rewards"],
-                                   rows["nextObs"], rows["terminated"])
+    learned = agent.replay_columns(
+        rows["envs"],
+        rows["obs"],
+        rows["actions"],
+        rows["rewards"],
+        rows["nextObs"],
+        rows["terminated"],
+    )
     assert learned.env_steps == 48 and learned.version > 0 and learned.weights
     with pytest.raises(ServiceError, match="extras"):
-        agent.replay_columns(rows["envs"], rows["obs"], rows["actions"], rows["rewards"],
-                             rows["nextObs"], rows["terminated"], extras={"x": np.zeros(48)})
+        agent.replay_columns(
+            rows["envs"],
+            rows["obs"],
+            rows["actions"],
+            rows["rewards"],
+            rows["nextObs"],
+            rows["terminated"],
+            extras={"x": np.zeros(48)},
+        )
     assert agent.status().payload["envSteps"] == 48
 
 
@@ -176,14 +223,16 @@ def test_the_gym_orchestrator_runs_a_copy_when_asked(launch):
     agent.build_model()
     orch.register_agent("player", agent_service.url, local_inference=True)
     local = {"player": {"localInference": {"batchSteps": 32}}}
-    orch.start_episode({"numSteps": 200, "seed": 0, "numEnvs": 2, "agents": local},
-                       wait=True, timeout=120)
+    orch.start_episode(
+        {"numSteps": 200, "seed": 0, "numEnvs": 2, "agents": local}, wait=True, timeout=120
+    )
     orch.stop_episode()
     payload = agent.status().payload
     assert payload["envSteps"] == orch.status().payload["envSteps"] >= 200
     assert payload["updates"] > 0
-    orch.start_episode({"numEpisodes": 2, "seed": 5, "train": False, "agents": local},
-                       wait=True, timeout=120)
+    orch.start_episode(
+        {"numEpisodes": 2, "seed": 5, "train": False, "agents": local}, wait=True, timeout=120
+    )
     orch.stop_episode()
     assert agent.status().payload["envSteps"] == payload["envSteps"]  # eval: no experience
     random_service = launch("agent", RANDOM_AGENT)
@@ -204,9 +253,13 @@ def test_the_gym_orchestrator_runs_a_copy_when_asked(launch):
         orch.start_episode({"numSteps": 10, "agents": local})
 
 
-@pytest.mark.parametrize("policy_cls, config", [
-    ("mistk_rl.rl.policies.dqn:DQNPolicy", {"model": {"hidden_sizes": [32]}}),
-    ("mistk_rl.rl.policies.ppo:PPOPolicy", {})])
+@pytest.mark.parametrize(
+    "policy_cls, config",
+    [
+        ("mistk_rl.rl.policies.dqn:DQNPolicy", {"model": {"hidden_sizes": [32]}}),
+        ("mistk_rl.rl.policies.ppo:PPOPolicy", {}),
+    ],
+)
 def test_a_policy_built_to_act_only_acts_as_one_that_learns(policy_cls, config):
     """A copy is built with learns=False: no optimiser (whose first construction imports
     torch._dynamo) and no target network; seeded alike, it acts as the learning policy."""
@@ -220,7 +273,7 @@ def test_a_policy_built_to_act_only_acts_as_one_that_learns(policy_cls, config):
     assert hasattr(learning, "optimizer") and not hasattr(acting, "optimizer")
     assert not hasattr(acting, "target")
     with pytest.raises(RuntimeError, match="learns=False"):
-        acting.learn_mode
+        acting.learn_mode  # noqa: B018 - the attribute read is what raises
     obs = torch.as_tensor(np.random.default_rng(0).normal(size=(32, 4)), dtype=torch.float32)
     for step in (0, 5000, 20000):  # exploring, then mostly greedy
         with torch.no_grad():
@@ -233,8 +286,9 @@ def test_spaces_of_the_copy_are_the_agents(tmp_path):
     service = _service(tmp_path, PPOAgent(), PPO)
     copy = InProcessClient(service).get_policy(weights=False)
     env = gym.make("CartPole-v1")
-    assert copy.observation_space.model_dump(by_alias=True, exclude_none=True) == \
-        space_to_dict(env.observation_space)
+    assert copy.observation_space.model_dump(by_alias=True, exclude_none=True) == space_to_dict(
+        env.observation_space
+    )
     assert copy.weights is None
 
 
@@ -256,14 +310,18 @@ def test_a_copy_sends_each_env_copys_steps_in_time_order(tmp_path):
     o = lambda v: np.full(4, v, np.float32)  # noqa: E731
     stepper.step({0: o(0.1), 1: o(0.2)}, {})  # batch A: both copies act
     stepper.step({1: o(0.3)}, {1: StepOutcome(o(0.3), 1.0, False, False)})  # B: copy 1 only
-    stepper.step({}, {1: StepOutcome(o(0.4), 1.0, False, False),  # B's outcome before A's
-                      0: StepOutcome(o(0.5), 1.0, True, False)})
+    stepper.step(
+        {},
+        {
+            1: StepOutcome(o(0.4), 1.0, False, False),  # B's outcome before A's
+            0: StepOutcome(o(0.5), 1.0, True, False),
+        },
+    )
     assert sent == [([1, 0, 1], [0.2, 0.1, 0.3])]  # A's rows, then B's
     assert service.agent.learner.env_steps == 3
 
 
-def test_a_run_config_with_a_copy_registers_it_so_and_trains_through_it(tmp_path,
-                                                                        monkeypatch):
+def test_a_run_config_with_a_copy_registers_it_so_and_trains_through_it(tmp_path, monkeypatch):
     """The harness registers an agent whose entry has local_inference with
     localInference=true: a run trains and evaluates through the copy, and an agent that
     offers no copy stops the run at registration, before any episode, naming why."""
@@ -274,20 +332,34 @@ def test_a_run_config_with_a_copy_registers_it_so_and_trains_through_it(tmp_path
     monkeypatch.chdir(REPO)
 
     def config(target: str, hyperparameters: dict) -> RunConfig:
-        return RunConfig.model_validate({
-            "name": "local_smoke",
-            "orchestrator": {"target": GYM_ORCHESTRATOR, "env": {"id": "CartPole-v1"}},
-            "agents": [{"name": "player", "target": target,
+        return RunConfig.model_validate(
+            {
+                "name": "local_smoke",
+                "orchestrator": {"target": GYM_ORCHESTRATOR, "env": {"id": "CartPole-v1"}},
+                "agents": [
+                    {
+                        "name": "player",
+                        "target": target,
                         "hyperparameters": hyperparameters,
-                        "local_inference": {"batch_steps": 32}}],
-            "training": {"env_steps": 400, "eval_every": 200, "eval_episodes": 2,
-                         "num_envs": 2}})
+                        "local_inference": {"batch_steps": 32},
+                    }
+                ],
+                "training": {
+                    "env_steps": 400,
+                    "eval_every": 200,
+                    "eval_episodes": 2,
+                    "num_envs": 2,
+                },
+            }
+        )
 
-    results = run(config("agents.dqn_agent:DQNAgent", DQN), tmp_path / "dqn",
-                  say=lambda _: None)
+    results = run(config("agents.dqn_agent:DQNAgent", DQN), tmp_path / "dqn", say=lambda _: None)
     assert [e["env_steps"] for e in results["evals"]] == [200, 400]
     said: list[str] = []
-    with pytest.raises(Exception, match=r"localInference: agent 'player' .* offers no policy "
-                                        r"copy \(it does not list the capability 'local'\)"):
+    with pytest.raises(
+        Exception,
+        match=r"localInference: agent 'player' .* offers no policy "
+        r"copy \(it does not list the capability 'local'\)",
+    ):
         run(config(RANDOM_AGENT, {"seed": 0}), tmp_path / "random", say=said.append)
     assert not any("eval at" in line for line in said)

@@ -1,5 +1,6 @@
 """The 0.1 module names (`mistk_rl.client`, ...) still import, for one release, with a
 DeprecationWarning, and give the very objects of the modules they moved to."""
+
 from __future__ import annotations
 
 import importlib
@@ -30,6 +31,7 @@ def test_the_users_import_of_0_1_works():
     with pytest.warns(DeprecationWarning) as caught:
         from mistk_rl.client import AgentClient
     from mistk_rl.sdk.client import AgentClient as moved
+
     assert AgentClient is moved
     assert caught[0].filename == __file__  # the warning names the line with the old import
 
@@ -37,7 +39,10 @@ def test_the_users_import_of_0_1_works():
 def test_a_pickle_naming_an_old_path_loads():
     """A checkpoint or result pickled by 0.1 names its classes by the old module paths."""
     from mistk_rl.framework.agent import EpisodeInfo
-    old = pickle.dumps(EpisodeInfo, protocol=0).replace(b"mistk_rl.framework.agent", b"mistk_rl.agent")
+
+    old = pickle.dumps(EpisodeInfo, protocol=0).replace(
+        b"mistk_rl.framework.agent", b"mistk_rl.agent"
+    )
     assert b"mistk_rl.agent" in old
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", DeprecationWarning)
@@ -48,8 +53,17 @@ def test_the_new_names_import_without_a_warning():
     """The package itself uses no old name: importing every new module warns of none."""
     modules = sorted(set(MOVED.values()) | {"mistk_rl.service.server", "harness.cli"})
     done = subprocess.run(
-        [sys.executable, "-W", "error::DeprecationWarning:mistk_rl._moved", "-c",
-         f"import {', '.join(modules)}"], capture_output=True, text=True, timeout=120)
+        [
+            sys.executable,
+            "-W",
+            "error::DeprecationWarning:mistk_rl._moved",
+            "-c",
+            f"import {', '.join(modules)}",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 0, done.stderr[-2000:]
 
 
@@ -58,12 +72,16 @@ def test_a_name_that_never_existed_is_still_an_import_error():
         importlib.import_module("mistk_rl.no_such_module")
 
 
-@pytest.mark.parametrize("module, old, new", [
-    ("mistk_rl.errors", "NotFound", "ResourceNotFound"),
-    ("mistk_rl.sdk.stepping", "Outcome", "StepOutcome"),
-    ("mistk_rl.framework.agent", "PolicyCopy", "PolicyDescription"),
-    ("mistk_rl.rl.config", "ConfigError", "AgentConfigError"),
-    ("harness.config", "ConfigError", "RunConfigError")])
+@pytest.mark.parametrize(
+    "module, old, new",
+    [
+        ("mistk_rl.errors", "NotFound", "ResourceNotFound"),
+        ("mistk_rl.sdk.stepping", "Outcome", "StepOutcome"),
+        ("mistk_rl.framework.agent", "PolicyCopy", "PolicyDescription"),
+        ("mistk_rl.rl.config", "ConfigError", "AgentConfigError"),
+        ("harness.config", "ConfigError", "RunConfigError"),
+    ],
+)
 def test_a_renamed_name_warns_and_gives_the_new_object(module, old, new):
     """Names that collided with another's (two `Outcome`s, two `ConfigError`s, ...) were
     renamed to say what they are; 0.1's name still gives the object, with a warning."""

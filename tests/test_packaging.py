@@ -2,6 +2,7 @@
 package and the OpenAPI contracts, and runs the README's main job. An editable install (the
 rest of the suite) hides a package left out of the wheel: setup.cfg's hand-written list once
 left out mistk_rl.thinker, and only the Docker image noticed."""
+
 from __future__ import annotations
 
 import json
@@ -42,10 +43,10 @@ print(json.dumps({"modules": modules, "outside": outside, "specs": specs, "typed
 """ % (TOPS,)
 
 
-def _run(cmd: list[str], cwd: Path, timeout: float, env: dict | None = None
-         ) -> subprocess.CompletedProcess:
-    done = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=timeout,
-                          env=env)
+def _run(
+    cmd: list[str], cwd: Path, timeout: float, env: dict | None = None
+) -> subprocess.CompletedProcess:
+    done = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=timeout, env=env)
     assert done.returncode == 0, f"{cmd}\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
     return done
 
@@ -54,8 +55,11 @@ def _dependency_dirs() -> list[str]:
     """The site-packages this pytest imports its dependencies from: a user's venv, CI's, or
     the system interpreter's. A venv made with ``system_site_packages`` would see only the
     base interpreter's, which in a user's venv holds none of them."""
-    dirs = [*site.getsitepackages(), sysconfig.get_paths()["purelib"],
-            sysconfig.get_paths()["platlib"]]
+    dirs = [
+        *site.getsitepackages(),
+        sysconfig.get_paths()["purelib"],
+        sysconfig.get_paths()["platlib"],
+    ]
     if site.ENABLE_USER_SITE:
         dirs.append(site.getusersitepackages())
     return list(dict.fromkeys(d for d in dirs if Path(d).is_dir()))
@@ -80,18 +84,49 @@ def wheel_venv(tmp_path_factory) -> tuple[Path, Path]:
             (source / name).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(REPO / name, source / name)
     dist = root / "dist"
-    _run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation",
-          "-q", "-w", str(dist), str(source)], root, 300)
+    _run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--no-deps",
+            "--no-build-isolation",
+            "-q",
+            "-w",
+            str(dist),
+            str(source),
+        ],
+        root,
+        300,
+    )
     (wheel,) = dist.glob("mistk_rl-*.whl")
     env_dir = root / "venv"
     venv.create(env_dir, system_site_packages=False, with_pip=False)
     python = env_dir / "bin" / "python"
-    site_dir = Path(_run([str(python), "-c",
-                          "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-                         root, 60).stdout.strip())
+    site_dir = Path(
+        _run(
+            [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+            root,
+            60,
+        ).stdout.strip()
+    )
     (site_dir / "zz_dependencies.pth").write_text("\n".join(_dependency_dirs()) + "\n")
-    _run([sys.executable, "-m", "pip", "--python", str(python), "install", "-q",
-          "--no-index", str(wheel)], root, 300)
+    _run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "--python",
+            str(python),
+            "install",
+            "-q",
+            "--no-index",
+            str(wheel),
+        ],
+        root,
+        300,
+    )
     return python, site_dir
 
 
@@ -99,9 +134,12 @@ def test_wheel_imports_every_module_from_the_install(wheel_venv, tmp_path):
     python, site = wheel_venv
     done = _run([str(python), "-c", IMPORT_ALL, str(site)], tmp_path, 300)
     report = json.loads(done.stdout.strip().splitlines()[-1])
-    expected = {".".join(p.relative_to(REPO).with_suffix("").parts).removesuffix(".__init__")
-                for top in TOPS for p in (REPO / top).rglob("*.py")
-                if p.name != "__main__.py"}
+    expected = {
+        ".".join(p.relative_to(REPO).with_suffix("").parts).removesuffix(".__init__")
+        for top in TOPS
+        for p in (REPO / top).rglob("*.py")
+        if p.name != "__main__.py"
+    }
     assert expected <= set(report["modules"]), sorted(expected - set(report["modules"]))
     assert report["outside"] == []
     assert report["specs"] == ["agent.yaml", "orchestrator.yaml"]
@@ -116,11 +154,23 @@ def test_wheel_runs_the_main_job(wheel_venv, tmp_path):
     python, _ = wheel_venv
     shutil.copytree(REPO / "configs", tmp_path / "configs")
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    _run([str(python.parent / "mistk-rl"), "run", "configs/cartpole_random.yaml", "--quiet",
-          "--out", str(tmp_path / "run")], tmp_path, 300, env=env)
+    _run(
+        [
+            str(python.parent / "mistk-rl"),
+            "run",
+            "configs/cartpole_random.yaml",
+            "--quiet",
+            "--out",
+            str(tmp_path / "run"),
+        ],
+        tmp_path,
+        300,
+        env=env,
+    )
     results = json.loads((tmp_path / "run" / "results.json").read_text())
-    episodes = [json.loads(line)
-                for line in (tmp_path / "run" / "episodes.jsonl").read_text().splitlines()]
+    episodes = [
+        json.loads(line) for line in (tmp_path / "run" / "episodes.jsonl").read_text().splitlines()
+    ]
     assert results["episode_count"] == len(episodes)
     assert len(episodes) == 3 and all(e["length"] >= 1 for e in episodes)
     assert all(e["return"] == e["length"] for e in episodes)  # CartPole: +1 a step

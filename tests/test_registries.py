@@ -1,5 +1,6 @@
 """Extension points are declared once (`mistk_rl.registry`): the specs' enums, the request
 models and the messages all read the registries."""
+
 from __future__ import annotations
 
 import pytest
@@ -53,6 +54,7 @@ def test_registry_refuses_twins_and_suggests_names():
 def test_a_new_opponent_is_declared_by_its_class_alone():
     """Writing the class registers it: the spec, exhaustive evaluations and the opponent
     agents then know it."""
+
     class Corner(UniformOpponent):
         name, label = "test_corner", "corner"
 
@@ -72,16 +74,20 @@ def test_request_models_check_opponents_against_the_registry():
         ExhaustiveSpec(agent="a", opponent="tictactoe_perfec")
 
 
-ORCHESTRATORS = ["orchestrators.gym_orchestrator:GymOrchestrator",
-                 "orchestrators.game_orchestrator:GameOrchestrator",
-                 "orchestrators.league_orchestrator:LeagueOrchestrator"]
+ORCHESTRATORS = [
+    "orchestrators.gym_orchestrator:GymOrchestrator",
+    "orchestrators.game_orchestrator:GameOrchestrator",
+    "orchestrators.league_orchestrator:LeagueOrchestrator",
+]
 
 
 def _classes():
     import importlib
 
-    return [getattr(importlib.import_module(m), c) for m, c in
-            (target.split(":") for target in ORCHESTRATORS)]
+    return [
+        getattr(importlib.import_module(m), c)
+        for m, c in (target.split(":") for target in ORCHESTRATORS)
+    ]
 
 
 def _aliases(model) -> set[str]:
@@ -104,17 +110,27 @@ def test_an_option_of_another_orchestrator_is_refused_by_name():
     from mistk_rl.service.handlers import refuse_unknown_options
 
     gym, game, league = _classes()
-    refuse_unknown_options({"numEnvs": 4, "envManager": "subprocess"}, gym.episode_settings,
-                           "startEpisode", "GymOrchestrator")
+    refuse_unknown_options(
+        {"numEnvs": 4, "envManager": "subprocess"},
+        gym.episode_settings,
+        "startEpisode",
+        "GymOrchestrator",
+    )
     with pytest.raises(InvalidRequest, match="'envManager'.*GameOrchestrator"):
-        refuse_unknown_options({"numEnvs": 4, "envManager": "subprocess"},
-                               game.episode_settings, "startEpisode", "GameOrchestrator")
+        refuse_unknown_options(
+            {"numEnvs": 4, "envManager": "subprocess"},
+            game.episode_settings,
+            "startEpisode",
+            "GameOrchestrator",
+        )
     with pytest.raises(InvalidRequest, match="Did you mean 'numEpisodes'"):
-        refuse_unknown_options({"numEpisode": 4}, gym.episode_settings, "startEpisode",
-                               "GymOrchestrator")
+        refuse_unknown_options(
+            {"numEpisode": 4}, gym.episode_settings, "startEpisode", "GymOrchestrator"
+        )
     with pytest.raises(InvalidRequest, match="'league'"):
-        refuse_unknown_options({"id": "x", "league": {}}, gym.env_settings, "env",
-                               "GymOrchestrator")
+        refuse_unknown_options(
+            {"id": "x", "league": {}}, gym.env_settings, "env", "GymOrchestrator"
+        )
 
 
 def test_a_new_player_type_is_declared_by_its_class_alone():
@@ -132,8 +148,9 @@ def test_a_new_player_type_is_declared_by_its_class_alone():
 
     try:
         assert LeaguePlayerSpec(id="s", type="test_sparring").type == "test_sparring"
-        league = LeagueManager.create([{"type": "test_sparring", "id": "s", "checkpoint": "c"}],
-                                      one_phase_step=10)
+        league = LeagueManager.create(
+            [{"type": "test_sparring", "id": "s", "checkpoint": "c"}], one_phase_step=10
+        )
         assert league.state_dict()["active"][0]["type"] == "test_sparring"
         assert type(LeagueManager.from_state(league.state_dict()).active["s"]) is Sparring
     finally:
@@ -147,8 +164,12 @@ def test_a_null_option_is_not_set_wherever_it_belongs():
     from mistk_rl.service.handlers import refuse_unknown_options
 
     gym, game, _ = _classes()
-    assert refuse_unknown_options({"numEpisodes": 2, "maxSteps": None, "lineup": None},
-                                  game.episode_settings, "startEpisode", "GameOrchestrator") \
-        == {"numEpisodes": 2}
-    assert refuse_unknown_options({"id": "x", "league": None}, gym.env_settings, "env",
-                                  "GymOrchestrator") == {"id": "x"}
+    assert refuse_unknown_options(
+        {"numEpisodes": 2, "maxSteps": None, "lineup": None},
+        game.episode_settings,
+        "startEpisode",
+        "GameOrchestrator",
+    ) == {"numEpisodes": 2}
+    assert refuse_unknown_options(
+        {"id": "x", "league": None}, gym.env_settings, "env", "GymOrchestrator"
+    ) == {"id": "x"}

@@ -1,4 +1,5 @@
 """DQN and PPO agents over HTTP: config errors, checkpoints, and learning that beats random."""
+
 from __future__ import annotations
 
 import shutil
@@ -16,16 +17,25 @@ from tests.conftest import GYM_ORCHESTRATOR
 
 DQN, PPO = "agents.dqn_agent:DQNAgent", "agents.ppo_agent:PPOAgent"
 CARTPOLE = gym.make("CartPole-v1")
-SPACES = {"observationSpace": space_to_dict(CARTPOLE.observation_space),
-          "actionSpace": space_to_dict(CARTPOLE.action_space)}
-FAST_DQN = {"seed": 0, "log_every": 50,
-            "policy": {"model": {"hidden_sizes": [64, 64]},
-                       "learn": {"lr": 1e-3, "target": {"every": 100}},
-                       "collect": {"eps": {"type": "linear", "start": 1.0, "end": 0.05,
-                                           "duration": 2500}}},
-            "train": {"learning_starts": 500, "train_freq": 50, "gradient_steps": 50}}
-FAST_PPO = {"seed": 0, "train": {"n_steps": 512},
-            "policy": {"learn": {"lr": 3e-3, "epochs": 10, "batch_size": 128}}}
+SPACES = {
+    "observationSpace": space_to_dict(CARTPOLE.observation_space),
+    "actionSpace": space_to_dict(CARTPOLE.action_space),
+}
+FAST_DQN = {
+    "seed": 0,
+    "log_every": 50,
+    "policy": {
+        "model": {"hidden_sizes": [64, 64]},
+        "learn": {"lr": 1e-3, "target": {"every": 100}},
+        "collect": {"eps": {"type": "linear", "start": 1.0, "end": 0.05, "duration": 2500}},
+    },
+    "train": {"learning_starts": 500, "train_freq": 50, "gradient_steps": 50},
+}
+FAST_PPO = {
+    "seed": 0,
+    "train": {"n_steps": 512},
+    "policy": {"learn": {"lr": 3e-3, "epochs": 10, "batch_size": 128}},
+}
 
 
 @pytest.mark.parametrize("target", [DQN, PPO])
@@ -60,8 +70,14 @@ def _greedy(agent, observations):
 def test_checkpoint_round_trip_through_the_service(launch, source):
     # checkpoint_every 10: after each burst of 10 updates, the last one at env step 120
     periodic = {"checkpoint_every": 10} if source == "checkpoint_every" else {}
-    service, agent = _registered(launch, {**FAST_DQN, **periodic, "train": {
-        "learning_starts": 50, "train_freq": 10, "gradient_steps": 10}})
+    service, agent = _registered(
+        launch,
+        {
+            **FAST_DQN,
+            **periodic,
+            "train": {"learning_starts": 50, "train_freq": 10, "gradient_steps": 10},
+        },
+    )
     assert (service.data_dir / "config.yaml").exists()
     merged = yaml.safe_load((service.data_dir / "config.yaml").read_text())
     assert merged["policy"]["learn"]["gamma"] == 0.99 and merged["train"]["train_freq"] == 10
@@ -71,9 +87,16 @@ def test_checkpoint_round_trip_through_the_service(launch, source):
     for _ in range(120):
         action = agent.get_action({"p": obs})["p"]
         new_obs, reward, term, trunc, _ = env.step(action)
-        agent.replay_action({"prevObs": {"p": obs}, "actions": {"p": action},
-                             "rewards": {"p": reward}, "newObs": {"p": new_obs},
-                             "terminated": {"p": term}, "truncated": {"p": trunc}})
+        agent.replay_action(
+            {
+                "prevObs": {"p": obs},
+                "actions": {"p": action},
+                "rewards": {"p": reward},
+                "newObs": {"p": new_obs},
+                "terminated": {"p": term},
+                "truncated": {"p": trunc},
+            }
+        )
         obs = new_obs if not (term or trunc) else env.reset()[0]
     agent.episode_stopped()
     progress = agent.status().payload
@@ -124,20 +147,33 @@ def _random_mean(episodes: int, seed: int) -> float:
     return float(np.mean(returns))
 
 
-@pytest.mark.parametrize("target, hparams, steps", [(DQN, FAST_DQN, 5000),
-                                                    (PPO, FAST_PPO, 8192)])
+@pytest.mark.parametrize("target, hparams, steps", [(DQN, FAST_DQN, 5000), (PPO, FAST_PPO, 8192)])
 def test_learning_smoke_over_http(tmp_path, monkeypatch, target, hparams, steps):
     """A small budget over real services must clearly beat a random policy (~22)."""
     from tests.conftest import REPO
 
     monkeypatch.chdir(REPO)
-    config = RunConfig.model_validate({
-        "name": "smoke", "orchestrator": {"target": GYM_ORCHESTRATOR,
-                                          "env": {"id": "CartPole-v1"}},
-        "agents": [{"name": "player", "target": target, "hyperparameters": hparams,
-                    "save_path": "final.pt"}],
-        "training": {"env_steps": steps, "eval_every": steps // 2, "eval_episodes": 5,
-                     "eval_seed": 500, "stop_value": 200}})
+    config = RunConfig.model_validate(
+        {
+            "name": "smoke",
+            "orchestrator": {"target": GYM_ORCHESTRATOR, "env": {"id": "CartPole-v1"}},
+            "agents": [
+                {
+                    "name": "player",
+                    "target": target,
+                    "hyperparameters": hparams,
+                    "save_path": "final.pt",
+                }
+            ],
+            "training": {
+                "env_steps": steps,
+                "eval_every": steps // 2,
+                "eval_episodes": 5,
+                "eval_seed": 500,
+                "stop_value": 200,
+            },
+        }
+    )
     results = run(config, tmp_path / "run", say=lambda _: None)
     random_mean = _random_mean(5, 500)
     best = max(e["mean_return"] for e in results["evals"])
@@ -146,9 +182,8 @@ def test_learning_smoke_over_http(tmp_path, monkeypatch, target, hparams, steps)
     played = [e for e in read_episodes(tmp_path / "run") if not e["train"]]
     assert len(played) == 5 * len(results["evals"])
     for first in range(0, len(played), 5):
-        batch = played[first:first + 5]
-        assert sorted((e["envIndex"], e["seed"]) for e in batch) == [(i, 500 + i)
-                                                                     for i in range(5)]
+        batch = played[first : first + 5]
+        assert sorted((e["envIndex"], e["seed"]) for e in batch) == [(i, 500 + i) for i in range(5)]
     for name in ("evals.csv", "learning_curve.png", "results.json", "config.yaml"):
         assert (tmp_path / "run" / name).exists()
     assert list((tmp_path / "run" / "tensorboard").glob("events.out.tfevents.*"))

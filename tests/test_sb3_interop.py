@@ -1,6 +1,7 @@
 """Interop with Stable-Baselines3 both ways, over HTTP: an SB3 model served as an agent
 (`agents/sb3_agent.py`) plays a game and acts as SB3 itself does; a served agent is a
 policy object (`mistk_rl.sdk.served_policy.ServedPolicy`) that SB3's `evaluate_policy` drives."""
+
 from __future__ import annotations
 
 import gymnasium as gym
@@ -41,15 +42,24 @@ def _episodes(policy, seed: int = 7, n: int = 2) -> list[float]:
 def test_an_sb3_model_served_acts_as_sb3_does(launch, algo):
     """SB3's evaluate_policy on the same seeded envs: the model in-process and the model
     served by SB3Agent, reached through ServedPolicy, play the same episodes."""
-    model = getattr(sb3, algo)("MlpPolicy", "CartPole-v1", seed=0, device="cpu",
-                               policy_kwargs={"net_arch": [32]})
+    model = getattr(sb3, algo)(
+        "MlpPolicy", "CartPole-v1", seed=0, device="cpu", policy_kwargs={"net_arch": [32]}
+    )
     if algo == "DQN":  # (a fresh DQN's Q-values are near-ties: let it see a little)
         model.exploration_rate = 0.0
     _, client = _served_sb3(launch, model, "cartpole.zip")  # (algo read from the zip)
     env = gym.make("CartPole-v1")
-    wrong = {"name": "p", "observationSpace": {"type": "Box", "shape": [3], "dtype": "float32",
-                                               "low": [-1.0] * 3, "high": [1.0] * 3},
-             "actionSpace": {"type": "Discrete", "n": 2}}
+    wrong = {
+        "name": "p",
+        "observationSpace": {
+            "type": "Box",
+            "shape": [3],
+            "dtype": "float32",
+            "low": [-1.0] * 3,
+            "high": [1.0] * 3,
+        },
+        "actionSpace": {"type": "Discrete", "n": 2},
+    }
     with pytest.raises(BadRequest, match="trained on the observation space Box"):
         client.agent_registered(wrong)
     with ServedPolicy(client, env.observation_space, env.action_space) as served:
@@ -83,11 +93,15 @@ def test_an_sb3_model_plays_a_game_within_its_action_masks(launch):
     orch = launch("orchestrator", GAME).client()
     orch.initialize({"id": "classic/tictactoe-v3"}, agents_needed=2)
     for name, algo in (("ppo", sb3.PPO), ("dqn", sb3.DQN)):
-        service, _ = _served_sb3(launch, algo("MlpPolicy", Board(), seed=0, device="cpu"),
-                                 f"{name}.zip", algo=name)
+        service, _ = _served_sb3(
+            launch, algo("MlpPolicy", Board(), seed=0, device="cpu"), f"{name}.zip", algo=name
+        )
         orch.register_agent(name, service.url, skip_train=True)
-    orch.start_episode({"numEpisodes": 12, "numEnvs": 4, "seed": 0,
-                        "seatAssignment": "alternate", "train": False}, wait=True, timeout=120)
+    orch.start_episode(
+        {"numEpisodes": 12, "numEnvs": 4, "seed": 0, "seatAssignment": "alternate", "train": False},
+        wait=True,
+        timeout=120,
+    )
     results = orch.get_results()
     assert len(results.episodes) == 12
     assert sum(t["illegal"] for a in results.totals.values() for t in a.values()) == 0

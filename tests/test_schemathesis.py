@@ -2,6 +2,7 @@
 no server error, no answer outside the spec (status, content type, headers, body schema), auth
 never ignored, schema-invalid data always refused. `schemathesis.toml` holds the one setting
 that differs from the defaults, with the reason."""
+
 from __future__ import annotations
 
 import os
@@ -16,20 +17,43 @@ from tests.conftest import GYM_ORCHESTRATOR, RANDOM_AGENT, REPO
 TOKEN = "fuzz-token"
 EXAMPLES = 10  # per operation and phase: bounded, so the whole file takes under a minute
 SEED = os.environ.get("MISTK_FUZZ_SEED", "1")  # another seed explores other cases
-CARTPOLE_SPACES = {"observationSpace": {"type": "Box", "shape": [4], "dtype": "float32",
-                                        "low": [-4.8, -1e38, -0.42, -1e38],
-                                        "high": [4.8, 1e38, 0.42, 1e38]},
-                   "actionSpace": {"type": "Discrete", "n": 2}}
+CARTPOLE_SPACES = {
+    "observationSpace": {
+        "type": "Box",
+        "shape": [4],
+        "dtype": "float32",
+        "low": [-4.8, -1e38, -0.42, -1e38],
+        "high": [4.8, 1e38, 0.42, 1e38],
+    },
+    "actionSpace": {"type": "Discrete", "n": 2},
+}
 
 
 def fuzz(service, *, keep_state: bool = True) -> int:
     """Run st on the service's spec; returns the number of cases it generated."""
     role = service.role
-    cmd = [sys.executable, "-c", "from schemathesis.cli import schemathesis; schemathesis()",
-           "run", f"{service.url}/v1/mistk/{role}/openapi.json", "--checks", "all",
-           "--max-examples", str(EXAMPLES), "--workers", "1", "--seed", SEED, "--no-color",
-           "--request-timeout", "30", "-H", f"Authorization: Bearer {TOKEN}",
-           "--generation-database", "none"]  # no cases replayed from earlier runs: a seed
+    cmd = [
+        sys.executable,
+        "-c",
+        "from schemathesis.cli import schemathesis; schemathesis()",
+        "run",
+        f"{service.url}/v1/mistk/{role}/openapi.json",
+        "--checks",
+        "all",
+        "--max-examples",
+        str(EXAMPLES),
+        "--workers",
+        "1",
+        "--seed",
+        SEED,
+        "--no-color",
+        "--request-timeout",
+        "30",
+        "-H",
+        f"Authorization: Bearer {TOKEN}",
+        "--generation-database",
+        "none",
+    ]  # no cases replayed from earlier runs: a seed
     # generates the same cases on every machine (CI's clean clone has no database)
     if keep_state:  # the lifecycle state is what this run is about: do not end it
         cmd += ["--exclude-operation-id", "terminate"]
@@ -47,9 +71,11 @@ def _failures(stdout: str) -> str:
     only the last one, cut)."""
     start = stdout.find("FAILURES")
     end = stdout.find("WARNINGS", start)
-    section = stdout[start:end if end > 0 else None] if start >= 0 else stdout[-3000:]
-    return "\n".join(line if len(line) < 1500 else line[:1500] + " ..."  # long bodies
-                     for line in section.splitlines())
+    section = stdout[start : end if end > 0 else None] if start >= 0 else stdout[-3000:]
+    return "\n".join(
+        line if len(line) < 1500 else line[:1500] + " ..."  # long bodies
+        for line in section.splitlines()
+    )
 
 
 def _agent(launch):
@@ -74,8 +100,12 @@ def test_agent_in_every_resting_state(launch):
 
 
 def test_orchestrator_in_every_resting_state(launch):
-    service = launch("orchestrator", GYM_ORCHESTRATOR, token=TOKEN,
-                     extra_args=["--agent-timeout", "2", "--log-level", "warning"])
+    service = launch(
+        "orchestrator",
+        GYM_ORCHESTRATOR,
+        token=TOKEN,
+        extra_args=["--agent-timeout", "2", "--log-level", "warning"],
+    )
     agent_service = _agent(launch)
     orch = service.client(token=TOKEN)
     cases = fuzz(service)  # uninitialized

@@ -1,4 +1,5 @@
 """End to end: real gunicorn services on loopback, driven through the SDK."""
+
 from __future__ import annotations
 
 import json
@@ -6,8 +7,16 @@ import json
 import pytest
 import requests
 
-from mistk_rl.sdk.client import (AgentClient, BadRequest, Conflict, OrchestratorClient,
-                             PayloadTooLarge, ServerError, ServiceFailed, Unauthorized)
+from mistk_rl.sdk.client import (
+    AgentClient,
+    BadRequest,
+    Conflict,
+    OrchestratorClient,
+    PayloadTooLarge,
+    ServerError,
+    ServiceFailed,
+    Unauthorized,
+)
 from tests.conftest import GYM_ORCHESTRATOR, RANDOM_AGENT
 
 FLAKY = "tests.service_fixtures:FlakyAgent"
@@ -29,8 +38,9 @@ def ready_pair(launch, agent_target=RANDOM_AGENT, hyperparameters=None):
 def test_full_cartpole_run_with_random_agent(launch):
     orch, agent, _ = ready_pair(launch)
     assert agent.status().state == "ready"
-    done = orch.start_episode({"numEpisodes": 3, "seed": 7, "maxSteps": 500}, wait=True,
-                              timeout=120)
+    done = orch.start_episode(
+        {"numEpisodes": 3, "seed": 7, "maxSteps": 500}, wait=True, timeout=120
+    )
     assert done.state == "completed_episode"
     episodes = orch.get_results().episodes
     assert [e.episode for e in episodes] == [0, 1, 2]
@@ -46,8 +56,12 @@ def test_full_cartpole_run_with_random_agent(launch):
 def test_illegal_calls_get_409_and_change_nothing(launch):
     agent = launch("agent", RANDOM_AGENT).client()
     before = agent.status()
-    for call in (lambda: agent.build_model(), lambda: agent.get_action({"p": [0.0]}),
-                 lambda: agent.episode_stopped(), lambda: agent.save_model("m.json")):
+    for call in (
+        lambda: agent.build_model(),
+        lambda: agent.get_action({"p": [0.0]}),
+        lambda: agent.episode_stopped(),
+        lambda: agent.save_model("m.json"),
+    ):
         with pytest.raises(Conflict) as info:
             call()
         assert info.value.state == "started"
@@ -89,12 +103,15 @@ def test_synchronous_hook_failure_is_a_500_problem_and_failed_state(launch):
     assert agent.status().state == "failed"
 
 
-@pytest.mark.parametrize("body, content_type, fragment", [
-    (b'{"obs": {"p": [1, 2', "application/json", "Expecting"),          # malformed JSON
-    (b'{"obs": {"p": "high"}}', "application/json", "obs.p"),          # wrong type
-    (b'{"actionMask": {}}', "application/json", "'obs' is a required"),  # missing field
-    (b'{"obs": {"p": [1]}, "extra": 1}', "application/json", "extra"),  # unknown field
-])
+@pytest.mark.parametrize(
+    "body, content_type, fragment",
+    [
+        (b'{"obs": {"p": [1, 2', "application/json", "Expecting"),  # malformed JSON
+        (b'{"obs": {"p": "high"}}', "application/json", "obs.p"),  # wrong type
+        (b'{"actionMask": {}}', "application/json", "'obs' is a required"),  # missing field
+        (b'{"obs": {"p": [1]}, "extra": 1}', "application/json", "extra"),  # unknown field
+    ],
+)
 def test_bad_bodies_get_400_problem_and_change_nothing(launch, body, content_type, fragment):
     service = launch("agent", RANDOM_AGENT)
     agent = service.client()
@@ -103,8 +120,9 @@ def test_bad_bodies_get_400_problem_and_change_nothing(launch, body, content_typ
     agent.agent_registered({"name": "p", "actionSpace": {"type": "Discrete", "n": 2}})
     agent.episode_started({"p": [0.0]})
     before = agent.status()
-    response = requests.post(f"{agent.base_url}/getAction", data=body,
-                             headers={"Content-Type": content_type}, timeout=10)
+    response = requests.post(
+        f"{agent.base_url}/getAction", data=body, headers={"Content-Type": content_type}, timeout=10
+    )
     assert response.status_code == 400
     assert response.headers["Content-Type"].startswith("application/problem+json")
     assert fragment in response.json()["detail"]
@@ -146,8 +164,9 @@ def test_bad_query_and_unknown_env_are_refused(launch):
     with pytest.raises(BadRequest, match="agentsNeeded must be 1"):
         orch.initialize("CartPole-v1", agents_needed=2)
     assert orch.status().state == "uninitialized"
-    response = requests.get(f"{orch.base_url}/status", params={"resourceVersion": "soon"},
-                            timeout=10)
+    response = requests.get(
+        f"{orch.base_url}/status", params={"resourceVersion": "soon"}, timeout=10
+    )
     assert response.status_code == 400
 
 

@@ -1,4 +1,5 @@
 """The combined step operation is replayAction + getAction in one call: same results."""
+
 from __future__ import annotations
 
 import gymnasium as gym
@@ -10,8 +11,12 @@ from mistk_rl.errors import IllegalState
 from mistk_rl.service.handlers import AgentService
 from mistk_rl.spaces import space_to_dict
 
-HPARAMS = {"seed": 3, "log_every": 0, "policy": {"model": {"hidden_sizes": [32]}},
-           "train": {"learning_starts": 40, "train_freq": 10, "gradient_steps": 5}}
+HPARAMS = {
+    "seed": 3,
+    "log_every": 0,
+    "policy": {"model": {"hidden_sizes": [32]}},
+    "train": {"learning_starts": 40, "train_freq": 10, "gradient_steps": 5},
+}
 
 
 def _service(agent_cls, tmp_path, name, hparams):
@@ -21,8 +26,13 @@ def _service(agent_cls, tmp_path, name, hparams):
     service.lifecycle.wait_for_state("initialized", 10)
     service.buildModel()
     service.lifecycle.wait_for_state("initialized", 10)
-    service.agentRegistered({"name": "p", "observationSpace": space_to_dict(env.observation_space),
-                             "actionSpace": space_to_dict(env.action_space)})
+    service.agentRegistered(
+        {
+            "name": "p",
+            "observationSpace": space_to_dict(env.observation_space),
+            "actionSpace": space_to_dict(env.action_space),
+        }
+    )
     return service
 
 
@@ -39,9 +49,14 @@ def _drive(service, combined: bool, steps: int = 200) -> list[int]:
             action = service.getAction({"obs": {"p": obs.tolist()}})[0]["actions"]["p"]
         actions.append(action)
         new_obs, reward, term, trunc, _ = env.step(action)
-        replay = {"prevObs": {"p": obs.tolist()}, "actions": {"p": action},
-                  "rewards": {"p": float(reward)}, "newObs": {"p": new_obs.tolist()},
-                  "terminated": {"p": bool(term)}, "truncated": {"p": bool(trunc)}}
+        replay = {
+            "prevObs": {"p": obs.tolist()},
+            "actions": {"p": action},
+            "rewards": {"p": float(reward)},
+            "newObs": {"p": new_obs.tolist()},
+            "terminated": {"p": bool(term)},
+            "truncated": {"p": bool(trunc)},
+        }
         if not combined:
             service.replayAction(replay)
             replay = None
@@ -51,10 +66,21 @@ def _drive(service, combined: bool, steps: int = 200) -> list[int]:
     return actions
 
 
-@pytest.mark.parametrize("agent_cls, hparams", [
-    (DQNAgent, HPARAMS),
-    (PPOAgent, {"seed": 3, "log_every": 0, "train": {"n_steps": 64},
-                "policy": {"learn": {"epochs": 2, "batch_size": 32}}})])
+@pytest.mark.parametrize(
+    "agent_cls, hparams",
+    [
+        (DQNAgent, HPARAMS),
+        (
+            PPOAgent,
+            {
+                "seed": 3,
+                "log_every": 0,
+                "train": {"n_steps": 64},
+                "policy": {"learn": {"epochs": 2, "batch_size": 32}},
+            },
+        ),
+    ],
+)
 def test_combined_step_equals_replay_then_get_action(tmp_path, agent_cls, hparams):
     separate = _service(agent_cls, tmp_path, "separate", hparams)
     combined = _service(agent_cls, tmp_path, "combined", hparams)

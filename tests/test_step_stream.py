@@ -1,24 +1,33 @@
 """The step stream (`mistk_rl.wire.frames`): stepColumns as frames on one upgraded connection.
 Served agents (gunicorn on loopback) driven through the SDK, checked against the same agent
 driven in process and against the HTTP requests' answers."""
+
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
 from agents.dqn_agent import DQNAgent
-from mistk_rl.wire import frames
-from mistk_rl.sdk.client import (BadRequest, ColumnPipeline, Conflict, PayloadTooLarge,
-                             ServiceUnavailable, Unauthorized)
-from mistk_rl.sdk.stepping import ColumnStepper, stepper_for
 from harness.bench.step import InProcessClient
+from mistk_rl.sdk.client import (
+    BadRequest,
+    ColumnPipeline,
+    Conflict,
+    PayloadTooLarge,
+    ServiceUnavailable,
+    Unauthorized,
+)
+from mistk_rl.sdk.stepping import ColumnStepper, stepper_for
+from mistk_rl.wire import frames
 from tests.conftest import RANDOM_AGENT
 from tests.test_fast_path import OnThePool
 from tests.test_step_columns import SPACES, RecordingAgent, _drive_recording, _obs, _service
 
-DQN_HPARAMS = {"log_every": 0, "train": {"learning_starts": 40, "train_freq": 10,
-                                         "gradient_steps": 5},
-               "policy": {"model": {"hidden_sizes": [32]}}}
+DQN_HPARAMS = {
+    "log_every": 0,
+    "train": {"learning_starts": 40, "train_freq": 10, "gradient_steps": 5},
+    "policy": {"model": {"hidden_sizes": [32]}},
+}
 
 
 def _registered(service, hparams=None, episode: bool = True, token=None):
@@ -46,7 +55,8 @@ def test_the_stream_trains_an_agent_as_in_process(launch, tmp_path, depth, binar
     assert stepper._pipeline.stream and stepper._pipeline.pending == 0  # (no fallback)
     assert stepper._pipeline._stream is None  # the loop's end closed it
     assert [{i: int(a) for i, a in c.items()} for c in served_calls] == [
-        {i: int(a) for i, a in c.items()} for c in local_calls]
+        {i: int(a) for i, a in c.items()} for c in local_calls
+    ]
     assert in_process.agent.learner.train_iter > 0
     served, local = agent.get_policy(weights=True), InProcessClient(in_process).get_policy()
     assert served.env_steps == local.env_steps == 60 * 4 // depth  # (a call steps 4 / depth)
@@ -54,8 +64,7 @@ def test_the_stream_trains_an_agent_as_in_process(launch, tmp_path, depth, binar
         np.testing.assert_array_equal(served.weights[name], local.weights[name])
 
 
-def test_frames_answer_as_step_columns_requests_and_a_refusal_leaves_the_stream_open(
-        launch):
+def test_frames_answer_as_step_columns_requests_and_a_refusal_leaves_the_stream_open(launch):
     service = launch("agent", RANDOM_AGENT)
     agent = _registered(service, episode=False)
     pipe = ColumnPipeline(agent, stream=True)
@@ -66,23 +75,33 @@ def test_frames_answer_as_step_columns_requests_and_a_refusal_leaves_the_stream_
     pipe.send(np.arange(3), _obs(3, 0))
     first = pipe.receive()
     assert first.step_ids.tolist() == [0, 1, 2] and set(first.actions.tolist()) <= {0, 1}
-    for bad, match in (({"step_ids": np.array([7, 8, 9])}, "is not one this agent is waiting"),
-                       ({}, "NaN is not a JSON number")):
+    for bad, match in (
+        ({"step_ids": np.array([7, 8, 9])}, "is not one this agent is waiting"),
+        ({}, "NaN is not a JSON number"),
+    ):
         obs = _obs(3, np.nan) if not bad else _obs(3, 0)
-        pipe.send(np.arange(3), obs, **bad, **({"rewards": np.ones(3),
-                                                "terminated": np.zeros(3, bool)} if bad else {}))
+        pipe.send(
+            np.arange(3),
+            obs,
+            **bad,
+            **({"rewards": np.ones(3), "terminated": np.zeros(3, bool)} if bad else {}),
+        )
         with pytest.raises(BadRequest, match=match):
             pipe.receive()
     # two frames in flight, answered in order; nothing the refusals sent was kept
-    pipe.send(np.arange(3), _obs(3, 1), step_ids=first.step_ids, rewards=np.ones(3),
-              terminated=np.zeros(3, bool))
+    pipe.send(
+        np.arange(3),
+        _obs(3, 1),
+        step_ids=first.step_ids,
+        rewards=np.ones(3),
+        terminated=np.zeros(3, bool),
+    )
     pipe.send(np.arange(3, 5), _obs(2, 2))
     assert pipe.receive().step_ids.tolist() == [3, 4, 5]
     assert pipe.receive().step_ids.tolist() == [6, 7]
     # the same requests over HTTP get the same answers from a second, same-seeded agent
     twin = _registered(launch("agent", RANDOM_AGENT))
-    assert twin.step_columns(np.arange(3), _obs(3, 0)).actions.tolist() == \
-        first.actions.tolist()
+    assert twin.step_columns(np.arange(3), _obs(3, 0)).actions.tolist() == first.actions.tolist()
     # a service that stops ends its open streams: the next frame fails, it is not awaited
     service.stop()
     with pytest.raises(ServiceUnavailable):
@@ -91,16 +110,16 @@ def test_frames_answer_as_step_columns_requests_and_a_refusal_leaves_the_stream_
 
 
 def test_opening_a_stream_is_admitted_as_a_step_request(launch):
-    service = launch("agent", RANDOM_AGENT, token="sesame",
-                     extra_args=["--max-body-bytes", "4096"])
+    service = launch("agent", RANDOM_AGENT, token="sesame", extra_args=["--max-body-bytes", "4096"])
     agent = _registered(service, token="sesame")
     intruder = service.client(token="wrong")
     pipe = ColumnPipeline(intruder, stream=True)
     with pytest.raises(Unauthorized):
         pipe.send(np.arange(2), _obs(2, 0))
     # a Content-Type the frames cannot have; a plain request to the stream's path
-    stream, refused = agent.transport.open_stream(frames.PATH, content_type="text/plain",
-                                                  accept="application/json")
+    stream, refused = agent.transport.open_stream(
+        frames.PATH, content_type="text/plain", accept="application/json"
+    )
     assert stream is None and refused.status == 415
     plain = agent.transport.request("GET", frames.PATH, timeout=10)
     assert plain.status == 426 and plain.headers["upgrade"] == frames.PROTOCOL
@@ -122,8 +141,9 @@ def test_an_agent_whose_steps_leave_the_event_loop_offers_no_stream(tmp_path):
     assert "stream" not in service.capabilities
     assert "stream" in _service(tmp_path, RecordingAgent()).capabilities
     pipeline = create_app(service)
-    op, answer = pipeline.open_stream("GET", "/v1/mistk/agent" + frames.PATH,
-                                      {b"content-type": b"application/json"})
+    op, answer = pipeline.open_stream(
+        "GET", "/v1/mistk/agent" + frames.PATH, {b"content-type": b"application/json"}
+    )
     assert op is None and answer.status == 501 and b"steps_inline" in answer.payload
     op, answer = pipeline.open_stream("GET", "/v1/mistk/agent/nowhere", {})
     assert op is None and answer.status == 404
@@ -135,8 +155,11 @@ def test_a_server_that_cannot_upgrade_is_stepped_over_http(launch, monkeypatch):
     """An agent behind a server without the stream (it answers the path's 426) is stepped
     with HTTP requests, the same answers."""
     agent = _registered(launch("agent", RANDOM_AGENT))
-    monkeypatch.setattr(agent.transport, "open_stream", lambda path, **kw: (
-        None, agent.transport.request("GET", path, timeout=10)))  # (the stock answer)
+    monkeypatch.setattr(
+        agent.transport,
+        "open_stream",
+        lambda path, **kw: (None, agent.transport.request("GET", path, timeout=10)),
+    )  # (the stock answer)
     pipe = ColumnPipeline(agent, stream=True)
     pipe.send(np.arange(2), _obs(2, 0))
     assert pipe.receive().step_ids.tolist() == [0, 1] and not pipe.stream

@@ -1,4 +1,5 @@
 """What `mistk-rl run` shows while training, and the learning curve it leaves."""
+
 from __future__ import annotations
 
 import io
@@ -51,8 +52,10 @@ def test_quiet_shows_nothing(monkeypatch):
 
 
 def test_learning_curve_with_training_returns_and_stop_value(tmp_path):
-    evals = [{"env_steps": s, "wall_s": s / 100, "mean_return": m, "std_return": 5.0}
-             for s, m in ((100, 20.0), (200, 60.0))]
+    evals = [
+        {"env_steps": s, "wall_s": s / 100, "mean_return": m, "std_return": 5.0}
+        for s, m in ((100, 20.0), (200, 60.0))
+    ]
     train = [[10 * i, float(i)] for i in range(1, 30)]
     write_curve(evals, tmp_path, stop_value=50.0, train_returns=train, title="t")
     assert (tmp_path / "learning_curve.png").stat().st_size > 10_000

@@ -1,4 +1,5 @@
 """The SDK's keep-alive transport: reuse, reconnect after the server closed, no double POST."""
+
 from __future__ import annotations
 
 import os
@@ -21,7 +22,7 @@ class _Handler(BaseHTTPRequestHandler):
     gets: list[str] = []
     connections: set[tuple] = set()
 
-    def do_GET(self):  # noqa: N802
+    def do_GET(self):
         """The first GET on a connection is answered; a later one finds it dropped unanswered."""
         type(self).gets.append(self.path)
         if self.path == "/dropped" and self.connection_requests > 1:
@@ -56,7 +57,7 @@ class _Handler(BaseHTTPRequestHandler):
         self.send_response(204)
         self.end_headers()
 
-    def do_POST(self):  # noqa: N802
+    def do_POST(self):
         body = self.rfile.read(int(self.headers["Content-Length"]))
         type(self).posts.append(body)
         if body == b"drop-unanswered":
@@ -85,8 +86,12 @@ class _Handler(BaseHTTPRequestHandler):
         pass
 
 
-_FRAMINGS = {"/chunked": _Handler._chunked, "/until-close": _Handler._until_close,
-             "/continue": _Handler._continue_then_answer, "/no-content": _Handler._no_content}
+_FRAMINGS = {
+    "/chunked": _Handler._chunked,
+    "/until-close": _Handler._until_close,
+    "/continue": _Handler._continue_then_answer,
+    "/no-content": _Handler._no_content,
+}
 
 
 class _Server(ThreadingHTTPServer):
@@ -155,8 +160,7 @@ def test_a_get_the_server_dropped_on_a_kept_alive_connection_is_sent_again_once(
 
 
 @pytest.mark.parametrize("spin", [0.0, 0.002])
-def test_bodies_in_every_framing_are_read_whole_and_the_connection_kept_when_it_can(server,
-                                                                                    spin):
+def test_bodies_in_every_framing_are_read_whole_and_the_connection_kept_when_it_can(server, spin):
     transport = Transport(server, spin=spin)  # (waiting awake reads the same bytes)
     chunked = transport.request("GET", "/chunked")
     assert (chunked.status, chunked.body) == (200, b'{"a": [1, 2, 3]}')
@@ -179,6 +183,7 @@ def test_an_answer_that_is_not_http_is_a_transport_error():
         conn.recv(65536)
         conn.sendall(b"SSH-2.0-OpenSSH\r\n\r\n")
         conn.close()
+
     thread = threading.Thread(target=answer_garbage, daemon=True)
     thread.start()
     transport = Transport(f"http://127.0.0.1:{listener.getsockname()[1]}")
@@ -211,8 +216,7 @@ def test_pipelined_requests_are_answered_in_order_on_one_connection(server):
     for i in range(3):
         pipe.send("POST", "/echo", body=f"request {i}".encode())
     assert pipe.pending == 3
-    assert [pipe.receive().body for _ in range(3)] == [b"request 0", b"request 1",
-                                                       b"request 2"]
+    assert [pipe.receive().body for _ in range(3)] == [b"request 0", b"request 1", b"request 2"]
     pipe.close()  # nothing in flight: the connection goes back to the pool
     assert transport.request("POST", "/echo", body=b"after").body == b"after"
     assert len(_Handler.connections) == 1
@@ -220,8 +224,7 @@ def test_pipelined_requests_are_answered_in_order_on_one_connection(server):
     transport.close()
 
 
-def test_a_pipelined_request_the_server_left_unanswered_fails_and_is_not_sent_again(httpd,
-                                                                                    server):
+def test_a_pipelined_request_the_server_left_unanswered_fails_and_is_not_sent_again(httpd, server):
     transport = Transport(server)
     pipe = transport.pipeline()
     pipe.send("POST", "/x", body=b"close-after")
@@ -251,6 +254,7 @@ def _slow_server(*delays: float) -> tuple[socket.socket, threading.Thread]:
                 time.sleep(delay)  # (the service's work, not a wait for the client)
                 conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 4\r\n\r\nlate")
             conn.recv(1)  # until the client closes
+
     thread = threading.Thread(target=serve, daemon=True)
     thread.start()
     return listener, thread
@@ -322,8 +326,9 @@ def test_after_a_late_answer_a_connection_blocks_until_one_comes_within_the_spin
     assert polls[3] >= AWAKE, f"{polls[3]} polls: a fast answer did not bring the polling back"
 
 
-@pytest.mark.parametrize("given, seconds", [("", None), (" 250 ", 0.00025), ("0", 0.0),
-                                            ("10000", 0.01)])
+@pytest.mark.parametrize(
+    "given, seconds", [("", None), (" 250 ", 0.00025), ("0", 0.0), ("10000", 0.01)]
+)
 def test_the_spin_comes_from_the_environment_in_microseconds(monkeypatch, given, seconds):
     """Set, the variable is every client's spin and every service's; unset or empty, both
     take the default where they have two CPUs (`default_spin`)."""
@@ -332,12 +337,14 @@ def test_the_spin_comes_from_the_environment_in_microseconds(monkeypatch, given,
     assert spin_from_env() == pytest.approx(seconds or 0.0)
     assert default_spin() == pytest.approx(DEFAULT_SPIN if seconds is None else seconds)
     assert Transport("http://127.0.0.1:9").spin == pytest.approx(
-        DEFAULT_SPIN if seconds is None else seconds)
+        DEFAULT_SPIN if seconds is None else seconds
+    )
     assert Transport("http://127.0.0.1:9", spin=0.001).spin == 0.001  # (given beats it)
 
 
-@pytest.mark.parametrize("cpus, spin", [({0}, 0.0), ({0, 1}, DEFAULT_SPIN),
-                                        ({0, 1, 2, 3}, DEFAULT_SPIN)])
+@pytest.mark.parametrize(
+    "cpus, spin", [({0}, 0.0), ({0, 1}, DEFAULT_SPIN), ({0, 1, 2, 3}, DEFAULT_SPIN)]
+)
 def test_without_the_variable_a_process_polls_only_with_a_second_cpu(monkeypatch, cpus, spin):
     """On one CPU a polling caller would keep the service that owes it the answer waiting
     (and a polling service the caller that owes it the next request)."""
@@ -349,7 +356,8 @@ def test_without_the_variable_a_process_polls_only_with_a_second_cpu(monkeypatch
 
 @pytest.mark.parametrize("given", ["abc", "-1", "10001", "nan", "inf"])
 def test_a_spin_that_is_not_microseconds_in_range_is_refused_naming_the_variable(
-        monkeypatch, given):
+    monkeypatch, given
+):
     monkeypatch.setenv(SPIN_ENV, given)
     with pytest.raises(ValueError, match=f"{SPIN_ENV}=.*0 to 10000"):
         Transport("http://127.0.0.1:9")

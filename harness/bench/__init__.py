@@ -13,6 +13,7 @@ and the services it starts wait so for the next request after each answer; witho
 without the variable, both wait so for up to 1 ms with two CPUs or more
 (`mistk_rl.wire.spin.default_spin`). The records carry it: ``spin_us``.
 """
+
 from __future__ import annotations
 
 import json
@@ -62,8 +63,10 @@ def bench_long_polls(polls: int = 64) -> dict:
                 waits = [pool.submit(c.status, version, 60) for c in clients]
                 time.sleep(1.0)  # a bench, not a test: let every poll reach the service
                 timings = {}
-                for name, call in (("reset", lambda: agent.reset(unload_model=False)),
-                                   ("terminate", agent.terminate)):
+                for name, call in (
+                    ("reset", lambda: agent.reset(unload_model=False)),
+                    ("terminate", agent.terminate),
+                ):
                     start = time.perf_counter()
                     call()
                     timings[name] = time.perf_counter() - start
@@ -73,33 +76,46 @@ def bench_long_polls(polls: int = 64) -> dict:
                 c.close()
             agent.close()
             service.stop()
-    return {"bench": "longpolls", "long_polls": polls, "woken_by_reset": woken,
-            "reset_ms": round(timings["reset"] * 1e3, 1),
-            "terminate_ms": round(timings["terminate"] * 1e3, 1)}
+    return {
+        "bench": "longpolls",
+        "long_polls": polls,
+        "woken_by_reset": woken,
+        "reset_ms": round(timings["reset"] * 1e3, 1),
+        "terminate_ms": round(timings["terminate"] * 1e3, 1),
+    }
 
 
-def bench_sb3(algo: str, seed: int, eval_every: Optional[int],
-              config_path: Optional[Path] = None) -> dict:
+def bench_sb3(
+    algo: str, seed: int, eval_every: Optional[int], config_path: Optional[Path] = None
+) -> dict:
     """SB3 alone on a training config (default: the suite's CartPole entry for `algo`)."""
-    from harness.config import load_config
     from harness.bench.parity import entry_path
     from harness.bench.sb3 import run_sb3
+    from harness.config import load_config
 
     config = load_config(config_path or entry_path(f"{algo}_cartpole"))
     if eval_every is not None:
-        config = config.model_copy(update={"training": config.training.model_copy(
-            update={"eval_every": eval_every})})
+        config = config.model_copy(
+            update={"training": config.training.model_copy(update={"eval_every": eval_every})}
+        )
     record = run_sb3(config, seed=seed)
     for e in record["evals"]:
-        print(f"  eval at {e['env_steps']:7d} env steps ({e['wall_s']:7.1f} s): "
-              f"mean return {e['mean_return']:7.2f}")
+        print(
+            f"  eval at {e['env_steps']:7d} env steps ({e['wall_s']:7.1f} s): "
+            f"mean return {e['mean_return']:7.2f}"
+        )
     return record
 
 
-def bench_parity(suite: str = "classic", seeds: Optional[list[int]] = None,
-                 entries: Optional[list[str]] = None, config: Optional[Path] = None,
-                 json_out: Optional[Path] = None, local_inference: bool = False,
-                 saved: Optional[list[Path]] = None) -> int:
+def bench_parity(
+    suite: str = "classic",
+    seeds: Optional[list[int]] = None,
+    entries: Optional[list[str]] = None,
+    config: Optional[Path] = None,
+    json_out: Optional[Path] = None,
+    local_inference: bool = False,
+    saved: Optional[list[Path]] = None,
+) -> int:
     from harness.bench.parity import DEFAULT_SEEDS, SUITES, resummarize, summary_table
     from harness.bench.parity import bench_parity as run_parity
 
@@ -118,21 +134,31 @@ def bench_parity(suite: str = "classic", seeds: Optional[list[int]] = None,
         unknown = [n for n in names if n not in known]
         if unknown:
             raise SystemExit(f"unknown suite entries {unknown}; known: {sorted(known)}")
-    records, summaries = run_parity(names, seeds or DEFAULT_SEEDS[suite], config,
-                                    local_inference)
+    records, summaries = run_parity(names, seeds or DEFAULT_SEEDS[suite], config, local_inference)
     if json_out is not None:
         _write(json_out, records, summaries=summaries)
     return 0
 
 
-def run_bench(what: str, n: Optional[int] = None, json_out: Optional[Path] = None, seed: int = 0,
-              eval_every: Optional[int] = None, env_counts: Optional[list[int]] = None,
-              steps: int = 20000, seeds: Optional[list[int]] = None,
-              config: Optional[Path] = None, suite: str = "classic",
-              entries: Optional[list[str]] = None, behaviour: str = "solver",
-              local_inference: bool = False, saved: Optional[list[Path]] = None,
-              arms: Optional[list[str]] = None, awake: bool = False,
-              spin_us: Optional[float] = None) -> int:
+def run_bench(
+    what: str,
+    n: Optional[int] = None,
+    json_out: Optional[Path] = None,
+    seed: int = 0,
+    eval_every: Optional[int] = None,
+    env_counts: Optional[list[int]] = None,
+    steps: int = 20000,
+    seeds: Optional[list[int]] = None,
+    config: Optional[Path] = None,
+    suite: str = "classic",
+    entries: Optional[list[str]] = None,
+    behaviour: str = "solver",
+    local_inference: bool = False,
+    saved: Optional[list[Path]] = None,
+    arms: Optional[list[str]] = None,
+    awake: bool = False,
+    spin_us: Optional[float] = None,
+) -> int:
     """`awake` (getaction, transport): every CPU kept from idling while it runs
     (`harness.bench.floor.cpus_kept_awake`); `spin_us`: the clients wait for answers awake
     that long, and the services for requests (``MISTK_RL_SPIN_US``, which None leaves as it
@@ -146,8 +172,11 @@ def run_bench(what: str, n: Optional[int] = None, json_out: Optional[Path] = Non
 
         with cpus_kept_awake() if awake else nullcontext(), _spinning(spin_us):
             spins = {"spin_us": round(default_spin() * 1e6, 3)}
-            records = (_getaction(n) if what == "getaction"
-                       else _transport(env_counts or [1, 16, 64, 256], steps))
+            records = (
+                _getaction(n)
+                if what == "getaction"
+                else _transport(env_counts or [1, 16, 64, 256], steps)
+            )
         records = [{**record, "cpus_awake": awake, **spins} for record in records]
         if what == "getaction":
             for record in records:
@@ -159,8 +188,9 @@ def run_bench(what: str, n: Optional[int] = None, json_out: Optional[Path] = Non
         return bench_parity(suite, seeds, entries, config, json_out, local_inference, saved)
     if what.startswith("learning-"):  # the suite's CartPole entry (or --config) for the algo
         algo = what.split("-")[1]
-        return bench_parity("classic", seeds, [f"{algo}_cartpole"], config, json_out,
-                            local_inference)
+        return bench_parity(
+            "classic", seeds, [f"{algo}_cartpole"], config, json_out, local_inference
+        )
     if what == "envs":
         from harness.bench.step import bench_envs
 
@@ -180,11 +210,13 @@ def run_bench(what: str, n: Optional[int] = None, json_out: Optional[Path] = Non
 
         unknown = sorted(set(arms or ()) - set(ARMS))
         if unknown:
-            raise SystemExit(f"bench thinker-agent: unknown arms {', '.join(unknown)}; "
-                             f"valid: {', '.join(ARMS)}")
+            raise SystemExit(
+                f"bench thinker-agent: unknown arms {', '.join(unknown)}; valid: {', '.join(ARMS)}"
+            )
 
-        records = bench_thinker_agent(seeds or (0, 1, 2, 3, 4), real_steps=n or 200_000,
-                                      arms=arms or ("raw", "thinker"))
+        records = bench_thinker_agent(
+            seeds or (0, 1, 2, 3, 4), real_steps=n or 200_000, arms=arms or ("raw", "thinker")
+        )
         if json_out is not None:
             _write(json_out, records)
         return 0
@@ -194,8 +226,9 @@ def run_bench(what: str, n: Optional[int] = None, json_out: Optional[Path] = Non
         if what == "thinker-planner":
             records = bench_thinker.bench_planner(episodes=n or 3000, seed=seed)
         elif what == "thinker-model":
-            records = bench_thinker.bench_model(real_steps=n or 20000, seed=seed,
-                                                behaviour=behaviour)
+            records = bench_thinker.bench_model(
+                real_steps=n or 20000, seed=seed, behaviour=behaviour
+            )
         else:
             records = bench_thinker.bench_ppo(seeds or (0, 1, 2))
         if json_out is not None:
@@ -204,8 +237,11 @@ def run_bench(what: str, n: Optional[int] = None, json_out: Optional[Path] = Non
     if what in ("cluster", "cluster-loss"):
         from harness.bench.cluster import bench_cluster, bench_cluster_loss
 
-        records = (bench_cluster(env_counts or [1, 64], steps, league_steps=n or 10_000)
-                   if what == "cluster" else bench_cluster_loss(seeds or [0]))
+        records = (
+            bench_cluster(env_counts or [1, 64], steps, league_steps=n or 10_000)
+            if what == "cluster"
+            else bench_cluster_loss(seeds or [0])
+        )
         if json_out is not None:
             _write(json_out, records)
         return 0
@@ -269,19 +305,34 @@ def _one_copy_ceiling(records: list[dict], floor: list[dict]) -> list[dict]:
     inprocess = next(r for r in records if r.get("mode") == "inprocess" and r["envs"] == 1)
     step_ms = 1e3 / inprocess["steps_per_s"]
     ceiling = step_ms / (step_ms + asgi["median_ms"])
-    print(f"  transport ceiling at 1 env: served / in-process <= {ceiling:.2f} here "
-          f"(an in-process step {step_ms * 1e3:.0f} us + the bare stack's round trip "
-          f"{asgi['median_ms'] * 1e3:.0f} us; a bare echo "
-          f"{echo['median_ms'] * 1e3:.0f} us)")
-    return [*floor, {"bench": "transport", "mode": "ceiling", "envs": 1,
-                     "served_to_inprocess_max": round(ceiling, 3)}]
+    print(
+        f"  transport ceiling at 1 env: served / in-process <= {ceiling:.2f} here "
+        f"(an in-process step {step_ms * 1e3:.0f} us + the bare stack's round trip "
+        f"{asgi['median_ms'] * 1e3:.0f} us; a bare echo "
+        f"{echo['median_ms'] * 1e3:.0f} us)"
+    )
+    return [
+        *floor,
+        {
+            "bench": "transport",
+            "mode": "ceiling",
+            "envs": 1,
+            "served_to_inprocess_max": round(ceiling, 3),
+        },
+    ]
 
 
 def _write(path: Path, records: list[dict], **extra: list[dict]) -> None:
     """`{"machine": ..., "records": [...], **extra}`: records comparable across runs by a
     script."""
-    payload = {"machine": {"python": platform.python_version(), "processor": platform.machine(),
-                           "cpus": os.cpu_count()},
-               "records": records, **extra}
+    payload = {
+        "machine": {
+            "python": platform.python_version(),
+            "processor": platform.machine(),
+            "cpus": os.cpu_count(),
+        },
+        "records": records,
+        **extra,
+    }
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(payload, indent=2) + "\n")

@@ -17,6 +17,7 @@ Ray binds the machine's interface address by default: on a machine whose interfa
 to be used, run the bench in a loopback-only network namespace (``unshare --net
 --map-root-user``, then ``ip link set lo up``).
 """
+
 from __future__ import annotations
 
 import json
@@ -39,10 +40,12 @@ def _local_cluster(worker_nodes: int):
     import ray
     from ray.cluster_utils import Cluster
 
-    cluster = Cluster(initialize_head=True,
-                      head_node_args={"num_cpus": 4, "resources": {"head": 8}})
-    cluster.named = {f"w{i}": cluster.add_node(num_cpus=2, resources={f"w{i}": 2})
-                     for i in range(worker_nodes)}
+    cluster = Cluster(
+        initialize_head=True, head_node_args={"num_cpus": 4, "resources": {"head": 8}}
+    )
+    cluster.named = {
+        f"w{i}": cluster.add_node(num_cpus=2, resources={f"w{i}": 2}) for i in range(worker_nodes)
+    }
     ray.init(address=cluster.address, namespace="mistk-rl", log_to_driver=False)
     cluster.wait_for_nodes()
     return cluster
@@ -85,8 +88,9 @@ class _AtFirstCheckpoint(threading.Thread):
         return True
 
 
-def _league_run(steps: int, worker_nodes: int, out: Path,
-                lose_node: bool = False) -> dict[str, Any]:
+def _league_run(
+    steps: int, worker_nodes: int, out: Path, lose_node: bool = False
+) -> dict[str, Any]:
     """One league run of `steps` main-player moves; placed on the cluster when
     `worker_nodes` > 0 (workers spread over the nodes, the rest on the head). `lose_node`:
     the config as it is (its targets stop the run), the last worker node removed after the
@@ -107,6 +111,7 @@ def _league_run(steps: int, worker_nodes: int, out: Path,
             worker.update(cpus=0.5, resources={f"w{i % worker_nodes}": 1})
         for service in [data["orchestrator"], *data["agents"]]:
             service.update(cpus=0.5, resources={"head": 1})
+
     def lose_and_replace() -> None:
         """The last worker node is lost; a machine offering the same resources joins (as
         a cluster's autoscaler brings one), where the harness starts the lost worker again."""
@@ -116,24 +121,40 @@ def _league_run(steps: int, worker_nodes: int, out: Path,
 
     loss = _AtFirstCheckpoint(out / "run", lose_and_replace)
     try:  # (the loss at the run's first line after its first checkpoint: the main thread)
-        results = run(RunConfig.model_validate(data), out / "run",
-                      say=loss if lose_node else lambda _: None, quiet=not lose_node)
+        results = run(
+            RunConfig.model_validate(data),
+            out / "run",
+            say=loss if lose_node else lambda _: None,
+            quiet=not lose_node,
+        )
     finally:
         loss.done.set()
         if cluster is not None:
             _close(cluster)
     last = results["evals"][-1]
-    record = {"bench": "cluster-league", "worker_nodes": worker_nodes,
-              "main_moves": last["agent_steps"], "wall_s": last["wall_s"],
-              "moves_per_s": round(last["agent_steps"] / last["wall_s"], 1)}
+    record = {
+        "bench": "cluster-league",
+        "worker_nodes": worker_nodes,
+        "main_moves": last["agent_steps"],
+        "wall_s": last["wall_s"],
+        "moves_per_s": round(last["agent_steps"] / last["wall_s"], 1),
+    }
     if lose_node:
-        record.update(lost_node_at=loss.fired_at, passed=bool(results.get("first_pass")),
-                      first_pass=results.get("first_pass"), evaluation=results["evaluation"],
-                      workers=[{k: w[k] for k in ("url", "state", "jobs", "failed",
-                                                  "replaced_by")}
-                               for w in results["league"]["workers"]],
-                      placement={name: where for name, where in results["placement"].items()
-                                 if name.startswith("worker")})
+        record.update(
+            lost_node_at=loss.fired_at,
+            passed=bool(results.get("first_pass")),
+            first_pass=results.get("first_pass"),
+            evaluation=results["evaluation"],
+            workers=[
+                {k: w[k] for k in ("url", "state", "jobs", "failed", "replaced_by")}
+                for w in results["league"]["workers"]
+            ],
+            placement={
+                name: where
+                for name, where in results["placement"].items()
+                if name.startswith("worker")
+            },
+        )
     return record
 
 
@@ -158,21 +179,34 @@ def _dqn_run(out: Path, seed: int, lose_node: bool) -> dict[str, Any]:
         if started:
             agent_node.append(started.group(1))
 
-    loss = _AtFirstCheckpoint(run_dir, lambda: cluster.remove_node(
-        next(n for n in nodes if n.node_id.startswith(agent_node[-1]))))
+    loss = _AtFirstCheckpoint(
+        run_dir,
+        lambda: cluster.remove_node(next(n for n in nodes if n.node_id.startswith(agent_node[-1]))),
+    )
     if lose_node:
         loss.start()
     try:
-        results = run_restarting(with_seed(RunConfig.model_validate(data), seed), run_dir,
-                                 say, None, True, False, max_restarts=2)
+        results = run_restarting(
+            with_seed(RunConfig.model_validate(data), seed),
+            run_dir,
+            say,
+            None,
+            True,
+            False,
+            max_restarts=2,
+        )
     finally:
         loss.done.set()
         _close(cluster)
     success = results.get("first_success") or {}
-    return {"bench": "cluster-dqn", "seed": seed, "lost_node_at": loss.fired_at,
-            "resumed_at": results.get("resumed_at", []),
-            "reached_475_at": success.get("env_steps"),
-            "last_eval": results["evals"][-1]["mean_return"]}
+    return {
+        "bench": "cluster-dqn",
+        "seed": seed,
+        "lost_node_at": loss.fired_at,
+        "resumed_at": results.get("resumed_at", []),
+        "reached_475_at": success.get("env_steps"),
+        "last_eval": results["evals"][-1]["mean_return"],
+    }
 
 
 def bench_cluster_loss(seeds: list[int]) -> list[dict[str, Any]]:
@@ -184,16 +218,22 @@ def bench_cluster_loss(seeds: list[int]) -> list[dict[str, Any]]:
         for lose in (False, True):
             with tempfile.TemporaryDirectory(prefix="mistk-bench-") as tmp:
                 record = _dqn_run(Path(tmp), seed, lose)
-            print(f"  cluster dqn seed {seed} node lost at {record['lost_node_at']}: resumed "
-                  f"at {record['resumed_at']}, 475 reached at {record['reached_475_at']} env "
-                  f"steps (last eval {record['last_eval']})", flush=True)
+            print(
+                f"  cluster dqn seed {seed} node lost at {record['lost_node_at']}: resumed "
+                f"at {record['resumed_at']}, 475 reached at {record['reached_475_at']} env "
+                f"steps (last eval {record['last_eval']})",
+                flush=True,
+            )
             records.append(record)
     with tempfile.TemporaryDirectory(prefix="mistk-bench-") as tmp:
         record = _league_run(0, 2, Path(tmp), lose_node=True)
-    print(f"  cluster league: a worker node lost at {record['lost_node_at']} moves; "
-          f"targets met: {record['passed']} {record['first_pass']}; "
-          f"workers {record['workers']}; placement {record['placement']}; "
-          f"evaluation {record['evaluation']}", flush=True)
+    print(
+        f"  cluster league: a worker node lost at {record['lost_node_at']} moves; "
+        f"targets met: {record['passed']} {record['first_pass']}; "
+        f"workers {record['workers']}; placement {record['placement']}; "
+        f"evaluation {record['evaluation']}",
+        flush=True,
+    )
     return records + [record]
 
 
@@ -202,26 +242,33 @@ def bench_cluster_league(steps: int = 10_000) -> list[dict[str, Any]]:
     for worker_nodes in (0, 1, 2):
         with tempfile.TemporaryDirectory(prefix="mistk-bench-") as tmp:
             record = _league_run(steps, worker_nodes, Path(tmp))
-        where = (f"Ray, workers on {worker_nodes} node(s)" if worker_nodes else "no Ray")
-        print(f"  cluster league {where:26s}: {record['main_moves']:7d} main-player moves "
-              f"in {record['wall_s']:7.1f} s = {record['moves_per_s']:7.1f} moves/s",
-              flush=True)
+        where = f"Ray, workers on {worker_nodes} node(s)" if worker_nodes else "no Ray"
+        print(
+            f"  cluster league {where:26s}: {record['main_moves']:7d} main-player moves "
+            f"in {record['wall_s']:7.1f} s = {record['moves_per_s']:7.1f} moves/s",
+            flush=True,
+        )
         records.append(record)
     return records
 
 
 def bench_cluster_transport(env_counts: list[int], steps: int) -> list[dict[str, Any]]:
     from harness.bench.step import cartpole_agent_config, measure_steps, start_random_agent
+    from mistk_rl.deploy.cluster import Cluster as Placement
+    from mistk_rl.deploy.cluster import Resources
     from mistk_rl.sdk.client import AgentClient
-    from mistk_rl.deploy.cluster import Cluster as Placement, Resources
 
     records = []
     with tempfile.TemporaryDirectory(prefix="mistk-bench-") as tmp:
         local, local_client = start_random_agent(Path(tmp) / "local")
         cluster = _local_cluster(1)
         placement = Placement("auto", run_id="bench", data_root=str(Path(tmp) / "nodes"))
-        placed = placement.spawn("agent", "bench", "agents.random_agent:RandomAgent",
-                                 resources=Resources(cpus=1, custom={"w0": 1}))
+        placed = placement.spawn(
+            "agent",
+            "bench",
+            "agents.random_agent:RandomAgent",
+            resources=Resources(cpus=1, custom={"w0": 1}),
+        )
         try:
             placed.wait_ready(60)
             placed_client = AgentClient(placed.url)
@@ -231,12 +278,18 @@ def bench_cluster_transport(env_counts: list[int], steps: int) -> list[dict[str,
             for n in env_counts:
                 for where, client in (("here", local_client), ("ray", placed_client)):
                     client.binary = True
-                    taken, seconds, _ = measure_steps(client, frozenset({"columns"}), n,
-                                                      steps)
-                    record = {"bench": "cluster-transport", "placed": where, "envs": n,
-                              "steps_per_s": round(taken / seconds, 1)}
-                    print(f"  cluster transport agent {where:4s} envs {n:4d}: "
-                          f"{taken / seconds:10.1f} env steps/s", flush=True)
+                    taken, seconds, _ = measure_steps(client, frozenset({"columns"}), n, steps)
+                    record = {
+                        "bench": "cluster-transport",
+                        "placed": where,
+                        "envs": n,
+                        "steps_per_s": round(taken / seconds, 1),
+                    }
+                    print(
+                        f"  cluster transport agent {where:4s} envs {n:4d}: "
+                        f"{taken / seconds:10.1f} env steps/s",
+                        flush=True,
+                    )
                     records.append(record)
             placed_client.close()
             local_client.close()

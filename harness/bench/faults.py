@@ -6,6 +6,7 @@ longer than the bench waits) as a user would, waits for the first finished episo
 the fault, and records the seconds from the fault to the harness's exit, its exit code, the
 last line it printed on stderr, and the service processes still alive once it exited.
 """
+
 from __future__ import annotations
 
 import os
@@ -17,7 +18,7 @@ import tempfile
 import threading
 import time
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Optional
 
 import yaml
 
@@ -29,9 +30,11 @@ GYM_ORCHESTRATOR = "orchestrators.gym_orchestrator:GymOrchestrator"
 
 def workers(master: int) -> list[int]:
     """The gunicorn workers of a service: the master's children."""
-    return [pid for pid in group_members(master)
-            if Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1] ==
-            str(master)]
+    return [
+        pid
+        for pid in group_members(master)
+        if Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1] == str(master)
+    ]
 
 
 def restart_worker(master: int) -> None:
@@ -42,10 +45,12 @@ def restart_worker(master: int) -> None:
 
 def long_run_config() -> dict:
     """A run that plays episodes until stopped."""
-    return {"name": "long", "orchestrator": {"target": GYM_ORCHESTRATOR,
-                                             "env": {"id": "CartPole-v1"}},
-            "agents": [{"name": "player", "target": RANDOM_AGENT}],
-            "episodes": [{"num_episodes": 1_000_000, "max_steps": 500}]}
+    return {
+        "name": "long",
+        "orchestrator": {"target": GYM_ORCHESTRATOR, "env": {"id": "CartPole-v1"}},
+        "agents": [{"name": "player", "target": RANDOM_AGENT}],
+        "episodes": [{"num_episodes": 1_000_000, "max_steps": 500}],
+    }
 
 
 class HarnessProcess:
@@ -58,7 +63,11 @@ class HarnessProcess:
         path.write_text(yaml.safe_dump(config))
         self.process = subprocess.Popen(
             [sys.executable, "-m", "harness", "run", str(path), "--out", str(run_dir)],
-            cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            cwd=cwd,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         self.lines: queue.Queue[str] = queue.Queue()
         threading.Thread(target=self._read, daemon=True).start()
 
@@ -94,15 +103,18 @@ FAULTS: dict[str, Fault] = {
     "agent killed": lambda run, pids: os.killpg(pids["player"], signal.SIGKILL),
     "agent hung (SIGSTOP)": lambda run, pids: os.killpg(pids["player"], signal.SIGSTOP),
     "orchestrator worker killed (restarted)": lambda run, pids: restart_worker(
-        pids["orchestrator"]),
+        pids["orchestrator"]
+    ),
     "orchestrator killed": lambda run, pids: os.killpg(pids["orchestrator"], signal.SIGKILL),
-    "orchestrator hung (SIGSTOP)": lambda run, pids: os.killpg(pids["orchestrator"],
-                                                                signal.SIGSTOP),
+    "orchestrator hung (SIGSTOP)": lambda run, pids: os.killpg(
+        pids["orchestrator"], signal.SIGSTOP
+    ),
     "harness SIGTERM": lambda run, pids: run.process.send_signal(signal.SIGTERM),
 }
 
 
-def bench_faults(cwd: Path = Path.cwd()) -> list[dict]:
+def bench_faults(cwd: Optional[Path] = None) -> list[dict]:
+    cwd = Path.cwd() if cwd is None else cwd  # (a default of Path.cwd() is the import's)
     records = []
     with tempfile.TemporaryDirectory(prefix="mistk-faults-") as tmp:
         for i, (name, inject) in enumerate(FAULTS.items()):
@@ -119,10 +131,19 @@ def bench_faults(cwd: Path = Path.cwd()) -> list[dict]:
                     _signal(pid, sig)
                 wait_until_gone(pid, 10)
             last = next((line for line in reversed(stderr.splitlines()) if line.strip()), "")
-            record = {"bench": "faults", "fault": name, "exit_s": round(seconds, 2),
-                      "exit_code": code, "services_left": left, "message": last[:300]}
-            print(f"{name:40s} exit {code:3d} after {seconds:6.2f} s; left: "
-                  f"{', '.join(left) or 'none'}\n    {last[:200]}", flush=True)
+            record = {
+                "bench": "faults",
+                "fault": name,
+                "exit_s": round(seconds, 2),
+                "exit_code": code,
+                "services_left": left,
+                "message": last[:300],
+            }
+            print(
+                f"{name:40s} exit {code:3d} after {seconds:6.2f} s; left: "
+                f"{', '.join(left) or 'none'}\n    {last[:200]}",
+                flush=True,
+            )
             records.append(record)
     return records
 

@@ -23,6 +23,7 @@ what the same code gives on such a machine.
 `python -m harness.bench.floor KIND FD` is the child's side: it serves KIND on the
 listening socket it inherits as FD; `python -m harness.bench.floor spin CPU` is a spinner.
 """
+
 from __future__ import annotations
 
 import os
@@ -55,10 +56,14 @@ def measure_floor(calls: int = 2000, warmup: int = 200) -> list[dict]:
 def _measure(kind: str, calls: int, warmup: int) -> dict:
     listener = socket.create_server(("127.0.0.1", 0), backlog=8)
     port = listener.getsockname()[1]
-    child = subprocess.Popen([sys.executable, "-m", "harness.bench.floor", kind,
-                              str(listener.fileno())], pass_fds=(listener.fileno(),),
-                             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                             stderr=subprocess.PIPE, preexec_fn=end_with_parent)
+    child = subprocess.Popen(
+        [sys.executable, "-m", "harness.bench.floor", kind, str(listener.fileno())],
+        pass_fds=(listener.fileno(),),
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        preexec_fn=end_with_parent,
+    )
     listener.close()  # the child's now: connections queue in its backlog until it serves
     failure: OSError | None = None
     try:
@@ -68,8 +73,10 @@ def _measure(kind: str, calls: int, warmup: int) -> dict:
     finally:
         _, log = _stop(child)
     if failure is not None:
-        raise RuntimeError(f"the {kind} floor server did not answer as it should ({failure}); "
-                           f"its log: {log.decode(errors='replace')[-2000:]}") from failure
+        raise RuntimeError(
+            f"the {kind} floor server did not answer as it should ({failure}); "
+            f"its log: {log.decode(errors='replace')[-2000:]}"
+        ) from failure
     return {"bench": "floor", "kind": kind, **latency_record(times)}
 
 
@@ -95,16 +102,23 @@ def cpus_kept_awake() -> Iterator[list[subprocess.Popen]]:
     spinners: list[subprocess.Popen] = []
     try:
         for cpu in sorted(os.sched_getaffinity(0)):
-            spinners.append(subprocess.Popen(
-                [sys.executable, "-m", "harness.bench.floor", "spin", str(cpu)],
-                stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                preexec_fn=end_with_parent))
+            spinners.append(
+                subprocess.Popen(
+                    [sys.executable, "-m", "harness.bench.floor", "spin", str(cpu)],
+                    stdin=subprocess.DEVNULL,
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.PIPE,
+                    preexec_fn=end_with_parent,
+                )
+            )
         for spinner in spinners:  # each says when it spins where and how it should
             ready, _, _ = select.select([spinner.stdout], [], [], TIMEOUT_S)
             if not ready or spinner.stdout.read(1) != b"+":
                 _, log = _stop(spinner)
-                raise RuntimeError(f"a CPU spinner did not start within {TIMEOUT_S} s: "
-                                   f"{log.decode(errors='replace')[-1000:]}")
+                raise RuntimeError(
+                    f"a CPU spinner did not start within {TIMEOUT_S} s: "
+                    f"{log.decode(errors='replace')[-1000:]}"
+                )
         yield spinners
     finally:
         for spinner in spinners:
@@ -134,12 +148,15 @@ def _spin(cpu: int) -> None:
 def latency_record(times: np.ndarray) -> dict:
     """A round trip's distribution, in ms (the fields of every latency bench's record)."""
     ms = times * 1e3
-    return {"calls": len(times), "median_ms": round(float(np.median(ms)), 3),
-            "p10_ms": round(float(np.percentile(ms, 10)), 3),
-            "p90_ms": round(float(np.percentile(ms, 90)), 3),
-            "p99_ms": round(float(np.percentile(ms, 99)), 3),
-            "mean_ms": round(float(ms.mean()), 3),
-            "calls_per_s": round(float(len(times) / times.sum()), 1)}
+    return {
+        "calls": len(times),
+        "median_ms": round(float(np.median(ms)), 3),
+        "p10_ms": round(float(np.percentile(ms, 10)), 3),
+        "p90_ms": round(float(np.percentile(ms, 90)), 3),
+        "p99_ms": round(float(np.percentile(ms, 99)), 3),
+        "mean_ms": round(float(ms.mean()), 3),
+        "calls_per_s": round(float(len(times) / times.sum()), 1),
+    }
 
 
 def _time_calls(kind: str, port: int, calls: int, warmup: int) -> np.ndarray:
@@ -152,7 +169,8 @@ def _time_calls(kind: str, port: int, calls: int, warmup: int) -> np.ndarray:
 
 def _echo_caller(port: int) -> tuple[Callable[[], None], Callable[[], None]]:
     request = Transport(f"http://127.0.0.1:{port}").encode(
-        "POST", "/getAction", REQUEST_BODY, accept="application/json")
+        "POST", "/getAction", REQUEST_BODY, accept="application/json"
+    )
     sock = socket.create_connection(("127.0.0.1", port), timeout=TIMEOUT_S)
     sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 
@@ -164,6 +182,7 @@ def _echo_caller(port: int) -> tuple[Callable[[], None], Callable[[], None]]:
             if not chunk:
                 raise ConnectionError("the echo server closed the connection")
             got += len(chunk)
+
     return call, sock.close
 
 
@@ -171,10 +190,10 @@ def _asgi_caller(port: int) -> tuple[Callable[[], None], Callable[[], None]]:
     transport = Transport(f"http://127.0.0.1:{port}")
 
     def call() -> None:
-        answer = transport.request("POST", "/getAction", body=REQUEST_BODY,
-                                   timeout=TIMEOUT_S)
+        answer = transport.request("POST", "/getAction", body=REQUEST_BODY, timeout=TIMEOUT_S)
         if answer.status != 200 or answer.body != ANSWER_BODY:
             raise ConnectionError(f"unexpected answer {answer.status} {answer.body[:80]!r}")
+
     return call, transport.close
 
 
@@ -193,9 +212,16 @@ async def _constant_app(scope: dict, receive: Callable, send: Callable) -> None:
         return
     while (await receive()).get("more_body"):
         pass
-    await send({"type": "http.response.start", "status": 200,
-                "headers": [(b"content-type", b"application/json"),
-                            (b"content-length", str(len(ANSWER_BODY)).encode())]})
+    await send(
+        {
+            "type": "http.response.start",
+            "status": 200,
+            "headers": [
+                (b"content-type", b"application/json"),
+                (b"content-length", str(len(ANSWER_BODY)).encode()),
+            ],
+        }
+    )
     await send({"type": "http.response.body", "body": ANSWER_BODY})
 
 
@@ -204,8 +230,9 @@ def _serve_asgi(fd: int) -> None:
 
     from mistk_rl.service.server import ServiceWorker
 
-    config = uvicorn.Config(_constant_app, lifespan="off", log_level="warning",
-                            **ServiceWorker.CONFIG_KWARGS)
+    config = uvicorn.Config(
+        _constant_app, lifespan="off", log_level="warning", **ServiceWorker.CONFIG_KWARGS
+    )
     # a socket object that knows its family, as gunicorn hands the services' workers theirs
     # (uvicorn's own `fd=` takes any fd for a Unix socket: no TCP_NODELAY on connections)
     uvicorn.Server(config).run(sockets=[socket.socket(fileno=fd)])

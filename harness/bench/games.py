@@ -7,6 +7,7 @@ only its agent client differs. Two agents, each holding both seats (self-play):
 ``random`` (masked random moves: the cost of the loop and the transport) and ``dqn``
 (configs/tictactoe_selfplay_dqn.yaml's agent, learning: one update per move).
 """
+
 from __future__ import annotations
 
 import tempfile
@@ -14,12 +15,11 @@ import time
 from pathlib import Path
 from typing import Any, Optional
 
-from mistk_rl.wire.jsonable import to_jsonable
 from mistk_rl.framework.orchestrator import RegisteredAgent
 from mistk_rl.sdk.schemas import EpisodeConfig
+from mistk_rl.wire.jsonable import to_jsonable
 
-AGENTS = {"random": "agents.opponent_agents:MaskedRandomAgent",
-          "dqn": "agents.dqn_agent:DQNAgent"}
+AGENTS = {"random": "agents.opponent_agents:MaskedRandomAgent", "dqn": "agents.dqn_agent:DQNAgent"}
 GAME = "classic/tictactoe-v3"
 CONFIG = Path(__file__).resolve().parents[2] / "configs" / "tictactoe_selfplay_dqn.yaml"
 
@@ -34,8 +34,9 @@ class InProcessGameClient:
     def episode_started(self, obs: dict, mode: str = "collect", **_: Any) -> None:
         self.service.episodeStarted({"obs": to_jsonable(obs), "mode": mode})
 
-    def step(self, obs: dict, replay: Optional[dict] = None,
-             action_mask: Optional[dict] = None) -> dict:
+    def step(
+        self, obs: dict, replay: Optional[dict] = None, action_mask: Optional[dict] = None
+    ) -> dict:
         body: dict[str, Any] = {"obs": to_jsonable(obs)}
         if replay:
             body["replay"] = to_jsonable(replay)
@@ -75,9 +76,12 @@ def bench_games(copies: list[int], moves: int) -> list[dict]:
                     config = {"name": "bench", **orch.agent_config("bench", seats)}
                     served = None
                     if mode == "http":
-                        served = start_service("agent", target,
-                                               data_dir=Path(tmp) / f"{agent}-{n}",
-                                               log_path=Path(tmp) / f"{agent}-{n}.log")
+                        served = start_service(
+                            "agent",
+                            target,
+                            data_dir=Path(tmp) / f"{agent}-{n}",
+                            log_path=Path(tmp) / f"{agent}-{n}.log",
+                        )
                         client = served.client()
                         client.initialize(hyperparameters=_hyperparameters(agent))
                         client.build_model()
@@ -94,21 +98,30 @@ def bench_games(copies: list[int], moves: int) -> list[dict]:
                         client = InProcessGameClient(service)
                     try:
                         orch.agents["bench"] = RegisteredAgent(
-                            "bench", "http://127.0.0.1", False, client, frozenset({"step"}),
-                            seats)
+                            "bench", "http://127.0.0.1", False, client, frozenset({"step"}), seats
+                        )
                         # warm-up past the DQN's learning_starts, so updates are timed too
                         orch.do_start_episode(EpisodeConfig(num_steps=2000, num_envs=n, seed=0))
                         before, started = orch.env_steps, time.perf_counter()
-                        orch.do_start_episode(EpisodeConfig(num_steps=moves, num_envs=n,
-                                                            seed=1))
+                        orch.do_start_episode(EpisodeConfig(num_steps=moves, num_envs=n, seed=1))
                         rate = (orch.env_steps - before) / (time.perf_counter() - started)
                     finally:
                         orch.do_terminate()
                         if served is not None:
                             client.close()
                             served.stop()
-                    records.append({"bench": "games", "game": GAME, "agent": agent,
-                                    "mode": mode, "copies": n, "moves_per_s": round(rate, 1)})
-                    print(f"  games {agent:6s} {mode:9s} copies {n:3d}: {rate:9.1f} moves/s",
-                          flush=True)
+                    records.append(
+                        {
+                            "bench": "games",
+                            "game": GAME,
+                            "agent": agent,
+                            "mode": mode,
+                            "copies": n,
+                            "moves_per_s": round(rate, 1),
+                        }
+                    )
+                    print(
+                        f"  games {agent:6s} {mode:9s} copies {n:3d}: {rate:9.1f} moves/s",
+                        flush=True,
+                    )
     return records

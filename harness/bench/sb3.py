@@ -8,6 +8,7 @@ config (our defaults included), so every value our agent trains with is handed t
 value SB3 cannot express (double Q, a dueling head, ...) is an error naming it rather than a
 silent difference.
 """
+
 from __future__ import annotations
 
 import importlib
@@ -25,11 +26,23 @@ from mistk_rl.rl.config import AgentConfigError
 
 # the agents' keys with no bearing on what is learned (logging, checkpoints, threads, the
 # device: SB3's side runs on the CPU, see `run_sb3`)
-NOT_LEARNING = {"seed", "log_every", "checkpoint_every", "checkpoint_buffer", "torch_threads",
-                "device"}
+NOT_LEARNING = {
+    "seed",
+    "log_every",
+    "checkpoint_every",
+    "checkpoint_buffer",
+    "torch_threads",
+    "device",
+}
 # `normalize` keys (VecNormalize's semantics) -> VecNormalize kwargs
-NORMALIZE = {"obs": "norm_obs", "reward": "norm_reward", "clip_obs": "clip_obs",
-             "clip_reward": "clip_reward", "epsilon": "epsilon", "gamma": "gamma"}
+NORMALIZE = {
+    "obs": "norm_obs",
+    "reward": "norm_reward",
+    "clip_obs": "clip_obs",
+    "clip_reward": "clip_reward",
+    "epsilon": "epsilon",
+    "gamma": "gamma",
+}
 ACTIVATIONS = {"relu": torch.nn.ReLU, "tanh": torch.nn.Tanh}
 
 
@@ -96,8 +109,9 @@ def sb3_setup(config: RunConfig) -> Sb3Setup:
     mapper = _dqn_kwargs if algo == "dqn" else _ppo_kwargs
     kwargs = mapper(cfg, spec.num_envs, spec.env_steps)
     env = config.orchestrator.env
-    return Sb3Setup(algo, env.id, dict(env.kwargs), spec.num_envs, spec.env_steps, kwargs,
-                    normalize, pending)
+    return Sb3Setup(
+        algo, env.id, dict(env.kwargs), spec.num_envs, spec.env_steps, kwargs, normalize, pending
+    )
 
 
 def _take(tree: dict, path: str) -> Any:
@@ -125,49 +139,69 @@ def _require(value: Any, wanted: Any, path: str, why: str) -> None:
 
 
 def _net(model: dict, algo: str) -> dict:
-    _require(model.pop("encoder"), "auto", "policy.model.encoder",
-             "picks its encoder by the space (MlpPolicy)")
+    _require(
+        model.pop("encoder"),
+        "auto",
+        "policy.model.encoder",
+        "picks its encoder by the space (MlpPolicy)",
+    )
     activation = model.pop("activation")
     if activation not in ACTIVATIONS:
         raise Unmappable(f"policy.model.activation = {activation!r}: no SB3 mapping")
     sizes = list(model.pop("hidden_sizes"))
-    return {"net_arch": sizes if algo == "dqn" else {"pi": sizes, "vf": sizes},
-            "activation_fn": ACTIVATIONS[activation]}
+    return {
+        "net_arch": sizes if algo == "dqn" else {"pi": sizes, "vf": sizes},
+        "activation_fn": ACTIVATIONS[activation],
+    }
 
 
 def _dqn_kwargs(cfg: dict, n_envs: int, budget: int) -> dict:
     learn = cfg["policy"]["learn"]
-    _require(_take(cfg, "policy.model.dueling"), False, "policy.model.dueling",
-             "DQN has no dueling head")
-    _require(_take(cfg, "policy.learn.double"), False, "policy.learn.double",
-             "DQN is not double Q-learning")
-    _require(_take(cfg, "policy.learn.loss"), "huber", "policy.learn.loss",
-             "DQN's loss is Huber")
-    _require(_take(cfg, "policy.learn.target.update"), "hard", "policy.learn.target.update",
-             "DQN's target sync is mapped for hard updates only")
+    _require(
+        _take(cfg, "policy.model.dueling"), False, "policy.model.dueling", "DQN has no dueling head"
+    )
+    _require(
+        _take(cfg, "policy.learn.double"),
+        False,
+        "policy.learn.double",
+        "DQN is not double Q-learning",
+    )
+    _require(_take(cfg, "policy.learn.loss"), "huber", "policy.learn.loss", "DQN's loss is Huber")
+    _require(
+        _take(cfg, "policy.learn.target.update"),
+        "hard",
+        "policy.learn.target.update",
+        "DQN's target sync is mapped for hard updates only",
+    )
     _take(cfg, "policy.learn.target.tau")  # soft updates only
     _require(_take(cfg, "buffer.type"), "naive", "buffer.type", "replay is uniform")
     buffer_size = _take(cfg, "buffer.replay_buffer_size")
     for key in list(cfg["buffer"]):  # the advanced buffer's keys are refused above
         _take(cfg, f"buffer.{key}")
     eps = cfg["policy"]["collect"]["eps"]
-    _require(eps.pop("type"), "linear", "policy.collect.eps.type",
-             "decays epsilon linearly")
+    _require(eps.pop("type"), "linear", "policy.collect.eps.type", "decays epsilon linearly")
     train_freq, gradient_steps = _take(cfg, "train.train_freq"), _take(cfg, "train.gradient_steps")
     if train_freq % n_envs:
-        raise Unmappable(f"train.train_freq {train_freq} is not a multiple of num_envs "
-                         f"{n_envs}: SB3 counts it in steps of all env copies")
+        raise Unmappable(
+            f"train.train_freq {train_freq} is not a multiple of num_envs "
+            f"{n_envs}: SB3 counts it in steps of all env copies"
+        )
     grad_clip = learn.pop("grad_clip")
     kwargs = {
-        "learning_rate": learn.pop("lr"), "batch_size": learn.pop("batch_size"),
-        "gamma": learn.pop("gamma"), "buffer_size": buffer_size,
+        "learning_rate": learn.pop("lr"),
+        "batch_size": learn.pop("batch_size"),
+        "gamma": learn.pop("gamma"),
+        "buffer_size": buffer_size,
         "learning_starts": _take(cfg, "train.learning_starts"),
         # SB3: train_freq in steps of the vector env, gradient_steps per train
-        "train_freq": train_freq // n_envs, "gradient_steps": gradient_steps,
+        "train_freq": train_freq // n_envs,
+        "gradient_steps": gradient_steps,
         # ours counts target syncs in updates, SB3 in env steps
-        "target_update_interval": max(1, round(learn["target"].pop("every") * train_freq
-                                               / gradient_steps)),
-        "exploration_initial_eps": eps.pop("start"), "exploration_final_eps": eps.pop("end"),
+        "target_update_interval": max(
+            1, round(learn["target"].pop("every") * train_freq / gradient_steps)
+        ),
+        "exploration_initial_eps": eps.pop("start"),
+        "exploration_final_eps": eps.pop("end"),
         "exploration_fraction": eps.pop("duration") / budget,
         "max_grad_norm": float("inf") if grad_clip is None else grad_clip,
         "policy_kwargs": _net(cfg["policy"]["model"], "dqn"),
@@ -181,18 +215,28 @@ def _dqn_kwargs(cfg: dict, n_envs: int, budget: int) -> dict:
 
 def _ppo_kwargs(cfg: dict, n_envs: int, budget: int) -> dict:
     learn = cfg["policy"]["learn"]
-    _require(_take(cfg, "policy.model.share_encoder"), False, "policy.model.share_encoder",
-             "PPO's MlpPolicy keeps separate actor and critic networks")
+    _require(
+        _take(cfg, "policy.model.share_encoder"),
+        False,
+        "policy.model.share_encoder",
+        "PPO's MlpPolicy keeps separate actor and critic networks",
+    )
     rollout = _take(cfg, "train.n_steps")
     if rollout % n_envs:
-        raise Unmappable(f"train.n_steps {rollout} is not a multiple of num_envs {n_envs}: "
-                         "SB3's n_steps is per env copy")
+        raise Unmappable(
+            f"train.n_steps {rollout} is not a multiple of num_envs {n_envs}: "
+            "SB3's n_steps is per env copy"
+        )
     lr, clip, anneal = learn.pop("lr"), learn.pop("clip"), learn.pop("anneal_env_steps")
     kwargs = {
-        "n_steps": rollout // n_envs, "batch_size": learn.pop("batch_size"),
-        "n_epochs": learn.pop("epochs"), "gamma": learn.pop("gamma"),
-        "gae_lambda": learn.pop("gae_lambda"), "ent_coef": learn.pop("entropy_coef"),
-        "vf_coef": learn.pop("value_coef"), "normalize_advantage": learn.pop("adv_norm"),
+        "n_steps": rollout // n_envs,
+        "batch_size": learn.pop("batch_size"),
+        "n_epochs": learn.pop("epochs"),
+        "gamma": learn.pop("gamma"),
+        "gae_lambda": learn.pop("gae_lambda"),
+        "ent_coef": learn.pop("entropy_coef"),
+        "vf_coef": learn.pop("value_coef"),
+        "normalize_advantage": learn.pop("adv_norm"),
         "max_grad_norm": learn.pop("grad_clip"),
         "learning_rate": _annealed(lr, anneal, budget),
         "clip_range": _annealed(clip, anneal, budget),
@@ -200,8 +244,12 @@ def _ppo_kwargs(cfg: dict, n_envs: int, budget: int) -> dict:
     }
     if "log_std_init" in cfg["policy"]["model"]:  # the Gaussian's (Box actions only)
         kwargs["policy_kwargs"]["log_std_init"] = _take(cfg, "policy.model.log_std_init")
-    _require(_take(cfg, "policy.eval.deterministic"), True, "policy.eval.deterministic",
-             "is evaluated greedily here, as our harness evaluates by default")
+    _require(
+        _take(cfg, "policy.eval.deterministic"),
+        True,
+        "policy.eval.deterministic",
+        "is evaluated greedily here, as our harness evaluates by default",
+    )
     _done(cfg)
     return kwargs
 
@@ -227,8 +275,14 @@ def _normalize(section: Any, gamma: float) -> Optional[dict]:
     return kwargs if kwargs["norm_obs"] or kwargs["norm_reward"] else None
 
 
-def evaluate(predict: Callable[[np.ndarray], Any], episodes: int, seed: int, env_id: str,
-             env_kwargs: Optional[dict] = None, max_steps: Optional[int] = None) -> list:
+def evaluate(
+    predict: Callable[[np.ndarray], Any],
+    episodes: int,
+    seed: int,
+    env_id: str,
+    env_kwargs: Optional[dict] = None,
+    max_steps: Optional[int] = None,
+) -> list:
     """`episodes` episodes, episode i reset with seed + i; `predict` maps an observation to
     an action (greedy)."""
     make_kwargs = dict(env_kwargs or {})
@@ -242,8 +296,7 @@ def evaluate(predict: Callable[[np.ndarray], Any], episodes: int, seed: int, env
         done, total = False, 0.0
         while not done:
             action = predict(obs)
-            obs, reward, terminated, truncated, _ = env.step(int(action) if discrete
-                                                             else action)
+            obs, reward, terminated, truncated, _ = env.step(int(action) if discrete else action)
             total, done = total + float(reward), terminated or truncated
         returns.append(total)
     env.close()
@@ -267,10 +320,14 @@ def run_sb3(config: RunConfig, seed: int, setup: Optional[Sb3Setup] = None) -> d
     setup = setup or sb3_setup(config)
     evals: list[dict] = []
     wrapper_kwargs = {"max_episode_steps": spec.max_steps} if spec.max_steps else None
-    env = make_vec_env(setup.env_id, n_envs=setup.n_envs, seed=seed,
-                       env_kwargs=setup.env_kwargs or None,
-                       wrapper_class=gym.wrappers.TimeLimit if wrapper_kwargs else None,
-                       wrapper_kwargs=wrapper_kwargs)
+    env = make_vec_env(
+        setup.env_id,
+        n_envs=setup.n_envs,
+        seed=seed,
+        env_kwargs=setup.env_kwargs or None,
+        wrapper_class=gym.wrappers.TimeLimit if wrapper_kwargs else None,
+        wrapper_kwargs=wrapper_kwargs,
+    )
     if setup.normalize:
         env = VecNormalize(env, **setup.normalize)
     cls = DQN if setup.algo == "dqn" else PPO
@@ -293,11 +350,22 @@ def run_sb3(config: RunConfig, seed: int, setup: Optional[Sb3Setup] = None) -> d
             return record() < (np.inf if spec.stop_value is None else spec.stop_value)
 
     def record() -> float:
-        returns = evaluate(predict, spec.eval_episodes, spec.eval_seed, setup.env_id,
-                           setup.env_kwargs, spec.max_steps)
-        evals.append({"env_steps": int(model.num_timesteps),
-                      "wall_s": round(time.monotonic() - started, 3),
-                      "mean_return": float(np.mean(returns)), "returns": returns})
+        returns = evaluate(
+            predict,
+            spec.eval_episodes,
+            spec.eval_seed,
+            setup.env_id,
+            setup.env_kwargs,
+            spec.max_steps,
+        )
+        evals.append(
+            {
+                "env_steps": int(model.num_timesteps),
+                "wall_s": round(time.monotonic() - started, 3),
+                "mean_return": float(np.mean(returns)),
+                "returns": returns,
+            }
+        )
         return evals[-1]["mean_return"]
 
     started = time.monotonic()
@@ -307,8 +375,15 @@ def run_sb3(config: RunConfig, seed: int, setup: Optional[Sb3Setup] = None) -> d
         record()  # as the harness, which evaluates once more at the end of the budget
     wall = time.monotonic() - started
     env.close()
-    success = next((e for e in evals if spec.stop_value is not None
-                    and e["mean_return"] >= spec.stop_value), None)
-    return {"bench": f"sb3_{setup.algo}", "seed": seed, "evals": evals, "wall_s": round(wall, 3),
-            "first_success": success and {k: success[k] for k in
-                                          ("env_steps", "wall_s", "mean_return")}}
+    success = next(
+        (e for e in evals if spec.stop_value is not None and e["mean_return"] >= spec.stop_value),
+        None,
+    )
+    return {
+        "bench": f"sb3_{setup.algo}",
+        "seed": seed,
+        "evals": evals,
+        "wall_s": round(wall, 3),
+        "first_success": success
+        and {k: success[k] for k in ("env_steps", "wall_s", "mean_return")},
+    }

@@ -16,6 +16,7 @@ envs: env steps per second of each env manager and of gymnasium's SyncVectorEnv 
 AsyncVectorEnv at the same env counts, with constant actions, on CartPole-v1 and on a
 CartPole whose step costs 1 ms (`SlowCartPole-v0`, registered here).
 """
+
 from __future__ import annotations
 
 import tempfile
@@ -28,11 +29,11 @@ from typing import Any, Callable, Sequence
 import gymnasium as gym
 import numpy as np
 
-from mistk_rl.sdk.client import AgentClient
-from mistk_rl.wire.jsonable import to_jsonable
 from mistk_rl.rl.envs import MANAGERS, EnvManager, make_env_fns
-from mistk_rl.spaces import space_to_dict
+from mistk_rl.sdk.client import AgentClient
 from mistk_rl.sdk.stepping import StepOutcome, Stepper, stepper_for
+from mistk_rl.spaces import space_to_dict
+from mistk_rl.wire.jsonable import to_jsonable
 
 SLOW_ENV = "harness.bench.step:SlowCartPole-v0"
 
@@ -87,30 +88,38 @@ def _drive(stepper: Stepper, manager: EnvManager, steps: int) -> tuple[int, floa
     while done_steps < steps:
         actions = stepper.step(manager.ready_obs, outcomes)
         timesteps = manager.step({i: int(a) for i, a in actions.items()})
-        outcomes = {i: StepOutcome(ts.obs, ts.reward, ts.terminated, ts.truncated)
-                    for i, ts in timesteps.items()}
+        outcomes = {
+            i: StepOutcome(ts.obs, ts.reward, ts.terminated, ts.truncated)
+            for i, ts in timesteps.items()
+        }
         done_steps += len(timesteps)
     stepper.step({}, outcomes)
     return done_steps, time.perf_counter() - started
 
 
-def measure_steps(agent: AgentClient, capabilities: frozenset, n: int,
-                  steps: int, depth: int = 1,
-                  env_id: str = "CartPole-v1") -> tuple[int, float, int]:
+def measure_steps(
+    agent: AgentClient,
+    capabilities: frozenset,
+    n: int,
+    steps: int,
+    depth: int = 1,
+    env_id: str = "CartPole-v1",
+) -> tuple[int, float, int]:
     """One episode of `n` CartPole copies driven through `agent` (`depth` requests in
     flight) for at least `steps` env steps (and `n` x 20), after a warm-up; (env steps,
     seconds, bytes on the wire) of the measured part."""
+
     def wire() -> int:
         return agent.transport.bytes_sent + agent.transport.bytes_received
 
     with MANAGERS["base"](make_env_fns(env_id, None, n)) as manager:
         manager.launch(seed=0)
         agent.episode_started(to_jsonable({f"e{i}": o for i, o in manager.ready_obs.items()}))
-        _drive(stepper_for(agent, capabilities, "bench", n, depth=depth), manager,
-               max(n * 5, 100))
+        _drive(stepper_for(agent, capabilities, "bench", n, depth=depth), manager, max(n * 5, 100))
         before = wire()
-        taken, seconds = _drive(stepper_for(agent, capabilities, "bench", n, depth=depth),
-                                manager, max(steps, n * 20))
+        taken, seconds = _drive(
+            stepper_for(agent, capabilities, "bench", n, depth=depth), manager, max(steps, n * 20)
+        )
         sent = wire() - before
         agent.episode_stopped()
     return taken, seconds, sent
@@ -129,8 +138,9 @@ class InProcessClient(AgentClient):
     def column_pipeline(self, stream: bool = False) -> "EagerPipeline":
         return EagerPipeline(self)
 
-    def _call(self, method: str, path: str, *, json_body: Any = None,
-              params: Any = None, **_: Any) -> Any:
+    def _call(
+        self, method: str, path: str, *, json_body: Any = None, params: Any = None, **_: Any
+    ) -> Any:
         handler = getattr(self.service, self.OPERATIONS.get(path, path.strip("/")))
         if json_body is None:
             return handler(**(params or {}))[0]
@@ -158,8 +168,11 @@ class EagerPipeline:
 def cartpole_agent_config(name: str = "bench") -> dict:
     """What an orchestrator tells an agent about CartPole-v1 at registration."""
     env = gym.make("CartPole-v1")
-    return {"name": name, "observationSpace": space_to_dict(env.observation_space),
-            "actionSpace": space_to_dict(env.action_space)}
+    return {
+        "name": name,
+        "observationSpace": space_to_dict(env.observation_space),
+        "actionSpace": space_to_dict(env.action_space),
+    }
 
 
 def start_random_agent(tmp: Path, name: str = "bench"):
@@ -167,8 +180,12 @@ def start_random_agent(tmp: Path, name: str = "bench"):
     returns (service process, client). The caller stops the service."""
     from mistk_rl.deploy.launch import start_service
 
-    service = start_service("agent", "agents.random_agent:RandomAgent",
-                            data_dir=tmp / "served", log_path=tmp / "agent.log")
+    service = start_service(
+        "agent",
+        "agents.random_agent:RandomAgent",
+        data_dir=tmp / "served",
+        log_path=tmp / "agent.log",
+    )
     client = service.client()
     client.initialize(hyperparameters={"seed": 0})
     client.build_model()
@@ -183,10 +200,24 @@ def start_random_agent(tmp: Path, name: str = "bench"):
 # `stream`), one frame at a time (also with varying rewards) and pipelined; and the
 # entity-keyed step. Pipelined, stream and entity modes are encoded as the gym orchestrator
 # would (`binary_for`).
-TRANSPORT_MODES = ("inprocess", "http", "http-binary", "http-binary-varied", "http-pipelined",
-                   "stream", "stream-varied", "stream-pipelined", "http-entity")
-ORCHESTRATOR_ENCODED = ("http-pipelined", "stream", "stream-varied", "stream-pipelined",
-                        "http-entity")
+TRANSPORT_MODES = (
+    "inprocess",
+    "http",
+    "http-binary",
+    "http-binary-varied",
+    "http-pipelined",
+    "stream",
+    "stream-varied",
+    "stream-pipelined",
+    "http-entity",
+)
+ORCHESTRATOR_ENCODED = (
+    "http-pipelined",
+    "stream",
+    "stream-varied",
+    "stream-pipelined",
+    "http-entity",
+)
 
 
 ROUNDS = 5  # each configuration is timed in this many blocks, its modes taking turns
@@ -201,8 +232,9 @@ class Block:
     wire: int = 0
 
 
-def interleaved(modes: Sequence[str], rounds: int,
-                measure: Callable[[str], Block]) -> dict[str, list[Block]]:
+def interleaved(
+    modes: Sequence[str], rounds: int, measure: Callable[[str], Block]
+) -> dict[str, list[Block]]:
     """`rounds` blocks of each mode, timed round by round with every mode taking a turn in
     each: a shared machine's speed drifts over seconds (the same in-process loop has run
     30% apart a minute later), and a ratio of two modes is fair only between blocks timed
@@ -221,23 +253,39 @@ def summarize(blocks: dict[str, list[Block]], base: str, envs: int) -> list[dict
     records = []
     for mode, mine in blocks.items():
         rate = sum(b.steps for b in mine) / sum(b.seconds for b in mine)
-        record = {"bench": "transport", "mode": mode, "envs": envs, "steps_per_s": round(rate, 1),
-                  "rounds": len(mine)}
+        record = {
+            "bench": "transport",
+            "mode": mode,
+            "envs": envs,
+            "steps_per_s": round(rate, 1),
+            "rounds": len(mine),
+        }
         line = f"  transport {mode:18s} envs {envs:4d}: {rate:10.1f} env steps/s"
         if mode != base:
-            ratios = sorted((b.steps / b.seconds) / (o.steps / o.seconds)
-                            for b, o in zip(mine, blocks[base]))
-            record.update(to_base=base, to_base_median=round(float(np.median(ratios)), 3),
-                          to_base_min=round(ratios[0], 3), to_base_max=round(ratios[-1], 3))
-            line += (f"  {np.median(ratios):5.2f} of {base} "
-                     f"({ratios[0]:.2f}-{ratios[-1]:.2f} over {len(ratios)} rounds)")
+            ratios = sorted(
+                (b.steps / b.seconds) / (o.steps / o.seconds) for b, o in zip(mine, blocks[base])
+            )
+            record.update(
+                to_base=base,
+                to_base_median=round(float(np.median(ratios)), 3),
+                to_base_min=round(ratios[0], 3),
+                to_base_max=round(ratios[-1], 3),
+            )
+            line += (
+                f"  {np.median(ratios):5.2f} of {base} "
+                f"({ratios[0]:.2f}-{ratios[-1]:.2f} over {len(ratios)} rounds)"
+            )
         if any(b.wire for b in mine):  # over HTTP: what crossed the wire
             per_step = sum(b.wire for b in mine) / sum(b.steps for b in mine)
-            record.update(wire_bytes_per_step=round(per_step, 1),
-                          raw_bytes_per_step=RAW_STEP_BYTES,
-                          wire_to_raw=round(per_step / RAW_STEP_BYTES, 2))
-            line += (f"  {per_step:7.1f} wire bytes/step "
-                     f"({per_step / RAW_STEP_BYTES:.2f}x the raw {RAW_STEP_BYTES})")
+            record.update(
+                wire_bytes_per_step=round(per_step, 1),
+                raw_bytes_per_step=RAW_STEP_BYTES,
+                wire_to_raw=round(per_step / RAW_STEP_BYTES, 2),
+            )
+            line += (
+                f"  {per_step:7.1f} wire bytes/step "
+                f"({per_step / RAW_STEP_BYTES:.2f}x the raw {RAW_STEP_BYTES})"
+            )
         records.append(record)
         print(line)
     return records
@@ -264,22 +312,28 @@ def bench_transport(env_counts: list[int], steps: int, rounds: int = ROUNDS) -> 
         inprocess = InProcessClient(service)
         try:
             for n in env_counts:
+
                 def measure(mode: str) -> Block:
                     agent = inprocess if mode == "inprocess" else client
                     capabilities = frozenset(
-                        {"step"} if mode == "http-entity" else
-                        {"columns", "stream"} if mode.startswith("stream") else {"columns"})
+                        {"step"}
+                        if mode == "http-entity"
+                        else {"columns", "stream"}
+                        if mode.startswith("stream")
+                        else {"columns"}
+                    )
                     depth = 2 if mode.endswith("pipelined") else 1
                     client.binary = mode.startswith("http-binary") or (
                         mode in ORCHESTRATOR_ENCODED
-                        and binary_for(capabilities | {"tensors"}, space, n, depth))
+                        and binary_for(capabilities | {"tensors"}, space, n, depth)
+                    )
                     env_id = VARIED_ENV if mode.endswith("varied") else "CartPole-v1"
-                    return Block(*measure_steps(agent, capabilities, n, steps // rounds,
-                                                depth, env_id))
+                    return Block(
+                        *measure_steps(agent, capabilities, n, steps // rounds, depth, env_id)
+                    )
 
                 # (one copy does not pipeline: its next action waits for this one's outcome)
-                modes = [m for m in TRANSPORT_MODES
-                         if not (m.endswith("pipelined") and n == 1)]
+                modes = [m for m in TRANSPORT_MODES if not (m.endswith("pipelined") and n == 1)]
                 records += summarize(interleaved(modes, rounds, measure), "inprocess", n)
             client.close()
         finally:
@@ -289,13 +343,18 @@ def bench_transport(env_counts: list[int], steps: int, rounds: int = ROUNDS) -> 
 
 # a DQN agent that acts epsilon-greedily with its network and keeps every transition, but
 # never trains (the figures are of the step path, not of learning)
-ACTING_DQN = {"seed": 0, "log_every": 0, "train": {"learning_starts": 0, "train_freq": 10**9},
-              "policy": {"model": {"hidden_sizes": [64, 64]}}}
+ACTING_DQN = {
+    "seed": 0,
+    "log_every": 0,
+    "train": {"learning_starts": 0, "train_freq": 10**9},
+    "policy": {"model": {"hidden_sizes": [64, 64]}},
+}
 LOCAL_MODES = ("dqn-inprocess", "dqn-http", "dqn-local")
 
 
-def bench_local(env_counts: list[int], steps: int, batch_steps: int = 64,
-                rounds: int = ROUNDS) -> list[dict]:
+def bench_local(
+    env_counts: list[int], steps: int, batch_steps: int = 64, rounds: int = ROUNDS
+) -> list[dict]:
     """Local inference against the agent acting remotely: a DQN agent (`ACTING_DQN`) in
     process (stepColumns to its service object), over HTTP (stepColumns) and through a
     policy copy here that sends its experience every `batch_steps` env steps
@@ -303,8 +362,8 @@ def bench_local(env_counts: list[int], steps: int, batch_steps: int = 64,
     turns (`interleaved`)."""
     from agents.dqn_agent import DQNAgent
     from mistk_rl.deploy.launch import start_service
-    from mistk_rl.service.handlers import AgentService
     from mistk_rl.sdk.stepping import ColumnStepper, LocalInference, LocalStepper
+    from mistk_rl.service.handlers import AgentService
     from orchestrators.gym_orchestrator import binary_for
 
     space = gym.make("CartPole-v1").observation_space
@@ -314,32 +373,40 @@ def bench_local(env_counts: list[int], steps: int, batch_steps: int = 64,
         service.initialize({"hyperparameters": ACTING_DQN})
         service.lifecycle.wait_for_state("initialized", 30)
         service.agentRegistered(cartpole_agent_config())
-        served = start_service("agent", "agents.dqn_agent:DQNAgent",
-                               data_dir=Path(tmp) / "served", log_path=Path(tmp) / "agent.log")
+        served = start_service(
+            "agent",
+            "agents.dqn_agent:DQNAgent",
+            data_dir=Path(tmp) / "served",
+            log_path=Path(tmp) / "agent.log",
+        )
         client = served.client()
         client.initialize(hyperparameters=ACTING_DQN)
         client.build_model()
         client.agent_registered(cartpole_agent_config())
         try:
             for n in env_counts:
+
                 def measure(mode: str) -> Block:
                     agent = InProcessClient(service) if mode == "dqn-inprocess" else client
-                    client.binary = binary_for(frozenset({"columns", "tensors"}), space, n,
-                                               local=mode == "dqn-local")
+                    client.binary = binary_for(
+                        frozenset({"columns", "tensors"}), space, n, local=mode == "dqn-local"
+                    )
                     with MANAGERS["base"](make_env_fns("CartPole-v1", None, n)) as manager:
                         manager.launch(seed=0)
-                        agent.episode_started(to_jsonable({f"e{i}": o for i, o in
-                                                           manager.ready_obs.items()}))
-                        make = ((lambda: LocalStepper(agent, LocalInference(1, batch_steps)))
-                                if mode == "dqn-local" else (lambda: ColumnStepper(agent)))
+                        agent.episode_started(
+                            to_jsonable({f"e{i}": o for i, o in manager.ready_obs.items()})
+                        )
+                        make = (
+                            (lambda: LocalStepper(agent, LocalInference(1, batch_steps)))
+                            if mode == "dqn-local"
+                            else (lambda: ColumnStepper(agent))
+                        )
                         _drive(make(), manager, max(n * 5, 100))  # warm-up
-                        taken, seconds = _drive(make(), manager,
-                                                max(steps // rounds, n * 20))
+                        taken, seconds = _drive(make(), manager, max(steps // rounds, n * 20))
                         agent.episode_stopped()
                     return Block(taken, seconds)
 
-                records += summarize(interleaved(LOCAL_MODES, rounds, measure),
-                                     "dqn-inprocess", n)
+                records += summarize(interleaved(LOCAL_MODES, rounds, measure), "dqn-inprocess", n)
             client.close()
         finally:
             served.stop()
@@ -358,13 +425,21 @@ def bench_envs(env_counts: list[int], steps: int) -> list[dict]:
             total = max(steps if label == "CartPole-v1" else steps // 10, n * 50)
             runs: dict[str, Callable[[], float]] = {
                 name: (lambda cls=cls: _manager_rate(cls, env_id, n, total))
-                for name, cls in MANAGERS.items()}
+                for name, cls in MANAGERS.items()
+            }
             runs["gym_sync"] = lambda: _vector_rate(gym.vector.SyncVectorEnv, env_id, n, total)
             runs["gym_async"] = lambda: _vector_rate(gym.vector.AsyncVectorEnv, env_id, n, total)
             for mode, run in runs.items():
                 rate = run()
-                records.append({"bench": "envs", "env": label, "mode": mode, "envs": n,
-                                "steps_per_s": round(rate, 1)})
+                records.append(
+                    {
+                        "bench": "envs",
+                        "env": label,
+                        "mode": mode,
+                        "envs": n,
+                        "steps_per_s": round(rate, 1),
+                    }
+                )
                 print(f"  envs {label:16s} {mode:10s} envs {n:4d}: {rate:10.1f} env steps/s")
     return records
 

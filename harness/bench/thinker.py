@@ -7,6 +7,7 @@
   steps driven by a behaviour policy (`Behaviour`): its losses over time, whether its outputs
   stay finite, and the time per augmented step.
 """
+
 from __future__ import annotations
 
 import time
@@ -19,12 +20,21 @@ from mistk_rl.thinker.planner import plan
 from mistk_rl.thinker.puzzle import ENV_ID, solver_action
 
 
-def planner_solve_rate(rec_t: int = 10, max_depth: int = 5, episodes: int = 3000,
-                       env_n: int = 16, seed: int = 0) -> dict[str, Any]:
+def planner_solve_rate(
+    rec_t: int = 10, max_depth: int = 5, episodes: int = 3000, env_n: int = 16, seed: int = 0
+) -> dict[str, Any]:
     """Play the scripted planner until `episodes` episodes ended; a solved episode is one
     whose return includes the +10 for the box on the target."""
-    env = make(ENV_ID, env_n=env_n, wrapper_type=2, rec_t=rec_t, max_depth=max_depth,
-               train_model=False, model_zero_init=True, seed=seed)
+    env = make(
+        ENV_ID,
+        env_n=env_n,
+        wrapper_type=2,
+        rec_t=rec_t,
+        max_depth=max_depth,
+        train_model=False,
+        model_zero_init=True,
+        seed=seed,
+    )
     rng = np.random.default_rng(seed)
     state = env.reset()
     solved = ended = steps = 0
@@ -40,27 +50,47 @@ def planner_solve_rate(rec_t: int = 10, max_depth: int = 5, episodes: int = 3000
     finally:
         env.close()
     wall = time.perf_counter() - start
-    return {"rec_t": rec_t, "max_depth": max_depth, "seed": seed, "episodes": ended,
-            "solved": solved, "solve_rate": solved / ended, "augmented_steps": steps,
-            "augmented_steps_per_s": steps / wall, "wall_s": wall}
+    return {
+        "rec_t": rec_t,
+        "max_depth": max_depth,
+        "seed": seed,
+        "episodes": ended,
+        "solved": solved,
+        "solve_rate": solved / ended,
+        "augmented_steps": steps,
+        "augmented_steps_per_s": steps / wall,
+        "wall_s": wall,
+    }
 
 
-def bench_planner(settings: Sequence[tuple[int, int]] = ((10, 5), (20, 5)),
-                  episodes: int = 3000, seed: int = 0) -> list[dict[str, Any]]:
+def bench_planner(
+    settings: Sequence[tuple[int, int]] = ((10, 5), (20, 5)), episodes: int = 3000, seed: int = 0
+) -> list[dict[str, Any]]:
     rows = []
     for rec_t, max_depth in settings:
         row = planner_solve_rate(rec_t, max_depth, episodes, seed=seed)
-        print(f"K={rec_t:>3} L={max_depth}: solved {row['solved']}/{row['episodes']} "
-              f"= {row['solve_rate']:.3f} (seed {seed}; {row['augmented_steps_per_s']:.0f} "
-              f"augmented steps/s)", flush=True)
+        print(
+            f"K={rec_t:>3} L={max_depth}: solved {row['solved']}/{row['episodes']} "
+            f"= {row['solve_rate']:.3f} (seed {seed}; {row['augmented_steps_per_s']:.0f} "
+            f"augmented steps/s)",
+            flush=True,
+        )
         rows.append(row)
     return rows
 
 
-MODEL_SETTINGS = dict(wrapper_type=0, rec_t=10, max_depth=5, model_warm_up_n=2000,
-                      model_buffer_n=20000, model_lr=2e-3, total_steps=20000,
-                      model_batch_size=64, model_min_replay_ratio=36.0,
-                      model_max_replay_ratio=40.0)
+MODEL_SETTINGS = dict(
+    wrapper_type=0,
+    rec_t=10,
+    max_depth=5,
+    model_warm_up_n=2000,
+    model_buffer_n=20000,
+    model_lr=2e-3,
+    total_steps=20000,
+    model_batch_size=64,
+    model_min_replay_ratio=36.0,
+    model_max_replay_ratio=40.0,
+)
 """The learned-model run: v1.1's defaults are for 50M real steps (warm-up 200k, lr 1e-4,
 replay ratio 5, batch 128); a 20k-step run on CPU warms up on 2k, keeps all 20k, decays a
 larger rate to 0 over them and makes ~2,250 updates of 64 windows (trained up to replay ratio
@@ -94,12 +124,22 @@ class Behaviour:
         return moves
 
     def describe(self) -> str:
-        return "uniform random" if self.kind == "random" else (
-            f"shortest-solution solver, epsilon {self.epsilon}")
+        return (
+            "uniform random"
+            if self.kind == "random"
+            else (f"shortest-solution solver, epsilon {self.epsilon}")
+        )
 
 
-def held_out_windows(k: int, env_n: int = 16, steps: int = 200, seed: int = 1,
-                     batch: int = 512, behaviour: str = "random", epsilon: float = 0.3):
+def held_out_windows(
+    k: int,
+    env_n: int = 16,
+    steps: int = 200,
+    seed: int = 1,
+    batch: int = 512,
+    behaviour: str = "random",
+    epsilon: float = 0.3,
+):
     """Windows of real puzzle transitions under the run's behaviour policy, from env copies
     and seeds the run never sees: a fixed set to measure the model of the world on."""
     import gymnasium as gym
@@ -119,9 +159,16 @@ def held_out_windows(k: int, env_n: int = 16, steps: int = 200, seed: int = 1,
         terminated = np.array([o[2] for o in out])
         truncated = np.array([o[3] for o in out])
         done = terminated | truncated
-        replay.add(frames=frames, prev_actions=prev, actions=actions, rewards=rewards,
-                   dones=done, truncated=truncated & ~terminated,
-                   baselines=np.zeros(env_n, np.float32), probs=None)
+        replay.add(
+            frames=frames,
+            prev_actions=prev,
+            actions=actions,
+            rewards=rewards,
+            dones=done,
+            truncated=truncated & ~terminated,
+            baselines=np.zeros(env_n, np.float32),
+            probs=None,
+        )
         frames = np.stack([env.reset()[0] if d else o[0] for env, o, d in zip(envs, out, done)])
         prev = np.where(done, 0, actions)
     return replay.sample(batch, 1.0, rng, k)  # priorities all equal: uniform
@@ -148,10 +195,16 @@ def world_losses(learner: Any, held: Any, k: int) -> dict[str, float]:
     return {name: float(value.mean()) for name, value in losses.items()}
 
 
-def bench_model(real_steps: int = 20000, env_n: int = 16, seed: int = 0,
-                out: str = "runs/bench-thinker-model",
-                settings: Optional[dict[str, Any]] = None, behaviour: str = "solver",
-                epsilon: float = 0.3, measure_every: int = 100) -> dict[str, Any]:
+def bench_model(
+    real_steps: int = 20000,
+    env_n: int = 16,
+    seed: int = 0,
+    out: str = "runs/bench-thinker-model",
+    settings: Optional[dict[str, Any]] = None,
+    behaviour: str = "solver",
+    epsilon: float = 0.3,
+    measure_every: int = 100,
+) -> dict[str, Any]:
     """The learned model on the puzzle, trained inside `step` while `Behaviour` drives the
     real steps (imaginary moves and resets uniform random): its world losses on fixed held-out
     windows of the same behaviour as training goes (the training batches' own losses are
@@ -170,54 +223,82 @@ def bench_model(real_steps: int = 20000, env_n: int = 16, seed: int = 0,
     act = Behaviour(behaviour, epsilon, seed)
     env.reset(seed=seed)
     learner = env.model.learner
-    curve: list[dict[str, Any]] = [{"real_steps": 0, "updates": 0, "wall_s": 0.0,
-                                    "held_out": world_losses(learner, held, k)}]
+    curve: list[dict[str, Any]] = [
+        {"real_steps": 0, "updates": 0, "wall_s": 0.0, "held_out": world_losses(learner, held, k)}
+    ]
     finite = True
     augmented = real = 0
     step_s = 0.0  # inside env.step: the MDP and its model's training, not the behaviour
     start = time.perf_counter()
     try:
         while real < real_steps:
-            primary = (act(env.envs) if env.next_step_real
-                       else rng.integers(env.num_actions, size=env_n))
+            primary = (
+                act(env.envs) if env.next_step_real else rng.integers(env.num_actions, size=env_n)
+            )
             resets = rng.integers(2, size=env_n)
             began = time.perf_counter()
             state, reward, _, info = env.step(primary, resets)
             step_s += time.perf_counter() - began
             augmented += env_n
             finite &= bool(np.isfinite(reward).all()) and all(
-                bool(np.isfinite(v).all()) for v in state.values())
+                bool(np.isfinite(v).all()) for v in state.values()
+            )
             if info["step_status"][0] == 0:
                 real += env_n
                 if learner.updates >= curve[-1]["updates"] + measure_every:
-                    curve.append({"real_steps": real, "updates": learner.updates,
-                                  "wall_s": time.perf_counter() - start,
-                                  "held_out": world_losses(learner, held, k),
-                                  "batch": dict(learner.losses)})
+                    curve.append(
+                        {
+                            "real_steps": real,
+                            "updates": learner.updates,
+                            "wall_s": time.perf_counter() - start,
+                            "held_out": world_losses(learner, held, k),
+                            "batch": dict(learner.losses),
+                        }
+                    )
     finally:
         env.close()
     wall = time.perf_counter() - start
-    curve.append({"real_steps": real, "updates": learner.updates, "wall_s": wall,
-                  "held_out": world_losses(learner, held, k), "batch": dict(learner.losses)})
+    curve.append(
+        {
+            "real_steps": real,
+            "updates": learner.updates,
+            "wall_s": wall,
+            "held_out": world_losses(learner, held, k),
+            "batch": dict(learner.losses),
+        }
+    )
     finite &= all(np.isfinite(v) for row in curve for v in row["held_out"].values())
-    figures = {"settings": {**settings, "env_n": env_n, "seed": seed},
-               "behaviour": act.describe(), "held_out_rewards": held_out_rewards(held, k),
-               "real_steps": real, "augmented_steps": augmented, "updates": learner.updates,
-               "replay_ratio": learner.replay_ratio, "outputs_finite": finite,
-               "wall_s": wall, "step_s": step_s, "update_s": learner.update_s,
-               "us_per_augmented_step": 1e6 * step_s / augmented,
-               "us_per_augmented_step_untrained": 1e6 * (step_s - learner.update_s) / augmented,
-               "losses": curve}
+    figures = {
+        "settings": {**settings, "env_n": env_n, "seed": seed},
+        "behaviour": act.describe(),
+        "held_out_rewards": held_out_rewards(held, k),
+        "real_steps": real,
+        "augmented_steps": augmented,
+        "updates": learner.updates,
+        "replay_ratio": learner.replay_ratio,
+        "outputs_finite": finite,
+        "wall_s": wall,
+        "step_s": step_s,
+        "update_s": learner.update_s,
+        "us_per_augmented_step": 1e6 * step_s / augmented,
+        "us_per_augmented_step_untrained": 1e6 * (step_s - learner.update_s) / augmented,
+        "losses": curve,
+    }
     for name in curve[0]["held_out"]:
-        print(f"held-out {name:>4} loss: " + " ".join(
-            f"{row['held_out'][name]:.4f}" for row in curve) +
-            f" (every {measure_every} updates)")
+        print(
+            f"held-out {name:>4} loss: "
+            + " ".join(f"{row['held_out'][name]:.4f}" for row in curve)
+            + f" (every {measure_every} updates)"
+        )
     print(f"behaviour: {act.describe()}; held-out windows: {figures['held_out_rewards']}")
-    print(f"{real} real steps ({augmented} augmented, {env_n} envs), {learner.updates} updates "
-          f"(replay ratio {learner.replay_ratio:.2f}), outputs finite: {finite}; {wall:.0f} s "
-          f"in all, {step_s:.0f} s in step = {figures['us_per_augmented_step']:.0f} us per "
-          f"augmented step, {figures['us_per_augmented_step_untrained']:.0f} us without the "
-          f"{learner.update_s:.0f} s of model updates", flush=True)
+    print(
+        f"{real} real steps ({augmented} augmented, {env_n} envs), {learner.updates} updates "
+        f"(replay ratio {learner.replay_ratio:.2f}), outputs finite: {finite}; {wall:.0f} s "
+        f"in all, {step_s:.0f} s in step = {figures['us_per_augmented_step']:.0f} us per "
+        f"augmented step, {figures['us_per_augmented_step_untrained']:.0f} us without the "
+        f"{learner.update_s:.0f} s of model updates",
+        flush=True,
+    )
     root = Path(out)
     root.mkdir(parents=True, exist_ok=True)
     (root / "model.json").write_text(json.dumps(figures, indent=2))
@@ -230,12 +311,17 @@ SOLVED_RETURN = 5.0  # a solved episode's return holds the +10; an unsolved one 
 
 def solve_rates(results: dict[str, Any]) -> list[tuple[int, float]]:
     """(real env steps, share of evaluation episodes solved) of each evaluation of a run."""
-    return [(e["env_steps"], float(np.mean(np.asarray(e["returns"]) > SOLVED_RETURN)))
-            for e in results["evals"]]
+    return [
+        (e["env_steps"], float(np.mean(np.asarray(e["returns"]) > SOLVED_RETURN)))
+        for e in results["evals"]
+    ]
 
 
-def bench_ppo(seeds: Sequence[int] = (0, 1, 2), out: str = "runs/bench-thinker-ppo",
-              arms: Sequence[str] = ("raw", "thinker")) -> dict[str, Any]:
+def bench_ppo(
+    seeds: Sequence[int] = (0, 1, 2),
+    out: str = "runs/bench-thinker-ppo",
+    arms: Sequence[str] = ("raw", "thinker"),
+) -> dict[str, Any]:
     """Run each arm's config once per seed (`mistk-rl run --seed S`), then put the solve-rate
     curves of all runs in one plot, with each arm's mean at the last evaluation."""
     import json
@@ -249,19 +335,41 @@ def bench_ppo(seeds: Sequence[int] = (0, 1, 2), out: str = "runs/bench-thinker-p
         for seed in seeds:
             run_dir = root / f"{arm}-s{seed}"
             start = time.perf_counter()
-            subprocess.run([sys.executable, "-m", "harness", "run", PPO_CONFIGS[arm],
-                            "--seed", str(seed), "--out", str(run_dir), "--quiet"], check=True)
+            subprocess.run(
+                [
+                    sys.executable,
+                    "-m",
+                    "harness",
+                    "run",
+                    PPO_CONFIGS[arm],
+                    "--seed",
+                    str(seed),
+                    "--out",
+                    str(run_dir),
+                    "--quiet",
+                ],
+                check=True,
+            )
             results = json.loads((run_dir / "results.json").read_text())
             curves[arm][seed] = solve_rates(results)
             steps, rate = curves[arm][seed][-1]
-            print(f"{arm:>8} seed {seed}: solve rate {rate:.3f} at {steps} real steps "
-                  f"({time.perf_counter() - start:.0f} s)", flush=True)
-    summary = {arm: {"final": float(np.mean([c[-1][1] for c in runs.values()])),
-                     "per_seed": {s: c[-1][1] for s, c in runs.items()}}
-               for arm, runs in curves.items()}
+            print(
+                f"{arm:>8} seed {seed}: solve rate {rate:.3f} at {steps} real steps "
+                f"({time.perf_counter() - start:.0f} s)",
+                flush=True,
+            )
+    summary = {
+        arm: {
+            "final": float(np.mean([c[-1][1] for c in runs.values()])),
+            "per_seed": {s: c[-1][1] for s, c in runs.items()},
+        }
+        for arm, runs in curves.items()
+    }
     for arm, row in summary.items():
-        print(f"{arm:>8}: mean solve rate {row['final']:.3f} at the last evaluation "
-              f"(seeds {', '.join(map(str, seeds))})")
+        print(
+            f"{arm:>8}: mean solve rate {row['final']:.3f} at the last evaluation "
+            f"(seeds {', '.join(map(str, seeds))})"
+        )
     figures = {"seeds": list(seeds), "curves": curves, "summary": summary}
     (root / "solve_rates.json").write_text(json.dumps(figures, indent=2))
     _plot(curves, root / "solve_rates.png")
@@ -270,12 +378,13 @@ def bench_ppo(seeds: Sequence[int] = (0, 1, 2), out: str = "runs/bench-thinker-p
 
 def _plot(curves: dict[str, dict[int, list[tuple[int, float]]]], path: Any) -> None:
     import matplotlib
+
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(7, 4))
     for colour, (arm, runs) in zip(("tab:blue", "tab:orange"), curves.items()):
-        for seed, curve in runs.items():
+        for curve in runs.values():
             steps, rates = zip(*curve)
             ax.plot(steps, rates, color=colour, alpha=0.35, linewidth=1)
         steps = [s for s, _ in next(iter(runs.values()))]

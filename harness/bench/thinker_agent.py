@@ -22,6 +22,7 @@ into a wall until the cap); an episode is solved when its return holds the +10. 
 is each arm's per-seed solve rates, their mean and range, and each learning Thinker arm's
 difference from raw with a 95% interval (Welch's t over seeds).
 """
+
 from __future__ import annotations
 
 import copy
@@ -50,29 +51,56 @@ K = THINKER["rec_t"]
 # `bench thinker-model`'s settings (warm-up 2k, lr 2e-3 decayed to 0 over the run, batch 64),
 # its replay ratio 10 (v1.1's 5-6 left the reward loss at the mean-reward plateau there), the
 # whole run kept in the replay
-LEARNED = {**THINKER, "wrapper_type": 0, "train_model": True, "return_h": False,
-           "model_warm_up_n": 2000, "model_lr": 2e-3, "model_batch_size": 64,
-           "model_min_replay_ratio": 8.0, "model_max_replay_ratio": 10.0}
+LEARNED = {
+    **THINKER,
+    "wrapper_type": 0,
+    "train_model": True,
+    "return_h": False,
+    "model_warm_up_n": 2000,
+    "model_lr": 2e-3,
+    "model_batch_size": 64,
+    "model_min_replay_ratio": 8.0,
+    "model_max_replay_ratio": 10.0,
+}
 ARMS = ("raw", "thinker", "thinker-learned", "planner")
 
 # PPO as configs/puzzle_raw_ppo.yaml; the thinker arm discounts each of a stage's K steps by
 # gamma ** (1/K) (the paper's actor), so both arms discount a real step alike
-RAW_PPO = {"model": {"hidden_sizes": [128, 128], "activation": "tanh"},
-           "learn": {"lr": 3e-4, "epochs": 4, "batch_size": 256, "clip": 0.2, "gamma": 0.99,
-                     "gae_lambda": 0.95, "entropy_coef": 0.01, "value_coef": 0.5,
-                     "grad_clip": 0.5},
-           "eval": {"deterministic": False}}
-THINKER_PPO = {"model": {"hidden_sizes": [128, 128], "activation": "tanh"},
-               "learn": {"lr": 3e-4, "epochs": 4, "batch_size": 512, "clip": 0.2,
-                         "gamma": 0.99 ** (1 / K), "gae_lambda": 0.95 ** (1 / K),
-                         "entropy_coef": 0.01, "value_coef": 0.5, "grad_clip": 0.5},
-               "eval": {"deterministic": False}}
+RAW_PPO = {
+    "model": {"hidden_sizes": [128, 128], "activation": "tanh"},
+    "learn": {
+        "lr": 3e-4,
+        "epochs": 4,
+        "batch_size": 256,
+        "clip": 0.2,
+        "gamma": 0.99,
+        "gae_lambda": 0.95,
+        "entropy_coef": 0.01,
+        "value_coef": 0.5,
+        "grad_clip": 0.5,
+    },
+    "eval": {"deterministic": False},
+}
+THINKER_PPO = {
+    "model": {"hidden_sizes": [128, 128], "activation": "tanh"},
+    "learn": {
+        "lr": 3e-4,
+        "epochs": 4,
+        "batch_size": 512,
+        "clip": 0.2,
+        "gamma": 0.99 ** (1 / K),
+        "gae_lambda": 0.95 ** (1 / K),
+        "entropy_coef": 0.01,
+        "value_coef": 0.5,
+        "grad_clip": 0.5,
+    },
+    "eval": {"deterministic": False},
+}
 OBS_KEYS = ("tree_reps", "real_states", "xs")
 ROLLOUT = {"raw": 2048, "thinker": 4096, "thinker-learned": 4096}  # transitions an update
 
 
-def _env(arm: str, env_fns: list, seed: Optional[int], mdp: Optional[dict] = None
-         ) -> ThinkerEnv:
+def _env(arm: str, env_fns: list, seed: Optional[int], mdp: Optional[dict] = None) -> ThinkerEnv:
     base = {"raw": {"wrapper_type": 1}, "thinker": THINKER, "thinker-learned": LEARNED}[arm]
     return ThinkerEnv(env_fns, load_config({**base, **(mdp or {})}, seed=seed))
 
@@ -90,11 +118,15 @@ def _policy(arm: str, env: ThinkerEnv, seed: int, overrides: Optional[dict] = No
     return cls(config, env.observation_space, action_space, seed=seed)
 
 
-def _act(policy: Any, state: dict[str, np.ndarray], mode: str, env_steps: int
-         ) -> tuple[np.ndarray, dict[str, torch.Tensor]]:
+def _act(
+    policy: Any, state: dict[str, np.ndarray], mode: str, env_steps: int
+) -> tuple[np.ndarray, dict[str, torch.Tensor]]:
     obs = {k: torch.as_tensor(v) for k, v in state.items() if k in OBS_KEYS}
-    out = (policy.collect_mode.forward(obs, None, env_steps) if mode == "collect"
-           else policy.eval_mode.forward(obs, None))
+    out = (
+        policy.collect_mode.forward(obs, None, env_steps)
+        if mode == "collect"
+        else policy.eval_mode.forward(obs, None)
+    )
     return out["action"].numpy(), out
 
 
@@ -104,9 +136,15 @@ def _split(arm: str, actions: np.ndarray, a: int) -> tuple[np.ndarray, np.ndarra
     return actions, np.zeros_like(actions)
 
 
-def train(arm: str, seed: int, real_steps: int, env_n: int = 16,
-          overrides: Optional[dict] = None, mdp: Optional[dict] = None, log: Any = print
-          ) -> tuple[Any, dict[str, Any], Any]:
+def train(
+    arm: str,
+    seed: int,
+    real_steps: int,
+    env_n: int = 16,
+    overrides: Optional[dict] = None,
+    mdp: Optional[dict] = None,
+    log: Any = print,
+) -> tuple[Any, dict[str, Any], Any]:
     """Train one arm for `real_steps` real env steps over `env_n` copies; (policy, stats,
     the MDP's learned model or None)."""
     torch.set_num_threads(1)
@@ -115,9 +153,15 @@ def train(arm: str, seed: int, real_steps: int, env_n: int = 16,
     env = _env(arm, [lambda: puzzle.PuzzleEnv()] * env_n, seed, mdp)
     policy = _policy(arm, env, seed, overrides)
     learner = Learner(policy.learn_mode)
-    trainer = OnPolicyTrainer(policy, learner, {"n_steps": ROLLOUT[arm],
-                                                "updates_per_request": 10**9,
-                                                "max_update_seconds_per_request": None})
+    trainer = OnPolicyTrainer(
+        policy,
+        learner,
+        {
+            "n_steps": ROLLOUT[arm],
+            "updates_per_request": 10**9,
+            "max_update_seconds_per_request": None,
+        },
+    )
     process = policy.collect_mode.process_transition
     state = env.reset()
     solved = ended = 0
@@ -134,8 +178,14 @@ def train(arm: str, seed: int, real_steps: int, env_n: int = 16,
             obs = {k: state[k][i] for k in OBS_KEYS if k in state}
             after = finals[i] if i in finals else {k: v[i] for k, v in next_state.items()}
             next_obs = {k: v for k, v in after.items() if k in OBS_KEYS}
-            batch[i] = process(obs, row, float(reward[i]), next_obs,
-                               bool(done[i] and not truncated[i]), bool(truncated[i]))
+            batch[i] = process(
+                obs,
+                row,
+                float(reward[i]),
+                next_obs,
+                bool(done[i] and not truncated[i]),
+                bool(truncated[i]),
+            )
         learner.env_steps += env_n
         trainer.observe_all(batch)
         trainer.maybe_train()
@@ -144,29 +194,39 @@ def train(arm: str, seed: int, real_steps: int, env_n: int = 16,
                 ended += 1
                 solved += bool(info["episode_return"][i] > 5.0)
             if env.real_steps % (10_000 // env_n) == 0 and log:
-                log(f"  {arm} seed {seed}: {env.real_steps * env_n:>7} real steps, "
+                log(
+                    f"  {arm} seed {seed}: {env.real_steps * env_n:>7} real steps, "
                     f"training solve rate {solved / max(ended, 1):.3f} over {ended} episodes, "
-                    f"{time.perf_counter() - start:.0f} s")
+                    f"{time.perf_counter() - start:.0f} s"
+                )
                 solved = ended = 0
         state = next_state
     env.close()
     stats = {"train_s": time.perf_counter() - start, "updates": learner.train_iter}
     if env.model is not None:
-        stats.update(model_updates=env.model.learner.updates,
-                     model_losses={k: round(float(v), 4) for k, v in env.model.losses.items()})
+        stats.update(
+            model_updates=env.model.learner.updates,
+            model_losses={k: round(float(v), 4) for k, v in env.model.losses.items()},
+        )
     return policy, stats, env.model
 
 
-def evaluate(arm: str, policy: Any, env_n: int = 50, pool_size: int = puzzle.POOL_SIZE,
-             seed: int = 0, mdp: Optional[dict] = None, model: Any = None) -> dict[str, Any]:
+def evaluate(
+    arm: str,
+    policy: Any,
+    env_n: int = 50,
+    pool_size: int = puzzle.POOL_SIZE,
+    seed: int = 0,
+    mdp: Optional[dict] = None,
+    model: Any = None,
+) -> dict[str, Any]:
     """Play each level of the pool once (copy j plays levels j, j + env_n, ...), sampling
     the policy; the share solved. `policy`: a trained one, or a function of the MDP's state
     to (primary, reset) actions (the scripted planner). `model`: the learned model the policy
     trained with (its weights, no longer trained)."""
     levels = puzzle.level_pool(0, pool_size)
     shares = [levels[j::env_n] for j in range(env_n)]
-    fns = [lambda share=share: puzzle.PuzzleEnv(levels=share, in_order=True)
-           for share in shares]
+    fns = [lambda share=share: puzzle.PuzzleEnv(levels=share, in_order=True) for share in shares]
     if model is not None:
         mdp = {**(mdp or {}), "train_model": False, "model_zero_init": False}
     env = _env(arm, fns, seed, mdp)
@@ -190,8 +250,12 @@ def evaluate(arm: str, policy: Any, env_n: int = 50, pool_size: int = puzzle.POO
                     played[i] += 1
                     solved += bool(info["episode_return"][i] > 5.0)
     env.close()
-    return {"episodes": int(played.sum()), "solved": solved,
-            "solve_rate": solved / int(played.sum()), "eval_s": time.perf_counter() - start}
+    return {
+        "episodes": int(played.sum()),
+        "solved": solved,
+        "solve_rate": solved / int(played.sum()),
+        "eval_s": time.perf_counter() - start,
+    }
 
 
 def _planner(seed: int) -> Callable[[dict[str, np.ndarray]], tuple[np.ndarray, np.ndarray]]:
@@ -207,7 +271,7 @@ def t_quantile(p: float, dof: float) -> float:
 
     def cdf(x: float, n: int = 2000) -> float:
         xs = np.linspace(0.0, x, n + 1)
-        ys = norm * (1 + xs ** 2 / dof) ** (-(dof + 1) / 2)
+        ys = norm * (1 + xs**2 / dof) ** (-(dof + 1) / 2)
         return 0.5 + (x / n / 3) * (ys[0] + ys[-1] + 4 * ys[1:-1:2].sum() + 2 * ys[2:-1:2].sum())
 
     low, high = 0.0, 1000.0
@@ -217,22 +281,26 @@ def t_quantile(p: float, dof: float) -> float:
     return (low + high) / 2
 
 
-def welch_interval(a: Sequence[float], b: Sequence[float], level: float = 0.95
-                   ) -> tuple[float, float, float]:
+def welch_interval(
+    a: Sequence[float], b: Sequence[float], level: float = 0.95
+) -> tuple[float, float, float]:
     """mean(a) - mean(b) and its Welch t interval (unequal variances)."""
     a, b = np.asarray(a, float), np.asarray(b, float)
     va, vb = a.var(ddof=1) / len(a), b.var(ddof=1) / len(b)
     diff, se = a.mean() - b.mean(), math.sqrt(va + vb)
     if se == 0.0:
         return diff, diff, diff
-    dof = (va + vb) ** 2 / (va ** 2 / (len(a) - 1) + vb ** 2 / (len(b) - 1))
+    dof = (va + vb) ** 2 / (va**2 / (len(a) - 1) + vb**2 / (len(b) - 1))
     half = t_quantile(0.5 + level / 2, dof) * se
     return diff, diff - half, diff + half
 
 
-def bench_thinker_agent(seeds: Sequence[int] = (0, 1, 2, 3, 4), real_steps: int = 200_000,
-                        arms: Sequence[str] = ("raw", "thinker"),
-                        out: str = "runs/bench-thinker-agent") -> list[dict[str, Any]]:
+def bench_thinker_agent(
+    seeds: Sequence[int] = (0, 1, 2, 3, 4),
+    real_steps: int = 200_000,
+    arms: Sequence[str] = ("raw", "thinker"),
+    out: str = "runs/bench-thinker-agent",
+) -> list[dict[str, Any]]:
     """Train and evaluate each arm at each seed; each result goes to its own file under
     `out` (`{arm}-seed{seed}-{real_steps}.json`, the trained weights beside it as `.pt`), so
     seeds run by separate invocations (one a core) are summarized together: the summary
@@ -242,18 +310,29 @@ def bench_thinker_agent(seeds: Sequence[int] = (0, 1, 2, 3, 4), real_steps: int 
     for seed in seeds:
         for arm in arms:
             if arm == "planner":  # learns nothing: the tree's signal, on the same levels
-                row = {"arm": arm, "seed": seed, "real_steps": real_steps, "train_s": 0.0,
-                       **evaluate("thinker", _planner(seed), seed=10_000 + seed)}
+                row = {
+                    "arm": arm,
+                    "seed": seed,
+                    "real_steps": real_steps,
+                    "train_s": 0.0,
+                    **evaluate("thinker", _planner(seed), seed=10_000 + seed),
+                }
             else:
                 policy, stats, model = train(arm, seed, real_steps)
-                row = {"arm": arm, "seed": seed, "real_steps": real_steps, **stats,
-                       **evaluate(arm, policy, seed=10_000 + seed, model=model)}
-                torch.save(policy.model.state_dict(),
-                           path / f"{arm}-seed{seed}-{real_steps}.pt")
-            print(f"{arm:7s} seed {seed}: solved {row['solved']}/{row['episodes']} = "
-                  f"{row['solve_rate']:.3f} after {real_steps} real steps "
-                  f"({row['train_s']:.0f} s training, {row['eval_s']:.0f} s evaluating)",
-                  flush=True)
+                row = {
+                    "arm": arm,
+                    "seed": seed,
+                    "real_steps": real_steps,
+                    **stats,
+                    **evaluate(arm, policy, seed=10_000 + seed, model=model),
+                }
+                torch.save(policy.model.state_dict(), path / f"{arm}-seed{seed}-{real_steps}.pt")
+            print(
+                f"{arm:7s} seed {seed}: solved {row['solved']}/{row['episodes']} = "
+                f"{row['solve_rate']:.3f} after {real_steps} real steps "
+                f"({row['train_s']:.0f} s training, {row['eval_s']:.0f} s evaluating)",
+                flush=True,
+            )
             (path / f"{arm}-seed{seed}-{real_steps}.json").write_text(json.dumps(row))
     rows = [json.loads(f.read_text()) for f in sorted(path.glob(f"*-{real_steps}.json"))]
     summarize(rows, real_steps)
@@ -270,14 +349,18 @@ def summarize(rows: Sequence[dict[str, Any]], real_steps: int) -> None:
         episodes.setdefault(row["arm"], set()).add(row["episodes"])
     for arm, by_seed in sorted(rates.items()):
         values = [by_seed[s] for s in sorted(by_seed)]
-        print(f"{arm:7s} seeds {','.join(map(str, sorted(by_seed)))}: "
-              f"{' '.join(f'{v:.3f}' for v in values)}; mean {np.mean(values):.3f} "
-              f"(range {min(values):.3f}-{max(values):.3f}) at {real_steps} real steps, "
-              f"{'/'.join(map(str, sorted(episodes[arm])))} evaluation episodes each")
+        print(
+            f"{arm:7s} seeds {','.join(map(str, sorted(by_seed)))}: "
+            f"{' '.join(f'{v:.3f}' for v in values)}; mean {np.mean(values):.3f} "
+            f"(range {min(values):.3f}-{max(values):.3f}) at {real_steps} real steps, "
+            f"{'/'.join(map(str, sorted(episodes[arm])))} evaluation episodes each"
+        )
     raw = list(rates.get("raw", {}).values())
     for arm in sorted(set(rates) - {"raw", "planner"}):
         values = list(rates[arm].values())
         if len(values) > 1 and len(raw) > 1:
             diff, low, high = welch_interval(values, raw)
-            print(f"{arm} - raw: {diff:+.3f}, 95% interval [{low:+.3f}, {high:+.3f}] "
-                  f"(Welch's t over seeds)")
+            print(
+                f"{arm} - raw: {diff:+.3f}, 95% interval [{low:+.3f}, {high:+.3f}] "
+                f"(Welch's t over seeds)"
+            )

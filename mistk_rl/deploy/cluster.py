@@ -11,6 +11,7 @@ on the step path. The actor is the service's parent: when the actor dies (its no
 Ray is an extra (``pip install 'mistk-rl[ray]'``) and is imported only by `Cluster`, so
 nothing on one machine imports it.
 """
+
 from __future__ import annotations
 
 import os
@@ -39,8 +40,7 @@ class Resources:
 
     def options(self) -> dict[str, Any]:
         """The actor's Ray options."""
-        return {"num_cpus": self.cpus, "num_gpus": self.gpus,
-                "resources": dict(self.custom)}
+        return {"num_cpus": self.cpus, "num_gpus": self.gpus, "resources": dict(self.custom)}
 
     def __str__(self) -> str:
         parts = [f"{self.cpus:g} CPU"] + ([f"{self.gpus:g} GPU"] if self.gpus else [])
@@ -57,9 +57,16 @@ class ServiceHost:
     service's node). Its constructor starts the service without waiting for it, so the
     services of a run boot side by side; `ready` waits."""
 
-    def __init__(self, role: str, target: str, name: str, run_id: str,
-                 data_root: Optional[str], token: Optional[str],
-                 extra_args: Sequence[str]) -> None:
+    def __init__(
+        self,
+        role: str,
+        target: str,
+        name: str,
+        run_id: str,
+        data_root: Optional[str],
+        token: Optional[str],
+        extra_args: Sequence[str],
+    ) -> None:
         import ray
 
         context = ray.get_runtime_context()
@@ -68,16 +75,26 @@ class ServiceHost:
         self.data_dir = root / run_id / name
         # (RAY_ADDRESS: the service can use the cluster too, e.g. envManager ray's actors)
         self.service = spawn_service(
-            role, target, data_dir=self.data_dir, log_path=root / run_id / "logs" / f"{name}.log",
-            token=token, host=ray.util.get_node_ip_address(), extra_args=tuple(extra_args),
-            env={**os.environ, "RAY_ADDRESS": context.gcs_address})
+            role,
+            target,
+            data_dir=self.data_dir,
+            log_path=root / run_id / "logs" / f"{name}.log",
+            token=token,
+            host=ray.util.get_node_ip_address(),
+            extra_args=tuple(extra_args),
+            env={**os.environ, "RAY_ADDRESS": context.gcs_address},
+        )
 
     def ready(self, timeout: float) -> dict[str, Any]:
         """Wait until the service answers; where it is (ServiceStartError with its log
         tail when it exits or does not answer in time)."""
         wait_ready(self.service, timeout)
-        return {"url": self.service.url, "node_id": self.node_id,
-                "data_dir": str(self.data_dir), "pid": self.service.process.pid}
+        return {
+            "url": self.service.url,
+            "node_id": self.node_id,
+            "data_dir": str(self.data_dir),
+            "pid": self.service.process.pid,
+        }
 
     def alive(self) -> bool:
         return self.service.alive()
@@ -123,14 +140,16 @@ class PlacedService:
             raise ServiceStartError(
                 f"{self.role} {self.name!r} was not placed and answering within {timeout} s: "
                 f"it asks for {self.resources}; the cluster has "
-                f"{_free(ray.available_resources())} free") from None
+                f"{_free(ray.available_resources())} free"
+            ) from None
         except RayTaskError as exc:
             self.kill()
             raise ServiceStartError(str(exc.cause) if exc.cause else str(exc)) from None
         except RayActorError as exc:
             self.kill()
-            raise ServiceStartError(f"{self.role} {self.name!r}: its Ray actor died "
-                                    f"({exc})") from None
+            raise ServiceStartError(
+                f"{self.role} {self.name!r}: its Ray actor died ({exc})"
+            ) from None
         self.url, self.node_id, self.data_dir = info["url"], info["node_id"], info["data_dir"]
 
     def alive(self) -> bool:
@@ -182,14 +201,19 @@ class PlacedService:
 
 
 def _free(available: Mapping[str, float]) -> str:
-    shown = {k: v for k, v in available.items()
-             if not k.startswith(("node:", "memory", "object_store_memory"))}
+    shown = {
+        k: v
+        for k, v in available.items()
+        if not k.startswith(("node:", "memory", "object_store_memory"))
+    }
     return ", ".join(f"{v:g} {k}" for k, v in sorted(shown.items())) or "nothing"
 
 
 def _no_cluster(address: str, cause: BaseException | str) -> ClusterError:
-    return ClusterError(f"no Ray cluster at {address!r} ({cause}); start one with "
-                        "'ray start --head', or use --cluster local")
+    return ClusterError(
+        f"no Ray cluster at {address!r} ({cause}); start one with "
+        "'ray start --head', or use --cluster local"
+    )
 
 
 def _check_reachable(address: str, timeout: float = 5.0) -> None:
@@ -211,22 +235,36 @@ class Cluster:
         try:
             import ray
         except ImportError as exc:
-            raise ClusterError("placing services on a cluster needs Ray: "
-                               "pip install 'mistk-rl[ray]'") from exc
+            raise ClusterError(
+                "placing services on a cluster needs Ray: pip install 'mistk-rl[ray]'"
+            ) from exc
         self.run_id, self.data_root = run_id, data_root
         self._owns = not ray.is_initialized()
         if self._owns:
             _check_reachable(address)
             try:
-                ray.init(address=address, namespace=NAMESPACE, log_to_driver=False,
-                         configure_logging=False, include_dashboard=False)
+                ray.init(
+                    address=address,
+                    namespace=NAMESPACE,
+                    log_to_driver=False,
+                    configure_logging=False,
+                    include_dashboard=False,
+                )
             except (ConnectionError, RuntimeError, ValueError) as exc:
                 raise _no_cluster(address, exc) from exc
         self._host = ray.remote(max_restarts=0)(ServiceHost)
 
-    def spawn(self, role: str, name: str, target: str, *, token: Optional[str] = None,
-              extra_args: Sequence[str] = (), resources: Resources = Resources(),
-              near_driver: bool = False) -> PlacedService:
+    def spawn(
+        self,
+        role: str,
+        name: str,
+        target: str,
+        *,
+        token: Optional[str] = None,
+        extra_args: Sequence[str] = (),
+        resources: Resources = Resources(),
+        near_driver: bool = False,
+    ) -> PlacedService:
         """Ask Ray for a node with `resources` and start the service there (without
         waiting: `PlacedService.wait_ready`). `near_driver`: on this process's node when it
         has the resources free, else wherever Ray finds them (a soft node affinity)."""
@@ -237,10 +275,11 @@ class Cluster:
             # (soft alone waits while the node is busy; spilling goes elsewhere then too.
             # The flag is Ray's own, underscored: the pinned Ray has it, a test checks it)
             options["scheduling_strategy"] = NodeAffinitySchedulingStrategy(
-                self.driver_node_id(), soft=True, _spill_on_unavailable=True)
-        actor = self._host.options(name=f"{self.run_id}/{name}", **options
-                                   ).remote(role, target, name, self.run_id, self.data_root,
-                                            token, list(extra_args))
+                self.driver_node_id(), soft=True, _spill_on_unavailable=True
+            )
+        actor = self._host.options(name=f"{self.run_id}/{name}", **options).remote(
+            role, target, name, self.run_id, self.data_root, token, list(extra_args)
+        )
         return PlacedService(role, target, name, resources, actor)
 
     def driver_node_id(self) -> str:

@@ -4,6 +4,7 @@ The parent binds the listening socket itself (port 0: the kernel picks a free po
 and hands it to gunicorn as an inherited fd. Requests queue in the socket's backlog until the
 worker is up, so readiness is one apiVersion call with a timeout, not a sleep-and-retry loop.
 """
+
 from __future__ import annotations
 
 import ctypes
@@ -74,21 +75,44 @@ class ServiceProcess:
             return "(no log)"
 
 
-def start_service(role: str, target: str, *, data_dir: Path, log_path: Path,
-                  token: Optional[str] = None, host: str = "127.0.0.1",
-                  extra_args: Sequence[str] = (), startup_timeout: float = 60.0,
-                  env: Optional[dict[str, str]] = None) -> ServiceProcess:
+def start_service(
+    role: str,
+    target: str,
+    *,
+    data_dir: Path,
+    log_path: Path,
+    token: Optional[str] = None,
+    host: str = "127.0.0.1",
+    extra_args: Sequence[str] = (),
+    startup_timeout: float = 60.0,
+    env: Optional[dict[str, str]] = None,
+) -> ServiceProcess:
     """Start ``mistk-rl serve ROLE TARGET`` on a fresh port and wait until it answers."""
-    service = spawn_service(role, target, data_dir=data_dir, log_path=log_path, token=token,
-                            host=host, extra_args=extra_args, env=env)
+    service = spawn_service(
+        role,
+        target,
+        data_dir=data_dir,
+        log_path=log_path,
+        token=token,
+        host=host,
+        extra_args=extra_args,
+        env=env,
+    )
     wait_ready(service, startup_timeout)
     return service
 
 
-def spawn_service(role: str, target: str, *, data_dir: Path, log_path: Path,
-                  token: Optional[str] = None, host: str = "127.0.0.1",
-                  extra_args: Sequence[str] = (),
-                  env: Optional[dict[str, str]] = None) -> ServiceProcess:
+def spawn_service(
+    role: str,
+    target: str,
+    *,
+    data_dir: Path,
+    log_path: Path,
+    token: Optional[str] = None,
+    host: str = "127.0.0.1",
+    extra_args: Sequence[str] = (),
+    env: Optional[dict[str, str]] = None,
+) -> ServiceProcess:
     """Start ``mistk-rl serve ROLE TARGET`` on a fresh port without waiting for it: spawn
     several, then `wait_ready` each, and they boot side by side (the caller stops them)."""
     listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
@@ -100,19 +124,41 @@ def spawn_service(role: str, target: str, *, data_dir: Path, log_path: Path,
     os.set_inheritable(fd, True)
     child_env = dict(os.environ if env is None else env)
     child_env["PYTHONPATH"] = os.pathsep.join(
-        p for p in (os.getcwd(), child_env.get("PYTHONPATH", "")) if p)
+        p for p in (os.getcwd(), child_env.get("PYTHONPATH", "")) if p
+    )
     if token:
         child_env["MISTK_RL_TOKEN"] = token
-    cmd = [sys.executable, "-m", "mistk_rl", "serve", role, target, "--fd", str(fd),
-           "--host", host, "--port", str(port), "--data-dir", str(data_dir), *extra_args]
+    cmd = [
+        sys.executable,
+        "-m",
+        "mistk_rl",
+        "serve",
+        role,
+        target,
+        "--fd",
+        str(fd),
+        "--host",
+        host,
+        "--port",
+        str(port),
+        "--data-dir",
+        str(data_dir),
+        *extra_args,
+    ]
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with open(log_path, "ab") as log:
-        process = subprocess.Popen(cmd, pass_fds=(fd,), stdout=log, stderr=subprocess.STDOUT,
-                                   stdin=subprocess.DEVNULL, env=child_env,
-                                   start_new_session=True, preexec_fn=end_with_parent)
+        process = subprocess.Popen(
+            cmd,
+            pass_fds=(fd,),
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env=child_env,
+            start_new_session=True,
+            preexec_fn=end_with_parent,
+        )
     listener.close()
-    return ServiceProcess(role, target, f"http://{host}:{port}", process, log_path,
-                          Path(data_dir))
+    return ServiceProcess(role, target, f"http://{host}:{port}", process, log_path, Path(data_dir))
 
 
 def end_with_parent() -> None:
@@ -145,15 +191,18 @@ def _wait_ready(service: ServiceProcess, timeout: float) -> None:
                 return
             except ServiceUnavailable as exc:
                 if remaining <= 0:
-                    raise ServiceStartError(f"{service.role} {service.target} did not answer "
-                                            f"within {timeout} s:\n{service.log_tail()}") from exc
+                    raise ServiceStartError(
+                        f"{service.role} {service.target} did not answer "
+                        f"within {timeout} s:\n{service.log_tail()}"
+                    ) from exc
                 try:  # a refused connection means the process is going down: wait for that
                     service.process.wait(min(0.2, max(remaining, 0.01)))
                 except subprocess.TimeoutExpired:
                     continue
                 raise ServiceStartError(
                     f"{service.role} {service.target} exited with code "
-                    f"{service.process.returncode}:\n{service.log_tail()}") from exc
+                    f"{service.process.returncode}:\n{service.log_tail()}"
+                ) from exc
     finally:
         client.close()
 

@@ -1,6 +1,7 @@
 """`AbstractAgent`: the hooks an agent implements. The service calls them at the lifecycle's
 transitions (see `mistk_rl.lifecycle.tables.AGENT`); an exception in any of them moves the
 service to ``failed`` with the reason in status."""
+
 from __future__ import annotations
 
 import json
@@ -66,8 +67,11 @@ class Acting:
         return [f"{agent_name}:{int(env)}" for env in self.envs]
 
     def obs_row(self, i: int) -> Any:
-        return ({key: column[i] for key, column in self.obs.items()}
-                if isinstance(self.obs, dict) else self.obs[i])
+        return (
+            {key: column[i] for key, column in self.obs.items()}
+            if isinstance(self.obs, dict)
+            else self.obs[i]
+        )
 
 
 @dataclass
@@ -107,15 +111,23 @@ class Transitions:
 
     def take(self, rows: np.ndarray) -> "Transitions":
         """These rows only, in this order."""
+
         def part(columns: Any) -> Any:
             return None if columns is None else take_rows(columns, rows)
+
         return Transitions(
-            envs=self.envs[rows], obs=part(self.obs), actions=self.actions[rows],
-            extras=part(self.extras), rewards=self.rewards[rows],
-            next_obs=part(self.next_obs), terminated=self.terminated[rows],
-            truncated=self.truncated[rows], next_action_mask=part(self.next_action_mask),
+            envs=self.envs[rows],
+            obs=part(self.obs),
+            actions=self.actions[rows],
+            extras=part(self.extras),
+            rewards=self.rewards[rows],
+            next_obs=part(self.next_obs),
+            terminated=self.terminated[rows],
+            truncated=self.truncated[rows],
+            next_action_mask=part(self.next_action_mask),
             names=None if self.names is None else [self.names[i] for i in rows],
-            matched=part(self.matched))
+            matched=part(self.matched),
+        )
 
 
 @dataclass
@@ -154,8 +166,10 @@ def rounds(keys: list) -> list[list[int]]:
 def rows_to_map(names: list[str], columns: Columns) -> dict[str, Any]:
     """Columns -> entity -> row (a Dict space's: entity -> {key: row})."""
     if isinstance(columns, dict):
-        return {name: {key: column[i] for key, column in columns.items()}
-                for i, name in enumerate(names)}
+        return {
+            name: {key: column[i] for key, column in columns.items()}
+            for i, name in enumerate(names)
+        }
     return dict(zip(names, columns))
 
 
@@ -188,8 +202,7 @@ class AbstractAgent(ServiceImplementation, ABC):
 
     def __init__(self) -> None:
         cls = type(self)
-        if (cls.do_get_action is AbstractAgent.do_get_action
-                and cls.do_act is AbstractAgent.do_act):
+        if cls.do_get_action is AbstractAgent.do_get_action and cls.do_act is AbstractAgent.do_act:
             raise TypeError(f"{cls.__name__} must implement do_get_action or do_act")
         super().__init__()
         self.name: Optional[str] = None
@@ -212,8 +225,9 @@ class AbstractAgent(ServiceImplementation, ABC):
     def do_save_model(self, path: Path) -> None:
         """Save a checkpoint to `path` (inside the data dir); write it atomically."""
 
-    def validate_registration(self, observation_space: Optional[spaces.Space],
-                              action_space: Optional[spaces.Space]) -> None:
+    def validate_registration(
+        self, observation_space: Optional[spaces.Space], action_space: Optional[spaces.Space]
+    ) -> None:
         """Raise `mistk_rl.errors.InvalidRequest` to refuse agentRegistered with 400 before
         any state change: e.g. an action space the agent cannot act in, or a model that
         would be over ``self.limits.max_model_params``."""
@@ -228,18 +242,21 @@ class AbstractAgent(ServiceImplementation, ABC):
         """Refuse episodeStarted with InvalidRequest (400) before any state change; by
         default an `epsilon` (this agent has no epsilon-greedy exploration to set)."""
         if episode.epsilon is not None:
-            raise InvalidRequest(f"epsilon: {type(self).__name__} has no epsilon-greedy "
-                                 "exploration to set")
+            raise InvalidRequest(
+                f"epsilon: {type(self).__name__} has no epsilon-greedy exploration to set"
+            )
 
     def do_episode_started(self, episode: EpisodeInfo) -> None:
         """An episode starts."""
 
-    def do_get_action(self, obs: Observations,
-                      action_mask: Optional[Observations] = None) -> dict[str, Any]:
+    def do_get_action(
+        self, obs: Observations, action_mask: Optional[Observations] = None
+    ) -> dict[str, Any]:
         """One action per entity in `obs` (numbers, lists or numpy arrays). Implement this
         or `do_act` (the columnar form, which the service calls)."""
-        raise NotImplementedError(f"{type(self).__name__} implements neither do_get_action "
-                                  "nor do_act")
+        raise NotImplementedError(
+            f"{type(self).__name__} implements neither do_get_action nor do_act"
+        )
 
     def do_replay_action(self, batch: ReplayBatch) -> None:
         """Learn from the transitions that followed the last actions."""
@@ -272,15 +289,19 @@ class AbstractAgent(ServiceImplementation, ABC):
         for rows in rounds(names) if len(set(names)) < len(names) else [None]:
             part = transitions if rows is None else transitions.take(np.asarray(rows))
             keys = names if rows is None else [names[i] for i in rows]
-            self.do_replay_action(ReplayBatch(
-                prev_obs=rows_to_map(keys, part.obs),
-                actions=dict(zip(keys, part.actions)),
-                rewards=dict(zip(keys, part.rewards.tolist())),
-                new_obs=rows_to_map(keys, part.next_obs),
-                terminated=dict(zip(keys, part.terminated.tolist())),
-                truncated=dict(zip(keys, part.truncated.tolist())),
-                new_action_mask=None if part.next_action_mask is None
-                else dict(zip(keys, part.next_action_mask))))
+            self.do_replay_action(
+                ReplayBatch(
+                    prev_obs=rows_to_map(keys, part.obs),
+                    actions=dict(zip(keys, part.actions)),
+                    rewards=dict(zip(keys, part.rewards.tolist())),
+                    new_obs=rows_to_map(keys, part.next_obs),
+                    terminated=dict(zip(keys, part.terminated.tolist())),
+                    truncated=dict(zip(keys, part.truncated.tolist())),
+                    new_action_mask=None
+                    if part.next_action_mask is None
+                    else dict(zip(keys, part.next_action_mask)),
+                )
+            )
         return None
 
     def do_policy_copy(self, weights: bool) -> PolicyDescription:

@@ -1,5 +1,6 @@
 """What agents and orchestrators share: the service attaches itself here, and hooks use it to
 report progress and to notice cancellation."""
+
 from __future__ import annotations
 
 from pathlib import Path

@@ -1,6 +1,7 @@
 """`AbstractOrchestrator`: the hooks an environment orchestrator implements. The service
 registers agents (calling their agentRegistered), keeps their clients in `self.agents`, and
 calls these hooks at the lifecycle's transitions (`mistk_rl.lifecycle.tables.ORCHESTRATOR`)."""
+
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
@@ -8,10 +9,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar, Optional
 
-from mistk_rl.sdk.client import AgentClient
 from mistk_rl.errors import InvalidRequest
 from mistk_rl.files import atomic_write_json
 from mistk_rl.framework.implementation import PROGRESS_EVERY_S, ServiceImplementation
+from mistk_rl.sdk.client import AgentClient
 from mistk_rl.sdk.schemas import EnvSpec, EpisodeSettings
 from mistk_rl.sdk.stepping import LocalInference, replay_batch
 
@@ -53,8 +54,11 @@ class AbstractOrchestrator(ServiceImplementation, ABC):
         settings = config.agents.get(agent.name)
         train = config.train if settings is None or settings.train is None else settings.train
         train = train and not agent.skip_train
-        mode = settings.mode if settings is not None and settings.mode else (
-            "collect" if train else "eval")
+        mode = (
+            settings.mode
+            if settings is not None and settings.mode
+            else ("collect" if train else "eval")
+        )
         return mode, train and mode == "collect"
 
     def exploration(self, config: EpisodeSettings, agent: RegisteredAgent) -> Optional[float]:
@@ -67,52 +71,76 @@ class AbstractOrchestrator(ServiceImplementation, ABC):
         to train while acting greedily (eval mode never learns)."""
         unknown = sorted(set(config.agents) - set(self.agents))
         if unknown:
-            raise InvalidRequest(f"agents: {', '.join(map(repr, unknown))} "
-                                 f"{'is' if len(unknown) == 1 else 'are'} not registered "
-                                 f"(registered: {', '.join(sorted(self.agents)) or 'none'})")
+            raise InvalidRequest(
+                f"agents: {', '.join(map(repr, unknown))} "
+                f"{'is' if len(unknown) == 1 else 'are'} not registered "
+                f"(registered: {', '.join(sorted(self.agents)) or 'none'})"
+            )
         for name, settings in config.agents.items():
             if settings.mode == "eval" and settings.train:
-                raise InvalidRequest(f"agents[{name!r}]: mode eval never learns; "
-                                     "train needs mode collect")
+                raise InvalidRequest(
+                    f"agents[{name!r}]: mode eval never learns; train needs mode collect"
+                )
             if settings.local_inference is not None:
                 if not self.local_inference:
-                    raise InvalidRequest(f"agents[{name!r}].localInference: "
-                                         f"{type(self).__name__} does not run policy copies")
+                    raise InvalidRequest(
+                        f"agents[{name!r}].localInference: "
+                        f"{type(self).__name__} does not run policy copies"
+                    )
                 if "local" not in self.agents[name].capabilities:
-                    raise InvalidRequest(f"agents[{name!r}].localInference: the agent offers "
-                                         "no policy copy (it does not list the capability "
-                                         "'local')")
+                    raise InvalidRequest(
+                        f"agents[{name!r}].localInference: the agent offers "
+                        "no policy copy (it does not list the capability "
+                        "'local')"
+                    )
 
-    def local_inference_settings(self, config: EpisodeSettings,
-                                 agent: RegisteredAgent) -> Optional[LocalInference]:
+    def local_inference_settings(
+        self, config: EpisodeSettings, agent: RegisteredAgent
+    ) -> Optional[LocalInference]:
         """How `agent` acts here with a copy of its policy in this call, if it does."""
         settings = config.agents.get(agent.name)
         local = settings.local_inference if settings is not None else None
         return None if local is None else LocalInference(local.sync_every, local.batch_steps)
 
-    def record_episode(self, agent: str, episode_return: float, length: int,
-                       every_s: float = PROGRESS_EVERY_S, **extra: Any) -> dict[str, Any]:
+    def record_episode(
+        self,
+        agent: str,
+        episode_return: float,
+        length: int,
+        every_s: float = PROGRESS_EVERY_S,
+        **extra: Any,
+    ) -> dict[str, Any]:
         """Append one finished episode to the results and the status payload, which shows it
         at once; long-polls wake for it at most every `every_s` seconds, as for per-step
         progress: games end thousands of times a second and a random CartPole episode every
         few ms, and each wake costs every waiting caller a round trip and the step loop the
         GIL (the worker's event loop answers them)."""
-        result = {"episode": len(self.results), "agent": agent,
-                  "return": float(episode_return), "length": int(length),
-                  "envSteps": self.env_steps, **extra}
+        result = {
+            "episode": len(self.results),
+            "agent": agent,
+            "return": float(episode_return),
+            "length": int(length),
+            "envSteps": self.env_steps,
+            **extra,
+        }
         self.results.append(result)
-        self.update_status({"episodesDone": len(self.results), "lastEpisode": result},
-                           every_s)
+        self.update_status({"episodesDone": len(self.results), "lastEpisode": result}, every_s)
         return result
 
-    def act(self, agent: RegisteredAgent, obs: dict[str, Any], replay: dict[str, dict],
-            masks: Optional[dict[str, Any]]) -> dict[str, Any]:
+    def act(
+        self,
+        agent: RegisteredAgent,
+        obs: dict[str, Any],
+        replay: dict[str, dict],
+        masks: Optional[dict[str, Any]],
+    ) -> dict[str, Any]:
         """One request for all of `agent`'s entities that must act: `step` (with the
         transitions in `replay`, entity -> `mistk_rl.sdk.stepping.REPLAY_FIELDS`) when the
         agent offers it, else replayAction then getAction."""
         if "step" in agent.capabilities:
-            return agent.client.step(obs, replay=replay_batch(replay) if replay else None,
-                                     action_mask=masks)
+            return agent.client.step(
+                obs, replay=replay_batch(replay) if replay else None, action_mask=masks
+            )
         if replay:
             agent.client.replay_action(replay_batch(replay))
         return agent.client.get_action(obs, masks)
@@ -138,13 +166,15 @@ class AbstractOrchestrator(ServiceImplementation, ABC):
     def do_initialize(self, env: dict[str, Any], agents_needed: int) -> None:
         """Create the environment from `env` (``{"id": ..., "kwargs": {...}}``)."""
 
-    def validate_register_agent(self, name: str, seats: tuple[str, ...],
-                                skip_train: bool = False) -> tuple[str, ...]:
+    def validate_register_agent(
+        self, name: str, seats: tuple[str, ...], skip_train: bool = False
+    ) -> tuple[str, ...]:
         """Check registerAgent's `seats` (empty: not given) before the agent is asked;
         return the seats the agent will hold. Raise InvalidRequest to refuse with 400."""
         if seats:
-            raise InvalidRequest(f"{type(self).__name__} has no seats: registerAgent takes "
-                                 "seats only for games")
+            raise InvalidRequest(
+                f"{type(self).__name__} has no seats: registerAgent takes seats only for games"
+            )
         return ()
 
     def agent_config(self, name: str, seats: tuple[str, ...] = ()) -> dict[str, Any]:

@@ -1,6 +1,7 @@
 """Connect four seen by the player to move, read off PettingZoo's ``connect_four-v3``
 observation (6, 7, 2): plane 0 holds the observer's pieces, plane 1 the other player's; row 0
 is the top, a piece falls to the lowest empty row, and action c drops one in column c."""
+
 from __future__ import annotations
 
 from typing import Optional

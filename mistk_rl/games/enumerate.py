@@ -10,6 +10,7 @@ unweighted: "against any reply"). For tic-tac-toe the trees are small (vs all op
 of the perfect player: a few lines; vs every legal reply: hundreds); `max_positions` bounds
 the work for bigger games.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -46,17 +47,20 @@ def _position(game: GameCopy, node: _Node) -> list:
     return decisions
 
 
-def check_enumerable(game: GameInfo, agent: str, opponent: str,
-                     registered: Iterable[str]) -> None:
+def check_enumerable(game: GameInfo, agent: str, opponent: str, registered: Iterable[str]) -> None:
     """InvalidRequest unless `agent`'s games against `opponent` can be enumerated: the agent
     is registered, the game is a two-seat turn-based one, the opponent plays its spaces."""
     known = sorted(registered)
     if agent not in known:
-        raise InvalidRequest(f"exhaustive.agent {agent!r} is not registered "
-                             f"(registered: {', '.join(known) or 'none'})")
+        raise InvalidRequest(
+            f"exhaustive.agent {agent!r} is not registered "
+            f"(registered: {', '.join(known) or 'none'})"
+        )
     if game.api != "aec" or len(game.seats) != 2:
-        raise InvalidRequest(f"exhaustive evaluation enumerates two-seat turn-based games; "
-                             f"{game.registry_id} is not one")
+        raise InvalidRequest(
+            f"exhaustive evaluation enumerates two-seat turn-based games; "
+            f"{game.registry_id} is not one"
+        )
     for seat in game.seats:
         try:
             OPPONENTS[opponent].check_spaces(*game.spaces[seat])
@@ -64,21 +68,28 @@ def check_enumerable(game: GameInfo, agent: str, opponent: str,
             raise InvalidRequest(f"exhaustive.opponent {opponent}: {exc}") from exc
 
 
-def enumerate_lines(api: str, registry_id: str, kwargs: dict[str, Any], seats: list[str],
-                    opponent: Opponent, ask: Ask, max_positions: int,
-                    should_stop: Callable[[], bool] = lambda: False) -> dict[str, Any]:
+def enumerate_lines(
+    api: str,
+    registry_id: str,
+    kwargs: dict[str, Any],
+    seats: list[str],
+    opponent: Opponent,
+    ask: Ask,
+    max_positions: int,
+    should_stop: Callable[[], bool] = lambda: False,
+) -> dict[str, Any]:
     """Enumerate the games with the agent in each seat of a two-seat turn-based game against
     every reply of `opponent`; returns the report (module doc) without its agent and
     opponent names, which the caller knows."""
-    report: dict[str, Any] = {"game": registry_id, "complete": True, "positions": 0,
-                              "seats": {}}
+    report: dict[str, Any] = {"game": registry_id, "complete": True, "positions": 0, "seats": {}}
     for seat in seats:
         if should_stop() or not report["complete"]:
             break
         game = make_copy(api, registry_id, kwargs)
         try:
-            report["seats"][seat] = _enumerate_seat(ask, opponent, game, seat, max_positions,
-                                                    report, should_stop)
+            report["seats"][seat] = _enumerate_seat(
+                ask, opponent, game, seat, max_positions, report, should_stop
+            )
         finally:
             game.env.close()
     if should_stop():
@@ -86,14 +97,27 @@ def enumerate_lines(api: str, registry_id: str, kwargs: dict[str, Any], seats: l
     return report
 
 
-def _enumerate_seat(ask: Ask, opponent: Opponent, game: GameCopy, seat: str,
-                    max_positions: int, report: dict[str, Any],
-                    should_stop: Callable[[], bool]) -> dict[str, Any]:
+def _enumerate_seat(
+    ask: Ask,
+    opponent: Opponent,
+    game: GameCopy,
+    seat: str,
+    max_positions: int,
+    report: dict[str, Any],
+    should_stop: Callable[[], bool],
+) -> dict[str, Any]:
     """The lines with the agent in `seat`, depth by depth: one request for all positions
     where it moves, a branch per opponent reply. Counts positions into `report` and marks
     it incomplete past `max_positions`."""
-    tally = {"lines": 0, "wonLines": 0, "drawnLines": 0, "lostLines": 0,
-             "win": 0.0, "draw": 0.0, "loss": 0.0}
+    tally = {
+        "lines": 0,
+        "wonLines": 0,
+        "drawnLines": 0,
+        "lostLines": 0,
+        "win": 0.0,
+        "draw": 0.0,
+        "loss": 0.0,
+    }
     frontier = [_Node((), 1.0)]
     while frontier and not should_stop():
         asks: list[tuple[_Node, Any]] = []
@@ -109,18 +133,21 @@ def _enumerate_seat(ask: Ask, opponent: Opponent, game: GameCopy, seat: str,
                 asks.append((node, decision))
                 continue
             replies = opponent.replies(decision.obs, decision.mask)
-            branched += [_Node(node.moves + ((decision.seat, reply),),
-                               node.prob / len(replies)) for reply in replies]
+            branched += [
+                _Node(node.moves + ((decision.seat, reply),), node.prob / len(replies))
+                for reply in replies
+            ]
         if report["positions"] > max_positions:
             report["complete"] = False
             break
         if asks:
             obs = {f"{seat}:{k}": d.obs for k, (_, d) in enumerate(asks)}
-            masks = {f"{seat}:{k}": d.mask for k, (_, d) in enumerate(asks)
-                     if d.mask is not None}
+            masks = {f"{seat}:{k}": d.mask for k, (_, d) in enumerate(asks) if d.mask is not None}
             actions = ask(obs, masks or None)
-            branched += [_Node(node.moves + ((seat, actions.get(f"{seat}:{k}")),), node.prob)
-                         for k, (node, _) in enumerate(asks)]
+            branched += [
+                _Node(node.moves + ((seat, actions.get(f"{seat}:{k}")),), node.prob)
+                for k, (node, _) in enumerate(asks)
+            ]
         frontier = branched
     return tally
 

@@ -1,5 +1,6 @@
 """Built-in opponents for two-player games: fixed rules that pick uniformly among the replies
 they allow, so they are reproducible from a seed and their strength is exactly computable."""
+
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
@@ -22,8 +23,9 @@ class Opponent(Protocol):
     def replies(self, obs: np.ndarray, mask: Optional[np.ndarray]) -> list[int]:
         """The moves this opponent chooses among, uniformly, in this position."""
 
-    def act(self, obs: np.ndarray, masks: Optional[np.ndarray],
-            rng: np.random.Generator) -> np.ndarray:
+    def act(
+        self, obs: np.ndarray, masks: Optional[np.ndarray], rng: np.random.Generator
+    ) -> np.ndarray:
         """One move per row of a batch (obs [B, ...], masks [B, n]), uniform among replies."""
 
 
@@ -44,34 +46,42 @@ class UniformOpponent(ABC):
 
     def __init__(self, observation_space: spaces.Space, action_space: spaces.Space) -> None:
         self.check_spaces(observation_space, action_space)
-        self.n = int(action_space.n)
+        self.n = int(action_space.n)  # type: ignore[attr-defined]  # (Discrete: checked)
 
     @classmethod
     def check_spaces(cls, observation_space: spaces.Space, action_space: spaces.Space) -> None:
         """Raise ValueError, saying why, unless this opponent can play in these spaces."""
         expected = "Discrete" if cls.n_actions is None else f"Discrete({cls.n_actions})"
-        discrete = isinstance(action_space, spaces.Discrete) and action_space.start == 0
-        if not discrete or (cls.n_actions is not None and action_space.n != cls.n_actions):
-            raise ValueError(f"{cls.name} plays actions in {expected} starting at 0, "
-                             f"not {action_space}")
-        if cls.obs_shape is not None and not (isinstance(observation_space, spaces.Box)
-                                              and observation_space.shape == cls.obs_shape):
-            raise ValueError(f"{cls.name} reads observations of a Box of shape "
-                             f"{cls.obs_shape}, not {observation_space}")
+        if not (isinstance(action_space, spaces.Discrete) and action_space.start == 0) or (
+            cls.n_actions is not None and action_space.n != cls.n_actions
+        ):
+            raise ValueError(
+                f"{cls.name} plays actions in {expected} starting at 0, not {action_space}"
+            )
+        if cls.obs_shape is not None and not (
+            isinstance(observation_space, spaces.Box) and observation_space.shape == cls.obs_shape
+        ):
+            raise ValueError(
+                f"{cls.name} reads observations of a Box of shape "
+                f"{cls.obs_shape}, not {observation_space}"
+            )
 
     @abstractmethod
     def replies(self, obs: np.ndarray, mask: Optional[np.ndarray]) -> list[int]:
         """See `Opponent.replies`."""
 
-    def act(self, obs: np.ndarray, masks: Optional[np.ndarray],
-            rng: np.random.Generator) -> np.ndarray:
+    def act(
+        self, obs: np.ndarray, masks: Optional[np.ndarray], rng: np.random.Generator
+    ) -> np.ndarray:
         """See `Opponent.act`."""
         actions = np.empty(len(obs), dtype=np.int64)
         for row, board in enumerate(obs):
             moves = self.replies(board, None if masks is None else masks[row])
             if not moves:
-                raise ValueError(f"{self.name}: no move to choose from in row {row} "
-                                 "(an all-zero mask, or a finished game)")
+                raise ValueError(
+                    f"{self.name}: no move to choose from in row {row} "
+                    "(an all-zero mask, or a finished game)"
+                )
             actions[row] = moves[rng.integers(len(moves))]
         return actions
 
@@ -105,4 +115,3 @@ class ConnectFourWinBlock(UniformOpponent):
 
     def replies(self, obs: np.ndarray, mask: Optional[np.ndarray]) -> list[int]:
         return connect_four.winblock_moves(obs, mask)
-

@@ -12,6 +12,7 @@ PettingZoo puts legal moves in the observation (``{"observation", "action_mask"}
 mask is split off, so an agent's observation is the ``observation`` array and the mask
 travels beside it, as the agent API's actionMask.
 """
+
 from __future__ import annotations
 
 import re
@@ -69,10 +70,13 @@ def resolve_id(env_id: str) -> tuple[str, str]:
         matches = [key for key in aec_registry if key.endswith(suffix)]
         found = matches[0] if len(matches) == 1 else None
     if found is None:
-        raise GameError(f"{env_id!r} is not a PettingZoo env id (e.g. classic/tictactoe-v3, "
-                        "classic/connect_four-v3, classic/rps-v2)")
+        raise GameError(
+            f"{env_id!r} is not a PettingZoo env id (e.g. classic/tictactoe-v3, "
+            "classic/connect_four-v3, classic/rps-v2)"
+        )
     parallel = found in parallel_registry and bool(
-        make_env("aec", found, {}).metadata.get("is_parallelizable", False))
+        make_env("aec", found, {}).metadata.get("is_parallelizable", False)
+    )
     return ("parallel" if parallel else "aec"), found
 
 
@@ -84,21 +88,24 @@ def make_env(api: str, registry_id: str, kwargs: dict[str, Any]) -> Any:
         with warnings.catch_warnings():  # (a deprecation notice some games print on import)
             warnings.simplefilter("ignore", DeprecationWarning)
             return pettingzoo.make(api, registry_id, **kwargs)
-    except Exception as exc:  # noqa: BLE001 - whatever the env's constructor raises
-        raise GameError(f"{registry_id} cannot be made with kwargs {kwargs}: "
-                        f"{type(exc).__name__}: {exc}") from exc
+    except Exception as exc:
+        raise GameError(
+            f"{registry_id} cannot be made with kwargs {kwargs}: {type(exc).__name__}: {exc}"
+        ) from exc
 
 
 def seat_spaces(env: Any) -> dict[str, tuple[spaces.Space, spaces.Space]]:
     """(observation, action) space of each seat as an agent sees it: a dict observation with
     an action mask is its ``observation`` part (the mask goes beside it)."""
-    out = {}
+    out: dict[str, tuple[spaces.Space, spaces.Space]] = {}
     for seat in env.possible_agents:
         obs_space, act_space = env.observation_space(seat), env.action_space(seat)
         if isinstance(obs_space, spaces.Dict) and MASK_KEY in obs_space.spaces:
             if set(obs_space.spaces) != {MASK_KEY, OBS_KEY}:
-                raise GameError(f"seat {seat}: a dict observation other than "
-                                f"{{{OBS_KEY}, {MASK_KEY}}}: {obs_space}")
+                raise GameError(
+                    f"seat {seat}: a dict observation other than "
+                    f"{{{OBS_KEY}, {MASK_KEY}}}: {obs_space}"
+                )
             obs_space = obs_space[OBS_KEY]
         if not isinstance(act_space, spaces.Discrete):
             raise GameError(f"seat {seat}: action space {act_space} is not Discrete")
@@ -134,9 +141,11 @@ def probe_game(env: dict[str, Any]) -> GameInfo:
         raise InvalidRequest(str(exc)) from exc
     for seat, (obs_space, _) in found.items():
         if not isinstance(obs_space, SUPPORTED):
-            raise InvalidRequest(f"{registry_id} seat {seat}: observation space {obs_space} "
-                                 "is not supported: Box, Discrete, MultiDiscrete or "
-                                 "MultiBinary (or a dict of observation and action_mask)")
+            raise InvalidRequest(
+                f"{registry_id} seat {seat}: observation space {obs_space} "
+                "is not supported: Box, Discrete, MultiDiscrete or "
+                "MultiBinary (or a dict of observation and action_mask)"
+            )
     return GameInfo(api, registry_id, list(found), found)
 
 
@@ -144,8 +153,10 @@ def check_lineup(game: GameInfo, lineup: dict[str, str], registered: Iterable[st
     """InvalidRequest unless `lineup` (seat -> agent) names each of the game's seats once,
     each with a registered agent: what a game call's ``lineup`` must be wherever it runs."""
     if sorted(lineup) != sorted(game.seats):
-        raise InvalidRequest(f"lineup names seats {', '.join(sorted(lineup))}; "
-                             f"{game.registry_id} has {', '.join(game.seats)}")
+        raise InvalidRequest(
+            f"lineup names seats {', '.join(sorted(lineup))}; "
+            f"{game.registry_id} has {', '.join(game.seats)}"
+        )
     known = set(registered)
     for seat, name in lineup.items():
         if name not in known:
@@ -213,9 +224,16 @@ class GameCopy(ABC):
             self.returns[seat] += reward
             last = self._decided.get(seat)
             obs, mask = (last.obs, last.mask) if last else self._observe(seat)
-            self._queued.append(SeatOutcome(seat, reward, obs,
-                                        None if mask is None else np.zeros_like(mask),
-                                        terminated=True, truncated=False))
+            self._queued.append(
+                SeatOutcome(
+                    seat,
+                    reward,
+                    obs,
+                    None if mask is None else np.zeros_like(mask),
+                    terminated=True,
+                    truncated=False,
+                )
+            )
 
     def _legal(self, seat: str, action: Any) -> bool:
         if isinstance(action, bool) or not isinstance(action, (int, np.integer)):
@@ -252,8 +270,9 @@ class AecCopy(GameCopy):
             seat = env.agent_selection
             raw, reward, terminated, truncated, info = env.last()
             obs, mask = split_obs(raw, info)
-            outcomes.append(SeatOutcome(seat, float(reward), obs, mask, bool(terminated),
-                                    bool(truncated)))
+            outcomes.append(
+                SeatOutcome(seat, float(reward), obs, mask, bool(terminated), bool(truncated))
+            )
             if not (terminated or truncated):
                 return outcomes, [Decision(seat, obs, mask)]
             self.terminated |= bool(terminated)
@@ -283,8 +302,10 @@ class ParallelCopy(GameCopy):
         if not self.env.agents:
             self.over = True
             return outcomes, []
-        decisions = [Decision(seat, *split_obs(self._obs[seat], self._infos.get(seat)))
-                     for seat in self.env.agents]
+        decisions = [
+            Decision(seat, *split_obs(self._obs[seat], self._infos.get(seat)))
+            for seat in self.env.agents
+        ]
         return outcomes, decisions
 
     def _act(self, actions: dict[str, int]) -> None:
@@ -294,8 +315,16 @@ class ParallelCopy(GameCopy):
             observation, mask = split_obs(obs[seat], infos.get(seat))
             self.terminated |= bool(terminations[seat])
             self.truncated |= bool(truncations[seat])
-            self._outcomes.append(SeatOutcome(seat, float(rewards[seat]), observation, mask,
-                                          bool(terminations[seat]), bool(truncations[seat])))
+            self._outcomes.append(
+                SeatOutcome(
+                    seat,
+                    float(rewards[seat]),
+                    observation,
+                    mask,
+                    bool(terminations[seat]),
+                    bool(truncations[seat]),
+                )
+            )
 
     def _observe(self, seat: str) -> tuple[np.ndarray, Optional[np.ndarray]]:
         return split_obs(self._obs[seat], self._infos.get(seat))

@@ -10,6 +10,7 @@ A game's symmetries act on its observation (rows x cols x planes, PettingZoo's l
 its actions through an `action_grid`: the action index at each cell (tic-tac-toe: a move is a
 cell, row-major) or at each column (connect four: a move is a column).
 """
+
 from __future__ import annotations
 
 from typing import Any, Callable, Optional
@@ -22,8 +23,11 @@ Transform = Callable[[np.ndarray], np.ndarray]  # acts on the first two axes
 
 def _dihedral() -> list[Transform]:
     """The 8 symmetries of a square: 4 rotations, each with and without a reflection."""
-    return [(lambda a, k=k, flip=flip: np.rot90(np.flip(a, 1) if flip else a, k, axes=(0, 1)))
-            for flip in (False, True) for k in range(4)]
+
+    def turn(k: int, flip: bool) -> Transform:
+        return lambda a: np.rot90(np.flip(a, 1) if flip else a, k, axes=(0, 1))
+
+    return [turn(k, flip) for flip in (False, True) for k in range(4)]
 
 
 def _mirror() -> list[Transform]:
@@ -55,10 +59,12 @@ class BoardSymmetries:
             if key in seen:
                 continue
             seen.add(key)
-            image = dict(transition, obs=obs,
-                         next_obs=np.ascontiguousarray(transform(np.asarray(
-                             transition["next_obs"]))),
-                         action=_like(transition["action"], int(moved[action])))
+            image = dict(
+                transition,
+                obs=obs,
+                next_obs=np.ascontiguousarray(transform(np.asarray(transition["next_obs"]))),
+                action=_like(transition["action"], int(moved[action])),
+            )
             if "next_action_mask" in transition:
                 image["next_action_mask"] = np.asarray(transition["next_action_mask"])[source]
             out.append(image)

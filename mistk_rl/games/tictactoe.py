@@ -5,6 +5,7 @@ action ``3 * i + j``.
 A board is keyed by two 9-bit masks (observer's marks, other's marks), bit ``3 * i + j`` for
 cell (i, j): the whole game tree is ~5.5k such keys, so exact negamax is memoized over them.
 """
+
 from __future__ import annotations
 
 from functools import cache
@@ -13,8 +14,19 @@ from typing import Optional
 import numpy as np
 
 CELLS = 9
-_LINES = tuple(sum(1 << cell for cell in line) for line in (
-    (0, 1, 2), (3, 4, 5), (6, 7, 8), (0, 3, 6), (1, 4, 7), (2, 5, 8), (0, 4, 8), (2, 4, 6)))
+_LINES = tuple(
+    sum(1 << cell for cell in line)
+    for line in (
+        (0, 1, 2),
+        (3, 4, 5),
+        (6, 7, 8),
+        (0, 3, 6),
+        (1, 4, 7),
+        (2, 5, 8),
+        (0, 4, 8),
+        (2, 4, 6),
+    )
+)
 _BIT_WEIGHTS = 1 << np.arange(CELLS)
 
 

@@ -17,6 +17,7 @@ snapshot and tells it where the snapshot's checkpoint was saved.
 - `take_snapshot` adds the frozen copy and says whether the player now resets to its
   initial weights (only the snapshotted player can).
 """
+
 from __future__ import annotations
 
 import itertools
@@ -29,9 +30,15 @@ from typing import Any, Iterable, Optional, Sequence
 import numpy as np
 
 from mistk_rl.files import atomic_write_json
-from mistk_rl.league.payoff import BattleSharedPayoff, SoloSharedPayoff
-from mistk_rl.league.player import (PLAYER_TYPES, ActivePlayer, HistoricalPlayer, Job,
-                                    MainPlayer, SoloActivePlayer)
+from mistk_rl.league.payoff import BattleSharedPayoff, Result, SoloSharedPayoff
+from mistk_rl.league.player import (
+    PLAYER_TYPES,
+    ActivePlayer,
+    HistoricalPlayer,
+    Job,
+    MainPlayer,
+    SoloActivePlayer,
+)
 from mistk_rl.league.ratings import Ratings
 
 RECENT_JOBS = 100
@@ -73,9 +80,15 @@ class LeagueManager:
 
     # ---- set-up --------------------------------------------------------------------------
     @classmethod
-    def create(cls, players: Iterable[dict[str, Any]], *, one_phase_step: int,
-               max_active_player_job: int = 3, seed: Optional[int] = None,
-               fixed: Sequence[str] = ()) -> "LeagueManager":
+    def create(
+        cls,
+        players: Iterable[dict[str, Any]],
+        *,
+        one_phase_step: int,
+        max_active_player_job: int = 3,
+        seed: Optional[int] = None,
+        fixed: Sequence[str] = (),
+    ) -> "LeagueManager":
         """A new league from player specs ``{type, id, category, checkpoint, ...}`` (type:
         main, main_exploiter, league_exploiter, or solo with SoloActivePlayer's settings);
         each main player is snapshotted at step 0. `fixed`: the ids of opponents played as
@@ -83,12 +96,19 @@ class LeagueManager:
         league = cls(max_active_player_job=max_active_player_job, seed=seed)
         for spec in players:
             kind = PLAYER_TYPES[PLAYER_TYPES.validate(spec["type"])]
-            extra = {k: v for k, v in spec.items()
-                     if k not in ("type", "id", "category", "checkpoint", "initial_checkpoint")}
-            player = kind(spec["id"], spec.get("category", "default"), spec["checkpoint"],
-                          one_phase_step=one_phase_step,
-                          initial_checkpoint=spec.get("initial_checkpoint", spec["checkpoint"]),
-                          **extra)
+            extra = {
+                k: v
+                for k, v in spec.items()
+                if k not in ("type", "id", "category", "checkpoint", "initial_checkpoint")
+            }
+            player = kind(
+                spec["id"],
+                spec.get("category", "default"),
+                spec["checkpoint"],
+                one_phase_step=one_phase_step,
+                initial_checkpoint=spec.get("initial_checkpoint", spec["checkpoint"]),
+                **extra,
+            )
             league._add(player)
         battle = [p for p in league.active_players if not isinstance(p, SoloActivePlayer)]
         if battle and not any(isinstance(p, MainPlayer) for p in battle):
@@ -116,8 +136,10 @@ class LeagueManager:
         self.ratings.add_player(player.player_id, like=like)
         if isinstance(player, SoloActivePlayer):
             self.solo_payoff.add_player(player.player_id)
-        (self.historical if isinstance(player, HistoricalPlayer) else self.active)[
-            player.player_id] = player
+        if isinstance(player, HistoricalPlayer):
+            self.historical[player.player_id] = player
+        else:
+            self.active[player.player_id] = player
 
     def _add_snapshot(self, player: ActivePlayer, checkpoint_path: str) -> HistoricalPlayer:
         snapshot = player.snapshot(self.snapshots_taken, checkpoint_path)
@@ -140,8 +162,13 @@ class LeagueManager:
         self.running[running.job_id] = running
         return running
 
-    def finish_job(self, job_id: int, results: list[str], steps: int = 0,
-                   returns: Optional[list[float]] = None) -> None:
+    def finish_job(
+        self,
+        job_id: int,
+        results: list[Result],
+        steps: int = 0,
+        returns: Optional[list[float]] = None,
+    ) -> None:
         """The job's games ended, `results` from the launching player's side; `steps`: the
         env steps its player took (towards its snapshots). A solo job (no opponent) gives
         its episodes' `returns` instead, recorded in `solo_payoff`."""
@@ -155,28 +182,37 @@ class LeagueManager:
             summary: dict[str, Any] = {r: results.count(r) for r in ("win", "draw", "loss")}
         else:  # a solo job: against the env
             returns = [float(r) for r in returns or ()]
-            summary = {"episodes": len(returns), "mean_return": (
-                round(float(np.mean(returns)), 6) if returns else None)}
+            summary = {
+                "episodes": len(returns),
+                "mean_return": (round(float(np.mean(returns)), 6) if returns else None),
+            }
             if job.launch_player in self.solo_payoff.jobs:
-                epsilon = job.settings.get("agents", {}).get(job.launch_player, {}).get(
-                    "epsilon")
-                self.solo_payoff.update(job.launch_player, {
-                    "job_id": job_id, **summary, "steps": steps, "epsilon": epsilon,
-                    "at_step": self.active[job.launch_player].total_agent_step + steps})
+                epsilon = job.settings.get("agents", {}).get(job.launch_player, {}).get("epsilon")
+                self.solo_payoff.update(
+                    job.launch_player,
+                    {
+                        "job_id": job_id,
+                        **summary,
+                        "steps": steps,
+                        "epsilon": epsilon,
+                        "at_step": self.active[job.launch_player].total_agent_step + steps,
+                    },
+                )
         self.active[job.launch_player].total_agent_step += steps
         self.jobs_finished += 1
-        self.recent.append({**asdict(job), "job_id": job_id, "results": summary,
-                            "steps": steps})
+        self.recent.append({**asdict(job), "job_id": job_id, "results": summary, "steps": steps})
 
-    def fail_job(self, job_id: int, reason: str = "",
-                 details: Optional[dict[str, Any]] = None) -> None:
+    def fail_job(
+        self, job_id: int, reason: str = "", details: Optional[dict[str, Any]] = None
+    ) -> None:
         """The job did not launch, failed or timed out: its slot is free again, nothing
         recorded but the failure (with `details`, e.g. what was done about it)."""
         running = self.running.pop(job_id, None)
         if running is not None:
             self.jobs_failed += 1
-            self.recent.append({**asdict(running.job), "job_id": job_id, "failed": reason,
-                                **(details or {})})
+            self.recent.append(
+                {**asdict(running.job), "job_id": job_id, "failed": reason, **(details or {})}
+            )
 
     # ---- snapshots -----------------------------------------------------------------------
     def snapshot_due(self, player_id: str) -> bool:
@@ -199,22 +235,31 @@ class LeagueManager:
         return {
             "active": [{"type": p.kind, **asdict(p)} for p in self.active_players],
             "historical": [asdict(p) for p in self.historical_players],
-            "payoff": self.payoff.state_dict(), "ratings": self.ratings.state_dict(),
+            "payoff": self.payoff.state_dict(),
+            "ratings": self.ratings.state_dict(),
             "solo_payoff": self.solo_payoff.state_dict(),
-            "max_active_player_job": self.max_active_player_job, "seed": self.seed,
+            "max_active_player_job": self.max_active_player_job,
+            "seed": self.seed,
             "running": [{"job_id": r.job_id, **asdict(r.job)} for r in self.running.values()],
-            "recent": list(self.recent), "snapshots_taken": self.snapshots_taken,
-            "jobs_launched": self.jobs_launched, "jobs_finished": self.jobs_finished,
-            "jobs_failed": self.jobs_failed, "rng": self.rng.bit_generator.state}
+            "recent": list(self.recent),
+            "snapshots_taken": self.snapshots_taken,
+            "jobs_launched": self.jobs_launched,
+            "jobs_finished": self.jobs_finished,
+            "jobs_failed": self.jobs_failed,
+            "rng": self.rng.bit_generator.state,
+        }
 
     @classmethod
     def from_state(cls, state: dict[str, Any]) -> "LeagueManager":
-        league = cls(max_active_player_job=state["max_active_player_job"], seed=state["seed"],
-                     snapshots_taken=state["snapshots_taken"],
-                     jobs_launched=state["jobs_launched"],
-                     # (league.json files from before these counts: none)
-                     jobs_finished=state.get("jobs_finished", 0),
-                     jobs_failed=state.get("jobs_failed", 0))
+        league = cls(
+            max_active_player_job=state["max_active_player_job"],
+            seed=state["seed"],
+            snapshots_taken=state["snapshots_taken"],
+            jobs_launched=state["jobs_launched"],
+            # (league.json files from before these counts: none)
+            jobs_finished=state.get("jobs_finished", 0),
+            jobs_failed=state.get("jobs_failed", 0),
+        )
         league.payoff.load_state_dict(state["payoff"])
         if "solo_payoff" in state:  # (league.json files from before solo leagues: none)
             league.solo_payoff.load_state_dict(state["solo_payoff"])
@@ -223,8 +268,10 @@ class LeagueManager:
             spec = dict(spec)
             player = PLAYER_TYPES[spec.pop("type")](**spec)
             league.active[player.player_id] = player
-            if (isinstance(player, SoloActivePlayer)
-                    and player.player_id not in league.solo_payoff.jobs):
+            if (
+                isinstance(player, SoloActivePlayer)
+                and player.player_id not in league.solo_payoff.jobs
+            ):
                 league.solo_payoff.add_player(player.player_id)
         for spec in state["historical"]:
             league.historical[spec["player_id"]] = HistoricalPlayer(**spec)
@@ -246,20 +293,25 @@ class LeagueManager:
         """What GET /league shows: the table, the payoff matrix (row against column: win
         rate, draws half, and raw games; and `solo`: each solo player's last jobs), the
         jobs running and the last `recent`."""
-        ids = [p.player_id for p in itertools.chain(self.active_players,
-                                                    self.historical_players)]
+        ids = [p.player_id for p in itertools.chain(self.active_players, self.historical_players)]
         payoff: dict[str, Any] = {
-            "ids": ids, "winRate": self.payoff.matrix(ids).round(4).tolist(),
-            "games": [[self.payoff.played(a, b) for b in ids] for a in ids]}
+            "ids": ids,
+            "winRate": self.payoff.matrix(ids).round(4).tolist(),
+            "games": [[self.payoff.played(a, b) for b in ids] for a in ids],
+        }
         if self.solo_payoff.jobs:
-            payoff["solo"] = {p: list(jobs)[-recent:]
-                              for p, jobs in self.solo_payoff.jobs.items()}
-        return {"players": self.table(), "payoff": payoff,
-                "jobs": {"launched": self.jobs_launched, "finished": self.jobs_finished,
-                         "failed": self.jobs_failed,
-                         "running": [{"job_id": r.job_id, **asdict(r.job)}
-                                     for r in self.running.values()],
-                         "recent": list(self.recent)[-recent:]}}
+            payoff["solo"] = {p: list(jobs)[-recent:] for p, jobs in self.solo_payoff.jobs.items()}
+        return {
+            "players": self.table(),
+            "payoff": payoff,
+            "jobs": {
+                "launched": self.jobs_launched,
+                "finished": self.jobs_finished,
+                "failed": self.jobs_failed,
+                "running": [{"job_id": r.job_id, **asdict(r.job)} for r in self.running.values()],
+                "recent": list(self.recent)[-recent:],
+            },
+        }
 
     def table(self) -> list[dict[str, Any]]:
         """One row per player: kind, steps, parent, ratings (a solo player: its epsilon and
@@ -267,13 +319,16 @@ class LeagueManager:
         rows = []
         for player in itertools.chain(self.active_players, self.historical_players):
             kind = "FixedOpponent" if getattr(player, "fixed", False) else type(player).__name__
-            row = {"id": player.player_id, "kind": kind,
-                   "steps": player.total_agent_step,
-                   "parent": getattr(player, "parent_id", None),
-                   "exposure": self.ratings.exposure(player.player_id),
-                   "elo": self.ratings.elo[player.player_id]}
+            row = {
+                "id": player.player_id,
+                "kind": kind,
+                "steps": player.total_agent_step,
+                "parent": getattr(player, "parent_id", None),
+                "exposure": self.ratings.exposure(player.player_id),
+                "elo": self.ratings.elo[player.player_id],
+            }
             if isinstance(player, SoloActivePlayer):  # its exploration, its last job's return
-                jobs = self.solo_payoff.jobs.get(player.player_id) or [{}]
+                jobs: Sequence[dict[str, Any]] = self.solo_payoff.jobs.get(player.player_id) or [{}]
                 row["epsilon"] = round(player.epsilon(), 6) if player.eps_decay else None
                 row["mean_return"] = jobs[-1].get("mean_return")
             rows.append(row)

@@ -11,6 +11,7 @@ player's win rate against itself is 0.5.
 
 Both save and restore their state (`state_dict`), for a league that resumes after a restart.
 """
+
 from __future__ import annotations
 
 import threading
@@ -121,9 +122,13 @@ class BattleSharedPayoff:
 
     def state_dict(self) -> dict[str, Any]:
         with self._lock:
-            return {"decay": self.decay, "min_games": self.min_games, "prior": self.prior,
-                    "players": list(self.players),
-                    "records": {k: asdict(r) for k, r in self.records.items()}}
+            return {
+                "decay": self.decay,
+                "min_games": self.min_games,
+                "prior": self.prior,
+                "players": list(self.players),
+                "records": {k: asdict(r) for k, r in self.records.items()},
+            }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         with self._lock:
@@ -131,7 +136,8 @@ class BattleSharedPayoff:
             self.prior = state["prior"]
             self.players = list(state["players"])
             self.records = BattleRecordDict(
-                {k: BattleRecord(**r) for k, r in state["records"].items()})
+                {k: BattleRecord(**r) for k, r in state["records"].items()}
+            )
 
 
 class SoloSharedPayoff:
@@ -152,10 +158,11 @@ class SoloSharedPayoff:
         self.jobs[player_id].append(job_result)
 
     def state_dict(self) -> dict[str, Any]:
-        return {"buffer_size": self.buffer_size,
-                "jobs": {p: list(jobs) for p, jobs in self.jobs.items()}}
+        return {
+            "buffer_size": self.buffer_size,
+            "jobs": {p: list(jobs) for p, jobs in self.jobs.items()},
+        }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.buffer_size = state["buffer_size"]
-        self.jobs = {p: deque(jobs, maxlen=self.buffer_size)
-                     for p, jobs in state["jobs"].items()}
+        self.jobs = {p: deque(jobs, maxlen=self.buffer_size) for p, jobs in state["jobs"].items()}

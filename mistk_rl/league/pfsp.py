@@ -6,6 +6,7 @@ When the weights sum to almost nothing (a player that beats every candidate unde
 the pick is uniform. The guard is on the sum of the weights, not of the win rates: DI-engine
 guards the win rates and divides 0 by 0 when every rate is 1.
 """
+
 from __future__ import annotations
 
 from typing import Callable, Sequence, TypeVar
@@ -27,7 +28,9 @@ class NoCandidates(LookupError):
     """PFSP was asked to choose among no players."""
 
 
-def pfsp_probabilities(win_rates: Sequence[float], weighting: str = "squared") -> np.ndarray:
+def pfsp_probabilities(
+    win_rates: Sequence[float] | np.ndarray, weighting: str = "squared"
+) -> np.ndarray:
     """The probability of each candidate, from the player's win rates against them."""
     if weighting not in WEIGHTINGS:
         raise ValueError(f"weighting {weighting!r} is not one of {', '.join(WEIGHTINGS)}")
@@ -43,8 +46,12 @@ def pfsp_probabilities(win_rates: Sequence[float], weighting: str = "squared") -
     return weights / total
 
 
-def pfsp(candidates: Sequence[T], win_rates: Sequence[float], rng: np.random.Generator,
-         weighting: str = "squared") -> T:
+def pfsp(
+    candidates: Sequence[T],
+    win_rates: Sequence[float] | np.ndarray,
+    rng: np.random.Generator,
+    weighting: str = "squared",
+) -> T:
     """One candidate, drawn with `pfsp_probabilities`."""
     if len(candidates) != len(win_rates):
         raise ValueError(f"{len(candidates)} candidates but {len(win_rates)} win rates")
@@ -52,13 +59,14 @@ def pfsp(candidates: Sequence[T], win_rates: Sequence[float], rng: np.random.Gen
     return candidates[int(rng.choice(len(candidates), p=probs))]
 
 
-def remove_monotonic_suffix(win_rates: Sequence[float], players: Sequence[T]
-                            ) -> tuple[list[float], list[T]]:
+def remove_monotonic_suffix(
+    win_rates: Sequence[float], players: Sequence[T]
+) -> tuple[list[float], list[T]]:
     """Drop the trailing run of snapshots (in creation order) that get ever harder to beat
     (AlphaStar's verification branch): keep up to the last i where wr[i-1] < wr[i]; nothing
     when the rates never rise."""
     rates = list(win_rates)
     for i in range(len(rates) - 1, 0, -1):
         if rates[i - 1] < rates[i]:
-            return rates[:i + 1], list(players[:i + 1])
+            return rates[: i + 1], list(players[: i + 1])
     return [], []

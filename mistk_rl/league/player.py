@@ -32,6 +32,7 @@ Pinned choices:
 An empty candidate list raises `NoCandidates`; the league avoids it by starting with a
 snapshot of every main player.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -115,8 +116,10 @@ class ActivePlayer(Player):
             self.branches = dict(self.default_branches())
         total = sum(self.branches.values())
         if abs(total - 1.0) > 1e-6 or min(self.branches.values()) < 0:
-            raise ValueError(f"{type(self).__name__} {self.player_id}: branch probabilities "
-                             f"must be non-negative and sum to 1, not {self.branches}")
+            raise ValueError(
+                f"{type(self).__name__} {self.player_id}: branch probabilities "
+                f"must be non-negative and sum to 1, not {self.branches}"
+            )
         missing = [b for b in self.branches if b not in self.available_branches()]
         if missing:
             raise ValueError(f"{type(self).__name__} has no branch {missing}")
@@ -128,8 +131,11 @@ class ActivePlayer(Player):
     @classmethod
     def available_branches(cls) -> list[str]:
         """Every branch it can be given: its type's default ones first, then the others."""
-        names = [n[1:-len("_branch")] for n in dir(cls)
-                 if n.startswith("_") and n.endswith("_branch") and n != "_branch"]
+        names = [
+            n[1 : -len("_branch")]
+            for n in dir(cls)
+            if n.startswith("_") and n.endswith("_branch") and n != "_branch"
+        ]
         default = list(cls.default_branches())
         return default + sorted(set(names) - set(default))
 
@@ -148,8 +154,7 @@ class ActivePlayer(Player):
         opponents = [p.player_id for p in self.snapshot_opponents(league)]
         if not opponents:
             return False
-        return bool(league.payoff.win_rates(self.player_id, opponents).min()
-                    > self.strong_win_rate)
+        return bool(league.payoff.win_rates(self.player_id, opponents).min() > self.strong_win_rate)
 
     def mark_snapshot(self) -> None:
         self.last_enough_step = self.total_agent_step
@@ -157,8 +162,13 @@ class ActivePlayer(Player):
     def snapshot(self, sequence: int, checkpoint_path: str) -> HistoricalPlayer:
         """A frozen copy at this step; `sequence` (the league's count of snapshots) keeps
         ids unique when two snapshots share a step."""
-        return HistoricalPlayer(self.snapshot_id(sequence), self.category, checkpoint_path,
-                                self.total_agent_step, parent_id=self.player_id)
+        return HistoricalPlayer(
+            self.snapshot_id(sequence),
+            self.category,
+            checkpoint_path,
+            self.total_agent_step,
+            parent_id=self.player_id,
+        )
 
     def snapshot_id(self, sequence: int) -> str:
         return f"{self.player_id}_{self.total_agent_step}_{sequence}"
@@ -178,8 +188,13 @@ class ActivePlayer(Player):
     def _job(self, opponent: Player, branch: str) -> Job:
         return Job(self.player_id, opponent.player_id, branch)
 
-    def _pfsp(self, candidates: Sequence[Player], league: LeagueView,
-              rng: np.random.Generator, weighting: str) -> Player:
+    def _pfsp(
+        self,
+        candidates: Sequence[Player],
+        league: LeagueView,
+        rng: np.random.Generator,
+        weighting: str,
+    ) -> Player:
         if not candidates:
             raise NoCandidates(f"{self.player_id}: no candidate opponents")
         rates = league.payoff.win_rates(self.player_id, [c.player_id for c in candidates])
@@ -219,15 +234,21 @@ class SoloActivePlayer(ActivePlayer):
         return self.total_agent_step - self.last_enough_step >= self.one_phase_step
 
     def epsilon(self) -> float:
-        return float((self.eps_start - self.eps_end)
-                     * np.exp(-self.total_agent_step / self.eps_decay) + self.eps_end)
+        return float(
+            (self.eps_start - self.eps_end) * np.exp(-self.total_agent_step / self.eps_decay)
+            + self.eps_end
+        )
 
     def _solo_branch(self, league: LeagueView, rng: np.random.Generator) -> Job:
         agent: dict = {"mode": "collect", "train": True}
         if self.eps_decay:
             agent["epsilon"] = round(self.epsilon(), 6)
-        settings = {"numEnvs": self.num_envs, "numEpisodes": self.episodes_per_job,
-                    "train": True, "agents": {self.player_id: agent}}
+        settings = {
+            "numEnvs": self.num_envs,
+            "numEpisodes": self.episodes_per_job,
+            "train": True,
+            "agents": {self.player_id: agent},
+        }
         if self.env_kwargs:
             settings["envKwargs"] = dict(self.env_kwargs)
         return Job(self.player_id, "", "solo", settings)
@@ -238,8 +259,11 @@ class BattleActivePlayer(ActivePlayer):
     """Trains by playing other players."""
 
     def _mains(self, league: LeagueView) -> list["MainPlayer"]:
-        return [p for p in league.active_players
-                if isinstance(p, MainPlayer) and p.category == self.category]
+        return [
+            p
+            for p in league.active_players
+            if isinstance(p, MainPlayer) and p.category == self.category
+        ]
 
     def _random_main(self, league: LeagueView, rng: np.random.Generator) -> "MainPlayer":
         mains = self._mains(league)
@@ -247,11 +271,18 @@ class BattleActivePlayer(ActivePlayer):
 
     def _fixed_branch(self, league: LeagueView, rng: np.random.Generator) -> Job:
         fixed = [p for p in self._historical(league) if p.fixed]
-        return self._job(self._pfsp(fixed or self._historical(league), league, rng,
-                                    "squared"), "fixed")
+        return self._job(
+            self._pfsp(fixed or self._historical(league), league, rng, "squared"), "fixed"
+        )
 
-    def _opponent_or_its_snapshots(self, opponent: Player, above: float, branch: str,
-                                   league: LeagueView, rng: np.random.Generator) -> Job:
+    def _opponent_or_its_snapshots(
+        self,
+        opponent: Player,
+        above: float,
+        branch: str,
+        league: LeagueView,
+        rng: np.random.Generator,
+    ) -> Job:
         """`opponent` while this player wins more than `above` against it; else one of
         its snapshots, by `variance` (the ones it is even with)."""
         if league.payoff.win_rate(self.player_id, opponent.player_id) > above:
@@ -278,13 +309,16 @@ class MainPlayer(BattleActivePlayer):
         opponent = self._random_main(league, rng)
         return self._verify(opponent, league, rng) or self._self_play(opponent, league, rng)
 
-    def _self_play(self, opponent: "MainPlayer", league: LeagueView,
-                   rng: np.random.Generator) -> Job:
-        return self._opponent_or_its_snapshots(opponent, 1 - self.strong_win_rate, "sp",
-                                               league, rng)
+    def _self_play(
+        self, opponent: "MainPlayer", league: LeagueView, rng: np.random.Generator
+    ) -> Job:
+        return self._opponent_or_its_snapshots(
+            opponent, 1 - self.strong_win_rate, "sp", league, rng
+        )
 
-    def _verify(self, opponent: "MainPlayer", league: LeagueView,
-                rng: np.random.Generator) -> Optional[Job]:
+    def _verify(
+        self, opponent: "MainPlayer", league: LeagueView, rng: np.random.Generator
+    ) -> Optional[Job]:
         exploiters = {p.player_id for p in league.active_players if isinstance(p, MainExploiter)}
         beaten_by = [p for p in self._historical(league) if p.parent_id in exploiters]
         if beaten_by:
@@ -293,8 +327,8 @@ class MainPlayer(BattleActivePlayer):
                 return self._job(self._pfsp(beaten_by, league, rng, "squared"), "verification")
         snapshots = self._snapshots_of(opponent.player_id, league)
         rates = league.payoff.win_rates(self.player_id, [p.player_id for p in snapshots])
-        rates, snapshots = remove_monotonic_suffix(list(rates), snapshots)
-        if snapshots and min(rates) < self.strong_win_rate:
+        kept, snapshots = remove_monotonic_suffix(list(rates), snapshots)
+        if snapshots and min(kept) < self.strong_win_rate:
             return self._job(self._pfsp(snapshots, league, rng, "squared"), "verification")
         return None
 
@@ -309,9 +343,9 @@ class MainExploiter(BattleActivePlayer):
         return {"main_players": 1.0}
 
     def _main_players_branch(self, league: LeagueView, rng: np.random.Generator) -> Job:
-        return self._opponent_or_its_snapshots(self._random_main(league, rng),
-                                               self.min_valid_win_rate, "main_players",
-                                               league, rng)
+        return self._opponent_or_its_snapshots(
+            self._random_main(league, rng), self.min_valid_win_rate, "main_players", league, rng
+        )
 
     def snapshot_opponents(self, league: LeagueView) -> list[Player]:
         return list(self._mains(league))
@@ -330,8 +364,7 @@ class LeagueExploiter(BattleActivePlayer):
         return {"pfsp": 1.0}
 
     def _pfsp_branch(self, league: LeagueView, rng: np.random.Generator) -> Job:
-        return self._job(self._pfsp(self._historical(league), league, rng, "linear_capped"),
-                         "pfsp")
+        return self._job(self._pfsp(self._historical(league), league, rng, "linear_capped"), "pfsp")
 
     def reset_on_snapshot(self, rng: np.random.Generator) -> bool:
         return bool(rng.random() < self.mutate_prob)
@@ -342,13 +375,14 @@ def solo_players(types: dict[str, str]) -> Optional[list[str]]:
     when every one trains alone (a solo league: gym orchestrator workers), None when every
     one plays the others (a battle league: game orchestrator workers); ValueError naming
     both for a mix."""
-    solo = [pid for pid, kind in types.items()
-            if issubclass(PLAYER_TYPES[kind], SoloActivePlayer)]
+    solo = [pid for pid, kind in types.items() if issubclass(PLAYER_TYPES[kind], SoloActivePlayer)]
     if not solo:
         return None
     if len(solo) < len(types):
         battle = [pid for pid in types if pid not in solo]
-        raise ValueError(f"a league is solo (players training alone on gym orchestrator "
-                         f"workers) or battle (players playing each other on game "
-                         f"orchestrator workers), not a mix: solo {solo}, battle {battle}")
+        raise ValueError(
+            f"a league is solo (players training alone on gym orchestrator "
+            f"workers) or battle (players playing each other on game "
+            f"orchestrator workers), not a mix: solo {solo}, battle {battle}"
+        )
     return solo

@@ -5,6 +5,7 @@ beta, tau and draw probability; `rate_1vs1(..., env=)`, `env.expose`), never the
 global defaults, which DI-engine ends up rating with. Elo: 1,200 to start, K = 32, expected score
 1 / (1 + 10^((Rb - Ra) / 400)), kept as a float.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -28,8 +29,13 @@ class Ratings:
     elo: dict[str, float] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        self.env = trueskill.TrueSkill(mu=self.mu, sigma=self.sigma, beta=self.beta,
-                                       tau=self.tau, draw_probability=self.draw_probability)
+        self.env = trueskill.TrueSkill(
+            mu=self.mu,
+            sigma=self.sigma,
+            beta=self.beta,
+            tau=self.tau,
+            draw_probability=self.draw_probability,
+        )
 
     def add_player(self, player_id: str, like: str | None = None) -> None:
         """A new player; `like`: start from that player's mu (a snapshot of it) with a fresh
@@ -58,13 +64,16 @@ class Ratings:
         return float(self.env.expose(self.env.create_rating(*self.trueskill[player_id])))
 
     def table(self) -> dict[str, dict[str, float]]:
-        return {p: {"mu": mu, "sigma": sigma, "exposure": self.exposure(p), "elo": self.elo[p]}
-                for p, (mu, sigma) in self.trueskill.items()}
+        return {
+            p: {"mu": mu, "sigma": sigma, "exposure": self.exposure(p), "elo": self.elo[p]}
+            for p, (mu, sigma) in self.trueskill.items()
+        }
 
     def state_dict(self) -> dict[str, Any]:
-        return {k: getattr(self, k) for k in ("mu", "sigma", "beta", "tau", "draw_probability",
-                                              "elo_initial", "elo_k")} | {
-            "trueskill": {p: list(v) for p, v in self.trueskill.items()}, "elo": dict(self.elo)}
+        return {
+            k: getattr(self, k)
+            for k in ("mu", "sigma", "beta", "tau", "draw_probability", "elo_initial", "elo_k")
+        } | {"trueskill": {p: list(v) for p, v in self.trueskill.items()}, "elo": dict(self.elo)}
 
     @classmethod
     def from_state(cls, state: dict[str, Any]) -> "Ratings":

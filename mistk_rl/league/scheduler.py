@@ -50,6 +50,7 @@ exactly one agent)
 - A player whose workers are all dropped cannot train: `exhausted` names the player and
   its workers.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -58,7 +59,13 @@ from typing import Any, Iterable, Optional
 from mistk_rl.league.manager import LeagueManager, RunningJob
 
 NEW, SETTING_UP, IDLE, BUSY, BACKOFF, DROPPED = (
-    "new", "setting_up", "idle", "busy", "backoff", "dropped")
+    "new",
+    "setting_up",
+    "idle",
+    "busy",
+    "backoff",
+    "dropped",
+)
 ERROR_CHARS = 300  # an error kept (and shown) per worker: enough to name the cause
 
 
@@ -73,8 +80,7 @@ class Backoff:
 
     def __post_init__(self) -> None:
         if self.max_failures < 1 or self.first_s < 0 or self.max_s < self.first_s:
-            raise ValueError(f"invalid backoff {self}: max_failures >= 1, "
-                             "0 <= first_s <= max_s")
+            raise ValueError(f"invalid backoff {self}: max_failures >= 1, 0 <= first_s <= max_s")
 
     def delay(self, failures: int) -> float:
         return min(self.first_s * 2.0 ** max(failures - 1, 0), self.max_s)
@@ -104,12 +110,24 @@ class WorkerHealth:
 
     def view(self, now: Optional[float] = None) -> dict[str, Any]:
         """GET /league's row for the worker."""
-        retry = (None if self.retry_at is None or now is None
-                 else round(max(self.retry_at - now, 0.0), 3))
-        return {"url": self.url, "state": self.state, "failures": self.failures,
-                "failed": self.failed, "jobs": self.jobs, "setUps": self.set_ups,
-                "job": self.job_id, "retryInS": retry, "lastError": self.last_error,
-                "player": self.player, "replacedBy": self.replaced_by}
+        retry = (
+            None
+            if self.retry_at is None or now is None
+            else round(max(self.retry_at - now, 0.0), 3)
+        )
+        return {
+            "url": self.url,
+            "state": self.state,
+            "failures": self.failures,
+            "failed": self.failed,
+            "jobs": self.jobs,
+            "setUps": self.set_ups,
+            "job": self.job_id,
+            "retryInS": retry,
+            "lastError": self.last_error,
+            "player": self.player,
+            "replacedBy": self.replaced_by,
+        }
 
 
 @dataclass
@@ -165,8 +183,13 @@ class Scheduler:
     doc). `players`: the active players' ids in turn order; `workers`: the workers' URLs;
     `bind`: each worker bound to one player (solo players, module doc)."""
 
-    def __init__(self, players: Iterable[str], workers: Iterable[str],
-                 backoff: Backoff = Backoff(), bind: bool = False) -> None:
+    def __init__(
+        self,
+        players: Iterable[str],
+        workers: Iterable[str],
+        backoff: Backoff = Backoff(),
+        bind: bool = False,
+    ) -> None:
         self.players = list(players)
         self.workers = [WorkerHealth(i, url) for i, url in enumerate(workers)]
         if not self.workers:
@@ -174,8 +197,10 @@ class Scheduler:
         self.bound = bind
         if bind:
             if len(self.workers) < len(self.players):
-                raise ValueError(f"{len(self.workers)} workers for {len(self.players)} "
-                                 "players: bound workers need one per player at least")
+                raise ValueError(
+                    f"{len(self.workers)} workers for {len(self.players)} "
+                    "players: bound workers need one per player at least"
+                )
             for worker in self.workers:
                 worker.player = self.players[worker.index % len(self.players)]
         self.backoff = backoff
@@ -200,8 +225,11 @@ class Scheduler:
             raise ValueError(f"worker {replaces} is dropped already: nothing to replace")
         worker = WorkerHealth(len(self.workers), url)
         if self.bound:
-            worker.player = (self.workers[replaces].player if replaces is not None
-                             else self.players[worker.index % len(self.players)])
+            worker.player = (
+                self.workers[replaces].player
+                if replaces is not None
+                else self.players[worker.index % len(self.players)]
+            )
         self.workers.append(worker)
         if replaces is not None:
             retired = self.workers[replaces]
@@ -212,8 +240,12 @@ class Scheduler:
 
     def due(self, now: float) -> list[int]:
         """Workers due a set-up: new ones, and failed ones whose wait is over."""
-        return [w.index for w in self.workers if w.state == NEW or (
-            w.state == BACKOFF and w.retry_at is not None and w.retry_at <= now)]
+        return [
+            w.index
+            for w in self.workers
+            if w.state == NEW
+            or (w.state == BACKOFF and w.retry_at is not None and w.retry_at <= now)
+        ]
 
     def next_set_up(self, now: float) -> Optional[int]:
         """The worker to set up now, if one is due and a set-up can run: none running, and
@@ -227,7 +259,8 @@ class Scheduler:
         for index in self.due(now):
             player = self.workers[index].player
             if player not in self.busy and not any(
-                    w.state == SETTING_UP and w.player == player for w in self.workers):
+                w.state == SETTING_UP and w.player == player for w in self.workers
+            ):
                 return index
         return None
 
@@ -240,19 +273,21 @@ class Scheduler:
 
     def idle(self) -> list[int]:
         """Set-up workers with no task, least recently given one first."""
-        return [w.index for w in sorted(self.workers, key=lambda w: w.last_task)
-                if w.state == IDLE]
+        return [w.index for w in sorted(self.workers, key=lambda w: w.last_task) if w.state == IDLE]
 
     def begin_set_up(self, index: int) -> None:
         worker = self.workers[index]
         if worker.state not in (NEW, BACKOFF):
             raise ValueError(f"worker {index} is {worker.state}: no set-up due")
         if self.bound and worker.player in self.busy:
-            raise ValueError(f"agent {worker.player!r} is in a job: the set-up of its "
-                             f"worker {index} registers it")
+            raise ValueError(
+                f"agent {worker.player!r} is in a job: the set-up of its "
+                f"worker {index} registers it"
+            )
         if not self.bound and self.busy:
-            raise ValueError(f"agents {sorted(self.busy)} are in jobs: a set-up registers "
-                             "every agent")
+            raise ValueError(
+                f"agents {sorted(self.busy)} are in jobs: a set-up registers every agent"
+            )
         worker.state, worker.retry_at = SETTING_UP, None
 
     def set_up_done(self, index: int) -> None:
@@ -305,8 +340,7 @@ class Scheduler:
 
     def next_retry(self, now: float) -> Optional[float]:
         """Seconds until the next waiting worker is due its set-up (None: none waits)."""
-        times = [w.retry_at for w in self.workers
-                 if w.state == BACKOFF and w.retry_at is not None]
+        times = [w.retry_at for w in self.workers if w.state == BACKOFF and w.retry_at is not None]
         return max(min(times) - now, 0.0) if times else None
 
     def live(self) -> list[int]:
@@ -335,8 +369,7 @@ class Scheduler:
         return worker
 
     # ---- jobs ----------------------------------------------------------------------------
-    def next_job(self, league: LeagueManager, worker: int,
-                 now: float) -> Optional[Assignment]:
+    def next_job(self, league: LeagueManager, worker: int, now: float) -> Optional[Assignment]:
         """A job that can start now on the idle `worker`, its agents and the worker taken:
         first the jobs waiting for agents, oldest first, then a new job for the next player
         in turn (module doc). None when no job can start, or new jobs wait for a set-up."""
@@ -352,11 +385,11 @@ class Scheduler:
             self.begin_task(worker, assignment.job_id)
         return assignment
 
-    def _bound_job(self, league: LeagueManager, worker: int,
-                   now: float) -> Optional[Assignment]:
+    def _bound_job(self, league: LeagueManager, worker: int, now: float) -> Optional[Assignment]:
         """The next job of the worker's player, if its agent is free and none of its
         workers is due a set-up."""
         player = self.workers[worker].player
+        assert player is not None  # (a bound worker's)
         if player in self.busy or self.holding_jobs(now, player):
             return None
         running = league.launch_job(player)
@@ -364,8 +397,10 @@ class Scheduler:
             return None
         if running.job.opponent:
             league.fail_job(running.job_id, "a bound worker runs solo jobs only")
-            raise ValueError(f"player {player!r} got a job against {running.job.opponent!r}:"
-                             " bound workers run solo jobs (players that train alone) only")
+            raise ValueError(
+                f"player {player!r} got a job against {running.job.opponent!r}:"
+                " bound workers run solo jobs (players that train alone) only"
+            )
         assignment = Assignment(running, player, worker=worker)
         self.busy.add(player)
         self.begin_task(worker, assignment.job_id)
@@ -407,13 +442,13 @@ class Scheduler:
             pid = ids[(self.next_player + k) % len(ids)]
             if pid in self.pending or pid in self.busy or pid in reserved:
                 continue
-            running = league.launch_job(pid)
-            if running is None:
+            launched = league.launch_job(pid)
+            if launched is None:
                 continue
-            assignment = self._assign(league, running, reserved)
+            assignment = self._assign(league, launched, reserved)
             if assignment is None:
-                self.pending[pid] = running
-                reserved |= self._needs(league, running)
+                self.pending[pid] = launched
+                reserved |= self._needs(league, launched)
                 continue
             self.next_player = (self.next_player + k + 1) % len(ids)
             return assignment
@@ -423,11 +458,11 @@ class Scheduler:
     def _needs(league: LeagueManager, running: RunningJob) -> set[str]:
         """The agents a job needs by name (a snapshot takes whichever pool agent is free)."""
         job = running.job
-        return {job.launch_player} | ({job.opponent} if _own_agent(league, job.opponent)
-                                      else set())
+        return {job.launch_player} | ({job.opponent} if _own_agent(league, job.opponent) else set())
 
-    def _assign(self, league: LeagueManager, running: RunningJob,
-                reserved: set[str]) -> Optional[Assignment]:
+    def _assign(
+        self, league: LeagueManager, running: RunningJob, reserved: set[str]
+    ) -> Optional[Assignment]:
         """The agents for this job, if they are free and not reserved: the opponent's own
         agent, or a pool agent holding the snapshot (else the free one used longest ago,
         to load it)."""
@@ -451,16 +486,19 @@ class Scheduler:
 def _own_agent(league: LeagueManager, player: str) -> bool:
     """Whether an opponent plays with its own agent: an active player, or a fixed opponent
     (no snapshot for a pool agent to load)."""
-    return player in league.active or (player in league.historical
-                                       and league.historical[player].fixed)
+    return player in league.active or (
+        player in league.historical and league.historical[player].fixed
+    )
 
 
 def _failures(workers: Iterable[WorkerHealth]) -> str:
-    return "; ".join(f"worker {w.index} {w.url} failed {w.failures} times in a row: "
-                     f"{w.last_error}" for w in workers)
+    return "; ".join(
+        f"worker {w.index} {w.url} failed {w.failures} times in a row: {w.last_error}"
+        for w in workers
+    )
 
 
 def one_line(error: str, limit: int = ERROR_CHARS) -> str:
     """An error on one line, cut to `limit` characters (for logs, job records, status)."""
     line = " ".join(str(error).split())
-    return line if len(line) <= limit else line[:limit - 3] + "..."
+    return line if len(line) <= limit else line[: limit - 3] + "..."

@@ -9,6 +9,7 @@
 The rows every state shares (``fail``, ``reset``, ``terminate`` from everywhere) are left out
 of the Mermaid pictures and said once in the text, and drawn once from "any state" in the
 caller's view: drawn from every state, they would hide the rows that differ."""
+
 from __future__ import annotations
 
 from typing import Optional
@@ -43,33 +44,46 @@ def mermaid(table: Table) -> str:
     states = [s for s in table.states if s != "failed"]
     # the model only has to name the facts: a condition is drawn by its name
     model = type("Facts", (), facts)()
-    machine = GraphMachine(model=model, states=states, transitions=rows,
-                           initial=table.initial, graph_engine="mermaid",
-                           auto_transitions=False, show_conditions=True,
-                           title=f"{table.role} lifecycle")
+    machine = GraphMachine(
+        model=model,
+        states=states,
+        transitions=rows,
+        initial=table.initial,
+        graph_engine="mermaid",
+        auto_transitions=False,
+        show_conditions=True,
+        title=f"{table.role} lifecycle",
+    )
     lines = machine.get_graph().draw(None).splitlines()
     # the initial state is drawn as "active" (red): a picture of the table has no state now
-    return "\n".join(line.replace(f"Class {table.initial} s_active",
-                                  f"Class {table.initial} s_default") for line in lines)
+    return "\n".join(
+        line.replace(f"Class {table.initial} s_active", f"Class {table.initial} s_default")
+        for line in lines
+    )
 
 
 def document() -> str:
-    parts = ["# Lifecycles", "",
-             "Generated from `mistk_rl/lifecycle/tables.py` by "
-             "`python -m mistk_rl.lifecycle.diagram > docs/lifecycle-tables.md` (a test keeps it "
-             "current). Each operation moves a resting state into a busy one; `finish` "
-             "leaves the busy state when the implementation's hook returns (a label in "
-             "brackets is the fact that picks between two `finish` rows). Not drawn, "
-             "because every state has them: `fail` (a hook raised) to `failed` from every "
-             "state but `terminating`/`terminated`; `reset` to `resetting` and `terminate` "
-             "to `terminating` from the same states, `failed` included; `finish` from "
-             "`terminating` to `terminated`. A call that is illegal now gets 409.", ""]
+    parts = [
+        "# Lifecycles",
+        "",
+        "Generated from `mistk_rl/lifecycle/tables.py` by "
+        "`python -m mistk_rl.lifecycle.diagram > docs/lifecycle-tables.md` (a test keeps it "
+        "current). Each operation moves a resting state into a busy one; `finish` "
+        "leaves the busy state when the implementation's hook returns (a label in "
+        "brackets is the fact that picks between two `finish` rows). Not drawn, "
+        "because every state has them: `fail` (a hook raised) to `failed` from every "
+        "state but `terminating`/`terminated`; `reset` to `resetting` and `terminate` "
+        "to `terminating` from the same states, `failed` included; `finish` from "
+        "`terminating` to `terminated`. A call that is illegal now gets 409.",
+        "",
+    ]
     for table in (AGENT, ORCHESTRATOR):
         parts += [f"## {table.role.capitalize()}", "", "```mermaid", mermaid(table), "```", ""]
     return "\n".join(parts)
 
 
 # -- the caller's view, drawn with matplotlib (no Graphviz, no browser script) -------------
+
 
 def caller_edges(table: Table) -> tuple[list[str], list[tuple[str, str, str]]]:
     """The states a caller sees and the operations between them, as (source, dest, label).
@@ -89,8 +103,9 @@ def caller_edges(table: Table) -> tuple[list[str], list[tuple[str, str, str]]]:
         elif row["trigger"] not in SHARED_TRIGGERS:
             operations += [(source, row["dest"], row["trigger"]) for source in sources]
     kept = {source for source, _, _ in operations if source in table.busy_states}
-    states = [s for s in table.states
-              if (s not in table.busy_states or s in kept) and s != "terminating"]
+    states = [
+        s for s in table.states if (s not in table.busy_states or s in kept) and s != "terminating"
+    ]
     edges: dict[tuple[str, str], list[str]] = {}
     for source, busy, trigger in operations:
         if busy in kept or busy not in table.busy_states:
@@ -130,13 +145,19 @@ def _draw(table: Table) -> str:
     from matplotlib.patches import FancyArrowPatch
 
     states, edges = caller_edges(table)
-    resting = [s for s in states if s not in table.busy_states
-               and s not in ("failed", "terminated", ANY_STATE)]
+    resting = [
+        s
+        for s in states
+        if s not in table.busy_states and s not in ("failed", "terminated", ANY_STATE)
+    ]
     where = {s: (SPACING * i, 0.0) for i, s in enumerate(resting)}
     for state in states:
         if state in table.busy_states:  # below, between where it starts and where it ends
-            ends = [where[a if b == state else b] for a, b, _ in edges
-                    if state in (a, b) and (a if b == state else b) in where]
+            ends = [
+                where[a if b == state else b]
+                for a, b, _ in edges
+                if state in (a, b) and (a if b == state else b) in where
+            ]
             where[state] = (sum(x for x, _ in ends) / len(ends), -2.4)
     width = SPACING * (len(resting) - 1)
     where[ANY_STATE] = (0.0, -4.4)
@@ -151,13 +172,18 @@ def _draw(table: Table) -> str:
     ax.axis("off")
     boxes = {}
     for state, (x, y) in where.items():
-        style = dict(boxstyle="round,pad=0.4", linewidth=1.2,
-                     facecolor="#eef3fb" if state not in table.busy_states else "#fff4e0",
-                     edgecolor="#3a5a8c", linestyle="--" if state == ANY_STATE else "-")
+        style = dict(
+            boxstyle="round,pad=0.4",
+            linewidth=1.2,
+            facecolor="#eef3fb" if state not in table.busy_states else "#fff4e0",
+            edgecolor="#3a5a8c",
+            linestyle="--" if state == ANY_STATE else "-",
+        )
         if state == table.initial:
             style["linewidth"] = 2.4
-        boxes[state] = ax.text(x, y, state, ha="center", va="center", fontsize=10,
-                               bbox=style, zorder=3)
+        boxes[state] = ax.text(
+            x, y, state, ha="center", va="center", fontsize=10, bbox=style, zorder=3
+        )
     for source, dest, label in edges:
         (x1, y1), (x2, y2) = where[source], where[dest]
         if source == dest:  # a loop above the state
@@ -171,19 +197,36 @@ def _draw(table: Table) -> str:
             rad = -0.3
             if source == ANY_STATE:
                 rad = 0.2 if dest == "terminated" else 0.0
-            label_at = ((x1 + x2) / 2 + 0.5 * rad * (y2 - y1),
-                        (y1 + y2) / 2 - 0.5 * rad * (x2 - x1))
-        ax.add_patch(FancyArrowPatch(
-            posA, posB, connectionstyle=f"arc3,rad={rad}", arrowstyle="-|>",
-            mutation_scale=12, color="#555555", linewidth=1.0,
-            linestyle="--" if source == ANY_STATE else "-",
-            patchA=None if source == dest else boxes[source].get_bbox_patch(),
-            patchB=None if source == dest else boxes[dest].get_bbox_patch(), zorder=2))
-        ax.text(*label_at, label, ha="center", va="center", fontsize=8, color="#222222",
-                bbox=dict(boxstyle="round,pad=0.15", facecolor="white", edgecolor="none",
-                          alpha=0.9), zorder=4)
-    ax.set_title(f"{table.role} lifecycle as a caller sees it (bold: where it starts)",
-                 fontsize=11)
+            label_at = (
+                (x1 + x2) / 2 + 0.5 * rad * (y2 - y1),
+                (y1 + y2) / 2 - 0.5 * rad * (x2 - x1),
+            )
+        ax.add_patch(
+            FancyArrowPatch(
+                posA,
+                posB,
+                connectionstyle=f"arc3,rad={rad}",
+                arrowstyle="-|>",
+                mutation_scale=12,
+                color="#555555",
+                linewidth=1.0,
+                linestyle="--" if source == ANY_STATE else "-",
+                patchA=None if source == dest else boxes[source].get_bbox_patch(),
+                patchB=None if source == dest else boxes[dest].get_bbox_patch(),
+                zorder=2,
+            )
+        )
+        ax.text(
+            *label_at,
+            label,
+            ha="center",
+            va="center",
+            fontsize=8,
+            color="#222222",
+            bbox=dict(boxstyle="round,pad=0.15", facecolor="white", edgecolor="none", alpha=0.9),
+            zorder=4,
+        )
+    ax.set_title(f"{table.role} lifecycle as a caller sees it (bold: where it starts)", fontsize=11)
     out = io.StringIO()
     fig.savefig(out, format="svg", bbox_inches="tight", metadata={"Date": None})
     return out.getvalue()

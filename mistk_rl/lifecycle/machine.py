@@ -16,6 +16,7 @@ seeded run does the same work in the same order. An exception there fails the se
 hook's would (the answer has gone: the caller learns it from the next call and the status).
 A service object called without a pipeline (`after_answers` False) runs the work at once.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -98,6 +99,7 @@ class _Model:
     (a user method named like a trigger would be silently skipped by transitions 0.9)."""
 
     state: str
+    trigger: Callable[..., bool]  # (bound by the Machine)
 
 
 # A row with only these keys has no condition and no callback: firing its trigger can only
@@ -140,9 +142,10 @@ class Lifecycle:
         )
         # the public operations legal in each state, computed once: this is asked on every
         # call (the per-step ones included), and only the internal `finish` has conditions
-        self._allowed = {state: [name for name in table.operations
-                                 if name in self._machine.get_triggers(state)]
-                         for state in table.states}
+        self._allowed = {
+            state: [name for name in table.operations if name in self._machine.get_triggers(state)]
+            for state in table.states
+        }
         self._direct = direct_moves(table)
         self._ids = itertools.count(1)
         self._task: Task | None = None
@@ -175,9 +178,14 @@ class Lifecycle:
 
     def status(self) -> dict[str, Any]:
         with self._lock:
-            return {"state": self.state, "resourceVersion": self.version,
-                    "payload": dict(self.payload), "reason": self.reason,
-                    "allowed": self.allowed_api(), "instance": self.instance}
+            return {
+                "state": self.state,
+                "resourceVersion": self.version,
+                "payload": dict(self.payload),
+                "reason": self.reason,
+                "allowed": self.allowed_api(),
+                "instance": self.instance,
+            }
 
     async def wait_async(self, after_version: int, timeout: float) -> dict[str, Any]:
         """Wait until the version is past `after_version` or `timeout` seconds passed, on the
@@ -191,6 +199,7 @@ class Lifecycle:
                 loop.call_soon_threadsafe(changed.set)
             except RuntimeError:  # the loop is closing: nobody is waiting any more
                 pass
+
         with self._lock:
             if after_version > self.version:
                 return self.status()
@@ -221,8 +230,9 @@ class Lifecycle:
             while self.state not in wanted:
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
-                    raise TimeoutError(f"state is {self.state!r}, not {sorted(wanted)} "
-                                       f"after {timeout} s")
+                    raise TimeoutError(
+                        f"state is {self.state!r}, not {sorted(wanted)} after {timeout} s"
+                    )
                 self._changed.wait(remaining)
             return self.status()
 
@@ -255,8 +265,12 @@ class Lifecycle:
         that must do slow or remote checks before `run` (which checks again, atomically)."""
         with self._lock:
             if operation not in self._allowed[self.state]:
-                raise IllegalState(api_name(operation), self.state, self.allowed_api(),
-                                   busy=self.state in self.table.busy_states)
+                raise IllegalState(
+                    api_name(operation),
+                    self.state,
+                    self.allowed_api(),
+                    busy=self.state in self.table.busy_states,
+                )
 
     def run(self, operation: str, hook: Callable[[], T], *, facts: Facts = None) -> T | dict:
         """Fire `operation`'s trigger, run `hook`, then fire ``finish`` (or ``fail``).
@@ -270,8 +284,12 @@ class Lifecycle:
             if operation == "terminate" and self.state in ("terminating", "terminated"):
                 return self.status()  # terminate is idempotent
             if operation not in self._allowed[self.state]:
-                raise IllegalState(api_name(operation), self.state, self.allowed_api(),
-                                   busy=self.state in self.table.busy_states)
+                raise IllegalState(
+                    api_name(operation),
+                    self.state,
+                    self.allowed_api(),
+                    busy=self.state in self.table.busy_states,
+                )
             previous = self._task
             task = Task(next(self._ids), operation, origin=self.state)
             self._task = task
@@ -282,11 +300,20 @@ class Lifecycle:
         if op.preempts and previous is not None and not previous.finished:
             previous.cancel.set()
             if not previous.wait_done(self.preempt_grace_s):
-                log.warning("%s: %s did not stop within %.1f s of being cancelled; going on",
-                            self.table.role, previous.operation, self.preempt_grace_s)
+                log.warning(
+                    "%s: %s did not stop within %.1f s of being cancelled; going on",
+                    self.table.role,
+                    previous.operation,
+                    self.preempt_grace_s,
+                )
         if op.background:
-            threading.Thread(target=self._execute, args=(task, hook, facts, True), daemon=True,
-                             name=f"{self.table.role}-{operation}-{task.id}").start()
+            threading.Thread(
+                target=self._execute,
+                args=(task, hook, facts, True),
+                daemon=True,
+                name=f"{self.table.role}-{operation}-{task.id}",
+            ).start()
+            assert accepted is not None  # (the snapshot taken under the lock)
             return accepted
         return self._execute(task, hook, facts, False)
 
@@ -303,7 +330,7 @@ class Lifecycle:
             if background:
                 return None
             raise
-        except Exception as exc:  # noqa: BLE001 - any hook error is reported, not propagated
+        except Exception as exc:
             reason = f"{api_name(task.operation)} raised {type(exc).__name__}: {exc}"
             log.exception("%s: %s", self.table.role, reason)
             with self._lock:
@@ -313,8 +340,9 @@ class Lifecycle:
                     self._fire("finish" if self.state == "terminating" else "fail")
             if background:
                 return None
-            raise HookFailed(f"{reason}; the service is now '{self.state}'",
-                             state=self.state) from exc
+            raise HookFailed(
+                f"{reason}; the service is now '{self.state}'", state=self.state
+            ) from exc
         finally:
             task.finish()
             self._local.task = None
@@ -351,9 +379,10 @@ class Lifecycle:
             (operation, work), self._deferred = self._deferred, None
             try:
                 work()
-            except Exception as exc:  # noqa: BLE001 - a failure is reported, as a hook's
-                reason = (f"{api_name(operation)} raised {type(exc).__name__} after its "
-                          f"answer: {exc}")
+            except Exception as exc:
+                reason = (
+                    f"{api_name(operation)} raised {type(exc).__name__} after its answer: {exc}"
+                )
                 log.exception("%s: %s", self.table.role, reason)
                 with self._lock:
                     if self.state not in ("failed", "terminating", "terminated"):

@@ -7,6 +7,7 @@ An exception in a hook fires ``fail``. This is MISTK's gaming state machine with
 closed: ``failed`` is reachable from everywhere and left only by ``reset`` (or ``terminate``),
 ``terminate`` is legal everywhere, and a running episode can be stopped.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -41,8 +42,14 @@ def _t(trigger: str, source: str | list[str], dest: str, when: str | None = None
     return row
 
 
-def _build(role: str, initial: str, resting: list[str], busy: list[str],
-           rows: list[dict], ops: list[Operation]) -> Table:
+def _build(
+    role: str,
+    initial: str,
+    resting: list[str],
+    busy: list[str],
+    rows: list[dict],
+    ops: list[Operation],
+) -> Table:
     states = tuple(resting + busy + ["failed", "terminating", "terminated"])
     everywhere_but_end = [s for s in states if s not in ("terminating", "terminated")]
     common = [
@@ -51,21 +58,38 @@ def _build(role: str, initial: str, resting: list[str], busy: list[str],
         _t("terminate", everywhere_but_end, "terminating"),
         _t("finish", "terminating", "terminated"),
     ]
-    ops = ops + [Operation("reset", background=True, preempts=True),
-                 Operation("terminate", preempts=True)]
-    return Table(role=role, initial=initial, states=states, transitions=tuple(rows + common),
-                 operations={o.name: o for o in ops},
-                 busy_states=frozenset(busy + ["terminating"]))
+    ops = ops + [
+        Operation("reset", background=True, preempts=True),
+        Operation("terminate", preempts=True),
+    ]
+    return Table(
+        role=role,
+        initial=initial,
+        states=states,
+        transitions=tuple(rows + common),
+        operations={o.name: o for o in ops},
+        busy_states=frozenset(busy + ["terminating"]),
+    )
 
 
 AGENT = _build(
     role="agent",
     initial="started",
     resting=["started", "initialized", "ready", "in_episode"],
-    busy=["initializing", "building_model", "building_model_ready",
-          "saving_model_initialized", "saving_model_ready",
-          "agent_registering", "episode_starting", "getting_action", "replaying_action",
-          "stepping", "episode_stopping", "resetting"],
+    busy=[
+        "initializing",
+        "building_model",
+        "building_model_ready",
+        "saving_model_initialized",
+        "saving_model_ready",
+        "agent_registering",
+        "episode_starting",
+        "getting_action",
+        "replaying_action",
+        "stepping",
+        "episode_stopping",
+        "resetting",
+    ],
     rows=[
         _t("initialize", "started", "initializing"),
         _t("finish", "initializing", "initialized"),
@@ -115,8 +139,14 @@ ORCHESTRATOR = _build(
     role="orchestrator",
     initial="uninitialized",
     resting=["uninitialized", "waiting_for_agents", "ready", "completed_episode"],
-    busy=["initializing", "registering_agent", "running", "saving_episode",
-          "stopping_episode", "resetting"],
+    busy=[
+        "initializing",
+        "registering_agent",
+        "running",
+        "saving_episode",
+        "stopping_episode",
+        "resetting",
+    ],
     rows=[
         _t("initialize", "uninitialized", "initializing"),
         _t("finish", "initializing", "waiting_for_agents"),

@@ -8,6 +8,7 @@ not in the defaults is a typo until proven otherwise, so it is an error that nam
 full path and suggests the closest valid key. A default of `{}` marks an *open* mapping
 (model kwargs, env kwargs) that accepts any keys.
 """
+
 from __future__ import annotations
 
 import copy
@@ -40,8 +41,9 @@ def deep_merge(defaults: Mapping, user: Mapping | None, *, path: str = "") -> di
     if user is None:  # an empty YAML section (`model:`) means "keep the defaults"
         return merged
     if not isinstance(user, Mapping):
-        raise AgentConfigError(f"{path or 'config'}: expected a mapping, got "
-                          f"{type(user).__name__} ({user!r})")
+        raise AgentConfigError(
+            f"{path or 'config'}: expected a mapping, got {type(user).__name__} ({user!r})"
+        )
     is_open = not defaults
     for key, value in user.items():
         key_path = f"{path}.{key}" if path else str(key)
@@ -78,7 +80,9 @@ def _check_type(default: Any, value: Any, path: str) -> None:
     else:
         return
     if not ok:
-        raise AgentConfigError(f"{path}: expected {expected}, got {type(value).__name__} ({value!r})")
+        raise AgentConfigError(
+            f"{path}: expected {expected}, got {type(value).__name__} ({value!r})"
+        )
 
 
 def _unknown_key_message(key: Any, path: str, defaults: Mapping) -> str:
@@ -90,6 +94,7 @@ def _unknown_key_message(key: Any, path: str, defaults: Mapping) -> str:
 
 
 # ---- files ----------------------------------------------------------------------------------
+
 
 class _Dumper(yaml.SafeDumper):
     """Writes tuples (common in defaults, e.g. hidden sizes) as plain YAML lists."""

@@ -13,6 +13,7 @@ copies never depend on one. Tensors cross in three places: batches at the learne
 a rollout's bootstrap values (`PPOPolicy.value`). What comes back (actions, log-probs,
 values, priorities) is CPU.
 """
+
 from __future__ import annotations
 
 import torch
@@ -32,6 +33,8 @@ def resolve_device(name: str) -> torch.device:
     if torch.cuda.is_available():
         return torch.device("cuda")
     if name == "cuda":
-        raise AgentConfigError("device: 'cuda' was asked for, but torch sees no CUDA GPU here "
-                          "(torch.cuda.is_available() is False); use 'auto' or 'cpu'")
+        raise AgentConfigError(
+            "device: 'cuda' was asked for, but torch sees no CUDA GPU here "
+            "(torch.cuda.is_available() is False); use 'auto' or 'cpu'"
+        )
     return torch.device("cpu")

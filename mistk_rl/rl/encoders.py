@@ -14,6 +14,7 @@ arrays, or a dict of those) and returns features [B, output_dim]:
 - `DictEncoder`: one encoder per key, features concatenated. A key named ``action_mask`` is
   the action mask (PettingZoo's ``{"observation", "action_mask"}``), never an input.
 """
+
 from __future__ import annotations
 
 import math
@@ -25,10 +26,13 @@ import torch.nn.functional as F
 from gymnasium import spaces
 from torch import nn
 
-
 Activation = str | type[nn.Module]
 ACTIVATIONS: dict[str, type[nn.Module]] = {
-    "relu": nn.ReLU, "tanh": nn.Tanh, "elu": nn.ELU, "gelu": nn.GELU, "silu": nn.SiLU,
+    "relu": nn.ReLU,
+    "tanh": nn.Tanh,
+    "elu": nn.ELU,
+    "gelu": nn.GELU,
+    "silu": nn.SiLU,
 }
 
 
@@ -38,8 +42,9 @@ def activation_class(activation: Activation) -> type[nn.Module]:
         try:
             return ACTIVATIONS[activation.lower()]
         except KeyError:
-            raise ValueError(f"unknown activation {activation!r}; valid: "
-                             f"{', '.join(ACTIVATIONS)}") from None
+            raise ValueError(
+                f"unknown activation {activation!r}; valid: {', '.join(ACTIVATIONS)}"
+            ) from None
     return activation
 
 
@@ -54,8 +59,13 @@ class MLP(nn.Module):
     """Linear layers with an activation after each hidden one; `out_dim` adds a final linear
     layer without activation (logits, values). `output_dim` is the width of the output."""
 
-    def __init__(self, in_dim: int, hidden_sizes: Sequence[int],
-                 activation: Activation = nn.ReLU, out_dim: int | None = None) -> None:
+    def __init__(
+        self,
+        in_dim: int,
+        hidden_sizes: Sequence[int],
+        activation: Activation = nn.ReLU,
+        out_dim: int | None = None,
+    ) -> None:
         super().__init__()
         act = activation_class(activation)
         layers: list[nn.Module] = []
@@ -85,8 +95,12 @@ IMAGE_CHANNELS = (1, 3, 4)
 ENCODERS = ("auto", "conv")  # the model config's `encoder`: by the space, or planes as images
 
 
-def make_encoder(space: spaces.Space, hidden_sizes: Sequence[int] = (64, 64),
-                 activation: Activation = "relu", kind: str = "auto") -> nn.Module:
+def make_encoder(
+    space: spaces.Space,
+    hidden_sizes: Sequence[int] = (64, 64),
+    activation: Activation = "relu",
+    kind: str = "auto",
+) -> nn.Module:
     """The encoder for `space`; its `output_dim` is the feature width. `kind` "conv": a
     rank-3 Box that is no image (a board's planes) goes through the CNN too (module doc)."""
     if kind not in ENCODERS:
@@ -94,8 +108,9 @@ def make_encoder(space: spaces.Space, hidden_sizes: Sequence[int] = (64, 64),
     if isinstance(space, spaces.Dict):
         return DictEncoder(space, hidden_sizes, activation, kind)
     if is_image_space(space) or (kind == "conv" and is_planes(space)):
-        return ImageEncoder(space, feature_dim=hidden_sizes[-1] if hidden_sizes else 256,
-                            activation=activation)
+        return ImageEncoder(
+            space, feature_dim=hidden_sizes[-1] if hidden_sizes else 256, activation=activation
+        )
     return FlatEncoder(space, hidden_sizes, activation)
 
 
@@ -105,9 +120,13 @@ def is_planes(space: spaces.Space) -> bool:
 
 
 def is_image_space(space: spaces.Space) -> bool:
-    return (is_planes(space) and space.dtype == np.uint8 and bool(np.all(space.low == 0))
-            and bool(np.all(space.high == 255))
-            and (space.shape[0] in IMAGE_CHANNELS or space.shape[-1] in IMAGE_CHANNELS))
+    return (
+        is_planes(space)
+        and space.dtype == np.uint8
+        and bool(np.all(space.low == 0))
+        and bool(np.all(space.high == 255))
+        and (space.shape[0] in IMAGE_CHANNELS or space.shape[-1] in IMAGE_CHANNELS)
+    )
 
 
 def flat_dim(space: spaces.Space) -> int:
@@ -120,8 +139,12 @@ def flat_dim(space: spaces.Space) -> int:
 
 
 class FlatEncoder(nn.Module):
-    def __init__(self, space: spaces.Space, hidden_sizes: Sequence[int] = (64, 64),
-                 activation: Activation = "relu") -> None:
+    def __init__(
+        self,
+        space: spaces.Space,
+        hidden_sizes: Sequence[int] = (64, 64),
+        activation: Activation = "relu",
+    ) -> None:
         super().__init__()
         self.in_dim = flat_dim(space)
         self.mlp = MLP(self.in_dim, hidden_sizes, activation)
@@ -139,24 +162,30 @@ class FlatEncoder(nn.Module):
 
 
 class ImageEncoder(nn.Module):
-    def __init__(self, space: spaces.Box, feature_dim: int = 256,
-                 activation: Activation = "relu") -> None:
+    def __init__(
+        self, space: spaces.Box, feature_dim: int = 256, activation: Activation = "relu"
+    ) -> None:
         super().__init__()
         image = is_image_space(space)
         # an image's channels are 1, 3 or 4; a board's planes are fewer than its rows
-        channels_last = (space.shape[0] not in IMAGE_CHANNELS if image
-                         else space.shape[-1] <= space.shape[0])
+        channels_last = (
+            space.shape[0] not in IMAGE_CHANNELS if image else space.shape[-1] <= space.shape[0]
+        )
         self.channels_last = channels_last
         self.scale = 1 / 255.0 if image else 1.0
-        c, h, w = ((space.shape[2], space.shape[0], space.shape[1]) if channels_last
-                   else space.shape)
+        c, h, w = (space.shape[2], space.shape[0], space.shape[1]) if channels_last else space.shape
         act = activation_class(activation)
         if min(h, w) >= 36:  # the Nature DQN stack (Mnih et al. 2015)
-            convs = [nn.Conv2d(c, 32, 8, stride=4), act(), nn.Conv2d(32, 64, 4, stride=2),
-                     act(), nn.Conv2d(64, 64, 3, stride=1), act()]
+            convs = [
+                nn.Conv2d(c, 32, 8, stride=4),
+                act(),
+                nn.Conv2d(32, 64, 4, stride=2),
+                act(),
+                nn.Conv2d(64, 64, 3, stride=1),
+                act(),
+            ]
         else:  # small images (grid worlds, MinAtar-sized): keep the resolution
-            convs = [nn.Conv2d(c, 16, 3, padding=1), act(), nn.Conv2d(16, 32, 3, padding=1),
-                     act()]
+            convs = [nn.Conv2d(c, 16, 3, padding=1), act(), nn.Conv2d(16, 32, 3, padding=1), act()]
         self.cnn = nn.Sequential(*convs, nn.Flatten())
         with torch.device("meta"):  # the flattened width, without computing anything
             n_flat = self.cnn(torch.zeros(1, c, h, w)).shape[1]
@@ -171,16 +200,21 @@ class ImageEncoder(nn.Module):
 
 
 class DictEncoder(nn.Module):
-    def __init__(self, space: spaces.Dict, hidden_sizes: Sequence[int] = (64, 64),
-                 activation: Activation = "relu", kind: str = "auto") -> None:
+    def __init__(
+        self,
+        space: spaces.Dict,
+        hidden_sizes: Sequence[int] = (64, 64),
+        activation: Activation = "relu",
+        kind: str = "auto",
+    ) -> None:
         super().__init__()
         keys = [k for k in space.spaces if k != ACTION_MASK_KEY]
         if not keys:
             raise ValueError(f"{space} has nothing to encode but an action mask")
-        self.encoders = nn.ModuleDict({k: make_encoder(space[k], hidden_sizes, activation, kind)
-                                       for k in keys})
+        self.encoders = nn.ModuleDict(
+            {k: make_encoder(space[k], hidden_sizes, activation, kind) for k in keys}
+        )
         self.output_dim = sum(e.output_dim for e in self.encoders.values())
 
     def forward(self, obs: Mapping[str, torch.Tensor]) -> torch.Tensor:
         return torch.cat([encoder(obs[key]) for key, encoder in self.encoders.items()], dim=1)
-

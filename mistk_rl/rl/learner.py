@@ -15,13 +15,14 @@ request (`mistk_rl.rl.pacing`).
 Batches come from CPU buffers and rollouts; the learner is where they move to the policy's
 device (`LearnMode.device`, `mistk_rl.rl.device`), for a whole update at once.
 """
+
 from __future__ import annotations
 
 import csv
 import io
 import math
-from pathlib import Path
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Callable, NamedTuple, Optional
 
 import numpy as np
@@ -54,18 +55,29 @@ class UpdatePlan:
 
     def info(self) -> dict[str, Any]:
         """The update's info: each scalar's mean over its steps, and the settings."""
-        return {**{key: float(np.mean(values)) for key, values in self.stats.items()},
-                **self.settings}
+        return {
+            **{key: float(np.mean(values)) for key, values in self.stats.items()},
+            **self.settings,
+        }
 
     def state_dict(self) -> dict[str, Any]:
-        return {"batch": self.batch._asdict(), "rows": list(self.rows),
-                "settings": dict(self.settings), "done": self.done,
-                "stats": {key: list(values) for key, values in self.stats.items()}}
+        return {
+            "batch": self.batch._asdict(),
+            "rows": list(self.rows),
+            "settings": dict(self.settings),
+            "done": self.done,
+            "stats": {key: list(values) for key, values in self.stats.items()},
+        }
 
     @classmethod
     def from_state(cls, state: dict[str, Any], batch_type: type) -> UpdatePlan:
-        return cls(batch_type(**state["batch"]), list(state["rows"]), dict(state["settings"]),
-                   int(state["done"]), {k: list(v) for k, v in state["stats"].items()})
+        return cls(
+            batch_type(**state["batch"]),
+            list(state["rows"]),
+            dict(state["settings"]),
+            int(state["done"]),
+            {k: list(v) for k, v in state["stats"].items()},
+        )
 
 
 class LearnMode(NamedTuple):
@@ -162,8 +174,11 @@ class Learner:
         return self.last_info
 
     def state_dict(self) -> dict[str, Any]:
-        return {"policy": self.learn_mode.state_dict(), "train_iter": self.train_iter,
-                "env_steps": self.env_steps}
+        return {
+            "policy": self.learn_mode.state_dict(),
+            "train_iter": self.train_iter,
+            "env_steps": self.env_steps,
+        }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.learn_mode.load_state_dict(state["policy"])
@@ -187,10 +202,13 @@ def save_checkpoint(state: dict[str, Any], path: Path) -> None:
 # What `weights_only` loading lets through besides tensors and plain data: numeric numpy
 # arrays and scalars (replay buffers, rollouts and RNG states are numpy). Each is data that
 # numpy rebuilds from bytes; an object array would still need its items' classes, so no code.
-_NUMPY_DATA = [np.zeros(1).__reduce__()[0], np.ndarray, np.dtype,  # _reconstruct
-               np.float64(0).__reduce__()[0],  # numpy's scalar constructor
-               *{type(np.dtype(code)) for code in
-                 "?" + np.typecodes["AllInteger"] + np.typecodes["AllFloat"]}]
+_NUMPY_DATA = [
+    np.zeros(1).__reduce__()[0],
+    np.ndarray,
+    np.dtype,  # _reconstruct
+    np.float64(0).__reduce__()[0],  # numpy's scalar constructor
+    *{type(np.dtype(code)) for code in "?" + np.typecodes["AllInteger"] + np.typecodes["AllFloat"]},
+]
 
 
 def load_checkpoint(path: Path) -> dict[str, Any]:
@@ -205,8 +223,13 @@ class CheckpointHook(Hook):
     passes the same function its saveModel uses, so every checkpoint it writes loads the same
     way."""
 
-    def __init__(self, path: Path, every: int = 10000, position: str = "after_iter",
-                 state: Optional[Callable[[], dict]] = None) -> None:
+    def __init__(
+        self,
+        path: Path,
+        every: int = 10000,
+        position: str = "after_iter",
+        state: Optional[Callable[[], dict]] = None,
+    ) -> None:
         super().__init__(position, every)
         self.path, self.state = Path(path), state
 
@@ -225,9 +248,13 @@ class LogHook(Hook):
     this one writes again (TensorBoard's `purge_step`).
     """
 
-    def __init__(self, log_dir: Path, every: int = 100,
-                 resumed_at: Optional[int] = None,
-                 resumed_env_steps: Optional[int] = None) -> None:
+    def __init__(
+        self,
+        log_dir: Path,
+        every: int = 100,
+        resumed_at: Optional[int] = None,
+        resumed_env_steps: Optional[int] = None,
+    ) -> None:
         super().__init__("after_iter", every)
         self.log_dir = Path(log_dir)
         self.resumed_at, self.resumed_env_steps = resumed_at, resumed_env_steps
@@ -236,8 +263,11 @@ class LogHook(Hook):
         self._columns: list[str] = []
 
     def __call__(self, learner: Learner) -> None:
-        scalars = {k: float(v) for k, v in learner.last_info.items()
-                   if isinstance(v, (int, float)) and math.isfinite(float(v))}
+        scalars = {
+            k: float(v)
+            for k, v in learner.last_info.items()
+            if isinstance(v, (int, float)) and math.isfinite(float(v))
+        }
         if not scalars:
             return
         self._write_tensorboard(learner, scalars)
@@ -255,8 +285,7 @@ class LogHook(Hook):
         if self._writer is None:
             from torch.utils.tensorboard import SummaryWriter  # imports tensorboard: lazily
 
-            purge = (None if self.resumed_env_steps is None
-                     else self.resumed_env_steps + 1)
+            purge = None if self.resumed_env_steps is None else self.resumed_env_steps + 1
             self._writer = SummaryWriter(log_dir=str(self.log_dir), purge_step=purge)
         for key, value in scalars.items():
             self._writer.add_scalar(f"learner/{key}", value, learner.env_steps)

@@ -5,6 +5,7 @@ Models follow DI-engine's convention: `forward` returns a dict, and its "logit" 
 values or policy logits. The wrappers in `mistk_rl.rl.wrappers` turn that into actions, so one
 model serves learning, collection and evaluation.
 """
+
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
@@ -16,6 +17,7 @@ from torch import nn
 
 from mistk_rl.rl.encoders import MLP, Activation, layer_init, make_encoder
 
+
 class QHead(nn.Module):
     """Q values [B, action_n] from features.
 
@@ -24,8 +26,14 @@ class QHead(nn.Module):
     Q = V + A - mean(A): subtracting the mean makes V and A identifiable.
     """
 
-    def __init__(self, in_dim: int, action_n: int, dueling: bool = False,
-                 hidden_size: int | None = None, activation: Activation = "relu") -> None:
+    def __init__(
+        self,
+        in_dim: int,
+        action_n: int,
+        dueling: bool = False,
+        hidden_size: int | None = None,
+        activation: Activation = "relu",
+    ) -> None:
         super().__init__()
         hidden = [hidden_size] if hidden_size else []
         self.dueling = dueling
@@ -49,9 +57,15 @@ class QNetwork(nn.Module):
     """Encoder + Q head: `forward(obs) -> {"logit": Q [B, action_n]}`, from raw observations
     of `observation_space`."""
 
-    def __init__(self, observation_space: spaces.Space, action_n: int,
-                 hidden_sizes: Sequence[int] = (64, 64), dueling: bool = False,
-                 activation: Activation = "relu", encoder: str = "auto") -> None:
+    def __init__(
+        self,
+        observation_space: spaces.Space,
+        action_n: int,
+        hidden_sizes: Sequence[int] = (64, 64),
+        dueling: bool = False,
+        activation: Activation = "relu",
+        encoder: str = "auto",
+    ) -> None:
         super().__init__()
         self.encoder = make_encoder(observation_space, hidden_sizes, activation, encoder)
         self.head = QHead(self.encoder.output_dim, action_n, dueling, activation=activation)
@@ -70,14 +84,16 @@ class ActorCriticHead(nn.Module):
     (SB3's and CleanRL's PPO: exploration noise learnt, not predicted).
     """
 
-    def __init__(self, in_dim: int, action_n: int, continuous: bool = False,
-                 log_std_init: float = 0.0) -> None:
+    def __init__(
+        self, in_dim: int, action_n: int, continuous: bool = False, log_std_init: float = 0.0
+    ) -> None:
         super().__init__()
         self.continuous = continuous
         self.policy = layer_init(nn.Linear(in_dim, action_n), gain=0.01)
         self.value = layer_init(nn.Linear(in_dim, 1), gain=1.0)
-        self.log_std = (nn.Parameter(torch.full((action_n,), float(log_std_init)))
-                        if continuous else None)
+        self.log_std = (
+            nn.Parameter(torch.full((action_n,), float(log_std_init))) if continuous else None
+        )
 
     def actor(self, features: torch.Tensor) -> dict[str, torch.Tensor]:
         out = self.policy(features)
@@ -86,8 +102,9 @@ class ActorCriticHead(nn.Module):
         # a sum, not expand_as: a view of the parameter would require grad under no_grad too
         return {"mu": out, "log_std": self.log_std + torch.zeros_like(out)}
 
-    def forward(self, actor_features: torch.Tensor,
-                critic_features: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
+    def forward(
+        self, actor_features: torch.Tensor, critic_features: torch.Tensor | None = None
+    ) -> dict[str, torch.Tensor]:
         """Policy outputs from `actor_features`, value [B] from `critic_features` (default:
         the same)."""
         if critic_features is None:
@@ -104,22 +121,32 @@ class ActorCritic(nn.Module):
     convolutional) are orthogonally initialised with gain sqrt(2).
     """
 
-    def __init__(self, observation_space: spaces.Space, action_n: int,
-                 hidden_sizes: Sequence[int] = (64, 64), activation: Activation = "tanh",
-                 share_encoder: bool = False, continuous: bool = False,
-                 log_std_init: float = 0.0, encoder: str = "auto") -> None:
+    def __init__(
+        self,
+        observation_space: spaces.Space,
+        action_n: int,
+        hidden_sizes: Sequence[int] = (64, 64),
+        activation: Activation = "tanh",
+        share_encoder: bool = False,
+        continuous: bool = False,
+        log_std_init: float = 0.0,
+        encoder: str = "auto",
+    ) -> None:
         super().__init__()
-        self.actor_encoder = self._encoder(observation_space, hidden_sizes, activation,
-                                           encoder)
-        self.critic_encoder = (None if share_encoder else
-                               self._encoder(observation_space, hidden_sizes, activation,
-                                             encoder))
-        self.head = ActorCriticHead(self.actor_encoder.output_dim, action_n, continuous,
-                                    log_std_init)
+        self.actor_encoder = self._encoder(observation_space, hidden_sizes, activation, encoder)
+        self.critic_encoder = (
+            None
+            if share_encoder
+            else self._encoder(observation_space, hidden_sizes, activation, encoder)
+        )
+        self.head = ActorCriticHead(
+            self.actor_encoder.output_dim, action_n, continuous, log_std_init
+        )
 
     @staticmethod
-    def _encoder(space: spaces.Space, hidden_sizes: Sequence[int],
-                 activation: Activation, kind: str) -> nn.Module:
+    def _encoder(
+        space: spaces.Space, hidden_sizes: Sequence[int], activation: Activation, kind: str
+    ) -> nn.Module:
         encoder = make_encoder(space, hidden_sizes, activation, kind)
         for module in encoder.modules():
             if isinstance(module, (nn.Linear, nn.Conv2d)):

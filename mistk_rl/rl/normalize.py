@@ -12,6 +12,7 @@ eval mode) and go into the agent's checkpoint (`state_dict`). Where the agent ap
 and why on-policy and off-policy learners store different things, is in `PolicyAgent`'s
 module doc.
 """
+
 from __future__ import annotations
 
 from typing import Any, Mapping, Optional
@@ -40,7 +41,7 @@ class RunningMeanStd:
         batch_mean, batch_var = batch.mean(axis=0), batch.var(axis=0)
         total = self.count + n
         delta = batch_mean - self.mean
-        m2 = self.var * self.count + batch_var * n + delta ** 2 * self.count * n / total
+        m2 = self.var * self.count + batch_var * n + delta**2 * self.count * n / total
         self.mean = self.mean + delta * n / total
         self.var = m2 / total
         self.count = total
@@ -58,8 +59,7 @@ class Normalizer:
     """The agent's observation and reward normaliser, built from the `normalize` config:
     `{obs, reward, clip_obs, clip_reward, gamma, epsilon}` (gamma: the return's discount)."""
 
-    def __init__(self, config: Mapping[str, Any], obs_shape: tuple[int, ...],
-                 gamma: float) -> None:
+    def __init__(self, config: Mapping[str, Any], obs_shape: tuple[int, ...], gamma: float) -> None:
         self.norm_obs, self.norm_reward = bool(config["obs"]), bool(config["reward"])
         self.clip_obs, self.clip_reward = float(config["clip_obs"]), float(config["clip_reward"])
         self.epsilon = float(config["epsilon"])
@@ -82,7 +82,8 @@ class Normalizer:
             std = torch.as_tensor(np.sqrt(self.obs_rms.var + self.epsilon), dtype=torch.float32)
             return ((obs.float() - mean) / std).clamp(-self.clip_obs, self.clip_obs)
         out = (np.asarray(obs, np.float64) - self.obs_rms.mean) / np.sqrt(
-            self.obs_rms.var + self.epsilon)
+            self.obs_rms.var + self.epsilon
+        )
         return np.clip(out, -self.clip_obs, self.clip_obs).astype(np.float32)
 
     # ---- rewards -------------------------------------------------------------------------
@@ -109,8 +110,7 @@ class Normalizer:
         scale = float(np.sqrt(self.ret_rms.var + self.epsilon))
         if isinstance(reward, torch.Tensor):
             return (reward / scale).clamp(-self.clip_reward, self.clip_reward)
-        return np.clip(np.asarray(reward, np.float64) / scale, -self.clip_reward,
-                       self.clip_reward)
+        return np.clip(np.asarray(reward, np.float64) / scale, -self.clip_reward, self.clip_reward)
 
     # ---- checkpoints ---------------------------------------------------------------------
     def state_dict(self) -> dict:

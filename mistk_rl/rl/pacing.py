@@ -27,6 +27,7 @@ pacer pays it. The `train` section says how (`config()`):
   transitions, and the trainer's other calls wait at most for the gradient step in
   progress. Not bit-reproducible: how many steps run between two requests depends on timing.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -61,17 +62,22 @@ def config(updates_per_request: int = 16) -> dict:
 def check_config(train: Mapping[str, Any]) -> None:
     """A AgentConfigError naming the first bad pacing key of the user's `train` section."""
     if train.get("learn_in", "request") not in LEARN_IN:
-        raise AgentConfigError(f"train.learn_in {train['learn_in']!r} is not one of "
-                          f"{', '.join(LEARN_IN)}")
+        raise AgentConfigError(
+            f"train.learn_in {train['learn_in']!r} is not one of {', '.join(LEARN_IN)}"
+        )
     limit = train.get("updates_per_request", 1)
     if type(limit) is not int or limit < 1:
-        raise AgentConfigError(f"train.updates_per_request must be a positive integer, not "
-                          f"{limit!r}")
+        raise AgentConfigError(
+            f"train.updates_per_request must be a positive integer, not {limit!r}"
+        )
     seconds = train.get("max_update_seconds_per_request")
-    if seconds is not None and (isinstance(seconds, bool) or not isinstance(seconds, (int, float))
-                                or seconds <= 0):
-        raise AgentConfigError(f"train.max_update_seconds_per_request must be a positive number "
-                          f"or null, not {seconds!r}")
+    if seconds is not None and (
+        isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or seconds <= 0
+    ):
+        raise AgentConfigError(
+            f"train.max_update_seconds_per_request must be a positive number "
+            f"or null, not {seconds!r}"
+        )
 
 
 class Debtor(Protocol):
@@ -87,8 +93,12 @@ class Debtor(Protocol):
 class Pacer:
     """learn_in "request": pays a bounded number of steps in the calling request."""
 
-    def __init__(self, debtor: Debtor, train: Mapping[str, Any],
-                 clock: Callable[[], float] = time.perf_counter) -> None:
+    def __init__(
+        self,
+        debtor: Debtor,
+        train: Mapping[str, Any],
+        clock: Callable[[], float] = time.perf_counter,
+    ) -> None:
         self.debtor, self.clock = debtor, clock
         self.limit = train["updates_per_request"]
         self.seconds = train["max_update_seconds_per_request"]
@@ -134,8 +144,11 @@ class Pacer:
         return contextlib.nullcontext()
 
     def progress(self) -> dict[str, Any]:
-        return {"learnIn": "request", "updatesOwed": self.debtor.owed(),
-                "updateBudgetHits": self.budget_hits}
+        return {
+            "learnIn": "request",
+            "updatesOwed": self.debtor.owed(),
+            "updateBudgetHits": self.budget_hits,
+        }
 
     def close(self) -> None:
         """Nothing runs beside a request."""
@@ -147,8 +160,9 @@ class BackgroundPacer(Pacer):
     hold `paused()`, so the thread never steps while the request path reads or changes the
     trainer, the replay or the learning weights."""
 
-    def __init__(self, debtor: Debtor, train: Mapping[str, Any], acting: Any,
-                 learning: Any) -> None:
+    def __init__(
+        self, debtor: Debtor, train: Mapping[str, Any], acting: Any, learning: Any
+    ) -> None:
         super().__init__(debtor, train)
         self.acting, self.learning = acting, learning
         self._cond = threading.Condition(threading.RLock())
@@ -207,8 +221,11 @@ class BackgroundPacer(Pacer):
 
     def progress(self) -> dict[str, Any]:
         with self.paused():
-            return {"learnIn": "background", "updatesOwed": self.debtor.owed(),
-                    "updateBudgetHits": 0}
+            return {
+                "learnIn": "background",
+                "updatesOwed": self.debtor.owed(),
+                "updateBudgetHits": 0,
+            }
 
     def close(self) -> None:
         """Stop the thread after the step in progress and wait for it."""
@@ -222,15 +239,21 @@ class BackgroundPacer(Pacer):
     def _run(self) -> None:
         with self._cond:
             while True:
-                self._cond.wait_for(lambda: self._stop or (
-                    not self._waiting and not self._stalled and self.debtor.owed() > 0))
+                self._cond.wait_for(
+                    lambda: (
+                        self._stop
+                        or (not self._waiting and not self._stalled and self.debtor.owed() > 0)
+                    )
+                )
                 if self._stop:
                     return
                 try:
                     if self.debtor.pay_one():
                         self._steps += 1
-                        self._published = {k: v.detach().clone() for k, v
-                                           in self.learning.model.state_dict().items()}
+                        self._published = {
+                            k: v.detach().clone()
+                            for k, v in self.learning.model.state_dict().items()
+                        }
                     else:
                         self._stalled = True
                 except BaseException as exc:  # noqa: BLE001 (the next request raises it)

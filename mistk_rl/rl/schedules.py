@@ -3,6 +3,7 @@
 Each schedule is a small frozen dataclass that is called with the step, so it pickles, prints
 its parameters in logs and compares by value. `make_schedule` builds one from a config dict.
 """
+
 from __future__ import annotations
 
 import math
@@ -79,6 +80,8 @@ def make_schedule(spec: Mapping[str, Any]) -> Schedule:
     cls = SCHEDULES[kind]
     expected = [f.name for f in fields(cls)]
     if sorted(params) != sorted(expected):
-        raise ValueError(f"schedule {kind!r} takes parameters {', '.join(expected)}; "
-                         f"got {', '.join(params) or 'none'}")
+        raise ValueError(
+            f"schedule {kind!r} takes parameters {', '.join(expected)}; "
+            f"got {', '.join(params) or 'none'}"
+        )
     return cls(**params)

@@ -27,6 +27,7 @@ orchestrator cannot restore those), so `load_state_dict` ends them as cut episod
 gymnasium's truncation does: n-step windows go to the buffer as they stand, and a rollout's
 last step per entity bootstraps from the value of its next observation.
 """
+
 from __future__ import annotations
 
 from typing import Any, Callable, ClassVar, Mapping, Optional, Protocol, Sequence
@@ -86,9 +87,16 @@ class Trainer(Protocol):
         given the user's config (some defaults depend on a choice in it)."""
 
     @classmethod
-    def from_agent_config(cls, policy: TrainedPolicy, learner: Learner, config: dict, *,
-                          seed: Optional[int], normalizer: Optional[Normalizer],
-                          augment: Optional[Augment]) -> Trainer:
+    def from_agent_config(
+        cls,
+        policy: TrainedPolicy,
+        learner: Learner,
+        config: dict,
+        *,
+        seed: Optional[int],
+        normalizer: Optional[Normalizer],
+        augment: Optional[Augment],
+    ) -> Trainer:
         """Built from the agent's merged config."""
 
     @property
@@ -183,21 +191,30 @@ class OffPolicyTrainer(PacedTrainer):
         # steps, DQN on CartPole took 33,125 env steps to 475 on average against 27,875
         # (the same 20 seeds, one never reaching it counted at the 50,000 budget; SB3 28,750;
         # Mann-Whitney p = .26: the order SB3 trains in is the reason, these figures agree)
-        return {"learning_starts": 1000, "train_freq": 256, "gradient_steps": 128,
-                **pacing.config(updates_per_request=128)}
+        return {
+            "learning_starts": 1000,
+            "train_freq": 256,
+            "gradient_steps": 128,
+            **pacing.config(updates_per_request=128),
+        }
 
     @classmethod
     def agent_config(cls, hparams: Mapping[str, Any]) -> dict:
         pacing.check_config(hparams.get("train") or {})
         buffer_type = (hparams.get("buffer") or {}).get("type", "naive")
         if buffer_type not in BUFFERS:
-            raise AgentConfigError(f"buffer.type {buffer_type!r} is not one of {', '.join(BUFFERS)}")
+            raise AgentConfigError(
+                f"buffer.type {buffer_type!r} is not one of {', '.join(BUFFERS)}"
+            )
         return {
             "train": cls.default_config(),
             # learner iterations (one minibatch each) between TensorBoard/CSV rows (0: off)
             "log_every": 100,
-            "buffer": {"type": buffer_type, **BUFFERS[buffer_type].default_config(),
-                       "replay_buffer_size": 100_000},
+            "buffer": {
+                "type": buffer_type,
+                **BUFFERS[buffer_type].default_config(),
+                "replay_buffer_size": 100_000,
+            },
             # the replay buffer goes into checkpoints, so a resumed run learns from the same
             # data (measured on CartPole: 7 MB of a 9 MB checkpoint, 0.1 s to save). Off: a
             # resumed run refills it from empty, training on a small buffer at first
@@ -209,18 +226,38 @@ class OffPolicyTrainer(PacedTrainer):
         }
 
     @classmethod
-    def from_agent_config(cls, policy: TrainedPolicy, learner: Learner, config: dict, *,
-                          seed: Optional[int], normalizer: Optional[Normalizer],
-                          augment: Optional[Augment]) -> OffPolicyTrainer:
+    def from_agent_config(
+        cls,
+        policy: TrainedPolicy,
+        learner: Learner,
+        config: dict,
+        *,
+        seed: Optional[int],
+        normalizer: Optional[Normalizer],
+        augment: Optional[Augment],
+    ) -> OffPolicyTrainer:
         buffer_config = {k: v for k, v in config["buffer"].items() if k != "type"}
         buffer = BUFFERS[config["buffer"]["type"]](buffer_config, seed=seed)
-        return cls(policy, learner, buffer, config["train"],
-                   save_buffer=config["checkpoint_buffer"], normalizer=normalizer,
-                   augment=augment)
+        return cls(
+            policy,
+            learner,
+            buffer,
+            config["train"],
+            save_buffer=config["checkpoint_buffer"],
+            normalizer=normalizer,
+            augment=augment,
+        )
 
-    def __init__(self, policy: TrainedPolicy, learner: Learner, buffer: Buffer, config: dict,
-                 save_buffer: bool = True, normalizer: Optional[Normalizer] = None,
-                 augment: Optional[Augment] = None) -> None:
+    def __init__(
+        self,
+        policy: TrainedPolicy,
+        learner: Learner,
+        buffer: Buffer,
+        config: dict,
+        save_buffer: bool = True,
+        normalizer: Optional[Normalizer] = None,
+        augment: Optional[Augment] = None,
+    ) -> None:
         self.policy, self.learner, self.buffer, self.config = policy, learner, buffer, config
         self.normalizer = normalizer
         self.augment = augment
@@ -287,8 +324,11 @@ class OffPolicyTrainer(PacedTrainer):
         self._owed += due * self.config["gradient_steps"]
 
     def _falls_due(self, new_steps: int) -> bool:
-        return (self.config["gradient_steps"] > 0 and not self.warming_up
-                and self.learner.env_steps - self._last_train >= self.config["train_freq"])
+        return (
+            self.config["gradient_steps"] > 0
+            and not self.warming_up
+            and self.learner.env_steps - self._last_train >= self.config["train_freq"]
+        )
 
     def owed(self) -> int:
         return self._owed
@@ -306,24 +346,30 @@ class OffPolicyTrainer(PacedTrainer):
         self._owed -= 1  # first: a checkpoint hook of this step sees it paid
         info = self.learner.train(batch)
         if "priority" in info and self.buffer.takes_priority_feedback:
-            self.buffer.update({"replay_unique_id": batch.ids.numpy(),
-                                "priority": np.asarray(info["priority"])})
+            self.buffer.update(
+                {"replay_unique_id": batch.ids.numpy(), "priority": np.asarray(info["priority"])}
+            )
         return True
 
     def _normalized(self, batch: ReplaySamples) -> ReplaySamples:
         norm = self.normalizer
-        return batch._replace(obs=norm.obs(batch.obs), next_obs=norm.obs(batch.next_obs),
-                              reward=norm.reward(batch.reward))
+        return batch._replace(
+            obs=norm.obs(batch.obs),
+            next_obs=norm.obs(batch.next_obs),
+            reward=norm.reward(batch.reward),
+        )
 
     def state_dict(self) -> dict:
         """The train schedule's position and the steps owed, the n-step windows in progress
         and, with `save_buffer`, the replay buffer (contents, priorities and its RNG)."""
         with self.pacer.paused():
-            return {"last_train": self._last_train, "owed": self._owed,
-                    "pacer": self.pacer.state_dict(),
-                    "nstep": {entity: acc.pending() for entity, acc in self._nstep.items()
-                              if len(acc)},
-                    "buffer": self.buffer.state_dict() if self.save_buffer else None}
+            return {
+                "last_train": self._last_train,
+                "owed": self._owed,
+                "pacer": self.pacer.state_dict(),
+                "nstep": {entity: acc.pending() for entity, acc in self._nstep.items() if len(acc)},
+                "buffer": self.buffer.state_dict() if self.save_buffer else None,
+            }
 
     def load_state_dict(self, state: dict) -> None:
         """Restore `state_dict`; its n-step windows end as cut episodes (module doc)."""
@@ -349,7 +395,8 @@ class OffPolicyTrainer(PacedTrainer):
         acc = self._nstep.get(entity)
         if acc is None:
             acc = self._nstep[entity] = NStepAccumulator(
-                self.policy.config["nstep"], self.policy.config["learn"]["gamma"])
+                self.policy.config["nstep"], self.policy.config["learn"]["gamma"]
+            )
         return acc
 
     def _push(self, transitions: list[dict]) -> None:
@@ -375,9 +422,16 @@ class OnPolicyTrainer(PacedTrainer):
         return {"train": cls.default_config(), "log_every": 1}
 
     @classmethod
-    def from_agent_config(cls, policy: ValuePolicy, learner: Learner, config: dict, *,
-                          seed: Optional[int], normalizer: Optional[Normalizer],
-                          augment: Optional[Augment]) -> OnPolicyTrainer:
+    def from_agent_config(
+        cls,
+        policy: ValuePolicy,
+        learner: Learner,
+        config: dict,
+        *,
+        seed: Optional[int],
+        normalizer: Optional[Normalizer],
+        augment: Optional[Augment],
+    ) -> OnPolicyTrainer:
         """(`normalizer`: the agent normalises what the rollout stores; `augment`: none, a
         transition's log-prob is its own observation's; the config has no key for it.)"""
         return cls(policy, learner, config["train"])
@@ -420,19 +474,26 @@ class OnPolicyTrainer(PacedTrainer):
         """The rollout collected so far, and the updates frozen and not yet fully run, with
         how far each got (its batch, rows and the steps' stats so far)."""
         with self.pacer.paused():
-            return {"rollout": {entity: list(steps) for entity, steps in self._rollout.items()},
-                    "count": self._count, "pacer": self.pacer.state_dict(),
-                    # (a checkpoint hook runs after a plan's last step, before it is let go)
-                    "plans": [plan.state_dict() for plan in self._plans if plan.left]}
+            return {
+                "rollout": {entity: list(steps) for entity, steps in self._rollout.items()},
+                "count": self._count,
+                "pacer": self.pacer.state_dict(),
+                # (a checkpoint hook runs after a plan's last step, before it is let go)
+                "plans": [plan.state_dict() for plan in self._plans if plan.left],
+            }
 
     def load_state_dict(self, state: dict) -> None:
         """Restore `state_dict`; each entity's episode in progress ends as a cut one."""
         with self.pacer.paused():
-            self._rollout = {entity: [*steps[:-1], {**steps[-1], "truncated": True}]
-                             for entity, steps in state["rollout"].items() if steps}
+            self._rollout = {
+                entity: [*steps[:-1], {**steps[-1], "truncated": True}]
+                for entity, steps in state["rollout"].items()
+                if steps
+            }
             self._count = int(state["count"])
-            self._plans = [self.learner.restore_plan(plan, RolloutSamples)
-                           for plan in state.get("plans", [])]
+            self._plans = [
+                self.learner.restore_plan(plan, RolloutSamples) for plan in state.get("plans", [])
+            ]
             self.pacer.load_state_dict(state.get("pacer"))
         if isinstance(self.pacer, pacing.BackgroundPacer):
             self.pacer.publish_now()
@@ -472,16 +533,31 @@ class OnPolicyTrainer(PacedTrainer):
             next_values = self.policy.value(batch["next_obs"]).numpy()
             terminated = batch["terminated"].numpy().astype(np.float32)
             dones = np.maximum(terminated, batch["truncated"].numpy().astype(np.float32))
-            advantage, returns = gae(batch["reward"].numpy().astype(np.float32), values,
-                                     next_values, terminated, dones, learn["gamma"],
-                                     learn["gae_lambda"])
-            pieces.append(RolloutSamples(
-                obs=batch["obs"], action=batch["action"], log_prob=batch["log_prob"],
-                value=torch.as_tensor(values, dtype=torch.float32),
-                advantage=torch.as_tensor(advantage, dtype=torch.float32),
-                returns=torch.as_tensor(returns, dtype=torch.float32),
-                action_mask=batch.get("action_mask")))
-        rows = {field: None if getattr(pieces[0], field) is None
-                else concat([getattr(piece, field) for piece in pieces])
-                for field in RolloutSamples._fields if field != "env_steps"}
+            advantage, returns = gae(
+                batch["reward"].numpy().astype(np.float32),
+                values,
+                next_values,
+                terminated,
+                dones,
+                learn["gamma"],
+                learn["gae_lambda"],
+            )
+            pieces.append(
+                RolloutSamples(
+                    obs=batch["obs"],
+                    action=batch["action"],
+                    log_prob=batch["log_prob"],
+                    value=torch.as_tensor(values, dtype=torch.float32),
+                    advantage=torch.as_tensor(advantage, dtype=torch.float32),
+                    returns=torch.as_tensor(returns, dtype=torch.float32),
+                    action_mask=batch.get("action_mask"),
+                )
+            )
+        rows = {
+            field: None
+            if getattr(pieces[0], field) is None
+            else concat([getattr(piece, field) for piece in pieces])
+            for field in RolloutSamples._fields
+            if field != "env_steps"
+        }
         return RolloutSamples(**rows, env_steps=self.learner.env_steps)

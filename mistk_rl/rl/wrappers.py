@@ -13,6 +13,7 @@ Masked actions get logit -inf and are never chosen. Wrappers do not switch off g
 call them under `torch.no_grad()` when acting, and with gradients for PPO's evaluation of
 stored actions.
 """
+
 from __future__ import annotations
 
 import copy
@@ -35,8 +36,9 @@ def apply_mask(logits: torch.Tensor, mask: torch.Tensor | np.ndarray | None) -> 
         return logits
     allowed = torch.as_tensor(mask, device=logits.device).bool()
     if allowed.shape != logits.shape:
-        raise ValueError(f"action mask shape {tuple(allowed.shape)} does not match logits "
-                         f"{tuple(logits.shape)}")
+        raise ValueError(
+            f"action mask shape {tuple(allowed.shape)} does not match logits {tuple(logits.shape)}"
+        )
     if not allowed.any(dim=-1).all():
         raise ValueError("the action mask allows no action for some batch row")
     return logits.masked_fill(~allowed, float("-inf"))
@@ -106,9 +108,12 @@ class EpsGreedySample(ModelWrapper):
     near 1, that is most calls (the output then holds only "action").
     """
 
-    def __init__(self, model: nn.Module,
-                 rng: np.random.Generator | torch.Generator | None = None,
-                 action_n: int | None = None) -> None:
+    def __init__(
+        self,
+        model: nn.Module,
+        rng: np.random.Generator | torch.Generator | None = None,
+        action_n: int | None = None,
+    ) -> None:
         super().__init__(model)
         self.rng = rng
         self.action_n = action_n
@@ -123,8 +128,9 @@ class EpsGreedySample(ModelWrapper):
         scores = self._uniform(*allowed.shape).to(allowed.device)
         return scores.masked_fill(~allowed, -1.0).argmax(dim=-1)
 
-    def forward(self, obs: torch.Tensor | dict, eps: float,
-                mask: torch.Tensor | None = None) -> TensorDict:
+    def forward(
+        self, obs: torch.Tensor | dict, eps: float, mask: torch.Tensor | None = None
+    ) -> TensorDict:
         if not 0.0 <= eps <= 1.0:
             raise ValueError(f"eps must be in [0, 1], got {eps}")
         batch = batch_len(obs)
@@ -153,23 +159,32 @@ class MultinomialSample(ModelWrapper):
         super().__init__(model)
         self.generator = generator
 
-    def forward(self, obs: torch.Tensor, mask: torch.Tensor | None = None,
-                action: torch.Tensor | None = None) -> TensorDict:
+    def forward(
+        self,
+        obs: torch.Tensor,
+        mask: torch.Tensor | None = None,
+        action: torch.Tensor | None = None,
+    ) -> TensorDict:
         output = self._masked_output(obs, mask)
         # no argument validation: it costs more than the sampling on the per-step path
         dist = torch.distributions.Categorical(logits=output["logit"], validate_args=False)
         if action is None:  # drawn on the CPU, whose generator is the policy's (checkpointed)
             action = torch.multinomial(dist.probs.cpu(), 1, generator=self.generator).squeeze(-1)
         action = torch.as_tensor(action, device=dist.logits.device).long()
-        return {**output, "action": action, "log_prob": dist.log_prob(action),
-                "entropy": dist.entropy()}
+        return {
+            **output,
+            "action": action,
+            "log_prob": dist.log_prob(action),
+            "entropy": dist.entropy(),
+        }
 
 
 LOG_SQRT_2PI = 0.5 * math.log(2 * math.pi)
 
 
-def gaussian_log_prob_entropy(mu: torch.Tensor, log_std: torch.Tensor,
-                              action: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def gaussian_log_prob_entropy(
+    mu: torch.Tensor, log_std: torch.Tensor, action: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Log-density of `action` [B, d] under the diagonal Gaussian N(mu, exp(log_std)^2) and
     its entropy, each summed over the d action dimensions -> [B]. Written out rather than
     through `torch.distributions.Normal`, whose construction costs more than the arithmetic
@@ -195,8 +210,13 @@ class GaussianSample(ModelWrapper):
         super().__init__(model)
         self.generator = generator
 
-    def forward(self, obs: torch.Tensor, mask: torch.Tensor | None = None,
-                action: torch.Tensor | None = None, deterministic: bool = False) -> TensorDict:
+    def forward(
+        self,
+        obs: torch.Tensor,
+        mask: torch.Tensor | None = None,
+        action: torch.Tensor | None = None,
+        deterministic: bool = False,
+    ) -> TensorDict:
         if mask is not None:
             raise ValueError("action masks apply to discrete actions only")
         output = dict(self.module(obs))
@@ -221,8 +241,9 @@ class TargetNetwork(ModelWrapper):
     state also holds the step counter, so a resumed run copies on the same schedule.
     """
 
-    def __init__(self, model: nn.Module, update: str = "hard", every: int = 100,
-                 tau: float = 0.005) -> None:
+    def __init__(
+        self, model: nn.Module, update: str = "hard", every: int = 100, tau: float = 0.005
+    ) -> None:
         if update not in ("hard", "soft"):
             raise ValueError(f"update must be 'hard' or 'soft', got {update!r}")
         if every < 1:

@@ -9,6 +9,7 @@ per client, `mistk_rl.sdk.transport`), so a step costs one round trip and no han
     agent.initialize(hyperparameters={"lr": 1e-3})   # waits until 'initialized'
     agent.build_model()
 """
+
 from __future__ import annotations
 
 import json
@@ -21,14 +22,31 @@ from urllib.parse import urlsplit
 
 import numpy as np
 
+from mistk_rl.sdk.schemas import (
+    AgentConfig,
+    AgentInitParams,
+    ApiVersion,
+    ColumnActions,
+    EpisodeConfig,
+    EpisodeResult,
+    EpisodeSettings,
+    EpisodeStart,
+    FileWritten,
+    League,
+    LeagueWorkerJoin,
+    Learned,
+    OrchestratorInitParams,
+    OrchestratorProgress,
+    OrchestratorStatus,
+    PolicyCopy,
+    Problem,
+    Replay,
+    Results,
+    Status,
+)
+from mistk_rl.sdk.transport import Response, Stream, Transport, TransportError
 from mistk_rl.wire import codec, frames
 from mistk_rl.wire.jsonable import dumps, loads_fast, to_jsonable
-from mistk_rl.sdk.schemas import (AgentConfig, AgentInitParams, ApiVersion, ColumnActions,
-                              EpisodeConfig, EpisodeResult, EpisodeSettings, EpisodeStart,
-                              FileWritten, League, LeagueWorkerJoin, Learned,
-                              OrchestratorInitParams, OrchestratorProgress,
-                              OrchestratorStatus, PolicyCopy, Problem, Replay, Results, Status)
-from mistk_rl.sdk.transport import Response, Stream, Transport, TransportError
 
 log = logging.getLogger(__name__)
 
@@ -69,15 +87,16 @@ class ServiceError(Exception):
     """The service answered with an error (problem details in `.problem`), or could not be
     reached (`.status` is None)."""
 
-    def __init__(self, message: str, status: Optional[int] = None,
-                 problem: Optional[Problem] = None) -> None:
+    def __init__(
+        self, message: str, status: Optional[int] = None, problem: Optional[Problem] = None
+    ) -> None:
         super().__init__(message)
         self.status = status
         self.problem = problem
 
     @property
     def detail(self) -> str:
-        return (self.problem.detail if self.problem and self.problem.detail else str(self))
+        return self.problem.detail if self.problem and self.problem.detail else str(self)
 
 
 class BadRequest(ServiceError):
@@ -130,8 +149,10 @@ class ServiceRestarted(ServiceError):
     worker process) and lost its state. `.previous` and `.current` are the instance ids."""
 
     def __init__(self, base_url: str, previous: str, current: str) -> None:
-        super().__init__(f"{base_url} restarted and lost its state (instance {previous} is "
-                         f"gone, {current} answers): start over from initialize")
+        super().__init__(
+            f"{base_url} restarted and lost its state (instance {previous} is "
+            f"gone, {current} answers): start over from initialize"
+        )
         self.previous, self.current = previous, current
 
 
@@ -167,16 +188,27 @@ def _loads(raw: bytes) -> Any:
         return json.loads(raw)
 
 
-_ERRORS: dict[int, type[ServiceError]] = {400: BadRequest, 401: Unauthorized, 404: NotFound,
-                                          409: Conflict, 413: PayloadTooLarge}
+_ERRORS: dict[int, type[ServiceError]] = {
+    400: BadRequest,
+    401: Unauthorized,
+    404: NotFound,
+    409: Conflict,
+    413: PayloadTooLarge,
+}
 
 
 # ---- clients -----------------------------------------------------------------------------
 class _ServiceClient:
     base_path = ""
 
-    def __init__(self, url: str, *, token: Optional[str] = None,
-                 timeout: float = DEFAULT_TIMEOUT, spin: Optional[float] = None) -> None:
+    def __init__(
+        self,
+        url: str,
+        *,
+        token: Optional[str] = None,
+        timeout: float = DEFAULT_TIMEOUT,
+        spin: Optional[float] = None,
+    ) -> None:
         """`url` is the service's root (``http://host:port``) or its full base path.
         `spin`: seconds to wait for each answer awake before sleeping, while answers come
         that fast (`mistk_rl.sdk.transport`; None: ``MISTK_RL_SPIN_US``, else 1 ms with two
@@ -194,37 +226,66 @@ class _ServiceClient:
     def close(self) -> None:
         self.transport.close()
 
-    def __enter__(self):  # noqa: D105
+    def __enter__(self):
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.close()
 
     # -- plumbing --
-    def _call(self, method: str, path: str, *, json_body: Any = None,
-              params: Optional[Mapping[str, Any]] = None, timeout: Optional[float] = None,
-              tensors: bool = False, columns: bool = False, raw: bool = False,
-              raw_body: Optional[bytes] = None) -> Any:
+    def _call(
+        self,
+        method: str,
+        path: str,
+        *,
+        json_body: Any = None,
+        params: Optional[Mapping[str, Any]] = None,
+        timeout: Optional[float] = None,
+        tensors: bool = False,
+        columns: bool = False,
+        raw: bool = False,
+        raw_body: Optional[bytes] = None,
+    ) -> Any:
         """One request; with `tensors`, the body and the answer use the binary encoding
         (`columns`: a body of numpy columns, `codec.encode`'s column form). `raw`: the
         answer's bytes as they came (a file); `raw_body`: bytes sent as they are."""
-        request = self._request(method, path, json_body=json_body, params=params,
-                                timeout=timeout, tensors=tensors, columns=columns, raw=raw,
-                                raw_body=raw_body)
+        request = self._request(
+            method,
+            path,
+            json_body=json_body,
+            params=params,
+            timeout=timeout,
+            tensors=tensors,
+            columns=columns,
+            raw=raw,
+            raw_body=raw_body,
+        )
         try:
             response = self.transport.request(method, path, **request.wire)
         except TransportError as exc:
             raise request.unavailable(exc) from exc
         return self._answer(request, response)
 
-    def _request(self, method: str, path: str, *, json_body: Any = None,
-                 params: Optional[Mapping[str, Any]] = None, timeout: Optional[float] = None,
-                 tensors: bool = False, columns: bool = False, raw: bool = False,
-                 raw_body: Optional[bytes] = None) -> "_Request":
+    def _request(
+        self,
+        method: str,
+        path: str,
+        *,
+        json_body: Any = None,
+        params: Optional[Mapping[str, Any]] = None,
+        timeout: Optional[float] = None,
+        tensors: bool = False,
+        columns: bool = False,
+        raw: bool = False,
+        raw_body: Optional[bytes] = None,
+    ) -> "_Request":
         """A request as the transport sends it (`_call`'s arguments)."""
         if params:
-            params = {k: (str(v).lower() if isinstance(v, bool) else v)
-                      for k, v in params.items() if v is not None}
+            params = {
+                k: (str(v).lower() if isinstance(v, bool) else v)
+                for k, v in params.items()
+                if v is not None
+            }
         content_type = accept = "application/json"
         if tensors:
             body = None if json_body is None else codec.encode(json_body, columns=columns)
@@ -236,9 +297,19 @@ class _ServiceClient:
             body = None if json_body is None else dumps(json_body)
         if raw:
             accept = "application/octet-stream, application/problem+json"
-        return _Request(method, path, self.base_url, raw, {
-            "body": body, "params": params, "timeout": timeout or self.timeout,
-            "content_type": content_type, "accept": accept})
+        return _Request(
+            method,
+            path,
+            self.base_url,
+            raw,
+            {
+                "body": body,
+                "params": params,
+                "timeout": timeout or self.timeout,
+                "content_type": content_type,
+                "accept": accept,
+            },
+        )
 
     def _answer(self, request: "_Request", response: Response) -> Any:
         """The answer's body, decoded; a typed ServiceError for a 4xx or 5xx."""
@@ -255,17 +326,26 @@ class _ServiceClient:
             return _loads(response.body) if response.body else None
         try:
             data = _loads(response.body)
-            problem = Problem.model_validate({"status": response.status,
-                                             "title": data.get("title") or response.reason,
-                                             **{k: v for k, v in data.items()
-                                                if k not in ("status", "title")}})
+            problem = Problem.model_validate(
+                {
+                    "status": response.status,
+                    "title": data.get("title") or response.reason,
+                    **{k: v for k, v in data.items() if k not in ("status", "title")},
+                }
+            )
         except (ValueError, AttributeError):
-            problem = Problem(status=response.status, title=response.reason or "error",
-                              detail=response.body[:500].decode(errors="replace"))
-        cls = _ERRORS.get(response.status,
-                          ServerError if response.status >= 500 else ServiceError)
-        raise cls(f"{request.method} {request.path} -> {response.status} {problem.title}: "
-                  f"{problem.detail or ''}".rstrip(": "), response.status, problem)
+            problem = Problem(
+                status=response.status,
+                title=response.reason or "error",
+                detail=response.body[:500].decode(errors="replace"),
+            )
+        cls = _ERRORS.get(response.status, ServerError if response.status >= 500 else ServiceError)
+        raise cls(
+            f"{request.method} {request.path} -> {response.status} {problem.title}: "
+            f"{problem.detail or ''}".rstrip(": "),
+            response.status,
+            problem,
+        )
 
     def _status_call(self, method: str, path: str, **kw: Any) -> Status:
         return Status.model_validate(self._call(method, path, **kw))
@@ -274,12 +354,16 @@ class _ServiceClient:
         return self.wait_until_done(accepted, timeout) if wait else accepted
 
     # -- shared operations --
-    def status(self, resource_version: Optional[int] = None,
-               timeout: Optional[float] = None) -> Status:
+    def status(
+        self, resource_version: Optional[int] = None, timeout: Optional[float] = None
+    ) -> Status:
         """The status now; with `resource_version`, once it moves past that (long-poll)."""
         params = {"resourceVersion": resource_version, "timeout": timeout}
-        http_timeout = (self.timeout if resource_version is None
-                        else (timeout or 0) + min(self.timeout, LONG_POLL_GRACE))
+        http_timeout = (
+            self.timeout
+            if resource_version is None
+            else (timeout or 0) + min(self.timeout, LONG_POLL_GRACE)
+        )
         return self._status_call("GET", "/status", params=params, timeout=http_timeout)
 
     def api_version(self) -> ApiVersion:
@@ -297,30 +381,55 @@ class _ServiceClient:
     def put_file(self, path: str, data: bytes, timeout: Optional[float] = None) -> FileWritten:
         """Write `data` as the file `path` of the service's data dir (atomically); the answer
         has the SHA-256 the service computed from what it received."""
-        return FileWritten.model_validate(self._call(
-            "PUT", "/files", params={"path": path}, timeout=timeout, raw_body=bytes(data)))
+        return FileWritten.model_validate(
+            self._call(
+                "PUT", "/files", params={"path": path}, timeout=timeout, raw_body=bytes(data)
+            )
+        )
 
-    def wait_for_state(self, states: Union[str, Iterable[str]], timeout: float = 60.0, *,
-                       after_version: int = -1) -> Status:
+    def wait_for_state(
+        self, states: Union[str, Iterable[str]], timeout: float = 60.0, *, after_version: int = -1
+    ) -> Status:
         """Wait (long-poll, no sleeping) until the state is one of `states`.
 
         Raises ServiceFailed if the service enters 'failed' (unless waited for) and
         WaitTimeout when `timeout` seconds pass.
         """
         wanted = {states} if isinstance(states, str) else set(states)
-        return self._wait(lambda s: s.state in wanted, f"state in {sorted(wanted)}",
-                          timeout, after_version, failed_ok="failed" in wanted)
+        return self._wait(
+            lambda s: s.state in wanted,
+            f"state in {sorted(wanted)}",
+            timeout,
+            after_version,
+            failed_ok="failed" in wanted,
+        )
 
-    def wait_until_done(self, accepted: Status, timeout: Optional[float] = None,
-                        on_status: Optional[Callable[[Status], None]] = None) -> Status:
+    def wait_until_done(
+        self,
+        accepted: Status,
+        timeout: Optional[float] = None,
+        on_status: Optional[Callable[[Status], None]] = None,
+    ) -> Status:
         """Wait until the service leaves the busy state a 202 answer showed; `on_status` sees
         every status on the way (progress as the service reports it)."""
-        return self._wait(lambda s: s.state != accepted.state,
-                          f"leaving '{accepted.state}'", timeout or 600.0,
-                          accepted.resource_version, failed_ok=False, on_status=on_status)
+        return self._wait(
+            lambda s: s.state != accepted.state,
+            f"leaving '{accepted.state}'",
+            timeout or 600.0,
+            accepted.resource_version,
+            failed_ok=False,
+            on_status=on_status,
+        )
 
-    def _wait(self, done, what: str, timeout: float, after_version: int,
-              failed_ok: bool, on_status: Optional[Callable[[Status], None]] = None) -> Status:
+    def _wait(
+        self,
+        done,
+        what: str,
+        timeout: float,
+        after_version: int,
+        failed_ok: bool,
+        on_status: Optional[Callable[[Status], None]] = None,
+    ) -> Status:
         deadline = time.monotonic() + timeout
         status = self.status()
         while True:
@@ -332,8 +441,11 @@ class _ServiceClient:
                 return status
             remaining = deadline - time.monotonic()
             if remaining <= 0:
-                raise WaitTimeout(f"{self.base_url}: gave up waiting for {what} after "
-                                  f"{timeout} s; state is '{status.state}'", status)
+                raise WaitTimeout(
+                    f"{self.base_url}: gave up waiting for {what} after "
+                    f"{timeout} s; state is '{status.state}'",
+                    status,
+                )
             status = self.status(status.resource_version, min(LONG_POLL_CHUNK, remaining))
 
 
@@ -360,21 +472,34 @@ class AgentClient(_ServiceClient):
     base_path = "/v1/mistk/agent"
     binary = False
 
-    def initialize(self, model_properties: Optional[dict] = None,
-                   hyperparameters: Optional[dict] = None, *, wait: bool = True,
-                   timeout: Optional[float] = None) -> Status:
-        body = AgentInitParams(model_properties=model_properties or {},
-                               hyperparameters=hyperparameters or {})
-        return self._finish(self._status_call("POST", "/initialize", json_body=body.wire()),
-                            wait, timeout)
+    def initialize(
+        self,
+        model_properties: Optional[dict] = None,
+        hyperparameters: Optional[dict] = None,
+        *,
+        wait: bool = True,
+        timeout: Optional[float] = None,
+    ) -> Status:
+        body = AgentInitParams(
+            model_properties=model_properties or {}, hyperparameters=hyperparameters or {}
+        )
+        return self._finish(
+            self._status_call("POST", "/initialize", json_body=body.wire()), wait, timeout
+        )
 
-    def build_model(self, model_path: Optional[str] = None, *, wait: bool = True,
-                    timeout: Optional[float] = None) -> Status:
+    def build_model(
+        self,
+        model_path: Optional[str] = None,
+        *,
+        wait: bool = True,
+        timeout: Optional[float] = None,
+    ) -> Status:
         accepted = self._status_call("POST", "/buildModel", params={"modelPath": model_path})
         return self._finish(accepted, wait, timeout)
 
-    def save_model(self, model_path: str, *, wait: bool = True,
-                   timeout: Optional[float] = None) -> Status:
+    def save_model(
+        self, model_path: str, *, wait: bool = True, timeout: Optional[float] = None
+    ) -> Status:
         accepted = self._status_call("POST", "/saveModel", params={"modelPath": model_path})
         return self._finish(accepted, wait, timeout)
 
@@ -382,16 +507,27 @@ class AgentClient(_ServiceClient):
         config = AgentConfig.model_validate(config)
         return self._status_call("POST", "/agentRegistered", json_body=config.wire())
 
-    def episode_started(self, obs: Mapping[str, Any], *, mode: str = "collect",
-                        action_mask: Optional[Mapping[str, Any]] = None,
-                        episode: Optional[int] = None,
-                        epsilon: Optional[float] = None) -> Status:
-        body = EpisodeStart(obs=to_jsonable(obs), mode=mode, episode=episode, epsilon=epsilon,
-                            action_mask=to_jsonable(action_mask) if action_mask else None)
+    def episode_started(
+        self,
+        obs: Mapping[str, Any],
+        *,
+        mode: str = "collect",
+        action_mask: Optional[Mapping[str, Any]] = None,
+        episode: Optional[int] = None,
+        epsilon: Optional[float] = None,
+    ) -> Status:
+        body = EpisodeStart(
+            obs=to_jsonable(obs),
+            mode=mode,
+            episode=episode,
+            epsilon=epsilon,
+            action_mask=to_jsonable(action_mask) if action_mask else None,
+        )
         return self._status_call("POST", "/episodeStarted", json_body=body.wire())
 
-    def get_action(self, obs: Mapping[str, Any],
-                   action_mask: Optional[Mapping[str, Any]] = None) -> dict[str, Any]:
+    def get_action(
+        self, obs: Mapping[str, Any], action_mask: Optional[Mapping[str, Any]] = None
+    ) -> dict[str, Any]:
         """Actions keyed by entity for observations keyed by entity (numpy or lists)."""
         body: dict[str, Any] = {"obs": obs}
         if action_mask:
@@ -401,11 +537,17 @@ class AgentClient(_ServiceClient):
     def replay_action(self, replay: Union[Replay, dict]) -> Status:
         # hot path: no pydantic for dicts, the service validates against the spec
         body = replay.wire() if isinstance(replay, Replay) else replay
-        return Status.model_validate(self._call("POST", "/replayAction", json_body=body,
-                                                tensors=self.binary))
+        return Status.model_validate(
+            self._call("POST", "/replayAction", json_body=body, tensors=self.binary)
+        )
 
-    def step(self, obs: Mapping[str, Any], *, replay: Union[Replay, dict, None] = None,
-             action_mask: Optional[Mapping[str, Any]] = None) -> dict[str, Any]:
+    def step(
+        self,
+        obs: Mapping[str, Any],
+        *,
+        replay: Union[Replay, dict, None] = None,
+        action_mask: Optional[Mapping[str, Any]] = None,
+    ) -> dict[str, Any]:
         """replayAction (when `replay` is given) then getAction, in one round trip."""
         body: dict[str, Any] = {"obs": obs}
         if replay:
@@ -414,10 +556,19 @@ class AgentClient(_ServiceClient):
             body["actionMask"] = action_mask
         return self._call("POST", "/step", json_body=body, tensors=self.binary)["actions"]
 
-    def step_columns(self, envs: Any, obs: Any, *, action_mask: Any = None,
-                     step_ids: Any = None, rewards: Any = None, terminated: Any = None,
-                     truncated: Any = None, act: Any = None,
-                     reset: Optional[Mapping[str, Any]] = None) -> ColumnActions:
+    def step_columns(
+        self,
+        envs: Any,
+        obs: Any,
+        *,
+        action_mask: Any = None,
+        step_ids: Any = None,
+        rewards: Any = None,
+        terminated: Any = None,
+        truncated: Any = None,
+        act: Any = None,
+        reset: Optional[Mapping[str, Any]] = None,
+    ) -> ColumnActions:
         """The columnar step (`stepColumns`, capability ``columns``): row i of each column is
         env copy ``envs[i]``. Report earlier steps' outcomes by their `step_ids` (-1: none)
         with `rewards`, `terminated` and `truncated`, `obs` being what each step led to;
@@ -425,11 +576,20 @@ class AgentClient(_ServiceClient):
         ended act on; `act` (bool per row) leaves rows that only report. Returns the
         actions and step ids of the acting rows, in row order. Columns are numpy arrays
         (or lists); a Dict observation space's `obs` is a dict of columns."""
-        body = _step_body(envs, obs, action_mask=action_mask, step_ids=step_ids,
-                          rewards=rewards, terminated=terminated, truncated=truncated, act=act,
-                          reset=reset)
-        return _column_actions(self._call("POST", "/stepColumns", json_body=body,
-                                          tensors=self.binary, columns=True))
+        body = _step_body(
+            envs,
+            obs,
+            action_mask=action_mask,
+            step_ids=step_ids,
+            rewards=rewards,
+            terminated=terminated,
+            truncated=truncated,
+            act=act,
+            reset=reset,
+        )
+        return _column_actions(
+            self._call("POST", "/stepColumns", json_body=body, tensors=self.binary, columns=True)
+        )
 
     def column_pipeline(self, stream: bool = False) -> "ColumnPipeline":
         """stepColumns requests sent ahead of their answers, on a connection of their own
@@ -446,45 +606,64 @@ class AgentClient(_ServiceClient):
         """A copy of the agent's policy to act with locally (`getPolicy`, capability
         ``local``): its name, config and, with `weights`, the acting model's weights (name
         -> numpy array). `mistk_rl.sdk.stepping.LocalStepper` builds and uses it."""
-        answer = self._call("GET", "/policy", params={"weights": weights},
-                            tensors=self.binary, columns=True)
+        answer = self._call(
+            "GET", "/policy", params={"weights": weights}, tensors=self.binary, columns=True
+        )
         arrays = _arrays(answer.pop("weights", None))
         copy = PolicyCopy.model_validate(answer)
         copy.weights = arrays  # (arrays: not validated as a model field)
         return copy
 
-    def replay_columns(self, envs: Any, obs: Any, actions: Any, rewards: Any, next_obs: Any,
-                       terminated: Any, truncated: Any = None, *,
-                       extras: Optional[Mapping[str, Any]] = None,
-                       next_action_mask: Any = None, weights_version: int = -1,
-                       sync_every: int = 1) -> Learned:
+    def replay_columns(
+        self,
+        envs: Any,
+        obs: Any,
+        actions: Any,
+        rewards: Any,
+        next_obs: Any,
+        terminated: Any,
+        truncated: Any = None,
+        *,
+        extras: Optional[Mapping[str, Any]] = None,
+        next_action_mask: Any = None,
+        weights_version: int = -1,
+        sync_every: int = 1,
+    ) -> Learned:
         """Experience gathered with a copy of the policy (`replayColumns`): row i is one
         step of env copy ``envs[i]`` (a copy's steps in time order), with the model
         outputs the copy declares in `extras`. The answer carries the weights once they
         are `sync_every` updates newer than `weights_version`."""
-        body: dict[str, Any] = {"envs": np.asarray(envs), "obs": _columns(obs),
-                                "actions": np.asarray(actions), "rewards": np.asarray(rewards),
-                                "nextObs": _columns(next_obs),
-                                "terminated": np.asarray(terminated),
-                                "weightsVersion": int(weights_version),
-                                "syncEvery": int(sync_every)}
+        body: dict[str, Any] = {
+            "envs": np.asarray(envs),
+            "obs": _columns(obs),
+            "actions": np.asarray(actions),
+            "rewards": np.asarray(rewards),
+            "nextObs": _columns(next_obs),
+            "terminated": np.asarray(terminated),
+            "weightsVersion": int(weights_version),
+            "syncEvery": int(sync_every),
+        }
         if truncated is not None:
             body["truncated"] = np.asarray(truncated)
         if extras:
             body["extras"] = {k: np.asarray(v) for k, v in extras.items()}
         if next_action_mask is not None:
             body["nextActionMask"] = np.asarray(next_action_mask)
-        answer = self._call("POST", "/replayColumns", json_body=body, tensors=self.binary,
-                            columns=True)
-        return Learned.model_construct(env_steps=int(answer["envSteps"]),
-                                       version=int(answer["version"]),
-                                       weights=_arrays(answer.get("weights")))
+        answer = self._call(
+            "POST", "/replayColumns", json_body=body, tensors=self.binary, columns=True
+        )
+        return Learned.model_construct(
+            env_steps=int(answer["envSteps"]),
+            version=int(answer["version"]),
+            weights=_arrays(answer.get("weights")),
+        )
 
     def episode_stopped(self) -> Status:
         return self._status_call("POST", "/episodeStopped")
 
-    def reset(self, unload_model: bool = True, *, wait: bool = True,
-              timeout: Optional[float] = None) -> Status:
+    def reset(
+        self, unload_model: bool = True, *, wait: bool = True, timeout: Optional[float] = None
+    ) -> Status:
         accepted = self._status_call("POST", "/reset", params={"unloadModel": unload_model})
         return self._finish(accepted, wait, timeout)
 
@@ -494,16 +673,28 @@ class OrchestratorClient(_ServiceClient):
 
     base_path = "/v1/mistk/orchestrator"
 
-    def initialize(self, env: Union[dict, str], agents_needed: int = 1, *, wait: bool = True,
-                   timeout: Optional[float] = None) -> Status:
+    def initialize(
+        self,
+        env: Union[dict, str],
+        agents_needed: int = 1,
+        *,
+        wait: bool = True,
+        timeout: Optional[float] = None,
+    ) -> Status:
         """`env` is ``{"id": ..., "kwargs": {...}}`` or just the id."""
         env = {"id": env} if isinstance(env, str) else env
         body = OrchestratorInitParams(env=env, agents_needed=agents_needed)
-        return self._finish(self._status_call("POST", "/initialize", json_body=body.wire()),
-                            wait, timeout)
+        return self._finish(
+            self._status_call("POST", "/initialize", json_body=body.wire()), wait, timeout
+        )
 
-    def set_up(self, env: Union[dict, str], agents: Sequence[tuple[str, str, bool]], *,
-               timeout: Optional[float] = None) -> None:
+    def set_up(
+        self,
+        env: Union[dict, str],
+        agents: Sequence[tuple[str, str, bool]],
+        *,
+        timeout: Optional[float] = None,
+    ) -> None:
         """Make this orchestrator ready to play `env` with `agents` ((name, url, skipTrain)
         each), whatever it was doing: reset unless it is new (leaving the agents as they
         are: they may be playing on other orchestrators), initialize, register each. How a
@@ -514,9 +705,14 @@ class OrchestratorClient(_ServiceClient):
         for name, url, skip_train in agents:
             self.register_agent(name, url, skip_train=skip_train)
 
-    def register_agent(self, agent_name: str, agent_url: str, skip_train: bool = False,
-                       seats: Optional[Sequence[str]] = None,
-                       local_inference: bool = False) -> Status:
+    def register_agent(
+        self,
+        agent_name: str,
+        agent_url: str,
+        skip_train: bool = False,
+        seats: Optional[Sequence[str]] = None,
+        local_inference: bool = False,
+    ) -> Status:
         """Register the agent at `agent_url`; for games, `seats` it holds (default: the
         orchestrator binds them). `local_inference`: the agent will act through a policy
         copy in the orchestrator, which checks both sides now and loads torch in the set-up
@@ -528,9 +724,14 @@ class OrchestratorClient(_ServiceClient):
             params["localInference"] = True
         return self._status_call("POST", "/registerAgent", params=params)
 
-    def start_episode(self, config: Union[EpisodeSettings, dict, None] = None, *,
-                      wait: bool = False, timeout: Optional[float] = None,
-                      on_status: Optional[Callable[[Status], None]] = None) -> Status:
+    def start_episode(
+        self,
+        config: Union[EpisodeSettings, dict, None] = None,
+        *,
+        wait: bool = False,
+        timeout: Optional[float] = None,
+        on_status: Optional[Callable[[Status], None]] = None,
+    ) -> Status:
         """Start running episodes; with ``wait=True``, return once they completed
         (`on_status` sees each status meanwhile: envSteps, episodesDone, ...)."""
         if isinstance(config, EpisodeSettings):  # an orchestrator's own (forwarding a call)
@@ -539,9 +740,13 @@ class OrchestratorClient(_ServiceClient):
         accepted = self._status_call("POST", "/startEpisode", json_body=config.wire())
         return self.wait_until_done(accepted, timeout, on_status) if wait else accepted
 
-    def play(self, config: Union[EpisodeSettings, dict, None] = None, *,
-             timeout: Optional[float] = None,
-             on_status: Optional[Callable[[Status], None]] = None) -> Played:
+    def play(
+        self,
+        config: Union[EpisodeSettings, dict, None] = None,
+        *,
+        timeout: Optional[float] = None,
+        on_status: Optional[Callable[[Status], None]] = None,
+    ) -> Played:
         """One startEpisode to completion, then stopEpisode (back to ready): what the call
         played, its results fetched from the count before it on (a game run holds tens of
         thousands). A call that does not finish within `timeout` is stopped (best effort)
@@ -584,37 +789,57 @@ class OrchestratorClient(_ServiceClient):
     def add_league_worker(self, url: str, replaces: Optional[str] = None) -> LeagueWorkerJoin:
         """A league orchestrator takes the worker at `url` (in place of the worker at
         `replaces`, which is dropped): more capacity, or a worker started again elsewhere."""
-        return LeagueWorkerJoin.model_validate(self._call(
-            "POST", "/league/workers", json_body=LeagueWorkerJoin(url=url, replaces=replaces).wire()))
+        return LeagueWorkerJoin.model_validate(
+            self._call(
+                "POST",
+                "/league/workers",
+                json_body=LeagueWorkerJoin(url=url, replaces=replaces).wire(),
+            )
+        )
 
-    def reset(self, *, reset_agents: bool = True, wait: bool = True,
-              timeout: Optional[float] = None) -> Status:
+    def reset(
+        self, *, reset_agents: bool = True, wait: bool = True, timeout: Optional[float] = None
+    ) -> Status:
         """Back to uninitialized; the registered agents are reset too unless `reset_agents`
         is False (they are only forgotten: a league's worker, whose agents play elsewhere)."""
         params = None if reset_agents else {"resetAgents": False}
         return self._finish(self._status_call("POST", "/reset", params=params), wait, timeout)
 
 
-def _step_body(envs: Any, obs: Any, *, action_mask: Any = None, step_ids: Any = None,
-               rewards: Any = None, terminated: Any = None, truncated: Any = None,
-               act: Any = None, reset: Optional[Mapping[str, Any]] = None) -> dict[str, Any]:
+def _step_body(
+    envs: Any,
+    obs: Any,
+    *,
+    action_mask: Any = None,
+    step_ids: Any = None,
+    rewards: Any = None,
+    terminated: Any = None,
+    truncated: Any = None,
+    act: Any = None,
+    reset: Optional[Mapping[str, Any]] = None,
+) -> dict[str, Any]:
     """stepColumns' body (`AgentClient.step_columns`)."""
     body: dict[str, Any] = {"envs": np.asarray(envs), "obs": _columns(obs)}
-    for key, value in (("actionMask", action_mask), ("stepIds", step_ids),
-                       ("rewards", rewards), ("terminated", terminated),
-                       ("truncated", truncated), ("act", act)):
+    for key, value in (
+        ("actionMask", action_mask),
+        ("stepIds", step_ids),
+        ("rewards", rewards),
+        ("terminated", terminated),
+        ("truncated", truncated),
+        ("act", act),
+    ):
         if value is not None:
             body[key] = np.asarray(value)
     if reset is not None:
-        body["reset"] = {key: _columns(value) for key, value in reset.items()
-                         if value is not None}
+        body["reset"] = {key: _columns(value) for key, value in reset.items() if value is not None}
     return body
 
 
 def _column_actions(answer: Mapping[str, Any]) -> ColumnActions:
     return ColumnActions.model_construct(  # (arrays: no validation to do)
         actions=np.asarray(answer["actions"]),
-        step_ids=np.asarray(answer["stepIds"], dtype=np.int64))
+        step_ids=np.asarray(answer["stepIds"], dtype=np.int64),
+    )
 
 
 class ColumnPipeline:
@@ -625,10 +850,10 @@ class ColumnPipeline:
     answers for the other half (``depth`` 2), and for the step stream at any depth.
 
     The requests go as HTTP/1.1 pipelining on a connection of their own
-    (`mistk_rl.sdk.transport.PipelinedConnection`) or, with `stream`, as frames on the agent's step stream
-    (`mistk_rl.wire.frames`, capability ``stream``): no HTTP per step. The stream opens at the
-    first `send` with the encoding of that request (`AgentClient.binary`), and again after
-    `close` or when the encoding changes; an agent whose server cannot upgrade (426) or
+    (`mistk_rl.sdk.transport.PipelinedConnection`) or, with `stream`, as frames on the agent's
+    step stream (`mistk_rl.wire.frames`, capability ``stream``): no HTTP per step. The stream
+    opens at the first `send` with the encoding of that request (`AgentClient.binary`), and
+    again after `close` or when the encoding changes; an agent whose server cannot upgrade (426) or
     whose steps do not run inline (501) is stepped over HTTP instead."""
 
     def __init__(self, client: AgentClient, stream: bool = False) -> None:
@@ -645,9 +870,13 @@ class ColumnPipeline:
 
     def send(self, envs: Any, obs: Any, **columns: Any) -> None:
         client = self.client
-        request = client._request("POST", "/stepColumns",
-                                  json_body=_step_body(envs, obs, **columns),
-                                  tensors=client.binary, columns=True)
+        request = client._request(
+            "POST",
+            "/stepColumns",
+            json_body=_step_body(envs, obs, **columns),
+            tensors=client.binary,
+            columns=True,
+        )
         wire = request.wire
         try:
             stream = self._stream_for(request) if self.stream else None
@@ -663,8 +892,7 @@ class ColumnPipeline:
     def receive(self) -> ColumnActions:
         request = self._sent.popleft()
         try:
-            response = (self._stream.receive() if self._stream is not None
-                        else self._pipe.receive())  # type: ignore[union-attr]
+            response = self._stream.receive() if self._stream is not None else self._pipe.receive()  # type: ignore[union-attr]
         except TransportError as exc:
             self._sent.clear()
             raise request.unavailable(exc) from exc
@@ -682,12 +910,18 @@ class ColumnPipeline:
             self._stream = None
         if self._stream is None:
             stream, response = self.client.transport.open_stream(
-                frames.PATH, content_type=wire["content_type"], accept=wire["accept"],
-                timeout=wire["timeout"])
+                frames.PATH,
+                content_type=wire["content_type"],
+                accept=wire["accept"],
+                timeout=wire["timeout"],
+            )
             opening = _Request("GET", frames.PATH, request.base_url, False, wire)
             if stream is None and response.status in (426, 501):
-                log.warning("%s: no step stream (%d); stepping over HTTP requests",
-                            request.base_url, response.status)
+                log.warning(
+                    "%s: no step stream (%d); stepping over HTTP requests",
+                    request.base_url,
+                    response.status,
+                )
                 self.stream, self._pipe = False, self.client.transport.pipeline()
                 return None
             try:

@@ -1,5 +1,6 @@
 """Typed request and response bodies, mirroring `mistk_rl/openapi/*.yaml` (a contract test keeps the
 field names equal). The SDK returns these; the wire format is camelCase JSON."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -228,7 +229,8 @@ class LeaguePlayerSpec(Body):
     eps_decay: Optional[int] = Field(default=None, ge=0)
     # matchmaking branch -> probability (DI-engine's branch_probs); default: its type's
     branches: Optional[dict[str, Annotated[float, Field(ge=0, le=1)]]] = Field(
-        default=None, min_length=1, max_length=8)
+        default=None, min_length=1, max_length=8
+    )
 
     @model_validator(mode="after")
     def _settings_of_its_type(self) -> "LeaguePlayerSpec":
@@ -236,19 +238,28 @@ class LeaguePlayerSpec(Body):
         known = {f.name for f in dataclasses.fields(kind)}
         alien = [to_camel(k) for k in self.settings() if k not in known]
         if alien:
-            own = [to_camel(k) for k in type(self).model_fields
-                   if k in known and k not in ("id", "type")]
-            raise ValueError(f"player {self.id!r} ({self.type}) has no setting "
-                             f"{', '.join(alien)} (its settings: {', '.join(own) or 'none'})")
+            own = [
+                to_camel(k)
+                for k in type(self).model_fields
+                if k in known and k not in ("id", "type")
+            ]
+            raise ValueError(
+                f"player {self.id!r} ({self.type}) has no setting "
+                f"{', '.join(alien)} (its settings: {', '.join(own) or 'none'})"
+            )
         if self.branches is not None:
             own = kind.available_branches()
             unknown = [b for b in self.branches if b not in own]
             if unknown:
-                raise ValueError(f"player {self.id!r} ({self.type}) has no branch "
-                                 f"{', '.join(unknown)} (its branches: {', '.join(own)})")
+                raise ValueError(
+                    f"player {self.id!r} ({self.type}) has no branch "
+                    f"{', '.join(unknown)} (its branches: {', '.join(own)})"
+                )
             if abs(sum(self.branches.values()) - 1.0) > 1e-6:
-                raise ValueError(f"player {self.id!r}: branch probabilities must sum to 1, "
-                                 f"not {sum(self.branches.values()):g}")
+                raise ValueError(
+                    f"player {self.id!r}: branch probabilities must sum to 1, "
+                    f"not {sum(self.branches.values()):g}"
+                )
         return self
 
     def settings(self) -> dict[str, Any]:
@@ -384,7 +395,7 @@ class OrchestratorProgress(Body):
 class OrchestratorStatus(Status):
     """An orchestrator's Status with its payload typed."""
 
-    payload: OrchestratorProgress = Field(default_factory=OrchestratorProgress)
+    payload: OrchestratorProgress = Field(default_factory=OrchestratorProgress)  # type: ignore[assignment]
 
 
 class LocalInferenceSettings(Body):

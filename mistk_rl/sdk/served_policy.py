@@ -9,6 +9,7 @@ registered); the first call registers it with the env's spaces and starts an epi
 ``eval`` mode (greedy) when `deterministic`, else ``collect`` (exploring: the agent's own
 sampling). Nothing is learned: no transitions are sent back. `close` ends the episode.
 """
+
 from __future__ import annotations
 
 from typing import Any, Optional
@@ -23,23 +24,36 @@ from mistk_rl.spaces import space_to_dict
 class ServedPolicy:
     """`client`'s agent acting in `observation_space` / `action_space` (module doc)."""
 
-    def __init__(self, client: AgentClient, observation_space: spaces.Space,
-                 action_space: spaces.Space, name: str = "policy") -> None:
+    def __init__(
+        self,
+        client: AgentClient,
+        observation_space: spaces.Space,
+        action_space: spaces.Space,
+        name: str = "policy",
+    ) -> None:
         self.client, self.name = client, name
         self.observation_space, self.action_space = observation_space, action_space
         self._registered = False
         self._episode: Optional[tuple[str, int]] = None  # (mode, env copies) of the episode
 
-    def predict(self, observation: Any, state: Any = None, episode_start: Any = None,
-                deterministic: bool = True) -> tuple[np.ndarray, Any]:
+    def predict(
+        self,
+        observation: Any,
+        state: Any = None,
+        episode_start: Any = None,
+        deterministic: bool = True,
+    ) -> tuple[np.ndarray, Any]:
         """Actions for a batch of observations ([n_envs, *shape], or a dict of those), or
         for one observation; `state` is passed back as it came (no recurrent state here),
         `episode_start` is not needed (the agent acts on each observation alone)."""
         single = self._single(observation)
-        batch = (_map(lambda x: np.asarray(x)[None], observation) if single
-                 else _map(np.asarray, observation))
+        batch = (
+            _map(lambda x: np.asarray(x)[None], observation)
+            if single
+            else _map(np.asarray, observation)
+        )
         n = len(next(iter(batch.values())) if isinstance(batch, dict) else batch)
-        obs = {f"env{i}": _map(lambda x: x[i], batch) for i in range(n)}
+        obs = {f"env{i}": _map(lambda x, i=i: x[i], batch) for i in range(n)}
         self._ensure_episode("eval" if deterministic else "collect", obs)
         answer = self.client.get_action(obs)
         actions = np.asarray([answer[f"env{i}"] for i in range(n)])
@@ -67,9 +81,13 @@ class ServedPolicy:
 
     def _ensure_episode(self, mode: str, obs: dict[str, Any]) -> None:
         if not self._registered:
-            self.client.agent_registered({
-                "name": self.name, "observationSpace": space_to_dict(self.observation_space),
-                "actionSpace": space_to_dict(self.action_space)})
+            self.client.agent_registered(
+                {
+                    "name": self.name,
+                    "observationSpace": space_to_dict(self.observation_space),
+                    "actionSpace": space_to_dict(self.action_space),
+                }
+            )
             self._registered = True
         if self._episode != (mode, len(obs)):  # (another mode or batch size: a new episode)
             self.close()

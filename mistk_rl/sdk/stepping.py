@@ -24,6 +24,7 @@ All answer ``env -> action`` for copies that act (a pipelined `ColumnStepper` an
 some of the ready copies, the others' actions being on their way), so the loop does not
 care which: it steps the copies it got actions for.
 """
+
 from __future__ import annotations
 
 from collections import deque
@@ -33,9 +34,9 @@ from typing import Any, Mapping, Optional, Protocol
 import numpy as np
 
 from mistk_rl._moved import renamed
-from mistk_rl.wire.columns import concat_rows, take_rows
 from mistk_rl.sdk.client import AgentClient
 from mistk_rl.spaces import space_from_dict
+from mistk_rl.wire.columns import concat_rows, take_rows
 
 Masks = Optional[Mapping[int, Any]]
 
@@ -56,8 +57,9 @@ class StepOutcome:
 
 
 class Stepper(Protocol):
-    def step(self, ready: Mapping[int, Any], outcomes: Mapping[int, StepOutcome],
-             masks: Masks = None) -> dict[int, Any]:
+    def step(
+        self, ready: Mapping[int, Any], outcomes: Mapping[int, StepOutcome], masks: Masks = None
+    ) -> dict[int, Any]:
         """Report `outcomes` (env -> what its action in flight led to) and answer actions
         for `ready` copies (env -> the observation it acts on; `masks`: its legal actions):
         all of them, or some while the others' are on their way (a pipelined
@@ -76,9 +78,18 @@ class LocalInference:
     batch_steps: int = 64  # send the experience every this many env steps
 
 
-def stepper_for(client: AgentClient, capabilities: frozenset[str], name: str,
-                num_envs: int, local: Optional[LocalInference] = None, *, mode: str = "collect",
-                learn: bool = True, epsilon: Optional[float] = None, depth: int = 1) -> Stepper:
+def stepper_for(
+    client: AgentClient,
+    capabilities: frozenset[str],
+    name: str,
+    num_envs: int,
+    local: Optional[LocalInference] = None,
+    *,
+    mode: str = "collect",
+    learn: bool = True,
+    epsilon: Optional[float] = None,
+    depth: int = 1,
+) -> Stepper:
     """The stepper for this agent: local inference when asked for (the agent must list
     ``local``), else the columnar step (with `depth` requests in flight), else the entity
     form."""
@@ -113,7 +124,7 @@ class ColumnStepper:
         self.client = client
         self.depth = depth
         self.step_ids: dict[int, int] = {}  # env -> the step id of its action in flight
-        self._pipeline = (client.column_pipeline(stream) if depth > 1 or stream else None)
+        self._pipeline = client.column_pipeline(stream) if depth > 1 or stream else None
         self._waiting: deque[list[int]] = deque()  # per request in flight: its acting copies
         self._asked: set[int] = set()  # the copies in those requests
         self._held: dict[int, Any] = {}  # actions answered but not yet taken by the caller
@@ -121,8 +132,9 @@ class ColumnStepper:
     def in_flight(self) -> set[int]:
         return set(self.step_ids) | self._asked
 
-    def step(self, ready: Mapping[int, Any], outcomes: Mapping[int, StepOutcome],
-             masks: Masks = None) -> dict[int, Any]:
+    def step(
+        self, ready: Mapping[int, Any], outcomes: Mapping[int, StepOutcome], masks: Masks = None
+    ) -> dict[int, Any]:
         if self.depth == 1:  # one request at a time, over HTTP or the stream
             if not ready and not outcomes:
                 if self._pipeline is not None:  # (the loop ends: so does the stream)
@@ -136,20 +148,25 @@ class ColumnStepper:
             if not ready:  # (the loop ends: so does the stream)
                 self._pipeline.close()
             return self._took(acting, answer)
+        pipeline = self._pipeline
+        assert pipeline is not None  # (there at any depth > 1)
         waiting = self._asked.union(self._held) if self._held else self._asked
         asking = {i: obs for i, obs in ready.items() if i not in waiting}
-        groups = (_split(asking, outcomes, self.depth)
-                  if not self._waiting and not self._held else [(asking, outcomes)])
+        groups = (
+            _split(asking, outcomes, self.depth)
+            if not self._waiting and not self._held
+            else [(asking, outcomes)]
+        )
         for group, reported in groups:
             if group or reported:
                 acting, columns = self._columns(group, reported, masks)
-                self._pipeline.send(**columns)
+                pipeline.send(**columns)
                 self._waiting.append(acting)
                 self._asked.update(acting)
         if not ready:  # the loop ends: read every answer, keep the actions for a next call
             while self._waiting:
                 self._held.update(self._receive())
-            self._pipeline.close()
+            pipeline.close()
             return {}
         held = {i: self._held.pop(i) for i in ready if i in self._held}
         if held or not self._waiting:
@@ -160,10 +177,11 @@ class ColumnStepper:
         """The oldest request's answer: env -> action."""
         acting = self._waiting.popleft()
         self._asked.difference_update(acting)
-        return self._took(acting, self._pipeline.receive())
+        return self._took(acting, self._pipeline.receive())  # type: ignore[union-attr]
 
-    def _columns(self, ready: Mapping[int, Any], outcomes: Mapping[int, StepOutcome],
-                 masks: Masks) -> tuple[list[int], dict[str, Any]]:
+    def _columns(
+        self, ready: Mapping[int, Any], outcomes: Mapping[int, StepOutcome], masks: Masks
+    ) -> tuple[list[int], dict[str, Any]]:
         """The copies that act and the stepColumns arguments for one request."""
         rows = list(outcomes) + [i for i in ready if i not in outcomes]
         n, reported = len(rows), len(outcomes)
@@ -179,18 +197,21 @@ class ColumnStepper:
             terminated, truncated = np.zeros(n, bool), np.zeros(n, bool)
             terminated[:reported] = [o.terminated for o in outcomes.values()]
             truncated[:reported] = [o.truncated for o in outcomes.values()]
-            body.update(step_ids=ids, rewards=rewards, terminated=terminated,
-                        truncated=truncated)
+            body.update(step_ids=ids, rewards=rewards, terminated=terminated, truncated=truncated)
         mask_rows = [o.action_mask for o in outcomes.values()] + [
-            (masks or {}).get(i) for i in rows[reported:]]
+            (masks or {}).get(i) for i in rows[reported:]
+        ]
         if any(m is not None for m in mask_rows) or masks:
             body["action_mask"] = _mask_column(mask_rows, masks)
         if reset:
-            body["reset"] = {"rows": np.asarray([r for r, _ in reset], np.int64),
-                             "obs": _stack([ready[i] for _, i in reset])}
+            body["reset"] = {
+                "rows": np.asarray([r for r, _ in reset], np.int64),
+                "obs": _stack([ready[i] for _, i in reset]),
+            }
             if "action_mask" in body:
                 body["reset"]["actionMask"] = _mask_column(
-                    [(masks or {}).get(i) for _, i in reset], masks)
+                    [(masks or {}).get(i) for _, i in reset], masks
+                )
         if not acts.all():
             body["act"] = acts
         return [i for i in rows if i in ready], body
@@ -201,19 +222,23 @@ class ColumnStepper:
         return dict(zip(acting, answer.actions))
 
 
-def _split(ready: Mapping[int, Any], outcomes: Mapping[int, StepOutcome],
-           depth: int) -> list[tuple[dict[int, Any], dict[int, StepOutcome]]]:
+def _split(
+    ready: Mapping[int, Any], outcomes: Mapping[int, StepOutcome], depth: int
+) -> list[tuple[dict[int, Any], dict[int, StepOutcome]]]:
     """Up to `depth` groups of the ready copies, each with its copies' outcomes (outcomes of
     copies that do not act again go with the first group)."""
     envs = list(ready)
     size = -(-len(envs) // depth) if envs else 1
-    groups = [envs[k:k + size] for k in range(0, len(envs), size)] or [[]]
+    groups = [envs[k : k + size] for k in range(0, len(envs), size)] or [[]]
     out = []
     for k, group in enumerate(groups):
         members = set(group)
-        out.append(({i: ready[i] for i in group},
-                    {i: o for i, o in outcomes.items()
-                     if i in members or (k == 0 and i not in ready)}))
+        out.append(
+            (
+                {i: ready[i] for i in group},
+                {i: o for i, o in outcomes.items() if i in members or (k == 0 and i not in ready)},
+            )
+        )
     return out
 
 
@@ -229,17 +254,20 @@ def _mask_column(rows: list, masks: Masks) -> np.ndarray:
     but not in every info, e.g. its final one)."""
     known = next((m for m in rows if m is not None), None)
     if known is None:
+        assert masks is not None  # (a mask column is built only where masks came)
         known = next(iter(masks.values()))
     width = np.asarray(known).reshape(-1).shape[0]
-    return np.stack([np.ones(width, bool) if m is None else np.asarray(m, bool).reshape(-1)
-                     for m in rows])
+    return np.stack(
+        [np.ones(width, bool) if m is None else np.asarray(m, bool).reshape(-1) for m in rows]
+    )
 
 
 class EntityStepper:
     """The entity-keyed step path (module doc)."""
 
-    def __init__(self, client: AgentClient, capabilities: frozenset[str], name: str,
-                 num_envs: int) -> None:
+    def __init__(
+        self, client: AgentClient, capabilities: frozenset[str], name: str, num_envs: int
+    ) -> None:
         self.client = client
         self.capabilities = capabilities
         self.name = name
@@ -252,8 +280,9 @@ class EntityStepper:
     def entity(self, i: int) -> str:
         return self.name if self.one else f"{self.name}:{i}"
 
-    def step(self, ready: Mapping[int, Any], outcomes: Mapping[int, StepOutcome],
-             masks: Masks = None) -> dict[int, Any]:
+    def step(
+        self, ready: Mapping[int, Any], outcomes: Mapping[int, StepOutcome], masks: Masks = None
+    ) -> dict[int, Any]:
         replay = {self.entity(i): self._transition(i, o) for i, o in outcomes.items()}
         if not ready:
             if replay:
@@ -262,8 +291,9 @@ class EntityStepper:
         obs = {self.entity(i): o for i, o in ready.items()}
         mask = {self.entity(i): m for i, m in masks.items()} if masks else None
         if "step" in self.capabilities:
-            answer = self.client.step(obs, replay=replay_batch(replay) if replay else None,
-                                      action_mask=mask)
+            answer = self.client.step(
+                obs, replay=replay_batch(replay) if replay else None, action_mask=mask
+            )
         else:
             if replay:
                 self.client.replay_action(replay_batch(replay))
@@ -274,9 +304,14 @@ class EntityStepper:
 
     def _transition(self, i: int, outcome: StepOutcome) -> dict:
         obs, action = self.sent.pop(i)
-        entry = {"prevObs": obs, "actions": action, "rewards": float(outcome.reward),
-                 "newObs": outcome.obs, "terminated": bool(outcome.terminated),
-                 "truncated": bool(outcome.truncated)}
+        entry = {
+            "prevObs": obs,
+            "actions": action,
+            "rewards": float(outcome.reward),
+            "newObs": outcome.obs,
+            "terminated": bool(outcome.terminated),
+            "truncated": bool(outcome.truncated),
+        }
         if outcome.action_mask is not None:
             entry["newActionMask"] = np.asarray(outcome.action_mask)
         return entry
@@ -288,8 +323,9 @@ REPLAY_FIELDS = ("prevObs", "actions", "rewards", "newObs", "terminated", "trunc
 def replay_batch(replay: dict[str, dict]) -> dict[str, dict]:
     """Per-entity transitions -> the spec's Replay (one map per field); the next masks only
     when every entity has one."""
-    fields = REPLAY_FIELDS + (("newActionMask",) if all(
-        "newActionMask" in t for t in replay.values()) else ())
+    fields = REPLAY_FIELDS + (
+        ("newActionMask",) if all("newActionMask" in t for t in replay.values()) else ()
+    )
     return {f: {entity: t[f] for entity, t in replay.items()} for f in fields}
 
 
@@ -303,9 +339,15 @@ def prepare_local_inference() -> None:
 class LocalStepper:
     """Local inference (module doc)."""
 
-    def __init__(self, client: AgentClient, settings: LocalInference = LocalInference(), *,
-                 mode: str = "collect", learn: bool = True,
-                 epsilon: Optional[float] = None) -> None:
+    def __init__(
+        self,
+        client: AgentClient,
+        settings: LocalInference = LocalInference(),
+        *,
+        mode: str = "collect",
+        learn: bool = True,
+        epsilon: Optional[float] = None,
+    ) -> None:
         # (imported here: torch loads only in processes that run a copy, not in every
         # orchestrator and SDK caller)
         from mistk_rl.rl.actor import Actor, load_weights, policy_class
@@ -314,23 +356,31 @@ class LocalStepper:
         self._load_weights = load_weights
         self.client, self.settings, self.mode, self.learn = client, settings, mode, learn
         copy = client.get_policy(weights=True)
-        obs_space = space_from_dict(copy.observation_space.model_dump(by_alias=True,
-                                                                      exclude_none=True))
-        act_space = space_from_dict(copy.action_space.model_dump(by_alias=True,
-                                                                 exclude_none=True))
+        obs_space = space_from_dict(
+            copy.observation_space.model_dump(by_alias=True, exclude_none=True)
+        )
+        act_space = space_from_dict(copy.action_space.model_dump(by_alias=True, exclude_none=True))
         # the copy draws its own random numbers: seeded from the agent's seed and where its
         # learning stands, so two copies of one run do not repeat each other's draws
-        seed = None if copy.seed is None else int(
-            np.random.SeedSequence([copy.seed, copy.env_steps]).generate_state(1)[0])
+        seed = (
+            None
+            if copy.seed is None
+            else int(np.random.SeedSequence([copy.seed, copy.env_steps]).generate_state(1)[0])
+        )
         # on the CPU whatever the agent's device: the weights come as CPU arrays, and the
         # env next to the copy hands over one small batch at a time
-        self.policy = policy_class(copy.policy)(copy.config, obs_space, act_space, seed=seed,
-                                                device="cpu", learns=False)
+        self.policy = policy_class(copy.policy)(
+            copy.config, obs_space, act_space, seed=seed, device="cpu", learns=False
+        )
+        assert copy.weights is not None  # (asked for)
         self._load_weights(self.policy, copy.weights)
         self.policy.epsilon_override = epsilon
         (self.policy.eval_mode if mode == "eval" else self.policy.collect_mode).reset()
-        warmup = (RandomPolicy(None, obs_space, act_space, seed=seed)
-                  if copy.warmup_until > copy.env_steps else None)
+        warmup = (
+            RandomPolicy(None, obs_space, act_space, seed=seed)
+            if copy.warmup_until > copy.env_steps
+            else None
+        )
         self.actor = Actor(self.policy, warmup)
         self.warmup_until, self.version = copy.warmup_until, copy.version
         self.env_steps = copy.env_steps  # the agent's, plus the steps not yet sent
@@ -342,8 +392,9 @@ class LocalStepper:
     def in_flight(self) -> set[int]:
         return set(self.sent)
 
-    def step(self, ready: Mapping[int, Any], outcomes: Mapping[int, StepOutcome],
-             masks: Masks = None) -> dict[int, Any]:
+    def step(
+        self, ready: Mapping[int, Any], outcomes: Mapping[int, StepOutcome], masks: Masks = None
+    ) -> dict[int, Any]:
         for i, outcome in outcomes.items():
             batch, row = self.sent.pop(i)
             if self.learn:
@@ -353,11 +404,15 @@ class LocalStepper:
         if not ready:
             return {}
         envs = list(ready)
-        mask = (None if not masks else _mask_column([masks.get(i) for i in envs], masks))
+        mask = None if not masks else _mask_column([masks.get(i) for i in envs], masks)
         obs = _stack([ready[i] for i in envs])
         actions, extras = self.actor.act(
-            obs, mask, mode=self.mode, env_steps=self.env_steps + len(self.rows),
-            warming_up=self.env_steps + len(self.rows) < self.warmup_until)
+            obs,
+            mask,
+            mode=self.mode,
+            env_steps=self.env_steps + len(self.rows),
+            warming_up=self.env_steps + len(self.rows) < self.warmup_until,
+        )
         batch = _Acted(self._batches, obs, actions, extras)
         self._batches += 1
         self.sent.update((i, (batch, row)) for row, i in enumerate(envs))
@@ -374,21 +429,27 @@ class LocalStepper:
         for pos, (_, batch, _, _) in enumerate(rows):
             groups.setdefault(batch.seq, []).append(pos)
         order = [pos for seq in sorted(groups) for pos in groups[seq]]
-        taken = [rows[group[0]][1].take([rows[pos][2] for pos in group])
-                 for group in (groups[seq] for seq in sorted(groups))]
+        taken = [
+            rows[group[0]][1].take([rows[pos][2] for pos in group])
+            for group in (groups[seq] for seq in sorted(groups))
+        ]
         outcomes = [rows[pos][3] for pos in order]
         next_masks = [o.action_mask for o in outcomes]
         answer = self.client.replay_columns(
             np.asarray([rows[pos][0] for pos in order], np.int64),
-            concat_rows([t.obs for t in taken]), np.concatenate([t.actions for t in taken]),
+            concat_rows([t.obs for t in taken]),
+            np.concatenate([t.actions for t in taken]),
             np.asarray([o.reward for o in outcomes], np.float32),
             _stack([o.obs for o in outcomes]),
             np.asarray([o.terminated for o in outcomes]),
             np.asarray([o.truncated for o in outcomes]),
             extras={k: np.concatenate([t.extras[k] for t in taken]) for k in taken[0].extras},
-            next_action_mask=(None if all(m is None for m in next_masks)
-                              else _mask_column(next_masks, None)),
-            weights_version=self.version, sync_every=self.settings.sync_every)
+            next_action_mask=(
+                None if all(m is None for m in next_masks) else _mask_column(next_masks, None)
+            ),
+            weights_version=self.version,
+            sync_every=self.settings.sync_every,
+        )
         self.sends += 1
         self.env_steps = answer.env_steps
         if answer.weights is not None:
@@ -407,8 +468,12 @@ class _Acted:
 
     def take(self, rows: list[int]) -> "_Acted":
         index = np.asarray(rows)
-        return _Acted(self.seq, take_rows(self.obs, index), self.actions[index],
-                      take_rows(self.extras, index))
+        return _Acted(
+            self.seq,
+            take_rows(self.obs, index),
+            self.actions[index],
+            {name: extra[index] for name, extra in self.extras.items()},
+        )
 
 
 __getattr__ = renamed(__name__, {"Outcome": "StepOutcome"}, globals())  # 0.1's name

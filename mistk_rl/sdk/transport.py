@@ -36,6 +36,7 @@ answer, by the same rule: only while requests come within the bound of the answe
 them on its connection, as they do in a step loop with one caller
 (`mistk_rl.service.uvicorn_protocol.AwakeAfterAnswers`).
 """
+
 from __future__ import annotations
 
 import select
@@ -80,7 +81,7 @@ class Headers(Mapping[str, str]):
     def __getitem__(self, name: str) -> str:
         return self._items[name.lower()]
 
-    def get(self, name: str, default=None):  # type: ignore[override]
+    def get(self, name: str, default=None):
         return self._items.get(name.lower(), default)
 
     def __contains__(self, name: object) -> bool:
@@ -107,8 +108,9 @@ class Response:
 class _Connection:
     """One socket to the service, with what was read past the last answer."""
 
-    def __init__(self, host: str, port: int, timeout: float,
-                 tls: Optional[ssl.SSLContext], spin: float = 0.0) -> None:
+    def __init__(
+        self, host: str, port: int, timeout: float, tls: Optional[ssl.SSLContext], spin: float = 0.0
+    ) -> None:
         sock = socket.create_connection((host, port), timeout=timeout)
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self.sock = tls.wrap_socket(sock, server_hostname=host) if tls is not None else sock
@@ -148,8 +150,9 @@ class _Connection:
         """The next answer on this connection, and whether to keep the socket."""
         started = time.perf_counter()
         # poll for it only if the last answer came within the spin (module doc)
-        self._poll_until = (started + self.spin if self._poller is not None
-                            and self.last_wait <= self.spin else 0.0)
+        self._poll_until = (
+            started + self.spin if self._poller is not None and self.last_wait <= self.spin else 0.0
+        )
         while True:  # (1xx answers come before the answer; 101 ends HTTP on the connection)
             status, reason, version, headers = self._read_head()
             if not 100 <= status < 200 or status == 101:
@@ -160,8 +163,7 @@ class _Connection:
         closes = "close" in connection or (version == "HTTP/1.0" and "keep-alive" not in connection)
         if head_only or status in (101, 204, 304):
             body = b""
-        elif "transfer-encoding" in headers and "chunked" in _tokens(headers,
-                                                                     "transfer-encoding"):
+        elif "transfer-encoding" in headers and "chunked" in _tokens(headers, "transfer-encoding"):
             body = self._read_chunked()
         elif "content-length" in headers:
             try:
@@ -177,8 +179,9 @@ class _Connection:
         """The next answer frame of a step stream (`mistk_rl.wire.frames`): its status, content
         type (an index into `frames.CONTENT_TYPES`) and payload; awaited as an answer is."""
         started = time.perf_counter()
-        self._poll_until = (started + self.spin if self._poller is not None
-                            and self.last_wait <= self.spin else 0.0)
+        self._poll_until = (
+            started + self.spin if self._poller is not None and self.last_wait <= self.spin else 0.0
+        )
         buffer, size = self.buffer, frames.ANSWER_HEAD.size
         while len(buffer) < size:
             if not self._fill():
@@ -187,13 +190,14 @@ class _Connection:
         self._poll_until = 0.0
         status, kind, length = frames.ANSWER_HEAD.unpack_from(buffer)
         if kind >= len(frames.CONTENT_TYPES) or not 100 <= status < 600:
-            raise ProtocolError(f"not a step stream's answer frame: status {status}, "
-                                f"content type {kind}")
+            raise ProtocolError(
+                f"not a step stream's answer frame: status {status}, content type {kind}"
+            )
         while len(buffer) < size + length:
             if not self._fill():
                 raise ProtocolError("the step stream closed in the middle of an answer frame")
-        payload = bytes(buffer[size:size + length])
-        del buffer[:size + length]
+        payload = bytes(buffer[size : size + length])
+        del buffer[: size + length]
         return status, kind, payload
 
     # -- reading --
@@ -230,7 +234,7 @@ class _Connection:
                     raise ProtocolError("the connection closed in the middle of an answer")
                 raise RemoteDisconnected("the server closed the connection without answering")
         lines = self.buffer[:end].decode("latin-1").split("\r\n")
-        del self.buffer[:end + 4]
+        del self.buffer[: end + 4]
         version, _, rest = lines[0].partition(" ")
         code, _, reason = rest.partition(" ")
         if not version.startswith("HTTP/1.") or not code.isdigit() or len(code) != 3:
@@ -247,8 +251,10 @@ class _Connection:
     def _read_exactly(self, length: int) -> bytes:
         while len(self.buffer) < length:
             if not self._fill():
-                raise ProtocolError(f"the connection closed {length - len(self.buffer)} "
-                                    "bytes short of the answer's body")
+                raise ProtocolError(
+                    f"the connection closed {length - len(self.buffer)} "
+                    "bytes short of the answer's body"
+                )
         body = bytes(self.buffer[:length])
         del self.buffer[:length]
         return body
@@ -258,11 +264,11 @@ class _Connection:
             if len(self.buffer) > MAX_HEAD_BYTES or not self._fill():
                 raise ProtocolError("bad chunked encoding")
         line = bytes(self.buffer[:end])
-        del self.buffer[:end + 2]
+        del self.buffer[: end + 2]
         return line
 
     def _read_chunked(self) -> bytes:
-        parts = []
+        parts: list[bytes] = []
         while True:
             size_field = self._read_line().split(b";")[0].strip()
             try:
@@ -299,8 +305,14 @@ def _safe(text: str, what: str) -> str:
 class Transport:
     """Requests to one service; thread-safe (each request takes its own connection)."""
 
-    def __init__(self, base_url: str, *, headers: Optional[Mapping[str, str]] = None,
-                 max_idle: int = 4, spin: Optional[float] = None) -> None:
+    def __init__(
+        self,
+        base_url: str,
+        *,
+        headers: Optional[Mapping[str, str]] = None,
+        max_idle: int = 4,
+        spin: Optional[float] = None,
+    ) -> None:
         """`spin`: seconds each answer is waited for awake before the connection blocks
         (module doc); None: `default_spin()`."""
         spin = default_spin() if spin is None else spin
@@ -316,11 +328,15 @@ class Transport:
         self.prefix = parts.path.rstrip("/")
         host = f"[{self.host}]" if ":" in self.host else self.host
         default_port = self.port == (443 if self._tls else 80)
-        fixed = {"Host": host if default_port else f"{host}:{self.port}",
-                 "Accept-Encoding": "identity", **(headers or {})}
+        fixed = {
+            "Host": host if default_port else f"{host}:{self.port}",
+            "Accept-Encoding": "identity",
+            **(headers or {}),
+        }
         # the header lines every request carries, encoded once
-        self._fixed_head = "".join(f"{_safe(k, 'a header name')}: {_safe(v, 'a header')}\r\n"
-                                   for k, v in fixed.items()).encode("latin-1")
+        self._fixed_head = "".join(
+            f"{_safe(k, 'a header name')}: {_safe(v, 'a header')}\r\n" for k, v in fixed.items()
+        ).encode("latin-1")
         self._idle: list[_Connection] = []
         self._lock = threading.Lock()
         self._max_idle = max_idle
@@ -329,25 +345,39 @@ class Transport:
         self.bytes_sent = 0
         self.bytes_received = 0
 
-    def request(self, method: str, path: str, *, body: Optional[bytes] = None,
-                content_type: str = "application/json",
-                params: Optional[Mapping[str, object]] = None, timeout: float = 30.0,
-                accept: str = "application/json") -> Response:
+    def request(
+        self,
+        method: str,
+        path: str,
+        *,
+        body: Optional[bytes] = None,
+        content_type: str = "application/json",
+        params: Optional[Mapping[str, object]] = None,
+        timeout: float = 30.0,
+        accept: str = "application/json",
+    ) -> Response:
         request = self.encode(method, path, body, content_type, params, accept)
         head_only = method == "HEAD"
         conn, reused = self._take(timeout)
         try:
             return self._exchange(conn, request, head_only, timeout)
         except TransportError as exc:
-            if not (reused and method == "GET"
-                    and isinstance(exc.__cause__, _CLOSED_BEFORE_ANSWER)):
+            if not (
+                reused and method == "GET" and isinstance(exc.__cause__, _CLOSED_BEFORE_ANSWER)
+            ):
                 raise
         return self._exchange(self._connect(timeout), request, head_only, timeout)
 
-    def encode(self, method: str, path: str, body: Optional[bytes] = None,
-               content_type: str = "application/json",
-               params: Optional[Mapping[str, object]] = None,
-               accept: str = "application/json", extra: str = "") -> bytes:
+    def encode(
+        self,
+        method: str,
+        path: str,
+        body: Optional[bytes] = None,
+        content_type: str = "application/json",
+        params: Optional[Mapping[str, object]] = None,
+        accept: str = "application/json",
+        extra: str = "",
+    ) -> bytes:
         """One request as the bytes that go on the wire (head and body); `extra`: header
         lines of its own (an upgrade's)."""
         url = _safe(self.prefix + path + (f"?{urlencode(params)}" if params else ""), "the URL")
@@ -362,13 +392,20 @@ class Transport:
         """A connection of its own on which requests go out before earlier answers are read."""
         return PipelinedConnection(self)
 
-    def open_stream(self, path: str, *, content_type: str, accept: str,
-                    timeout: float = 30.0) -> tuple[Optional["Stream"], Response]:
+    def open_stream(
+        self, path: str, *, content_type: str, accept: str, timeout: float = 30.0
+    ) -> tuple[Optional["Stream"], Response]:
         """A connection of its own upgraded to a step stream by GET `path` (`Stream`): the
         stream and the ``101`` answer, or None and the answer that refused it."""
-        request = self.encode("GET", path, accept=_safe(accept, "a header"), extra=(
-            f"Content-Type: {_safe(content_type, 'a header')}\r\n"
-            f"Connection: Upgrade\r\nUpgrade: {frames.PROTOCOL}\r\n"))
+        request = self.encode(
+            "GET",
+            path,
+            accept=_safe(accept, "a header"),
+            extra=(
+                f"Content-Type: {_safe(content_type, 'a header')}\r\n"
+                f"Connection: Upgrade\r\nUpgrade: {frames.PROTOCOL}\r\n"
+            ),
+        )
         conn = self._connect(timeout)
         response, _ = self._exchange_on(conn, request, False, timeout)
         if response.status != 101:
@@ -376,8 +413,9 @@ class Transport:
             return None, response
         return Stream(self, conn), response
 
-    def _exchange(self, conn: _Connection, request: bytes, head_only: bool,
-                  timeout: float) -> Response:
+    def _exchange(
+        self, conn: _Connection, request: bytes, head_only: bool, timeout: float
+    ) -> Response:
         response, keep = self._exchange_on(conn, request, head_only, timeout)
         if keep:
             self._give_back(conn)
@@ -385,8 +423,9 @@ class Transport:
             conn.close()
         return response
 
-    def _exchange_on(self, conn: _Connection, request: bytes, head_only: bool,
-                     timeout: float) -> tuple[Response, bool]:
+    def _exchange_on(
+        self, conn: _Connection, request: bytes, head_only: bool, timeout: float
+    ) -> tuple[Response, bool]:
         """One request on `conn` (closed on an error): the answer, and whether to keep it."""
         received = conn.received
         self.bytes_sent += len(request)
@@ -437,8 +476,8 @@ class Transport:
 
 
 class _InFlight:
-    """What `PipelinedConnection` and `Stream` share: a connection of their own on which writes go out
-    before earlier answers are read, in order. No write is ever sent again: after an error
+    """What `PipelinedConnection` and `Stream` share: a connection of their own on which writes
+    go out before earlier answers are read, in order. No write is ever sent again: after an error
     the connection is closed and what is still unanswered is lost (the error says how
     many). Not thread-safe: it belongs to one caller's loop."""
 
@@ -512,10 +551,17 @@ class PipelinedConnection(_InFlight):
 
     ITEM, LOST = "request", "pipelined request"
 
-    def send(self, method: str, path: str, *, body: Optional[bytes] = None,
-             content_type: str = "application/json",
-             params: Optional[Mapping[str, object]] = None, timeout: float = 30.0,
-             accept: str = "application/json") -> None:
+    def send(
+        self,
+        method: str,
+        path: str,
+        *,
+        body: Optional[bytes] = None,
+        content_type: str = "application/json",
+        params: Optional[Mapping[str, object]] = None,
+        timeout: float = 30.0,
+        accept: str = "application/json",
+    ) -> None:
         request = self.transport.encode(method, path, body, content_type, params, accept)
         if self._conn is None:
             self._conn = self.transport._take(timeout)[0]
@@ -562,8 +608,7 @@ class Stream(_InFlight):
     def receive(self) -> Response:
         """The answer to the oldest frame not answered yet, as a `Response`."""
         status, kind, payload = self._read(lambda conn, _: conn.read_frame())
-        return Response(status, "", Headers({"content-type": frames.CONTENT_TYPES[kind]}),
-                        payload)
+        return Response(status, "", Headers({"content-type": frames.CONTENT_TYPES[kind]}), payload)
 
     def close(self) -> None:
         """End the stream (the service forgets it); frames in flight are not answered."""

@@ -1,4 +1,5 @@
 """HTTP layer: connexion app, handlers, gunicorn server."""
+
 import warnings
 
 # connexion 3 imports starlette's test client when it loads, and starlette warns there that

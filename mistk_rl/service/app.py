@@ -7,6 +7,7 @@ problem+json, thread pools: one place for every rule); connexion serves what is 
 Swagger UI at ``<base path>/ui/``, the spec as ``openapi.json``, and 404/405 problems for
 anything else.
 """
+
 from __future__ import annotations
 
 import copy
@@ -20,7 +21,7 @@ from connexion.options import SwaggerUIOptions
 from connexion.resolver import Resolver
 
 # (imported for their registries, which the specs' enums name)
-import mistk_rl.games.opponents  # noqa: F401
+import mistk_rl.games.opponents
 import mistk_rl.league.player  # noqa: F401
 from mistk_rl.limits import Limits
 from mistk_rl.registry import Registry
@@ -53,8 +54,12 @@ def fill_registry_enums(node: Any) -> Any:
     return node
 
 
-def create_app(service: Union[AgentService, OrchestratorService], *,
-               token: Optional[str] = None, limits: Limits = Limits()) -> ServicePipeline:
+def create_app(
+    service: Union[AgentService, OrchestratorService],
+    *,
+    token: Optional[str] = None,
+    limits: Limits = Limits(),
+) -> ServicePipeline:
     """The ASGI app of one service: `ServicePipeline` first, connexion behind it.
 
     The pipeline is the outermost layer, not a middleware inside connexion's stack: the spec's
@@ -68,8 +73,12 @@ def create_app(service: Union[AgentService, OrchestratorService], *,
     docs = FlaskApp(__name__)
     # connexion keeps the routes only to serve the docs (its own security and validation are
     # never reached: the pipeline answers every operation before connexion sees it)
-    docs.add_api(spec, base_path=base_path,
-                 resolver=Resolver(lambda operation_id: getattr(service, operation_id)),
-                 swagger_ui_options=SwaggerUIOptions(swagger_ui=True, swagger_ui_path="/ui"))
-    return ServicePipeline(docs, service=service, spec=spec, base_path=base_path, token=token,
-                    limits=limits)
+    docs.add_api(
+        spec,
+        base_path=base_path,
+        resolver=Resolver(lambda operation_id: getattr(service, operation_id)),
+        swagger_ui_options=SwaggerUIOptions(swagger_ui=True, swagger_ui_path="/ui"),
+    )
+    return ServicePipeline(
+        docs, service=service, spec=spec, base_path=base_path, token=token, limits=limits
+    )

@@ -1,6 +1,7 @@
 """`mistk-rl serve` (and `python -m mistk_rl serve`): one agent or orchestrator class as a
 service. The framework's own command line, so that starting a service needs nothing above
 the framework (`mistk_rl.deploy.launch` runs `python -m mistk_rl serve ...`)."""
+
 from __future__ import annotations
 
 import argparse
@@ -20,36 +21,71 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
     """The options of `serve`, on `parser` (a sub-command's parser, or this module's own)."""
     parser.add_argument("role", choices=["agent", "orchestrator"])
     parser.add_argument("target", help="MODULE:CLASS, e.g. agents.random_agent:RandomAgent")
-    parser.add_argument("--host", default="127.0.0.1",
-                        help="address to bind (default loopback; 0.0.0.0 exposes the service)")
-    parser.add_argument("--port", type=int, default=None,
-                        help="port (default 8081 agent, 8080 orchestrator; 0: a free one, "
-                             "printed at start)")
-    parser.add_argument("--data-dir", default="data",
-                        help="directory that model and episode paths resolve inside")
-    parser.add_argument("--token", default=None,
-                        help="bearer token required on every call but apiVersion "
-                             "(default: $MISTK_RL_TOKEN, else none)")
-    parser.add_argument("--allow-agent-host", action="append", default=[],
-                        help="orchestrator: a non-loopback host agents may be registered at "
-                             "(repeatable; also $MISTK_RL_AGENT_HOSTS, comma-separated)")
-    parser.add_argument("--env-module", action="append", default=[],
-                        help="orchestrator: a module to import at start whose envs may be "
-                             "used (as their registered ids, or MODULE:ID); repeatable. "
-                             "Without it only envs registered with gymnasium are accepted")
-    parser.add_argument("--agent-timeout", type=float, default=20.0,
-                        help="orchestrator: seconds to wait for one agent call before the "
-                             "episode fails naming the agent and the call")
-    parser.add_argument("--limit", action="append", default=[], metavar="NAME=VALUE",
-                        help="raise or lower a limit (repeatable): " + ", ".join(
-                            f"{f.name} (default {f.default:,})"
-                            for f in dataclasses.fields(Limits)))
-    parser.add_argument("--max-body-bytes", type=int, default=None,
-                        help="larger request bodies get 413 (= --limit max_body_bytes=N)")
-    parser.add_argument("--share", action="append", default=[], metavar="NAME=DIR",
-                        help="paths starting NAME/ resolve inside DIR instead of the data dir "
-                             "(repeatable): a directory several services share, such as a "
-                             "league's snapshots")
+    parser.add_argument(
+        "--host",
+        default="127.0.0.1",
+        help="address to bind (default loopback; 0.0.0.0 exposes the service)",
+    )
+    parser.add_argument(
+        "--port",
+        type=int,
+        default=None,
+        help="port (default 8081 agent, 8080 orchestrator; 0: a free one, printed at start)",
+    )
+    parser.add_argument(
+        "--data-dir", default="data", help="directory that model and episode paths resolve inside"
+    )
+    parser.add_argument(
+        "--token",
+        default=None,
+        help="bearer token required on every call but apiVersion "
+        "(default: $MISTK_RL_TOKEN, else none)",
+    )
+    parser.add_argument(
+        "--allow-agent-host",
+        action="append",
+        default=[],
+        help="orchestrator: a non-loopback host agents may be registered at "
+        "(repeatable; also $MISTK_RL_AGENT_HOSTS, comma-separated)",
+    )
+    parser.add_argument(
+        "--env-module",
+        action="append",
+        default=[],
+        help="orchestrator: a module to import at start whose envs may be "
+        "used (as their registered ids, or MODULE:ID); repeatable. "
+        "Without it only envs registered with gymnasium are accepted",
+    )
+    parser.add_argument(
+        "--agent-timeout",
+        type=float,
+        default=20.0,
+        help="orchestrator: seconds to wait for one agent call before the "
+        "episode fails naming the agent and the call",
+    )
+    parser.add_argument(
+        "--limit",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="raise or lower a limit (repeatable): "
+        + ", ".join(f"{f.name} (default {f.default:,})" for f in dataclasses.fields(Limits)),
+    )
+    parser.add_argument(
+        "--max-body-bytes",
+        type=int,
+        default=None,
+        help="larger request bodies get 413 (= --limit max_body_bytes=N)",
+    )
+    parser.add_argument(
+        "--share",
+        action="append",
+        default=[],
+        metavar="NAME=DIR",
+        help="paths starting NAME/ resolve inside DIR instead of the data dir "
+        "(repeatable): a directory several services share, such as a "
+        "league's snapshots",
+    )
     parser.add_argument("--log-level", default="info")
     parser.add_argument("--fd", type=int, default=None, help=argparse.SUPPRESS)
     parser.set_defaults(func=serve_command)
@@ -71,17 +107,31 @@ def serve_command(args: argparse.Namespace) -> int:
         if fd is None:  # bound here, so a taken port is one clear line, not retries
             listener = _listen(args.host, port)
             fd, port = listener.fileno(), listener.getsockname()[1]
-            print(f"mistk-rl serve: {args.role} {args.target} on "
-                  f"http://{_url_host(args.host)}:{port}/v1/mistk/{args.role}", flush=True)
+            print(
+                f"mistk-rl serve: {args.role} {args.target} on "
+                f"http://{_url_host(args.host)}:{port}/v1/mistk/{args.role}",
+                flush=True,
+            )
     except ValueError as exc:
         print(f"mistk-rl serve: {exc}", file=sys.stderr)
         return 2
-    serve(ServeOptions(
-        role=args.role, target=args.target, host=args.host, port=port,
-        data_dir=Path(args.data_dir), token=args.token or os.environ.get("MISTK_RL_TOKEN"),
-        fd=fd, allow_agent_hosts=hosts + list(args.allow_agent_host),
-        env_modules=list(args.env_module), agent_timeout=args.agent_timeout,
-        limits=parsed, shares=shares, log_level=args.log_level))
+    serve(
+        ServeOptions(
+            role=args.role,
+            target=args.target,
+            host=args.host,
+            port=port,
+            data_dir=Path(args.data_dir),
+            token=args.token or os.environ.get("MISTK_RL_TOKEN"),
+            fd=fd,
+            allow_agent_hosts=hosts + list(args.allow_agent_host),
+            env_modules=list(args.env_module),
+            agent_timeout=args.agent_timeout,
+            limits=parsed,
+            shares=shares,
+            log_level=args.log_level,
+        )
+    )
     return 0
 
 
@@ -95,10 +145,13 @@ def _listen(host: str, port: int) -> socket.socket:
         listener.listen(256)
     except OSError as exc:
         if exc.errno == errno.EADDRINUSE:
-            raise ValueError(f"port {port} on {host} is in use (another service?): choose "
-                             "another with --port, or --port 0 for a free one") from exc
-        raise ValueError(f"cannot listen on {host}:{port}: {exc.strerror or exc} "
-                         "(--host, --port)") from exc
+            raise ValueError(
+                f"port {port} on {host} is in use (another service?): choose "
+                "another with --port, or --port 0 for a free one"
+            ) from exc
+        raise ValueError(
+            f"cannot listen on {host}:{port}: {exc.strerror or exc} (--host, --port)"
+        ) from exc
     os.set_inheritable(listener.fileno(), True)
     return listener
 

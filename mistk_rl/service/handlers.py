@@ -5,6 +5,7 @@ inside the data dir), checks what the spec cannot (so bad input is refused befor
 change), and hands the hook to the `Lifecycle`, which fires the triggers. They are plain
 methods, so tests can drive a service in-process without HTTP.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -12,9 +13,9 @@ import ipaddress
 import logging
 import math
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from collections.abc import Mapping
 from typing import Any, Iterable, Optional
 from urllib.parse import SplitResult, urlsplit
 
@@ -23,22 +24,27 @@ from gymnasium import spaces
 from pydantic import BaseModel
 
 from mistk_rl import API_VERSION
-from mistk_rl.wire import codec, frames
-from mistk_rl.framework.agent import AbstractAgent, Acting, EpisodeInfo, ReplayBatch, Transitions
-from mistk_rl.sdk.client import AgentClient, Conflict, ServiceError, ServiceUnavailable
-from mistk_rl.wire.codec import StackedMap
 from mistk_rl.errors import IllegalState, InvalidRequest, ResourceNotFound, UpgradeRequired
 from mistk_rl.files import atomic_write_bytes
-from mistk_rl.wire.jsonable import to_jsonable
+from mistk_rl.framework.agent import AbstractAgent, Acting, EpisodeInfo, ReplayBatch, Transitions
+from mistk_rl.framework.orchestrator import AbstractOrchestrator, RegisteredAgent
 from mistk_rl.lifecycle import AGENT, ORCHESTRATOR, Lifecycle
 from mistk_rl.limits import Limits
-from mistk_rl.framework.orchestrator import AbstractOrchestrator, RegisteredAgent
 from mistk_rl.registry import suggest
-from mistk_rl.wire.columns import Columns, take_rows
-from mistk_rl.service.steps import StepStore, entity_acting, entity_transitions
-from mistk_rl.spaces import (ValueCheck, mask_check, observation_dtypes, space_from_request,
-                             value_check)
+from mistk_rl.sdk.client import AgentClient, Conflict, ServiceError, ServiceUnavailable
 from mistk_rl.sdk.stepping import prepare_local_inference
+from mistk_rl.service.steps import StepStore, entity_acting, entity_transitions
+from mistk_rl.spaces import (
+    ValueCheck,
+    mask_check,
+    observation_dtypes,
+    space_from_request,
+    value_check,
+)
+from mistk_rl.wire import codec, frames
+from mistk_rl.wire.codec import StackedMap
+from mistk_rl.wire.columns import Columns, take_rows
+from mistk_rl.wire.jsonable import to_jsonable
 
 log = logging.getLogger(__name__)
 Response = tuple[dict[str, Any], int, dict[str, str]]
@@ -52,8 +58,14 @@ class _Service:
 
     role = ""
 
-    def __init__(self, impl: Any, lifecycle: Lifecycle, data_dir: Path,
-                 limits: Limits, shares: Optional[dict[str, Path]] = None) -> None:
+    def __init__(
+        self,
+        impl: Any,
+        lifecycle: Lifecycle,
+        data_dir: Path,
+        limits: Limits,
+        shares: Optional[dict[str, Path]] = None,
+    ) -> None:
         self.impl = impl
         self.shares = dict(shares or {})
         self.lifecycle = lifecycle
@@ -65,20 +77,23 @@ class _Service:
         impl.limits = limits
         impl._lifecycle = lifecycle
 
-    async def status(self, resource_version: Optional[int] = None,
-                     timeout: float = 30.0) -> Response:
+    async def status(
+        self, resource_version: Optional[int] = None, timeout: float = 30.0
+    ) -> Response:
         """A coroutine: a long-poll waits on the event loop, holding no thread."""
         if resource_version is None:
             return self.lifecycle.status(), 200, JSON
-        status = await self.lifecycle.wait_async(resource_version,
-                                                 min(timeout, MAX_LONG_POLL_S))
+        status = await self.lifecycle.wait_async(resource_version, min(timeout, MAX_LONG_POLL_S))
         return status, 200, JSON
 
     capabilities: tuple[str, ...] = ()
 
     def apiVersion(self) -> Response:  # noqa: N802 - named by the spec's operationId
-        return {"version": API_VERSION, "role": self.role,
-                "capabilities": list(self.capabilities)}, 200, JSON
+        return (
+            {"version": API_VERSION, "role": self.role, "capabilities": list(self.capabilities)},
+            200,
+            JSON,
+        )
 
     def terminate(self) -> Response:
         self.lifecycle.run("terminate", self.impl.do_terminate)
@@ -101,8 +116,11 @@ class _Service:
             atomic_write_bytes(resolved, body)
         except OSError as exc:
             raise InvalidRequest(f"{path!r} cannot be written: {exc.strerror}") from None
-        return {"path": path, "bytes": len(body),
-                "sha256": hashlib.sha256(body).hexdigest()}, 200, JSON
+        return (
+            {"path": path, "bytes": len(body), "sha256": hashlib.sha256(body).hexdigest()},
+            200,
+            JSON,
+        )
 
     def _path(self, path: str) -> Path:
         return self.impl.resolve_path(path)
@@ -111,8 +129,12 @@ class _Service:
         return self.lifecycle.status(), 200, JSON
 
 
-def _arrays(values: dict[str, Any], check: ValueCheck, field: str,
-            dtypes: Optional[dict[str, np.dtype]] = None) -> dict[str, Any]:
+def _arrays(
+    values: dict[str, Any],
+    check: ValueCheck,
+    field: str,
+    dtypes: Optional[dict[str, np.dtype]] = None,
+) -> dict[str, Any]:
     """entity -> array, each checked against its space (`check`); for dict observations
     entity -> {key: array}, cast to `dtypes` (per key) once checked. The binary encoding's
     rows are views into the request body: they are copied (once per field) so an agent that
@@ -120,10 +142,14 @@ def _arrays(values: dict[str, Any], check: ValueCheck, field: str,
     if isinstance(values, StackedMap):
         check(values, field)
         if isinstance(values.array, dict):
-            columns = {key: array.astype(dtypes[key]) if dtypes else array.copy()
-                       for key, array in values.array.items()}
-            return {entity: {key: column[i] for key, column in columns.items()}
-                    for i, entity in enumerate(values)}
+            columns = {
+                key: array.astype(dtypes[key]) if dtypes else array.copy()
+                for key, array in values.array.items()
+            }
+            return {
+                entity: {key: column[i] for key, column in columns.items()}
+                for i, entity in enumerate(values)
+            }
         return dict(zip(values, values.array.copy()))
     if len(values) > 4:  # many entities: one array for all (one numpy call, one check)
         try:
@@ -136,26 +162,36 @@ def _arrays(values: dict[str, Any], check: ValueCheck, field: str,
             check(stacked, field)
             return stacked
     try:
-        arrays = {key: {k: np.asarray(v) for k, v in value.items()} if isinstance(value, dict)
-                  else np.asarray(value) for key, value in values.items()}
+        arrays = {
+            key: {k: np.asarray(v) for k, v in value.items()}
+            if isinstance(value, dict)
+            else np.asarray(value)
+            for key, value in values.items()
+        }
     except ValueError as exc:  # ragged nested lists
-        raise InvalidRequest(f"{field}: every value must be a rectangular array of numbers "
-                             f"({exc})", field=field) from exc
+        raise InvalidRequest(
+            f"{field}: every value must be a rectangular array of numbers ({exc})", field=field
+        ) from exc
     check(arrays, field)
     if dtypes:  # (checked: integral and in range where the dtype is an integer one)
-        arrays = {entity: {key: value.astype(dtypes[key], copy=False)
-                           for key, value in obs.items()} for entity, obs in arrays.items()}
+        arrays = {
+            entity: {key: value.astype(dtypes[key], copy=False) for key, value in obs.items()}
+            for entity, obs in arrays.items()
+        }
     return arrays
 
 
 def _finite(values: dict[str, Any], field: str) -> dict[str, float]:
     """Rewards: one finite number per entity."""
-    out = {key: float(value) if type(value) in (float, int) else _one_number(value)
-           for key, value in values.items()}
+    out = {
+        key: float(value) if type(value) in (float, int) else _one_number(value)
+        for key, value in values.items()
+    }
     bad = next((k for k, v in out.items() if v is None or not math.isfinite(v)), None)
     if bad is not None:
-        raise InvalidRequest(f"{field}[{bad!r}]: one finite number per entity", field=field,
-                             entity=bad)
+        raise InvalidRequest(
+            f"{field}[{bad!r}]: one finite number per entity", field=field, entity=bad
+        )
     return out
 
 
@@ -177,12 +213,17 @@ class _SpaceChecks:
 
     @classmethod
     def of(cls, obs_space: Any, act_space: Any) -> "_SpaceChecks":
-        return cls(value_check(obs_space, "the observation space is", float_bounds=False),
-                   value_check(act_space, "the action space is"), mask_check(act_space),
-                   mask_check(act_space, allows_some=False),
-                   observation_dtypes(obs_space),
-                   None if obs_space is None or isinstance(obs_space, spaces.Dict)
-                   else np.dtype(obs_space.dtype), _action_dtype(act_space))
+        return cls(
+            value_check(obs_space, "the observation space is", float_bounds=False),
+            value_check(act_space, "the action space is"),
+            mask_check(act_space),
+            mask_check(act_space, allows_some=False),
+            observation_dtypes(obs_space),
+            None
+            if obs_space is None or isinstance(obs_space, spaces.Dict)
+            else np.dtype(obs_space.dtype),
+            _action_dtype(act_space),
+        )
 
     def observations(self, values: dict[str, Any], field: str) -> dict[str, Any]:
         return _arrays(values, self.obs, field, self.obs_dtypes)
@@ -193,17 +234,19 @@ class _SpaceChecks:
         if self.obs_dtypes is None:
             column = _column(value, field, rows)
             self.obs(_Rows(column, rows), field)
-            return column if self.obs_dtype is None else column.astype(self.obs_dtype,
-                                                                        copy=False)
+            return column if self.obs_dtype is None else column.astype(self.obs_dtype, copy=False)
         if not isinstance(value, dict) or value.keys() != self.obs_dtypes.keys():
             given = sorted(value) if isinstance(value, dict) else "one column"
-            raise InvalidRequest(f"{field}: one column per key of the Dict space "
-                                 f"{sorted(self.obs_dtypes)}, not {given}", field=field)
-        columns = {key: _column(column, f"{field}[{key!r}]", rows)
-                   for key, column in value.items()}
+            raise InvalidRequest(
+                f"{field}: one column per key of the Dict space "
+                f"{sorted(self.obs_dtypes)}, not {given}",
+                field=field,
+            )
+        columns = {key: _column(column, f"{field}[{key!r}]", rows) for key, column in value.items()}
         self.obs(_Rows(columns, rows), field)
-        return {key: column.astype(self.obs_dtypes[key], copy=False)
-                for key, column in columns.items()}
+        return {
+            key: column.astype(self.obs_dtypes[key], copy=False) for key, column in columns.items()
+        }
 
     def mask_columns(self, value: Any, field: str, rows: int, now: bool = True) -> np.ndarray:
         """Action masks [rows, A]; `now`: each row must allow an action (else it is the
@@ -228,17 +271,21 @@ def _replay_batch(body: dict[str, Any], checks: _SpaceChecks, prefix: str = "") 
     entities = set(body["actions"])
     for key in ("prevObs", "rewards", "newObs", "terminated", "newActionMask"):
         if key in body and set(body[key]) != entities:
-            raise InvalidRequest(f"{prefix}{key} names entities {sorted(body[key])}, "
-                                 f"{prefix}actions names {sorted(entities)}")
-    return ReplayBatch(prev_obs=checks.observations(body["prevObs"], prefix + "prevObs"),
-                       actions=_arrays(body["actions"], checks.action, prefix + "actions"),
-                       rewards=_finite(body["rewards"], prefix + "rewards"),
-                       new_obs=checks.observations(body["newObs"], prefix + "newObs"),
-                       terminated=dict(body["terminated"]),
-                       truncated={k: body.get("truncated", {}).get(k, False) for k in entities},
-                       new_action_mask=_arrays(body["newActionMask"], checks.next_mask,
-                                               prefix + "newActionMask")
-                       if body.get("newActionMask") else None)
+            raise InvalidRequest(
+                f"{prefix}{key} names entities {sorted(body[key])}, "
+                f"{prefix}actions names {sorted(entities)}"
+            )
+    return ReplayBatch(
+        prev_obs=checks.observations(body["prevObs"], prefix + "prevObs"),
+        actions=_arrays(body["actions"], checks.action, prefix + "actions"),
+        rewards=_finite(body["rewards"], prefix + "rewards"),
+        new_obs=checks.observations(body["newObs"], prefix + "newObs"),
+        terminated=dict(body["terminated"]),
+        truncated={k: body.get("truncated", {}).get(k, False) for k in entities},
+        new_action_mask=_arrays(body["newActionMask"], checks.next_mask, prefix + "newActionMask")
+        if body.get("newActionMask")
+        else None,
+    )
 
 
 class _Rows(Mapping):
@@ -262,21 +309,27 @@ class _Rows(Mapping):
         return self.array[row]
 
 
-def _column(value: Any, field: str, rows: int, kinds: str = "biuf",
-            dtype: Any = None) -> np.ndarray:
+def _column(
+    value: Any, field: str, rows: int, kinds: str = "biuf", dtype: Any = None
+) -> np.ndarray:
     """One column: an array (binary body) or nested lists (JSON) of `rows` rows of numbers
     of `kinds`; cast to `dtype` when given (after the checks)."""
     try:
         array = value if isinstance(value, np.ndarray) else np.asarray(value)
     except ValueError as exc:  # ragged nested lists
-        raise InvalidRequest(f"{field}: not a rectangular array of numbers ({exc})",
-                             field=field) from exc
+        raise InvalidRequest(
+            f"{field}: not a rectangular array of numbers ({exc})", field=field
+        ) from exc
     if array.ndim == 0 or len(array) != rows:
-        raise InvalidRequest(f"{field}: {0 if array.ndim == 0 else len(array)} rows, "
-                             f"where envs has {rows}", field=field)
+        raise InvalidRequest(
+            f"{field}: {0 if array.ndim == 0 else len(array)} rows, where envs has {rows}",
+            field=field,
+        )
     if array.dtype.kind not in kinds:
-        raise InvalidRequest(f"{field}: values of dtype {array.dtype}, not "
-                             f"{_KINDS.get(kinds, 'numbers')}", field=field)
+        raise InvalidRequest(
+            f"{field}: values of dtype {array.dtype}, not {_KINDS.get(kinds, 'numbers')}",
+            field=field,
+        )
     return array if dtype is None else array.astype(dtype, copy=False)
 
 
@@ -313,8 +366,9 @@ def _replace_rows(columns: Columns, rows: np.ndarray, values: Columns) -> Column
     return out
 
 
-def _extras(given: Any, declared: Mapping[str, tuple], optional: Iterable[str],
-            rows: int) -> dict[str, np.ndarray]:
+def _extras(
+    given: Any, declared: Mapping[str, tuple], optional: Iterable[str], rows: int
+) -> dict[str, np.ndarray]:
     """replayColumns' extras: the columns the policy copy declares (name -> row shape),
     finite numbers, all but the optional ones present."""
     if not isinstance(given, dict):
@@ -322,27 +376,38 @@ def _extras(given: Any, declared: Mapping[str, tuple], optional: Iterable[str],
     unknown = sorted(set(given) - set(declared))
     missing = sorted(set(declared) - set(given) - set(optional))
     if unknown or missing:
-        raise InvalidRequest(f"extras: the policy copy declares {sorted(declared) or 'none'}"
-                             + (f"; unknown: {unknown}" if unknown else "")
-                             + (f"; missing: {missing}" if missing else ""), field="extras")
+        raise InvalidRequest(
+            f"extras: the policy copy declares {sorted(declared) or 'none'}"
+            + (f"; unknown: {unknown}" if unknown else "")
+            + (f"; missing: {missing}" if missing else ""),
+            field="extras",
+        )
     columns = {}
     for name, value in given.items():
         column = _column(value, f"extras[{name!r}]", rows)
         if column.shape[1:] != tuple(declared[name]) or not np.isfinite(column).all():
-            raise InvalidRequest(f"extras[{name!r}]: rows of shape {tuple(declared[name])} "
-                                 f"of finite numbers, not {column.shape[1:]}",
-                                 field=f"extras.{name}")
+            raise InvalidRequest(
+                f"extras[{name!r}]: rows of shape {tuple(declared[name])} "
+                f"of finite numbers, not {column.shape[1:]}",
+                field=f"extras.{name}",
+            )
         columns[name] = column
     return columns
 
 
 def _policy_answer(copy: Any) -> dict[str, Any]:
-    answer = {"policy": copy.policy, "config": copy.config, "seed": copy.seed,
-              "observationSpace": copy.observation_space, "actionSpace": copy.action_space,
-              "envSteps": copy.env_steps, "warmupUntil": copy.warmup_until,
-              "version": copy.version,
-              "extras": {name: list(shape) for name, shape in copy.extras.items()},
-              "optionalExtras": list(copy.optional_extras)}
+    answer = {
+        "policy": copy.policy,
+        "config": copy.config,
+        "seed": copy.seed,
+        "observationSpace": copy.observation_space,
+        "actionSpace": copy.action_space,
+        "envSteps": copy.env_steps,
+        "warmupUntil": copy.warmup_until,
+        "version": copy.version,
+        "extras": {name: list(shape) for name, shape in copy.extras.items()},
+        "optionalExtras": list(copy.optional_extras),
+    }
     if copy.weights is not None:
         answer["weights"] = codec.pack_arrays(copy.weights)
     return answer
@@ -367,8 +432,13 @@ class AgentService(_Service):
     # (`mistk_rl.wire.frames`; an agent whose steps do not run inline has none)
     capabilities = ("step", "tensors", "columns", "stream")
 
-    def __init__(self, agent: AbstractAgent, data_dir: Path,
-                 limits: Limits = Limits(), shares: Optional[dict[str, Path]] = None) -> None:
+    def __init__(
+        self,
+        agent: AbstractAgent,
+        data_dir: Path,
+        limits: Limits = Limits(),
+        shares: Optional[dict[str, Path]] = None,
+    ) -> None:
         super().__init__(agent, Lifecycle(AGENT), data_dir, limits, shares)
         self.agent = agent
         self._initialized = False
@@ -389,6 +459,7 @@ class AgentService(_Service):
         def hook() -> None:
             self.agent.do_initialize(props, hparams)
             self._initialized = True
+
         return self.lifecycle.run("initialize", hook), 202, JSON
 
     def buildModel(self, model_path: Optional[str] = None) -> Response:  # noqa: N802
@@ -404,8 +475,9 @@ class AgentService(_Service):
         return accepted, 202, JSON
 
     def agentRegistered(self, body: dict[str, Any]) -> Response:  # noqa: N802
-        obs_space, act_space = (self._space(body, key) for key in ("observationSpace",
-                                                                    "actionSpace"))
+        obs_space, act_space = (
+            self._space(body, key) for key in ("observationSpace", "actionSpace")
+        )
         self.lifecycle.check("agent_registered")  # before the agent's own (costly) check
         self.agent.validate_registration(obs_space, act_space)
         self.agent.validate_registration_properties(body.get("properties") or {})
@@ -416,6 +488,7 @@ class AgentService(_Service):
             self.agent.train = body.get("train", True)
             self.agent.do_agent_registered(body)
             self._checks = _SpaceChecks.of(obs_space, act_space)
+
         self.lifecycle.run("agent_registered", hook)
         return self._done()
 
@@ -424,17 +497,22 @@ class AgentService(_Service):
 
     def episodeStarted(self, body: dict[str, Any]) -> Response:  # noqa: N802
         checks = self._checks
-        info = EpisodeInfo(obs=checks.observations(body["obs"], "obs"),
-                           mode=body.get("mode", "collect"), episode=body.get("episode"),
-                           epsilon=body.get("epsilon"),
-                           action_mask=_arrays(body["actionMask"], checks.mask, "actionMask")
-                           if "actionMask" in body else None)
+        info = EpisodeInfo(
+            obs=checks.observations(body["obs"], "obs"),
+            mode=body.get("mode", "collect"),
+            episode=body.get("episode"),
+            epsilon=body.get("epsilon"),
+            action_mask=_arrays(body["actionMask"], checks.mask, "actionMask")
+            if "actionMask" in body
+            else None,
+        )
         self.agent.validate_episode_start(info)
 
         def hook() -> None:
             self.steps.end_episode()
             self._keeps_steps = info.mode != "eval"
             self.agent.do_episode_started(info)
+
         self.lifecycle.run("episode_started", hook)
         return self._done()
 
@@ -447,12 +525,14 @@ class AgentService(_Service):
 
         def hook() -> None:
             _finish(self._learn_entities(replay))  # (the answer says it has learned)
+
         self.lifecycle.run("replay_action", hook)
         return self._done()
 
     def step(self, body: dict[str, Any]) -> Response:
-        replay = _replay_batch(body["replay"], self._checks, "replay.") if body.get(
-            "replay") else None
+        replay = (
+            _replay_batch(body["replay"], self._checks, "replay.") if body.get("replay") else None
+        )
         acting = self._acting(body)
 
         def hook() -> Any:
@@ -460,6 +540,7 @@ class AgentService(_Service):
             actions = self._act(acting)
             self._learn_after_answer(rest)
             return actions
+
         return {"actions": self.lifecycle.run("step", hook)}, 200, JSON
 
     def _learn_after_answer(self, rest: Any) -> None:
@@ -480,29 +561,44 @@ class AgentService(_Service):
         def hook() -> Any:
             rest = None
             if kept is not None:
-                rest = self.agent.do_learn(Transitions(
-                    envs=request.outcome_envs, obs=kept.obs, actions=kept.actions,
-                    extras=kept.extras, rewards=request.rewards, next_obs=request.next_obs,
-                    terminated=request.terminated, truncated=request.truncated,
-                    next_action_mask=request.next_mask))
+                rest = self.agent.do_learn(
+                    Transitions(
+                        envs=request.outcome_envs,
+                        obs=kept.obs,
+                        actions=kept.actions,
+                        extras=kept.extras,
+                        rewards=request.rewards,
+                        next_obs=request.next_obs,
+                        terminated=request.terminated,
+                        truncated=request.truncated,
+                        next_action_mask=request.next_mask,
+                    )
+                )
                 self.steps.release(request.step_ids)
             if request.acting is None:
                 answer: dict[str, Any] = {"actions": [], "stepIds": []}
             else:
                 acted = self.agent.do_act(request.acting)
-                ids = (self.steps.put(request.acting.obs, acted) if self._keeps_steps
-                       else np.full(len(acted.actions), -1, np.int64))
+                ids = (
+                    self.steps.put(request.acting.obs, acted)
+                    if self._keeps_steps
+                    else np.full(len(acted.actions), -1, np.int64)
+                )
                 answer = {"actions": self._answer(acted.actions), "stepIds": ids}
             self._learn_after_answer(rest)
             return answer
+
         return self.lifecycle.run("step", hook), 200, JSON
 
     def stepStream(self) -> Response:  # noqa: N802
         """Reached only by a request that does not upgrade: the services' HTTP protocol
         (`mistk_rl.service.uvicorn_protocol.CoalescingHttpTools`) takes the upgraded ones."""
-        raise UpgradeRequired(f"open the step stream with 'Connection: Upgrade' and 'Upgrade: "
-                              f"{frames.PROTOCOL}'; its frames are stepColumns bodies "
-                              "(mistk_rl.wire.frames)", frames.PROTOCOL)
+        raise UpgradeRequired(
+            f"open the step stream with 'Connection: Upgrade' and 'Upgrade: "
+            f"{frames.PROTOCOL}'; its frames are stepColumns bodies "
+            "(mistk_rl.wire.frames)",
+            frames.PROTOCOL,
+        )
 
     # ---- local inference: a copy of the policy acts next to the env ----------------------
     def getPolicy(self, weights: bool = True) -> Response:  # noqa: N802
@@ -524,21 +620,28 @@ class AgentService(_Service):
             answer = {"envSteps": now.env_steps, "version": now.version}
             if now.version >= since + every:
                 answer["weights"] = codec.pack_arrays(
-                    self.agent.do_policy_copy(weights=True).weights)
+                    self.agent.do_policy_copy(weights=True).weights
+                )
             return answer
+
         return self.lifecycle.run("replay_action", hook), 200, JSON
 
     def _policy_copy(self, operation: str) -> Any:
         """The policy copy without weights, or why `operation` has none (before any state
         change)."""
         if not self.agent.local_inference:
-            raise InvalidRequest(f"{type(self.agent).__name__} offers no local inference "
-                                 "(no capability 'local')")
+            raise InvalidRequest(
+                f"{type(self.agent).__name__} offers no local inference (no capability 'local')"
+            )
         state = self.lifecycle.state
         if state not in ("ready", "in_episode"):
-            raise IllegalState(operation, state, self.lifecycle.allowed(),
-                               detail=f"{operation}: no registered model in state '{state}' "
-                                      "(register the agent first)")
+            raise IllegalState(
+                operation,
+                state,
+                self.lifecycle.allowed(),
+                detail=f"{operation}: no registered model in state '{state}' "
+                "(register the agent first)",
+            )
         return self.agent.do_policy_copy(weights=False)
 
     def _replay_columns(self, body: dict[str, Any], copy: Any) -> Transitions:
@@ -549,23 +652,33 @@ class AgentService(_Service):
         n = len(envs)
         if envs.ndim != 1 or (envs < 0).any():
             raise InvalidRequest("envs: one env copy index (>= 0) per row", field="envs")
-        self.limits.check("max_envs", len(np.unique(envs)), "the env copies of a "
-                          "replayColumns request")
+        self.limits.check(
+            "max_envs", len(np.unique(envs)), "the env copies of a replayColumns request"
+        )
         actions = _column(body["actions"], "actions", n)
         checks.action(_Rows(actions, n), "actions")
         rewards = _column(body["rewards"], "rewards", n).astype(np.float64, copy=False)
         if rewards.ndim != 1 or not np.isfinite(rewards).all():
             raise InvalidRequest("rewards: one finite number per row", field="rewards")
         return Transitions(
-            envs=envs, obs=checks.obs_columns(body["obs"], "obs", n), actions=actions,
+            envs=envs,
+            obs=checks.obs_columns(body["obs"], "obs", n),
+            actions=actions,
             extras=_extras(body.get("extras") or {}, copy.extras, copy.optional_extras, n),
-            rewards=rewards, next_obs=checks.obs_columns(body["nextObs"], "nextObs", n),
+            rewards=rewards,
+            next_obs=checks.obs_columns(body["nextObs"], "nextObs", n),
             terminated=_flags(body["terminated"], "terminated", n),
-            truncated=(_flags(body["truncated"], "truncated", n) if "truncated" in body
-                       else np.zeros(n, bool)),
-            next_action_mask=(checks.mask_columns(body["nextActionMask"], "nextActionMask",
-                                                  n, now=False)
-                              if body.get("nextActionMask") is not None else None))
+            truncated=(
+                _flags(body["truncated"], "truncated", n)
+                if "truncated" in body
+                else np.zeros(n, bool)
+            ),
+            next_action_mask=(
+                checks.mask_columns(body["nextActionMask"], "nextActionMask", n, now=False)
+                if body.get("nextActionMask") is not None
+                else None
+            ),
+        )
 
     # ---- the step path's pieces --------------------------------------------------------
     def _acting(self, body: dict[str, Any]) -> Acting:
@@ -598,68 +711,101 @@ class AgentService(_Service):
         n = len(envs)
         listed = envs.tolist() if envs.ndim == 1 else None  # (a set beats np.unique here)
         if listed is None or (n and min(listed) < 0) or len(set(listed)) != n:
-            raise InvalidRequest("envs: one distinct env copy index (>= 0) per row",
-                                 field="envs")
+            raise InvalidRequest("envs: one distinct env copy index (>= 0) per row", field="envs")
         self.limits.check("max_envs", n, "the rows of a stepColumns request")
         obs = checks.obs_columns(body["obs"], "obs", n)
-        mask = (checks.mask_columns(body["actionMask"], "actionMask", n, now=False)
-                if body.get("actionMask") is not None else None)
+        mask = (
+            checks.mask_columns(body["actionMask"], "actionMask", n, now=False)
+            if body.get("actionMask") is not None
+            else None
+        )
         acts = _flags(body["act"], "act", n) if "act" in body else None  # None: every row
-        ids = (_column(body["stepIds"], "stepIds", n, "iu").astype(np.int64, copy=False)
-               if "stepIds" in body else np.full(n, -1, np.int64))
+        ids = (
+            _column(body["stepIds"], "stepIds", n, "iu").astype(np.int64, copy=False)
+            if "stepIds" in body
+            else np.full(n, -1, np.int64)
+        )
         outcome_rows = np.flatnonzero(ids >= 0)
         acting_obs, acting_mask = obs, mask
         reset = body.get("reset")
         if reset:
             rows = _column(reset["rows"], "reset.rows", len(reset["rows"]), "iu")
-            if rows.ndim != 1 or ((rows < 0) | (rows >= n)).any() or len(np.unique(rows)) \
-                    != len(rows):
-                raise InvalidRequest(f"reset.rows: distinct row indices in [0, {n})",
-                                     field="reset.rows")
+            if (
+                rows.ndim != 1
+                or ((rows < 0) | (rows >= n)).any()
+                or len(np.unique(rows)) != len(rows)
+            ):
+                raise InvalidRequest(
+                    f"reset.rows: distinct row indices in [0, {n})", field="reset.rows"
+                )
             reset_obs = checks.obs_columns(reset["obs"], "reset.obs", len(rows))
             acting_obs = _replace_rows(obs, rows, reset_obs)
             if mask is not None:
                 if reset.get("actionMask") is None:
-                    raise InvalidRequest("reset.actionMask: actionMask is given, so the "
-                                         "reset rows need theirs", field="reset.actionMask")
+                    raise InvalidRequest(
+                        "reset.actionMask: actionMask is given, so the reset rows need theirs",
+                        field="reset.actionMask",
+                    )
                 acting_mask = mask.copy()
-                acting_mask[rows] = checks.mask_columns(reset["actionMask"],
-                                                        "reset.actionMask", len(rows))
+                acting_mask[rows] = checks.mask_columns(
+                    reset["actionMask"], "reset.actionMask", len(rows)
+                )
         acting = n > 0 if acts is None else acts.any()
         if mask is not None and acting:  # what acting rows pick from must allow one
             allowed = acting_mask if acts is None else acting_mask[acts]
             checks.mask(_Rows(allowed, len(allowed)), "actionMask")
-        step = _ColumnStep(None, ids[outcome_rows], envs[outcome_rows], np.zeros(0),
-                           np.zeros(0, bool), np.zeros(0, bool), take_rows(obs, outcome_rows),
-                           None if mask is None else mask[outcome_rows])
+        step = _ColumnStep(
+            None,
+            ids[outcome_rows],
+            envs[outcome_rows],
+            np.zeros(0),
+            np.zeros(0, bool),
+            np.zeros(0, bool),
+            take_rows(obs, outcome_rows),
+            None if mask is None else mask[outcome_rows],
+        )
         if len(outcome_rows):
             step.rewards = _column(body.get("rewards", []), "rewards", n).astype(
-                np.float64, copy=False)[outcome_rows]
+                np.float64, copy=False
+            )[outcome_rows]
             if step.rewards.ndim != 1 or not np.isfinite(step.rewards).all():
                 raise InvalidRequest("rewards: one finite number per row", field="rewards")
             step.terminated = _flags(body.get("terminated", []), "terminated", n)[outcome_rows]
-            step.truncated = (_flags(body["truncated"], "truncated", n)[outcome_rows]
-                              if "truncated" in body else np.zeros(len(outcome_rows), bool))
+            step.truncated = (
+                _flags(body["truncated"], "truncated", n)[outcome_rows]
+                if "truncated" in body
+                else np.zeros(len(outcome_rows), bool)
+            )
         if acting:
             rows = slice(None) if acts is None or acts.all() else np.flatnonzero(acts)
-            step.acting = Acting(envs[rows], take_rows(acting_obs, rows),
-                                 None if acting_mask is None else acting_mask[rows])
+            step.acting = Acting(
+                envs[rows],
+                take_rows(acting_obs, rows),
+                None if acting_mask is None else acting_mask[rows],
+            )
         return step
 
     def _observations(self, body: dict[str, Any]) -> tuple[dict, Optional[dict]]:
         """A request's observations and action masks, checked against the spaces."""
         obs = self._checks.observations(body["obs"], "obs")
         if body.get("actionMask") and body["actionMask"].keys() != obs.keys():
-            raise InvalidRequest(f"actionMask names entities {sorted(body['actionMask'])}, obs "
-                                 f"names {sorted(obs)}: one mask per entity", field="actionMask")
-        mask = (_arrays(body["actionMask"], self._checks.mask, "actionMask")
-                if body.get("actionMask") else None)
+            raise InvalidRequest(
+                f"actionMask names entities {sorted(body['actionMask'])}, obs "
+                f"names {sorted(obs)}: one mask per entity",
+                field="actionMask",
+            )
+        mask = (
+            _arrays(body["actionMask"], self._checks.mask, "actionMask")
+            if body.get("actionMask")
+            else None
+        )
         return obs, mask
 
     def episodeStopped(self) -> Response:  # noqa: N802
         def hook() -> None:
             self.steps.end_episode()
             self.agent.do_episode_stopped()
+
         self.lifecycle.run("episode_stopped", hook)
         return self._done()
 
@@ -671,16 +817,25 @@ class AgentService(_Service):
 
         def facts() -> dict[str, bool]:
             return {"keep_model": self._initialized}
+
         return self.lifecycle.run("reset", hook, facts=facts), 202, JSON
 
 
 class OrchestratorService(_Service):
     role = "orchestrator"
 
-    def __init__(self, orchestrator: AbstractOrchestrator, data_dir: Path, *,
-                 agent_token: Optional[str] = None, allowed_agent_hosts: Iterable[str] = (),
-                 agent_timeout: float = 20.0, env_modules: Iterable[str] = (),
-                 limits: Limits = Limits(), shares: Optional[dict[str, Path]] = None) -> None:
+    def __init__(
+        self,
+        orchestrator: AbstractOrchestrator,
+        data_dir: Path,
+        *,
+        agent_token: Optional[str] = None,
+        allowed_agent_hosts: Iterable[str] = (),
+        agent_timeout: float = 20.0,
+        env_modules: Iterable[str] = (),
+        limits: Limits = Limits(),
+        shares: Optional[dict[str, Path]] = None,
+    ) -> None:
         super().__init__(orchestrator, Lifecycle(ORCHESTRATOR), data_dir, limits, shares)
         self.orchestrator = orchestrator
         self.agent_token = agent_token
@@ -689,8 +844,9 @@ class OrchestratorService(_Service):
         orchestrator.env_modules = frozenset(env_modules)
 
     def initialize(self, body: dict[str, Any]) -> Response:
-        given = refuse_unknown_options(body["env"], self.orchestrator.env_settings, "env",
-                                       type(self.orchestrator).__name__)
+        given = refuse_unknown_options(
+            body["env"], self.orchestrator.env_settings, "env", type(self.orchestrator).__name__
+        )
         env = {"kwargs": {}, **given}
         agents_needed = body.get("agentsNeeded", 1)
         self.orchestrator.validate_initialize(env, agents_needed)
@@ -700,33 +856,43 @@ class OrchestratorService(_Service):
             self.orchestrator.results = []
             self.orchestrator.env_steps = 0
             self.orchestrator.do_initialize(env, agents_needed)
+
         return self.lifecycle.run("initialize", hook), 202, JSON
 
-    def registerAgent(self, agent_name: str, agent_url: str,  # noqa: N802
-                      skip_train: bool = False, seats: Optional[str] = None,
-                      local_inference: bool = False) -> Response:
+    def registerAgent(  # noqa: N802
+        self,
+        agent_name: str,
+        agent_url: str,
+        skip_train: bool = False,
+        seats: Optional[str] = None,
+        local_inference: bool = False,
+    ) -> Response:
         self._check_agent_url(agent_url)
         if agent_name in self.orchestrator.agents:
             raise InvalidRequest(f"an agent named {agent_name!r} is registered already")
         if local_inference and not self.orchestrator.local_inference:
-            raise InvalidRequest(f"localInference: {type(self.orchestrator).__name__} does "
-                                 "not run policy copies")
+            raise InvalidRequest(
+                f"localInference: {type(self.orchestrator).__name__} does not run policy copies"
+            )
         # the agent is asked before the trigger fires, so a refusal changes nothing here
         # (not even resourceVersion); `run` checks the state again, atomically
         self.lifecycle.check("register_agent")
         held = self.orchestrator.validate_register_agent(
-            agent_name, tuple(seats.split(",")) if seats else (), skip_train)
+            agent_name, tuple(seats.split(",")) if seats else (), skip_train
+        )
         client = AgentClient(agent_url, token=self.agent_token, timeout=self.agent_timeout)
         try:
-            capabilities = self._handshake(client, agent_name, agent_url, skip_train, held,
-                                           local_inference)
+            capabilities = self._handshake(
+                client, agent_name, agent_url, skip_train, held, local_inference
+            )
         except BaseException:
             client.close()
             raise
 
         def hook() -> None:
             self.orchestrator.agents[agent_name] = RegisteredAgent(
-                agent_name, agent_url, skip_train, client, capabilities, held)
+                agent_name, agent_url, skip_train, client, capabilities, held
+            )
             if local_inference:
                 prepare_local_inference()
             self.orchestrator.do_register_agent(agent_name, agent_url, skip_train)
@@ -734,13 +900,13 @@ class OrchestratorService(_Service):
         def facts() -> dict[str, bool]:
             registered = len(self.orchestrator.agents) >= self.orchestrator.agents_needed
             return {"all_agents_registered": registered}
+
         self.lifecycle.run("register_agent", hook, facts=facts)
         return self._done()
 
     def startEpisode(self, body: dict[str, Any]) -> Response:  # noqa: N802
         model = self.orchestrator.episode_settings
-        body = refuse_unknown_options(body, model, "startEpisode",
-                                      type(self.orchestrator).__name__)
+        body = refuse_unknown_options(body, model, "startEpisode", type(self.orchestrator).__name__)
         try:
             config = model.model_validate(body)
         except ValueError as exc:
@@ -749,8 +915,9 @@ class OrchestratorService(_Service):
         self.lifecycle.check("start_episode")  # the checks below read the env and agents
         self.orchestrator.validate_agent_settings(config)
         self.orchestrator.validate_start_episode(config)
-        accepted = self.lifecycle.run("start_episode",
-                                      lambda: self.orchestrator.do_start_episode(config))
+        accepted = self.lifecycle.run(
+            "start_episode", lambda: self.orchestrator.do_start_episode(config)
+        )
         return accepted, 202, JSON
 
     def saveEpisode(self, path: str) -> Response:  # noqa: N802
@@ -763,30 +930,38 @@ class OrchestratorService(_Service):
         return self._done()
 
     def getResults(self, since: int = 0) -> Response:  # noqa: N802
-        return {"episodes": self.orchestrator.results[since:],
-                **self.orchestrator.extra_results()}, 200, JSON
+        return (
+            {"episodes": self.orchestrator.results[since:], **self.orchestrator.extra_results()},
+            200,
+            JSON,
+        )
 
     def getLeague(self) -> Response:  # noqa: N802
         league = self.orchestrator.league_view()
         if league is None:
-            raise ResourceNotFound(f"{type(self.orchestrator).__name__} runs no league"
-                           + (" (initialize it first)" if hasattr(
-                               self.orchestrator, "manager") else ""))
+            raise ResourceNotFound(
+                f"{type(self.orchestrator).__name__} runs no league"
+                + (" (initialize it first)" if hasattr(self.orchestrator, "manager") else "")
+            )
         return to_jsonable(league), 200, JSON
 
     def addLeagueWorker(self, body: dict[str, Any]) -> Response:  # noqa: N802
         add = getattr(self.orchestrator, "add_worker", None)
         if add is None:
-            raise ResourceNotFound(f"{type(self.orchestrator).__name__} runs no league: no workers "
-                           "to join")
+            raise ResourceNotFound(
+                f"{type(self.orchestrator).__name__} runs no league: no workers to join"
+            )
         _service_url(body["url"], "url")
         if body.get("replaces") is not None:
             _service_url(body["replaces"], "replaces")
         if self.orchestrator.scheduler is None:
-            raise IllegalState("addLeagueWorker", self.lifecycle.state,
-                               self.lifecycle.allowed_api(),
-                               detail="addLeagueWorker: the league is not initialized: "
-                                      "initialize it (with its first workers) first")
+            raise IllegalState(
+                "addLeagueWorker",
+                self.lifecycle.state,
+                self.lifecycle.allowed_api(),
+                detail="addLeagueWorker: the league is not initialized: "
+                "initialize it (with its first workers) first",
+            )
         return to_jsonable(add(body["url"], body.get("replaces"))), 202, JSON
 
     def reset(self, reset_agents: bool = True) -> Response:
@@ -803,6 +978,7 @@ class OrchestratorService(_Service):
             self.orchestrator.env_steps = 0
             if errors:
                 log.warning("orchestrator reset: %s", "; ".join(errors))
+
         return self.lifecycle.run("reset", hook), 202, JSON
 
     def terminate(self) -> Response:
@@ -812,6 +988,7 @@ class OrchestratorService(_Service):
             finally:
                 for agent in self.orchestrator.agents.values():
                     agent.client.close()
+
         self.lifecycle.run("terminate", hook)
         return self._done()
 
@@ -827,8 +1004,15 @@ class OrchestratorService(_Service):
                 agent.client.close()
         return errors
 
-    def _handshake(self, client: AgentClient, name: str, url: str, skip_train: bool,
-                   seats: tuple[str, ...], local_inference: bool = False) -> frozenset[str]:
+    def _handshake(
+        self,
+        client: AgentClient,
+        name: str,
+        url: str,
+        skip_train: bool,
+        seats: tuple[str, ...],
+        local_inference: bool = False,
+    ) -> frozenset[str]:
         """Tell the agent it is registered; returns its capabilities. Whatever answers at
         `url` is remote content: only status codes and our own words go back to the caller
         (echoing a body would let a caller read any loopback server through us)."""
@@ -838,30 +1022,41 @@ class OrchestratorService(_Service):
         except ServiceUnavailable as exc:
             raise InvalidRequest(f"{where} cannot be reached: {exc}") from exc
         except (ServiceError, ValueError) as exc:
-            raise InvalidRequest(f"{where} does not answer apiVersion as a mistk-rl agent "
-                                 f"({_what_answered(exc)})") from exc
+            raise InvalidRequest(
+                f"{where} does not answer apiVersion as a mistk-rl agent ({_what_answered(exc)})"
+            ) from exc
         if version.role != "agent":
             raise InvalidRequest(f"{where} is a mistk-rl {version.role}, not an agent")
         if local_inference and "local" not in version.capabilities:
-            raise InvalidRequest(f"localInference: {where} offers no policy copy (it does "
-                                 "not list the capability 'local')")
-        config = {"name": name, "train": not skip_train,
-                  **self.orchestrator.agent_config(name, seats)}
+            raise InvalidRequest(
+                f"localInference: {where} offers no policy copy (it does "
+                "not list the capability 'local')"
+            )
+        config = {
+            "name": name,
+            "train": not skip_train,
+            **self.orchestrator.agent_config(name, seats),
+        }
         try:
             client.agent_registered(config)
         except Conflict as exc:
             agent_state = exc.state if exc.state in AGENT.states else "unknown"
-            error = IllegalState("registerAgent", self.lifecycle.state,
-                                 self.lifecycle.allowed_api(),
-                                 detail=f"{where} cannot be registered in its state "
-                                        f"'{agent_state}': initialize it (and buildModel) "
-                                        "or reset it first")
+            error = IllegalState(
+                "registerAgent",
+                self.lifecycle.state,
+                self.lifecycle.allowed_api(),
+                detail=f"{where} cannot be registered in its state "
+                f"'{agent_state}': initialize it (and buildModel) "
+                "or reset it first",
+            )
             error.extra["agentState"] = agent_state
             raise error from exc
         except (ServiceError, ValueError) as exc:
             log.warning("registerAgent: %s refused: %s", where, exc)
-            raise InvalidRequest(f"{where} refused registration ({_what_answered(exc)}); "
-                                 "its answer is in this orchestrator's log") from exc
+            raise InvalidRequest(
+                f"{where} refused registration ({_what_answered(exc)}); "
+                "its answer is in this orchestrator's log"
+            ) from exc
         return frozenset(version.capabilities)
 
     def _check_agent_url(self, url: str) -> None:
@@ -874,38 +1069,44 @@ class OrchestratorService(_Service):
                 return
         except ValueError:
             pass
-        raise InvalidRequest(f"agentUrl host {host!r} is not allowed: use a loopback address "
-                             "or start the orchestrator with --allow-agent-host "
-                             f"{host}", field="agentUrl")
+        raise InvalidRequest(
+            f"agentUrl host {host!r} is not allowed: use a loopback address "
+            "or start the orchestrator with --allow-agent-host "
+            f"{host}",
+            field="agentUrl",
+        )
 
 
 _NETLOC = re.compile(r"(?:[^@]*@)?(?:\[[^\[\]]*\]|[^\[\]:@]*)(?::[^@]*)?")
 
 
 def _service_url(url: str, field: str = "agentUrl") -> SplitResult:
-    """`url` (a service's base URL) split, or InvalidRequest naming `field` and what is wrong with it: every way
+    """`url` (a service's base URL) split, or InvalidRequest naming `field` and what is wrong
+    with it: every way
     urllib refuses a URL (an unclosed '[', an invalid IPv6 address, characters that change
     under NFKC normalization, a bad port), and what it takes without a word but no URL
     holds (whitespace and control characters, which urllib silently drops; text around a
     bracketed host: 'http://[::1]x/' parses as host ::1)."""
     if any(c.isspace() or ord(c) < 0x20 or ord(c) == 0x7F for c in url):
-        raise InvalidRequest(f"{field} {url!r} is not a valid URL: it holds whitespace or a "
-                             "control character", field=field)
+        raise InvalidRequest(
+            f"{field} {url!r} is not a valid URL: it holds whitespace or a control character",
+            field=field,
+        )
     try:
         parts = urlsplit(url)
     except ValueError as exc:
-        raise InvalidRequest(f"{field} {url!r} is not a valid URL: {exc}",
-                             field=field) from exc
+        raise InvalidRequest(f"{field} {url!r} is not a valid URL: {exc}", field=field) from exc
     try:
         parts.port  # noqa: B018 - parsing the port raises on ':99999' or ':abc'
     except ValueError as exc:
-        raise InvalidRequest(f"{field} {url!r} has an invalid port: {exc}",
-                             field=field) from exc
+        raise InvalidRequest(f"{field} {url!r} has an invalid port: {exc}", field=field) from exc
     if parts.scheme not in ("http", "https") or not parts.hostname:
         raise InvalidRequest(f"{field} {url!r} is not an http(s) URL", field=field)
     if not _NETLOC.fullmatch(parts.netloc):
-        raise InvalidRequest(f"{field} {url!r} is not a valid URL: its host part "
-                             f"{parts.netloc!r} is malformed", field=field)
+        raise InvalidRequest(
+            f"{field} {url!r} is not a valid URL: its host part {parts.netloc!r} is malformed",
+            field=field,
+        )
     return parts
 
 
@@ -914,14 +1115,17 @@ def _what_answered(exc: Exception) -> str:
     return f"it answered HTTP {status}" if status else "its answer is not a mistk-rl one"
 
 
-def refuse_unknown_options(given: dict[str, Any], model: type[BaseModel], what: str,
-                           owner: str) -> dict[str, Any]:
+def refuse_unknown_options(
+    given: dict[str, Any], model: type[BaseModel], what: str, owner: str
+) -> dict[str, Any]:
     """`given` without its nulls (the spec's nullable options: "not set"); 400 naming the
     first other key that `model` (an orchestrator's settings) does not take: another
     orchestrator's option, or a misspelling (with a suggestion)."""
     known = [f.alias or name for name, f in model.model_fields.items()]
     for key, value in given.items():
         if key not in known and value is not None:
-            raise InvalidRequest(f"{what}: {key!r} is not an option of {owner} (its "
-                                 f"options: {', '.join(known)}){suggest(key, known)}")
+            raise InvalidRequest(
+                f"{what}: {key!r} is not an option of {owner} (its "
+                f"options: {', '.join(known)}){suggest(key, known)}"
+            )
     return {key: value for key, value in given.items() if value is not None}

@@ -29,6 +29,7 @@ After each answer is sent, the work its handler deferred runs (`settle`; an agen
 learns from its transitions then, while the caller steps its envs: `Lifecycle.defer`), where
 the handler ran: on the loop for an inline step, on its pool otherwise.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -45,16 +46,17 @@ from urllib.parse import parse_qsl
 
 from connexion.json_schema import resolve_refs
 
-from mistk_rl.wire import codec, frames
 from mistk_rl.errors import InvalidRequest, MistkError
-from mistk_rl.wire.jsonable import dumps, loads_fast
 from mistk_rl.limits import Limits
 from mistk_rl.service.validation import Check, compile_schema
+from mistk_rl.wire import codec, frames
+from mistk_rl.wire.jsonable import dumps, loads_fast
 
 log = logging.getLogger(__name__)
 Send = Callable[[dict], Awaitable[None]]
-STEP_OPERATIONS = frozenset({"getAction", "replayAction", "step", "stepColumns",
-                             "getPolicy", "replayColumns"})
+STEP_OPERATIONS = frozenset(
+    {"getAction", "replayAction", "step", "stepColumns", "getPolicy", "replayColumns"}
+)
 JSON_TYPE = "application/json"
 OCTET_TYPE = "application/octet-stream"
 
@@ -102,9 +104,18 @@ class ServicePipeline:
     """One service's ASGI app: it serves the spec's operations and hands anything else (the
     docs, unknown paths, lifespan events) to `app`, the service's connexion app."""
 
-    def __init__(self, app: Any, *, service: Any, spec: dict, base_path: str,
-                 token: Optional[str], limits: Limits = Limits(),
-                 control_threads: int = 16, step_threads: int = 8) -> None:
+    def __init__(
+        self,
+        app: Any,
+        *,
+        service: Any,
+        spec: dict,
+        base_path: str,
+        token: Optional[str],
+        limits: Limits = Limits(),
+        control_threads: int = 16,
+        step_threads: int = 8,
+    ) -> None:
         self.app = app
         self.token = token
         self.limits = limits
@@ -121,8 +132,11 @@ class ServicePipeline:
         for operation in self.routes.values():
             operation.inline = operation.step and inline
         # a step stream's path -> the operation its frames are (`mistk_rl.wire.frames`)
-        self.streams = {path: self.routes[("POST", path[:-len(frames.PATH)] + frames.FRAMES_OF)]
-                        for (_, path), op in self.routes.items() if op.id == "stepStream"}
+        self.streams = {
+            path: self.routes[("POST", path[: -len(frames.PATH)] + frames.FRAMES_OF)]
+            for (_, path), op in self.routes.items()
+            if op.id == "stepStream"
+        }
         # every answer names the instance (the SDK notices a restarted service by it)
         self.instance = (b"mistk-instance", service.lifecycle.instance.encode())
         self.lifecycle = service.lifecycle
@@ -132,15 +146,24 @@ class ServicePipeline:
         self.long_polls = 0
 
     async def __call__(self, scope: dict, receive: Any, send: Send) -> None:
-        operation = (self.routes.get((scope["method"], scope["path"]))
-                     if scope["type"] == "http" else None)
+        operation = (
+            self.routes.get((scope["method"], scope["path"])) if scope["type"] == "http" else None
+        )
         if operation is None:
             allow = self.allow.get(scope["path"]) if scope["type"] == "http" else None
             if allow is None or scope["method"] == "HEAD" and "HEAD" in allow:
                 return await self.app(scope, receive, send)
-            return await send_answer(send, problem(
-                405, "Method Not Allowed", f"{scope['method']} is not allowed here: {allow}",
-                None, self.instance, (b"allow", allow.encode())))
+            return await send_answer(
+                send,
+                problem(
+                    405,
+                    "Method Not Allowed",
+                    f"{scope['method']} is not allowed here: {allow}",
+                    None,
+                    self.instance,
+                    (b"allow", allow.encode()),
+                ),
+            )
         headers = dict(scope.get("headers") or [])
         try:
             result, status = await self._serve(operation, scope, headers, receive)
@@ -158,8 +181,9 @@ class ServicePipeline:
         self.lifecycle.settle()
 
     # -- the fast path: an inline step answered as soon as its body is in --
-    def fast_operation(self, method: str, path: str,
-                       content_length: Optional[bytes]) -> Optional[ServedOperation]:
+    def fast_operation(
+        self, method: str, path: str, content_length: Optional[bytes]
+    ) -> Optional[ServedOperation]:
         """The operation of a request that `answer_now` can answer, or None (it goes the ASGI
         way): a step run inline whose body's size is declared and within the limit (a
         chunked or too large body takes the ASGI path, which streams and refuses it)."""
@@ -183,19 +207,33 @@ class ServicePipeline:
             return self._failure(op, exc)
 
     # -- the step stream: frames answered as requests on an upgraded connection --
-    def open_stream(self, method: str, path: str,
-                    headers: dict) -> tuple[Optional[ServedOperation], "Answer"]:
+    def open_stream(
+        self, method: str, path: str, headers: dict
+    ) -> tuple[Optional[ServedOperation], "Answer"]:
         """A request to upgrade to the step stream on `path` (`mistk_rl.wire.frames`): the
         operation its frames are and the ``101`` answer, or None and the problem that
         refuses it. It is admitted as a request of that operation would be (the token), and
         its headers (Content-Type, Accept) hold for every frame."""
         if path in self.streams and method != "GET":
-            return None, problem(405, "Method Not Allowed", f"open a step stream with GET, "
-                                 f"not {method}", None, self.instance, (b"allow", b"GET"))
+            return None, problem(
+                405,
+                "Method Not Allowed",
+                f"open a step stream with GET, not {method}",
+                None,
+                self.instance,
+                (b"allow", b"GET"),
+            )
         try:
             return self._stream_operation(path, headers), Answer(
-                101, b"", b"", ((b"connection", b"upgrade"),
-                                (b"upgrade", frames.PROTOCOL.encode()), self.instance))
+                101,
+                b"",
+                b"",
+                (
+                    (b"connection", b"upgrade"),
+                    (b"upgrade", frames.PROTOCOL.encode()),
+                    self.instance,
+                ),
+            )
         except MistkError as exc:
             return None, problem(exc.status, exc.title, exc.detail, exc.extra, self.instance)
 
@@ -205,14 +243,22 @@ class ServicePipeline:
             raise Refused(404, "Not Found", f"no step stream at {path}")
         self._admit(op, headers, b"")
         if not op.inline:  # (`answer_now` runs on the loop: a blocking step must not)
-            raise Refused(501, "Not Implemented", f"{op.id} runs off the event loop here "
-                          "(steps_inline is False): step over HTTP requests")
-        content_type = headers.get(b"content-type", b"").split(b";")[0].strip().decode(
-            "latin-1").lower()
+            raise Refused(
+                501,
+                "Not Implemented",
+                f"{op.id} runs off the event loop here "
+                "(steps_inline is False): step over HTTP requests",
+            )
+        content_type = (
+            headers.get(b"content-type", b"").split(b";")[0].strip().decode("latin-1").lower()
+        )
         if content_type not in (JSON_TYPE, codec.CONTENT_TYPE):
-            raise Refused(415, "Unsupported Media Type",
-                          f"a step stream's Content-Type {content_type or '(none)'!r}: its "
-                          f"frames are {JSON_TYPE} or {codec.CONTENT_TYPE}")
+            raise Refused(
+                415,
+                "Unsupported Media Type",
+                f"a step stream's Content-Type {content_type or '(none)'!r}: its "
+                f"frames are {JSON_TYPE} or {codec.CONTENT_TYPE}",
+            )
         return op
 
     def frame_too_large(self, op: ServedOperation) -> "Answer":
@@ -222,18 +268,26 @@ class ServicePipeline:
     # -- the steps of serving one operation --
     def _admit(self, op: ServedOperation, headers: dict, query: bytes) -> dict[str, Any]:
         """The token, then the query parameters: the handler's keyword arguments so far."""
-        if op.secured and self.token and not _authorized(headers.get(b"authorization", b""),
-                                                         self.token):
-            raise Refused(401, "Unauthorized",
-                          "No authorization token provided, or it is not valid")
+        if (
+            op.secured
+            and self.token
+            and not _authorized(headers.get(b"authorization", b""), self.token)
+        ):
+            raise Refused(
+                401, "Unauthorized", "No authorization token provided, or it is not valid"
+            )
         return _query(op, query) if query or op.params else {}
 
-    async def _serve(self, op: ServedOperation, scope: dict, headers: dict,
-                     receive: Any) -> tuple[Any, int]:
+    async def _serve(
+        self, op: ServedOperation, scope: dict, headers: dict, receive: Any
+    ) -> tuple[Any, int]:
         kwargs = self._admit(op, headers, scope.get("query_string", b""))
         if op.body is not None:
-            raw = await self._read_body(headers, receive, self.limits.max_file_bytes
-                                        if op.raw else self.limits.max_body_bytes)
+            raw = await self._read_body(
+                headers,
+                receive,
+                self.limits.max_file_bytes if op.raw else self.limits.max_body_bytes,
+            )
             if raw or op.body_required:
                 kwargs["body"] = self._decode(op, headers, raw)
         if op.waits:
@@ -243,7 +297,8 @@ class ServicePipeline:
             return result, status
         pool = self.steps if op.step else self.control
         result, status, _ = await asyncio.get_running_loop().run_in_executor(
-            pool, lambda: op.handler(**kwargs))
+            pool, lambda: op.handler(**kwargs)
+        )
         return result, status
 
     def _render(self, op: ServedOperation, headers: dict, result: Any, status: int) -> "Answer":
@@ -251,29 +306,47 @@ class ServicePipeline:
             return Answer(status, OCTET_TYPE.encode(), result, (self.instance,))
         if op.binary_answer and codec.CONTENT_TYPE.encode() in headers.get(b"accept", b""):
             columns = not isinstance(result.get("actions"), dict)  # (entity maps, or columns)
-            return Answer(status, codec.CONTENT_TYPE.encode(),
-                          codec.encode(result, columns=columns), (self.instance,))
+            return Answer(
+                status,
+                codec.CONTENT_TYPE.encode(),
+                codec.encode(result, columns=columns),
+                (self.instance,),
+            )
         return Answer(status, JSON_TYPE.encode(), dumps(result), (self.instance,))
 
     def _failure(self, op: ServedOperation, exc: Exception) -> "Answer":
         if isinstance(exc, MistkError):
             if exc.status >= 500:
                 log.error("%s: %s", op.id, exc.detail)
-            return problem(exc.status, exc.title, exc.detail, exc.extra, self.instance,
-                           *getattr(exc, "headers", ()))
+            return problem(
+                exc.status,
+                exc.title,
+                exc.detail,
+                exc.extra,
+                self.instance,
+                *getattr(exc, "headers", ()),
+            )
         log.error("%s", op.id, exc_info=exc)  # a bug: say so, keep serving
-        return problem(500, "Internal Server Error",
-                       f"{op.id}: {type(exc).__name__}: {exc}", None, self.instance)
+        return problem(
+            500,
+            "Internal Server Error",
+            f"{op.id}: {type(exc).__name__}: {exc}",
+            None,
+            self.instance,
+        )
 
     async def _long_poll(self, op: ServedOperation, kwargs: dict) -> tuple[Any, int]:
         if "resource_version" not in kwargs:  # a plain status answers at once: never capped
             result, status, _ = await op.handler(**kwargs)
             return result, status
         if self.long_polls >= self.limits.max_long_polls:
-            raise Refused(429, "Too Many Requests",
-                          f"{self.limits.max_long_polls} status long-polls are waiting "
-                          "already; retry later or poll without resourceVersion",
-                          retryAfter=1)
+            raise Refused(
+                429,
+                "Too Many Requests",
+                f"{self.limits.max_long_polls} status long-polls are waiting "
+                "already; retry later or poll without resourceVersion",
+                retryAfter=1,
+            )
         self.long_polls += 1
         try:
             result, status, _ = await op.handler(**kwargs)
@@ -299,13 +372,17 @@ class ServicePipeline:
                 return b"".join(chunks)
 
     def _decode(self, op: ServedOperation, headers: dict, raw: bytes) -> Any:
-        content_type = headers.get(b"content-type", b"").split(b";")[0].strip().decode(
-            "latin-1").lower()
+        content_type = (
+            headers.get(b"content-type", b"").split(b";")[0].strip().decode("latin-1").lower()
+        )
         if op.raw:
             if content_type != OCTET_TYPE:
-                raise Refused(415, "Unsupported Media Type",
-                              f"Content-Type {content_type or '(none)'!r} is not accepted "
-                              f"here: use {OCTET_TYPE}")
+                raise Refused(
+                    415,
+                    "Unsupported Media Type",
+                    f"Content-Type {content_type or '(none)'!r} is not accepted "
+                    f"here: use {OCTET_TYPE}",
+                )
             return raw
         if op.binary and content_type == codec.CONTENT_TYPE:
             body = codec.decode(raw)
@@ -315,9 +392,12 @@ class ServicePipeline:
             body = parse_json(raw, None if op.step else self.limits.max_json_depth)
         else:
             accepted = [JSON_TYPE] + ([codec.CONTENT_TYPE] if op.binary else [])
-            raise Refused(415, "Unsupported Media Type",
-                          f"Content-Type {content_type or '(none)'!r} is not accepted here: "
-                          f"use {' or '.join(accepted)}")
+            raise Refused(
+                415,
+                "Unsupported Media Type",
+                f"Content-Type {content_type or '(none)'!r} is not accepted here: "
+                f"use {' or '.join(accepted)}",
+            )
         try:
             op.body(body, "")
         except RecursionError:  # (a list a thousand deep where the spec wants a number)
@@ -350,8 +430,10 @@ def parse_json(raw: bytes, max_depth: Optional[int]) -> Any:
         return _DECODER.decode(text)
     except _NotANumber as exc:
         where = _constant_path(text)
-        raise InvalidRequest(f"{where + ': ' if where else ''}{exc.name} is not a JSON number: "
-                             "send finite numbers only") from None
+        raise InvalidRequest(
+            f"{where + ': ' if where else ''}{exc.name} is not a JSON number: "
+            "send finite numbers only"
+        ) from None
     except json.JSONDecodeError as exc:
         raise InvalidRequest(f"the request body is not valid JSON: {exc}") from exc
     except RecursionError as exc:
@@ -386,8 +468,13 @@ def _constant_path(text: str) -> str:
         value, path = stack.pop()
         if value is _MARK:
             return _render(path)
-        items = (value.items() if isinstance(value, dict)
-                 else enumerate(value) if isinstance(value, list) else ())
+        items = (
+            value.items()
+            if isinstance(value, dict)
+            else enumerate(value)
+            if isinstance(value, list)
+            else ()
+        )
         stack.extend((child, (*path, key)) for key, child in reversed(list(items)))
     return ""
 
@@ -421,16 +508,19 @@ def _depth(text: str) -> int:
 def _query(op: ServedOperation, query_string: bytes) -> dict[str, Any]:
     """The handler's keyword arguments from the query string, checked against the spec."""
     try:
-        pairs = parse_qsl(query_string.decode("utf-8"), keep_blank_values=True,
-                          strict_parsing=False)
+        pairs = parse_qsl(
+            query_string.decode("utf-8"), keep_blank_values=True, strict_parsing=False
+        )
     except UnicodeDecodeError as exc:
         raise InvalidRequest("the query string is not valid UTF-8") from exc
     kwargs: dict[str, Any] = {}
     for name, text in pairs:
         param = op.params.get(name)
         if param is None:
-            raise InvalidRequest(f"unknown query parameter {name!r}; this operation takes "
-                                 f"{', '.join(op.params) or 'none'}")
+            raise InvalidRequest(
+                f"unknown query parameter {name!r}; this operation takes "
+                f"{', '.join(op.params) or 'none'}"
+            )
         if param.argument in kwargs:
             raise InvalidRequest(f"query parameter {name!r} is given more than once")
         value = _convert(param, text)
@@ -461,8 +551,9 @@ def _convert(param: Parameter, text: str) -> Any:
         if param.kind == "boolean":
             return {"true": True, "false": False}[text.lower()]
     except (ValueError, KeyError):
-        raise InvalidRequest(f"query parameter {param.name!r}: {text!r} is not "
-                             f"{_EXPECTED[param.kind]}") from None
+        raise InvalidRequest(
+            f"query parameter {param.name!r}: {text!r} is not {_EXPECTED[param.kind]}"
+        ) from None
     return text
 
 
@@ -481,15 +572,24 @@ def _operations(spec: dict, service: Any, base_path: str) -> dict[tuple[str, str
                 if p["in"] != "query":
                     raise ValueError(f"{op_id}: only query parameters are supported")
                 schema = p.get("schema", {})
-                params[p["name"]] = Parameter(p["name"], _snake(p["name"]),
-                                              schema.get("type", "string"),
-                                              compile_schema(schema), p.get("required", False),
-                                              schema.get("default"))
+                params[p["name"]] = Parameter(
+                    p["name"],
+                    _snake(p["name"]),
+                    schema.get("type", "string"),
+                    compile_schema(schema),
+                    p.get("required", False),
+                    schema.get("default"),
+                )
             secured = bool(op["security"]) if "security" in op else secured_default
             handler = getattr(service, op_id)
-            operation = ServedOperation(op_id, handler, secured, params,
-                                  step=op_id in STEP_OPERATIONS,
-                                  waits=inspect.iscoroutinefunction(handler))
+            operation = ServedOperation(
+                op_id,
+                handler,
+                secured,
+                params,
+                step=op_id in STEP_OPERATIONS,
+                waits=inspect.iscoroutinefunction(handler),
+            )
             answer = op.get("responses", {}).get("200", {})
             operation.binary_answer = codec.CONTENT_TYPE in answer.get("content", {})
             body = op.get("requestBody")
@@ -524,18 +624,36 @@ class Answer(NamedTuple):
 
 
 async def send_answer(send: Send, answer: Answer) -> None:
-    await send({"type": "http.response.start", "status": answer.status,
-                "headers": [(b"content-type", answer.content_type),
-                            (b"content-length", str(len(answer.payload)).encode()),
-                            *answer.headers]})
+    await send(
+        {
+            "type": "http.response.start",
+            "status": answer.status,
+            "headers": [
+                (b"content-type", answer.content_type),
+                (b"content-length", str(len(answer.payload)).encode()),
+                *answer.headers,
+            ],
+        }
+    )
     await send({"type": "http.response.body", "body": answer.payload})
 
 
-def problem(status: int, title: str, detail: str, extra: Optional[dict],
-            instance: tuple[bytes, bytes], *headers: tuple[bytes, bytes]) -> Answer:
+def problem(
+    status: int,
+    title: str,
+    detail: str,
+    extra: Optional[dict],
+    instance: tuple[bytes, bytes],
+    *headers: tuple[bytes, bytes],
+) -> Answer:
     """An ``application/problem+json`` answer (RFC 9457)."""
-    body = {"type": "about:blank", "title": title, "detail": detail, "status": status,
-            **(extra or {})}
+    body = {
+        "type": "about:blank",
+        "title": title,
+        "detail": detail,
+        "status": status,
+        **(extra or {}),
+    }
     named = [instance, *headers]
     if extra and "retryAfter" in extra:
         named.append((b"retry-after", str(extra["retryAfter"]).encode()))
@@ -549,4 +667,5 @@ def _too_large(limit: int) -> Refused:
 def _authorized(header: bytes, token: str) -> bool:
     scheme, _, value = header.decode("latin-1").partition(" ")
     return scheme.lower() == "bearer" and hmac.compare_digest(
-        value.strip().encode("latin-1"), token.encode("utf-8"))
+        value.strip().encode("latin-1"), token.encode("utf-8")
+    )

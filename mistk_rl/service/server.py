@@ -4,6 +4,7 @@ State lives in the worker's memory, so there is exactly one worker process; scal
 running more services. The implementation class is imported before gunicorn starts, so a
 typo fails at once with a clear message instead of in a worker boot loop.
 """
+
 from __future__ import annotations
 
 import importlib
@@ -68,14 +69,20 @@ def build_app(options: ServeOptions, cls: type):
     _one_thread_for_math()
     impl = cls()
     if options.role == "agent":
-        service: Any = AgentService(impl, options.data_dir, limits=options.limits,
-                                    shares=options.shares)
+        service: Any = AgentService(
+            impl, options.data_dir, limits=options.limits, shares=options.shares
+        )
     else:
-        service = OrchestratorService(impl, options.data_dir, agent_token=options.token,
-                                      allowed_agent_hosts=options.allow_agent_hosts,
-                                      agent_timeout=options.agent_timeout,
-                                      env_modules=options.env_modules, limits=options.limits,
-                                      shares=options.shares)
+        service = OrchestratorService(
+            impl,
+            options.data_dir,
+            agent_token=options.token,
+            allowed_agent_hosts=options.allow_agent_hosts,
+            agent_timeout=options.agent_timeout,
+            env_modules=options.env_modules,
+            limits=options.limits,
+            shares=options.shares,
+        )
     return create_app(service, token=options.token, limits=options.limits)
 
 
@@ -91,9 +98,14 @@ class ServiceWorker(UvicornWorker):
     proxy headers (loopback or a private network: nothing rewrites the client), uvloop
     where it is installed."""
 
-    CONFIG_KWARGS = {"http": CoalescingHttpTools, "server_header": False,
-                     "date_header": False, "access_log": False, "proxy_headers": False,
-                     "loop": "uvloop" if importlib.util.find_spec("uvloop") else "asyncio"}
+    CONFIG_KWARGS = {
+        "http": CoalescingHttpTools,
+        "server_header": False,
+        "date_header": False,
+        "access_log": False,
+        "proxy_headers": False,
+        "loop": "uvloop" if importlib.util.find_spec("uvloop") else "asyncio",
+    }
 
 
 class _Gunicorn(BaseApplication):
@@ -104,12 +116,19 @@ class _Gunicorn(BaseApplication):
     def load_config(self) -> None:
         opts = self.options
         bind = f"fd://{opts.fd}" if opts.fd is not None else f"{opts.host}:{opts.port}"
-        settings = {"bind": [bind], "workers": 1, "worker_class": opts.worker_class,
-                    "graceful_timeout": 3, "timeout": 60, "keepalive": 75,
-                    "loglevel": opts.log_level, "proc_name": f"mistk-rl-{opts.role}",
-                    # gunicorn's control socket is one path per user: every service on the
-                    # machine would take it over from the last (and remove it on exit)
-                    "control_socket_disable": True}
+        settings = {
+            "bind": [bind],
+            "workers": 1,
+            "worker_class": opts.worker_class,
+            "graceful_timeout": 3,
+            "timeout": 60,
+            "keepalive": 75,
+            "loglevel": opts.log_level,
+            "proc_name": f"mistk-rl-{opts.role}",
+            # gunicorn's control socket is one path per user: every service on the
+            # machine would take it over from the last (and remove it on exit)
+            "control_socket_disable": True,
+        }
         for key, value in settings.items():
             self.cfg.set(key, value)
 
@@ -120,8 +139,9 @@ class _Gunicorn(BaseApplication):
 def serve(options: ServeOptions) -> None:
     for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
         os.environ.setdefault(var, "1")
-    logging.basicConfig(level=options.log_level.upper(),
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(
+        level=options.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
     logging.getLogger("transitions").setLevel(logging.WARNING)  # one line per callback
     check_uvicorn()  # (here, before gunicorn: a worker that cannot boot would be retried)
     cls = import_implementation(options.role, options.target)

@@ -15,6 +15,7 @@ when the action sent back is the one it chose (`match`).
 Memory is bounded: at most `max_batches` batches wait; past that the oldest is dropped, and a
 later reference to one of its ids is refused as unknown (400).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -22,10 +23,10 @@ from typing import Any, Optional
 
 import numpy as np
 
-from mistk_rl.framework.agent import Acted, Acting, ReplayBatch, Transitions
-from mistk_rl.wire.columns import Columns, concat_rows, take_rows
-from mistk_rl.wire.codec import range_start
 from mistk_rl.errors import InvalidRequest
+from mistk_rl.framework.agent import Acted, Acting, ReplayBatch, Transitions
+from mistk_rl.wire.codec import range_start
+from mistk_rl.wire.columns import Columns, concat_rows, take_rows
 
 
 @dataclass
@@ -65,8 +66,9 @@ class StepStore:
         base, self._next = self._next, self._next + n
         obs = {k: _owned(v) for k, v in obs.items()} if isinstance(obs, dict) else _owned(obs)
         extras = {k: np.asarray(v) for k, v in acted.extras.items()} if acted.extras else {}
-        self._batches[base] = _Batch(base, obs, np.asarray(acted.actions), extras,
-                                     np.ones(n, bool), n)
+        self._batches[base] = _Batch(
+            base, obs, np.asarray(acted.actions), extras, np.ones(n, bool), n
+        )
         if len(self._batches) > self.max_batches:  # (one batch in, at most one out)
             del self._batches[next(iter(self._batches))]
         if names is not None:
@@ -83,9 +85,12 @@ class StepStore:
         bad = batch_of < 0
         if bad.any():
             i = int(np.argmax(bad))
-            raise InvalidRequest(f"{field}[{i}]: step id {int(ids[i])} is not one this agent "
-                                 "is waiting on (never answered, reported already, or too "
-                                 "old)", field=field)
+            raise InvalidRequest(
+                f"{field}[{i}]: step id {int(ids[i])} is not one this agent "
+                "is waiting on (never answered, reported already, or too "
+                "old)",
+                field=field,
+            )
         return self._gather(batch_of, rows)
 
     def release(self, ids: np.ndarray) -> None:
@@ -119,15 +124,15 @@ class StepStore:
     def match(self, names: list[str], actions: np.ndarray) -> tuple[np.ndarray, Kept]:
         """The entity form's replay: each entity's last step, if its action is the one sent
         back. Returns (matched [N] bool, kept rows; unmatched rows hold zeros)."""
-        ids = np.fromiter((self._entities.get(name, -1) for name in names), np.int64,
-                          len(names))
+        ids = np.fromiter((self._entities.get(name, -1) for name in names), np.int64, len(names))
         batch_of, rows = self._locate(ids)
         found = batch_of >= 0
         matched = found.copy()
         if not found.any():
             return matched, Kept(None, actions, {})
-        kept = self._gather(np.where(found, batch_of, batch_of[found][0]),
-                            np.where(found, rows, rows[found][0]))
+        kept = self._gather(
+            np.where(found, batch_of, batch_of[found][0]), np.where(found, rows, rows[found][0])
+        )
         matched &= _same_actions(kept.actions, actions)
         return matched, kept
 
@@ -150,9 +155,13 @@ class StepStore:
             return None
         batch = self._batches.get(int(ids[0]))
         n = len(ids)
-        if (batch is None or batch.left != n or len(batch.waiting) != n
-                or int(ids[-1]) != batch.base + n - 1
-                or (n > 2 and range_start(ids) != batch.base)):
+        if (
+            batch is None
+            or batch.left != n
+            or len(batch.waiting) != n
+            or int(ids[-1]) != batch.base + n - 1
+            or (n > 2 and range_start(ids) != batch.base)
+        ):
             return None
         return batch
 
@@ -164,8 +173,9 @@ class StepStore:
             return np.full(len(ids), -1), np.zeros(len(ids), np.int64)
         batch_of = np.searchsorted(bases, ids, side="right") - 1
         rows = ids - bases[np.maximum(batch_of, 0)]
-        sizes = np.fromiter((len(b.waiting) for b in self._batches.values()), np.int64,
-                            len(self._batches))
+        sizes = np.fromiter(
+            (len(b.waiting) for b in self._batches.values()), np.int64, len(self._batches)
+        )
         ok = (batch_of >= 0) & (rows >= 0) & (rows < sizes[np.maximum(batch_of, 0)])
         if ok.any():
             waiting = np.zeros(len(ids), bool)
@@ -180,20 +190,30 @@ class StepStore:
         batches = np.unique(batch_of).tolist()
         if len(batches) == 1:  # the usual case: the rows of the last answer
             batch = self._batches[int(bases[batches[0]])]
-            return Kept(take_rows(batch.obs, rows), batch.actions[rows],
-                        {k: v[rows] for k, v in batch.extras.items()})
+            return Kept(
+                take_rows(batch.obs, rows),
+                batch.actions[rows],
+                {k: v[rows] for k, v in batch.extras.items()},
+            )
         parts, order = [], []
         for b in batches:
             batch = self._batches[int(bases[b])]
             where = np.flatnonzero(batch_of == b)
-            parts.append(Kept(take_rows(batch.obs, rows[where]), batch.actions[rows[where]],
-                              {k: v[rows[where]] for k, v in batch.extras.items()}))
+            parts.append(
+                Kept(
+                    take_rows(batch.obs, rows[where]),
+                    batch.actions[rows[where]],
+                    {k: v[rows[where]] for k, v in batch.extras.items()},
+                )
+            )
             order.append(where)
         back = np.argsort(np.concatenate(order), kind="stable")
         common = set.intersection(*(set(p.extras) for p in parts))  # (warm-up: fewer)
-        return Kept(take_rows(concat_rows([p.obs for p in parts]), back),
-                    np.concatenate([p.actions for p in parts])[back],
-                    {k: np.concatenate([p.extras[k] for p in parts])[back] for k in common})
+        return Kept(
+            take_rows(concat_rows([p.obs for p in parts]), back),
+            np.concatenate([p.actions for p in parts])[back],
+            {k: np.concatenate([p.extras[k] for p in parts])[back] for k in common},
+        )
 
 
 def _owned(array: np.ndarray) -> np.ndarray:
@@ -212,8 +232,7 @@ def stack_entities(values: dict[str, Any], names: list[str]) -> Columns:
         return first[np.newaxis]  # as a view (np.stack copies: ~5 us); StepStore copies views
     try:
         if isinstance(first, dict):
-            return {key: np.stack([np.asarray(values[n][key]) for n in names])
-                    for key in first}
+            return {key: np.stack([np.asarray(values[n][key]) for n in names]) for key in first}
         return np.stack([np.asarray(values[n]) for n in names])
     except (ValueError, KeyError):  # shapes differ (no space registered to check them):
         rows = np.empty(len(names), object)  # one row per entity, as it came
@@ -228,23 +247,31 @@ def entity_transitions(replay: ReplayBatch, store: StepStore) -> Transitions:
     actions = stack_entities(replay.actions, names)
     matched, kept = store.match(names, actions)
     return Transitions(
-        envs=np.arange(len(names)), obs=stack_entities(replay.prev_obs, names), actions=actions,
-        extras=kept.extras, rewards=np.fromiter((replay.rewards[n] for n in names), float,
-                                                len(names)),
+        envs=np.arange(len(names)),
+        obs=stack_entities(replay.prev_obs, names),
+        actions=actions,
+        extras=kept.extras,
+        rewards=np.fromiter((replay.rewards[n] for n in names), float, len(names)),
         next_obs=stack_entities(replay.new_obs, names),
         terminated=np.fromiter((bool(replay.terminated[n]) for n in names), bool, len(names)),
         truncated=np.fromiter((bool(replay.truncated[n]) for n in names), bool, len(names)),
-        next_action_mask=None if replay.new_action_mask is None
+        next_action_mask=None
+        if replay.new_action_mask is None
         else stack_entities(replay.new_action_mask, names).astype(bool),
-        names=names, matched=None if matched.all() else matched)
+        names=names,
+        matched=None if matched.all() else matched,
+    )
 
 
 def entity_acting(obs: dict[str, Any], mask: Optional[dict[str, Any]]) -> Acting:
     """The entity form's observations (and masks), checked, as rows named by entity."""
     names = list(obs)
-    return Acting(np.arange(len(names)), stack_entities(obs, names),
-                  None if mask is None else stack_entities(mask, names).astype(bool),
-                  names=names)
+    return Acting(
+        np.arange(len(names)),
+        stack_entities(obs, names),
+        None if mask is None else stack_entities(mask, names).astype(bool),
+        names=names,
+    )
 
 
 def _same_actions(kept: np.ndarray, sent: np.ndarray) -> np.ndarray:
@@ -257,6 +284,6 @@ def _same_actions(kept: np.ndarray, sent: np.ndarray) -> np.ndarray:
         return np.zeros(len(kept), bool)
     if kept.dtype.kind in "iub" and sent.dtype.kind in "iub":
         return (kept == sent).all(axis=1)
-    return np.isclose(kept.astype(np.float64), sent.astype(np.float64),
-                      rtol=1e-6, atol=1e-6).all(axis=1)
-
+    return np.isclose(kept.astype(np.float64), sent.astype(np.float64), rtol=1e-6, atol=1e-6).all(
+        axis=1
+    )

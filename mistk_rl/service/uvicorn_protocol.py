@@ -8,6 +8,7 @@ setup.cfg pins uvicorn to the versions this was tested with; `check_uvicorn` (ru
 `mistk-rl serve` before gunicorn starts, and by the tests) fails loudly, naming what is
 missing, on a uvicorn that lacks any of them, rather than letting a service misbehave.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -23,8 +24,10 @@ try:
     from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
     from uvicorn.server import ServerState
 except ImportError as exc:  # (a uvicorn that moved its modules)
-    raise ImportError(f"mistk_rl.service.uvicorn_protocol: this uvicorn lacks {exc.name}: "
-                      "install the versions setup.cfg names") from exc
+    raise ImportError(
+        f"mistk_rl.service.uvicorn_protocol: this uvicorn lacks {exc.name}: "
+        "install the versions setup.cfg names"
+    ) from exc
 
 from mistk_rl.wire import frames
 from mistk_rl.wire.spin import default_spin
@@ -32,13 +35,34 @@ from mistk_rl.wire.spin import default_spin
 log = logging.getLogger("mistk_rl.service.server")  # (the log lines' name before the move)
 TESTED_UVICORN = "0.54"  # setup.cfg: uvicorn>=0.54,<0.55
 # HttpToolsProtocol's methods this module calls or overrides, its private ones among them
-UVICORN_PRIVATE = ("_get_upgrade", "_should_upgrade", "_unset_keepalive_if_required",
-                   "handle_websocket_upgrade", "on_message_begin", "on_headers_complete",
-                   "on_body", "on_message_complete", "on_response_complete",
-                   "data_received", "connection_made", "shutdown")
+UVICORN_PRIVATE = (
+    "_get_upgrade",
+    "_should_upgrade",
+    "_unset_keepalive_if_required",
+    "handle_websocket_upgrade",
+    "on_message_begin",
+    "on_headers_complete",
+    "on_body",
+    "on_message_complete",
+    "on_response_complete",
+    "data_received",
+    "connection_made",
+    "shutdown",
+)
 # what a connection has once a request's head is parsed
-UVICORN_ATTRIBUTES = ("app", "loop", "parser", "root_path", "expect_100_continue", "cycle",
-                      "transport", "server_state", "url", "headers", "scope")
+UVICORN_ATTRIBUTES = (
+    "app",
+    "loop",
+    "parser",
+    "root_path",
+    "expect_100_continue",
+    "cycle",
+    "transport",
+    "server_state",
+    "url",
+    "headers",
+    "scope",
+)
 
 
 class IncompatibleUvicorn(RuntimeError):
@@ -67,7 +91,8 @@ def check_uvicorn(protocol: type = HttpToolsProtocol) -> None:
         raise IncompatibleUvicorn(
             f"uvicorn {uvicorn.__version__} lacks what mistk-rl's HTTP protocol uses: "
             f"{', '.join(missing)} (tested with uvicorn {TESTED_UVICORN}; install "
-            "the versions setup.cfg names)")
+            "the versions setup.cfg names)"
+        )
 
 
 async def _no_app(scope: Any, receive: Any, send: Any) -> None:
@@ -138,8 +163,9 @@ class AwakeAfterAnswers:
 
     def request_came(self, connection: object) -> None:
         if self._answered_at is not None:
-            self.prompt = (connection is self._answered_to
-                           and self._clock() - self._answered_at <= self.spin)
+            self.prompt = (
+                connection is self._answered_to and self._clock() - self._answered_at <= self.spin
+            )
             self._answered_at = None
 
     def answered(self, loop: Any, connection: object) -> None:
@@ -206,18 +232,25 @@ class CoalescingHttpTools(HttpToolsProtocol):
 
     def _fast_operation(self) -> Optional[tuple[Any, dict, bytes]]:
         pipeline = self.app
-        if (not hasattr(pipeline, "fast_operation") or self.root_path
-                or self.expect_100_continue or self.parser.should_upgrade()
-                or self.parser.get_http_version() != "1.1"
-                or not self.parser.should_keep_alive()
-                or not (self.cycle is None or self.cycle.response_complete)):
+        if (
+            not hasattr(pipeline, "fast_operation")
+            or self.root_path
+            or self.expect_100_continue
+            or self.parser.should_upgrade()
+            or self.parser.get_http_version() != "1.1"
+            or not self.parser.should_keep_alive()
+            or not (self.cycle is None or self.cycle.response_complete)
+        ):
             return None
         url = httptools.parse_url(self.url)
         if b"%" in url.path:  # (uvicorn's way unquotes it)
             return None
         headers = dict(self.headers)
-        op = pipeline.fast_operation(self.parser.get_method().decode("ascii"),
-                                     url.path.decode("ascii"), headers.get(b"content-length"))
+        op = pipeline.fast_operation(
+            self.parser.get_method().decode("ascii"),
+            url.path.decode("ascii"),
+            headers.get(b"content-length"),
+        )
         return None if op is None else (op, headers, url.query or b"")
 
     def on_body(self, body: bytes) -> None:
@@ -267,8 +300,11 @@ class CoalescingHttpTools(HttpToolsProtocol):
             return
         self._unset_keepalive_if_required()
         self._stream, self._frames = (op, headers), bytearray()
-        log.info("%s: a step stream opened (%s)", op.id,
-                 headers.get(b"content-type", b"").decode("latin-1"))
+        log.info(
+            "%s: a step stream opened (%s)",
+            op.id,
+            headers.get(b"content-type", b"").decode("latin-1"),
+        )
         self.transport.write(self._http_answer(answer))
         self.transport.flush()
 
@@ -286,7 +322,7 @@ class CoalescingHttpTools(HttpToolsProtocol):
             end = frames.REQUEST_HEAD.size + length
             if len(buffer) < end:
                 return
-            body = bytes(buffer[frames.REQUEST_HEAD.size:end])
+            body = bytes(buffer[frames.REQUEST_HEAD.size : end])
             del buffer[:end]
             self.awake.request_came(self)  # type: ignore[union-attr]
             self._write_frame(self.app.answer_now(op, headers, b"", body))
@@ -296,9 +332,14 @@ class CoalescingHttpTools(HttpToolsProtocol):
     def _http_answer(self, answer: Any, *more: tuple[bytes, bytes]) -> bytes:
         """An answer as HTTP/1.1 bytes: the status line, the headers (a 101 has no body, so
         neither type nor length) and the body."""
-        body = () if answer.status == 101 else (
-            (b"content-type", answer.content_type),
-            (b"content-length", str(len(answer.payload)).encode()))
+        body = (
+            ()
+            if answer.status == 101
+            else (
+                (b"content-type", answer.content_type),
+                (b"content-length", str(len(answer.payload)).encode()),
+            )
+        )
         head = [STATUS_LINE[answer.status]]
         for name, value in (*self.server_state.default_headers, *body, *answer.headers, *more):
             head += [name, b": ", value, b"\r\n"]
@@ -306,9 +347,12 @@ class CoalescingHttpTools(HttpToolsProtocol):
         return b"".join(head)
 
     def _write_frame(self, answer: Any) -> None:
-        self.transport.write(frames.ANSWER_HEAD.pack(
-            answer.status, frames.CONTENT_CODES[answer.content_type], len(answer.payload))
-            + answer.payload)
+        self.transport.write(
+            frames.ANSWER_HEAD.pack(
+                answer.status, frames.CONTENT_CODES[answer.content_type], len(answer.payload)
+            )
+            + answer.payload
+        )
 
     def shutdown(self) -> None:
         if self._stream is None:

@@ -11,6 +11,7 @@ option error, as jsonschema's `best_match` picks it. Bodies decoded from the bin
 encoding (`mistk_rl.wire.codec`) hold numpy values where JSON has numbers and lists; they pass the
 same checks (a Tensor is then a numeric array of rank <= 4).
 """
+
 from __future__ import annotations
 
 import math
@@ -19,8 +20,8 @@ from typing import Any, Callable, Optional
 
 import numpy as np
 
-from mistk_rl.wire.codec import StackedMap
 from mistk_rl.errors import InvalidRequest
+from mistk_rl.wire.codec import StackedMap
 
 Check = Callable[[Any, str], None]
 # (x-mistk-registry: the enum load_spec filled in from the registry is what is checked)
@@ -35,15 +36,19 @@ _TYPES: dict[str, Callable[[Any], bool]] = {
     "string": lambda v: isinstance(v, str),
     "boolean": lambda v: isinstance(v, (bool, np.bool_)),
     "integer": lambda v: type(v) is int or _numpy_kind(v, "iu", 0),
-    "number": lambda v: type(v) is int or (type(v) is float and math.isfinite(v))
-    or _numpy_kind(v, "iuf", 0),
+    "number": lambda v: (
+        type(v) is int or (type(v) is float and math.isfinite(v)) or _numpy_kind(v, "iuf", 0)
+    ),
 }
 
 
 def _numpy_kind(value: Any, kinds: str, max_rank: int) -> bool:
     """A numpy value (from a binary body) of one of `kinds`, rank <= `max_rank`."""
-    return (isinstance(value, (np.ndarray, np.generic)) and value.dtype.kind in kinds
-            and np.ndim(value) <= max_rank)
+    return (
+        isinstance(value, (np.ndarray, np.generic))
+        and value.dtype.kind in kinds
+        and np.ndim(value) <= max_rank
+    )
 
 
 def compile_schema(schema: dict) -> Check:
@@ -52,15 +57,35 @@ def compile_schema(schema: dict) -> Check:
         return _tensor
     if schema.get("x-column"):
         return _column
-    unknown = set(schema) - IGNORED - {"type", "properties", "required",
-                                       "additionalProperties", "items", "oneOf", "enum",
-                                       "minimum", "maximum", "minLength", "maxLength",
-                                       "pattern", "minProperties", "maxProperties",
-                                       "minItems", "maxItems", "x-tensor", "x-column",
-                                       KEY_PATTERN}
+    unknown = (
+        set(schema)
+        - IGNORED
+        - {
+            "type",
+            "properties",
+            "required",
+            "additionalProperties",
+            "items",
+            "oneOf",
+            "enum",
+            "minimum",
+            "maximum",
+            "minLength",
+            "maxLength",
+            "pattern",
+            "minProperties",
+            "maxProperties",
+            "minItems",
+            "maxItems",
+            "x-tensor",
+            "x-column",
+            KEY_PATTERN,
+        }
+    )
     if unknown:
-        raise ValueError(f"schema keywords not supported by the step-path validator: "
-                         f"{sorted(unknown)}")
+        raise ValueError(
+            f"schema keywords not supported by the step-path validator: {sorted(unknown)}"
+        )
     checks: list[Check] = []
     if "type" in schema:
         checks.append(_type(schema["type"], schema.get("nullable", False)))
@@ -71,8 +96,12 @@ def compile_schema(schema: dict) -> Check:
     if schema.get("type") == "string":
         checks.extend(_string(schema))
     if "oneOf" in schema:
-        checks.append(_one_of([(_guard(s), compile_schema(s)) for s in schema["oneOf"]],
-                              _discriminator(schema["oneOf"])))
+        checks.append(
+            _one_of(
+                [(_guard(s), compile_schema(s)) for s in schema["oneOf"]],
+                _discriminator(schema["oneOf"]),
+            )
+        )
     if "minItems" in schema or "maxItems" in schema:
         checks.append(_length(schema.get("minItems", 0), schema.get("maxItems")))
     if "items" in schema:
@@ -83,6 +112,7 @@ def compile_schema(schema: dict) -> Check:
     def check(value: Any, path: str) -> None:
         for step in checks:
             step(value, path)
+
     return check
 
 
@@ -108,6 +138,7 @@ def _type(name: str, nullable: bool) -> Check:
     def check(value: Any, path: str) -> None:
         if not test(value) and not (nullable and value is None):
             _fail(f"{value!r} is not of type '{name}'", path)
+
     return check
 
 
@@ -115,6 +146,7 @@ def _enum(options: list) -> Check:
     def check(value: Any, path: str) -> None:
         if value not in options:
             _fail(f"{value!r} is not one of {options!r}", path)
+
     return check
 
 
@@ -122,12 +154,20 @@ def _bounds(schema: dict) -> list[Check]:
     checks = []
     if "minimum" in schema:
         low = schema["minimum"]
-        checks.append(lambda v, p: v is not None and v < low and _fail(
-            f"{v!r} is less than the minimum of {low!r}", p))
+        checks.append(
+            lambda v, p: (
+                v is not None and v < low and _fail(f"{v!r} is less than the minimum of {low!r}", p)
+            )
+        )
     if "maximum" in schema:
         high = schema["maximum"]
-        checks.append(lambda v, p: v is not None and v > high and _fail(
-            f"{v!r} is greater than the maximum of {high!r}", p))
+        checks.append(
+            lambda v, p: (
+                v is not None
+                and v > high
+                and _fail(f"{v!r} is greater than the maximum of {high!r}", p)
+            )
+        )
     return checks
 
 
@@ -136,16 +176,23 @@ def _string(schema: dict) -> list[Check]:
     checks = []
     if "minLength" in schema:
         shortest = schema["minLength"]
-        checks.append(lambda v, p: v is not None and len(v) < shortest and _fail(
-            f"{v!r} is too short", p))
+        checks.append(
+            lambda v, p: v is not None and len(v) < shortest and _fail(f"{v!r} is too short", p)
+        )
     if "maxLength" in schema:
         longest = schema["maxLength"]
-        checks.append(lambda v, p: v is not None and len(v) > longest and _fail(
-            f"{v!r} is too long", p))
+        checks.append(
+            lambda v, p: v is not None and len(v) > longest and _fail(f"{v!r} is too long", p)
+        )
     if "pattern" in schema:
         regex = re.compile(schema["pattern"])
-        checks.append(lambda v, p: v is not None and not regex.search(v) and _fail(
-            f"{v!r} does not match {schema['pattern']!r}", p))
+        checks.append(
+            lambda v, p: (
+                v is not None
+                and not regex.search(v)
+                and _fail(f"{v!r} does not match {schema['pattern']!r}", p)
+            )
+        )
     return checks
 
 
@@ -160,13 +207,17 @@ def _column(value: Any, path: str) -> None:
                 _fail(f"{_short(column)} is not an array of rows", _join(path, key))
         return
     if not _is_column(value):
-        _fail(f"{_short(value)} is not an array of rows (or an object of them, one per "
-              "key of a Dict space)", path)
+        _fail(
+            f"{_short(value)} is not an array of rows (or an object of them, one per "
+            "key of a Dict space)",
+            path,
+        )
 
 
 def _is_column(value: Any) -> bool:
-    return isinstance(value, list) or (isinstance(value, np.ndarray) and value.ndim >= 1
-                                       and value.dtype.kind in "biuf")
+    return isinstance(value, list) or (
+        isinstance(value, np.ndarray) and value.ndim >= 1 and value.dtype.kind in "biuf"
+    )
 
 
 def _short(value: Any) -> str:
@@ -197,8 +248,10 @@ def _discriminator(options: list[dict]) -> Optional[tuple[str, list[list]]]:
     return None
 
 
-def _one_of(options: list[tuple[Callable[[Any], bool], Check]],
-            discriminator: Optional[tuple[str, list[list]]]) -> Check:
+def _one_of(
+    options: list[tuple[Callable[[Any], bool], Check]],
+    discriminator: Optional[tuple[str, list[list]]],
+) -> Check:
     checks = [option for _, option in options]
 
     def check(value: Any, path: str) -> None:
@@ -215,11 +268,13 @@ def _one_of(options: list[tuple[Callable[[Any], bool], Check]],
             _fail(f"{value!r} is valid under each of several given schemas", path)
         if not matched:
             _fail_best(value, path, checks, discriminator)
+
     return check
 
 
-def _fail_best(value: Any, path: str, options: list[Check],
-               discriminator: Optional[tuple[str, list[list]]]) -> None:
+def _fail_best(
+    value: Any, path: str, options: list[Check], discriminator: Optional[tuple[str, list[list]]]
+) -> None:
     """Raise the most telling error for a value no option took: that of the option the
     value names (`_discriminator`), else of the option that got deepest into it, else the
     plain oneOf error when two got equally deep (jsonschema's `best_match`: shallower errors
@@ -228,8 +283,10 @@ def _fail_best(value: Any, path: str, options: list[Check],
         name, enums = discriminator
         named = [option for option, allowed in zip(options, enums) if value[name] in allowed]
         if not named:
-            _fail(f"{value[name]!r} is not one of {[v for e in enums for v in e]!r}",
-                  _join(path, name))
+            _fail(
+                f"{value[name]!r} is not one of {[v for e in enums for v in e]!r}",
+                _join(path, name),
+            )
         options = named
     errors = []
     for option in options:
@@ -250,6 +307,7 @@ def _length(fewest: int, most: Optional[int]) -> Check:
                 _fail(f"{len(value)} items: at least {fewest} expected", path)
             if most is not None and len(value) > most:
                 _fail(f"{len(value)} items: at most {most} allowed", path)
+
     return check
 
 
@@ -258,6 +316,7 @@ def _items(item: Check) -> Check:
         if isinstance(value, list):
             for i, element in enumerate(value):
                 item(element, _join(path, i))
+
     return check
 
 
@@ -295,6 +354,7 @@ def _object(schema: dict) -> Check:
                 extra_check(element, _join(path, key))
             elif extra is False:
                 _fail(f"Additional properties are not allowed ({key!r} was unexpected)", path)
+
     return check
 
 

@@ -23,6 +23,7 @@ has its own trunk, as `mistk_rl.rl.models.ActorCritic`'s default. The paper's ac
 recurrent core; within a stage the tree statistics already hold what a memory would (every
 visit is in them), so this one is feed-forward.
 """
+
 from __future__ import annotations
 
 from typing import Mapping, Sequence
@@ -34,8 +35,16 @@ from torch import nn
 from mistk_rl.rl.encoders import MLP, Activation, layer_init, make_encoder
 from mistk_rl.thinker.tree import Layout
 
-PER_ACTION = ("root_logits", "root_qs_mean", "root_qs_max", "root_ns",
-              "cur_logits", "cur_qs_mean", "cur_qs_max", "cur_ns")
+PER_ACTION = (
+    "root_logits",
+    "root_qs_mean",
+    "root_qs_max",
+    "root_ns",
+    "cur_logits",
+    "cur_qs_mean",
+    "cur_qs_max",
+    "cur_ns",
+)
 """The fields of tree_reps with one value per primary action: the readout's input."""
 
 
@@ -43,15 +52,18 @@ def thinker_spaces(space: spaces.Space, action_n: int) -> tuple[int, int]:
     """(A, K) of a Thinker MDP's observation space and Discrete(2A) action count; ValueError
     for anything else."""
     if not (isinstance(space, spaces.Dict) and {"tree_reps", "real_states"} <= set(space.spaces)):
-        raise ValueError(f"a Thinker actor-critic reads {{'tree_reps', 'real_states'}}, not "
-                         f"{space}")
+        raise ValueError(
+            f"a Thinker actor-critic reads {{'tree_reps', 'real_states'}}, not {space}"
+        )
     if action_n % 2:
         raise ValueError(f"a Thinker actor-critic acts in Discrete(2A), not {action_n} actions")
     a = action_n // 2
     k = int(space["tree_reps"].shape[-1]) - 9 - 10 * a
     if k < 1:
-        raise ValueError(f"tree_reps of length {space['tree_reps'].shape[-1]} does not fit "
-                         f"{a} primary actions: N = 9 + 10A + K")
+        raise ValueError(
+            f"tree_reps of length {space['tree_reps'].shape[-1]} does not fit "
+            f"{a} primary actions: N = 9 + 10A + K"
+        )
     return a, k
 
 
@@ -62,14 +74,18 @@ class TreeTrunk(nn.Module):
     walk is, so imagination can be steered by what the board shows, as the paper's agent
     reads its model's predicted frames."""
 
-    def __init__(self, space: spaces.Dict, hidden_sizes: Sequence[int],
-                 activation: Activation, encoder: str) -> None:
+    def __init__(
+        self, space: spaces.Dict, hidden_sizes: Sequence[int], activation: Activation, encoder: str
+    ) -> None:
         super().__init__()
         self.frame = make_encoder(space["real_states"], hidden_sizes, activation, encoder)
         self.frames = ("real_states", "xs") if "xs" in space.spaces else ("real_states",)
         self.tree = MLP(int(space["tree_reps"].shape[-1]), hidden_sizes, activation)
-        self.joint = MLP(len(self.frames) * self.frame.output_dim + self.tree.output_dim,
-                         hidden_sizes[-1:], activation)
+        self.joint = MLP(
+            len(self.frames) * self.frame.output_dim + self.tree.output_dim,
+            hidden_sizes[-1:],
+            activation,
+        )
         self.output_dim = self.joint.output_dim
         for module in self.modules():
             if isinstance(module, (nn.Linear, nn.Conv2d)):
@@ -84,10 +100,16 @@ class ThinkerActorCritic(nn.Module):
     """`forward(obs) -> {"logit": [B, 2A], "value": [B]}`, the interface of
     `mistk_rl.rl.models.ActorCritic` (module doc)."""
 
-    def __init__(self, observation_space: spaces.Dict, action_n: int,
-                 hidden_sizes: Sequence[int] = (128, 128), activation: Activation = "tanh",
-                 encoder: str = "auto", readout_hidden: int = 32,
-                 reset_logit: float = 0.0) -> None:
+    def __init__(
+        self,
+        observation_space: spaces.Dict,
+        action_n: int,
+        hidden_sizes: Sequence[int] = (128, 128),
+        activation: Activation = "tanh",
+        encoder: str = "auto",
+        readout_hidden: int = 32,
+        reset_logit: float = 0.0,
+    ) -> None:
         super().__init__()
         self.num_actions, rec_t = thinker_spaces(observation_space, action_n)
         slices = Layout(self.num_actions, rec_t).slices
@@ -119,7 +141,7 @@ class ThinkerActorCritic(nn.Module):
         logits = self.policy(self.actor_trunk(obs)) + self._readout(reps)
         real = reps[:, self._next_real] > 0.5
         reset_half = torch.zeros_like(logits, dtype=torch.bool)
-        reset_half[:, self.num_actions:] = True
+        reset_half[:, self.num_actions :] = True
         return logits.masked_fill(reset_half & real.unsqueeze(1), float("-inf"))
 
     def compute_critic(self, obs: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:

@@ -6,6 +6,7 @@ state). So a snapshot holds the unwrapped env's state *and* the step counters of
 TimeLimit wrappers on top, and a wrapper this module knows nothing about is refused rather
 than guessed at.
 """
+
 from __future__ import annotations
 
 from typing import Any, Callable, NamedTuple
@@ -17,7 +18,7 @@ from gymnasium.wrappers import OrderEnforcing, PassiveEnvChecker, TimeLimit
 
 
 class CartPoleState(NamedTuple):
-    state: tuple[float, ...]            # float64 (x, x_dot, theta, theta_dot)
+    state: tuple[float, ...]  # float64 (x, x_dot, theta, theta_dot)
     steps_beyond_terminated: int | None
 
 
@@ -41,13 +42,14 @@ KNOWN_WRAPPERS = (TimeLimit, OrderEnforcing, PassiveEnvChecker)
 
 
 class ClonedState(NamedTuple):
-    env: Any                            # the unwrapped env's own snapshot
-    elapsed_steps: tuple[int, ...]      # TimeLimit counters, outermost first
+    env: Any  # the unwrapped env's own snapshot
+    elapsed_steps: tuple[int, ...]  # TimeLimit counters, outermost first
 
 
 def has_clone(obj: Any) -> bool:
     return callable(getattr(obj, "clone_state", None)) and callable(
-        getattr(obj, "restore_state", None))
+        getattr(obj, "restore_state", None)
+    )
 
 
 def _wrapper_chain(env: gym.Env) -> list[gym.Wrapper]:
@@ -78,18 +80,20 @@ class Cloneable(gym.Wrapper):
             self._restore = lambda s: restore(base, s)
         else:
             raise ValueError(_refusal(env))
-        unknown = [type(w).__name__ for w in _wrapper_chain(env)
-                   if not isinstance(w, KNOWN_WRAPPERS)]
+        unknown = [
+            type(w).__name__ for w in _wrapper_chain(env) if not isinstance(w, KNOWN_WRAPPERS)
+        ]
         if unknown:
-            raise ValueError(f"cannot clone the state of wrapper(s) {unknown} around {env}: "
-                             "the perfect model (wrapper_type 2) needs every step-affecting "
-                             "state captured; give the outermost env clone_state()/"
-                             "restore_state()")
+            raise ValueError(
+                f"cannot clone the state of wrapper(s) {unknown} around {env}: "
+                "the perfect model (wrapper_type 2) needs every step-affecting "
+                "state captured; give the outermost env clone_state()/"
+                "restore_state()"
+            )
         self._time_limits = [w for w in _wrapper_chain(env) if isinstance(w, TimeLimit)]
 
     def clone_state(self) -> ClonedState:
-        return ClonedState(self._clone(),
-                           tuple(int(w._elapsed_steps) for w in self._time_limits))
+        return ClonedState(self._clone(), tuple(int(w._elapsed_steps) for w in self._time_limits))
 
     def restore_state(self, state: ClonedState) -> None:
         self._restore(state.env)
@@ -98,9 +102,11 @@ class Cloneable(gym.Wrapper):
 
 
 def _refusal(env: gym.Env) -> str:
-    return ("the perfect model (wrapper_type 2) needs clone_state()/restore_state() to "
-            f"restore an env state and step it; {env} has neither, and only "
-            f"{[c.__name__ for c in STRATEGIES]} are cloned without them")
+    return (
+        "the perfect model (wrapper_type 2) needs clone_state()/restore_state() to "
+        f"restore an env state and step it; {env} has neither, and only "
+        f"{[c.__name__ for c in STRATEGIES]} are cloned without them"
+    )
 
 
 def ensure_cloneable(env: gym.Env) -> gym.Env:

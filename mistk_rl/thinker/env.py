@@ -14,6 +14,7 @@ the new root's frame from the real step on; the planning reward's reference afte
 Gmax(root), not 0; unknown settings are errors; 1-D observations are accepted; arrays are
 numpy, not torch (CPU only).
 """
+
 from __future__ import annotations
 
 from typing import Any, Callable, Optional, Sequence
@@ -42,8 +43,9 @@ class ThinkerEnv:
     until `reset()`: the gymnasium convention, which the adapter serves.
     """
 
-    def __init__(self, env_fns: Sequence[EnvFn], cfg: ThinkerConfig,
-                 auto_reset: bool = True) -> None:
+    def __init__(
+        self, env_fns: Sequence[EnvFn], cfg: ThinkerConfig, auto_reset: bool = True
+    ) -> None:
         if not env_fns:
             raise ValueError("the Thinker MDP needs at least one env")
         self.cfg = cfg
@@ -56,14 +58,15 @@ class ThinkerEnv:
         self.real_observation_space = self.envs[0].observation_space
         if cfg.wrapper_type == 2:
             from mistk_rl.thinker.cloneable import ensure_cloneable
+
             self.envs = [ensure_cloneable(env) for env in self.envs]
         self.model = None
         # an untrained value-policy net with zero heads answers v = 0, logits = 0 exactly:
         # the perfect model then needs no network at all
         zero_vp = not cfg.train_model and cfg.model_zero_init
-        if cfg.wrapper_type == 0 or (cfg.wrapper_type == 2 and cfg.vp_fn is None
-                                     and not zero_vp):
+        if cfg.wrapper_type == 0 or (cfg.wrapper_type == 2 and cfg.vp_fn is None and not zero_vp):
             from mistk_rl.thinker.model import ThinkerModel  # (torch: only when needed)
+
             self.model = ThinkerModel(cfg, self.real_observation_space, self.num_actions)
         self.layout = tree.Layout(self.num_actions, cfg.rec_t)
         self.observation_space = self._observation_space()
@@ -90,8 +93,9 @@ class ThinkerEnv:
         time) and return the first state. Episodes later reset themselves."""
         if seed is None and not self._seeded:
             seed = self.cfg.seed
-        frames = [env.reset(seed=None if seed is None else seed + i)[0]
-                  for i, env in enumerate(self.envs)]
+        frames = [
+            env.reset(seed=None if seed is None else seed + i)[0] for i, env in enumerate(self.envs)
+        ]
         self._seeded = True
         self.ended[:] = False
         self.frames = frames
@@ -103,25 +107,35 @@ class ThinkerEnv:
         self.im_episode_return[:] = 0.0
         self.baseline[:] = 0.0
         if self.cfg.planning:
-            self.roots = self._new_roots(np.zeros(self.env_n, dtype=np.int64),
-                                         np.ones(self.env_n, dtype=bool))
+            self.roots = self._new_roots(
+                np.zeros(self.env_n, dtype=np.int64), np.ones(self.env_n, dtype=bool)
+            )
             self.curs = list(self.roots)
-            self.gmax_prev = np.array([tree.gmax(r, self.cfg.discounting) for r in self.roots],
-                                      dtype=np.float32)
+            self.gmax_prev = np.array(
+                [tree.gmax(r, self.cfg.discounting) for r in self.roots], dtype=np.float32
+            )
         return self._state(resets=np.ones(self.env_n, dtype=bool))
 
-    def step(self, primary_action: Any, reset_action: Any = None,
-             action_prob: Optional[np.ndarray] = None
-             ) -> tuple[dict[str, np.ndarray], np.ndarray, np.ndarray, dict[str, Any]]:
+    def step(
+        self,
+        primary_action: Any,
+        reset_action: Any = None,
+        action_prob: Optional[np.ndarray] = None,
+    ) -> tuple[dict[str, np.ndarray], np.ndarray, np.ndarray, dict[str, Any]]:
         """One augmented step: imaginary while the stage lasts, then real."""
         if not self.roots and self.cfg.planning or self.frames[0] is None:
             raise RuntimeError("call reset() before step()")
         if self.ended.any():
-            raise RuntimeError(f"the episodes of envs {np.flatnonzero(self.ended).tolist()} "
-                               "have ended and auto_reset is off: call reset()")
+            raise RuntimeError(
+                f"the episodes of envs {np.flatnonzero(self.ended).tolist()} "
+                "have ended and auto_reset is off: call reset()"
+            )
         primary = self._actions(primary_action, self.num_actions, "primary_action")
-        resets = (np.zeros(self.env_n, dtype=np.int64) if reset_action is None
-                  else self._actions(reset_action, 2, "reset_action"))
+        resets = (
+            np.zeros(self.env_n, dtype=np.int64)
+            if reset_action is None
+            else self._actions(reset_action, 2, "reset_action")
+        )
         if self.cfg.require_prob and action_prob is None and self.next_step_real:
             raise ValueError("require_prob is set: pass action_prob [env_n, A] with each step")
         if not self.next_step_real:
@@ -151,8 +165,16 @@ class ThinkerEnv:
             if self._is_expanded(child):
                 continue
             if cur.done:  # past the end of an episode nothing more happens
-                child.expand(0.0, 0.0, np.array([c.logit for c in cur.children]), True,
-                             cur.state, cur.frame, cur.hidden, self.real_steps)
+                child.expand(
+                    0.0,
+                    0.0,
+                    np.array([c.logit for c in cur.children]),
+                    True,
+                    cur.state,
+                    cur.frame,
+                    cur.hidden,
+                    self.real_steps,
+                )
             else:
                 pending.append(i)
         if pending:
@@ -181,7 +203,7 @@ class ThinkerEnv:
             im_reward[:] = 0.0
         self.im_episode_return += im_reward
         self.episode_step += 1
-        status = (STATUS_IMAGINARY if self.cur_t < cfg.rec_t - 1 else STATUS_LAST_IMAGINARY)
+        status = STATUS_IMAGINARY if self.cur_t < cfg.rec_t - 1 else STATUS_LAST_IMAGINARY
         zeros = np.zeros(self.env_n, dtype=bool)
         info = self._info(status, im_reward, zeros, zeros, self.stage_depth.copy())
         state = self._state(reps=reps, nodes=children)  # (hs, xs: the nodes reached)
@@ -201,9 +223,16 @@ class ThinkerEnv:
         if cfg.wrapper_type == 0:
             out = self.model.unroll([p.state for p in parents], actions)
             for j, child in enumerate(children):
-                child.expand(out.reward[j], out.v[j], out.logits[j], bool(out.done[j]),
-                             out.states[j], None if out.xs is None else out.xs[j],
-                             None if out.hs is None else out.hs[j], step)
+                child.expand(
+                    out.reward[j],
+                    out.v[j],
+                    out.logits[j],
+                    bool(out.done[j]),
+                    out.states[j],
+                    None if out.xs is None else out.xs[j],
+                    None if out.hs is None else out.hs[j],
+                    step,
+                )
             return
         frames, results = [], []
         for i, parent, a in zip(envs, parents, actions):
@@ -226,8 +255,9 @@ class ThinkerEnv:
         before = list(self.frames)
         final: dict[int, tuple[Any, Any]] = {}  # auto_reset: truncated envs' last frame, state
         if cfg.planning:
-            self.baseline = np.array([tree.baseline(r, cfg.discounting) for r in self.roots],
-                                     dtype=np.float32)
+            self.baseline = np.array(
+                [tree.baseline(r, cfg.discounting) for r in self.roots], dtype=np.float32
+            )
         for i, env in enumerate(self.envs):
             if cfg.wrapper_type == 2:
                 env.restore_state(self.roots[i].state)
@@ -241,8 +271,15 @@ class ThinkerEnv:
             self.frames[i] = frame
         done = terminated | truncated
         if self.model is not None and cfg.train_model:
-            self.model.record(np.stack(before), primary, rewards, done, truncated & ~terminated,
-                              self.baseline.copy(), action_prob)
+            self.model.record(
+                np.stack(before),
+                primary,
+                rewards,
+                done,
+                truncated & ~terminated,
+                self.baseline.copy(),
+                action_prob,
+            )
         self.real_steps += 1
         if self.auto_reset:  # a restarted episode's root is reached by action 0
             reached = np.where(done, 0, primary)
@@ -251,16 +288,22 @@ class ThinkerEnv:
         if cfg.planning:
             self.roots = self._new_roots(reached, done)
             self.curs = list(self.roots)
-            self.gmax_prev = np.array([tree.gmax(r, cfg.discounting) for r in self.roots],
-                                      dtype=np.float32)
+            self.gmax_prev = np.array(
+                [tree.gmax(r, cfg.discounting) for r in self.roots], dtype=np.float32
+            )
         final_states = self._final_states(final, primary) if final else {}
         if self.model is not None and cfg.train_model:
             self.model.train_if_due()
         self.episode_step += 1
         self.depth[:] = 0
         self.cur_t = 0
-        info = self._info(STATUS_REAL, np.zeros(n, dtype=np.float32), done,
-                          truncated & ~terminated, self.stage_depth.copy())
+        info = self._info(
+            STATUS_REAL,
+            np.zeros(n, dtype=np.float32),
+            done,
+            truncated & ~terminated,
+            self.stage_depth.copy(),
+        )
         if final_states:
             info["final_state"] = final_states
         self.stage_depth[:] = 0
@@ -287,18 +330,26 @@ class ThinkerEnv:
             old = self.roots[i] if self.roots else None
             child = None if fresh[i] or old is None else old.children[actions[i]]
             if cfg.tree_carry and child is not None and child.expanded:
-                root = tree.new_root(child, v[i], logits[i], states[i], cfg.discounting,
-                                     self.frames[i], hidden[i], step)
+                root = tree.new_root(
+                    child,
+                    v[i],
+                    logits[i],
+                    states[i],
+                    cfg.discounting,
+                    self.frames[i],
+                    hidden[i],
+                    step,
+                )
             else:
                 root = Node(int(actions[i]), None, 0.0)
-                root.expand(0.0, v[i], logits[i], False, states[i], self.frames[i],
-                            hidden[i], step)
+                root.expand(0.0, v[i], logits[i], False, states[i], self.frames[i], hidden[i], step)
             tree.visit(root, cfg.discounting)
             roots.append(root)
         return roots
 
-    def _final_states(self, final: dict[int, tuple[Any, Any]], actions: np.ndarray
-                      ) -> dict[int, dict[str, np.ndarray]]:
+    def _final_states(
+        self, final: dict[int, tuple[Any, Any]], actions: np.ndarray
+    ) -> dict[int, dict[str, np.ndarray]]:
         """Under auto_reset, the state each truncated env's episode bootstraps from: the one
         `step` returns without auto_reset (a fresh root at the final real frame, reached by
         the real action), env index -> its row of the state."""
@@ -317,12 +368,16 @@ class ThinkerEnv:
         rows = {}
         for j, i in enumerate(idx):
             root = Node(int(reached[j]), None, 0.0)
-            root.expand(0.0, v[j], logits[j], False, states[j], final[i][0], hidden[j],
-                        self.real_steps)
+            root.expand(
+                0.0, v[j], logits[j], False, states[j], final[i][0], hidden[j], self.real_steps
+            )
             tree.visit(root, cfg.discounting)
-            row = {"real_states": final[i][0],
-                   "tree_reps": tree.encode(root, root, True, 0, 0, cfg.discounting,
-                                            self.layout, cfg.stat_mask_type)}
+            row = {
+                "real_states": final[i][0],
+                "tree_reps": tree.encode(
+                    root, root, True, 0, 0, cfg.discounting, self.layout, cfg.stat_mask_type
+                ),
+            }
             if cfg.wrapper_type == 0 and cfg.return_h and hidden[j] is not None:
                 row["hs"] = hidden[j]
             if cfg.return_x and root.frame is not None:
@@ -331,15 +386,18 @@ class ThinkerEnv:
         return rows
 
     # ---- helpers -------------------------------------------------------------------------
-    def _value_policy(self, frames: np.ndarray, actions: np.ndarray
-                      ) -> tuple[np.ndarray, np.ndarray]:
+    def _value_policy(
+        self, frames: np.ndarray, actions: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray]:
         if self.cfg.vp_fn is not None:
             v, logits = self.cfg.vp_fn(frames)
         elif self.model is not None:
             v, logits = self.model.value_policy(frames, actions)
         else:  # untrained, zero heads (see __init__)
-            return (np.zeros(len(frames), dtype=np.float32),
-                    np.zeros((len(frames), self.num_actions), dtype=np.float32))
+            return (
+                np.zeros(len(frames), dtype=np.float32),
+                np.zeros((len(frames), self.num_actions), dtype=np.float32),
+            )
         v = np.asarray(v, dtype=np.float32).reshape(len(frames))
         logits = np.asarray(logits, dtype=np.float32).reshape(len(frames), self.num_actions)
         return v, logits
@@ -349,11 +407,23 @@ class ThinkerEnv:
         return float(np.clip(r, -c, c)) if c > 0 else r
 
     def _encode(self, i: int, reset: bool) -> np.ndarray:
-        return tree.encode(self.roots[i], self.curs[i], reset, self.cur_t, int(self.depth[i]),
-                           self.cfg.discounting, self.layout, self.cfg.stat_mask_type)
+        return tree.encode(
+            self.roots[i],
+            self.curs[i],
+            reset,
+            self.cur_t,
+            int(self.depth[i]),
+            self.cfg.discounting,
+            self.layout,
+            self.cfg.stat_mask_type,
+        )
 
-    def _state(self, reps: Optional[np.ndarray] = None, resets: Optional[np.ndarray] = None,
-               nodes: Optional[list[Node]] = None) -> dict[str, np.ndarray]:
+    def _state(
+        self,
+        reps: Optional[np.ndarray] = None,
+        resets: Optional[np.ndarray] = None,
+        nodes: Optional[list[Node]] = None,
+    ) -> dict[str, np.ndarray]:
         state = {"real_states": np.stack(self.frames)}
         if not self.cfg.planning:
             return state
@@ -367,8 +437,14 @@ class ThinkerEnv:
             state["xs"] = np.stack([node.frame for node in nodes])
         return state
 
-    def _info(self, status: int, im_reward: np.ndarray, done: np.ndarray,
-              truncated: np.ndarray, max_depth: np.ndarray) -> dict[str, Any]:
+    def _info(
+        self,
+        status: int,
+        im_reward: np.ndarray,
+        done: np.ndarray,
+        truncated: np.ndarray,
+        max_depth: np.ndarray,
+    ) -> dict[str, Any]:
         return {
             "real_done": done.copy(),
             "truncated_done": truncated.copy(),
@@ -389,8 +465,11 @@ class ThinkerEnv:
 
     def _actions(self, values: Any, n: int, name: str) -> np.ndarray:
         actions = np.asarray(values).reshape(-1)
-        if actions.shape != (self.env_n,) or not np.issubdtype(actions.dtype, np.integer) \
-                and not np.all(np.equal(np.mod(actions, 1), 0)):
+        if (
+            actions.shape != (self.env_n,)
+            or not np.issubdtype(actions.dtype, np.integer)
+            and not np.all(np.equal(np.mod(actions, 1), 0))
+        ):
             raise ValueError(f"{name} must hold {self.env_n} integers, got {values!r}")
         actions = actions.astype(np.int64)
         if actions.min() < 0 or actions.max() >= n:
@@ -402,19 +481,28 @@ class ThinkerEnv:
         cfg, real = self.cfg, self.real_observation_space
         if not cfg.planning:
             return gym.spaces.Dict(spaces)
-        spaces["tree_reps"] = gym.spaces.Box(-np.inf, np.inf, (self.layout.length,),
-                                             np.float32)
+        spaces["tree_reps"] = gym.spaces.Box(-np.inf, np.inf, (self.layout.length,), np.float32)
         if cfg.wrapper_type == 0 and cfg.return_h:
             spaces["hs"] = gym.spaces.Box(-np.inf, np.inf, self.model.sr.h_shape, np.float32)
         if cfg.return_x:  # a learned model's frames are predictions: floats in the bounds
-            spaces["xs"] = (real if cfg.wrapper_type == 2 else
-                            gym.spaces.Box(self.model.scale.low, self.model.scale.high,
-                                           real.shape, np.float32))
+            spaces["xs"] = (
+                real
+                if cfg.wrapper_type == 2
+                else gym.spaces.Box(
+                    self.model.scale.low, self.model.scale.high, real.shape, np.float32
+                )
+            )
         return gym.spaces.Dict(spaces)
 
 
-def make(name: Optional[str] = None, env_fn: Optional[EnvFn] = None, env_n: int = 1,
-         gpu: bool = False, config: Any = None, **cfg: Any) -> ThinkerEnv:
+def make(
+    name: Optional[str] = None,
+    env_fn: Optional[EnvFn] = None,
+    env_n: int = 1,
+    gpu: bool = False,
+    config: Any = None,
+    **cfg: Any,
+) -> ThinkerEnv:
     """The Thinker-augmented MDP over `env_n` copies of the env `name` (a gymnasium id) or
     `env_fn()`. Settings: `config` (a YAML path or a mapping) then keywords; see ThinkerConfig.
     """

@@ -10,6 +10,7 @@ An episode's end returns the final state (a tree rooted at the last real frame, 
 truncated episode bootstraps from) and waits for reset(), as gymnasium envs do: the MDP runs
 with auto_reset off, not the seed's way of resetting inside the step.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -26,18 +27,26 @@ ACTION_FORMATS = ("Discrete", "MultiDiscrete")
 
 
 class ThinkerGymEnv(gym.Env):
-    def __init__(self, env_id: str, env_kwargs: Optional[dict[str, Any]] = None,
-                 thinker: Optional[dict[str, Any]] = None, actions: str = "Discrete") -> None:
+    def __init__(
+        self,
+        env_id: str,
+        env_kwargs: Optional[dict[str, Any]] = None,
+        thinker: Optional[dict[str, Any]] = None,
+        actions: str = "Discrete",
+    ) -> None:
         if actions not in ACTION_FORMATS:
-            raise ValueError(f"Thinker actions are {' or '.join(ACTION_FORMATS)}, "
-                             f"not {actions!r}")
+            raise ValueError(f"Thinker actions are {' or '.join(ACTION_FORMATS)}, not {actions!r}")
         # (gym.make imports the module of a "module:EnvId" id itself)
-        self.mdp = ThinkerEnv(make_env_fns(env_id, env_kwargs, 1), load_config(thinker or {}),
-                              auto_reset=False)
+        self.mdp = ThinkerEnv(
+            make_env_fns(env_id, env_kwargs, 1), load_config(thinker or {}), auto_reset=False
+        )
         self.num_actions = a = self.mdp.num_actions
         self.observation_space = self.mdp.observation_space
-        self.action_space = (gym.spaces.Discrete(2 * a) if actions == "Discrete"
-                             else gym.spaces.MultiDiscrete([a, 2]))
+        self.action_space = (
+            gym.spaces.Discrete(2 * a)
+            if actions == "Discrete"
+            else gym.spaces.MultiDiscrete([a, 2])
+        )
 
     def reset(self, *, seed: Optional[int] = None, options: Optional[dict] = None):
         super().reset(seed=seed)
@@ -77,5 +86,4 @@ class ThinkerEnvFactory:
     actions: str = "Discrete"
 
     def __call__(self) -> ThinkerGymEnv:
-        return ThinkerGymEnv(self.env_id, dict(self.env_kwargs), dict(self.thinker),
-                             self.actions)
+        return ThinkerGymEnv(self.env_id, dict(self.env_kwargs), dict(self.thinker), self.actions)

@@ -16,6 +16,7 @@ Frames are (C, H, W) planes, kept at full resolution by padded 3x3 convolutions 
 `ThinkerModel` is what the augmented MDP holds: numpy in, numpy out; its learning (replay,
 losses, checkpoints) is `model_learner.ModelLearner`.
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -30,10 +31,10 @@ from torch import nn
 from mistk_rl.thinker.config import ThinkerConfig
 from mistk_rl.thinker.model_learner import ModelLearner
 
-CHANNELS = 16   # conv channels per unit of model_size_nn: 7x7 planes need few
-WIDTH = 128     # MLP width per unit of model_size_nn (1-D observations)
-HEAD = 64       # hidden width of the reward, done, value and policy heads
-BOUNDED = 1e6   # an observation dim with a wider range (CartPole's speeds) is not rescaled
+CHANNELS = 16  # conv channels per unit of model_size_nn: 7x7 planes need few
+WIDTH = 128  # MLP width per unit of model_size_nn (1-D observations)
+HEAD = 64  # hidden width of the reward, done, value and policy heads
+BOUNDED = 1e6  # an observation dim with a wider range (CartPole's speeds) is not rescaled
 
 
 class ObsScale(nn.Module):
@@ -46,10 +47,12 @@ class ObsScale(nn.Module):
         high = np.asarray(space.high, dtype=np.float64)
         span = high - low
         bounded = np.isfinite(span) & (span > 0) & (span < BOUNDED)
-        self.register_buffer("offset", torch.tensor(np.where(bounded, low, 0.0),
-                                                    dtype=torch.float32))
-        self.register_buffer("scale", torch.tensor(np.where(bounded, span, 1.0),
-                                                   dtype=torch.float32))
+        self.register_buffer(
+            "offset", torch.tensor(np.where(bounded, low, 0.0), dtype=torch.float32)
+        )
+        self.register_buffer(
+            "scale", torch.tensor(np.where(bounded, span, 1.0), dtype=torch.float32)
+        )
         self.low = np.maximum(low, np.finfo(np.float32).min).astype(np.float32)
         self.high = np.minimum(high, np.finfo(np.float32).max).astype(np.float32)
 
@@ -97,8 +100,14 @@ def trunk(obs_shape: Sequence[int], extra: int, size: int) -> tuple[nn.Module, t
         net = nn.Sequential(nn.Conv2d(c + extra, ch, 3, padding=1), ResBlock(ch), nn.ReLU())
         return net, (ch, h, w)
     width = WIDTH * size
-    net = nn.Sequential(nn.Linear(int(np.prod(obs_shape)) + extra, width), nn.LayerNorm(width),
-                        nn.ReLU(), nn.Linear(width, width), nn.LayerNorm(width), nn.ReLU())
+    net = nn.Sequential(
+        nn.Linear(int(np.prod(obs_shape)) + extra, width),
+        nn.LayerNorm(width),
+        nn.ReLU(),
+        nn.Linear(width, width),
+        nn.LayerNorm(width),
+        nn.ReLU(),
+    )
     return net, (width,)
 
 
@@ -127,8 +136,14 @@ class Head(nn.Module):
 class SRNet(nn.Module):
     """State-reward net: encoder, dynamics, and reward / done / frame read-outs of h."""
 
-    def __init__(self, obs_shape: Sequence[int], num_actions: int, size: int,
-                 predict_done: bool, zero_init: bool) -> None:
+    def __init__(
+        self,
+        obs_shape: Sequence[int],
+        num_actions: int,
+        size: int,
+        predict_done: bool,
+        zero_init: bool,
+    ) -> None:
         super().__init__()
         self.num_actions = num_actions
         self.encoder, h_shape = trunk(obs_shape, num_actions, size)
@@ -136,17 +151,24 @@ class SRNet(nn.Module):
         if is_image(obs_shape):
             ch = h_shape[0]
             self.dynamics: nn.Module = nn.Sequential(
-                nn.Conv2d(ch + num_actions, ch, 3, padding=1), ResBlock(ch), ResBlock(ch),
-                nn.ReLU())
-            self.decoder: nn.Module = nn.Sequential(ResBlock(ch), nn.ReLU(),
-                                                    nn.Conv2d(ch, obs_shape[0], 3, padding=1))
+                nn.Conv2d(ch + num_actions, ch, 3, padding=1), ResBlock(ch), ResBlock(ch), nn.ReLU()
+            )
+            self.decoder: nn.Module = nn.Sequential(
+                ResBlock(ch), nn.ReLU(), nn.Conv2d(ch, obs_shape[0], 3, padding=1)
+            )
         else:
             width = h_shape[0]
             self.dynamics = nn.Sequential(
-                nn.Linear(width + num_actions, width), nn.LayerNorm(width), nn.ReLU(),
-                nn.Linear(width, width), nn.LayerNorm(width), nn.ReLU())
-            self.decoder = nn.Sequential(nn.Linear(width, width), nn.ReLU(),
-                                         nn.Linear(width, int(np.prod(obs_shape))))
+                nn.Linear(width + num_actions, width),
+                nn.LayerNorm(width),
+                nn.ReLU(),
+                nn.Linear(width, width),
+                nn.LayerNorm(width),
+                nn.ReLU(),
+            )
+            self.decoder = nn.Sequential(
+                nn.Linear(width, width), nn.ReLU(), nn.Linear(width, int(np.prod(obs_shape)))
+            )
         self.obs_shape = tuple(obs_shape)
         self.reward = Head(h_shape, 1, zero_init)
         self.done = Head(h_shape, 1, zero_init) if predict_done else None
@@ -155,8 +177,9 @@ class SRNet(nn.Module):
         """h of net-scale frames [B, *obs] after `prev_actions` [B]."""
         return self.encoder(with_action(x, prev_actions, self.num_actions))
 
-    def step(self, h: torch.Tensor, actions: torch.Tensor
-             ) -> tuple[torch.Tensor, torch.Tensor, Optional[torch.Tensor], torch.Tensor]:
+    def step(
+        self, h: torch.Tensor, actions: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor, Optional[torch.Tensor], torch.Tensor]:
         """One imagined step: (next h, reward [B], done logit [B] or None, next frame)."""
         h = self.dynamics(with_action(h, actions, self.num_actions))
         done = None if self.done is None else self.done(h)[:, 0]
@@ -167,26 +190,29 @@ class SRNet(nn.Module):
 class VPNet(nn.Module):
     """Value-policy net: (net-scale frame, previous action) -> (value [B], logits [B, A])."""
 
-    def __init__(self, obs_shape: Sequence[int], num_actions: int, size: int,
-                 zero_init: bool) -> None:
+    def __init__(
+        self, obs_shape: Sequence[int], num_actions: int, size: int, zero_init: bool
+    ) -> None:
         super().__init__()
         self.num_actions = num_actions
         self.encoder, shape = trunk(obs_shape, num_actions, size)
         self.head = Head(shape, 1 + num_actions, zero_init)
 
-    def forward(self, x: torch.Tensor, prev_actions: torch.Tensor
-                ) -> tuple[torch.Tensor, torch.Tensor]:
+    def forward(
+        self, x: torch.Tensor, prev_actions: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         out = self.head(self.encoder(with_action(x, prev_actions, self.num_actions)))
         return out[:, 0], out[:, 1:]
 
 
 class ModelOutput(NamedTuple):
     """What the model says of m nodes (the augmented MDP's `expand` reads it)."""
-    states: list[Any]        # one node state per row: the SR-net's hidden state (a tensor)
-    reward: np.ndarray       # [m] float32 predicted reward (0 for `initial`)
-    done: np.ndarray         # [m] bool predicted episode end (all False without a done head)
-    v: np.ndarray            # [m] float32 value
-    logits: np.ndarray       # [m, A] float32 policy logits
+
+    states: list[Any]  # one node state per row: the SR-net's hidden state (a tensor)
+    reward: np.ndarray  # [m] float32 predicted reward (0 for `initial`)
+    done: np.ndarray  # [m] bool predicted episode end (all False without a done head)
+    v: np.ndarray  # [m] float32 value
+    logits: np.ndarray  # [m, A] float32 policy logits
     hs: Optional[np.ndarray]  # [m, *h_shape] the hidden states, for state["hs"]
     xs: Optional[np.ndarray]  # [m, *obs_shape] the (predicted) frames, observation scale
 
@@ -196,12 +222,15 @@ class ThinkerModel:
     `value_policy` (true frames; wrapper_type 2), and its learning from real steps:
     `record`, `train_if_due`, `status`, `save`/`load`, `close` (see `ModelLearner`)."""
 
-    def __init__(self, cfg: ThinkerConfig, observation_space: spaces.Box,
-                 num_actions: int) -> None:
-        if not isinstance(observation_space, spaces.Box) or len(observation_space.shape) \
-                not in (1, 3):
-            raise ValueError("the Thinker model takes Box observations, (C, H, W) frames or "
-                             f"1-D vectors, not {observation_space}")
+    def __init__(self, cfg: ThinkerConfig, observation_space: spaces.Box, num_actions: int) -> None:
+        if not isinstance(observation_space, spaces.Box) or len(observation_space.shape) not in (
+            1,
+            3,
+        ):
+            raise ValueError(
+                "the Thinker model takes Box observations, (C, H, W) frames or "
+                f"1-D vectors, not {observation_space}"
+            )
         self.cfg = cfg
         self.num_actions = int(num_actions)
         self.obs_shape = tuple(observation_space.shape)
@@ -211,8 +240,13 @@ class ThinkerModel:
         size = max(1, int(cfg.model_size_nn))
         self.sr: Optional[SRNet] = None
         if cfg.wrapper_type == 0:
-            self.sr = SRNet(self.obs_shape, self.num_actions, size,
-                            cfg.model_done_loss_cost > 0, cfg.model_zero_init)
+            self.sr = SRNet(
+                self.obs_shape,
+                self.num_actions,
+                size,
+                cfg.model_done_loss_cost > 0,
+                cfg.model_zero_init,
+            )
         self.vp: Optional[VPNet] = None
         if cfg.vp_fn is None:
             self.vp = VPNet(self.obs_shape, self.num_actions, size, cfg.model_zero_init)
@@ -230,9 +264,15 @@ class ThinkerModel:
         h = sr.encode(x, a)
         v, logits = self._vp(x, a, frames)
         n = len(h)
-        return ModelOutput(list(h.unbind(0)), np.zeros(n, dtype=np.float32),
-                           np.zeros(n, dtype=bool), v, logits, h.numpy(),
-                           np.asarray(frames, dtype=np.float32))
+        return ModelOutput(
+            list(h.unbind(0)),
+            np.zeros(n, dtype=np.float32),
+            np.zeros(n, dtype=bool),
+            v,
+            logits,
+            h.numpy(),
+            np.asarray(frames, dtype=np.float32),
+        )
 
     @torch.inference_mode()
     def unroll(self, states: list[Any], actions: np.ndarray) -> ModelOutput:
@@ -242,42 +282,53 @@ class ThinkerModel:
         h, reward, done_logit, x = sr.step(torch.stack(states), a)
         xs = self.scale.to_obs(x)
         v, logits = self._vp(x, a, xs)
-        done = (np.zeros(len(h), dtype=bool) if done_logit is None
-                else (done_logit > 0).numpy())
-        return ModelOutput(list(h.unbind(0)), reward.numpy().astype(np.float32), done, v,
-                           logits, h.numpy(), xs)
+        done = np.zeros(len(h), dtype=bool) if done_logit is None else (done_logit > 0).numpy()
+        return ModelOutput(
+            list(h.unbind(0)), reward.numpy().astype(np.float32), done, v, logits, h.numpy(), xs
+        )
 
     @torch.inference_mode()
-    def value_policy(self, frames: np.ndarray, prev_actions: np.ndarray
-                     ) -> tuple[np.ndarray, np.ndarray]:
+    def value_policy(
+        self, frames: np.ndarray, prev_actions: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray]:
         """The value-policy net (or vp_fn) on true frames: the perfect model's evaluator."""
         a = torch.as_tensor(np.asarray(prev_actions, dtype=np.int64))
         return self._vp(self.scale(frames), a, frames)
 
-    def _vp(self, x: torch.Tensor, prev_actions: torch.Tensor, frames: np.ndarray
-            ) -> tuple[np.ndarray, np.ndarray]:
+    def _vp(
+        self, x: torch.Tensor, prev_actions: torch.Tensor, frames: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray]:
         """VPNet on net-scale `x`, or cfg.vp_fn on the same frames in observation scale."""
         if self.vp is None:
             v, logits = self.cfg.vp_fn(frames)
-            return (np.asarray(v, dtype=np.float32).reshape(len(frames)),
-                    np.asarray(logits, dtype=np.float32).reshape(len(frames),
-                                                                 self.num_actions))
+            return (
+                np.asarray(v, dtype=np.float32).reshape(len(frames)),
+                np.asarray(logits, dtype=np.float32).reshape(len(frames), self.num_actions),
+            )
         v, logits = self.vp(x, prev_actions)
         return v.numpy(), logits.numpy()
 
     def _need_sr(self) -> SRNet:
         if self.sr is None:
-            raise RuntimeError("initial/unroll need the learned model (wrapper_type 0); the "
-                               "perfect model calls value_policy on true frames")
+            raise RuntimeError(
+                "initial/unroll need the learned model (wrapper_type 0); the "
+                "perfect model calls value_policy on true frames"
+            )
         return self.sr
 
     # ---- learning (model_learner.ModelLearner) -------------------------------------------
-    def record(self, frames: np.ndarray, actions: np.ndarray, rewards: np.ndarray,
-               dones: np.ndarray, truncated: np.ndarray, baselines: np.ndarray,
-               action_probs: Optional[np.ndarray] = None) -> None:
+    def record(
+        self,
+        frames: np.ndarray,
+        actions: np.ndarray,
+        rewards: np.ndarray,
+        dones: np.ndarray,
+        truncated: np.ndarray,
+        baselines: np.ndarray,
+        action_probs: Optional[np.ndarray] = None,
+    ) -> None:
         """One real step of every env: s_t, a_t, r_t, episode end, truncation, V_tree(s_t)."""
-        self.learner.record(frames, actions, rewards, dones, truncated, baselines,
-                            action_probs)
+        self.learner.record(frames, actions, rewards, dones, truncated, baselines, action_probs)
 
     def train_if_due(self) -> None:
         self.learner.train_if_due()

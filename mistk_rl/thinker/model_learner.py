@@ -26,6 +26,7 @@ ratio then sits in [max, max + one update's share (batch k / (processed_n - warm
 model_min_replay_ratio is v1.1's bound for its multi-process mode, where actors wait while
 the learner is below it; in one process the learner never falls behind, so it is not used.
 """
+
 from __future__ import annotations
 
 import io
@@ -49,16 +50,24 @@ class TrainableModel(Protocol):
     cfg: ThinkerConfig
     num_actions: int
     obs_shape: tuple[int, ...]
-    scale: torch.nn.Module            # observations -> net scale (model.ObsScale)
-    sr: Optional[torch.nn.Module]     # the state-reward net (model.SRNet), wrapper_type 0
-    vp: Optional[torch.nn.Module]     # the value-policy net (model.VPNet), unless vp_fn
+    scale: torch.nn.Module  # observations -> net scale (model.ObsScale)
+    sr: Optional[torch.nn.Module]  # the state-reward net (model.SRNet), wrapper_type 0
+    vp: Optional[torch.nn.Module]  # the value-policy net (model.VPNet), unless vp_fn
+
 
 CHECKPOINT = "ckp_model.tar"
 
 
 # ---- value targets ------------------------------------------------------------------------
-def value_targets(rewards: np.ndarray, dones: np.ndarray, truncated: np.ndarray,
-                  baselines: np.ndarray, gamma: float, n: int, k: int) -> np.ndarray:
+def value_targets(
+    rewards: np.ndarray,
+    dones: np.ndarray,
+    truncated: np.ndarray,
+    baselines: np.ndarray,
+    gamma: float,
+    n: int,
+    k: int,
+) -> np.ndarray:
     """n-step targets for s_0 .. s_k of windows [B, k + n + 1] of entries:
 
         target_i = sum_{j<n} gamma^j r_{i+j} + gamma^n V_tree(s_{i+n})
@@ -93,6 +102,7 @@ def alive_mask(dones: np.ndarray, k: int) -> np.ndarray:
 class Window(NamedTuple):
     """A sampled batch: `leaves` for the priority update, entries [B, 2k + 1] (frames only
     for s_0 .. s_k), importance weights [B]."""
+
     leaves: np.ndarray
     frames: np.ndarray
     prev_actions: np.ndarray
@@ -112,14 +122,33 @@ class ModelReplay:
     t + window - 1 is recorded and stops being so when its slot is overwritten, so every drawn
     window lies inside the ring."""
 
-    FIELDS = ("frames", "prev_actions", "actions", "rewards", "dones", "truncated",
-              "baselines", "probs")
+    FIELDS = (
+        "frames",
+        "prev_actions",
+        "actions",
+        "rewards",
+        "dones",
+        "truncated",
+        "baselines",
+        "probs",
+    )
 
-    def __init__(self, env_n: int, length: int, window: int, obs_shape: tuple[int, ...],
-                 obs_dtype: np.dtype, num_actions: int, with_probs: bool, alpha: float) -> None:
+    def __init__(
+        self,
+        env_n: int,
+        length: int,
+        window: int,
+        obs_shape: tuple[int, ...],
+        obs_dtype: np.dtype,
+        num_actions: int,
+        with_probs: bool,
+        alpha: float,
+    ) -> None:
         if length < window:
-            raise ValueError(f"model_buffer_n / env_n = {length} real steps per env cannot "
-                             f"hold a sample of {window} (2 model_unroll_len + 1)")
+            raise ValueError(
+                f"model_buffer_n / env_n = {length} real steps per env cannot "
+                f"hold a sample of {window} (2 model_unroll_len + 1)"
+            )
         self.env_n, self.length, self.window = env_n, length, window
         shape = (env_n, length)
         self.frames = np.zeros(shape + obs_shape, dtype=obs_dtype)
@@ -129,8 +158,7 @@ class ModelReplay:
         self.dones = np.zeros(shape, dtype=bool)
         self.truncated = np.zeros(shape, dtype=bool)
         self.baselines = np.zeros(shape, dtype=np.float32)
-        self.probs = (np.zeros(shape + (num_actions,), dtype=np.float32) if with_probs
-                      else None)
+        self.probs = np.zeros(shape + (num_actions,), dtype=np.float32) if with_probs else None
         self.t = 0  # entries recorded per env
         self.priorities = PrioritySampler(env_n * length, alpha)
         self._rows = np.arange(env_n) * length
@@ -157,12 +185,18 @@ class ModelReplay:
         slots = (start[:, None] + np.arange(self.window)) % self.length
         rows = env[:, None]
         weights = self.priorities.weights(leaves, beta)
-        return Window(leaves, self.frames[rows, slots[:, :k + 1]], self.prev_actions[rows, slots],
-                      self.actions[rows, slots], self.rewards[rows, slots],
-                      self.dones[rows, slots], self.truncated[rows, slots],
-                      self.baselines[rows, slots],
-                      None if self.probs is None else self.probs[rows, slots],
-                      weights.astype(np.float32))
+        return Window(
+            leaves,
+            self.frames[rows, slots[:, : k + 1]],
+            self.prev_actions[rows, slots],
+            self.actions[rows, slots],
+            self.rewards[rows, slots],
+            self.dones[rows, slots],
+            self.truncated[rows, slots],
+            self.baselines[rows, slots],
+            None if self.probs is None else self.probs[rows, slots],
+            weights.astype(np.float32),
+        )
 
     def update_priorities(self, leaves: np.ndarray, errors: np.ndarray) -> None:
         """Priorities |v(s_t) - target_t| of the sampled starts."""
@@ -177,10 +211,15 @@ class ModelReplay:
             self.truncated[:, slot] = True
 
     def state_dict(self) -> dict[str, Any]:
-        state: dict[str, Any] = {name: torch.from_numpy(getattr(self, name).copy())
-                                 for name in self.FIELDS if getattr(self, name) is not None}
-        sampler = {key: torch.from_numpy(value) if isinstance(value, np.ndarray) else value
-                   for key, value in self.priorities.state_dict().items()}
+        state: dict[str, Any] = {
+            name: torch.from_numpy(getattr(self, name).copy())
+            for name in self.FIELDS
+            if getattr(self, name) is not None
+        }
+        sampler = {
+            key: torch.from_numpy(value) if isinstance(value, np.ndarray) else value
+            for key, value in self.priorities.state_dict().items()
+        }
         state.update(t=self.t, window=self.window, sampler=sampler)
         return state
 
@@ -188,8 +227,16 @@ class ModelReplay:
     def from_state(cls, state: dict[str, Any], alpha: float) -> ModelReplay:
         frames = state["frames"].numpy()
         num_actions = state["probs"].shape[-1] if "probs" in state else 1
-        replay = cls(frames.shape[0], frames.shape[1], int(state["window"]), frames.shape[2:],
-                     frames.dtype, num_actions, "probs" in state, alpha)
+        replay = cls(
+            frames.shape[0],
+            frames.shape[1],
+            int(state["window"]),
+            frames.shape[2:],
+            frames.dtype,
+            num_actions,
+            "probs" in state,
+            alpha,
+        )
         for name in cls.FIELDS:
             if name in state:
                 setattr(replay, name, state[name].numpy().copy())
@@ -197,12 +244,17 @@ class ModelReplay:
         sampler = state.get("sampler")
         if sampler is None:  # written before PrioritySampler: the leaves and the max, p^alpha
             leaves = state["priorities"].numpy()
-            sampler = {"sum_leaves": leaves,
-                       "priority": leaves ** (1 / alpha) if alpha else (leaves > 0) * 1.0,
-                       "max_priority": float(state["max_priority"]) ** (1 / alpha) if alpha
-                       else 1.0}
-        replay.priorities.load_state_dict({key: value.numpy() if torch.is_tensor(value)
-                                           else value for key, value in sampler.items()})
+            sampler = {
+                "sum_leaves": leaves,
+                "priority": leaves ** (1 / alpha) if alpha else (leaves > 0) * 1.0,
+                "max_priority": float(state["max_priority"]) ** (1 / alpha) if alpha else 1.0,
+            }
+        replay.priorities.load_state_dict(
+            {
+                key: value.numpy() if torch.is_tensor(value) else value
+                for key, value in sampler.items()
+            }
+        )
         return replay
 
 
@@ -216,9 +268,11 @@ class ModelLearner:
         self.k = cfg.model_unroll_len
         # what there is to train: the SR-net (wrapper_type 0) and the VP-net unless vp_fn
         self.trainable = cfg.train_model and (model.sr is not None or model.vp is not None)
-        self.optimizers = {name: torch.optim.Adam(net.parameters(), lr=cfg.model_lr)
-                           for name, net in (("sr", model.sr), ("vp", model.vp))
-                           if net is not None}
+        self.optimizers = {
+            name: torch.optim.Adam(net.parameters(), lr=cfg.model_lr)
+            for name, net in (("sr", model.sr), ("vp", model.vp))
+            if net is not None
+        }
         self.replay: Optional[ModelReplay] = None
         self.rng = np.random.default_rng(cfg.seed)
         self.processed_n = 0  # real transitions recorded (env_n per real step)
@@ -230,33 +284,54 @@ class ModelLearner:
         self.path = (Path(cfg.savedir) / cfg.xpid / CHECKPOINT) if cfg.xpid else None
         if cfg.ckp:
             if self.path is None or not self.path.is_file():
-                raise FileNotFoundError(f"ckp is set but there is no model checkpoint at "
-                                        f"{self.path or 'savedir/xpid (xpid is not set)'}")
+                raise FileNotFoundError(
+                    f"ckp is set but there is no model checkpoint at "
+                    f"{self.path or 'savedir/xpid (xpid is not set)'}"
+                )
             self.load(self.path)
 
     # ---- recording and the replay ratio ---------------------------------------------------
-    def record(self, frames: np.ndarray, actions: np.ndarray, rewards: np.ndarray,
-               dones: np.ndarray, truncated: np.ndarray, baselines: np.ndarray,
-               action_probs: Optional[np.ndarray] = None) -> None:
+    def record(
+        self,
+        frames: np.ndarray,
+        actions: np.ndarray,
+        rewards: np.ndarray,
+        dones: np.ndarray,
+        truncated: np.ndarray,
+        baselines: np.ndarray,
+        action_probs: Optional[np.ndarray] = None,
+    ) -> None:
         if not self.trainable:
             return
         cfg, n = self.cfg, len(actions)
         if self.cfg.require_prob and action_probs is None:
             raise ValueError("require_prob is set: record needs action_probs [env_n, A]")
         if self.replay is None:
-            self.replay = ModelReplay(n, cfg.model_buffer_n // n, 2 * self.k + 1,
-                                 self.model.obs_shape, np.asarray(frames).dtype,
-                                 self.model.num_actions, cfg.require_prob,
-                                 cfg.priority_alpha)
+            self.replay = ModelReplay(
+                n,
+                cfg.model_buffer_n // n,
+                2 * self.k + 1,
+                self.model.obs_shape,
+                np.asarray(frames).dtype,
+                self.model.num_actions,
+                cfg.require_prob,
+                cfg.priority_alpha,
+            )
         if self.replay.env_n != n:
             raise ValueError(f"record got {n} envs, the replay holds {self.replay.env_n}")
         if self._prev_actions is None:
             self._prev_actions = np.zeros(n, dtype=np.int64)
         dones = np.asarray(dones, dtype=bool)
-        self.replay.add(frames=frames, prev_actions=self._prev_actions, actions=actions,
-                        rewards=rewards, dones=dones, truncated=truncated,
-                        baselines=baselines,
-                        probs=None if not cfg.require_prob else action_probs)
+        self.replay.add(
+            frames=frames,
+            prev_actions=self._prev_actions,
+            actions=actions,
+            rewards=rewards,
+            dones=dones,
+            truncated=truncated,
+            baselines=baselines,
+            probs=None if not cfg.require_prob else action_probs,
+        )
         # the root after an episode's end is reached by action 0, as the MDP's root is
         self._prev_actions = np.where(dones, 0, np.asarray(actions, dtype=np.int64))
         self.processed_n += n
@@ -282,9 +357,12 @@ class ModelLearner:
     def status(self) -> dict[str, Any]:
         if not self.trainable:
             return {"processed_n": 0, "warm_up_n": 0, "running": False, "finish": True}
-        return {"processed_n": self.processed_n, "warm_up_n": self.cfg.model_warm_up_n,
-                "running": self.processed_n >= self.cfg.model_warm_up_n,
-                "finish": self.processed_n >= self.cfg.total_steps}
+        return {
+            "processed_n": self.processed_n,
+            "warm_up_n": self.cfg.model_warm_up_n,
+            "running": self.processed_n >= self.cfg.model_warm_up_n,
+            "finish": self.processed_n >= self.cfg.total_steps,
+        }
 
     # ---- one update -----------------------------------------------------------------------
     def update(self) -> None:
@@ -292,12 +370,13 @@ class ModelLearner:
         progress = min(1.0, self.processed_n / cfg.total_steps)
         beta = cfg.priority_beta + (1.0 - cfg.priority_beta) * progress
         w = self.replay.sample(cfg.model_batch_size, beta, self.rng, k)
-        targets = torch.from_numpy(value_targets(w.rewards, w.dones, w.truncated, w.baselines,
-                                                 cfg.discounting, k, k))
+        targets = torch.from_numpy(
+            value_targets(w.rewards, w.dones, w.truncated, w.baselines, cfg.discounting, k, k)
+        )
         alive = torch.from_numpy(alive_mask(w.dones, k)).float()
         weights = torch.from_numpy(w.weights)
         x = model.scale(w.frames)  # [B, k + 1, *obs]
-        prev = torch.from_numpy(w.prev_actions[:, :k + 1])
+        prev = torch.from_numpy(w.prev_actions[:, : k + 1])
         losses: dict[str, torch.Tensor] = {}
         vp_frames = x
         if model.sr is not None:
@@ -307,13 +386,19 @@ class ModelLearner:
             vp_losses, v0 = self._vp_losses(w, vp_frames, prev, targets, alive)
             losses.update(vp_losses)
         else:  # vp_fn: priorities from its values of the true s_t
-            v0 = torch.as_tensor(np.asarray(cfg.vp_fn(w.frames[:, 0])[0],
-                                            dtype=np.float32)).reshape(-1)
-        costs = {"rs": cfg.model_rs_loss_cost, "done": cfg.model_done_loss_cost,
-                 "img": cfg.model_img_loss_cost, "vs": cfg.model_vs_loss_cost,
-                 "logits": cfg.model_logits_loss_cost}
-        total = sum(costs[name] * (weights * per_sample).mean()
-                    for name, per_sample in losses.items())
+            v0 = torch.as_tensor(
+                np.asarray(cfg.vp_fn(w.frames[:, 0])[0], dtype=np.float32)
+            ).reshape(-1)
+        costs = {
+            "rs": cfg.model_rs_loss_cost,
+            "done": cfg.model_done_loss_cost,
+            "img": cfg.model_img_loss_cost,
+            "vs": cfg.model_vs_loss_cost,
+            "logits": cfg.model_logits_loss_cost,
+        }
+        total = sum(
+            costs[name] * (weights * per_sample).mean() for name, per_sample in losses.items()
+        )
         lr = cfg.model_lr * max(0.0, 1.0 - progress)
         for opt in self.optimizers.values():
             for group in opt.param_groups:
@@ -322,17 +407,20 @@ class ModelLearner:
         total.backward()
         for name, opt in self.optimizers.items():
             if cfg.model_grad_norm_clip > 0:
-                torch.nn.utils.clip_grad_norm_(getattr(model, name).parameters(),
-                                               cfg.model_grad_norm_clip)
+                torch.nn.utils.clip_grad_norm_(
+                    getattr(model, name).parameters(), cfg.model_grad_norm_clip
+                )
             opt.step()
         self.replay.update_priorities(w.leaves, (v0 - targets[:, 0]).detach().numpy())
         self.updates += 1
-        self.losses = {name: float(per_sample.detach().mean())
-                       for name, per_sample in losses.items()}
+        self.losses = {
+            name: float(per_sample.detach().mean()) for name, per_sample in losses.items()
+        }
         self.losses["total"] = float(total.detach())
 
-    def sr_losses(self, w: Window, x: torch.Tensor, alive: torch.Tensor
-                   ) -> tuple[dict[str, torch.Tensor], list[torch.Tensor]]:
+    def sr_losses(
+        self, w: Window, x: torch.Tensor, alive: torch.Tensor
+    ) -> tuple[dict[str, torch.Tensor], list[torch.Tensor]]:
         """Per-sample SR losses summed over the unroll, and the predicted frames."""
         sr, k = self.model.sr, self.k
         actions = torch.from_numpy(w.actions)
@@ -348,8 +436,9 @@ class ModelLearner:
             # the frame after a terminal step is the next episode's: alive[j + 1] excludes it
             img = img + alive[:, j + 1] * (frame - x[:, j + 1]).pow(2).flatten(1).mean(1)
             if done_logit is not None:
-                bce = F.binary_cross_entropy_with_logits(done_logit, terminal[:, j],
-                                                         reduction="none")
+                bce = F.binary_cross_entropy_with_logits(
+                    done_logit, terminal[:, j], reduction="none"
+                )
                 done = done + alive[:, j] * (1.0 - truncated[:, j]) * bce
             predicted.append(frame)
         losses = {"rs": rs, "img": img}
@@ -357,9 +446,14 @@ class ModelLearner:
             losses["done"] = done
         return losses, predicted
 
-    def _vp_losses(self, w: Window, frames: torch.Tensor, prev: torch.Tensor,
-                   targets: torch.Tensor, alive: torch.Tensor
-                   ) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
+    def _vp_losses(
+        self,
+        w: Window,
+        frames: torch.Tensor,
+        prev: torch.Tensor,
+        targets: torch.Tensor,
+        alive: torch.Tensor,
+    ) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
         """Per-sample VP losses over s_0 .. s_k, and v(s_0) for the priorities."""
         b, k1 = frames.shape[:2]
         v, logits = self.model.vp(frames.flatten(0, 1), prev.flatten())
@@ -382,7 +476,8 @@ class ModelLearner:
             "sr": None if model.sr is None else model.sr.state_dict(),
             "vp": None if model.vp is None else model.vp.state_dict(),
             "optimizers": {name: opt.state_dict() for name, opt in self.optimizers.items()},
-            "processed_n": self.processed_n, "updates": self.updates,
+            "processed_n": self.processed_n,
+            "updates": self.updates,
             "losses": dict(self.losses),
             "rng": self.rng.bit_generator.state,
             "replay": None if self.replay is None else self.replay.state_dict(),
@@ -402,16 +497,21 @@ class ModelLearner:
         for name in ("sr", "vp"):
             net = getattr(model, name)
             if (net is None) != (state[name] is None):
-                raise ValueError(f"{path}: the checkpoint's {name} net does not match this "
-                                 "model (wrapper_type or vp_fn differ)")
+                raise ValueError(
+                    f"{path}: the checkpoint's {name} net does not match this "
+                    "model (wrapper_type or vp_fn differ)"
+                )
             if net is not None:
                 net.load_state_dict(state[name])
                 self.optimizers[name].load_state_dict(state["optimizers"][name])
         self.processed_n, self.updates = int(state["processed_n"]), int(state["updates"])
         self.losses = dict(state["losses"])
         self.rng.bit_generator.state = state["rng"]
-        self.replay = (None if state["replay"] is None
-                       else ModelReplay.from_state(state["replay"], self.cfg.priority_alpha))
+        self.replay = (
+            None
+            if state["replay"] is None
+            else ModelReplay.from_state(state["replay"], self.cfg.priority_alpha)
+        )
         if self.replay is not None:
             self.replay.mark_boundary()
         self._prev_actions = None

@@ -6,6 +6,7 @@ brings it back to the root); at the real step it takes the root child with the b
 ``root_qs_max``, the best return found below that action. Children never visited have no
 return yet; they are chosen only when no child was visited.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -13,8 +14,9 @@ import numpy as np
 from mistk_rl.thinker.tree import decode_tree_reps
 
 
-def plan(tree_reps: np.ndarray, num_actions: int, rng: np.random.Generator
-         ) -> tuple[np.ndarray, np.ndarray]:
+def plan(
+    tree_reps: np.ndarray, num_actions: int, rng: np.random.Generator
+) -> tuple[np.ndarray, np.ndarray]:
     """(primary, reset) for a batch of tree_reps [n, N]: random while imagining, the best
     visited root child when the next step is real. Never resets by choice."""
     fields = decode_tree_reps(np.asarray(tree_reps, dtype=np.float32), num_actions)

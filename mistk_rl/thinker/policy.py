@@ -2,6 +2,7 @@
 actor-critic (`mistk_rl.thinker.actor_critic`). Everything else (GAE, the clipped objective,
 pacing, checkpoints) is PPO's; a stage's K steps discount by gamma ** (1/K) each when the
 config says so (see configs/puzzle_thinker_agent.yaml)."""
+
 from __future__ import annotations
 
 from gymnasium import spaces
@@ -29,8 +30,12 @@ class ThinkerPPOPolicy(PPOPolicy):
         return config
 
     def _build_model(self, model: dict) -> nn.Module:
-        return ThinkerActorCritic(self.observation_space, self.action_n,
-                                  hidden_sizes=tuple(model["hidden_sizes"]),
-                                  activation=model["activation"], encoder=model["encoder"],
-                                  readout_hidden=model["readout_hidden"],
-                                  reset_logit=model["reset_logit"])
+        return ThinkerActorCritic(
+            self.observation_space,
+            self.action_n,
+            hidden_sizes=tuple(model["hidden_sizes"]),
+            activation=model["activation"],
+            encoder=model["encoder"],
+            readout_hidden=model["readout_hidden"],
+            reset_logit=model["reset_logit"],
+        )

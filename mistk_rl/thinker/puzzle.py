@@ -10,6 +10,7 @@ away), are kept when the shortest forward solution (BFS) has at least `MIN_SOLUT
 and form a fixed pool per `pool_seed`. Rewards are Boxoban's; the 50-step cap lives in the
 env, not in a TimeLimit wrapper, so `clone_state` captures the step count.
 """
+
 from __future__ import annotations
 
 import functools
@@ -21,10 +22,10 @@ import numpy as np
 from gymnasium import spaces
 
 ENV_ID = "MistkPuzzle-v0"
-SIZE = 7                      # room side, the border included: a 5x5 interior
+SIZE = 7  # room side, the border included: a 5x5 interior
 N_INNER_WALLS = 2
 POOL_SIZE = 1500
-MIN_SOLUTION = 3              # pool E of the reference notes; 7 (pool H) is too hard here
+MIN_SOLUTION = 3  # pool E of the reference notes; 7 (pool H) is too hard here
 # Reverse-play moves per candidate, and how often a move pulls a box that is behind the player.
 # Chosen to match the reference's pool E (median BFS length 5, random policy solves 14%):
 # 20 moves gave 4 and 20%, 200 moves gave 6 and 9%.
@@ -41,12 +42,17 @@ ACTIONS = ("up", "down", "left", "right")
 DELTAS = (-SIZE, SIZE, -1, 1)  # cell index = row * SIZE + col
 
 INTERIOR = tuple(r * SIZE + c for r in range(1, SIZE - 1) for c in range(1, SIZE - 1))
-BORDER = sum(1 << (r * SIZE + c) for r in range(SIZE) for c in range(SIZE)
-             if r in (0, SIZE - 1) or c in (0, SIZE - 1))
+BORDER = sum(
+    1 << (r * SIZE + c)
+    for r in range(SIZE)
+    for c in range(SIZE)
+    if r in (0, SIZE - 1) or c in (0, SIZE - 1)
+)
 
 
 class Level(NamedTuple):
     """A start position. `walls` is a bitmask over the SIZE*SIZE cells, border included."""
+
     walls: int
     target: int
     box: int
@@ -55,6 +61,7 @@ class Level(NamedTuple):
 
 class PuzzleState(NamedTuple):
     """Everything `step` reads: hashable, so a tree can key nodes by it."""
+
     walls: int
     target: int
     player: int
@@ -170,23 +177,31 @@ class PuzzleEnv(gym.Env[np.ndarray, int]):
 
     metadata = {"render_modes": ["ansi"], "render_fps": 4}
 
-    def __init__(self, render_mode: str | None = None, pool_seed: int = 0,
-                 pool_size: int = POOL_SIZE, max_steps: int = MAX_STEPS,
-                 levels: Sequence[Level] | None = None, in_order: bool = False) -> None:
+    def __init__(
+        self,
+        render_mode: str | None = None,
+        pool_seed: int = 0,
+        pool_size: int = POOL_SIZE,
+        max_steps: int = MAX_STEPS,
+        levels: Sequence[Level] | None = None,
+        in_order: bool = False,
+    ) -> None:
         self.render_mode = render_mode
         # in_order: each reset plays the next level of the list (then the first again), so
         # an evaluation can play a whole pool once, split over env copies
         self.in_order = in_order
         self._next_level = 0
-        self.levels: Sequence[Level] = (levels if levels is not None
-                                        else level_pool(pool_seed, pool_size))
+        self.levels: Sequence[Level] = (
+            levels if levels is not None else level_pool(pool_seed, pool_size)
+        )
         self.max_steps = max_steps
         self.observation_space = spaces.Box(0, 1, (4, SIZE, SIZE), np.uint8)
         self.action_space = spaces.Discrete(len(ACTIONS))
         self._s: PuzzleState | None = None
 
-    def reset(self, *, seed: int | None = None,
-              options: dict[str, Any] | None = None) -> tuple[np.ndarray, dict[str, Any]]:
+    def reset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[np.ndarray, dict[str, Any]]:
         super().reset(seed=seed)
         if options and "level" in options:
             index = int(options["level"])
@@ -263,5 +278,4 @@ def _wall_plane(walls: int) -> np.ndarray:
 
 
 if ENV_ID not in gym.registry:
-    gym.register(ENV_ID, entry_point="mistk_rl.thinker.puzzle:PuzzleEnv",
-                 max_episode_steps=None)
+    gym.register(ENV_ID, entry_point="mistk_rl.thinker.puzzle:PuzzleEnv", max_episode_steps=None)

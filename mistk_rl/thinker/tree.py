@@ -13,6 +13,7 @@ learned model re-expands a node (new r and v) the lists through it are recompute
 The tree knows nothing of envs or models: `Node.state` is whatever the expander keeps (an env
 snapshot for the perfect model, a hidden state for a learned one).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -26,9 +27,25 @@ class Node:
     """A node: the reward and value of reaching it, its children's prior logits once
     expanded, and its rollout statistics."""
 
-    __slots__ = ("action", "parent", "logit", "r", "v", "done", "state", "frame", "hidden",
-                 "children", "expanded_at", "returns", "visits", "rollout_n", "trail_r",
-                 "trail_disc", "rollout_q")
+    __slots__ = (
+        "action",
+        "parent",
+        "logit",
+        "r",
+        "v",
+        "done",
+        "state",
+        "frame",
+        "hidden",
+        "children",
+        "expanded_at",
+        "returns",
+        "visits",
+        "rollout_n",
+        "trail_r",
+        "trail_disc",
+        "rollout_q",
+    )
 
     def __init__(self, action: int, parent: Optional[Node], logit: float) -> None:
         self.action = action  # the action that leads here from the parent
@@ -53,8 +70,17 @@ class Node:
     def expanded(self) -> bool:
         return self.children is not None
 
-    def expand(self, r: float, v: float, logits: np.ndarray, done: bool, state: Any,
-               frame: Any = None, hidden: Any = None, step: int = -1) -> None:
+    def expand(
+        self,
+        r: float,
+        v: float,
+        logits: np.ndarray,
+        done: bool,
+        state: Any,
+        frame: Any = None,
+        hidden: Any = None,
+        step: int = -1,
+    ) -> None:
         """Set what reaching this node gave, and create its children with their priors."""
         self.r, self.v, self.done = float(r), (0.0 if done else float(v)), bool(done)
         self.state, self.frame, self.hidden, self.expanded_at = state, frame, hidden, step
@@ -112,8 +138,16 @@ def refresh(node: Node, gamma: float) -> None:
         m.returns = [path_return(m, n, gamma) for n in m.visits]
 
 
-def new_root(node: Node, v: float, logits: np.ndarray, state: Any, gamma: float,
-             frame: Any = None, hidden: Any = None, step: int = -1) -> Node:
+def new_root(
+    node: Node,
+    v: float,
+    logits: np.ndarray,
+    state: Any,
+    gamma: float,
+    frame: Any = None,
+    hidden: Any = None,
+    step: int = -1,
+) -> Node:
     """`node` (a child of the old root, with its subtree) as the root after a real step.
 
     Its list entries were returns seen from the old root, ``r + g G'`` with G' the return from
@@ -138,12 +172,21 @@ class Layout:
 
     def fields(self) -> list[tuple[str, int]]:
         a = self.num_actions
-        node = [("action", a), ("r", 1), ("v", 1), ("logits", a), ("qs_mean", a),
-                ("qs_max", a), ("ns", a)]
-        return ([(f"root_{name}", n) for name, n in node]
-                + [("root_trail_r", 1), ("root_trail_q", 1), ("root_max_v", 1)]
-                + [(f"cur_{name}", n) for name, n in node]
-                + [("reset", 1), ("time", self.rec_t), ("derec", 1)])
+        node = [
+            ("action", a),
+            ("r", 1),
+            ("v", 1),
+            ("logits", a),
+            ("qs_mean", a),
+            ("qs_max", a),
+            ("ns", a),
+        ]
+        return (
+            [(f"root_{name}", n) for name, n in node]
+            + [("root_trail_r", 1), ("root_trail_q", 1), ("root_max_v", 1)]
+            + [(f"cur_{name}", n) for name, n in node]
+            + [("reset", 1), ("time", self.rec_t), ("derec", 1)]
+        )
 
     @cached_property
     def slices(self) -> dict[str, slice]:
@@ -154,8 +197,17 @@ class Layout:
         return out
 
 
-_STATS = ("root_qs_mean", "root_qs_max", "root_ns", "cur_qs_mean", "cur_qs_max", "cur_ns",
-          "root_trail_r", "root_trail_q", "root_max_v")
+_STATS = (
+    "root_qs_mean",
+    "root_qs_max",
+    "root_ns",
+    "cur_qs_mean",
+    "cur_qs_max",
+    "cur_ns",
+    "root_trail_r",
+    "root_trail_q",
+    "root_max_v",
+)
 MASKED = {1: _STATS, 2: _STATS + ("root_v", "cur_v", "root_logits", "cur_logits")}
 """The fields `stat_mask_type` zeroes: 1 hides what the search found, 2 the model's outputs too."""
 
@@ -175,20 +227,28 @@ def node_stats(node: Node, num_actions: int, rec_t: int) -> np.ndarray:
     return out
 
 
-def encode(root: Node, cur: Node, reset: bool, cur_t: int, depth: int, gamma: float,
-           layout: Layout, stat_mask_type: int = 0) -> np.ndarray:
+def encode(
+    root: Node,
+    cur: Node,
+    reset: bool,
+    cur_t: int,
+    depth: int,
+    gamma: float,
+    layout: Layout,
+    stat_mask_type: int = 0,
+) -> np.ndarray:
     """The tree_reps vector of one env."""
     a, k = layout.num_actions, layout.rec_t
     out = np.empty(layout.length, dtype=np.float32)
-    out[:5 * a + 2] = node_stats(root, a, k)
+    out[: 5 * a + 2] = node_stats(root, a, k)
     out[5 * a + 2] = root.trail_r / gamma
     out[5 * a + 3] = root.rollout_q / gamma
     out[5 * a + 4] = gmax(root, gamma)
-    out[5 * a + 5:10 * a + 7] = node_stats(cur, a, k)
+    out[5 * a + 5 : 10 * a + 7] = node_stats(cur, a, k)
     out[10 * a + 7] = float(reset)
-    out[10 * a + 8:10 * a + 8 + k] = 0.0  # the stage's time step, one-hot
+    out[10 * a + 8 : 10 * a + 8 + k] = 0.0  # the stage's time step, one-hot
     out[10 * a + 8 + cur_t] = 1.0
-    out[10 * a + 8 + k] = gamma ** depth
+    out[10 * a + 8 + k] = gamma**depth
     if stat_mask_type:
         for name in MASKED[stat_mask_type]:
             out[layout.slices[name]] = 0.0
@@ -214,8 +274,10 @@ def decode_tree_reps(tree_reps: Any, num_actions: int, enc_type: int = 0) -> dic
     length = tree_reps.shape[-1]
     rec_t = length - 9 - 10 * num_actions
     if rec_t < 1:
-        raise ValueError(f"tree_reps of length {length} does not fit {num_actions} actions: "
-                         "N = 9 + 10A + K with K >= 1")
+        raise ValueError(
+            f"tree_reps of length {length} does not fit {num_actions} actions: "
+            "N = 9 + 10A + K with K >= 1"
+        )
     out = {name: tree_reps[..., s] for name, s in Layout(num_actions, rec_t).slices.items()}
     out["reset"] = out["reset"][..., 0]
     out["raw"] = tree_reps

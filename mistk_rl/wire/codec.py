@@ -38,6 +38,7 @@ Decoding gives the same dict a JSON body would, with numpy arrays (views into th
 copy; ranges and fills are made anew, at most `MAX_EXPANDED_BYTES` a message) as values, so
 handlers do not care which encoding arrived.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -92,8 +93,11 @@ def encode(body: Mapping[str, Any], columns: bool = False) -> bytes:
         if array.dtype == object or array.dtype.kind not in "biuf":
             raise ValueError(f"{path}: values must be numbers or equal-shape arrays")
         array = np.ascontiguousarray(array)
-        meta = {"dtype": array.dtype.str, "shape": list(array.shape),
-                "offset": sum(len(c) for c in chunks)}
+        meta = {
+            "dtype": array.dtype.str,
+            "shape": list(array.shape),
+            "offset": sum(len(c) for c in chunks),
+        }
         chunks.append(array.tobytes())
         return meta
 
@@ -104,13 +108,14 @@ def encode(body: Mapping[str, Any], columns: bool = False) -> bytes:
         entities = list(value)
         if entities and _is_mapping(value[entities[0]]):  # dict observations
             keys = list(value[entities[0]])
-            if any(not _is_mapping(value[e]) or value[e].keys() != set(keys)
-                   for e in entities):
-                raise ValueError(f"{path}: dict observations of one map must have the same "
-                                 "keys")
-            maps[path] = {"entities": entities,
-                          "keys": {key: put([value[e][key] for e in entities], f"{path}.{key}")
-                                   for key in keys}}
+            if any(not _is_mapping(value[e]) or value[e].keys() != set(keys) for e in entities):
+                raise ValueError(f"{path}: dict observations of one map must have the same keys")
+            maps[path] = {
+                "entities": entities,
+                "keys": {
+                    key: put([value[e][key] for e in entities], f"{path}.{key}") for key in keys
+                },
+            }
         else:
             maps[path] = {"entities": entities, **put([value[e] for e in entities], path)}
     header = json.dumps({"maps": maps, "values": values}).encode()
@@ -130,6 +135,7 @@ def _encode_columns(body: Mapping[str, Any]) -> bytes:
                 walk(value, path + ".")
             else:  # (a mapping without arrays, e.g. a config, goes whole)
                 values[path] = value
+
     walk(body, "")
     head = bytearray(COLUMNS_MAGIC)
     head += _varint(len(entries))
@@ -140,8 +146,9 @@ def _encode_columns(body: Mapping[str, Any]) -> bytes:
             array = array.astype(array.dtype.newbyteorder("<"))
             code = _DTYPE_CODE.get(array.dtype)
         if code is None:
-            raise ValueError(f"{path}: an array of dtype {array.dtype}, not one of "
-                             f"{', '.join(DTYPES)}")
+            raise ValueError(
+                f"{path}: an array of dtype {array.dtype}, not one of {', '.join(DTYPES)}"
+            )
         if not 1 <= array.ndim <= MAX_DIMS:
             raise ValueError(f"{path}: {array.ndim} axes; a column has 1-{MAX_DIMS}")
         form, extra, raw = _column_form(array)
@@ -193,8 +200,9 @@ def _varint(value: int) -> bytes:
 
 
 def _holds_arrays(node: Mapping[str, Any]) -> bool:
-    return any(isinstance(v, np.ndarray) or (_is_mapping(v) and _holds_arrays(v))
-               for v in node.values())
+    return any(
+        isinstance(v, np.ndarray) or (_is_mapping(v) and _holds_arrays(v)) for v in node.values()
+    )
 
 
 def range_start(array: np.ndarray) -> int | None:
@@ -241,20 +249,25 @@ def _malformed_request(exc: Exception) -> InvalidRequest:
 
 
 def _decode(data: bytes) -> dict[str, Any]:
-    if data[:len(COLUMNS_MAGIC)] == COLUMNS_MAGIC:
+    if data[: len(COLUMNS_MAGIC)] == COLUMNS_MAGIC:
         return _decode_columns(data)
     if len(data) < _LENGTH.size:
-        raise ValueError(f"{len(data)} bytes, too short for the header length "
-                         f"({_LENGTH.size} bytes)")
+        raise ValueError(
+            f"{len(data)} bytes, too short for the header length ({_LENGTH.size} bytes)"
+        )
     (length,) = _LENGTH.unpack_from(data, 0)
     base = _LENGTH.size + length
     if base > len(data):
-        raise ValueError(f"the header length {length} runs past the body "
-                         f"({len(data) - _LENGTH.size} bytes after it)")
-    header = _loads(bytes(data[_LENGTH.size:base]))
+        raise ValueError(
+            f"the header length {length} runs past the body "
+            f"({len(data) - _LENGTH.size} bytes after it)"
+        )
+    header = _loads(bytes(data[_LENGTH.size : base]))
     if type(header) is dict and "arrays" in header:
-        raise ValueError("a JSON header of 'arrays' is the column form before 2026-11-27; "
-                         f"column messages now start with {COLUMNS_MAGIC!r} (mistk_rl.wire.codec)")
+        raise ValueError(
+            "a JSON header of 'arrays' is the column form before 2026-11-27; "
+            f"column messages now start with {COLUMNS_MAGIC!r} (mistk_rl.wire.codec)"
+        )
     header = _object(header, "the header", required=("maps",), optional=("values",))
     body: dict[str, Any] = {}
     for path, value in _object(header.get("values", {}), "the header's values").items():
@@ -267,15 +280,17 @@ def _decode(data: bytes) -> dict[str, Any]:
             parts = _object(meta["keys"], f"{where}.keys")
             if not parts:
                 raise ValueError(f"{where}: dict observations without keys")
-            arrays = {key: _array(data, base, part, len(entities), f"{where}.keys[{key!r}]",
-                                  also=())
-                      for key, part in parts.items()}
-            stacked = StackedMap((entity, {key: a[i] for key, a in arrays.items()})
-                                 for i, entity in enumerate(entities))
+            arrays = {
+                key: _array(data, base, part, len(entities), f"{where}.keys[{key!r}]", also=())
+                for key, part in parts.items()
+            }
+            stacked = StackedMap(
+                (entity, {key: a[i] for key, a in arrays.items()})
+                for i, entity in enumerate(entities)
+            )
             stacked.array = arrays
         else:
-            entities = _entities(_object(meta, where, required=("entities",))["entities"],
-                                 where)
+            entities = _entities(_object(meta, where, required=("entities",))["entities"], where)
             array = _array(data, base, meta, len(entities), where)
             stacked = StackedMap(zip(entities, array))
             stacked.array = array
@@ -318,15 +333,17 @@ def describe(data: bytes) -> tuple[list[Column], dict[str, Any]]:
 
 
 _NUMPY_DTYPES = [np.dtype(name) for name in DTYPES]
-_INT_BOUNDS = {dtype: (int(np.iinfo(dtype).min), int(np.iinfo(dtype).max))
-               for dtype in _NUMPY_DTYPES if dtype.kind in "iu"}
+_INT_BOUNDS = {
+    dtype: (int(np.iinfo(dtype).min), int(np.iinfo(dtype).max))
+    for dtype in _NUMPY_DTYPES
+    if dtype.kind in "iu"
+}
 
 
 def _read_columns_header(data: bytes) -> tuple[list[tuple], dict[str, Any], int]:
     """(columns as `Column`'s fields, values, where the arrays' bytes start)."""
-    if data[:len(COLUMNS_MAGIC)] != COLUMNS_MAGIC:
-        raise ValueError("not a column-form message (it does not start with "
-                         f"{COLUMNS_MAGIC!r})")
+    if data[: len(COLUMNS_MAGIC)] != COLUMNS_MAGIC:
+        raise ValueError(f"not a column-form message (it does not start with {COLUMNS_MAGIC!r})")
     count, at = _varint_at(data, len(COLUMNS_MAGIC), "the number of arrays")
     columns: list[tuple] = []
     expanded = 0
@@ -339,13 +356,14 @@ def _read_columns_header(data: bytes) -> tuple[list[tuple], dict[str, Any], int]
         if form >= RANGE:  # (RANGE, FILL: no bytes on the wire)
             expanded += math.prod(shape) * dtype.itemsize
             if expanded > MAX_EXPANDED_BYTES:
-                raise ValueError("ranges and fills stand for more than "
-                                 f"{MAX_EXPANDED_BYTES:,} bytes")
+                raise ValueError(
+                    f"ranges and fills stand for more than {MAX_EXPANDED_BYTES:,} bytes"
+                )
         columns.append(column)
     length, at = _varint_at(data, at, "the values' length")
     if at + length > len(data):
         raise ValueError("the values run past the body")
-    values = _object(_loads(bytes(data[at:at + length])), "the values") if length else {}
+    values = _object(_loads(bytes(data[at : at + length])), "the values") if length else {}
     return columns, values, at + length
 
 
@@ -355,7 +373,7 @@ def _read_column(data: bytes, at: int) -> tuple[tuple, int]:
     length, at = _varint_at(data, at, "a field path's length")
     if at + length + 2 > len(data):
         raise ValueError("a field path, dtype and form run past the body")
-    path = data[at:at + length].decode()
+    path = data[at : at + length].decode()
     code, form = data[at + length], data[at + length + 1]
     if code >= len(DTYPES):
         raise ValueError(f"{path!r}: dtype code {code} is not one of 0-{len(DTYPES) - 1}")
@@ -379,7 +397,7 @@ def _read_column(data: bytes, at: int) -> tuple[tuple, int]:
     elif form == FILL:
         if at + dtype.itemsize > len(data):
             raise ValueError("the fill's value runs past the body")
-        first, at = data[at:at + dtype.itemsize], at + dtype.itemsize
+        first, at = data[at : at + dtype.itemsize], at + dtype.itemsize
     elif form == BITS:
         if dtype.kind != "b":
             raise ValueError(f"{path!r}: bits are for a bool array")
@@ -469,8 +487,9 @@ def _loads(raw: bytes) -> Any:
 _ARRAY_FIELDS = ("dtype", "shape", "offset")
 
 
-def _object(value: Any, what: str, required: tuple[str, ...] = (),
-            optional: tuple[str, ...] | None = None) -> dict:
+def _object(
+    value: Any, what: str, required: tuple[str, ...] = (), optional: tuple[str, ...] | None = None
+) -> dict:
     """`value` if it is a JSON object with the `required` keys (and, where `optional` is
     given, no keys beyond those two); else ValueError naming `what`."""
     if type(value) is not dict:
@@ -499,8 +518,9 @@ def _count(value: Any, what: str) -> int:
     return value
 
 
-def _array(data: bytes, base: int, meta: dict, rows: int, where: str,
-           also: tuple[str, ...] = ("entities",)) -> np.ndarray:
+def _array(
+    data: bytes, base: int, meta: dict, rows: int, where: str, also: tuple[str, ...] = ("entities",)
+) -> np.ndarray:
     """The stacked array `meta` describes (a view into `data`), of `rows` rows (`also`: the
     keys `meta` may hold besides the array's)."""
     meta = _object(meta, where, required=_ARRAY_FIELDS, optional=also)
@@ -510,8 +530,9 @@ def _array(data: bytes, base: int, meta: dict, rows: int, where: str,
     if dtype.kind not in "biuf":
         raise ValueError(f"{where}.dtype {dtype} is not numeric")
     if type(meta["shape"]) is not list or not meta["shape"]:
-        raise ValueError(f"{where}.shape {meta['shape']!r} is not a list of one length per "
-                         "axis, rows first")
+        raise ValueError(
+            f"{where}.shape {meta['shape']!r} is not a list of one length per axis, rows first"
+        )
     shape = tuple(_count(n, f"{where}.shape entry") for n in meta["shape"])
     start = base + _count(meta["offset"], f"{where}.offset")
     count = math.prod(shape)
@@ -519,8 +540,9 @@ def _array(data: bytes, base: int, meta: dict, rows: int, where: str,
         raise ValueError(f"{where}: {shape[0]} rows for {rows} entities")
     size = count * dtype.itemsize
     if start + size > len(data):
-        raise ValueError(f"{where}: shape {shape} of {dtype} at offset {meta['offset']} runs "
-                         "past the body")
+        raise ValueError(
+            f"{where}: shape {shape} of {dtype} at offset {meta['offset']} runs past the body"
+        )
     return np.frombuffer(data, dtype=dtype, count=count, offset=start).reshape(shape)
 
 
@@ -543,8 +565,9 @@ def _put(body: dict, path: str, value: Any) -> None:
     container (``replay.prevObs``)."""
     parts = path.split(".")
     if not all(parts) or len(parts) > 2 or (len(parts) == 2 and parts[0] not in CONTAINERS):
-        raise ValueError(f"{path!r} is not a field path (a field, or one inside "
-                         f"{', '.join(sorted(CONTAINERS))})")
+        raise ValueError(
+            f"{path!r} is not a field path (a field, or one inside {', '.join(sorted(CONTAINERS))})"
+        )
     _set(body, path, parts, value)
 
 
@@ -563,18 +586,22 @@ def _set(body: dict, path: str, parts: list[str], value: Any) -> None:
 def pack_arrays(arrays: dict[str, np.ndarray]) -> dict[str, Any]:
     """Named arrays as the wire carries weights: the names and shapes, and all values in one
     float32 vector (parameter names hold dots, which field paths cannot)."""
-    return {"names": list(arrays), "shapes": [list(a.shape) for a in arrays.values()],
-            "values": np.concatenate([np.asarray(a, np.float32).reshape(-1)
-                                      for a in arrays.values()]) if arrays
-            else np.zeros(0, np.float32)}
+    return {
+        "names": list(arrays),
+        "shapes": [list(a.shape) for a in arrays.values()],
+        "values": np.concatenate([np.asarray(a, np.float32).reshape(-1) for a in arrays.values()])
+        if arrays
+        else np.zeros(0, np.float32),
+    }
 
 
-def unpack_arrays(wire: dict[str, Any]) -> dict[str, np.ndarray]:
+def unpack_arrays(wire: Mapping[str, Any]) -> dict[str, np.ndarray]:
     """`pack_arrays`' inverse; a ValueError when the shapes do not add up to the values."""
     values = np.asarray(wire["values"], np.float32).reshape(-1)
     sizes = [int(np.prod(shape)) for shape in wire["shapes"]]
     if len(wire["names"]) != len(sizes) or sum(sizes) != len(values):
         raise ValueError("weights: names, shapes and values do not agree")
     parts = np.split(values, np.cumsum(sizes)[:-1]) if sizes else []
-    return {name: part.reshape(shape)
-            for name, part, shape in zip(wire["names"], parts, wire["shapes"])}
+    return {
+        name: part.reshape(shape) for name, part, shape in zip(wire["names"], parts, wire["shapes"])
+    }

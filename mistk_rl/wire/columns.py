@@ -1,9 +1,10 @@
 """A batch of env copies as columns: one row per copy, an array ``[N, ...]``, or for a Dict
 space one such array per key. What the step path carries from the orchestrator's stepper
 through the wire to the service's kept steps and the agent's transitions."""
+
 from __future__ import annotations
 
-from typing import Any, Union
+from typing import Any, Union, cast
 
 import numpy as np
 
@@ -22,4 +23,4 @@ def concat_rows(parts: list[Columns]) -> Columns:
     """Columns one after the other (a Dict space's: key by key)."""
     if isinstance(parts[0], dict):
         return {key: np.concatenate([p[key] for p in parts]) for key in parts[0]}
-    return np.concatenate(parts)
+    return np.concatenate(cast(list[np.ndarray], parts))

@@ -22,6 +22,7 @@ with the upgrade request is not read). A frame longer than the service's body li
 answered with a 413 problem and the stream closes (the rest of it is not read); a problem
 answer to a frame leaves the stream open, as a 4xx leaves a kept-alive HTTP connection open.
 """
+
 from __future__ import annotations
 
 import struct
@@ -31,8 +32,7 @@ PATH = "/stepStream"  # under the agent's base path
 FRAMES_OF = "/stepColumns"  # the operation each frame is
 REQUEST_HEAD = struct.Struct("<I")
 ANSWER_HEAD = struct.Struct("<HBI")
-CONTENT_TYPES = ("application/json", "application/vnd.mistk.tensors",
-                 "application/problem+json")
+CONTENT_TYPES = ("application/json", "application/vnd.mistk.tensors", "application/problem+json")
 
 
 # an answer's Content-Type (as the pipeline names it) -> its code in an answer frame

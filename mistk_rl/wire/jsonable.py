@@ -1,5 +1,6 @@
 """JSON for the wire: numpy values turned into JSON-ready Python, and the fast encode and
 decode that every request and answer of the SDK and the services goes through."""
+
 from __future__ import annotations
 
 import json

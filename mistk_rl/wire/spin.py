@@ -1,6 +1,7 @@
 """Waiting awake: how long an SDK client polls for an answer, and a service for its next
 request, before blocking (`mistk_rl.sdk.transport`'s module doc says why). One setting for
 both sides, ``MISTK_RL_SPIN_US``, read here."""
+
 from __future__ import annotations
 
 import os
@@ -21,8 +22,10 @@ def spin_from_env() -> float:
     except ValueError:
         spin = -1.0
     if not 0 <= spin <= MAX_SPIN:  # (also NaN)
-        raise ValueError(f"{SPIN_ENV}={raw!r}: give the microseconds to wait for an answer "
-                         f"awake, 0 to {MAX_SPIN * 1e6:.0f}")
+        raise ValueError(
+            f"{SPIN_ENV}={raw!r}: give the microseconds to wait for an answer "
+            f"awake, 0 to {MAX_SPIN * 1e6:.0f}"
+        )
     return spin
 
 
@@ -33,6 +36,7 @@ def default_spin() -> float:
     process it waits for from running)."""
     if os.environ.get(SPIN_ENV, "").strip():
         return spin_from_env()
-    usable = (len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity")
-              else os.cpu_count() or 1)
+    usable = (
+        len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    )
     return DEFAULT_SPIN if usable >= 2 else 0.0

@@ -1,5 +1,6 @@
 """envManager ray: a gym orchestrator's env copies as Ray actors on other nodes
 (`mistk_rl.rl.envs.ray_workers`), supervised as the subprocess manager's workers are."""
+
 from __future__ import annotations
 
 import time
@@ -27,22 +28,27 @@ def test_env_copies_run_on_the_node_their_resources_name_and_step_as_in_process(
 
 @pytest.mark.parametrize("mode", ["raise", "exit", "hang", "killed"])
 def test_a_failing_env_actor_is_started_again_and_reported_while_others_go_on(
-        cluster, tmp_path, mode):
+    cluster, tmp_path, mode
+):
     import ray
 
     faulty = CARTPOLE if mode == "killed" else Faulty(mode, at=5, marker=str(tmp_path / "m"))
-    with RayEnvManager([CARTPOLE, faulty, CARTPOLE], {**ON_ALPHA, "step_timeout": 2.0}
-                       ) as manager:
+    with RayEnvManager([CARTPOLE, faulty, CARTPOLE], {**ON_ALPHA, "step_timeout": 2.0}) as manager:
         manager.launch(seed=0)
 
         def kill_at_4(step: int) -> None:  # its process (or its node) is gone
             if mode == "killed" and step == 4:
                 ray.kill(manager._actors[1], no_restart=True)
+
         abnormal = abnormal_steps(manager, 12, kill_at_4)
         assert [i for i, _ in abnormal] == [1]
         assert manager.stats["restarts_per_env"] == [0, 1, 0]
-        expected = {"raise": "injected env failure", "exit": "died", "hang": "hung",
-                    "killed": "died"}[mode]
+        expected = {
+            "raise": "injected env failure",
+            "exit": "died",
+            "hang": "hung",
+            "killed": "died",
+        }[mode]
         assert expected in abnormal[0][1]
         assert manager.nodes[1] == cluster.node_ids["alpha"]  # started again where it fits
     _wait_for_alpha(4.0)  # close leaves no actor behind: they gave back their units
@@ -59,22 +65,29 @@ def _wait_for_alpha(units: float, timeout: float = 30.0) -> None:
     assert ray.available_resources().get("alpha") == units
 
 
-def test_a_gym_orchestrator_on_the_cluster_plays_with_env_copies_on_another_node(
-        cluster, tmp_path):
+def test_a_gym_orchestrator_on_the_cluster_plays_with_env_copies_on_another_node(cluster, tmp_path):
     """The orchestrator service, placed by Ray, reaches the cluster (RAY_ADDRESS from its
     host actor) and starts its env copies where `env.envWorkers` says: while it keeps them
     (until reset), they hold 3 of the `alpha` node's 4 units."""
-    import ray
 
-    from mistk_rl.sdk.client import AgentClient, OrchestratorClient
     from mistk_rl.deploy.cluster import Cluster, Resources
+    from mistk_rl.sdk.client import AgentClient, OrchestratorClient
 
     placed = Cluster("auto", run_id="envs", data_root=str(tmp_path / "nodes"))
-    services = [placed.spawn("orchestrator", "orchestrator",
-                             "orchestrators.gym_orchestrator:GymOrchestrator",
-                             resources=Resources(cpus=0.25, custom={"head": 1})),
-                placed.spawn("agent", "player", "agents.random_agent:RandomAgent",
-                             resources=Resources(cpus=0.25, custom={"beta": 1}))]
+    services = [
+        placed.spawn(
+            "orchestrator",
+            "orchestrator",
+            "orchestrators.gym_orchestrator:GymOrchestrator",
+            resources=Resources(cpus=0.25, custom={"head": 1}),
+        ),
+        placed.spawn(
+            "agent",
+            "player",
+            "agents.random_agent:RandomAgent",
+            resources=Resources(cpus=0.25, custom={"beta": 1}),
+        ),
+    ]
     try:
         for service in services:
             service.wait_ready(60)
@@ -84,8 +97,9 @@ def test_a_gym_orchestrator_on_the_cluster_plays_with_env_copies_on_another_node
         agent.initialize(hyperparameters={"seed": 0})
         agent.build_model()
         orch.register_agent("player", services[1].url)
-        orch.start_episode({"numEpisodes": 6, "numEnvs": 3, "envManager": "ray", "seed": 0},
-                           wait=True, timeout=120)
+        orch.start_episode(
+            {"numEpisodes": 6, "numEnvs": 3, "envManager": "ray", "seed": 0}, wait=True, timeout=120
+        )
         orch.stop_episode()
         episodes = orch.get_results().episodes
         assert sorted(e.env_index for e in episodes) == [0, 0, 1, 1, 2, 2]

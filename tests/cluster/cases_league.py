@@ -1,6 +1,7 @@
 """A tic-tac-toe league on the cluster: workers and players on different nodes, checkpoints
 moved over HTTP (no shared directory), a worker's node lost mid-league and the worker
 started again on another node."""
+
 from __future__ import annotations
 
 import json
@@ -22,27 +23,39 @@ def _league_config(tmp_path: Path) -> RunConfig:
     evaluation every 300 against the random player, enumerated."""
     data = yaml.safe_load((REPO / "configs" / "tictactoe_league.yaml").read_text())
     league = data["orchestrator"]["env"]["league"]
-    league.update(onePhaseStep=300, gamesPerJob=16, numEnvs=8, workerBackoff=0.1,
-                  workerBackoffMax=0.5, maxWorkerFailures=2)
+    league.update(
+        onePhaseStep=300,
+        gamesPerJob=16,
+        numEnvs=8,
+        workerBackoff=0.1,
+        workerBackoffMax=0.5,
+        maxWorkerFailures=2,
+    )
     # (no resources: the league orchestrator runs on the driver's node by default)
     data["orchestrator"].update(cpus=0.2)
-    data["workers"] = [{"target": "orchestrators.game_orchestrator:GameOrchestrator",
-                        "cpus": 0.2, "resources": {where: 1}} for where in ("alpha", "games")]
+    data["workers"] = [
+        {
+            "target": "orchestrators.game_orchestrator:GameOrchestrator",
+            "cpus": 0.2,
+            "resources": {where: 1},
+        }
+        for where in ("alpha", "games")
+    ]
     for agent in data["agents"]:
         hyper = agent["hyperparameters"]
         hyper["policy"]["model"] = {"hidden_sizes": [32]}
         hyper["train"] = {"learning_starts": 100, "train_freq": 16, "gradient_steps": 2}
         hyper["buffer"] = {"type": "naive", "replay_buffer_size": 4000}
         agent.update(cpus=0.2, resources={"beta": 0.5})
-    data["game_training"] = {"agent_steps": 600, "eval_every": 300, "seed": 0,
-                             "checkpoints": 2}
+    data["game_training"] = {"agent_steps": 600, "eval_every": 300, "seed": 0, "checkpoints": 2}
     data["evaluation"]["against"] = [{"opponent": "random", "exhaustive": True}]
     data["cluster"] = {"address": "auto", "data_root": str(tmp_path / "nodes")}
     return RunConfig.model_validate(data)
 
 
 def test_a_league_spreads_over_nodes_and_a_lost_worker_is_started_again_elsewhere(
-        cluster, add_node, tmp_path):
+    cluster, add_node, tmp_path
+):
     first_games_node = add_node(num_cpus=1, resources={"games": 1})
     run_dir = tmp_path / "run"
     nodes_now: dict[str, object] = {}
@@ -65,8 +78,9 @@ def test_a_league_spreads_over_nodes_and_a_lost_worker_is_started_again_elsewher
     assert nodes["worker0"] == cluster.node_ids["alpha"]
     assert [w["node"] for w in placement["worker1"]["was"]] == [first_games_node.node_id]
     assert nodes["worker1"] == nodes_now["games"].node_id
-    assert {nodes[a] for a in ("main", "main_exploiter", "league_exploiter", "frozen_0",
-                               "frozen_1")} == {cluster.node_ids["beta"]}
+    assert {
+        nodes[a] for a in ("main", "main_exploiter", "league_exploiter", "frozen_0", "frozen_1")
+    } == {cluster.node_ids["beta"]}
     assert nodes["orchestrator"] == cluster.node_ids["head"]
     # the league went on: both evaluations ran, the new worker played jobs
     assert [e["agent_steps"] >= s for e, s in zip(results["evals"], (300, 600))] == [True] * 2
@@ -87,8 +101,9 @@ def test_a_league_spreads_over_nodes_and_a_lost_worker_is_started_again_elsewher
     assert not (run_dir / "league").exists() and not (run_dir / "data").exists()
 
 
-def test_a_league_whose_players_node_is_lost_resumes_the_same_league(cluster, add_node,
-                                                                    tmp_path, monkeypatch):
+def test_a_league_whose_players_node_is_lost_resumes_the_same_league(
+    cluster, add_node, tmp_path, monkeypatch
+):
     """The players' agents are on one node, lost at the first evaluation: the run starts
     its services again (the agents on a node that joins, the league orchestrator on the
     driver's node, where its directory is) and resumes from that evaluation's checkpoint.

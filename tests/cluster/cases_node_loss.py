@@ -1,5 +1,6 @@
 """A node lost mid-run: the run starts its services again elsewhere and resumes from its last
 checkpoint, which the harness copied off the lost node (`Checkpoints.mirror`)."""
+
 from __future__ import annotations
 
 import json
@@ -17,21 +18,39 @@ pytestmark = pytest.mark.usefixtures("in_repo")
 
 
 def _training_config(tmp_path, orchestrator=None, **agent) -> RunConfig:
-    return RunConfig.model_validate({
-        "name": "node-loss",
-        "orchestrator": {"target": "orchestrators.gym_orchestrator:GymOrchestrator",
-                         "env": {"id": "CartPole-v1"}, "cpus": 0.5,
-                         "resources": orchestrator or {"head": 1}},
-        "agents": [{"name": "player", "target": "agents.random_agent:RandomAgent",
-                    "hyperparameters": {"seed": 0}, "cpus": 0.5, **agent}],
-        "training": {"env_steps": 1500, "eval_every": 500, "eval_episodes": 2,
-                     "max_steps": 100},
-        "cluster": {"address": "auto", "data_root": str(tmp_path / "nodes")},
-        "timeouts": {"startup": 60, "call": 20}})
+    return RunConfig.model_validate(
+        {
+            "name": "node-loss",
+            "orchestrator": {
+                "target": "orchestrators.gym_orchestrator:GymOrchestrator",
+                "env": {"id": "CartPole-v1"},
+                "cpus": 0.5,
+                "resources": orchestrator or {"head": 1},
+            },
+            "agents": [
+                {
+                    "name": "player",
+                    "target": "agents.random_agent:RandomAgent",
+                    "hyperparameters": {"seed": 0},
+                    "cpus": 0.5,
+                    **agent,
+                }
+            ],
+            "training": {
+                "env_steps": 1500,
+                "eval_every": 500,
+                "eval_episodes": 2,
+                "max_steps": 100,
+            },
+            "cluster": {"address": "auto", "data_root": str(tmp_path / "nodes")},
+            "timeouts": {"startup": 60, "call": 20},
+        }
+    )
 
 
 def _write(config: RunConfig, path):
     import yaml
+
     path.write_text(yaml.safe_dump(config.model_dump()))
     return path
 
@@ -44,6 +63,7 @@ def _follow(monkeypatch, on_line) -> list[tuple[str, bool]]:
     def printed(*parts, file=None, **_):
         lines.append((" ".join(map(str, parts)), file is not None))
         on_line(lines[-1][0])
+
     monkeypatch.setattr("builtins.print", printed)
     monkeypatch.setattr("harness.run.time.sleep", lambda seconds: None)
     return lines
@@ -66,18 +86,21 @@ def _wait_gone(url: str, timeout: float = 60.0) -> None:
     raise AssertionError(f"{url} still answers {timeout:.0f} s after its node was removed")
 
 
-@pytest.mark.parametrize("role, name", [("agent", "player"),
-                                        ("orchestrator", "orchestrator")])
-def test_a_run_that_loses_a_services_node_resumes_on_another(cluster, add_node, tmp_path,
-                                                             monkeypatch, role, name):
+@pytest.mark.parametrize("role, name", [("agent", "player"), ("orchestrator", "orchestrator")])
+def test_a_run_that_loses_a_services_node_resumes_on_another(
+    cluster, add_node, tmp_path, monkeypatch, role, name
+):
     """Two nodes offer `trainer`; the agent (or the orchestrator) asks for it. After the
     first checkpoint the node it runs on is removed: the run restarts its services, the
     service lands on the other node, the agent gets the checkpoint back over HTTP and
     training ends where it would have."""
     spare = {add_node(num_cpus=1, resources={"trainer": 1}) for _ in range(2)}
     trainer = {"trainer": 1}
-    config = (_training_config(tmp_path, resources=trainer) if role == "agent"
-              else _training_config(tmp_path, orchestrator=trainer))
+    config = (
+        _training_config(tmp_path, resources=trainer)
+        if role == "agent"
+        else _training_config(tmp_path, orchestrator=trainer)
+    )
     run_dir = tmp_path / "run"
     where, removed = [], []
 
@@ -106,8 +129,9 @@ def test_a_run_that_loses_a_services_node_resumes_on_another(cluster, add_node, 
     assert kept == ["step-1000.pt", "step-1500.pt"]
 
 
-def test_a_run_whose_service_cannot_be_placed_again_ends_naming_it(cluster, add_node,
-                                                                   tmp_path, monkeypatch):
+def test_a_run_whose_service_cannot_be_placed_again_ends_naming_it(
+    cluster, add_node, tmp_path, monkeypatch
+):
     """The only node with `lonely` is lost: the restart cannot place the agent, and the run
     ends (after the startup timeout) with an error naming it, not a hang."""
     node = add_node(num_cpus=1, resources={"lonely": 1})

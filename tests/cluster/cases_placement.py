@@ -1,4 +1,6 @@
-"""Services placed on the cluster by `mistk-rl run`'s `cluster:` block (`mistk_rl.deploy.cluster`)."""
+"""Services placed on the cluster by `mistk-rl run`'s `cluster:` block
+(`mistk_rl.deploy.cluster`)."""
+
 from __future__ import annotations
 
 import json
@@ -12,24 +14,39 @@ from harness.run import HarnessError, read_episodes, run
 pytestmark = pytest.mark.usefixtures("in_repo")
 
 
-def _config(tmp_path: Path, agent: dict, orchestrator: dict | None = None,
-            startup: float = 60.0) -> RunConfig:
-    return RunConfig.model_validate({
-        "name": "placed",
-        "orchestrator": {"target": "orchestrators.gym_orchestrator:GymOrchestrator",
-                         "env": {"id": "CartPole-v1"}, **(orchestrator or {})},
-        "agents": [{"name": "player", "target": "agents.random_agent:RandomAgent",
-                    "hyperparameters": {"seed": 0}, "save_path": "player.json", **agent}],
-        "episodes": [{"num_episodes": 2, "seed": 0, "max_steps": 50}],
-        "cluster": {"address": "auto", "data_root": str(tmp_path / "nodes")},
-        "timeouts": {"startup": startup, "call": 30}})
+def _config(
+    tmp_path: Path, agent: dict, orchestrator: dict | None = None, startup: float = 60.0
+) -> RunConfig:
+    return RunConfig.model_validate(
+        {
+            "name": "placed",
+            "orchestrator": {
+                "target": "orchestrators.gym_orchestrator:GymOrchestrator",
+                "env": {"id": "CartPole-v1"},
+                **(orchestrator or {}),
+            },
+            "agents": [
+                {
+                    "name": "player",
+                    "target": "agents.random_agent:RandomAgent",
+                    "hyperparameters": {"seed": 0},
+                    "save_path": "player.json",
+                    **agent,
+                }
+            ],
+            "episodes": [{"num_episodes": 2, "seed": 0, "max_steps": 50}],
+            "cluster": {"address": "auto", "data_root": str(tmp_path / "nodes")},
+            "timeouts": {"startup": startup, "call": 30},
+        }
+    )
 
 
 def test_each_service_runs_on_the_node_its_resources_name(cluster, tmp_path):
     """The orchestrator asks for `alpha`, the agent for `beta`: each lands on that node,
     they play over HTTP, and each service wrote only inside its data dir on its node."""
-    config = _config(tmp_path, {"cpus": 0.5, "resources": {"beta": 1}},
-                     {"cpus": 0.5, "resources": {"alpha": 1}})
+    config = _config(
+        tmp_path, {"cpus": 0.5, "resources": {"beta": 1}}, {"cpus": 0.5, "resources": {"alpha": 1}}
+    )
     run_dir = tmp_path / "run"
     results = run(config, run_dir, say=lambda _: None)
 
@@ -65,6 +82,7 @@ def test_a_service_that_fails_to_start_on_its_node_reports_its_log(cluster, tmp_
     with pytest.raises(HarnessError, match=r"starting agent 'player'.*NoSuchAgent"):
         run(config, tmp_path / "run", say=lambda _: None)
     import ray
+
     assert ray.util.list_named_actors() == []
 
 
@@ -94,11 +112,21 @@ def test_a_service_asked_near_the_driver_runs_on_its_node_when_it_can(cluster, t
     from mistk_rl.deploy.cluster import Cluster, Resources
 
     placed = Cluster("auto", run_id="near", data_root=str(tmp_path / "nodes"))
-    near = placed.spawn("agent", "near", "agents.random_agent:RandomAgent",
-                        resources=Resources(cpus=0.5), near_driver=True)
+    near = placed.spawn(
+        "agent",
+        "near",
+        "agents.random_agent:RandomAgent",
+        resources=Resources(cpus=0.5),
+        near_driver=True,
+    )
     # no room on the head (2 CPUs): soft affinity places it on another node
-    roomless = placed.spawn("agent", "roomless", "agents.random_agent:RandomAgent",
-                            resources=Resources(cpus=2.0), near_driver=True)
+    roomless = placed.spawn(
+        "agent",
+        "roomless",
+        "agents.random_agent:RandomAgent",
+        resources=Resources(cpus=2.0),
+        near_driver=True,
+    )
     try:
         for service in (near, roomless):
             service.wait_ready(60)

@@ -4,6 +4,7 @@ two nodes with custom resources (``alpha``, ``beta``), so a service can be pinne
 These tests run only inside a loopback-only network namespace, where every Ray process binds
 127.0.0.1 (`tests/test_cluster.py` starts them there with ``unshare --net``): outside one,
 Ray would bind the machine's interface address."""
+
 from __future__ import annotations
 
 import os
@@ -22,8 +23,10 @@ def cluster():
     from ray.cluster_utils import Cluster
 
     made = Cluster(initialize_head=True, head_node_args={"num_cpus": 2, "resources": {"head": 4}})
-    nodes = {"alpha": made.add_node(num_cpus=2, resources={"alpha": 4}),
-             "beta": made.add_node(num_cpus=2, resources={"beta": 4})}
+    nodes = {
+        "alpha": made.add_node(num_cpus=2, resources={"alpha": 4}),
+        "beta": made.add_node(num_cpus=2, resources={"beta": 4}),
+    }
     ray.init(address=made.address, namespace="mistk-rl", log_to_driver=False)
     made.wait_for_nodes()
     made.node_ids = {name: node.node_id for name, node in nodes.items()}
@@ -43,6 +46,7 @@ def add_node(cluster):
         added.append(node)
         cluster.wait_for_nodes()
         return node
+
     yield _add
     for node in added:
         if node in cluster.worker_nodes:

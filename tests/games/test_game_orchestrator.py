@@ -1,5 +1,6 @@
 """GameOrchestrator in-process, with scripted stand-ins for the agent clients: seats, the
 transitions of turn-based and simultaneous games, results, illegal moves, enumeration."""
+
 from __future__ import annotations
 
 from collections import defaultdict
@@ -8,10 +9,10 @@ import numpy as np
 import pytest
 
 from mistk_rl.errors import InvalidRequest
-from mistk_rl.service.handlers import refuse_unknown_options
-from mistk_rl.games.opponents import MaskedRandom, TicTacToePerfect
 from mistk_rl.framework.orchestrator import RegisteredAgent
+from mistk_rl.games.opponents import MaskedRandom, TicTacToePerfect
 from mistk_rl.sdk.schemas import AgentSettings, EpisodeConfig, ExhaustiveSpec
+from mistk_rl.service.handlers import refuse_unknown_options
 from orchestrators.game_orchestrator import GameOrchestrator
 
 TICTACTOE, RPS = "classic/tictactoe-v3", "classic/rps-v2"
@@ -36,28 +37,35 @@ class ScriptedClient:
 
     def get_action(self, obs, action_mask=None):
         self.asked += list(obs)
-        return {e: self.policy(e, np.asarray(o), None if action_mask is None
-                               else np.asarray(action_mask[e])) for e, o in obs.items()}
+        return {
+            e: self.policy(
+                e, np.asarray(o), None if action_mask is None else np.asarray(action_mask[e])
+            )
+            for e, o in obs.items()
+        }
 
     def replay_action(self, replay):
         for entity in replay["actions"]:
-            self.transitions[entity].append({field: values[entity]
-                                             for field, values in replay.items()})
+            self.transitions[entity].append(
+                {field: values[entity] for field, values in replay.items()}
+            )
 
     def episode_stopped(self):
         pass
 
 
-def _orchestrator(env_id: str, clients: dict[str, tuple[ScriptedClient, tuple]],
-                  capabilities=frozenset({"step"})) -> GameOrchestrator:
+def _orchestrator(
+    env_id: str, clients: dict[str, tuple[ScriptedClient, tuple]], capabilities=frozenset({"step"})
+) -> GameOrchestrator:
     orch = GameOrchestrator()
     orch.agents_needed = len(clients)
     orch.validate_initialize({"id": env_id}, len(clients))
     orch.do_initialize({"id": env_id, "kwargs": {}}, len(clients))
     for name, (client, seats) in clients.items():
         held = orch.validate_register_agent(name, seats)
-        orch.agents[name] = RegisteredAgent(name, "http://127.0.0.1:1", False, client,
-                                            capabilities, held)
+        orch.agents[name] = RegisteredAgent(
+            name, "http://127.0.0.1:1", False, client, capabilities, held
+        )
     return orch
 
 
@@ -67,14 +75,16 @@ def test_seats_come_from_the_env_and_registration_checks_them():
     orch.agents_needed = 2
     with pytest.raises(InvalidRequest, match="player_1, player_2"):
         orch.validate_register_agent("a", ("player_0",))
-    orch.agents["a"] = RegisteredAgent("a", "u", False, ScriptedClient(), frozenset(),
-                                       orch.validate_register_agent("a", ()))
+    orch.agents["a"] = RegisteredAgent(
+        "a", "u", False, ScriptedClient(), frozenset(), orch.validate_register_agent("a", ())
+    )
     assert orch.agents["a"].seats == ("player_1",)  # the first free seat
     with pytest.raises(InvalidRequest, match="held by one agent"):
         orch.validate_register_agent("b", ("player_1",))
     assert orch.validate_register_agent("b", ()) == ("player_2",)
-    orch.agents["b"] = RegisteredAgent("b", "u", False, ScriptedClient(), frozenset(),
-                                       ("player_2",))
+    orch.agents["b"] = RegisteredAgent(
+        "b", "u", False, ScriptedClient(), frozenset(), ("player_2",)
+    )
     assert orch.validate_register_agent("c", ()) == ()  # no seat left: on the bench
     solo = _orchestrator(TICTACTOE, {})
     solo.agents_needed = 1  # one agent: it must hold both seats
@@ -82,7 +92,8 @@ def test_seats_come_from_the_env_and_registration_checks_them():
         solo.validate_register_agent("y", ("player_1",))
     assert solo.validate_register_agent("y", ()) == ("player_1", "player_2")
     config = _orchestrator(TICTACTOE, {"me": (ScriptedClient(), ())}).agent_config(
-        "me", ("player_1", "player_2"))
+        "me", ("player_1", "player_2")
+    )
     assert config["observationSpace"]["shape"] == [3, 3, 2]  # the mask travels beside it
     assert config["actionSpace"] == {"type": "Discrete", "n": 9, "start": 0}
     assert config["properties"]["seats"] == ["player_1", "player_2"]
@@ -99,10 +110,12 @@ def test_alternating_seats_bookkeeping(capabilities):
     """Lowest-legal-cell play: X (player_1) always wins in 7 moves (cells 0,2,4,6), so the
     results say exactly who held which seat in each game."""
     a, b = ScriptedClient(), ScriptedClient()
-    orch = _orchestrator(TICTACTOE, {"a": (a, ("player_1",)), "b": (b, ("player_2",))},
-                         capabilities)
-    orch.do_start_episode(EpisodeConfig(num_episodes=8, num_envs=4, seed=0,
-                                        seat_assignment="alternate"))
+    orch = _orchestrator(
+        TICTACTOE, {"a": (a, ("player_1",)), "b": (b, ("player_2",))}, capabilities
+    )
+    orch.do_start_episode(
+        EpisodeConfig(num_episodes=8, num_envs=4, seed=0, seat_assignment="alternate")
+    )
     assert len(orch.results) == 8
     for result in orch.results:
         assert result["winner"] == "player_1" and result["length"] == 7
@@ -194,8 +207,9 @@ def test_rps_result_is_the_sign_of_the_summed_rewards():
 def test_per_agent_modes_and_training():
     learner, frozen = ScriptedClient(), ScriptedClient()
     orch = _orchestrator(TICTACTOE, {"l": (learner, ()), "f": (frozen, ())})
-    config = EpisodeConfig(num_episodes=2, seed=0,
-                           agents={"f": AgentSettings(mode="collect", train=False)})
+    config = EpisodeConfig(
+        num_episodes=2, seed=0, agents={"f": AgentSettings(mode="collect", train=False)}
+    )
     orch.validate_agent_settings(config)
     orch.do_start_episode(config)
     assert learner.modes == ["collect"] and frozen.modes == ["collect"]
@@ -203,11 +217,16 @@ def test_per_agent_modes_and_training():
     with pytest.raises(InvalidRequest, match="not registered"):
         orch.validate_agent_settings(EpisodeConfig(agents={"nobody": AgentSettings()}))
     with pytest.raises(InvalidRequest, match="train needs mode collect"):
-        orch.validate_agent_settings(EpisodeConfig(
-            agents={"l": AgentSettings(mode="eval", train=True)}))
+        orch.validate_agent_settings(
+            EpisodeConfig(agents={"l": AgentSettings(mode="eval", train=True)})
+        )
     with pytest.raises(InvalidRequest, match="resume"):  # a gym option: not a game's
-        refuse_unknown_options({"numSteps": 10, "resume": True}, orch.episode_settings,
-                               "startEpisode", "GameOrchestrator")
+        refuse_unknown_options(
+            {"numSteps": 10, "resume": True},
+            orch.episode_settings,
+            "startEpisode",
+            "GameOrchestrator",
+        )
 
 
 def test_num_steps_finishes_the_games_in_progress():
@@ -223,6 +242,7 @@ def _opponent_client(opponent):
 
     def policy(entity, obs, mask):
         return int(opponent.act(obs[None], mask[None], rng)[0])
+
     return ScriptedClient(policy)
 
 
@@ -230,10 +250,12 @@ def test_exhaustive_evaluation_counts_lines_and_exact_odds():
     orch = _orchestrator(TICTACTOE, {"p": (ScriptedClient(), ())})
     perfect = TicTacToePerfect(*orch.spaces["player_1"])
     orch.agents["p"].client = _opponent_client(perfect)
-    orch.validate_start_episode(EpisodeConfig(exhaustive=ExhaustiveSpec(
-        agent="p", opponent="tictactoe_perfect")))
-    orch.do_start_episode(EpisodeConfig(exhaustive=ExhaustiveSpec(
-        agent="p", opponent="tictactoe_perfect")))
+    orch.validate_start_episode(
+        EpisodeConfig(exhaustive=ExhaustiveSpec(agent="p", opponent="tictactoe_perfect"))
+    )
+    orch.do_start_episode(
+        EpisodeConfig(exhaustive=ExhaustiveSpec(agent="p", opponent="tictactoe_perfect"))
+    )
     report = orch.evaluations[-1]
     assert report["complete"]
     for seat in orch.seats:  # perfect against perfect: every line a draw
@@ -241,42 +263,49 @@ def test_exhaustive_evaluation_counts_lines_and_exact_odds():
         assert tally["lines"] == tally["drawnLines"] > 0 and tally["draw"] == pytest.approx(1)
     # lowest legal cell against every random reply: exact odds sum to one
     orch.agents["p"].client = ScriptedClient()
-    orch.do_start_episode(EpisodeConfig(exhaustive=ExhaustiveSpec(agent="p",
-                                                                  opponent="random")))
+    orch.do_start_episode(EpisodeConfig(exhaustive=ExhaustiveSpec(agent="p", opponent="random")))
     first = orch.evaluations[-1]["seats"]["player_1"]
     assert first["win"] + first["draw"] + first["loss"] == pytest.approx(1)
     assert first["lines"] == first["wonLines"] + first["drawnLines"] + first["lostLines"]
     assert 0 < first["lostLines"] < first["lines"]
     # the exact odds agree with sampled games against the random agent (1,000 games)
-    sampled = _orchestrator(TICTACTOE, {"p": (ScriptedClient(), ("player_1",)),
-                                        "r": (_opponent_client(MaskedRandom(
-                                            *orch.spaces["player_1"])), ("player_2",))})
+    sampled = _orchestrator(
+        TICTACTOE,
+        {
+            "p": (ScriptedClient(), ("player_1",)),
+            "r": (_opponent_client(MaskedRandom(*orch.spaces["player_1"])), ("player_2",)),
+        },
+    )
     sampled.do_start_episode(EpisodeConfig(num_episodes=1000, num_envs=16, seed=0))
     wins = sampled.totals["p"]["player_1"]["win"] / 1000
     assert abs(wins - first["win"]) < 4 * np.sqrt(first["win"] * (1 - first["win"]) / 1000)
     with pytest.raises(InvalidRequest, match="connect4_winblock"):
-        orch.validate_start_episode(EpisodeConfig(exhaustive=ExhaustiveSpec(
-            agent="p", opponent="connect4_winblock")))
+        orch.validate_start_episode(
+            EpisodeConfig(exhaustive=ExhaustiveSpec(agent="p", opponent="connect4_winblock"))
+        )
 
 
 def test_a_lineup_picks_who_plays_this_call():
     """The learner holds both seats; a random opponent registered after it sits on the
     bench until a lineup names it, and only the agents in the lineup are asked."""
     learner, bench = ScriptedClient(), ScriptedClient()
-    orch = _orchestrator(TICTACTOE, {"learner": (learner, ("player_1", "player_2")),
-                                     "bench": (bench, ())})
+    orch = _orchestrator(
+        TICTACTOE, {"learner": (learner, ("player_1", "player_2")), "bench": (bench, ())}
+    )
     assert orch.agents["bench"].seats == ()
     orch.do_start_episode(EpisodeConfig(num_episodes=2, seed=0))
     assert bench.modes == [] and not bench.asked  # self-play: the bench sat out
     lineup = {"player_1": "bench", "player_2": "learner"}
     orch.validate_start_episode(EpisodeConfig(lineup=lineup))
-    orch.do_start_episode(EpisodeConfig(num_episodes=4, seed=0, lineup=lineup,
-                                        seat_assignment="alternate"))
+    orch.do_start_episode(
+        EpisodeConfig(num_episodes=4, seed=0, lineup=lineup, seat_assignment="alternate")
+    )
     played = orch.results[2:]
     assert [r["seats"]["player_1"] for r in played].count("bench") == 2
     assert bench.modes == ["collect"] and len(bench.asked) == 2 * 4 + 2 * 3
     with pytest.raises(InvalidRequest, match="has player_1, player_2"):
         orch.validate_start_episode(EpisodeConfig(lineup={"player_1": "bench"}))
     with pytest.raises(InvalidRequest, match="not registered"):
-        orch.validate_start_episode(EpisodeConfig(lineup={"player_1": "bench",
-                                                          "player_2": "ghost"}))
+        orch.validate_start_episode(
+            EpisodeConfig(lineup={"player_1": "bench", "player_2": "ghost"})
+        )

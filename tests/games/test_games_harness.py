@@ -1,4 +1,5 @@
 """Games through the harness: game training with evaluations, `mistk-rl eval` on its run."""
+
 from __future__ import annotations
 
 import json
@@ -7,26 +8,44 @@ from pathlib import Path
 import pytest
 import yaml
 
-from harness.config import RunConfigError, RunConfig, load_config
 from harness.cli import main as cli
+from harness.config import RunConfig, RunConfigError, load_config
 from harness.run import read_episodes, run
 
 SELF_PLAY = {
     "name": "ttt",
-    "orchestrator": {"target": "orchestrators.game_orchestrator:GameOrchestrator",
-                     "env": {"id": "classic/tictactoe-v3"}},
+    "orchestrator": {
+        "target": "orchestrators.game_orchestrator:GameOrchestrator",
+        "env": {"id": "classic/tictactoe-v3"},
+    },
     "agents": [
-        {"name": "learner", "target": "agents.dqn_agent:DQNAgent",
-         "seats": ["player_1", "player_2"], "save_path": "final.pt",
-         "hyperparameters": {"seed": 0, "policy": {"model": {"hidden_sizes": [32]}},
-                             "train": {"learning_starts": 100, "train_freq": 16,
-                                       "gradient_steps": 2}}},
-        {"name": "random", "target": "agents.opponent_agents:MaskedRandomAgent",
-         "train": False, "hyperparameters": {"seed": 1}}],
+        {
+            "name": "learner",
+            "target": "agents.dqn_agent:DQNAgent",
+            "seats": ["player_1", "player_2"],
+            "save_path": "final.pt",
+            "hyperparameters": {
+                "seed": 0,
+                "policy": {"model": {"hidden_sizes": [32]}},
+                "train": {"learning_starts": 100, "train_freq": 16, "gradient_steps": 2},
+            },
+        },
+        {
+            "name": "random",
+            "target": "agents.opponent_agents:MaskedRandomAgent",
+            "train": False,
+            "hyperparameters": {"seed": 1},
+        },
+    ],
     "game_training": {"agent_steps": 400, "eval_every": 200, "num_envs": 8},
-    "evaluation": {"agent": "learner", "num_envs": 8, "against": [
-        {"opponent": "tictactoe_perfect", "exhaustive": True},
-        {"opponent": "random", "games_per_seat": 20}]},
+    "evaluation": {
+        "agent": "learner",
+        "num_envs": 8,
+        "against": [
+            {"opponent": "tictactoe_perfect", "exhaustive": True},
+            {"opponent": "random", "games_per_seat": 20},
+        ],
+    },
 }
 
 
@@ -50,7 +69,7 @@ def test_game_training_evaluates_resumes_and_eval_reruns_it(tmp_path, monkeypatc
     assert results["evaluation"] == evals[-1]["evaluation"]
     perfect = results["evaluation"]["tictactoe_perfect"]
     assert perfect["exhaustive"] and set(perfect["seats"]) == {"player_1", "player_2"}
-    for seat, r in perfect["seats"].items():
+    for r in perfect["seats"].values():
         assert r["win"] == 0  # nobody beats the perfect player
         assert r["win"] + r["draw"] + r["loss"] == pytest.approx(1)
     sampled = results["evaluation"]["random"]
@@ -69,25 +88,29 @@ def test_game_training_evaluates_resumes_and_eval_reruns_it(tmp_path, monkeypatc
     assert "eval/tictactoe_perfect/player_2/lost_lines" in events.Tags()["scalars"]
     # self-play: the bench agent never played during training, only in its evaluations
     training_games = [e for e in read_episodes(tmp_path / "run") if e["train"]]
-    assert training_games and all(set(e["seats"].values()) == {"learner"}
-                                  for e in training_games)
+    assert training_games and all(set(e["seats"].values()) == {"learner"} for e in training_games)
     # only the games since the resume (a new orchestrator: 200 more moves, a game each over)
     assert max(e["envSteps"] for e in training_games) < 200 + 8 * 9 + 1
 
     (tmp_path / "ttt.yaml").write_text(yaml.safe_dump(SELF_PLAY))
-    assert cli(["eval", str(tmp_path / "ttt.yaml"), "--run", str(tmp_path / "run"),
-                "--quiet"]) == 0
+    assert cli(["eval", str(tmp_path / "ttt.yaml"), "--run", str(tmp_path / "run"), "--quiet"]) == 0
     again = json.loads((tmp_path / "run" / "evaluation.json").read_text())["evaluation"]
     # the same saved model, greedy: the enumerated matchup comes out exactly the same
     assert again["tictactoe_perfect"] == perfect
     # without save_path the learner loads the checkpoint of the run's last evaluation (the
     # same weights: training ended there), not an untrained model
-    unsaved = {**SELF_PLAY, "agents": [{k: v for k, v in SELF_PLAY["agents"][0].items()
-                                        if k != "save_path"}, SELF_PLAY["agents"][1]]}
+    unsaved = {
+        **SELF_PLAY,
+        "agents": [
+            {k: v for k, v in SELF_PLAY["agents"][0].items() if k != "save_path"},
+            SELF_PLAY["agents"][1],
+        ],
+    }
     (tmp_path / "unsaved.yaml").write_text(yaml.safe_dump(unsaved))
     said: list[str] = []
-    monkeypatch.setattr("builtins.print", lambda *parts, **_: said.append(" ".join(
-        map(str, parts))))
+    monkeypatch.setattr(
+        "builtins.print", lambda *parts, **_: said.append(" ".join(map(str, parts)))
+    )
     assert cli(["eval", str(tmp_path / "unsaved.yaml"), "--run", str(tmp_path / "run")]) == 0
     last = json.loads((run_dir / "progress.json").read_text())["checkpoints"]["learner"]
     assert f"agent learner: the model in {last}" in said, said
@@ -106,8 +129,7 @@ def test_the_last_checkpoint_of_a_game_run_is_found_as_a_gym_runs_is(tmp_path):
     where = tmp_path / "data" / "learner"
     (where / "checkpoints").mkdir(parents=True)
     (where / "checkpoints" / "step-200.pt").write_bytes(b"weights")
-    GameProgress(agent_steps=200, checkpoints={"learner": "checkpoints/step-200.pt"}).save(
-        tmp_path)
+    GameProgress(agent_steps=200, checkpoints={"learner": "checkpoints/step-200.pt"}).save(tmp_path)
     dirs = {"learner": where}
     assert last_checkpoint(config, learner, tmp_path, dirs) == "checkpoints/step-200.pt"
     assert last_checkpoint(config, learner, tmp_path, {}) is None  # (not started here)
@@ -116,8 +138,13 @@ def test_the_last_checkpoint_of_a_game_run_is_found_as_a_gym_runs_is(tmp_path):
 
 
 def test_config_checks_the_evaluation(tmp_path):
-    bad = {**SELF_PLAY, "evaluation": {"agent": "learner", "against": [
-        {"opponent": "nobody", "games_per_seat": 10}]}}
+    bad = {
+        **SELF_PLAY,
+        "evaluation": {
+            "agent": "learner",
+            "against": [{"opponent": "nobody", "games_per_seat": 10}],
+        },
+    }
     (tmp_path / "bad.yaml").write_text(yaml.safe_dump(bad))
     with pytest.raises(RunConfigError, match="nobody"):
         load_config(tmp_path / "bad.yaml")
@@ -127,10 +154,18 @@ def test_config_checks_the_evaluation(tmp_path):
         load_config(tmp_path / "no_eval.yaml")
 
 
-@pytest.mark.parametrize("name", ["tictactoe_selfplay_dqn", "tictactoe_vs_random",
-                                  "connect4_selfplay_ppo", "tictactoe_selfplay_dqn_sym",
-                                  "tictactoe_league", "connect4_league",
-                                  "connect4_vs_winblock_ppo"])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "tictactoe_selfplay_dqn",
+        "tictactoe_vs_random",
+        "connect4_selfplay_ppo",
+        "tictactoe_selfplay_dqn_sym",
+        "tictactoe_league",
+        "connect4_league",
+        "connect4_vs_winblock_ppo",
+    ],
+)
 def test_shipped_game_configs_are_valid(name):
     """The configs load, and each agent accepts its hyperparameters (a misspelt key would
     be a 400 at initialize, minutes into nothing)."""

@@ -1,4 +1,5 @@
 """Games over HTTP: real agent services playing each other through a real GameOrchestrator."""
+
 from __future__ import annotations
 
 import pytest
@@ -9,8 +10,11 @@ GAME = "orchestrators.game_orchestrator:GameOrchestrator"
 DQN = "agents.dqn_agent:DQNAgent"
 RANDOM = "agents.opponent_agents:MaskedRandomAgent"
 PERFECT = "agents.opponent_agents:TicTacToePerfectAgent"
-SMALL_DQN = {"seed": 0, "policy": {"model": {"hidden_sizes": [32]}},
-             "train": {"learning_starts": 50, "train_freq": 16, "gradient_steps": 4}}
+SMALL_DQN = {
+    "seed": 0,
+    "policy": {"model": {"hidden_sizes": [32]}},
+    "train": {"learning_starts": 50, "train_freq": 16, "gradient_steps": 4},
+}
 
 
 def _agent(launch, target, hparams):
@@ -32,16 +36,18 @@ def test_two_agent_services_play_tictactoe(launch):
     assert orch.status().resource_version == before  # the refusal changed nothing
     orch.register_agent("learner", learner_service.url, seats=["player_2"])
     orch.register_agent("random", random_service.url)  # the seat left: player_1
-    orch.start_episode({"numEpisodes": 40, "numEnvs": 8, "seed": 0,
-                        "seatAssignment": "alternate"}, wait=True, timeout=120)
+    orch.start_episode(
+        {"numEpisodes": 40, "numEnvs": 8, "seed": 0, "seatAssignment": "alternate"},
+        wait=True,
+        timeout=120,
+    )
     results = orch.get_results()
     assert len(results.episodes) == 40
     seats = [e.seats for e in results.episodes]
     assert {s["player_1"] for s in seats} == {"learner", "random"}  # alternated
     totals = results.totals
     games = sum(t["games"] for t in totals["learner"].values())
-    assert games == 40 and sum(t["illegal"] for a in totals.values()
-                               for t in a.values()) == 0
+    assert games == 40 and sum(t["illegal"] for a in totals.values() for t in a.values()) == 0
     for episode in results.episodes:  # one result per game, seen from both seats
         returns = episode.returns
         assert returns["player_1"] == -returns["player_2"]
@@ -58,8 +64,9 @@ def test_exhaustive_evaluation_over_http(launch):
     orch.register_agent("perfect", service.url)
     with pytest.raises(BadRequest, match="not registered"):
         orch.start_episode({"exhaustive": {"agent": "nobody", "opponent": "random"}})
-    orch.start_episode({"exhaustive": {"agent": "perfect", "opponent": "random"}},
-                       wait=True, timeout=120)
+    orch.start_episode(
+        {"exhaustive": {"agent": "perfect", "opponent": "random"}}, wait=True, timeout=120
+    )
     (report,) = orch.get_results().evaluations
     assert report["complete"] and report["opponent"] == "random"
     first, second = report["seats"]["player_1"], report["seats"]["player_2"]

@@ -4,6 +4,7 @@ and the agent classes that serve them.
 
 PettingZoo's classic envs cannot be copied (deepcopy goes through EzPickle, which builds a
 fresh, un-reset env), so a position is reached by replaying its moves from reset."""
+
 from __future__ import annotations
 
 from collections import Counter
@@ -15,13 +16,22 @@ import pettingzoo
 import pytest
 from gymnasium import spaces
 
-from agents.opponent_agents import (ConnectFourWinBlockAgent, MaskedRandomAgent,
-                                    OpponentAgent, TicTacToePerfectAgent)
+from agents.opponent_agents import (
+    ConnectFourWinBlockAgent,
+    MaskedRandomAgent,
+    OpponentAgent,
+    TicTacToePerfectAgent,
+)
 from mistk_rl.errors import InvalidRequest
 from mistk_rl.games import connect_four, tictactoe
 from mistk_rl.games.connect_four import OTHER, OWN
-from mistk_rl.games.opponents import (OPPONENTS, ConnectFourWinBlock, MaskedRandom,
-                                      TicTacToePerfect, UniformOpponent)
+from mistk_rl.games.opponents import (
+    OPPONENTS,
+    ConnectFourWinBlock,
+    MaskedRandom,
+    TicTacToePerfect,
+    UniformOpponent,
+)
 
 TICTACTOE, CONNECT_FOUR = "classic/tictactoe-v3", "classic/connect_four-v3"
 Chooser = Callable[[str, dict], Sequence[int]]  # (agent to move, its observation) -> moves
@@ -53,8 +63,9 @@ def opponent(cls: type[UniformOpponent], env_id: str) -> Chooser:
 
 
 # ---- tic-tac-toe ---------------------------------------------------------------------------
-def explore(env, hero: str, choose: Chooser, moves: tuple[int, ...] = (),
-            memo: Optional[dict] = None) -> tuple[Counter, Counter]:
+def explore(
+    env, hero: str, choose: Chooser, moves: tuple[int, ...] = (), memo: Optional[dict] = None
+) -> tuple[Counter, Counter]:
     """Every tic-tac-toe game on from `moves` where the player to move plays each move
     `choose` offers: (games counted by `hero`'s final reward, the probability of each final
     reward when every choice is uniform). Checks the board logic against the env in every
@@ -94,12 +105,14 @@ def test_tictactoe_board_logic_agrees_with_the_env_in_every_game() -> None:
 
 @pytest.mark.parametrize("seat, p_win", [(0, 0.9678), (1, 0.7775)])
 def test_perfect_player_never_loses_and_beats_random_as_often_as_expected(
-        seat: int, p_win: float) -> None:
+    seat: int, p_win: float
+) -> None:
     env = make(TICTACTOE)
     hero = env.possible_agents[seat]
     perfect, anyone = opponent(TicTacToePerfect, TICTACTOE), opponent(MaskedRandom, TICTACTOE)
     games, probability = explore(
-        env, hero, lambda agent, obs: (perfect if agent == hero else anyone)(agent, obs))
+        env, hero, lambda agent, obs: (perfect if agent == hero else anyone)(agent, obs)
+    )
     assert games[-1] == 0 and games[1] > 0 and games[0] > 0
     assert sum(probability.values()) == pytest.approx(1.0)
     assert probability[1] == pytest.approx(p_win, abs=5e-5)
@@ -183,8 +196,9 @@ def test_connect_four_board_logic_agrees_with_the_env() -> None:
             their_view = env.observe(other)["observation"]
             for col in connect_four.legal_columns(board):
                 row = connect_four.landing_row(board, col)
-                assert (connect_four.drop_wins(board, col, OTHER)
-                        == connect_four.drop_wins(their_view, col, OWN))
+                assert connect_four.drop_wins(board, col, OTHER) == connect_four.drop_wins(
+                    their_view, col, OWN
+                )
                 wins = connect_four.drop_wins(board, col, OWN)
                 replay(env, moves + (col,))
                 assert env.observe(me)["observation"][row, col, 0] == 1, (moves, col)
@@ -198,16 +212,22 @@ def test_connect_four_board_logic_agrees_with_the_env() -> None:
 def test_winblock_beats_random(seat: int) -> None:
     env = make(CONNECT_FOUR)
     hero, villain = env.possible_agents[seat], env.possible_agents[1 - seat]
-    players = {hero: ConnectFourWinBlock(*spaces_of(CONNECT_FOUR)),
-               villain: MaskedRandom(*spaces_of(CONNECT_FOUR))}
+    players = {
+        hero: ConnectFourWinBlock(*spaces_of(CONNECT_FOUR)),
+        villain: MaskedRandom(*spaces_of(CONNECT_FOUR)),
+    }
     games = 300
     wins = sum(play(env, players, seed)[hero] == 1 for seed in range(games))
     assert wins / games >= 0.85
 
 
 # ---- agent services (in-process) -----------------------------------------------------------
-def registered(agent_cls: type[OpponentAgent], env_id: str, seed: Optional[int] = 0,
-               data_dir: Optional[Path] = None) -> OpponentAgent:
+def registered(
+    agent_cls: type[OpponentAgent],
+    env_id: str,
+    seed: Optional[int] = 0,
+    data_dir: Optional[Path] = None,
+) -> OpponentAgent:
     """Through the hooks in the order the service calls them."""
     agent = agent_cls()
     hparams = {"seed": seed}
@@ -238,11 +258,18 @@ def positions(env_id: str, count: int) -> tuple[dict, dict]:
     return obs, masks
 
 
-@pytest.mark.parametrize("agent_cls, env_id", [
-    (TicTacToePerfectAgent, TICTACTOE), (ConnectFourWinBlockAgent, CONNECT_FOUR),
-    (MaskedRandomAgent, TICTACTOE), (MaskedRandomAgent, CONNECT_FOUR)])
+@pytest.mark.parametrize(
+    "agent_cls, env_id",
+    [
+        (TicTacToePerfectAgent, TICTACTOE),
+        (ConnectFourWinBlockAgent, CONNECT_FOUR),
+        (MaskedRandomAgent, TICTACTOE),
+        (MaskedRandomAgent, CONNECT_FOUR),
+    ],
+)
 def test_agents_answer_every_entity_with_one_of_their_replies(
-        agent_cls: type[OpponentAgent], env_id: str) -> None:
+    agent_cls: type[OpponentAgent], env_id: str
+) -> None:
     agent = registered(agent_cls, env_id)
     obs, masks = positions(env_id, 7)
     actions = agent.do_get_action(obs, masks)
@@ -265,13 +292,13 @@ def test_the_seed_reproduces_the_choices_and_survives_a_save(tmp_path: Path) -> 
     obs, masks = positions(CONNECT_FOUR, 20)
     first = registered(MaskedRandomAgent, CONNECT_FOUR, seed=7)
     first.do_save_model(tmp_path / "random.json")
-    restored = registered(MaskedRandomAgent, CONNECT_FOUR, seed=None,
-                          data_dir=tmp_path / "random.json")
+    restored = registered(
+        MaskedRandomAgent, CONNECT_FOUR, seed=None, data_dir=tmp_path / "random.json"
+    )
     assert restored.seed == 7
     actions = first.do_get_action(obs, masks)
     assert restored.do_get_action(obs, masks) == actions
-    assert registered(MaskedRandomAgent, CONNECT_FOUR, seed=8).do_get_action(
-        obs, masks) != actions
+    assert registered(MaskedRandomAgent, CONNECT_FOUR, seed=8).do_get_action(obs, masks) != actions
 
 
 def test_a_save_of_another_opponent_is_refused(tmp_path: Path) -> None:
@@ -280,19 +307,29 @@ def test_a_save_of_another_opponent_is_refused(tmp_path: Path) -> None:
         TicTacToePerfectAgent().do_build_model(tmp_path / "random.json")
 
 
-@pytest.mark.parametrize("agent_cls, observation_space, action_space, complaint", [
-    (TicTacToePerfectAgent, *spaces_of(CONNECT_FOUR), "Discrete\\(9\\)"),
-    (TicTacToePerfectAgent, spaces.Box(0, 1, (6, 7, 2)), spaces.Discrete(9), "\\(3, 3, 2\\)"),
-    (ConnectFourWinBlockAgent, *spaces_of(TICTACTOE), "Discrete\\(7\\)"),
-    (ConnectFourWinBlockAgent, make(CONNECT_FOUR).observation_space("player_0"),
-     spaces.Discrete(7), "Box of shape"),  # the whole Dict, not its "observation"
-    (MaskedRandomAgent, spaces.Box(0, 1, (3,)), spaces.Box(-1, 1, (2,)), "Discrete"),
-    (MaskedRandomAgent, spaces.Box(0, 1, (3,)), spaces.Discrete(3, start=1), "starting at 0"),
-    (MaskedRandomAgent, None, spaces.Discrete(3), "needs observationSpace"),
-])
+@pytest.mark.parametrize(
+    "agent_cls, observation_space, action_space, complaint",
+    [
+        (TicTacToePerfectAgent, *spaces_of(CONNECT_FOUR), "Discrete\\(9\\)"),
+        (TicTacToePerfectAgent, spaces.Box(0, 1, (6, 7, 2)), spaces.Discrete(9), "\\(3, 3, 2\\)"),
+        (ConnectFourWinBlockAgent, *spaces_of(TICTACTOE), "Discrete\\(7\\)"),
+        (
+            ConnectFourWinBlockAgent,
+            make(CONNECT_FOUR).observation_space("player_0"),
+            spaces.Discrete(7),
+            "Box of shape",
+        ),  # the whole Dict, not its "observation"
+        (MaskedRandomAgent, spaces.Box(0, 1, (3,)), spaces.Box(-1, 1, (2,)), "Discrete"),
+        (MaskedRandomAgent, spaces.Box(0, 1, (3,)), spaces.Discrete(3, start=1), "starting at 0"),
+        (MaskedRandomAgent, None, spaces.Discrete(3), "needs observationSpace"),
+    ],
+)
 def test_spaces_an_opponent_cannot_play_in_are_refused(
-        agent_cls: type[OpponentAgent], observation_space: Optional[spaces.Space],
-        action_space: spaces.Space, complaint: str) -> None:
+    agent_cls: type[OpponentAgent],
+    observation_space: Optional[spaces.Space],
+    action_space: spaces.Space,
+    complaint: str,
+) -> None:
     with pytest.raises(InvalidRequest, match=complaint):
         agent_cls().validate_registration(observation_space, action_space)
     if observation_space is not None:
@@ -300,8 +337,7 @@ def test_spaces_an_opponent_cannot_play_in_are_refused(
             agent_cls.opponent_cls(observation_space, action_space)
 
 
-@pytest.mark.parametrize("hparams", [{"seed": -1}, {"seed": 1.5}, {"seed": True},
-                                     {"sead": 1}])
+@pytest.mark.parametrize("hparams", [{"seed": -1}, {"seed": 1.5}, {"seed": True}, {"sead": 1}])
 def test_bad_hyperparameters_are_refused(hparams: dict) -> None:
     with pytest.raises(InvalidRequest, match="seed|sead"):
         MaskedRandomAgent().validate_initialize({}, hparams)
@@ -309,8 +345,10 @@ def test_bad_hyperparameters_are_refused(hparams: dict) -> None:
 
 def test_registry_names_each_opponent_once() -> None:
     assert {name: cls.name for name, cls in OPPONENTS.items()} == {
-        "random": "random", "tictactoe_perfect": "tictactoe_perfect",
-        "connect4_winblock": "connect4_winblock"}
+        "random": "random",
+        "tictactoe_perfect": "tictactoe_perfect",
+        "connect4_winblock": "connect4_winblock",
+    }
     assert OPPONENTS["tictactoe_perfect"] is TicTacToePerfect
 
 

@@ -1,4 +1,5 @@
 """Board symmetries: an image of a position is the position the mapped moves reach."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -19,17 +20,26 @@ def _play(make, moves):
     return observed["observation"], observed["action_mask"]
 
 
-@pytest.mark.parametrize("game, make, moves, images", [
-    ("classic/tictactoe-v3", tictactoe_v3.env, [0, 4, 5], 8),
-    ("tictactoe_v3", tictactoe_v3.env, [1, 2, 7, 3], 8),
-    ("classic/connect_four-v3", connect_four_v3.env, [0, 3, 3, 6, 1], 2),
-])
+@pytest.mark.parametrize(
+    "game, make, moves, images",
+    [
+        ("classic/tictactoe-v3", tictactoe_v3.env, [0, 4, 5], 8),
+        ("tictactoe_v3", tictactoe_v3.env, [1, 2, 7, 3], 8),
+        ("classic/connect_four-v3", connect_four_v3.env, [0, 3, 3, 6, 1], 2),
+    ],
+)
 def test_images_are_the_positions_the_mapped_moves_reach(game, make, moves, images):
     sym = symmetries_for(game)
     obs, mask = _play(make, moves)
     action = int(np.flatnonzero(mask)[0])
-    transition = {"obs": obs, "next_obs": obs, "action": torch.tensor(action),
-                  "reward": 0.0, "terminated": False, "next_action_mask": mask}
+    transition = {
+        "obs": obs,
+        "next_obs": obs,
+        "action": torch.tensor(action),
+        "reward": 0.0,
+        "terminated": False,
+        "next_action_mask": mask,
+    }
     out = sym.augment(transition)
     assert len(out) == images and out[0]["obs"].tobytes() == obs.tobytes()
     for (moved, _), image in zip(sym.moved, out):
@@ -52,10 +62,10 @@ def test_symmetric_positions_are_stored_once():
 
 def test_a_dqn_agent_stores_every_image_of_a_move(tmp_path):
     from agents.dqn_agent import DQNAgent
-    from mistk_rl.framework.agent import ReplayBatch
-    from tests.entity_steps import EntitySteps
     from mistk_rl.errors import InvalidRequest
+    from mistk_rl.framework.agent import ReplayBatch
     from mistk_rl.spaces import space_from_dict
+    from tests.entity_steps import EntitySteps
 
     agent = DQNAgent()
     agent.data_dir = tmp_path
@@ -67,18 +77,27 @@ def test_a_dqn_agent_stores_every_image_of_a_move(tmp_path):
     from mistk_rl.spaces import space_to_dict
 
     board = tictactoe_v3.env()
-    spaces = {"observationSpace": space_to_dict(
-        board.observation_space("player_1")["observation"]),
-        "actionSpace": space_to_dict(board.action_space("player_1"))}
+    spaces = {
+        "observationSpace": space_to_dict(board.observation_space("player_1")["observation"]),
+        "actionSpace": space_to_dict(board.action_space("player_1")),
+    }
     agent.observation_space, agent.action_space = (space_from_dict(spaces[k]) for k in spaces)
-    agent.do_agent_registered({"name": "p", "properties": {"game": "classic/tictactoe-v3"},
-                               **spaces})
+    agent.do_agent_registered(
+        {"name": "p", "properties": {"game": "classic/tictactoe-v3"}, **spaces}
+    )
     obs, _ = _play(tictactoe_v3.env, [0, 4, 5])
     after, mask = _play(tictactoe_v3.env, [0, 4, 5, 1])
     agent.mode = "collect"
-    EntitySteps(agent).replay_action(ReplayBatch(
-        prev_obs={"p": obs}, actions={"p": np.int64(1)}, rewards={"p": 0.0},
-        new_obs={"p": after}, terminated={"p": False}, truncated={"p": False},
-        new_action_mask={"p": mask}))
+    EntitySteps(agent).replay_action(
+        ReplayBatch(
+            prev_obs={"p": obs},
+            actions={"p": np.int64(1)},
+            rewards={"p": 0.0},
+            new_obs={"p": after},
+            terminated={"p": False},
+            truncated={"p": False},
+            new_action_mask={"p": mask},
+        )
+    )
     assert agent.learner.env_steps == 1  # one move...
     assert agent.trainer.buffer.count() == 8  # ...stored under the 8 symmetries

@@ -7,6 +7,7 @@ An agent with ``device: auto`` (the default) trains on the GPU; its checkpoint a
 on the CPU, and a CPU checkpoint the same on the GPU; over HTTP, the harness's DQN config
 reaches CartPole's threshold with its agent service on the GPU.
 """
+
 from __future__ import annotations
 
 import gymnasium as gym
@@ -36,8 +37,7 @@ def _observations(n: int = 256) -> np.ndarray:
     return np.stack([space.sample() for _ in range(n)]).astype(np.float32)
 
 
-@pytest.mark.parametrize("cls, hparams, steps", [(DQNAgent, DQN_HP, 100),
-                                                 (PPOAgent, PPO_HP, 64)])
+@pytest.mark.parametrize("cls, hparams, steps", [(DQNAgent, DQN_HP, 100), (PPOAgent, PPO_HP, 64)])
 def test_auto_trains_on_the_gpu_and_checkpoints_cross_devices(tmp_path, cls, hparams, steps):
     trained = _agent(cls, {**hparams, "device": "auto"}, tmp_path / "gpu")
     assert next(trained.policy.model.parameters()).device.type == "cuda"
@@ -47,8 +47,9 @@ def test_auto_trains_on_the_gpu_and_checkpoints_cross_devices(tmp_path, cls, hpa
     assert any(not torch.equal(a, b) for a, b in zip(before, trained.policy.model.parameters()))
     trained.do_save_model(tmp_path / "gpu" / "ckpt.pt")
 
-    on_cpu = _agent(cls, {**hparams, "device": "cpu"}, tmp_path / "cpu",
-                    tmp_path / "gpu" / "ckpt.pt")
+    on_cpu = _agent(
+        cls, {**hparams, "device": "cpu"}, tmp_path / "cpu", tmp_path / "gpu" / "ckpt.pt"
+    )
     assert next(on_cpu.policy.model.parameters()).device.type == "cpu"
     obs = _observations()
     gpu_out, cpu_out = _greedy_outputs(trained, obs), _greedy_outputs(on_cpu, obs)
@@ -58,8 +59,9 @@ def test_auto_trains_on_the_gpu_and_checkpoints_cross_devices(tmp_path, cls, hpa
     # and back: the CPU agent's checkpoint on the GPU, after the CPU agent trained on
     Envs(100).play(on_cpu, steps)
     on_cpu.do_save_model(tmp_path / "cpu" / "ckpt.pt")
-    back = _agent(cls, {**hparams, "device": "cuda"}, tmp_path / "back",
-                  tmp_path / "cpu" / "ckpt.pt")
+    back = _agent(
+        cls, {**hparams, "device": "cuda"}, tmp_path / "back", tmp_path / "cpu" / "ckpt.pt"
+    )
     assert next(back.policy.model.parameters()).device.type == "cuda"
     assert torch.allclose(_greedy_outputs(back, obs), _greedy_outputs(on_cpu, obs), atol=1e-4)
 

@@ -4,6 +4,7 @@ with a timeout. A failing worker is set up again or dropped after a few failures
 the agents a dead job left mid-episode are brought back to ready, the launches stay
 bounded, and with no worker left the run (the league's startEpisode, and the harness
 driving it) ends, saying why."""
+
 from __future__ import annotations
 
 import os
@@ -16,8 +17,8 @@ import pytest
 
 from harness.bench.faults import HarnessProcess
 from harness.bench.faults import workers as gunicorn_workers
-from mistk_rl.sdk.client import BadRequest, NotFound, OrchestratorClient
 from mistk_rl.deploy.launch import ServiceProcess, wait_ready, wait_until_gone
+from mistk_rl.sdk.client import BadRequest, NotFound, OrchestratorClient
 from mistk_rl.sdk.schemas import League
 from tests.conftest import REPO
 
@@ -34,8 +35,10 @@ class League_:
     def __init__(self, launch: Callable[..., ServiceProcess], tmp_path) -> None:
         share = ["--share", f"league={tmp_path / 'shared'}"]
         self.workers = [launch("orchestrator", GAME, wait=False) for _ in range(2)]
-        agents = {name: launch("agent", RANDOM, extra_args=share, wait=False)
-                  for name in ("main", "frozen")}
+        agents = {
+            name: launch("agent", RANDOM, extra_args=share, wait=False)
+            for name in ("main", "frozen")
+        }
         service = launch("orchestrator", LEAGUE, extra_args=share, wait=False)
         for s in [*self.workers, *agents.values(), service]:
             wait_ready(s, 60)
@@ -44,11 +47,23 @@ class League_:
             agent.initialize(hyperparameters={"seed": k})
             agent.build_model()
         self.client: OrchestratorClient = service.client()
-        self.client.initialize({"id": "classic/tictactoe-v3", "league": {
-            "players": [{"id": "main", "type": "main"}],
-            "workers": [w.url for w in self.workers], "onePhaseStep": 10 ** 6,
-            "gamesPerJob": 24, "numEnvs": 1, "seed": 0, "maxWorkerFailures": FAILURES,
-            "workerBackoff": 0.05, "workerBackoffMax": 0.2}}, agents_needed=2)
+        self.client.initialize(
+            {
+                "id": "classic/tictactoe-v3",
+                "league": {
+                    "players": [{"id": "main", "type": "main"}],
+                    "workers": [w.url for w in self.workers],
+                    "onePhaseStep": 10**6,
+                    "gamesPerJob": 24,
+                    "numEnvs": 1,
+                    "seed": 0,
+                    "maxWorkerFailures": FAILURES,
+                    "workerBackoff": 0.05,
+                    "workerBackoffMax": 0.2,
+                },
+            },
+            agents_needed=2,
+        )
         self.client.register_agent("main", agents["main"].url)
         self.client.register_agent("frozen", agents["frozen"].url, skip_train=True)
 
@@ -82,8 +97,7 @@ class League_:
             for worker in view.workers:
                 if worker.state != "busy" or worker.job is None or worker.job in tried:
                     continue
-                job = next((j for j in view.jobs["running"] if j["job_id"] == worker.job),
-                           None)
+                job = next((j for j in view.jobs["running"] if j["job_id"] == worker.job), None)
                 if job is None:
                     continue
                 tried.add(worker.job)
@@ -94,13 +108,18 @@ class League_:
                     return True
                 os.killpg(service.process.pid, signal.SIGCONT)
             return False
+
         self.until("a job caught mid-episode", caught)
         return self.frozen
 
     def counts(self, view: League) -> dict:
         jobs = view.jobs
-        return {"launched": jobs["launched"], "finished": jobs["finished"],
-                "failed": jobs["failed"], "running": len(jobs["running"])}
+        return {
+            "launched": jobs["launched"],
+            "finished": jobs["finished"],
+            "failed": jobs["failed"],
+            "running": len(jobs["running"]),
+        }
 
 
 def _worker(view: League, service: ServiceProcess):
@@ -108,8 +127,11 @@ def _worker(view: League, service: ServiceProcess):
 
 
 def _finished_after(view: League, job_id: int, player: str = "main") -> int:
-    return sum(1 for j in view.jobs["recent"]
-               if "results" in j and j["job_id"] > job_id and j["launch_player"] == player)
+    return sum(
+        1
+        for j in view.jobs["recent"]
+        if "results" in j and j["job_id"] > job_id and j["launch_player"] == player
+    )
 
 
 @pytest.fixture
@@ -123,9 +145,15 @@ def test_a_restarted_worker_is_set_up_again_and_the_league_goes_on(league):
     (process,) = gunicorn_workers(service.process.pid)
     os.kill(process, signal.SIGKILL)  # its gunicorn worker dies; the master starts another
     os.killpg(service.process.pid, signal.SIGCONT)
-    view = league.until("the restarted worker set up again and playing jobs", lambda v: (
-        _worker(v, service).set_ups == 2 and _worker(v, service).failures == 0
-        and _worker(v, service).jobs >= 1 and _finished_after(v, job["job_id"]) >= 2))
+    view = league.until(
+        "the restarted worker set up again and playing jobs",
+        lambda v: (
+            _worker(v, service).set_ups == 2
+            and _worker(v, service).failures == 0
+            and _worker(v, service).jobs >= 1
+            and _finished_after(v, job["job_id"]) >= 2
+        ),
+    )
     (failed,) = [j for j in view.jobs["recent"] if "failed" in j]
     assert failed["job_id"] == job["job_id"] and failed["worker"] == service.url
     # (the league's call in flight dropped, or the next one met the new instance)
@@ -144,8 +172,10 @@ def test_a_killed_worker_is_dropped_its_agents_come_back_and_the_league_finishes
     league.client.start_episode({"numEpisodes": 100_000})
     service, job = league.freeze_mid_episode()
     os.killpg(service.process.pid, signal.SIGKILL)  # gone for good, mid-episode
-    view = league.until("the dead worker dropped; main playing on the other", lambda v: (
-        _worker(v, service).state == "dropped" and _finished_after(v, job["job_id"]) >= 2))
+    view = league.until(
+        "the dead worker dropped; main playing on the other",
+        lambda v: _worker(v, service).state == "dropped" and _finished_after(v, job["job_id"]) >= 2,
+    )
     dead = _worker(view, service)
     assert (dead.failures, dead.failed) == (FAILURES, FAILURES)  # 1 job + 2 set-ups
     assert "cannot connect" in dead.last_error
@@ -179,8 +209,10 @@ def test_a_worker_started_again_elsewhere_takes_the_place_of_a_lost_one(league, 
     joined = league.client.add_league_worker(fresh.url, replaces=service.url)
     assert (joined.url, joined.replaces) == (fresh.url, service.url)
     os.killpg(service.process.pid, signal.SIGKILL)  # its node is gone
-    view = league.until("the new worker set up and playing jobs", lambda v: any(
-        w.url == fresh.url and w.jobs >= 2 for w in v.workers))
+    view = league.until(
+        "the new worker set up and playing jobs",
+        lambda v: any(w.url == fresh.url and w.jobs >= 2 for w in v.workers),
+    )
     lost = _worker(view, service)
     assert (lost.state, lost.replaced_by, lost.failed, lost.set_ups) == ("dropped", 2, 1, 1)
     (failed,) = [j for j in view.jobs["recent"] if "failed" in j]
@@ -189,9 +221,11 @@ def test_a_worker_started_again_elsewhere_takes_the_place_of_a_lost_one(league, 
     assert {a.status().state for a in league.agents.values()} == {"ready"}
     # with no episode running a worker joins at once; bad requests change nothing
     before = league.view().workers
-    for url, replaces, match in ((fresh.url, None, "in the league already"),
-                                 ("http://127.0.0.1:9/", service.url, "no live worker"),
-                                 ("ftp://w/", None, "url 'ftp://w/' is not an http")):
+    for url, replaces, match in (
+        (fresh.url, None, "in the league already"),
+        ("http://127.0.0.1:9/", service.url, "no live worker"),
+        ("ftp://w/", None, "url 'ftp://w/' is not an http"),
+    ):
         with pytest.raises(BadRequest, match=match):
             league.client.add_league_worker(url, replaces=replaces)
     assert league.view().workers == before
@@ -207,8 +241,9 @@ def test_with_every_worker_killed_the_run_ends_naming_them(league):
     for worker in league.workers:
         os.killpg(worker.process.pid, signal.SIGKILL)
     failed = league.client.wait_for_state("failed", timeout=WAIT_S)
-    assert failed.reason.startswith("startEpisode raised RuntimeError: no healthy worker "
-                                    "left: worker 0 ")
+    assert failed.reason.startswith(
+        "startEpisode raised RuntimeError: no healthy worker left: worker 0 "
+    )
     for k, worker in enumerate(league.workers):
         assert f"worker {k} {worker.url} failed {FAILURES} times in a row: " in failed.reason
     view = league.view()  # (GET /league answers in state failed)
@@ -221,16 +256,25 @@ def test_with_every_worker_killed_the_run_ends_naming_them(league):
 
 
 def test_the_harness_ends_naming_the_cause_when_every_worker_dies(tmp_path):
-    league = {"players": [{"id": "main", "type": "main"}], "onePhaseStep": 10 ** 6,
-              "gamesPerJob": 24, "numEnvs": 1, "maxWorkerFailures": 2, "workerBackoff": 0.05}
-    config = {"name": "league_faults", "orchestrator": {"target": LEAGUE, "env": {
-                  "id": "classic/tictactoe-v3", "league": league}},
-              "workers": [{"target": GAME}, {"target": GAME}],
-              "agents": [{"name": "main", "target": RANDOM},
-                         {"name": "frozen", "target": RANDOM, "train": False}],
-              "game_training": {"agent_steps": 10 ** 8, "eval_every": 10 ** 8},
-              "evaluation": {"agent": "main", "against": [{"opponent": "random",
-                                                           "exhaustive": True}]}}
+    league = {
+        "players": [{"id": "main", "type": "main"}],
+        "onePhaseStep": 10**6,
+        "gamesPerJob": 24,
+        "numEnvs": 1,
+        "maxWorkerFailures": 2,
+        "workerBackoff": 0.05,
+    }
+    config = {
+        "name": "league_faults",
+        "orchestrator": {"target": LEAGUE, "env": {"id": "classic/tictactoe-v3", "league": league}},
+        "workers": [{"target": GAME}, {"target": GAME}],
+        "agents": [
+            {"name": "main", "target": RANDOM},
+            {"name": "frozen", "target": RANDOM, "train": False},
+        ],
+        "game_training": {"agent_steps": 10**8, "eval_every": 10**8},
+        "evaluation": {"agent": "main", "against": [{"opponent": "random", "exhaustive": True}]},
+    }
     run = HarnessProcess(config, tmp_path / "run", REPO)
     masters = {}
     try:

@@ -1,5 +1,6 @@
 """The harness's league pieces: targets that stop a run, the evaluation by seat order, the
 league config's checks, the plots."""
+
 from __future__ import annotations
 
 import pytest
@@ -10,21 +11,33 @@ from harness.league import by_seat_order, payoff_figure, plot_payoff, plot_ratin
 from mistk_rl.sdk.schemas import LeagueSettings
 from tests.conftest import REPO
 
-REPORT = {"random": {"exhaustive": True, "seats": {
-              "player_1": {"win": 0.99, "draw": 0.01, "loss": 0.0, "lines": 90, "lost_lines": 0},
-              "player_2": {"win": 0.85, "draw": 0.14, "loss": 0.01, "lines": 500,
-                           "lost_lines": 2}}},
-          "tictactoe_perfect": {"exhaustive": True, "seats": {
-              "player_1": {"win": 0.0, "draw": 1.0, "loss": 0.0, "lines": 2, "lost_lines": 0},
-              "player_2": {"win": 0.0, "draw": 1.0, "loss": 0.0, "lines": 183,
-                           "lost_lines": 0}}}}
+REPORT = {
+    "random": {
+        "exhaustive": True,
+        "seats": {
+            "player_1": {"win": 0.99, "draw": 0.01, "loss": 0.0, "lines": 90, "lost_lines": 0},
+            "player_2": {"win": 0.85, "draw": 0.14, "loss": 0.01, "lines": 500, "lost_lines": 2},
+        },
+    },
+    "tictactoe_perfect": {
+        "exhaustive": True,
+        "seats": {
+            "player_1": {"win": 0.0, "draw": 1.0, "loss": 0.0, "lines": 2, "lost_lines": 0},
+            "player_2": {"win": 0.0, "draw": 1.0, "loss": 0.0, "lines": 183, "lost_lines": 0},
+        },
+    },
+}
 
 
 def test_targets_per_seat_and_every_seat():
     assert not meets(REPORT, [])  # no targets: never stop early
-    assert meets(REPORT, [Target(opponent="random", seat="player_1", min_win=0.95,
-                                 max_lost_lines=0),
-                          Target(opponent="tictactoe_perfect", max_lost_lines=0)])
+    assert meets(
+        REPORT,
+        [
+            Target(opponent="random", seat="player_1", min_win=0.95, max_lost_lines=0),
+            Target(opponent="tictactoe_perfect", max_lost_lines=0),
+        ],
+    )
     assert not meets(REPORT, [Target(opponent="random", max_lost_lines=0)])  # player_2 lost 2
     assert not meets(REPORT, [Target(opponent="random", seat="player_2", min_win=0.9)])
     assert meets(REPORT, [Target(opponent="random", seat="player_2", max_loss=0.01)])
@@ -33,8 +46,13 @@ def test_targets_per_seat_and_every_seat():
 
 def test_evaluation_by_seat_order():
     named = by_seat_order(REPORT)
-    assert named["vs_random"]["first"] == {"win": 0.99, "draw": 0.01, "loss": 0.0,
-                                           "lines": 90, "lost_lines": 0}
+    assert named["vs_random"]["first"] == {
+        "win": 0.99,
+        "draw": 0.01,
+        "loss": 0.0,
+        "lines": 90,
+        "lost_lines": 0,
+    }
     assert named["vs_perfect"]["second"]["lost_lines"] == 0
     assert set(named) == {"vs_random", "vs_perfect"}
 
@@ -44,14 +62,20 @@ def test_league_configs_load_and_are_checked(tmp_path):
         config = load_config(REPO / "configs" / name)
         assert config.orchestrator.env.league and len(config.workers) == 2
         assert [a.name for a in config.agents if a.train] == [
-            p["id"] for p in config.orchestrator.env.league["players"]]
+            p["id"] for p in config.orchestrator.env.league["players"]
+        ]
         # what the league orchestrator's initialize will check (the harness adds workers)
-        LeagueSettings.model_validate({**config.orchestrator.env.league,
-                                       "workers": ["http://127.0.0.1:1"]})
+        LeagueSettings.model_validate(
+            {**config.orchestrator.env.league, "workers": ["http://127.0.0.1:1"]}
+        )
     text = (REPO / "configs" / "tictactoe_league.yaml").read_text()
     bad = tmp_path / "bad.yaml"
-    bad.write_text(text.replace("- {opponent: tictactoe_perfect, max_lost_lines: 0}",
-                                "- {opponent: nobody, max_lost_lines: 0}"))
+    bad.write_text(
+        text.replace(
+            "- {opponent: tictactoe_perfect, max_lost_lines: 0}",
+            "- {opponent: nobody, max_lost_lines: 0}",
+        )
+    )
     with pytest.raises(RunConfigError, match="nobody"):
         load_config(bad)
     bad.write_text(text.replace("    league:\n", "    leag:\n"))
@@ -60,25 +84,39 @@ def test_league_configs_load_and_are_checked(tmp_path):
 
 
 def test_the_table_prints_best_first():
-    league = {"jobs": {"launched": 3}, "players": [
-        {"id": "main", "kind": "MainPlayer", "steps": 100, "exposure": 3.0, "elo": 1250.4},
-        {"id": "main_0_0", "kind": "HistoricalPlayer", "steps": 0, "exposure": 1.0,
-         "elo": 1150.0}]}
+    league = {
+        "jobs": {"launched": 3},
+        "players": [
+            {"id": "main", "kind": "MainPlayer", "steps": 100, "exposure": 3.0, "elo": 1250.4},
+            {
+                "id": "main_0_0",
+                "kind": "HistoricalPlayer",
+                "steps": 0,
+                "exposure": 1.0,
+                "elo": 1150.0,
+            },
+        ],
+    }
     text = table_text(league).splitlines()
     assert text[0].startswith("league: 3 jobs, 2 players")
     assert text[2].split() == ["main", "MainPlayer", "100", "3.00", "1250"]
 
 
 def test_plots_are_written(tmp_path):
-    payoff = {"ids": ["main", "main_0_0"], "winRate": [[0.5, 0.8], [0.2, 0.5]],
-              "games": [[0, 30], [30, 0]]}
+    payoff = {
+        "ids": ["main", "main_0_0"],
+        "winRate": [[0.5, 0.8], [0.2, 0.5]],
+        "games": [[0, 30], [30, 0]],
+    }
     figure = payoff_figure(payoff, "ttt (seed 3)")
     image = figure.axes[0].images[0].get_array()
     assert image.mask.tolist() == [[True, False], [False, True]]  # never played: blank
     assert figure.axes[0].get_title().startswith("ttt (seed 3): payoff")
     plot_payoff(payoff, tmp_path / "payoff.png")
-    evals = [{"agent_steps": s, "league": [{"id": "main", "exposure": e, "elo": 1200 + e}]}
-             for s, e in ((10, 1.0), (20, 2.0))]
+    evals = [
+        {"agent_steps": s, "league": [{"id": "main", "exposure": e, "elo": 1200 + e}]}
+        for s, e in ((10, 1.0), (20, 2.0))
+    ]
     plot_ratings(evals, tmp_path / "ratings.png")
     assert (tmp_path / "payoff.png").stat().st_size > 1000
     assert (tmp_path / "ratings.png").stat().st_size > 1000
@@ -94,9 +132,12 @@ def test_a_solo_league_config_trains_with_training_and_its_players_as_agents():
     assert config.orchestrator.env.solo_players() == ["fast", "slow"]
     assert config.training is not None and config.evaluator is None
     data = yaml.safe_load((REPO / "configs" / "cartpole_solo_league.yaml").read_text())
-    games = {**data, "training": None, "game_training": {"agent_steps": 100},
-             "evaluation": {"agent": "fast", "against": [{"opponent": "random",
-                                                          "exhaustive": True}]}}
+    games = {
+        **data,
+        "training": None,
+        "game_training": {"agent_steps": 100},
+        "evaluation": {"agent": "fast", "against": [{"opponent": "random", "exhaustive": True}]},
+    }
     with pytest.raises(ValidationError, match="solo league plays no games"):
         RunConfig.model_validate(games)
     battle = yaml.safe_load(yaml.safe_dump(data))

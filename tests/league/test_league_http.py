@@ -1,34 +1,49 @@
 """A league over HTTP: a league orchestrator, two game-orchestrator workers, DQN agent services
 for the players and a frozen pool, all sharing one league directory."""
+
 from __future__ import annotations
 
 import json
 
 import pytest
 
-from mistk_rl.sdk.client import BadRequest, NotFound
 from mistk_rl.deploy.launch import wait_ready
+from mistk_rl.sdk.client import BadRequest, NotFound
 
 LEAGUE = "orchestrators.league_orchestrator:LeagueOrchestrator"
 GAME = "orchestrators.game_orchestrator:GameOrchestrator"
 DQN = "agents.dqn_agent:DQNAgent"
-SMALL_DQN = {"policy": {"model": {"hidden_sizes": [32]}},
-             "train": {"learning_starts": 50, "train_freq": 16, "gradient_steps": 2},
-             "buffer": {"replay_buffer_size": 2000}, "checkpoint_buffer": False}
+SMALL_DQN = {
+    "policy": {"model": {"hidden_sizes": [32]}},
+    "train": {"learning_starts": 50, "train_freq": 16, "gradient_steps": 2},
+    "buffer": {"replay_buffer_size": 2000},
+    "checkpoint_buffer": False,
+}
 PLAYERS = [{"id": "main", "type": "main"}, {"id": "exploiter", "type": "main_exploiter"}]
 
 
 def _env(workers, directory="league"):
-    return {"id": "classic/tictactoe-v3",
-            "league": {"players": PLAYERS, "workers": workers, "directory": directory,
-                       "onePhaseStep": 300, "gamesPerJob": 8, "numEnvs": 8, "seed": 0}}
+    return {
+        "id": "classic/tictactoe-v3",
+        "league": {
+            "players": PLAYERS,
+            "workers": workers,
+            "directory": directory,
+            "onePhaseStep": 300,
+            "gamesPerJob": 8,
+            "numEnvs": 8,
+            "seed": 0,
+        },
+    }
 
 
 def test_a_league_trains_snapshots_persists_and_resumes(launch, tmp_path):
     share = ["--share", f"league={tmp_path / 'shared'}"]
-    services = [launch("orchestrator", GAME, wait=False) for _ in range(2)] + [
-        launch("agent", DQN, extra_args=share, wait=False) for _ in range(3)] + [
-        launch("orchestrator", LEAGUE, extra_args=share, wait=False)]
+    services = (
+        [launch("orchestrator", GAME, wait=False) for _ in range(2)]
+        + [launch("agent", DQN, extra_args=share, wait=False) for _ in range(3)]
+        + [launch("orchestrator", LEAGUE, extra_args=share, wait=False)]
+    )
     for service in services:  # (booted side by side)
         wait_ready(service, 60)
     workers = [s.url for s in services[:2]]
@@ -73,12 +88,15 @@ def test_a_league_trains_snapshots_persists_and_resumes(launch, tmp_path):
     for snapshot in state["historical"]:  # every snapshot's checkpoint is on disk
         assert (shared / snapshot["checkpoint_path"].removeprefix("league/")).exists()
     episodes = league.get_results().episodes
-    assert len(episodes) == sum(sum(job["results"].values()) for job in finished) or \
-        len(episodes) >= len(finished) * 8  # (every game of every finished job)
+    assert (
+        len(episodes) == sum(sum(job["results"].values()) for job in finished)
+        or len(episodes) >= len(finished) * 8
+    )  # (every game of every finished job)
 
     # an evaluation of the main player goes to a worker, the league untouched
-    league.start_episode({"exhaustive": {"agent": "main", "opponent": "random"}}, wait=True,
-                         timeout=120)
+    league.start_episode(
+        {"exhaustive": {"agent": "main", "opponent": "random"}}, wait=True, timeout=120
+    )
     league.stop_episode()
     evaluation = league.get_results().evaluations[-1]
     assert evaluation["complete"] and set(evaluation["seats"]) == {"player_1", "player_2"}
@@ -108,11 +126,15 @@ def test_a_league_without_a_shared_directory_moves_checkpoints_over_http(launch)
     orchestrator's own directory, and put into an agent before it loads one. A new league
     orchestrator on that directory resumes the league with new agent services (as after
     losing the machines they ran on): they get their players' weights over HTTP."""
+
     def agent_services():
         return [launch("agent", DQN, wait=False) for _ in range(3)]
 
-    services = [launch("orchestrator", GAME, wait=False) for _ in range(2)] + \
-        agent_services() + [launch("orchestrator", LEAGUE, wait=False)]
+    services = (
+        [launch("orchestrator", GAME, wait=False) for _ in range(2)]
+        + agent_services()
+        + [launch("orchestrator", LEAGUE, wait=False)]
+    )
     for service in services:
         wait_ready(service, 60)
     workers, league_service = [s.url for s in services[:2]], services[5]
@@ -136,7 +158,8 @@ def test_a_league_without_a_shared_directory_moves_checkpoints_over_http(launch)
     state = json.loads((own / "league.json").read_text())
     active = {p["player_id"]: p for p in state["active"]}
     named = {p["checkpoint_path"] for p in state["historical"]} | {
-        path for p in active.values() for path in (p["checkpoint_path"], p["initial_checkpoint"])}
+        path for p in active.values() for path in (p["checkpoint_path"], p["initial_checkpoint"])
+    }
     assert any("/snapshots/" in path for path in named)
     for path in named:  # the orchestrator's directory holds every checkpoint of the league
         assert (own / path.removeprefix("league/")).is_file(), path
@@ -147,8 +170,9 @@ def test_a_league_without_a_shared_directory_moves_checkpoints_over_http(launch)
     league.terminate()
 
     # the same directory, new agents: the league resumes and puts its weights into them
-    again_service = launch("orchestrator", LEAGUE,
-                           extra_args=["--data-dir", str(league_service.data_dir)])
+    again_service = launch(
+        "orchestrator", LEAGUE, extra_args=["--data-dir", str(league_service.data_dir)]
+    )
     fresh = agent_services()
     for service in fresh:
         wait_ready(service, 60)
@@ -167,9 +191,11 @@ def _deterministic_league(launch, tmp_path, name: str) -> tuple[dict, list]:
     """A fresh league (DQN players that learn, two workers), 400 main-player moves with
     ``deterministic``; its league.json and its games."""
     share = ["--share", f"league={tmp_path / name}"]
-    services = [launch("orchestrator", GAME, wait=False) for _ in range(2)] + [
-        launch("agent", DQN, extra_args=share, wait=False) for _ in range(3)] + [
-        launch("orchestrator", LEAGUE, extra_args=share, wait=False)]
+    services = (
+        [launch("orchestrator", GAME, wait=False) for _ in range(2)]
+        + [launch("agent", DQN, extra_args=share, wait=False) for _ in range(3)]
+        + [launch("orchestrator", LEAGUE, extra_args=share, wait=False)]
+    )
     for service in services:
         wait_ready(service, 60)
     league = services[5].client()
@@ -183,8 +209,9 @@ def _deterministic_league(launch, tmp_path, name: str) -> tuple[dict, list]:
         league.register_agent(agent, service.url, skip_train=agent == "frozen")
     league.start_episode({"numSteps": 400}, wait=True, timeout=300)
     league.stop_episode()
-    games = [(g.agent, g.seats, g.winner, g.length, g.return_)
-             for g in league.get_results().episodes]
+    games = [
+        (g.agent, g.seats, g.winner, g.length, g.return_) for g in league.get_results().episodes
+    ]
     return json.loads((tmp_path / name / "league.json").read_text()), games
 
 

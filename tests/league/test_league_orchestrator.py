@@ -2,18 +2,30 @@
 clock the test holds: what a failed job leaves behind, how a failing worker is retried and
 dropped, what ends a run, the agents a dead worker left mid-episode, and how the frozen
 pool loads snapshots."""
+
 from __future__ import annotations
 
 import itertools
 
 import pytest
 
-from mistk_rl.sdk.client import (Conflict, OrchestratorClient, ServerError, ServiceRestarted,
-                             ServiceUnavailable)
-from mistk_rl.framework.orchestrator import RegisteredAgent
 from mistk_rl.errors import InvalidRequest
-from mistk_rl.sdk.schemas import (EpisodeConfig, EpisodeResult, GameEpisodeSettings,
-                              OrchestratorProgress, Results, Status)
+from mistk_rl.framework.orchestrator import RegisteredAgent
+from mistk_rl.sdk.client import (
+    Conflict,
+    OrchestratorClient,
+    ServerError,
+    ServiceRestarted,
+    ServiceUnavailable,
+)
+from mistk_rl.sdk.schemas import (
+    EpisodeConfig,
+    EpisodeResult,
+    GameEpisodeSettings,
+    OrchestratorProgress,
+    Results,
+    Status,
+)
 from orchestrators import league_orchestrator
 from orchestrators.league_orchestrator import LeagueOrchestrator
 
@@ -108,13 +120,23 @@ class FakeWorker:
         self.lineups.append(dict(config.lineup))
         seats = list(config.lineup)
         for game in range(config.num_episodes):
-            holders = dict(zip(seats, [config.lineup[s] for s in
-                                       (seats if game % 2 == 0 else seats[::-1])]))
-            self.games.append(EpisodeResult.model_validate({
-                "episode": len(self.games), "agent": holders[seats[0]], "return": 1.0,
-                "length": 5, "seats": holders, "winner": seats[0],
-                "returns": {seats[0]: 1.0, seats[1]: -1.0},
-                "illegal": dict.fromkeys(seats, 0)}))
+            holders = dict(
+                zip(seats, [config.lineup[s] for s in (seats if game % 2 == 0 else seats[::-1])])
+            )
+            self.games.append(
+                EpisodeResult.model_validate(
+                    {
+                        "episode": len(self.games),
+                        "agent": holders[seats[0]],
+                        "return": 1.0,
+                        "length": 5,
+                        "seats": holders,
+                        "winner": seats[0],
+                        "returns": {seats[0]: 1.0, seats[1]: -1.0},
+                        "illegal": dict.fromkeys(seats, 0),
+                    }
+                )
+            )
             for seat, agent in holders.items():
                 self.steps[agent] = self.steps.get(agent, 0) + (3 if seat == seats[0] else 2)
 
@@ -150,16 +172,32 @@ class Clock:
         self.t += seconds
 
 
-def _league(tmp_path, monkeypatch, workers, players=(("main", "main"),), pool=1,
-            games_per_job=4, fixed=(), **settings):
+def _league(
+    tmp_path,
+    monkeypatch,
+    workers,
+    players=(("main", "main"),),
+    pool=1,
+    games_per_job=4,
+    fixed=(),
+    **settings,
+):
     orch = LeagueOrchestrator()
     orch.data_dir = tmp_path
-    settings = {"players": [{"id": i, "type": t, **(extra[0] if extra else {})}
-                            for i, t, *extra in players],
-                "workers": [f"http://w{i}" for i in range(len(workers))],
-                "onePhaseStep": 10 ** 6, "gamesPerJob": games_per_job, "numEnvs": 2,
-                "seed": 0, "maxWorkerFailures": 3, "workerBackoff": 1.0,
-                **({"fixed": list(fixed)} if fixed else {}), **settings}
+    settings = {
+        "players": [
+            {"id": i, "type": t, **(extra[0] if extra else {})} for i, t, *extra in players
+        ],
+        "workers": [f"http://w{i}" for i in range(len(workers))],
+        "onePhaseStep": 10**6,
+        "gamesPerJob": games_per_job,
+        "numEnvs": 2,
+        "seed": 0,
+        "maxWorkerFailures": 3,
+        "workerBackoff": 1.0,
+        **({"fixed": list(fixed)} if fixed else {}),
+        **settings,
+    }
     env = {"id": "classic/tictactoe-v3", "kwargs": {}, "league": settings}
     orch.agents_needed = len(players) + pool + len(fixed)
     orch.validate_initialize(env, orch.agents_needed)
@@ -202,7 +240,11 @@ def test_a_failed_job_frees_its_slot_and_agents_and_records_nothing(tmp_path, mo
     # each failure: a wait, then the worker set up again, its own agents left alone
     (health,) = orch.league_view()["workers"]
     assert (health["state"], health["failures"], health["failed"], health["setUps"]) == (
-        "idle", 0, 2, 3)
+        "idle",
+        0,
+        2,
+        3,
+    )
     assert orch.test_clock.pauses == [1.0, 1.0] and worker.resets == [False, False]
 
 
@@ -216,8 +258,12 @@ def test_a_restarted_worker_is_set_up_again_and_plays_on(tmp_path, monkeypatch):
 
 def test_a_worker_failing_in_a_row_is_dropped_and_the_league_goes_on(tmp_path, monkeypatch):
     lost, good = FakeWorker(dies_at=0), FakeWorker()
-    orch = _league(tmp_path, monkeypatch, [lost, good],
-                   players=(("main", "main"), ("exploiter", "main_exploiter")))
+    orch = _league(
+        tmp_path,
+        monkeypatch,
+        [lost, good],
+        players=(("main", "main"), ("exploiter", "main_exploiter")),
+    )
     orch.test_clock.tick = 0.5  # the good worker's jobs take time: the lost one's waits end
     orch.do_start_episode(EpisodeConfig(num_episodes=40))
     w_lost, w_good = orch.scheduler.workers
@@ -231,7 +277,8 @@ def test_a_worker_failing_in_a_row_is_dropped_and_the_league_goes_on(tmp_path, m
 
 
 def test_an_agent_left_mid_episode_is_brought_back_to_ready_before_its_next_job(
-        tmp_path, monkeypatch):
+    tmp_path, monkeypatch
+):
     lost, good = FakeWorker(dies_at=0), FakeWorker()
     orch = _league(tmp_path, monkeypatch, [lost, good])
     orch.do_start_episode(EpisodeConfig(num_episodes=8))
@@ -259,6 +306,7 @@ def test_an_agent_whose_episode_ends_meanwhile_counts_as_brought_back(tmp_path, 
             raced.append(1)
             raise Conflict("episodeStopped: not allowed in state 'ready'", 409)
         return FakeAgent.episode_stopped(main)
+
     monkeypatch.setattr(main, "episode_stopped", ended_by_the_worker)
     orch.do_start_episode(EpisodeConfig(num_episodes=8))
     assert raced and main.state == "ready"
@@ -266,13 +314,17 @@ def test_an_agent_whose_episode_ends_meanwhile_counts_as_brought_back(tmp_path, 
 
 
 def test_the_run_ends_naming_every_worker_when_none_is_left(tmp_path, monkeypatch):
-    orch = _league(tmp_path, monkeypatch, [FakeWorker(dies_at=0), FakeWorker(dies_at=0)],
-                   players=(("main", "main"), ("exploiter", "main_exploiter")), pool=2)
+    orch = _league(
+        tmp_path,
+        monkeypatch,
+        [FakeWorker(dies_at=0), FakeWorker(dies_at=0)],
+        players=(("main", "main"), ("exploiter", "main_exploiter")),
+        pool=2,
+    )
     with pytest.raises(RuntimeError) as raised:
         orch.do_start_episode(EpisodeConfig(num_episodes=1000))
     reason = str(raised.value)
-    assert reason.startswith("no healthy worker left: worker 0 http://w0 failed 3 times in "
-                             "a row: ")
+    assert reason.startswith("no healthy worker left: worker 0 http://w0 failed 3 times in a row: ")
     assert "; worker 1 http://w1 failed 3 times in a row: " in reason
     assert "cannot connect" in reason
     m = orch.manager
@@ -290,31 +342,42 @@ def test_an_agent_that_cannot_be_brought_back_ends_the_run_naming_it(tmp_path, m
 
     worker = BreakingWorker()
     orch = _league(tmp_path, monkeypatch, [worker])
-    with pytest.raises(RuntimeError, match=r"agent 'main' at http://a is 'failed' \(do_step "
-                                           r"raised ValueError: nan\) after a failed job"):
+    with pytest.raises(
+        RuntimeError,
+        match=r"agent 'main' at http://a is 'failed' \(do_step "
+        r"raised ValueError: nan\) after a failed job",
+    ):
         orch.do_start_episode(EpisodeConfig(num_episodes=8))
     assert orch.manager.jobs_failed == 1 and worker.lineups == []
 
 
 def test_pool_agents_load_a_snapshot_once_and_keep_it(tmp_path, monkeypatch):
-    monkeypatch.setattr(league_orchestrator.LeagueManager, "launch_job",
-                        _always_the_seed_snapshot(league_orchestrator.LeagueManager.launch_job))
+    monkeypatch.setattr(
+        league_orchestrator.LeagueManager,
+        "launch_job",
+        _always_the_seed_snapshot(league_orchestrator.LeagueManager.launch_job),
+    )
     worker = FakeWorker()
     orch = _league(tmp_path, monkeypatch, [worker], pool=2)
     orch.do_start_episode(EpisodeConfig(num_episodes=12))
     loads = {name: orch.agents[name].client.built for name in orch.pool}
     assert sum(len(paths) for paths in loads.values()) == 1  # loaded once, then reused
     assert list(orch.pool.values()).count("league/initial/main.pt") == 1
-    assert all(lineup == {"player_1": "main", "player_2": next(iter(
-        n for n, p in loads.items() if p))} for lineup in worker.lineups)
+    assert all(
+        lineup == {"player_1": "main", "player_2": next(iter(n for n, p in loads.items() if p))}
+        for lineup in worker.lineups
+    )
     # every job saved the player's weights, and the league after it
     assert orch.agents["main"].client.saved.count("league/players/main.pt") == 1 + 3
     assert (tmp_path / "league" / "league.json").exists()
 
 
 def test_a_fixed_opponent_plays_with_its_own_agent_and_loads_nothing(tmp_path, monkeypatch):
-    monkeypatch.setattr(league_orchestrator.LeagueManager, "launch_job",
-                        _always_against("winblock", league_orchestrator.LeagueManager.launch_job))
+    monkeypatch.setattr(
+        league_orchestrator.LeagueManager,
+        "launch_job",
+        _always_against("winblock", league_orchestrator.LeagueManager.launch_job),
+    )
     worker = FakeWorker()
     orch = _league(tmp_path, monkeypatch, [worker], fixed=["winblock"])
     assert set(orch.pool) == {"frozen_0"}  # (skipTrain, but not a pool agent)
@@ -329,26 +392,39 @@ def test_a_fixed_opponent_plays_with_its_own_agent_and_loads_nothing(tmp_path, m
         _league(tmp_path, monkeypatch, [FakeWorker()])
 
 
-@pytest.mark.parametrize("fixed, pool, needed, error", [
-    (["main"], None, 4, "neither a player's nor in pool"),
-    (["wb"], ["wb"], 4, "neither a player's nor in pool"),
-    (["wb", "wb"], None, 4, "unique names"),
-    (["wb"], None, 2, "one per fixed opponent"),
-])
+@pytest.mark.parametrize(
+    "fixed, pool, needed, error",
+    [
+        (["main"], None, 4, "neither a player's nor in pool"),
+        (["wb"], ["wb"], 4, "neither a player's nor in pool"),
+        (["wb", "wb"], None, 4, "unique names"),
+        (["wb"], None, 2, "one per fixed opponent"),
+    ],
+)
 def test_fixed_opponents_that_cannot_be_are_refused(fixed, pool, needed, error):
-    settings = {"players": [{"id": "main", "type": "main"}], "workers": ["http://w0"],
-                "fixed": fixed, **({"pool": pool} if pool else {})}
+    settings = {
+        "players": [{"id": "main", "type": "main"}],
+        "workers": ["http://w0"],
+        "fixed": fixed,
+        **({"pool": pool} if pool else {}),
+    }
     with pytest.raises(InvalidRequest, match=error):
         LeagueOrchestrator().validate_initialize(
-            {"id": "classic/tictactoe-v3", "kwargs": {}, "league": settings}, needed)
+            {"id": "classic/tictactoe-v3", "kwargs": {}, "league": settings}, needed
+        )
 
 
 def test_a_main_player_given_only_pfsp_never_plays_itself(tmp_path, monkeypatch):
     """`branches` replaces its type's (pfsp .5, sp .35, verification .15): every job is
     PFSP over the historical players, and the league keeps the branches when resumed."""
     worker = FakeWorker()
-    orch = _league(tmp_path, monkeypatch, [worker], fixed=["winblock"],
-                   players=(("main", "main", {"branches": {"pfsp": 1.0}}),))
+    orch = _league(
+        tmp_path,
+        monkeypatch,
+        [worker],
+        fixed=["winblock"],
+        players=(("main", "main", {"branches": {"pfsp": 1.0}}),),
+    )
     orch.do_start_episode(EpisodeConfig(num_episodes=40))
     jobs = list(orch.manager.recent)
     assert len(jobs) == 10 and {j["branch"] for j in jobs} == {"pfsp"}
@@ -359,21 +435,32 @@ def test_a_main_player_given_only_pfsp_never_plays_itself(tmp_path, monkeypatch)
     assert resumed.manager.active["main"].branches == {"pfsp": 1.0}
 
 
-@pytest.mark.parametrize("branches, error", [
-    ({"pfsp": 0.5, "fancy": 0.5},
-     r"player 'main' \(main\) has no branch fancy \(its branches: pfsp, sp, verification, "
-     r"fixed\)"),
-    ({"pfsp": 0.5, "fixed": 0.5}, r"the fixed branch plays the fixed opponents, and "
-                                  r"env.league.fixed names none"),
-    ({"pfsp": 0.5, "sp": 0.3}, "branch probabilities must sum to 1, not 0.8"),
-    ({"pfsp": 1.5, "sp": -0.5}, "less than or equal to 1"),
-])
+@pytest.mark.parametrize(
+    "branches, error",
+    [
+        (
+            {"pfsp": 0.5, "fancy": 0.5},
+            r"player 'main' \(main\) has no branch fancy \(its branches: pfsp, sp, verification, "
+            r"fixed\)",
+        ),
+        (
+            {"pfsp": 0.5, "fixed": 0.5},
+            r"the fixed branch plays the fixed opponents, and "
+            r"env.league.fixed names none",
+        ),
+        ({"pfsp": 0.5, "sp": 0.3}, "branch probabilities must sum to 1, not 0.8"),
+        ({"pfsp": 1.5, "sp": -0.5}, "less than or equal to 1"),
+    ],
+)
 def test_branches_that_cannot_be_are_refused(branches, error):
-    settings = {"players": [{"id": "main", "type": "main", "branches": branches}],
-                "workers": ["http://w0"]}
+    settings = {
+        "players": [{"id": "main", "type": "main", "branches": branches}],
+        "workers": ["http://w0"],
+    }
     with pytest.raises(InvalidRequest, match=error):
         LeagueOrchestrator().validate_initialize(
-            {"id": "classic/tictactoe-v3", "kwargs": {}, "league": settings}, 2)
+            {"id": "classic/tictactoe-v3", "kwargs": {}, "league": settings}, 2
+        )
 
 
 def _always_against(opponent: str, launch_job):
@@ -382,6 +469,7 @@ def _always_against(opponent: str, launch_job):
         if running is not None:
             running.job.opponent, running.job.branch = opponent, "pfsp"
         return running
+
     return launch
 
 
@@ -391,16 +479,17 @@ def _always_the_seed_snapshot(launch_job):
         if running is not None:
             running.job.opponent, running.job.branch = "main_0_0", "pfsp"
         return running
+
     return launch
 
 
-def test_an_evaluation_goes_to_a_set_up_worker_and_moves_on_from_a_dead_one(
-        tmp_path, monkeypatch):
+def test_an_evaluation_goes_to_a_set_up_worker_and_moves_on_from_a_dead_one(tmp_path, monkeypatch):
     dead, good = FakeWorker(), FakeWorker()
     dead.dead = True
     orch = _league(tmp_path, monkeypatch, [dead, good])
-    orch.do_start_episode(EpisodeConfig(num_episodes=4, lineup={"player_1": "main",
-                                                                "player_2": "frozen_0"}))
+    orch.do_start_episode(
+        EpisodeConfig(num_episodes=4, lineup={"player_1": "main", "player_2": "frozen_0"})
+    )
     assert len(orch.results) == 4 and len(good.lineups) == 1
     w_dead, w_good = orch.scheduler.workers
     assert (w_dead.state, w_dead.failures) == ("backoff", 1)  # its set-up failed
@@ -408,25 +497,31 @@ def test_an_evaluation_goes_to_a_set_up_worker_and_moves_on_from_a_dead_one(
     assert orch.test_clock.pauses == []  # the good one was set up meanwhile: no wait
     good.dead = True  # the next evaluation: no worker answers; it waits out the backoffs
     with pytest.raises(RuntimeError, match="no healthy worker left"):
-        orch.do_start_episode(EpisodeConfig(num_episodes=4, lineup={
-            "player_1": "main", "player_2": "frozen_0"}))
+        orch.do_start_episode(
+            EpisodeConfig(num_episodes=4, lineup={"player_1": "main", "player_2": "frozen_0"})
+        )
     assert [w.state for w in orch.scheduler.workers] == ["dropped", "dropped"]
     assert orch.test_clock.pauses and max(orch.test_clock.pauses) <= 2.0
 
 
-@pytest.mark.parametrize("call, complaint", [
-    ({"lineup": {"player_1": "main", "seat_9": "frozen_0"}}, "lineup names seats"),
-    ({"lineup": {"player_1": "main", "player_2": "nobody"}}, "'nobody' is not registered"),
-    ({"exhaustive": {"agent": "nobody", "opponent": "random"}}, "exhaustive.agent 'nobody'"),
-    ({"exhaustive": {"agent": "main", "opponent": "connect4_winblock"}},
-     "exhaustive.opponent connect4_winblock"),
-])
-def test_a_game_call_the_workers_would_refuse_is_a_400_here(tmp_path, monkeypatch, call,
-                                                            complaint):
+@pytest.mark.parametrize(
+    "call, complaint",
+    [
+        ({"lineup": {"player_1": "main", "seat_9": "frozen_0"}}, "lineup names seats"),
+        ({"lineup": {"player_1": "main", "player_2": "nobody"}}, "'nobody' is not registered"),
+        ({"exhaustive": {"agent": "nobody", "opponent": "random"}}, "exhaustive.agent 'nobody'"),
+        (
+            {"exhaustive": {"agent": "main", "opponent": "connect4_winblock"}},
+            "exhaustive.opponent connect4_winblock",
+        ),
+    ],
+)
+def test_a_game_call_the_workers_would_refuse_is_a_400_here(tmp_path, monkeypatch, call, complaint):
     """A lineup or enumeration the league forwards is checked before it is accepted: a
     caller's mistake is a 400, not a worker's refusal that fails the league."""
     orch = _league(tmp_path, monkeypatch, [FakeWorker()])
     with pytest.raises(InvalidRequest, match=complaint):
         orch.validate_start_episode(GameEpisodeSettings.model_validate(call))
-    orch.validate_start_episode(GameEpisodeSettings.model_validate(
-        {"lineup": {"player_1": "main", "player_2": "frozen_0"}}))
+    orch.validate_start_episode(
+        GameEpisodeSettings.model_validate({"lineup": {"player_1": "main", "player_2": "frozen_0"}})
+    )

@@ -1,5 +1,6 @@
 """The league manager: seeding, job slots, results, snapshots, and a save/load round trip
 that makes the same matchmaking."""
+
 from __future__ import annotations
 
 import pytest
@@ -7,9 +8,11 @@ import pytest
 from mistk_rl.league.manager import LeagueManager
 from mistk_rl.league.player import MainExploiter
 
-PLAYERS = [{"type": "main", "id": "main", "category": "ttt", "checkpoint": "main.pt"},
-           {"type": "main_exploiter", "id": "me", "category": "ttt", "checkpoint": "me.pt"},
-           {"type": "league_exploiter", "id": "le", "category": "ttt", "checkpoint": "le.pt"}]
+PLAYERS = [
+    {"type": "main", "id": "main", "category": "ttt", "checkpoint": "main.pt"},
+    {"type": "main_exploiter", "id": "me", "category": "ttt", "checkpoint": "me.pt"},
+    {"type": "league_exploiter", "id": "le", "category": "ttt", "checkpoint": "le.pt"},
+]
 
 
 def _league(**kw) -> LeagueManager:
@@ -84,6 +87,7 @@ def test_save_and_load_give_the_same_matchmaking(tmp_path):
             out.append((running.job.opponent, running.job.branch))
             manager.finish_job(running.job_id, ["loss"], steps=1)
         return out
+
     assert jobs(loaded) == jobs(league)
 
 
@@ -101,7 +105,8 @@ def test_pfsp_meets_the_fixed_opponent_it_loses_to_and_self_play_never_does(tmp_
     others = [main._sp_branch(league, league.rng).opponent for _ in range(200)]
     others += [main._verification_branch(league, league.rng).opponent for _ in range(200)]
     assert "winblock" not in others and "winblock" not in [
-        league.active["me"].choose_opponent(league, league.rng).opponent for _ in range(200)]
+        league.active["me"].choose_opponent(league, league.rng).opponent for _ in range(200)
+    ]
     league.save(tmp_path / "league.json")
     again = LeagueManager.load(tmp_path / "league.json")
     assert again.fixed == ["winblock"]

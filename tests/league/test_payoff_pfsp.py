@@ -1,13 +1,13 @@
 """League payoff (decay, win rates, the prior, orientation) and PFSP (weightings, guards)
 against hand-computed values."""
+
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
 from mistk_rl.league.payoff import BattleSharedPayoff, SoloSharedPayoff
-from mistk_rl.league.pfsp import (NoCandidates, pfsp, pfsp_probabilities,
-                                  remove_monotonic_suffix)
+from mistk_rl.league.pfsp import NoCandidates, pfsp, pfsp_probabilities, remove_monotonic_suffix
 
 
 def _payoff(*players: str, **kw) -> BattleSharedPayoff:
@@ -32,7 +32,8 @@ def test_ten_wins_then_ten_losses():
     payoff.update("a", "b", ["win"] * 10 + ["loss"] * 10)
     (record,) = payoff.records.values()
     assert (record.wins, record.losses, record.games) == pytest.approx(
-        (8.647514, 9.561792, 18.209306), abs=1e-6)
+        (8.647514, 9.561792, 18.209306), abs=1e-6
+    )
     assert payoff.win_rate("a", "b") == pytest.approx(0.474895, abs=1e-6)
 
 
@@ -77,14 +78,16 @@ def test_payoff_state_round_trip():
 
 def test_pfsp_weightings():
     rates = [0.2, 0.5, 0.9]
-    np.testing.assert_allclose(pfsp_probabilities(rates, "squared"),
-                               np.array([0.64, 0.25, 0.01]) / 0.90)
-    np.testing.assert_allclose(pfsp_probabilities(rates, "variance"),
-                               np.array([0.16, 0.25, 0.09]) / 0.50)
-    np.testing.assert_allclose(pfsp_probabilities(rates, "linear"),
-                               np.array([0.8, 0.5, 0.1]) / 1.4)
-    np.testing.assert_allclose(pfsp_probabilities(rates, "linear_capped"),
-                               np.array([0.5, 0.5, 0.1]) / 1.1)
+    np.testing.assert_allclose(
+        pfsp_probabilities(rates, "squared"), np.array([0.64, 0.25, 0.01]) / 0.90
+    )
+    np.testing.assert_allclose(
+        pfsp_probabilities(rates, "variance"), np.array([0.16, 0.25, 0.09]) / 0.50
+    )
+    np.testing.assert_allclose(pfsp_probabilities(rates, "linear"), np.array([0.8, 0.5, 0.1]) / 1.4)
+    np.testing.assert_allclose(
+        pfsp_probabilities(rates, "linear_capped"), np.array([0.5, 0.5, 0.1]) / 1.1
+    )
 
 
 def test_pfsp_guards():

@@ -1,5 +1,6 @@
 """League players: branch frequencies, the opponents each branch picks, snapshot rules,
 snapshot ids and who resets."""
+
 from __future__ import annotations
 
 from collections import Counter
@@ -10,8 +11,13 @@ import pytest
 
 from mistk_rl.league.payoff import BattleSharedPayoff
 from mistk_rl.league.pfsp import NoCandidates
-from mistk_rl.league.player import (ActivePlayer, HistoricalPlayer, LeagueExploiter,
-                                    MainExploiter, MainPlayer)
+from mistk_rl.league.player import (
+    ActivePlayer,
+    HistoricalPlayer,
+    LeagueExploiter,
+    MainExploiter,
+    MainPlayer,
+)
 
 
 @dataclass
@@ -22,8 +28,9 @@ class League:
 
     def add(self, player) -> None:
         self.payoff.add_player(player.player_id)
-        (self.historical_players if isinstance(player, HistoricalPlayer)
-         else self.active_players).append(player)
+        (
+            self.historical_players if isinstance(player, HistoricalPlayer) else self.active_players
+        ).append(player)
 
 
 def _league() -> tuple[League, MainPlayer, MainExploiter, LeagueExploiter]:

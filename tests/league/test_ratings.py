@@ -1,4 +1,5 @@
 """Ratings: TrueSkill through the league's own environment, and Elo by hand."""
+
 from __future__ import annotations
 
 import pytest

@@ -1,5 +1,6 @@
 """The league's scheduler, pure: worker set-ups, backoff and drops on a clock the test
 holds; job slots per worker; agent reservations; the next player; the pool's snapshots."""
+
 from __future__ import annotations
 
 import ast
@@ -9,21 +10,35 @@ import pytest
 
 from mistk_rl.league import scheduler as scheduler_module
 from mistk_rl.league.manager import LeagueManager
-from mistk_rl.league.scheduler import (BACKOFF, BUSY, DROPPED, IDLE, NEW, SETTING_UP,
-                                       Backoff, Scheduler)
+from mistk_rl.league.scheduler import (
+    BACKOFF,
+    BUSY,
+    DROPPED,
+    IDLE,
+    NEW,
+    SETTING_UP,
+    Backoff,
+    Scheduler,
+)
 
-PLAYERS = [{"type": "main", "id": "main", "checkpoint": "main.pt"},
-           {"type": "main_exploiter", "id": "me", "checkpoint": "me.pt"},
-           {"type": "league_exploiter", "id": "le", "checkpoint": "le.pt"}]
+PLAYERS = [
+    {"type": "main", "id": "main", "checkpoint": "main.pt"},
+    {"type": "main_exploiter", "id": "me", "checkpoint": "me.pt"},
+    {"type": "league_exploiter", "id": "le", "checkpoint": "le.pt"},
+]
 URLS = ["http://w0", "http://w1"]
 
 
 def _league(players=PLAYERS) -> LeagueManager:
-    return LeagueManager.create(players, one_phase_step=10 ** 6, seed=0)
+    return LeagueManager.create(players, one_phase_step=10**6, seed=0)
 
 
-def _scheduler(players=("main", "me", "le"), urls=URLS, pool=("frozen_0",),
-               backoff=Backoff(max_failures=3, first_s=1.0, max_s=3.0)) -> Scheduler:
+def _scheduler(
+    players=("main", "me", "le"),
+    urls=URLS,
+    pool=("frozen_0",),
+    backoff=Backoff(max_failures=3, first_s=1.0, max_s=3.0),
+) -> Scheduler:
     sched = Scheduler(players, urls, backoff)
     for name in pool:
         sched.add_pool_agent(name)
@@ -107,9 +122,11 @@ def test_with_every_worker_dropped_the_reason_names_each_and_its_last_error():
         sched.begin_set_up(sched.next_set_up(0.0))
         sched.task_failed(index, f"setting it up: worker {index} is gone\n  (trace)", 0.0)
     reason = sched.exhausted()
-    assert reason == ("no healthy worker left: worker 0 http://w0 failed 1 times in a row: "
-                      "setting it up: worker 0 is gone (trace); worker 1 http://w1 failed "
-                      "1 times in a row: setting it up: worker 1 is gone (trace)")
+    assert reason == (
+        "no healthy worker left: worker 0 http://w0 failed 1 times in a row: "
+        "setting it up: worker 0 is gone (trace); worker 1 http://w1 failed "
+        "1 times in a row: setting it up: worker 1 is gone (trace)"
+    )
     long = "x" * 10_000
     sched = _scheduler(urls=URLS[:1], backoff=Backoff(max_failures=1))
     sched.begin_set_up(0)
@@ -138,8 +155,7 @@ def test_a_due_set_up_holds_new_jobs_until_the_agents_are_free():
 
 
 def test_idle_workers_take_jobs_in_turn():
-    sched, league = _scheduler(players=("main",), urls=URLS + ["http://w2"]), \
-        _league(PLAYERS[:1])
+    sched, league = _scheduler(players=("main",), urls=URLS + ["http://w2"]), _league(PLAYERS[:1])
     _set_up_all(sched)
     used = []
     for now in range(6):
@@ -170,8 +186,10 @@ def test_a_job_waiting_for_an_agent_gets_it_before_new_jobs():
 
 
 def test_pool_agents_load_a_snapshot_once_keep_it_and_forget_a_failed_load():
-    sched, league = _scheduler(players=("main",), urls=URLS[:1],
-                               pool=("frozen_0", "frozen_1")), _league(PLAYERS[:1])
+    sched, league = (
+        _scheduler(players=("main",), urls=URLS[:1], pool=("frozen_0", "frozen_1")),
+        _league(PLAYERS[:1]),
+    )
     _set_up_all(sched)
     (seed,) = league.historical
     jobs = []
@@ -196,8 +214,9 @@ def test_pool_agents_load_a_snapshot_once_keep_it_and_forget_a_failed_load():
 
 def test_a_fixed_opponent_is_its_own_agent_reserved_as_a_player_is():
     sched = _scheduler(players=("main", "le"), urls=URLS[:1])
-    league = LeagueManager.create([PLAYERS[0], PLAYERS[2]], one_phase_step=10 ** 6, seed=0,
-                                  fixed=["winblock"])
+    league = LeagueManager.create(
+        [PLAYERS[0], PLAYERS[2]], one_phase_step=10**6, seed=0, fixed=["winblock"]
+    )
     running = league.launch_job("main")
     running.job.opponent = "winblock"
     assignment = sched._assign(league, running, set())
@@ -220,12 +239,21 @@ def test_the_league_package_is_pure():
     package = Path(scheduler_module.__file__).parent
     for path in package.glob("*.py"):
         for node in ast.walk(ast.parse(path.read_text())):
-            names = ([a.name for a in node.names] if isinstance(node, ast.Import)
-                     else [node.module] if isinstance(node, ast.ImportFrom) else [])
+            names = (
+                [a.name for a in node.names]
+                if isinstance(node, ast.Import)
+                else [node.module]
+                if isinstance(node, ast.ImportFrom)
+                else []
+            )
             for name in names:
                 top = name.split(".")[0]
-                ok = (name in allowed or top in allowed or name.startswith("mistk_rl.league")
-                      or (top != "mistk_rl" and _stdlib(top)))
+                ok = (
+                    name in allowed
+                    or top in allowed
+                    or name.startswith("mistk_rl.league")
+                    or (top != "mistk_rl" and _stdlib(top))
+                )
                 assert ok, f"{path.name} imports {name}"
     source = Path(scheduler_module.__file__).read_text()
     for forbidden in ("import threading", "import time", "requests", "client"):
@@ -234,6 +262,7 @@ def test_the_league_package_is_pure():
 
 def _stdlib(name: str) -> bool:
     import sys
+
     return name in sys.stdlib_module_names or name == "__future__"
 
 
@@ -270,8 +299,10 @@ def test_bound_workers_run_their_players_jobs_one_at_a_time():
     assert sched.exhausted() is None
     sched.begin_set_up(1)
     sched.task_failed(1, "gone again", 5.0)
-    assert sched.exhausted() == ("player 'b' has no healthy worker left: worker 1 http://w1 "
-                                 "failed 2 times in a row: gone again")
+    assert sched.exhausted() == (
+        "player 'b' has no healthy worker left: worker 1 http://w1 "
+        "failed 2 times in a row: gone again"
+    )
 
 
 def test_a_joining_worker_is_set_up_before_its_first_job():

@@ -1,5 +1,6 @@
 """Solo jobs: a SoloActivePlayer's job carries the episode settings a gym orchestrator plays
 it with (env kwargs, env copies, episodes, the exploration epsilon of the player's step)."""
+
 from __future__ import annotations
 
 import math
@@ -7,8 +8,8 @@ import math
 import pytest
 
 from agents.random_agent import RandomAgent
-from mistk_rl.framework.agent import EpisodeInfo
 from mistk_rl.errors import InvalidRequest
+from mistk_rl.framework.agent import EpisodeInfo
 from mistk_rl.league.manager import LeagueManager
 
 DQN = "agents.dqn_agent:DQNAgent"
@@ -16,11 +17,23 @@ GYM = "orchestrators.gym_orchestrator:GymOrchestrator"
 
 
 def _solo_league() -> LeagueManager:
-    return LeagueManager.create([{
-        "type": "solo", "id": "learner", "checkpoint": "league/players/learner.pt",
-        "env_kwargs": {"max_episode_steps": 20}, "num_envs": 3, "episodes_per_job": 6,
-        "eps_start": 0.95, "eps_end": 0.05, "eps_decay": 10_000}], one_phase_step=1000,
-        seed=0)
+    return LeagueManager.create(
+        [
+            {
+                "type": "solo",
+                "id": "learner",
+                "checkpoint": "league/players/learner.pt",
+                "env_kwargs": {"max_episode_steps": 20},
+                "num_envs": 3,
+                "episodes_per_job": 6,
+                "eps_start": 0.95,
+                "eps_end": 0.05,
+                "eps_decay": 10_000,
+            }
+        ],
+        one_phase_step=1000,
+        seed=0,
+    )
 
 
 def test_solo_job_settings_follow_the_players_steps():
@@ -31,7 +44,8 @@ def test_solo_job_settings_follow_the_players_steps():
     league.finish_job(first.job_id, [], steps=10_000)  # no payoff: there is no opponent
     second = league.launch_job("learner").job
     assert second.settings["agents"]["learner"]["epsilon"] == pytest.approx(
-        0.9 * math.exp(-1) + 0.05, abs=1e-6)
+        0.9 * math.exp(-1) + 0.05, abs=1e-6
+    )
     assert second.settings["envKwargs"] == {"max_episode_steps": 20}
 
 

@@ -2,6 +2,7 @@
 its player's `Job.settings` played on a worker bound to the player, its env steps advance
 the player, SoloSharedPayoff records it, snapshots come every phase, the epsilon decays in
 the settings; and what a solo league refuses."""
+
 from __future__ import annotations
 
 import itertools
@@ -10,10 +11,10 @@ import threading
 
 import pytest
 
-from mistk_rl.sdk.client import OrchestratorClient, ServerError
 from mistk_rl.errors import InvalidRequest
-from mistk_rl.league.manager import LeagueManager
 from mistk_rl.framework.orchestrator import RegisteredAgent
+from mistk_rl.league.manager import LeagueManager
+from mistk_rl.sdk.client import OrchestratorClient, ServerError
 from mistk_rl.sdk.schemas import EpisodeConfig, EpisodeResult, OrchestratorProgress, Results, Status
 from orchestrators.league_orchestrator import LeagueOrchestrator
 from tests.league.test_league_orchestrator import FakeAgent, wire_workers
@@ -76,10 +77,19 @@ class FakeGymWorker:
             self.configs.append(config)
             for i in range(config.num_episodes):
                 self.env_steps += self.length
-                self.episodes.append(EpisodeResult.model_validate({
-                    "episode": len(self.episodes), "agent": name, "return": self.length,
-                    "length": self.length, "envIndex": i % config.num_envs,
-                    "terminated": True, "envSteps": self.env_steps}))
+                self.episodes.append(
+                    EpisodeResult.model_validate(
+                        {
+                            "episode": len(self.episodes),
+                            "agent": name,
+                            "return": self.length,
+                            "length": self.length,
+                            "envIndex": i % config.num_envs,
+                            "terminated": True,
+                            "envSteps": self.env_steps,
+                        }
+                    )
+                )
         finally:
             with self.lock:
                 agent.state = "ready"
@@ -98,15 +108,35 @@ class FakeGymWorker:
 
 
 def _players(*ids, **settings):
-    return [{"id": i, "type": "solo", "numEnvs": 2, "episodesPerJob": 4, "epsStart": 0.9,
-             "epsEnd": 0.1, "epsDecay": 100, **settings} for i in ids]
+    return [
+        {
+            "id": i,
+            "type": "solo",
+            "numEnvs": 2,
+            "episodesPerJob": 4,
+            "epsStart": 0.9,
+            "epsEnd": 0.1,
+            "epsDecay": 100,
+            **settings,
+        }
+        for i in ids
+    ]
 
 
 def _env(players, workers, **settings):
-    return {"id": ENV, "kwargs": {}, "league": {
-        "players": players, "workers": [f"http://w{i}" for i in range(workers)],
-        "onePhaseStep": 60, "seed": 0, "maxWorkerFailures": 3, "workerBackoff": 1.0,
-        **settings}}
+    return {
+        "id": ENV,
+        "kwargs": {},
+        "league": {
+            "players": players,
+            "workers": [f"http://w{i}" for i in range(workers)],
+            "onePhaseStep": 60,
+            "seed": 0,
+            "maxWorkerFailures": 3,
+            "workerBackoff": 1.0,
+            **settings,
+        },
+    }
 
 
 def _solo_league(tmp_path, monkeypatch, workers, players, **settings):
@@ -117,13 +147,11 @@ def _solo_league(tmp_path, monkeypatch, workers, players, **settings):
     orch.validate_initialize(env, orch.agents_needed)
     orch.do_initialize(env, orch.agents_needed)
     for p in players:
-        orch.agents[p["id"]] = RegisteredAgent(p["id"], f"http://{p['id']}", False,
-                                               FakeAgent())
+        orch.agents[p["id"]] = RegisteredAgent(p["id"], f"http://{p['id']}", False, FakeAgent())
     return wire_workers(orch, workers, monkeypatch)
 
 
-def test_a_solo_job_plays_its_settings_and_the_league_learns_its_results(tmp_path,
-                                                                          monkeypatch):
+def test_a_solo_job_plays_its_settings_and_the_league_learns_its_results(tmp_path, monkeypatch):
     workers = [FakeGymWorker(), FakeGymWorker()]
     players = _players("learner", envKwargs={"max_episode_steps": 50})
     orch = _solo_league(tmp_path, monkeypatch, workers, players, maxActivePlayerJob=3)
@@ -139,8 +167,7 @@ def test_a_solo_job_plays_its_settings_and_the_league_learns_its_results(tmp_pat
         assert config.env_kwargs == {"max_episode_steps": 50}
         settings = config.agents["learner"]
         assert (settings.mode, settings.train) == ("collect", True)
-        assert settings.epsilon == pytest.approx(0.8 * math.exp(-40 * k / 100) + 0.1,
-                                                 abs=1e-6)
+        assert settings.epsilon == pytest.approx(0.8 * math.exp(-40 * k / 100) + 0.1, abs=1e-6)
     assert [c.seed for c in configs] == [2 * k for k in range(5)]  # seed + job * numEnvs
     # the player's steps are the env steps played; the payoff has every job
     assert m.active["learner"].total_agent_step == 200 == orch.env_steps
@@ -148,13 +175,14 @@ def test_a_solo_job_plays_its_settings_and_the_league_learns_its_results(tmp_pat
     jobs = list(m.solo_payoff.jobs["learner"])
     assert [j["job_id"] for j in jobs] == list(range(5))
     assert all((j["episodes"], j["mean_return"], j["steps"]) == (4, 10.0, 40) for j in jobs)
-    assert [j["epsilon"] for j in jobs] == [
-        c.agents["learner"].epsilon for c in configs]
+    assert [j["epsilon"] for j in jobs] == [c.agents["learner"].epsilon for c in configs]
     # a snapshot every 60 steps of the player's: at 80 and 160 (after its 2nd and 4th job)
     assert sorted(p.total_agent_step for p in m.historical.values()) == [80, 160]
     agent = orch.agents["learner"].client
     assert [p for p in agent.saved if "snapshots/" in p] == [
-        "league/snapshots/learner_80_0.pt", "league/snapshots/learner_160_1.pt"]
+        "league/snapshots/learner_80_0.pt",
+        "league/snapshots/learner_160_1.pt",
+    ]
     assert agent.saved.count("league/players/learner.pt") == 1 + 5  # created, every job
     assert agent.built == []  # a solo player never resets
     view = orch.league_view()
@@ -188,8 +216,7 @@ def test_each_worker_is_bound_to_one_player(tmp_path, monkeypatch):
     assert [w.initialized[0][0] for w in workers] == [{"id": ENV, "kwargs": {}}] * 3
 
 
-def test_a_failed_solo_job_records_nothing_and_its_worker_is_set_up_again(tmp_path,
-                                                                          monkeypatch):
+def test_a_failed_solo_job_records_nothing_and_its_worker_is_set_up_again(tmp_path, monkeypatch):
     worker = FakeGymWorker(fail={1: ServerError("worker failed")})
     orch = _solo_league(tmp_path, monkeypatch, [worker], _players("learner"))
     orch.do_start_episode(EpisodeConfig(num_steps=120))
@@ -204,16 +231,24 @@ def test_a_failed_solo_job_records_nothing_and_its_worker_is_set_up_again(tmp_pa
     assert orch.agents["learner"].client.state == "ready"
     # the failed job (at 40 steps) moved nothing: the next one explores as it would have
     assert [c.agents["learner"].epsilon for c in worker.configs] == pytest.approx(
-        [0.8 * math.exp(-s / 100) + 0.1 for s in (0, 40, 80)], abs=1e-6)
+        [0.8 * math.exp(-s / 100) + 0.1 for s in (0, 40, 80)], abs=1e-6
+    )
 
 
-@pytest.mark.parametrize("players, workers, agents, match", [
-    (_players("a") + [{"id": "m", "type": "main"}], 2, 2,
-     r"not a mix: solo \['a'\], battle \['m'\]"),
-    (_players("a", "b"), 1, 2, "1 workers for 2 solo players; give at least 2"),
-    (_players("a"), 1, 2, "agentsNeeded 2: a solo league's agents are its players"),
-    (_players("a", envKwargs={"bogus": 1}), 1, 1, "player 'a': env 'CartPole-v1' cannot"),
-])
+@pytest.mark.parametrize(
+    "players, workers, agents, match",
+    [
+        (
+            _players("a") + [{"id": "m", "type": "main"}],
+            2,
+            2,
+            r"not a mix: solo \['a'\], battle \['m'\]",
+        ),
+        (_players("a", "b"), 1, 2, "1 workers for 2 solo players; give at least 2"),
+        (_players("a"), 1, 2, "agentsNeeded 2: a solo league's agents are its players"),
+        (_players("a", envKwargs={"bogus": 1}), 1, 1, "player 'a': env 'CartPole-v1' cannot"),
+    ],
+)
 def test_what_a_solo_league_refuses(players, workers, agents, match):
     with pytest.raises(InvalidRequest, match=match):
         LeagueOrchestrator().validate_initialize(_env(players, workers), agents)

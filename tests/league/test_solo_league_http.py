@@ -1,36 +1,56 @@
 """A solo league over HTTP: a league orchestrator, two gym-orchestrator workers and one DQN
 player on CartPole-v1, sharing one league directory."""
+
 from __future__ import annotations
 
 import json
 
 import pytest
 
-from mistk_rl.sdk.client import BadRequest
 from mistk_rl.deploy.launch import wait_ready
+from mistk_rl.sdk.client import BadRequest
 
 LEAGUE = "orchestrators.league_orchestrator:LeagueOrchestrator"
 GYM = "orchestrators.gym_orchestrator:GymOrchestrator"
 DQN = "agents.dqn_agent:DQNAgent"
-SMALL_DQN = {"seed": 0, "policy": {"model": {"hidden_sizes": [32]}},
-             "train": {"learning_starts": 50, "train_freq": 16, "gradient_steps": 2},
-             "buffer": {"replay_buffer_size": 2000}, "checkpoint_buffer": False}
-LEARNER = {"id": "learner", "type": "solo", "numEnvs": 2, "episodesPerJob": 4,
-           "epsStart": 0.9, "epsEnd": 0.1, "epsDecay": 300,
-           "envKwargs": {"max_episode_steps": 40}}
+SMALL_DQN = {
+    "seed": 0,
+    "policy": {"model": {"hidden_sizes": [32]}},
+    "train": {"learning_starts": 50, "train_freq": 16, "gradient_steps": 2},
+    "buffer": {"replay_buffer_size": 2000},
+    "checkpoint_buffer": False,
+}
+LEARNER = {
+    "id": "learner",
+    "type": "solo",
+    "numEnvs": 2,
+    "episodesPerJob": 4,
+    "epsStart": 0.9,
+    "epsEnd": 0.1,
+    "epsDecay": 300,
+    "envKwargs": {"max_episode_steps": 40},
+}
 
 
 def _env(workers, players=(LEARNER,)):
-    return {"id": "CartPole-v1", "league": {
-        "players": list(players), "workers": workers, "directory": "league",
-        "onePhaseStep": 150, "seed": 0}}
+    return {
+        "id": "CartPole-v1",
+        "league": {
+            "players": list(players),
+            "workers": workers,
+            "directory": "league",
+            "onePhaseStep": 150,
+            "seed": 0,
+        },
+    }
 
 
 def test_a_solo_league_trains_on_gym_workers_and_resumes(launch, tmp_path):
     share = ["--share", f"league={tmp_path / 'shared'}"]
     services = [launch("orchestrator", GYM, wait=False) for _ in range(2)] + [
         launch("agent", DQN, extra_args=share, wait=False),
-        launch("orchestrator", LEAGUE, extra_args=share, wait=False)]
+        launch("orchestrator", LEAGUE, extra_args=share, wait=False),
+    ]
     for service in services:  # (booted side by side)
         wait_ready(service, 60)
     workers = [s.url for s in services[:2]]
@@ -39,11 +59,9 @@ def test_a_solo_league_trains_on_gym_workers_and_resumes(launch, tmp_path):
     agent.build_model()
     league = services[3].client()
     with pytest.raises(BadRequest, match="not a mix"):
-        league.initialize(_env(workers, [LEARNER, {"id": "main", "type": "main"}]),
-                          agents_needed=2)
+        league.initialize(_env(workers, [LEARNER, {"id": "main", "type": "main"}]), agents_needed=2)
     with pytest.raises(BadRequest, match="1 workers for 2 solo players"):
-        league.initialize(_env(workers[:1], [LEARNER, {**LEARNER, "id": "other"}]),
-                          agents_needed=2)
+        league.initialize(_env(workers[:1], [LEARNER, {**LEARNER, "id": "other"}]), agents_needed=2)
     league.initialize(_env(workers), agents_needed=1)
     with pytest.raises(BadRequest, match="no frozen agents"):
         league.register_agent("frozen", services[2].url, skip_train=True)
@@ -54,8 +72,7 @@ def test_a_solo_league_trains_on_gym_workers_and_resumes(launch, tmp_path):
     view = league.get_league()
     finished = [job for job in view.jobs["recent"] if "failed" not in job]
     assert finished and view.jobs["failed"] == 0
-    assert all(job["results"]["episodes"] == 4 and job["branch"] == "solo"
-               for job in finished)
+    assert all(job["results"]["episodes"] == 4 and job["branch"] == "solo" for job in finished)
     episodes = league.get_results().episodes
     assert len(episodes) == 4 * len(finished)
     assert all(e.length <= 40 for e in episodes)  # the player's env kwargs
@@ -104,13 +121,27 @@ def test_a_solo_league_trains_on_gym_workers_and_resumes(launch, tmp_path):
 
 TINY_RUN = {
     "name": "tiny_solo_league",
-    "orchestrator": {"target": LEAGUE, "env": {"id": "CartPole-v1", "league": {
-        "players": [{**LEARNER, "envKwargs": {"max_episode_steps": 30}}],
-        "onePhaseStep": 150, "seed": 0}}},
+    "orchestrator": {
+        "target": LEAGUE,
+        "env": {
+            "id": "CartPole-v1",
+            "league": {
+                "players": [{**LEARNER, "envKwargs": {"max_episode_steps": 30}}],
+                "onePhaseStep": 150,
+                "seed": 0,
+            },
+        },
+    },
     "workers": [{"target": GYM}],
     "agents": [{"name": "learner", "target": DQN, "hyperparameters": SMALL_DQN}],
-    "training": {"env_steps": 400, "eval_every": 200, "eval_episodes": 2, "max_steps": 30,
-                 "checkpoints": 1}}
+    "training": {
+        "env_steps": 400,
+        "eval_every": 200,
+        "eval_episodes": 2,
+        "max_steps": 30,
+        "checkpoints": 1,
+    },
+}
 
 
 class Crash(Exception):
@@ -122,8 +153,7 @@ def _crash_at_first_eval(msg: str) -> None:
         raise Crash(msg)
 
 
-def test_the_harness_trains_a_solo_league_evaluates_it_and_resumes_it(tmp_path,
-                                                                      monkeypatch):
+def test_the_harness_trains_a_solo_league_evaluates_it_and_resumes_it(tmp_path, monkeypatch):
     from harness.config import RunConfig
     from harness.run import run, run_from_file
     from harness.training import Progress
@@ -154,4 +184,5 @@ def test_the_harness_trains_a_solo_league_evaluates_it_and_resumes_it(tmp_path,
     assert sum(j["steps"] for j in solo) == row["steps"]
     assert (run_dir / "learning_curve.png").exists()
     assert Progress.load(run_dir).checkpoints == {
-        "learner": f"checkpoints/step-{evals[-1]['env_steps']}.pt"}
+        "learner": f"checkpoints/step-{evals[-1]['env_steps']}.pt"
+    }

@@ -1,4 +1,5 @@
 """A tiny env with a Dict observation space, for the tests of dict observations."""
+
 from __future__ import annotations
 
 import gymnasium as gym
@@ -13,9 +14,12 @@ class DictCue(gym.Env):
 
     def __init__(self, length: int = 8) -> None:
         self.length = length
-        self.observation_space = spaces.Dict({
-            "noise": spaces.Box(-1.0, 1.0, (3,), np.float32),
-            "planes": spaces.Box(0, 1, (2, 3, 3), np.uint8)})
+        self.observation_space = spaces.Dict(
+            {
+                "noise": spaces.Box(-1.0, 1.0, (3,), np.float32),
+                "planes": spaces.Box(0, 1, (2, 3, 3), np.uint8),
+            }
+        )
         self.action_space = spaces.Discrete(2)
 
     def reset(self, *, seed=None, options=None):

@@ -1,4 +1,5 @@
 """Envs for supervision tests (picklable factories, importable by subprocess workers)."""
+
 from __future__ import annotations
 
 import os
@@ -30,7 +31,6 @@ class FaultyCartPole(gym.Wrapper):
             if self.mode == "hang-short":  # overruns a 0.2 s timeout, then returns
                 time.sleep(0.5)
         return self.env.step(action)
-
 
     def _first_to_fail(self) -> bool:
         """Atomic across processes: only one env (of many stepping at once) fails."""

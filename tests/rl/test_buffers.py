@@ -1,4 +1,5 @@
 """Replay buffers: sampling laws, removal rules, throughput control, save/restore."""
+
 from __future__ import annotations
 
 import io
@@ -28,8 +29,10 @@ class FakeClock:
 
 
 def transitions(n: int, start: int = 0) -> list[dict]:
-    return [{"obs": np.full(2, i, dtype=np.float32), "reward": float(i)}
-            for i in range(start, start + n)]
+    return [
+        {"obs": np.full(2, i, dtype=np.float32), "reward": float(i)}
+        for i in range(start, start + n)
+    ]
 
 
 def per(size: int = 16, seed: int = 0, clock=None, **config) -> AdvancedReplayBuffer:
@@ -54,8 +57,12 @@ def test_nested_config_is_merged_and_checked():
     with pytest.raises(ValueError, match="thruput_controller.window"):
         per(thruput_controller={"window": 3})
     defaults = AdvancedReplayBuffer.default_config()
-    assert (defaults["replay_buffer_size"], defaults["alpha"], defaults["beta"],
-            defaults["anneal_step"]) == (4096, 0.6, 0.4, 100000)
+    assert (
+        defaults["replay_buffer_size"],
+        defaults["alpha"],
+        defaults["beta"],
+        defaults["anneal_step"],
+    ) == (4096, 0.6, 0.4, 100000)
     assert NaiveReplayBuffer.default_config()["replay_buffer_size"] == 10000
 
 
@@ -90,13 +97,25 @@ def test_sampled_items_are_copies():
 # ---------------------------------------------------------------- column storage, batches
 def rich(n: int, start: int = 0) -> list[dict]:
     """Transitions with every kind of leaf the agents store."""
-    return [{"obs": np.full(3, i, np.float32), "action": np.int64(i % 2), "reward": float(i),
-             "terminated": i % 4 == 0, "next_obs": np.full(3, i + 1, np.float32)}
-            for i in range(start, start + n)]
+    return [
+        {
+            "obs": np.full(3, i, np.float32),
+            "action": np.int64(i % 2),
+            "reward": float(i),
+            "terminated": i % 4 == 0,
+            "next_obs": np.full(3, i + 1, np.float32),
+        }
+        for i in range(start, start + n)
+    ]
 
 
-@pytest.mark.parametrize("make", [lambda: NaiveReplayBuffer({"replay_buffer_size": 16}, seed=4),
-                                  lambda: per(size=16, seed=4, max_use=2)])
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda: NaiveReplayBuffer({"replay_buffer_size": 16}, seed=4),
+        lambda: per(size=16, seed=4, max_use=2),
+    ],
+)
 def test_sample_batch_is_the_collated_sample(make):
     from mistk_rl.rl.data.collate import default_collate
 
@@ -136,8 +155,10 @@ def test_a_batch_is_typed_and_refuses_what_does_not_fit():
 
 def test_column_storage_widens_dtypes_and_falls_back_to_objects():
     buffer = NaiveReplayBuffer({"replay_buffer_size": 8}, seed=0)
+
     def step(obs, reward):
         return {"obs": obs, "action": 0, "reward": reward, "next_obs": obs, "terminated": False}
+
     buffer.push([step(np.zeros(2, np.float32), 1)])  # an int reward first
     buffer.push([step(np.ones(2), 0.5)])  # float64 obs, float reward
     batch = buffer.sample_batch(2)
@@ -157,14 +178,26 @@ def test_column_storage_widens_dtypes_and_falls_back_to_objects():
 
 def dict_transitions(n: int) -> list[dict]:
     """Transitions of a Dict observation space: a float vector and uint8 planes."""
+
     def obs(i):
         return {"cue": np.full(3, i, np.float32), "planes": np.full((2, 4, 4), i, np.uint8)}
-    return [{"obs": obs(i), "action": i % 2, "reward": float(i), "next_obs": obs(i + 1),
-             "terminated": False} for i in range(n)]
+
+    return [
+        {
+            "obs": obs(i),
+            "action": i % 2,
+            "reward": float(i),
+            "next_obs": obs(i + 1),
+            "terminated": False,
+        }
+        for i in range(n)
+    ]
 
 
-@pytest.mark.parametrize("make", [lambda: NaiveReplayBuffer({"replay_buffer_size": 8}, seed=2),
-                                  lambda: per(size=8, seed=2)])
+@pytest.mark.parametrize(
+    "make",
+    [lambda: NaiveReplayBuffer({"replay_buffer_size": 8}, seed=2), lambda: per(size=8, seed=2)],
+)
 def test_dict_observations_are_stored_one_array_per_key(make, tmp_path):
     """SB3's DictReplayBuffer layout: a column per key of obs and next_obs, each in its dtype
     (uint8 planes stay uint8), never object storage; batches and items are dicts again, and
@@ -189,8 +222,10 @@ def test_dict_observations_are_stored_one_array_per_key(make, tmp_path):
     assert restored.sample_batch(2).next_obs["planes"].dtype == torch.uint8
 
 
-@pytest.mark.parametrize("make", [lambda: NaiveReplayBuffer({"replay_buffer_size": 4}, seed=0),
-                                  lambda: per(size=4, seed=0)])
+@pytest.mark.parametrize(
+    "make",
+    [lambda: NaiveReplayBuffer({"replay_buffer_size": 4}, seed=0), lambda: per(size=4, seed=0)],
+)
 def test_pushing_nothing_changes_nothing(make):
     buffer = make()
     buffer.push([])
@@ -199,7 +234,8 @@ def test_pushing_nothing_changes_nothing(make):
     buffer.push([])
     assert buffer.count() == 2
     assert sorted(buffer.sample_batch(2).reward.tolist()) == sorted(
-        float(item["reward"]) for item in rich(2))
+        float(item["reward"]) for item in rich(2)
+    )
 
 
 # ---------------------------------------------------------------- prioritized sampling
@@ -269,8 +305,13 @@ def test_update_for_overwritten_slot_is_ignored():
     buffer.push(transitions(2))
     old = buffer.sample(1)[0]
     buffer.push(transitions(2, start=2))  # both slots now hold ids 2 and 3
-    buffer.update({"replay_unique_id": [old["replay_unique_id"]],
-                   "replay_buffer_idx": [old["replay_buffer_idx"]], "priority": [50.0]})
+    buffer.update(
+        {
+            "replay_unique_id": [old["replay_unique_id"]],
+            "replay_buffer_idx": [old["replay_buffer_idx"]],
+            "priority": [50.0],
+        }
+    )
     assert buffer.stats()["max_priority"] == 1.0
     assert {item["priority"] for item in buffer.sample(2)} == {1.0}
     # A live id with a wrong slot (from another buffer) is ignored too.
@@ -316,8 +357,7 @@ def test_staleness_removes_strictly_older_items():
 # ---------------------------------------------------------------- throughput
 def test_push_refused_above_max_rate():
     clock = FakeClock()
-    buffer = per(size=32, clock=clock,
-                 thruput_controller={"push_sample_rate_limit": {"max": 2}})
+    buffer = per(size=32, clock=clock, thruput_controller={"push_sample_rate_limit": {"max": 2}})
     assert buffer.push(transitions(10))  # nothing sampled yet: any rate is fine
     assert buffer.sample(8) is not None
     assert buffer.push(transitions(6))  # (10 + 6) / 8 = 2: allowed
@@ -332,8 +372,7 @@ def test_push_refused_above_max_rate():
 
 def test_sample_refused_below_min_rate_or_without_enough_data():
     clock = FakeClock()
-    buffer = per(size=32, clock=clock,
-                 thruput_controller={"push_sample_rate_limit": {"min": 1}})
+    buffer = per(size=32, clock=clock, thruput_controller={"push_sample_rate_limit": {"min": 1}})
     buffer.push(transitions(4))
     assert buffer.sample(4) is not None  # 4 / (0 + 4) = 1
     assert buffer.sample(1) is None  # 4 / (4 + 1) < 1
@@ -350,7 +389,7 @@ def test_throughput_decay_factor():
     controller.record_push(100)
     clock.now += 5.0
     controller.can_push(0)
-    assert controller.push_count == pytest.approx(100 * 0.01 ** 0.5)
+    assert controller.push_count == pytest.approx(100 * 0.01**0.5)
 
 
 def test_stats():
@@ -382,17 +421,21 @@ def fill_advanced(seed):
     def step(b):
         batch = b.sample(6, learner_iter=4)
         if batch:
-            b.update({"replay_unique_id": [x["replay_unique_id"] for x in batch],
-                      "priority": [x["reward"] % 5 + 0.5 for x in batch]})
+            b.update(
+                {
+                    "replay_unique_id": [x["replay_unique_id"] for x in batch],
+                    "priority": [x["reward"] % 5 + 0.5 for x in batch],
+                }
+            )
         return batch
+
     return buffer, step
 
 
 def summary(batch):
     if batch is None:
         return None
-    return [(s["replay_unique_id"], s.get("IS"), s.get("use"), float(s["obs"][-1]))
-            for s in batch]
+    return [(s["replay_unique_id"], s.get("IS"), s.get("use"), float(s["obs"][-1])) for s in batch]
 
 
 @pytest.mark.parametrize("fill", [fill_naive, fill_advanced])

@@ -4,6 +4,7 @@ saveModel or periodic checkpoint acts, samples and learns exactly as the origina
 The agents run in-process (their hooks called directly, as the service calls them) on real
 CartPole envs: two env copies, so requests carry several entities as over HTTP.
 """
+
 from __future__ import annotations
 
 import csv
@@ -24,13 +25,24 @@ from mistk_rl.rl.trainers import OffPolicyTrainer, OnPolicyTrainer
 from tests.entity_steps import EntitySteps
 
 ENVS = 2
-DQN_HP = {"seed": 0, "log_every": 0, "policy": {
-    "model": {"hidden_sizes": [32]}, "nstep": 3, "learn": {"batch_size": 16},
-    "collect": {"eps": {"type": "linear", "start": 1.0, "end": 0.1, "duration": 400}}},
+DQN_HP = {
+    "seed": 0,
+    "log_every": 0,
+    "policy": {
+        "model": {"hidden_sizes": [32]},
+        "nstep": 3,
+        "learn": {"batch_size": 16},
+        "collect": {"eps": {"type": "linear", "start": 1.0, "end": 0.1, "duration": 400}},
+    },
     "train": {"learning_starts": 60, "train_freq": 10, "gradient_steps": 4},
-    "buffer": {"replay_buffer_size": 1000}}
-PPO_HP = {"seed": 0, "log_every": 0, "train": {"n_steps": 64},
-          "policy": {"model": {"hidden_sizes": [32]}, "learn": {"epochs": 2, "batch_size": 32}}}
+    "buffer": {"replay_buffer_size": 1000},
+}
+PPO_HP = {
+    "seed": 0,
+    "log_every": 0,
+    "train": {"n_steps": 64},
+    "policy": {"model": {"hidden_sizes": [32]}, "learn": {"epochs": 2, "batch_size": 32}},
+}
 
 
 def _agent(cls, hparams: dict, data_dir, path=None):
@@ -66,7 +78,10 @@ class Envs:
                 obs, reward, term, trunc, _ = env.step(actions[name])
                 batch.actions[name], batch.rewards[name] = np.int64(actions[name]), reward
                 batch.new_obs[name], batch.terminated[name], batch.truncated[name] = (
-                    obs, term, trunc)
+                    obs,
+                    term,
+                    trunc,
+                )
                 self.obs[name] = env.reset()[0] if term or trunc else obs
                 taken.append(actions[name])
             steps_of.replay_action(batch)
@@ -105,8 +120,10 @@ def test_dqn_resumed_from_save_model_continues_as_the_original(tmp_path, buffer)
     assert original.progress() == restored.progress()
     assert _same_weights(original, restored)
     assert original.policy.target.steps == restored.policy.target.steps
-    assert all(torch.equal(x, y) for x, y in zip(original.policy.target.parameters(),
-                                                 restored.policy.target.parameters()))
+    assert all(
+        torch.equal(x, y)
+        for x, y in zip(original.policy.target.parameters(), restored.policy.target.parameters())
+    )
 
 
 def test_ppo_resumed_from_save_model_continues_as_the_original(tmp_path):
@@ -126,7 +143,15 @@ def test_periodic_checkpoint_is_what_save_model_writes(tmp_path):
     Envs(0).play(original, 65)  # the last burst of 4 updates ends at env step 130
     latest = tmp_path / "a" / "checkpoints" / "latest.pt"
     assert load_checkpoint(latest).keys() == {
-        "agent", "format", "config", "spaces", "learner", "trainer", "rng", "normalizer"}
+        "agent",
+        "format",
+        "config",
+        "spaces",
+        "learner",
+        "trainer",
+        "rng",
+        "normalizer",
+    }
     restored = _agent(DQNAgent, DQN_HP, tmp_path / "b", latest)
     assert _counters(restored) == _counters(original)
     assert _counters(restored)["envSteps"] == 130
@@ -144,9 +169,16 @@ def test_checkpoint_without_replay_buffer(tmp_path):
 
 
 def _transition(i: int, value: float = 0.0) -> dict:
-    return {"obs": np.full(4, i, np.float32), "action": np.int64(i % 2), "reward": 1.0,
-            "next_obs": np.full(4, i + 1, np.float32), "terminated": False, "truncated": False,
-            "log_prob": np.float32(-0.7), "value": np.float32(value)}
+    return {
+        "obs": np.full(4, i, np.float32),
+        "action": np.int64(i % 2),
+        "reward": 1.0,
+        "next_obs": np.full(4, i + 1, np.float32),
+        "terminated": False,
+        "truncated": False,
+        "log_prob": np.float32(-0.7),
+        "value": np.float32(value),
+    }
 
 
 def test_off_policy_windows_in_progress_end_as_cut_episodes(tmp_path):
@@ -156,9 +188,13 @@ def test_off_policy_windows_in_progress_end_as_cut_episodes(tmp_path):
 
     def trainer():
         policy = DQNPolicy({"nstep": 3}, obs, act, seed=0)
-        return OffPolicyTrainer(policy, Learner(policy.learn_mode),
-                                NaiveReplayBuffer({"replay_buffer_size": 50}, seed=0),
-                                {"learning_starts": 100, "train_freq": 10, "gradient_steps": 1})
+        return OffPolicyTrainer(
+            policy,
+            Learner(policy.learn_mode),
+            NaiveReplayBuffer({"replay_buffer_size": 50}, seed=0),
+            {"learning_starts": 100, "train_freq": 10, "gradient_steps": 1},
+        )
+
     original = trainer()
     original.observe_all({"a": _transition(0), "b": _transition(10)})
     original.observe_all({"a": _transition(1), "b": _transition(11)})
@@ -168,11 +204,14 @@ def test_off_policy_windows_in_progress_end_as_cut_episodes(tmp_path):
     restored.load_state_dict(load_checkpoint(tmp_path / "t.pt"))
     original.end_all_episodes()  # what a cut does to the original
     assert restored.buffer.count() == original.buffer.count() == 5
-    assert (restored.buffer.state_dict()["ring"]["columns"].keys()
-            == original.buffer.state_dict()["ring"]["columns"].keys())
+    assert (
+        restored.buffer.state_dict()["ring"]["columns"].keys()
+        == original.buffer.state_dict()["ring"]["columns"].keys()
+    )
     for key, column in original.buffer.state_dict()["ring"]["columns"].items():
-        np.testing.assert_array_equal(restored.buffer.state_dict()["ring"]["columns"][key],
-                                      column, err_msg=key)
+        np.testing.assert_array_equal(
+            restored.buffer.state_dict()["ring"]["columns"][key], column, err_msg=key
+        )
 
 
 def test_on_policy_rollout_in_progress_is_kept_and_cut(tmp_path):
@@ -182,8 +221,9 @@ def test_on_policy_rollout_in_progress_is_kept_and_cut(tmp_path):
     for t in range(3):
         original.observe_all({"a": _transition(t), "b": _transition(10 + t)})
     save_checkpoint(original.state_dict(), tmp_path / "t.pt")
-    restored = OnPolicyTrainer(policy, Learner(policy.learn_mode),
-                               {"n_steps": 8, "updates_per_request": 100})
+    restored = OnPolicyTrainer(
+        policy, Learner(policy.learn_mode), {"n_steps": 8, "updates_per_request": 100}
+    )
     restored.load_state_dict(load_checkpoint(tmp_path / "t.pt"))
     assert restored._count == 6
     for entity in ("a", "b"):
@@ -199,12 +239,19 @@ def test_on_policy_rollout_in_progress_is_kept_and_cut(tmp_path):
 def test_log_hook_resumed_keeps_rows_up_to_the_checkpoint(tmp_path):
     path = tmp_path / "learner.csv"
     path.write_text("train_iter,env_steps,loss\n1,10,0.5\n2,20,0.4\n3,30,0.3\n")
-    learner = Learner(PPOPolicy(None, gym.make("CartPole-v1").observation_space,
-                                gym.spaces.Discrete(2)).learn_mode)
+    learner = Learner(
+        PPOPolicy(
+            None, gym.make("CartPole-v1").observation_space, gym.spaces.Discrete(2)
+        ).learn_mode
+    )
     hook = LogHook(tmp_path, every=1, resumed_at=2)
     learner.train_iter, learner.env_steps, learner.last_info = 3, 35, {"loss": 0.25}
     hook(learner)
     hook.close()
     rows = list(csv.reader(open(path)))
-    assert rows == [["train_iter", "env_steps", "loss"], ["1", "10", "0.5"], ["2", "20", "0.4"],
-                    ["3", "35", "0.25"]]
+    assert rows == [
+        ["train_iter", "env_steps", "loss"],
+        ["1", "10", "0.5"],
+        ["2", "20", "0.4"],
+        ["3", "35", "0.25"],
+    ]

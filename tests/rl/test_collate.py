@@ -1,4 +1,5 @@
 """Collate a list of nested samples into tensors; batches of observations."""
+
 from __future__ import annotations
 
 from collections import namedtuple
@@ -7,8 +8,13 @@ import numpy as np
 import pytest
 import torch
 
-from mistk_rl.rl.data.collate import (batch_len, batch_rows, concat, default_collate,
-                                      stack_observations)
+from mistk_rl.rl.data.collate import (
+    batch_len,
+    batch_rows,
+    concat,
+    default_collate,
+    stack_observations,
+)
 
 Pair = namedtuple("Pair", "left right")
 
@@ -35,7 +41,7 @@ def test_collate_structure_and_dtypes():
     assert batch["obs"].shape == (3, 2, 3) and batch["obs"].dtype == torch.float32
     assert batch["frame"].dtype == torch.uint8  # images stay 8-bit
     assert batch["action"].dtype == torch.int64 and batch["action"].tolist() == [0, 1, 2]
-    assert batch["reward"].dtype == torch.float32 and batch["reward"].tolist() == [0, .5, 1]
+    assert batch["reward"].dtype == torch.float32 and batch["reward"].tolist() == [0, 0.5, 1]
     assert batch["done"].dtype == torch.bool and batch["done"].tolist() == [True, False, True]
     assert batch["flag"].dtype == torch.bool
     assert batch["logit"].dtype == torch.float32 and batch["logit"].shape == (3, 2)
@@ -58,8 +64,9 @@ def test_collate_errors():
 
 
 def test_batches_of_dict_observations_stack_index_and_join_per_key():
-    observations = [{"cue": np.full(2, i, np.float32), "planes": np.full((3, 3), i, np.uint8)}
-                    for i in range(4)]
+    observations = [
+        {"cue": np.full(2, i, np.float32), "planes": np.full((3, 3), i, np.uint8)} for i in range(4)
+    ]
     batch = stack_observations(observations)
     assert batch["planes"].dtype == torch.uint8 and batch["cue"].shape == (4, 2)
     assert batch_len(batch) == 4 and batch_len(batch["cue"]) == 4

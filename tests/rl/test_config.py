@@ -1,4 +1,5 @@
 """Config merging and files (mistk_rl.rl.config) and schedules (mistk_rl.rl.schedules)."""
+
 from __future__ import annotations
 
 import copy
@@ -10,8 +11,15 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from mistk_rl.rl.config import AgentConfigError, deep_merge, load_config_file, save_config
-from mistk_rl.rl.schedules import (ConstantSchedule, ExponentialSchedule, LinearSchedule,
-                                   constant, exponential, linear, make_schedule)
+from mistk_rl.rl.schedules import (
+    ConstantSchedule,
+    ExponentialSchedule,
+    LinearSchedule,
+    constant,
+    exponential,
+    linear,
+    make_schedule,
+)
 
 DEFAULTS = {
     "policy": {
@@ -26,6 +34,7 @@ DEFAULTS = {
 
 
 # ---- deep_merge -----------------------------------------------------------------------------
+
 
 def test_no_user_config_gives_a_copy_of_the_defaults():
     merged = deep_merge(DEFAULTS, None)
@@ -84,26 +93,32 @@ def test_empty_section_keeps_defaults():  # YAML `learn:` with nothing under it 
     assert deep_merge(DEFAULTS, {"policy": {"learn": None}}) == DEFAULTS
 
 
-@pytest.mark.parametrize("user, path, expected, got", [
-    ({"policy": {"cuda": "yes"}}, "policy.cuda", "bool", "str"),
-    ({"policy": {"cuda": 1}}, "policy.cuda", "bool", "int"),
-    ({"policy": {"learn": {"lr": "1e-3"}}}, "policy.learn.lr", "float", "str"),
-    ({"policy": {"learn": {"batch_size": "64"}}}, "policy.learn.batch_size", "int", "str"),
-    ({"policy": {"learn": {"batch_size": 64.5}}}, "policy.learn.batch_size", "int", "float"),
-    ({"policy": {"learn": {"batch_size": True}}}, "policy.learn.batch_size", "int", "bool"),
-])
+@pytest.mark.parametrize(
+    "user, path, expected, got",
+    [
+        ({"policy": {"cuda": "yes"}}, "policy.cuda", "bool", "str"),
+        ({"policy": {"cuda": 1}}, "policy.cuda", "bool", "int"),
+        ({"policy": {"learn": {"lr": "1e-3"}}}, "policy.learn.lr", "float", "str"),
+        ({"policy": {"learn": {"batch_size": "64"}}}, "policy.learn.batch_size", "int", "str"),
+        ({"policy": {"learn": {"batch_size": 64.5}}}, "policy.learn.batch_size", "int", "float"),
+        ({"policy": {"learn": {"batch_size": True}}}, "policy.learn.batch_size", "int", "bool"),
+    ],
+)
 def test_type_errors_name_path_expected_and_got(user, path, expected, got):
     with pytest.raises(AgentConfigError) as info:
         deep_merge(DEFAULTS, user)
     assert str(info.value).startswith(f"{path}: expected {expected}, got {got}")
 
 
-@pytest.mark.parametrize("user", [
-    {"policy": {"discount": 1}},  # an int stands in for a float
-    {"buffer": {"name": {"any": "thing"}}},  # a None default accepts anything
-    {"buffer": {"kind": None}},  # str defaults are not type-checked
-    {"policy": {"learn": {"lr": math.inf}}},
-])
+@pytest.mark.parametrize(
+    "user",
+    [
+        {"policy": {"discount": 1}},  # an int stands in for a float
+        {"buffer": {"name": {"any": "thing"}}},  # a None default accepts anything
+        {"buffer": {"kind": None}},  # str defaults are not type-checked
+        {"policy": {"learn": {"lr": math.inf}}},
+    ],
+)
 def test_accepted_types(user):
     deep_merge(DEFAULTS, user)
 
@@ -117,8 +132,11 @@ def test_inputs_are_not_mutated():
 
 
 json_leaf = st.one_of(st.none(), st.booleans(), st.integers(), st.text(max_size=5))
-trees = st.recursive(json_leaf, lambda children: st.dictionaries(st.text(max_size=4), children,
-                                                                 max_size=4), max_leaves=20)
+trees = st.recursive(
+    json_leaf,
+    lambda children: st.dictionaries(st.text(max_size=4), children, max_size=4),
+    max_leaves=20,
+)
 
 
 @given(trees.filter(lambda t: isinstance(t, dict)))
@@ -130,9 +148,19 @@ def test_merging_a_tree_over_itself_changes_nothing(tree):
 
 # ---- files ----------------------------------------------------------------------------------
 
+
 def test_save_load_round_trip_keeps_order_inf_and_tuples(tmp_path):
-    config = {"z_first": 1, "policy": {"lr": 1e-10, "stop": math.inf, "low": -math.inf,
-                                       "sizes": (64, 64), "name": None, "on": True}}
+    config = {
+        "z_first": 1,
+        "policy": {
+            "lr": 1e-10,
+            "stop": math.inf,
+            "low": -math.inf,
+            "sizes": (64, 64),
+            "name": None,
+            "on": True,
+        },
+    }
     path = tmp_path / "total_config.yaml"
     save_config(config, path)
     text = path.read_text()
@@ -153,8 +181,13 @@ def test_save_replaces_existing_file(tmp_path):
 def test_load_reads_exponent_floats_without_a_dot(tmp_path):
     path = tmp_path / "c.yml"
     path.write_text("lr: 1e-3\nbig: 2E5\nname: e5\nversion: 1.2.3\nn: 10\n")
-    assert load_config_file(path) == {"lr": 1e-3, "big": 2e5, "name": "e5",
-                                      "version": "1.2.3", "n": 10}
+    assert load_config_file(path) == {
+        "lr": 1e-3,
+        "big": 2e5,
+        "name": "e5",
+        "version": "1.2.3",
+        "n": 10,
+    }
 
 
 def test_load_json_and_empty_yaml(tmp_path):
@@ -164,11 +197,14 @@ def test_load_json_and_empty_yaml(tmp_path):
     assert load_config_file(tmp_path / "empty.yaml") == {}
 
 
-@pytest.mark.parametrize("name, text, match", [
-    ("list.yaml", "- 1\n- 2\n", "expected a mapping"),
-    ("bad.yaml", "a: [1\n", "not valid YAML"),
-    ("bad.json", "{", "not valid JSON"),
-])
+@pytest.mark.parametrize(
+    "name, text, match",
+    [
+        ("list.yaml", "- 1\n- 2\n", "expected a mapping"),
+        ("bad.yaml", "a: [1\n", "not valid YAML"),
+        ("bad.json", "{", "not valid JSON"),
+    ],
+)
 def test_load_errors(tmp_path, name, text, match):
     (tmp_path / name).write_text(text)
     with pytest.raises(AgentConfigError, match=match):
@@ -181,6 +217,7 @@ def test_load_missing_file(tmp_path):
 
 
 # ---- schedules ------------------------------------------------------------------------------
+
 
 def test_constant():
     assert constant(0.3)(0) == constant(0.3)(10**9) == 0.3
@@ -205,21 +242,26 @@ def test_exponential_matches_di_engine_formula():
 
 
 def test_make_schedule_from_config_dicts():
-    assert make_schedule({"type": "linear", "start": 1.0, "end": 0.05,
-                          "duration": 10000}) == LinearSchedule(1.0, 0.05, 10000)
-    assert make_schedule({"type": "exponential", "start": 0.95, "end": 0.1,
-                          "decay": 10000}) == ExponentialSchedule(0.95, 0.1, 10000)
+    assert make_schedule(
+        {"type": "linear", "start": 1.0, "end": 0.05, "duration": 10000}
+    ) == LinearSchedule(1.0, 0.05, 10000)
+    assert make_schedule(
+        {"type": "exponential", "start": 0.95, "end": 0.1, "decay": 10000}
+    ) == ExponentialSchedule(0.95, 0.1, 10000)
     assert make_schedule({"type": "constant", "value": 0.5}) == ConstantSchedule(0.5)
 
 
-@pytest.mark.parametrize("spec, match", [
-    ({"type": "cosine"}, "valid types: constant, linear, exponential"),
-    ({"start": 1.0}, "unknown schedule type None"),
-    ({"type": "linear", "start": 1.0, "end": 0.0}, "takes parameters start, end, duration"),
-    ({"type": "constant", "value": 1, "extra": 2}, "takes parameters value"),
-    ({"type": "linear", "start": 1.0, "end": 0.0, "duration": 0}, "duration must be > 0"),
-    ({"type": "exponential", "start": 1.0, "end": 0.0, "decay": -1}, "decay must be > 0"),
-])
+@pytest.mark.parametrize(
+    "spec, match",
+    [
+        ({"type": "cosine"}, "valid types: constant, linear, exponential"),
+        ({"start": 1.0}, "unknown schedule type None"),
+        ({"type": "linear", "start": 1.0, "end": 0.0}, "takes parameters start, end, duration"),
+        ({"type": "constant", "value": 1, "extra": 2}, "takes parameters value"),
+        ({"type": "linear", "start": 1.0, "end": 0.0, "duration": 0}, "duration must be > 0"),
+        ({"type": "exponential", "start": 1.0, "end": 0.0, "decay": -1}, "decay must be > 0"),
+    ],
+)
 def test_make_schedule_errors(spec, match):
     with pytest.raises(ValueError, match=match):
         make_schedule(spec)

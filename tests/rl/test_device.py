@@ -4,6 +4,7 @@ or moving a checkpoint between devices, changes nothing a seeded run does.
 No test runs anything on CUDA: "a GPU is present" is `torch.cuda.is_available` patched,
 and the moves to a device are checked on torch's meta device (shapes only, no data).
 """
+
 from __future__ import annotations
 
 from types import SimpleNamespace
@@ -20,8 +21,7 @@ from mistk_rl.rl.config import AgentConfigError
 from mistk_rl.rl.data.collate import to_device
 from mistk_rl.rl.data.samples import RolloutSamples
 from mistk_rl.rl.device import resolve_device
-from mistk_rl.rl.learner import (LearnMode, Learner, UpdatePlan, load_checkpoint,
-                                 save_checkpoint)
+from mistk_rl.rl.learner import Learner, LearnMode, UpdatePlan, load_checkpoint, save_checkpoint
 from mistk_rl.service.handlers import AgentService
 from tests.rl.test_checkpoints import DQN_HP, PPO_HP, Envs, _agent, _counters, _same_weights
 
@@ -39,6 +39,7 @@ def a_gpu(monkeypatch):
 
 
 # ---- resolution ------------------------------------------------------------------------------
+
 
 def test_auto_is_the_cpu_without_a_gpu_and_cpu_is_always_the_cpu(no_gpu):
     assert resolve_device("auto") == torch.device("cpu")
@@ -74,11 +75,17 @@ def test_initialize_refuses_cuda_without_a_gpu_as_a_bad_hyperparameter(tmp_path,
 
 # ---- where tensors cross ---------------------------------------------------------------------
 
+
 def _rollout(n: int = 6) -> RolloutSamples:
-    return RolloutSamples(obs={"a": torch.zeros(n, 3), "b": torch.ones(n, 2, dtype=torch.uint8)},
-                          action=torch.zeros(n, dtype=torch.int64), log_prob=torch.zeros(n),
-                          value=torch.zeros(n), advantage=torch.ones(n), returns=torch.ones(n),
-                          env_steps=42)
+    return RolloutSamples(
+        obs={"a": torch.zeros(n, 3), "b": torch.ones(n, 2, dtype=torch.uint8)},
+        action=torch.zeros(n, dtype=torch.int64),
+        log_prob=torch.zeros(n),
+        value=torch.zeros(n),
+        advantage=torch.ones(n),
+        returns=torch.ones(n),
+        env_steps=42,
+    )
 
 
 def test_to_device_moves_every_tensor_of_a_typed_batch_and_keeps_the_rest():
@@ -86,8 +93,10 @@ def test_to_device_moves_every_tensor_of_a_typed_batch_and_keeps_the_rest():
     assert type(moved) is RolloutSamples and moved.env_steps == 42 and moved.action_mask is None
     assert {key: t.device for key, t in moved.obs.items()} == {"a": META, "b": META}
     assert moved.obs["b"].dtype == torch.uint8
-    assert all(getattr(moved, f).device == META
-               for f in ("action", "log_prob", "value", "advantage", "returns"))
+    assert all(
+        getattr(moved, f).device == META
+        for f in ("action", "log_prob", "value", "advantage", "returns")
+    )
 
 
 def test_to_device_on_the_cpu_returns_the_same_tensors():
@@ -125,11 +134,18 @@ def test_the_actor_gives_each_policy_rows_on_its_device_and_returns_arrays():
     def policy(name, device):
         def forward(obs, mask, *step):
             seen[name] = (obs.device, mask.device)
-            return {"action": torch.zeros(len(obs), dtype=torch.int64),
-                    "log_prob": torch.zeros(len(obs))}
+            return {
+                "action": torch.zeros(len(obs), dtype=torch.int64),
+                "log_prob": torch.zeros(len(obs)),
+            }
+
         mode = SimpleNamespace(forward=forward)
-        return SimpleNamespace(device=device, collect_mode=mode, eval_mode=mode,
-                               transition_extras=lambda: {"log_prob": ()})
+        return SimpleNamespace(
+            device=device,
+            collect_mode=mode,
+            eval_mode=mode,
+            transition_extras=lambda: {"log_prob": ()},
+        )
 
     actor = Actor(policy("model", META), warmup=policy("warmup", torch.device("cpu")))
     obs, mask = np.zeros((3, 4), np.float32), np.ones((3, 2), bool)
@@ -141,6 +157,7 @@ def test_the_actor_gives_each_policy_rows_on_its_device_and_returns_arrays():
 
 
 # ---- agents ----------------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("cls, hparams", [(DQNAgent, DQN_HP), (PPOAgent, PPO_HP)])
 def test_an_agent_told_cpu_trains_exactly_as_the_default(tmp_path, no_gpu, cls, hparams):
@@ -156,15 +173,16 @@ def test_an_agent_told_cpu_trains_exactly_as_the_default(tmp_path, no_gpu, cls, 
 
 
 @pytest.mark.parametrize("cls, hparams", [(DQNAgent, DQN_HP), (PPOAgent, PPO_HP)])
-@pytest.mark.parametrize("saved_on, loaded_on", [("cpu", "auto"), ("auto", "cpu"),
-                                                 ("cuda", None)])
+@pytest.mark.parametrize("saved_on, loaded_on", [("cpu", "auto"), ("auto", "cpu"), ("cuda", None)])
 def test_a_checkpoint_loads_on_another_device_and_continues_as_the_original(
-        tmp_path, no_gpu, cls, hparams, saved_on, loaded_on):
+    tmp_path, no_gpu, cls, hparams, saved_on, loaded_on
+):
     """The loading service's device wins over the saver's, even when its initialize names
     none (None: the default, auto): a checkpoint from a GPU node (its config says cuda; here
     the config is rewritten so) loads where there is none."""
-    original = _agent(cls, {**hparams, "device": "cpu" if saved_on == "cuda" else saved_on},
-                      tmp_path / "a")
+    original = _agent(
+        cls, {**hparams, "device": "cpu" if saved_on == "cuda" else saved_on}, tmp_path / "a"
+    )
     Envs(0).play(original, 64)
     path = tmp_path / "a" / "ckpt.pt"
     original.do_save_model(path)
@@ -184,5 +202,6 @@ def test_a_checkpoint_loads_on_another_device_and_continues_as_the_original(
 def test_a_local_inference_copy_gets_cpu_float32_arrays(tmp_path):
     agent = _agent(PPOAgent, {**PPO_HP, "device": "cpu"}, tmp_path)
     weights = agent.do_policy_copy(weights=True).weights
-    assert weights and all(type(w) is np.ndarray and w.dtype == np.float32
-                           for w in weights.values())
+    assert weights and all(
+        type(w) is np.ndarray and w.dtype == np.float32 for w in weights.values()
+    )

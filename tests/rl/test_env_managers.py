@@ -1,4 +1,5 @@
 """Env managers: same trajectories, supervision of failing envs, no orphan processes."""
+
 from __future__ import annotations
 
 import os
@@ -6,8 +7,14 @@ import os
 import numpy as np
 import pytest
 
-from mistk_rl.rl.envs import (MANAGERS, AsyncSubprocessEnvManager, BaseEnvManager,
-                              EnvManagerError, SubprocessEnvManager, make_env_fns)
+from mistk_rl.rl.envs import (
+    MANAGERS,
+    AsyncSubprocessEnvManager,
+    BaseEnvManager,
+    EnvManagerError,
+    SubprocessEnvManager,
+    make_env_fns,
+)
 from tests.rl.faulty_env import Faulty, Slow
 
 CARTPOLE = make_env_fns("CartPole-v1", None, 1)[0]
@@ -32,8 +39,9 @@ def _trajectories(manager, steps: int = 120) -> dict[int, list]:
     groups them by arrival, which varies with load)."""
     out: dict[int, list] = {i: [] for i in range(manager.env_num)}
     while min(map(len, out.values())) < steps:
-        actions = {i: int((len(out[i]) + i) % 3 == 0) for i in manager.ready_obs
-                   if len(out[i]) < steps}
+        actions = {
+            i: int((len(out[i]) + i) % 3 == 0) for i in manager.ready_obs if len(out[i]) < steps
+        }
         for i, ts in manager.step(actions).items():
             out[i].append((np.round(ts.obs, 6).tolist(), ts.reward, ts.done))
     return out
@@ -78,8 +86,11 @@ def test_a_failing_env_is_restarted_and_reported_while_others_go_on(tmp_path, cl
         assert [i for i, _ in abnormal] == [1]
         assert manager.stats["restarts_per_env"] == [0, 1, 0]
         reason = abnormal[0][1]
-        expected = {"raise": "injected env failure", "exit": "died",
-                    "hang": "hung" if cls is SubprocessEnvManager else "step_timeout"}[mode]
+        expected = {
+            "raise": "injected env failure",
+            "exit": "died",
+            "hang": "hung" if cls is SubprocessEnvManager else "step_timeout",
+        }[mode]
         assert expected in reason
 
 

@@ -1,4 +1,5 @@
 """PPO for Box action spaces (Gaussian densities, clipping) and its model (encoders)."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -39,8 +40,9 @@ def test_gaussian_sample_draws_around_the_mean_and_evaluates_given_actions():
     assert torch.equal(again["action"], out["action"][:8])
     (again["log_prob"].sum() + again["entropy"].sum()).backward()
     assert model.head.log_std.grad is not None and torch.isfinite(model.head.log_std.grad).all()
-    assert torch.allclose(GaussianSample(model)(obs[:5], deterministic=True)["action"],
-                          out["mu"][:5], atol=1e-6)
+    assert torch.allclose(
+        GaussianSample(model)(obs[:5], deterministic=True)["action"], out["mu"][:5], atol=1e-6
+    )
     with pytest.raises(ValueError, match="discrete actions only"):
         GaussianSample(model)(obs[:2], mask=torch.ones(2, 2))
 
@@ -59,7 +61,8 @@ def test_env_gets_the_clipped_action_and_the_log_prob_is_the_samples():
     assert torch.allclose(out["log_prob"], normal.log_prob(sampled).sum(-1), atol=1e-5)
     # the learner re-evaluates the stored (sampled) action: ratio 1 before any update
     transition = policy.collect_mode.process_transition(
-        obs[0].numpy(), {k: v[0] for k, v in out.items()}, 0.0, obs[1].numpy(), False, False)
+        obs[0].numpy(), {k: v[0] for k, v in out.items()}, 0.0, obs[1].numpy(), False, False
+    )
     assert torch.equal(torch.as_tensor(transition["action"]), sampled[0])
     again = policy.collect_model(policy._encode(obs[:1]), action=sampled[:1])
     assert torch.allclose(again["log_prob"], out["log_prob"][:1], atol=1e-6)
@@ -72,9 +75,14 @@ def test_continuous_ppo_learns_on_a_rollout():
     policy = PPOPolicy({"learn": {"epochs": 2, "batch_size": 32}}, OBS, ACT, seed=0)
     obs = torch.as_tensor(np.stack([OBS.sample() for _ in range(64)]))
     out = policy.collect_mode.forward(obs, None, 0)
-    batch = RolloutSamples(obs=obs, action=out["action"], log_prob=out["log_prob"],
-                           value=out["value"], advantage=torch.randn(64),
-                           returns=torch.randn(64))
+    batch = RolloutSamples(
+        obs=obs,
+        action=out["action"],
+        log_prob=out["log_prob"],
+        value=out["value"],
+        advantage=torch.randn(64),
+        returns=torch.randn(64),
+    )
     before = policy.model.head.log_std.detach().clone()
     info = policy.learn_mode.forward(batch)
     assert np.isfinite(info["loss"]) and not torch.equal(policy.model.head.log_std, before)
@@ -87,17 +95,28 @@ def test_dqn_refuses_box_actions_and_ppo_accepts_them():
         PPOPolicy(None, OBS, ACT)
 
 
-@pytest.mark.parametrize("obs_space, encoder", [
-    (spaces.Box(0, 255, (10, 10, 3), np.uint8), "ImageEncoder"),
-    (spaces.Discrete(5), "FlatEncoder")])
+@pytest.mark.parametrize(
+    "obs_space, encoder",
+    [
+        (spaces.Box(0, 255, (10, 10, 3), np.uint8), "ImageEncoder"),
+        (spaces.Discrete(5), "FlatEncoder"),
+    ],
+)
 def test_ppo_encoders_follow_the_observation_space(obs_space, encoder):
     policy = PPOPolicy({"learn": {"epochs": 1, "batch_size": 4}}, obs_space, ACT, seed=0)
     assert type(policy.model.actor_encoder).__name__ == encoder
     obs = torch.as_tensor(np.stack([obs_space.sample() for _ in range(8)]))
     out = policy.collect_mode.forward(obs, None, 0)
-    info = policy.learn_mode.forward(RolloutSamples(
-        obs=obs, action=out["action"], log_prob=out["log_prob"], value=out["value"],
-        advantage=torch.randn(8), returns=torch.randn(8)))
+    info = policy.learn_mode.forward(
+        RolloutSamples(
+            obs=obs,
+            action=out["action"],
+            log_prob=out["log_prob"],
+            value=out["value"],
+            advantage=torch.randn(8),
+            returns=torch.randn(8),
+        )
+    )
     assert np.isfinite(info["loss"])
 
 
@@ -108,7 +127,6 @@ def test_ppo_loads_weights_saved_with_the_flat_mlp_encoder():
         for kind in ("weight", "bias"):
             old[f"{encoder}._first_layer.{kind}"] = old[f"{encoder}.mlp.net.0.{kind}"]
     policy = PPOPolicy(None, OBS, ACT, seed=0)
-    policy.learn_mode.load_state_dict({"model": old,
-                                       "optimizer": policy.optimizer.state_dict()})
+    policy.learn_mode.load_state_dict({"model": old, "optimizer": policy.optimizer.state_dict()})
     obs = torch.randn(4, 3)
     assert torch.allclose(policy.model(obs)["mu"], old_policy.model(obs)["mu"])

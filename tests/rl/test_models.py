@@ -1,4 +1,5 @@
 """Models (mistk_rl.rl.models) and model wrappers (mistk_rl.rl.wrappers)."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -9,8 +10,13 @@ from torch import nn
 
 from mistk_rl.rl.encoders import MLP
 from mistk_rl.rl.models import ActorCritic, QHead, QNetwork, without_aliases
-from mistk_rl.rl.wrappers import (ArgmaxSample, EpsGreedySample, MultinomialSample,
-                                  TargetNetwork, apply_mask)
+from mistk_rl.rl.wrappers import (
+    ArgmaxSample,
+    EpsGreedySample,
+    MultinomialSample,
+    TargetNetwork,
+    apply_mask,
+)
 
 
 @pytest.fixture(autouse=True)
@@ -38,6 +44,7 @@ def random_mask(batch: int, action_n: int, seed: int = 0) -> torch.Tensor:
 
 
 # ---- models ---------------------------------------------------------------------------------
+
 
 def test_mlp_widths_and_activation_names():
     assert MLP(4, [8, 6]).output_dim == 6
@@ -71,6 +78,7 @@ BOX4 = spaces.Box(-1.0, 1.0, shape=(4,), dtype=np.float32)
 def _qnet() -> QNetwork:
     return QNetwork(BOX4, 3)
 
+
 @pytest.mark.parametrize("dueling", [False, True])
 def test_q_network_shapes(dueling):
     net = QNetwork(BOX4, action_n=3, hidden_sizes=(32, 16), dueling=dueling)
@@ -84,8 +92,9 @@ def test_dueling_head_subtracts_mean_advantage():
     features = torch.randn(6, 5)
     q = head(features)
     value, advantage = head.streams(features)
-    assert torch.allclose(q - q.mean(-1, keepdim=True),
-                          advantage - advantage.mean(-1, keepdim=True), atol=1e-6)
+    assert torch.allclose(
+        q - q.mean(-1, keepdim=True), advantage - advantage.mean(-1, keepdim=True), atol=1e-6
+    )
     assert torch.allclose(q.mean(-1, keepdim=True), value, atol=1e-6)
     with torch.no_grad():
         head.out.net[-1].bias += 10.0  # shift every advantage by a constant
@@ -152,17 +161,19 @@ def test_argmax_respects_mask_and_passes_outputs_through():
     assert argmax(OBS, MASK.int().numpy())["action"].tolist() == [2, 1]  # 0/1 numpy works
 
 
-@pytest.mark.parametrize("mask, match", [
-    (torch.tensor([[True, False, True], [False, False, False]]), "allows no action"),
-    (torch.ones(2, 2, dtype=torch.bool), "does not match"),
-])
+@pytest.mark.parametrize(
+    "mask, match",
+    [
+        (torch.tensor([[True, False, True], [False, False, False]]), "allows no action"),
+        (torch.ones(2, 2, dtype=torch.bool), "does not match"),
+    ],
+)
 def test_bad_masks_are_rejected(mask, match):
     with pytest.raises(ValueError, match=match):
         apply_mask(OBS, mask)
 
 
-@pytest.mark.parametrize("rng", [np.random.default_rng(0), torch.Generator().manual_seed(0),
-                                 None])
+@pytest.mark.parametrize("rng", [np.random.default_rng(0), torch.Generator().manual_seed(0), None])
 def test_eps_greedy_with_eps_one_covers_exactly_the_allowed_actions(rng):
     batch, action_n = 400, 5
     mask = random_mask(1, action_n).expand(batch, action_n)
@@ -237,14 +248,16 @@ def test_multinomial_evaluates_given_actions_with_gradients():
     out = MultinomialSample(model)(obs, mask, action=action)
     assert torch.equal(out["action"], action)
     logits = model(obs)["logit"].masked_fill(~mask, float("-inf"))
-    assert torch.allclose(out["log_prob"], torch.log_softmax(logits, -1).gather(
-        1, action[:, None]).squeeze(1))
+    assert torch.allclose(
+        out["log_prob"], torch.log_softmax(logits, -1).gather(1, action[:, None]).squeeze(1)
+    )
     (out["log_prob"].sum() + out["entropy"].sum()).backward()
     grads = [p.grad for p in model.parameters() if p.grad is not None]
     assert grads and all(torch.isfinite(g).all() for g in grads)
 
 
 # ---- wrappers: sharing and the target network ----------------------------------------------
+
 
 def test_wrappers_share_the_model_instead_of_copying():
     model = _qnet()
@@ -315,11 +328,14 @@ def test_target_state_round_trip_keeps_weights_and_step_counter():
     assert restored.steps == 14 and weights_equal(restored.target, target.target)
 
 
-@pytest.mark.parametrize("kwargs, match", [
-    ({"update": "polyak"}, "'hard' or 'soft'"),
-    ({"every": 0}, "every must be >= 1"),
-    ({"tau": 0.0}, r"tau must be in \(0, 1\]"),
-])
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        ({"update": "polyak"}, "'hard' or 'soft'"),
+        ({"every": 0}, "every must be >= 1"),
+        ({"tau": 0.0}, r"tau must be in \(0, 1\]"),
+    ],
+)
 def test_target_rejects_bad_settings(kwargs, match):
     with pytest.raises(ValueError, match=match):
         TargetNetwork(_qnet(), **kwargs)

@@ -1,6 +1,7 @@
 """Pacing (issue 23, item 3): the updates a trainer owes are paid a bounded amount per
 request, or on a learner thread beside the requests; no timing assertions (a fake clock
 drives the time guard)."""
+
 from __future__ import annotations
 
 import threading
@@ -25,15 +26,24 @@ ACT = spaces.Discrete(2)
 
 
 def _transition(i: int) -> dict:
-    return {"obs": np.full(4, i % 7 / 7, np.float32), "action": torch.tensor(i % 2),
-            "reward": 1.0, "next_obs": np.full(4, (i + 1) % 7 / 7, np.float32),
-            "terminated": i % 9 == 8, "truncated": False}
+    return {
+        "obs": np.full(4, i % 7 / 7, np.float32),
+        "action": torch.tensor(i % 2),
+        "reward": 1.0,
+        "next_obs": np.full(4, (i + 1) % 7 / 7, np.float32),
+        "terminated": i % 9 == 8,
+        "truncated": False,
+    }
 
 
 def _dqn(train: dict, seed: int = 0) -> OffPolicyTrainer:
     policy = DQNPolicy({"learn": {"batch_size": 4}}, OBS, ACT, seed=seed)
-    return OffPolicyTrainer(policy, Learner(policy.learn_mode),
-                            NaiveReplayBuffer({"replay_buffer_size": 100}, seed=seed), train)
+    return OffPolicyTrainer(
+        policy,
+        Learner(policy.learn_mode),
+        NaiveReplayBuffer({"replay_buffer_size": 100}, seed=seed),
+        train,
+    )
 
 
 def _step(trainer, i: int) -> int:
@@ -44,8 +54,9 @@ def _step(trainer, i: int) -> int:
 
 
 def test_debt_is_paid_over_requests_at_most_updates_per_request_each():
-    trainer = _dqn({"learning_starts": 10, "train_freq": 10, "gradient_steps": 25,
-                    "updates_per_request": 8})
+    trainer = _dqn(
+        {"learning_starts": 10, "train_freq": 10, "gradient_steps": 25, "updates_per_request": 8}
+    )
     paid = [_step(trainer, i) for i in range(30)]
     # 25 owed at env steps 10, 20 and 30, paid 8, 8, 8, 1 in the requests from there on
     assert paid[9:13] == [8, 8, 8, 1] and paid[19:23] == [8, 8, 8, 1] and paid[29] == 8
@@ -56,8 +67,9 @@ def test_debt_is_paid_over_requests_at_most_updates_per_request_each():
 def test_requests_that_bring_many_env_steps_pay_what_they_bring():
     """A request of many env copies owes more than updates_per_request: the bound follows
     the owed rate (twice its mean per request), so the debt stays bounded."""
-    trainer = _dqn({"learning_starts": 10, "train_freq": 10, "gradient_steps": 10,
-                    "updates_per_request": 2})
+    trainer = _dqn(
+        {"learning_starts": 10, "train_freq": 10, "gradient_steps": 10, "updates_per_request": 2}
+    )
     owed = []
     for request in range(40):  # 8 env steps per request: 8 owed per request on average
         for i in range(8):
@@ -72,15 +84,23 @@ def test_requests_that_bring_many_env_steps_pay_what_they_bring():
 def test_updates_paid_at_once_when_the_bound_allows_are_the_same_updates():
     """Paying a burst over several requests runs the same steps on the same samples as
     paying it at once when no transition arrives in between; the weights match."""
+
     def weights(limit: int) -> list[torch.Tensor]:
-        trainer = _dqn({"learning_starts": 10, "train_freq": 10, "gradient_steps": 12,
-                        "updates_per_request": limit})
+        trainer = _dqn(
+            {
+                "learning_starts": 10,
+                "train_freq": 10,
+                "gradient_steps": 12,
+                "updates_per_request": limit,
+            }
+        )
         for i in range(10):
             _step(trainer, i)
         while trainer.owed():
             trainer.maybe_train()  # requests that bring nothing new
         assert trainer.learner.train_iter == 12
         return [p.detach().clone() for p in trainer.policy.model.parameters()]
+
     for a, b in zip(weights(100), weights(5)):
         assert torch.equal(a, b)
 
@@ -91,8 +111,9 @@ def test_dqn_pays_its_default_burst_in_the_request_it_falls_due():
     network half way through an update."""
     train = OffPolicyTrainer.default_config()
     assert train["updates_per_request"] >= train["gradient_steps"]
-    trainer = _dqn({**train, "learning_starts": 10, "train_freq": 10,
-                    "max_update_seconds_per_request": None})  # (no clock in this test)
+    trainer = _dqn(
+        {**train, "learning_starts": 10, "train_freq": 10, "max_update_seconds_per_request": None}
+    )  # (no clock in this test)
     paid = [_step(trainer, i) for i in range(25)]
     assert paid[9] == paid[19] == train["gradient_steps"]  # at env steps 10 and 20
     assert sum(paid) == 2 * train["gradient_steps"] and trainer.owed() == 0
@@ -110,14 +131,22 @@ class FakeClock:
 
 
 def test_time_budget_stops_paying_early_and_is_reported():
-    trainer = _dqn({"learning_starts": 10, "train_freq": 10, "gradient_steps": 20,
-                    "updates_per_request": 16, "max_update_seconds_per_request": 1.0})
+    trainer = _dqn(
+        {
+            "learning_starts": 10,
+            "train_freq": 10,
+            "gradient_steps": 20,
+            "updates_per_request": 16,
+            "max_update_seconds_per_request": 1.0,
+        }
+    )
     clock = FakeClock(per_step=0.4)
     trainer.pacer.clock = clock
 
     class Tick(Hook):  # every step "takes" 0.4 s
         def __call__(self, learner):
             clock.now += clock.per_step
+
     trainer.learner.register_hook(Tick("after_iter"))
     paid = [_step(trainer, i) for i in range(10)]
     # 0.4 and 0.8 s: a third step; 1.2 s: the guard stops before the fourth
@@ -129,23 +158,26 @@ def test_time_budget_stops_paying_early_and_is_reported():
 
 def test_a_buffer_short_of_a_batch_drops_what_is_due():
     policy = DQNPolicy({"learn": {"batch_size": 50}}, OBS, ACT, seed=0)
-    trainer = OffPolicyTrainer(policy, Learner(policy.learn_mode),
-                               NaiveReplayBuffer({"replay_buffer_size": 100}, seed=0),
-                               {"learning_starts": 1, "train_freq": 1, "gradient_steps": 2})
+    trainer = OffPolicyTrainer(
+        policy,
+        Learner(policy.learn_mode),
+        NaiveReplayBuffer({"replay_buffer_size": 100}, seed=0),
+        {"learning_starts": 1, "train_freq": 1, "gradient_steps": 2},
+    )
     trainer.buffer.sample_batch = lambda size, learner_iter=0: None
     assert _step(trainer, 0) == 0 and trainer.owed() == 0
 
 
-def _ppo_rollout(policy: PPOPolicy, trainer: OnPolicyTrainer, n: int, start: int = 0,
-                 requests: bool = True) -> None:
+def _ppo_rollout(
+    policy: PPOPolicy, trainer: OnPolicyTrainer, n: int, start: int = 0, requests: bool = True
+) -> None:
     """`n` env steps, each its own request (`requests`: paying what it may, as an agent's
     step requests do) or all in one (the caller pays)."""
     for i in range(start, start + n):
         obs = np.full(4, i % 5 / 5, np.float32)
         out = policy.collect_mode.forward(torch.as_tensor(obs)[None], None, i)
         item = {k: v[0] for k, v in out.items() if isinstance(v, torch.Tensor) and v.dim()}
-        t = policy.collect_mode.process_transition(obs, item, float(i % 3), obs, i % 7 == 6,
-                                                   False)
+        t = policy.collect_mode.process_transition(obs, item, float(i % 3), obs, i % 7 == 6, False)
         trainer.learner.env_steps += 1
         trainer.observe_all({"e": t})
         if requests:
@@ -198,13 +230,19 @@ def test_ppo_acts_between_minibatch_steps_and_queues_the_next_update():
 
 def test_debt_and_plans_round_trip_through_state_dict(tmp_path):
     """A checkpoint taken with steps owed resumes paying exactly what the original pays."""
+
     def run(restore_after: int | None) -> list[torch.Tensor]:
         policy, trainer = _ppo({"updates_per_request": 2})
         _ppo_rollout(policy, trainer, 8)  # the last request pays 2 of the 6 steps
         if restore_after is not None:
-            save_checkpoint({"trainer": trainer.state_dict(),
-                             "learner": trainer.learner.state_dict(),
-                             "rng": policy.rng_state()}, tmp_path / "c.pt")
+            save_checkpoint(
+                {
+                    "trainer": trainer.state_dict(),
+                    "learner": trainer.learner.state_dict(),
+                    "rng": policy.rng_state(),
+                },
+                tmp_path / "c.pt",
+            )
             state = load_checkpoint(tmp_path / "c.pt")
             policy, trainer = _ppo({"updates_per_request": 2})
             trainer.learner.load_state_dict(state["learner"])
@@ -215,22 +253,27 @@ def test_debt_and_plans_round_trip_through_state_dict(tmp_path):
             trainer.maybe_train()
         assert trainer.learner.train_iter == 1
         return [p.detach().clone() for p in policy.model.parameters()]
+
     for a, b in zip(run(None), run(1)):
         assert torch.equal(a, b)
-    dqn = _dqn({"learning_starts": 10, "train_freq": 10, "gradient_steps": 25,
-                "updates_per_request": 8})
+    dqn = _dqn(
+        {"learning_starts": 10, "train_freq": 10, "gradient_steps": 25, "updates_per_request": 8}
+    )
     for i in range(10):
         _step(dqn, i)
-    resumed = _dqn({"learning_starts": 10, "train_freq": 10, "gradient_steps": 25,
-                    "updates_per_request": 8})
+    resumed = _dqn(
+        {"learning_starts": 10, "train_freq": 10, "gradient_steps": 25, "updates_per_request": 8}
+    )
     resumed.load_state_dict(dqn.state_dict())
     assert resumed.owed() == dqn.owed() == 17
 
 
 def test_pacing_config_is_checked():
-    for bad, match in (({"learn_in": "thread"}, "learn_in"),
-                       ({"updates_per_request": 0}, "updates_per_request"),
-                       ({"max_update_seconds_per_request": -1}, "max_update_seconds")):
+    for bad, match in (
+        ({"learn_in": "thread"}, "learn_in"),
+        ({"updates_per_request": 0}, "updates_per_request"),
+        ({"max_update_seconds_per_request": -1}, "max_update_seconds"),
+    ):
         for trainer_cls in (OffPolicyTrainer, OnPolicyTrainer):
             with pytest.raises(AgentConfigError, match=match):
                 trainer_cls.agent_config({"train": bad})
@@ -239,8 +282,9 @@ def test_pacing_config_is_checked():
 
 def test_background_learning_runs_beside_requests_and_stops_cleanly():
     before = set(threading.enumerate())
-    trainer = _dqn({"learning_starts": 10, "train_freq": 10, "gradient_steps": 30,
-                    "learn_in": "background"})
+    trainer = _dqn(
+        {"learning_starts": 10, "train_freq": 10, "gradient_steps": 30, "learn_in": "background"}
+    )
     acting = trainer.pacer.acting
     assert isinstance(trainer.pacer, BackgroundPacer) and trainer.policy is not acting
     start = [p.detach().clone() for p in acting.model.parameters()]
@@ -250,6 +294,7 @@ def test_background_learning_runs_beside_requests_and_stops_cleanly():
         def __call__(self, learner):
             if learner.train_iter == 30:
                 done.set()
+
     trainer.learner.register_hook(Done("after_iter"))
     for i in range(10):
         _step(trainer, i)  # the 10th hands 30 steps to the thread
@@ -267,13 +312,15 @@ def test_background_learning_runs_beside_requests_and_stops_cleanly():
 
 
 def test_background_step_that_fails_fails_the_next_request():
-    trainer = _dqn({"learning_starts": 2, "train_freq": 2, "gradient_steps": 1,
-                    "learn_in": "background"})
+    trainer = _dqn(
+        {"learning_starts": 2, "train_freq": 2, "gradient_steps": 1, "learn_in": "background"}
+    )
     failed = threading.Event()
 
     def broken(batch):
         failed.set()
         raise ValueError("boom")
+
     trainer.learner.learn_mode = trainer.learner.learn_mode._replace(forward=broken)
     # requests go on until one raises: the first after the thread recorded its error (it
     # may be recorded between any two requests once the thread has debt)
@@ -292,8 +339,14 @@ def test_request_pacer_needs_no_thread():
 
 
 # ---- through the agent (in-process, real CartPole copies: tests/rl/test_checkpoints.py) ----
-from tests.rl.test_checkpoints import (DQN_HP, PPO_HP, Envs, _agent,  # noqa: E402
-                                       _counters, _same_weights)
+from tests.rl.test_checkpoints import (  # noqa: E402 - this part of the file needs them
+    DQN_HP,
+    PPO_HP,
+    Envs,
+    _agent,
+    _counters,
+    _same_weights,
+)
 
 
 def test_ppo_agent_resumed_mid_update_pays_the_rest_as_the_original(tmp_path):

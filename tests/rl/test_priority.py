@@ -1,4 +1,5 @@
 """PrioritySampler against brute force: draws, importance weights, priorities, state."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -32,8 +33,9 @@ def filled(capacity: int, alpha: float, seed: int) -> tuple[PrioritySampler, np.
     return sampler, leaves
 
 
-@pytest.mark.parametrize("capacity, alpha, seed", [(1, 0.6, 0), (7, 0.6, 1), (64, 1.0, 2),
-                                                    (100, 0.4, 3), (33, 0.0, 4)])
+@pytest.mark.parametrize(
+    "capacity, alpha, seed", [(1, 0.6, 0), (7, 0.6, 1), (64, 1.0, 2), (100, 0.4, 3), (33, 0.0, 4)]
+)
 def test_draws_and_weights_match_brute_force(capacity, alpha, seed):
     sampler, leaves = filled(capacity, alpha, seed)
     if capacity == 1:  # (capacity // 3 removed nothing)
@@ -71,7 +73,8 @@ def test_new_indices_get_the_largest_priority_so_far():
     sampler.add(np.array([2]))
     assert sampler.max_priority == sampler.priority[2] == pytest.approx(5.0 + EPS)
     assert sampler.weights(np.array([2]), 1.0)[0] == pytest.approx(
-        ((2.0 + EPS) / (5.0 + EPS)) ** 0.6)  # the weight relative to the least likely
+        ((2.0 + EPS) / (5.0 + EPS)) ** 0.6
+    )  # the weight relative to the least likely
 
 
 def test_a_repeated_index_keeps_its_last_priority_and_bad_priorities_are_refused():

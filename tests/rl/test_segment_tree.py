@@ -1,4 +1,5 @@
 """Segment trees against brute force on the leaves."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -18,10 +19,15 @@ def trees_with_updates(draw):
     Integer values keep every sum exact, so the tree can be compared with == to numpy.
     """
     capacity = draw(st.integers(1, 40))
-    updates = draw(st.lists(
-        st.lists(st.tuples(st.integers(0, capacity - 1), st.integers(0, 9)), min_size=1,
-                 max_size=12),
-        min_size=1, max_size=5))
+    updates = draw(
+        st.lists(
+            st.lists(
+                st.tuples(st.integers(0, capacity - 1), st.integers(0, 9)), min_size=1, max_size=12
+            ),
+            min_size=1,
+            max_size=5,
+        )
+    )
     return capacity, updates
 
 
@@ -69,8 +75,10 @@ def test_prefixsum_search_matches_searchsorted(case, data):
     if total == 0:
         return
     # Half-integers and the integers themselves (the slice boundaries), all exact in float.
-    queries = np.array(data.draw(st.lists(st.integers(0, int(2 * total) - 1), min_size=1,
-                                          max_size=20))) / 2.0
+    queries = (
+        np.array(data.draw(st.lists(st.integers(0, int(2 * total) - 1), min_size=1, max_size=20)))
+        / 2.0
+    )
     expected = np.searchsorted(np.cumsum(leaves), queries, side="right")
     np.testing.assert_array_equal(tree.find_prefixsum_idx(queries), expected)
     assert np.all(leaves[tree.find_prefixsum_idx(queries)] > 0)
@@ -98,5 +106,4 @@ def test_scalar_access_and_capacity_rounding():
 
 
 def test_last_occurrence():
-    np.testing.assert_array_equal(np.sort(last_occurrence(np.array([3, 1, 3, 2, 1]))),
-                                  [2, 3, 4])
+    np.testing.assert_array_equal(np.sort(last_occurrence(np.array([3, 1, 3, 2, 1]))), [2, 3, 4])

@@ -1,5 +1,6 @@
 """A 7-cell chain with clone/restore and a table value-policy function: small enough to
 compute the Thinker tree's statistics by hand."""
+
 from __future__ import annotations
 
 from typing import Optional

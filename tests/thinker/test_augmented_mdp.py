@@ -1,5 +1,6 @@
 """The Thinker-augmented MDP's stage rules and tree statistics, against hand-computed values
 on a 7-cell chain with a table value function (tests/thinker/chain.py)."""
+
 from __future__ import annotations
 
 import itertools
@@ -97,8 +98,9 @@ def test_statistics_by_hand_on_the_chain():
     s2, _, _, i2 = env.step([1], [0])  # into cell 5: r 0, v .6
     g2 = REWARDS[4] + g * REWARDS[5] + g * g * VALUES[5]  # .65 < .7
     q_cell4_own, q_cell4_child = REWARDS[4] + g * VALUES[4], g2
-    np.testing.assert_allclose(fields(s2, "root_qs_mean"), [0, (q_cell4_own + q_cell4_child) / 2],
-                               rtol=1e-6)
+    np.testing.assert_allclose(
+        fields(s2, "root_qs_mean"), [0, (q_cell4_own + q_cell4_child) / 2], rtol=1e-6
+    )
     np.testing.assert_allclose(fields(s2, "root_qs_max"), [0, q1], rtol=1e-6)
     np.testing.assert_allclose(fields(s2, "root_ns"), [0, 2 / 4])
     assert fields(s2, "root_trail_q")[0] == pytest.approx(g2)
@@ -127,10 +129,12 @@ def test_statistics_by_hand_on_the_chain():
     np.testing.assert_allclose(fields(s4, "root_action"), [0, 1])
 
 
-def _reference_stats(path_visits: list[tuple[int, ...]], gamma: float, rec_t: int,
-                     root_cell: int) -> dict:
+def _reference_stats(
+    path_visits: list[tuple[int, ...]], gamma: float, rec_t: int, root_cell: int
+) -> dict:
     """The root's statistics from first principles: G of every distinct visited node, from
     the chain's own reward and value tables, with no tree code."""
+
     def walk(path):
         cell, g, disc, done = root_cell, 0.0, 1.0, False
         for a in path:
@@ -172,10 +176,12 @@ def test_root_statistics_agree_with_a_reference_over_random_stages(seed):
             ref = _reference_stats(visits, GAMMA, rec_t, root_cell)
             assert fields(state, "root_max_v")[0] == pytest.approx(ref["gmax"], abs=1e-6)
             for b in (0, 1):
-                assert fields(state, "root_qs_mean")[b] == pytest.approx(ref[f"qs_mean_{b}"],
-                                                                        abs=1e-6)
-                assert fields(state, "root_qs_max")[b] == pytest.approx(ref[f"qs_max_{b}"],
-                                                                       abs=1e-6)
+                assert fields(state, "root_qs_mean")[b] == pytest.approx(
+                    ref[f"qs_mean_{b}"], abs=1e-6
+                )
+                assert fields(state, "root_qs_max")[b] == pytest.approx(
+                    ref[f"qs_max_{b}"], abs=1e-6
+                )
                 assert fields(state, "root_ns")[b] == pytest.approx(ref[f"ns_{b}"])
             if reset or len(path) >= depth_cap:
                 path = ()
@@ -230,7 +236,7 @@ def test_imagined_rewards_replay_on_a_copy_of_the_env():
     paths: list[list[int]] = [[], []]
     root_states = [r.state for r in env.roots]
     for _ in range(70):
-        actions, resets = rng.integers(2, size=2), rng.integers(2, size=2) * (rng.random() < .2)
+        actions, resets = rng.integers(2, size=2), rng.integers(2, size=2) * (rng.random() < 0.2)
         state, _, _, info = env.step(actions, resets)
         if info["step_status"][0] == 0:
             paths = [[], []]
@@ -318,8 +324,12 @@ def test_the_raw_wrapper_is_the_env():
     assert set(state) == {"real_states"}
     _, reward, _, info = env.step([1], [1])
     assert info["step_status"][0] == 0 and reward[0] == REWARDS[4]
-    assert info["model_status"] == {"processed_n": 0, "warm_up_n": 0, "running": False,
-                                    "finish": True}
+    assert info["model_status"] == {
+        "processed_n": 0,
+        "warm_up_n": 0,
+        "running": False,
+        "finish": True,
+    }
 
 
 def test_stat_mask_type_hides_the_search():
@@ -365,8 +375,15 @@ def test_lock_step_envs_are_independent():
 def test_cartpole_with_the_perfect_model():
     """1-D observations (an extension of v1.1, which takes images only) and an env made
     cloneable by the project's wrapper: imagination never moves the real pole."""
-    env = make("CartPole-v1", env_n=2, wrapper_type=2, rec_t=5, max_depth=3, seed=0,
-               vp_fn=lambda obs: (np.zeros(len(obs)), np.zeros((len(obs), 2))))
+    env = make(
+        "CartPole-v1",
+        env_n=2,
+        wrapper_type=2,
+        rec_t=5,
+        max_depth=3,
+        seed=0,
+        vp_fn=lambda obs: (np.zeros(len(obs)), np.zeros((len(obs), 2))),
+    )
     state = env.reset()
     assert state["real_states"].shape == (2, 4)
     frames = state["real_states"].copy()

@@ -1,4 +1,5 @@
 """Clone/restore for envs without it: CartPole exact, the rest refused with a clear error."""
+
 from __future__ import annotations
 
 import gymnasium as gym
@@ -32,7 +33,7 @@ def test_cartpole_random_replays_match():
         env.reset()
         run(env, rng.integers(2, size=rng.integers(0, 8)))
         snapshot = env.clone_state()
-        actions = rng.integers(2, size=40)    # usually past termination, which CartPole allows
+        actions = rng.integers(2, size=40)  # usually past termination, which CartPole allows
         first = run(env, actions)
         env.restore_state(snapshot)
         assert run(env, actions) == first
@@ -46,7 +47,7 @@ def test_cartpole_termination_counter_is_restored():
         snapshots.append(env.clone_state())
         _, _, terminated, _, _ = env.step(1)
     env.restore_state(snapshots[-1])
-    first = run(env, [1] * 3)                 # the fall (reward 1), then reward 0 past it
+    first = run(env, [1] * 3)  # the fall (reward 1), then reward 0 past it
     assert [(r, te) for _, r, te, _ in first] == [(1.0, True), (0.0, True), (0.0, True)]
     env.restore_state(snapshots[-1])
     assert run(env, [1] * 3) == first

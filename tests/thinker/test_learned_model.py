@@ -1,6 +1,7 @@
 """The learned model (wrapper_type 0): value targets, the prioritized replay, training inside
 `step` at the replay ratio, checkpoints resumed by experiment id, and a model that learns the
 chain's rewards and frames."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -8,14 +9,25 @@ import pytest
 import torch
 
 from mistk_rl.thinker import load_config, make
-from mistk_rl.thinker.tree import decode_tree_reps
 from mistk_rl.thinker.model import ThinkerModel
 from mistk_rl.thinker.model_learner import CHECKPOINT, ModelReplay, alive_mask, value_targets
+from mistk_rl.thinker.tree import decode_tree_reps
 from tests.thinker.chain import CELLS, Chain
 
-SMALL = dict(wrapper_type=0, rec_t=4, max_depth=3, discounting=0.5, model_unroll_len=2,
-             model_batch_size=8, model_buffer_n=400, model_warm_up_n=40,
-             model_min_replay_ratio=2.0, model_max_replay_ratio=3.0, model_lr=3e-3, seed=0)
+SMALL = dict(
+    wrapper_type=0,
+    rec_t=4,
+    max_depth=3,
+    discounting=0.5,
+    model_unroll_len=2,
+    model_batch_size=8,
+    model_buffer_n=400,
+    model_warm_up_n=40,
+    model_min_replay_ratio=2.0,
+    model_max_replay_ratio=3.0,
+    model_lr=3e-3,
+    seed=0,
+)
 
 
 def learned(env_n: int = 2, **cfg):
@@ -27,8 +39,9 @@ def play(env, real_steps: int, seed: int = 0) -> dict:
     rng = np.random.default_rng(seed)
     done = 0
     while done < real_steps:
-        state, reward, _, info = env.step(rng.integers(2, size=env.env_n),
-                                          rng.integers(2, size=env.env_n))
+        state, reward, _, info = env.step(
+            rng.integers(2, size=env.env_n), rng.integers(2, size=env.env_n)
+        )
         assert all(np.isfinite(v).all() for v in state.values())
         assert np.isfinite(reward).all() and np.isfinite(info["baseline"]).all()
         done += int(info["step_status"][0] == 0)
@@ -65,9 +78,16 @@ def test_value_targets_stop_at_a_termination_and_bootstrap_at_a_truncation():
 def _filled(t: int, length: int = 6, window: int = 3) -> ModelReplay:
     replay = ModelReplay(2, length, window, (1,), np.dtype(np.float32), 2, False, alpha=0.6)
     for i in range(t):
-        replay.add(frames=np.full((2, 1), i, np.float32), prev_actions=np.zeros(2),
-                   actions=np.zeros(2), rewards=np.full(2, i), dones=np.zeros(2, bool),
-                   truncated=np.zeros(2, bool), baselines=np.zeros(2), probs=None)
+        replay.add(
+            frames=np.full((2, 1), i, np.float32),
+            prev_actions=np.zeros(2),
+            actions=np.zeros(2),
+            rewards=np.full(2, i),
+            dones=np.zeros(2, bool),
+            truncated=np.zeros(2, bool),
+            baselines=np.zeros(2),
+            probs=None,
+        )
     return replay
 
 
@@ -88,7 +108,7 @@ def test_replay_priorities_steer_sampling_and_survive_a_round_trip():
     assert sorted(leaves) == [0, 1, 2, 5, 6, 7, 8, 11]
     replay.update_priorities(leaves, np.where(leaves == 7, 10.0, 0.1))  # slot 1 of env 1
     w = replay.sample(256, 1.0, np.random.default_rng(0), k=1)
-    share = 10.0 ** 0.6 / (10.0 ** 0.6 + 7 * 0.1 ** 0.6)
+    share = 10.0**0.6 / (10.0**0.6 + 7 * 0.1**0.6)
     assert np.mean(w.leaves == 7) == pytest.approx(share, abs=0.05)
     assert w.weights[w.leaves == 7].max() < w.weights[w.leaves != 7].min()  # IS weights
     copy = ModelReplay.from_state(replay.state_dict(), alpha=0.6)
@@ -122,8 +142,11 @@ def test_training_runs_inside_step_after_warm_up_at_the_replay_ratio():
     assert learner.updates > 0
     share = SMALL["model_batch_size"] * SMALL["model_unroll_len"] / (140 - 40 + 1)
     # (v1.1, one process: train while below the maximum)
-    assert SMALL["model_max_replay_ratio"] <= learner.replay_ratio < \
-        SMALL["model_max_replay_ratio"] + share
+    assert (
+        SMALL["model_max_replay_ratio"]
+        <= learner.replay_ratio
+        < SMALL["model_max_replay_ratio"] + share
+    )
     assert set(env.model.losses) == {"rs", "done", "img", "vs", "logits", "total"}
     assert all(np.isfinite(v) for v in env.model.losses.values())
     env.close()
@@ -132,8 +155,14 @@ def test_training_runs_inside_step_after_warm_up_at_the_replay_ratio():
 def test_the_model_learns_the_chains_rewards_and_frames():
     """Trained on random play, the model's imagined steps from the start cell predict the
     rewards and next cells of the real chain."""
-    env = learned(env_n=4, model_buffer_n=2000, model_warm_up_n=200,
-                  model_min_replay_ratio=4.0, model_max_replay_ratio=6.0, model_lr=3e-3)
+    env = learned(
+        env_n=4,
+        model_buffer_n=2000,
+        model_warm_up_n=200,
+        model_min_replay_ratio=4.0,
+        model_max_replay_ratio=6.0,
+        model_lr=3e-3,
+    )
     env.reset()
     play(env, 60)
     first = dict(env.model.losses)
@@ -179,6 +208,7 @@ def test_checkpoints_resume_by_experiment_id(tmp_path):
 def test_the_model_takes_images_and_vectors_only():
     cfg = load_config(wrapper_type=0)
     import gymnasium as gym
+
     with pytest.raises(ValueError, match="Box observations"):
         ThinkerModel(cfg, gym.spaces.Box(0, 1, (2, 3)), 2)
     with pytest.raises(ValueError, match="Box observations"):
@@ -188,11 +218,11 @@ def test_the_model_takes_images_and_vectors_only():
 def test_the_observation_space_holds_what_the_state_holds():
     """hs and xs are in the Dict observation space when returned, so a service serving the
     MDP checks them like any other key."""
-    env = make("MistkPuzzle-v0", env_n=2, wrapper_type=0, rec_t=3, train_model=False,
-               return_x=True)
+    env = make("MistkPuzzle-v0", env_n=2, wrapper_type=0, rec_t=3, train_model=False, return_x=True)
     state = env.reset()
-    assert set(env.observation_space.spaces) == set(state) == {"real_states", "tree_reps",
-                                                               "hs", "xs"}
+    assert (
+        set(env.observation_space.spaces) == set(state) == {"real_states", "tree_reps", "hs", "xs"}
+    )
     for _ in range(3):
         for key, space in env.observation_space.spaces.items():
             for row in state[key]:
@@ -208,11 +238,19 @@ def test_the_model_bench_measures_held_out_losses(tmp_path):
 
     from harness.bench.thinker import bench_model
 
-    small = dict(rec_t=2, model_unroll_len=1, model_warm_up_n=24, model_batch_size=4,
-                 model_min_replay_ratio=1.0, model_max_replay_ratio=2.0, model_buffer_n=200,
-                 total_steps=48)
-    figures = bench_model(real_steps=48, env_n=8, out=str(tmp_path), measure_every=5,
-                          settings=small)
+    small = dict(
+        rec_t=2,
+        model_unroll_len=1,
+        model_warm_up_n=24,
+        model_batch_size=4,
+        model_min_replay_ratio=1.0,
+        model_max_replay_ratio=2.0,
+        model_buffer_n=200,
+        total_steps=48,
+    )
+    figures = bench_model(
+        real_steps=48, env_n=8, out=str(tmp_path), measure_every=5, settings=small
+    )
     assert figures["real_steps"] == 48 and figures["augmented_steps"] == 2 * 48
     assert figures["updates"] > 0 and figures["outputs_finite"]
     first, last = figures["losses"][0], figures["losses"][-1]
@@ -285,13 +323,17 @@ def test_every_stored_return_is_the_return_of_the_nodes_as_they_are_now():
                 np.testing.assert_allclose(sorted(node.returns), sorted(expected), atol=1e-5)
                 refreshed += node.expanded_at > 0 and node.parent is not None and len(expected) > 1
             if info["step_status"][i] != 0:  # (a real step's state carries no tree_reps)
-                reps = decode_tree_reps(state["tree_reps"][i:i + 1], 2)
-                qs = [[_path_return(c, n, gamma) for n in _subtree(c) if n.rollout_n]
-                      for c in root.children]
-                np.testing.assert_allclose(reps["root_qs_mean"][0],
-                                           [np.mean(q) if q else 0.0 for q in qs], atol=1e-5)
-                np.testing.assert_allclose(reps["root_qs_max"][0],
-                                           [max(q) if q else 0.0 for q in qs], atol=1e-5)
+                reps = decode_tree_reps(state["tree_reps"][i : i + 1], 2)
+                qs = [
+                    [_path_return(c, n, gamma) for n in _subtree(c) if n.rollout_n]
+                    for c in root.children
+                ]
+                np.testing.assert_allclose(
+                    reps["root_qs_mean"][0], [np.mean(q) if q else 0.0 for q in qs], atol=1e-5
+                )
+                np.testing.assert_allclose(
+                    reps["root_qs_max"][0], [max(q) if q else 0.0 for q in qs], atol=1e-5
+                )
     assert env.model.learner.updates > 0 and abs(env.roots[0].v) > 1e-3  # heads not zero
     assert refreshed > 0
     env.close()

@@ -1,12 +1,24 @@
 """The puzzle: its pool, its rules and rewards, and clone/restore being exact."""
+
 from __future__ import annotations
 
 import gymnasium as gym
 import numpy as np
 import pytest
 
-from mistk_rl.thinker.puzzle import (BORDER, ENV_ID, MAX_STEPS, MIN_SOLUTION, POOL_SIZE, SIZE,
-                                     Level, PuzzleEnv, level_pool, solve, solver_action)
+from mistk_rl.thinker.puzzle import (
+    BORDER,
+    ENV_ID,
+    MAX_STEPS,
+    MIN_SOLUTION,
+    POOL_SIZE,
+    SIZE,
+    Level,
+    PuzzleEnv,
+    level_pool,
+    solve,
+    solver_action,
+)
 
 UP, DOWN, LEFT, RIGHT = range(4)
 
@@ -37,7 +49,7 @@ def run(env: PuzzleEnv, actions) -> list[tuple]:
 def test_pool_is_deterministic_and_seeded():
     pool = level_pool(0)
     assert len(pool) == POOL_SIZE
-    assert level_pool.__wrapped__(0, POOL_SIZE) == pool           # regenerated, not cached
+    assert level_pool.__wrapped__(0, POOL_SIZE) == pool  # regenerated, not cached
     assert level_pool.__wrapped__(0, 100) == pool[:100]
     assert level_pool.__wrapped__(1, 100) != pool[:100]
 
@@ -61,8 +73,9 @@ def test_the_solver_moves_along_a_shortest_solution_from_any_state():
     for i, level in enumerate(level_pool(0)[:50]):
         env.reset(options={"level": i})
         env.step(solve(level)[0] ^ 1)  # a detour first: the solver starts from where it is
-        left = len(solve(Level(level.walls, level.target, env.clone_state().box,
-                               env.clone_state().player)))
+        left = len(
+            solve(Level(level.walls, level.target, env.clone_state().box, env.clone_state().player))
+        )
         for _ in range(left):
             *_, terminated, _, _ = env.step(solver_action(env.clone_state()))
         assert terminated and env.clone_state().solved
@@ -109,7 +122,7 @@ def test_observation_planes():
     obs, info = env.reset(seed=3)
     assert obs.shape == (4, SIZE, SIZE) and obs.dtype == np.uint8
     assert env.observation_space.contains(obs)
-    assert obs[0].sum() == 4 * (SIZE - 1) + 2                     # border + 2 inner walls
+    assert obs[0].sum() == 4 * (SIZE - 1) + 2  # border + 2 inner walls
     assert [int(p.sum()) for p in obs[1:]] == [1, 1, 1]
     level = env.levels[info["level"]]
     for plane, cell in zip(obs[1:], (level.target, level.box, level.player)):
@@ -143,10 +156,10 @@ def test_restore_replays_exactly():
         rng_state = env.np_random.bit_generator.state
         actions = rng.integers(4, size=30)
         first = run(env, actions)
-        assert env.np_random.bit_generator.state == rng_state      # step draws no randomness
+        assert env.np_random.bit_generator.state == rng_state  # step draws no randomness
         env.restore_state(snapshot)
         assert run(env, actions) == first
-        other.restore_state(snapshot)                               # a fresh instance too
+        other.restore_state(snapshot)  # a fresh instance too
         assert run(other, actions) == first
 
 

@@ -1,5 +1,6 @@
 """The Thinker agent: its tree-reading actor-critic (a readout shared by the actions, real
 steps that cannot reset), its policy and agent, and the bench's evaluation and statistics."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -86,10 +87,13 @@ def test_the_current_frame_is_read_when_the_mdp_returns_it():
     env.close()
 
 
-@pytest.mark.parametrize("space, action_n, match", [
-    (spaces.Box(0, 1, (4,)), 8, "tree_reps"),
-    (None, 7, "Discrete\\(2A\\)"),
-])
+@pytest.mark.parametrize(
+    "space, action_n, match",
+    [
+        (spaces.Box(0, 1, (4,)), 8, "tree_reps"),
+        (None, 7, "Discrete\\(2A\\)"),
+    ],
+)
 def test_other_spaces_are_refused(space, action_n, match):
     env = _mdp(env_n=1)
     with pytest.raises(ValueError, match=match):
@@ -103,8 +107,9 @@ def test_ppo_model_keys_this_model_ignores_are_errors():
 
     env = _mdp(env_n=1)
     with pytest.raises(AgentConfigError, match="share_encoder"):
-        ThinkerPPOPolicy({"model": {"share_encoder": True}}, env.observation_space,
-                         spaces.Discrete(2 * A))
+        ThinkerPPOPolicy(
+            {"model": {"share_encoder": True}}, env.observation_space, spaces.Discrete(2 * A)
+        )
     env.close()
 
 
@@ -113,8 +118,10 @@ def test_the_agent_refuses_a_plain_env_with_a_400_at_initialize():
     from mistk_rl.spaces import space_to_dict
 
     agent = ThinkerPPOAgent()
-    props = {"observationSpace": space_to_dict(spaces.Box(-1, 1, (4,))),
-             "actionSpace": space_to_dict(spaces.Discrete(2))}
+    props = {
+        "observationSpace": space_to_dict(spaces.Box(-1, 1, (4,))),
+        "actionSpace": space_to_dict(spaces.Discrete(2)),
+    }
     with pytest.raises(InvalidRequest, match="cannot act in these spaces"):
         agent.validate_initialize(props, {"seed": 0})
 
@@ -122,8 +129,14 @@ def test_the_agent_refuses_a_plain_env_with_a_400_at_initialize():
 def test_a_short_training_run_learns_and_the_evaluation_plays_each_level_once():
     """Both arms train through the agent classes (policy, learner, trainer) and evaluate
     over a pool share per copy; the thinker arm's policy is the Thinker one."""
-    policy, stats, _ = bench.train("thinker", 0, real_steps=16 * 30, env_n=16,
-                                overrides={"model": {"hidden_sizes": [16]}}, log=None)
+    policy, stats, _ = bench.train(
+        "thinker",
+        0,
+        real_steps=16 * 30,
+        env_n=16,
+        overrides={"model": {"hidden_sizes": [16]}},
+        log=None,
+    )
     assert stats["updates"] >= 1  # (4,096 transitions a rollout: 16 copies x 256 steps)
     before = {k: v.clone() for k, v in policy.model.state_dict().items()}
     result = bench.evaluate("thinker", policy, env_n=5, pool_size=12, seed=0)
@@ -138,10 +151,14 @@ def test_the_bench_bootstraps_an_episode_the_step_cap_ends_from_its_final_state(
     observation the env copy acts on next."""
     seen: list[dict] = []
     observe = bench.OnPolicyTrainer.observe_all
-    monkeypatch.setattr(bench.OnPolicyTrainer, "observe_all",
-                        lambda self, batch: (seen.append(batch), observe(self, batch))[1])
-    bench.train("raw", 0, real_steps=2 * 120, env_n=2,
-                overrides={"model": {"hidden_sizes": [8]}}, log=None)
+    monkeypatch.setattr(
+        bench.OnPolicyTrainer,
+        "observe_all",
+        lambda self, batch: (seen.append(batch), observe(self, batch))[1],
+    )
+    bench.train(
+        "raw", 0, real_steps=2 * 120, env_n=2, overrides={"model": {"hidden_sizes": [8]}}, log=None
+    )
     flags = {"truncated": 0, "terminated": 0, "running": 0}
     for now, later in zip(seen, seen[1:]):
         for i, t in now.items():
@@ -174,8 +191,9 @@ def test_the_http_config_runs_the_benchs_agent():
 
     import yaml
 
-    config = yaml.safe_load((Path(__file__).parents[2] / "configs" /
-                             "puzzle_thinker_agent.yaml").read_text())
+    config = yaml.safe_load(
+        (Path(__file__).parents[2] / "configs" / "puzzle_thinker_agent.yaml").read_text()
+    )
     agent = config["agents"][0]
     assert agent["target"] == "agents.thinker_agent:ThinkerPPOAgent"
     policy = agent["hyperparameters"]["policy"]
@@ -183,8 +201,9 @@ def test_the_http_config_runs_the_benchs_agent():
         expected = bench.THINKER_PPO[section]
         assert policy[section].keys() == expected.keys(), section
         for key, value in expected.items():  # (floats as YAML writes them; lists exactly)
-            assert policy[section][key] == (pytest.approx(value, rel=1e-5)
-                                            if isinstance(value, float) else value), key
+            assert policy[section][key] == (
+                pytest.approx(value, rel=1e-5) if isinstance(value, float) else value
+            ), key
     assert agent["hyperparameters"]["train"]["n_steps"] == bench.ROLLOUT["thinker"]
     thinker = dict(config["orchestrator"]["env"]["thinker"])
     assert thinker.pop("actions") == "Discrete" and thinker == bench.THINKER
@@ -193,11 +212,21 @@ def test_the_http_config_runs_the_benchs_agent():
 def test_the_learned_model_arm_evaluates_with_the_model_it_trained():
     """thinker-learned: the MDP's model trains inside `step` from the agent's real steps, and
     the evaluation's MDP plans with those weights (not a fresh model's)."""
-    small = {"model_warm_up_n": 64, "model_batch_size": 8, "model_max_replay_ratio": 1.0,
-             "model_min_replay_ratio": 0.5}
-    policy, stats, model = bench.train("thinker-learned", 0, real_steps=8 * 20, env_n=8,
-                                       overrides={"model": {"hidden_sizes": [16]}},
-                                       mdp=small, log=None)
+    small = {
+        "model_warm_up_n": 64,
+        "model_batch_size": 8,
+        "model_max_replay_ratio": 1.0,
+        "model_min_replay_ratio": 0.5,
+    }
+    policy, stats, model = bench.train(
+        "thinker-learned",
+        0,
+        real_steps=8 * 20,
+        env_n=8,
+        overrides={"model": {"hidden_sizes": [16]}},
+        mdp=small,
+        log=None,
+    )
     assert model is not None and stats["model_updates"] > 0
     played = {}
     original = bench._env
@@ -209,8 +238,9 @@ def test_the_learned_model_arm_evaluates_with_the_model_it_trained():
 
     bench._env = spy
     try:
-        result = bench.evaluate("thinker-learned", policy, env_n=3, pool_size=3, seed=0,
-                                model=model)
+        result = bench.evaluate(
+            "thinker-learned", policy, env_n=3, pool_size=3, seed=0, model=model
+        )
     finally:
         bench._env = original
     assert result["episodes"] == 3
@@ -228,11 +258,15 @@ def test_unknown_arms_are_refused_by_name():
 
 
 def test_the_summary_gives_each_arm_its_seeds_and_each_thinker_arm_its_difference(capsys):
-    rows = [{"arm": arm, "seed": seed, "solve_rate": rate, "episodes": 1500}
-            for arm, rates in (("raw", [0.26, 0.22, 0.30, 0.25, 0.20]),
-                               ("thinker", [0.30, 0.35, 0.41, 0.33, 0.38]),
-                               ("planner", [0.42, 0.41, 0.43, 0.42, 0.44]))
-            for seed, rate in enumerate(rates)]
+    rows = [
+        {"arm": arm, "seed": seed, "solve_rate": rate, "episodes": 1500}
+        for arm, rates in (
+            ("raw", [0.26, 0.22, 0.30, 0.25, 0.20]),
+            ("thinker", [0.30, 0.35, 0.41, 0.33, 0.38]),
+            ("planner", [0.42, 0.41, 0.43, 0.42, 0.44]),
+        )
+        for seed, rate in enumerate(rates)
+    ]
     bench.summarize(rows, 1000)
     out = capsys.readouterr().out
     assert "thinker seeds 0,1,2,3,4: 0.300 0.350 0.410 0.330 0.380; mean 0.354" in out
@@ -248,8 +282,9 @@ def test_a_local_copy_of_the_thinker_policy_can_be_built_by_name():
 
     env = _mdp(env_n=2)
     original = ThinkerPPOPolicy({}, env.observation_space, spaces.Discrete(2 * A), seed=0)
-    copy = policy_class("ThinkerPPOPolicy")(original.config, env.observation_space,
-                                            spaces.Discrete(2 * A), seed=1)
+    copy = policy_class("ThinkerPPOPolicy")(
+        original.config, env.observation_space, spaces.Discrete(2 * A), seed=1
+    )
     copy.model.load_state_dict(original.model.state_dict())
     obs = _states(env, 2)[-1]
     assert torch.equal(original.model(obs)["logit"], copy.model(obs)["logit"])

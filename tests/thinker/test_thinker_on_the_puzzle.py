@@ -1,5 +1,6 @@
 """The Thinker MDP on the puzzle: imagination replays on a copy, the gymnasium adapter the
 gym orchestrator serves, and the scripted planner."""
+
 from __future__ import annotations
 
 import gymnasium as gym
@@ -7,9 +8,9 @@ import numpy as np
 import pytest
 
 from mistk_rl.thinker import decode_tree_reps, make
+from mistk_rl.thinker.cloneable import ensure_cloneable
 from mistk_rl.thinker.gym_env import ThinkerGymEnv
 from mistk_rl.thinker.planner import plan
-from mistk_rl.thinker.cloneable import ensure_cloneable
 from mistk_rl.thinker.puzzle import ENV_ID
 
 
@@ -19,8 +20,9 @@ def zero_vp(obs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 def test_imagined_rewards_and_frames_replay_on_a_copy_of_the_puzzle():
     rng = np.random.default_rng(0)
-    env = make(ENV_ID, env_n=3, wrapper_type=2, rec_t=8, max_depth=4, vp_fn=zero_vp,
-               return_x=True, seed=0)
+    env = make(
+        ENV_ID, env_n=3, wrapper_type=2, rec_t=8, max_depth=4, vp_fn=zero_vp, return_x=True, seed=0
+    )
     env.reset()
     roots = [r.state for r in env.roots]
     paths: list[list[int]] = [[], [], []]
@@ -54,8 +56,11 @@ def test_imagined_rewards_and_frames_replay_on_a_copy_of_the_puzzle():
 
 @pytest.mark.parametrize("actions", ["Discrete", "MultiDiscrete"])
 def test_the_gymnasium_adapter(actions):
-    env = ThinkerGymEnv(ENV_ID, thinker={"wrapper_type": 2, "rec_t": 4, "max_depth": 2,
-                                          "vp_fn": zero_vp}, actions=actions)
+    env = ThinkerGymEnv(
+        ENV_ID,
+        thinker={"wrapper_type": 2, "rec_t": 4, "max_depth": 2, "vp_fn": zero_vp},
+        actions=actions,
+    )
     obs, _ = env.reset(seed=3)
     assert env.observation_space.contains(obs)
     assert set(obs) == {"tree_reps", "real_states"} and obs["real_states"].dtype == np.uint8
@@ -86,8 +91,9 @@ def test_the_adapter_ends_an_episode_on_its_final_state_and_waits_for_reset():
     """The step that ends an episode returns the last real frame (a truncation bootstraps
     from it, not from the next level), and the next episode starts at reset(), as in
     gymnasium."""
-    env = ThinkerGymEnv(ENV_ID, thinker={"wrapper_type": 2, "rec_t": 3, "max_depth": 2,
-                                          "vp_fn": zero_vp})
+    env = ThinkerGymEnv(
+        ENV_ID, thinker={"wrapper_type": 2, "rec_t": 3, "max_depth": 2, "vp_fn": zero_vp}
+    )
     copy = gym.make(ENV_ID)
     rng = np.random.default_rng(0)
     ends = []
@@ -169,13 +175,24 @@ def _table_vp(obs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 @pytest.mark.parametrize("wrapper_type", [1, 2])
 def test_auto_reset_gives_a_truncated_episodes_final_state_as_the_gym_convention_returns_it(
-        wrapper_type):
+    wrapper_type,
+):
     from mistk_rl.thinker import load_config
     from mistk_rl.thinker.env import ThinkerEnv
-    settings = load_config(None, wrapper_type=wrapper_type, rec_t=3, max_depth=2,
-                           vp_fn=_table_vp, return_x=True, seed=0)
-    auto, manual = (ThinkerEnv([lambda: gym.make(ENV_ID)] * 3, settings, auto_reset=flag)
-                    for flag in (True, False))
+
+    settings = load_config(
+        None,
+        wrapper_type=wrapper_type,
+        rec_t=3,
+        max_depth=2,
+        vp_fn=_table_vp,
+        return_x=True,
+        seed=0,
+    )
+    auto, manual = (
+        ThinkerEnv([lambda: gym.make(ENV_ID)] * 3, settings, auto_reset=flag)
+        for flag in (True, False)
+    )
     auto.reset(), manual.reset()
     rng = np.random.default_rng(1)
     truncated_seen = 0

@@ -1,25 +1,33 @@
 """The gym orchestrator's Thinker option over HTTP: agents get {"tree_reps", "real_states"}
 dict observations and answer one Discrete(2A) action; budgets, episode lengths and env steps
 count real env steps only; bad settings get 400."""
+
 from __future__ import annotations
 
 import pytest
 
-from mistk_rl.sdk.client import BadRequest
 from mistk_rl.deploy.launch import wait_ready
+from mistk_rl.sdk.client import BadRequest
 from mistk_rl.thinker.puzzle import MAX_STEPS
 from tests.conftest import GYM_ORCHESTRATOR
 
 PUZZLE = "mistk_rl.thinker.puzzle:MistkPuzzle-v0"
 K = 4
 THINKER = {"wrapper_type": 2, "rec_t": K, "max_depth": 3, "train_model": False}
-PPO = {"seed": 0, "train": {"n_steps": 32},
-       "policy": {"model": {"hidden_sizes": [32]}, "learn": {"epochs": 1, "batch_size": 64}}}
+PPO = {
+    "seed": 0,
+    "train": {"n_steps": 32},
+    "policy": {"model": {"hidden_sizes": [32]}, "learn": {"epochs": 1, "batch_size": 64}},
+}
 
 
 def _services(launch, agent_target):
-    orch_service = launch("orchestrator", GYM_ORCHESTRATOR, wait=False,
-                          extra_args=["--env-module", "mistk_rl.thinker.puzzle"])
+    orch_service = launch(
+        "orchestrator",
+        GYM_ORCHESTRATOR,
+        wait=False,
+        extra_args=["--env-module", "mistk_rl.thinker.puzzle"],
+    )
     agent_service = launch("agent", agent_target, wait=False)
     for service in (orch_service, agent_service):
         wait_ready(service, 60)
@@ -33,8 +41,9 @@ def test_a_planner_plays_the_thinker_puzzle_counting_real_steps(launch):
     agent.build_model()
     orch.initialize({"id": PUZZLE, "thinker": THINKER})
     orch.register_agent("planner", agent_service.url)
-    orch.start_episode({"numEpisodes": 6, "numEnvs": 3, "seed": 0, "train": False},
-                       wait=True, timeout=120)
+    orch.start_episode(
+        {"numEpisodes": 6, "numEnvs": 3, "seed": 0, "train": False}, wait=True, timeout=120
+    )
     orch.stop_episode()
     episodes = orch.get_results().episodes
     lengths = [e.length for e in episodes]
@@ -86,8 +95,9 @@ def test_orchestrators_that_do_not_wrap_envs_refuse_thinker_settings():
 
     env = {"id": "classic/tictactoe-v3", "thinker": {"rec_t": 4}}
     for cls in (GameOrchestrator, LeagueOrchestrator):
-        with pytest.raises(InvalidRequest, match=f"env: 'thinker' is not an option of "
-                                                 f"{cls.__name__}"):
+        with pytest.raises(
+            InvalidRequest, match=f"env: 'thinker' is not an option of {cls.__name__}"
+        ):
             refuse_unknown_options(env, cls.env_settings, "env", cls.__name__)
     refuse_unknown_options(env, GymOrchestrator.env_settings, "env", "GymOrchestrator")
 

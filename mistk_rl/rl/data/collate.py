@@ -8,6 +8,7 @@ Rules, applied recursively with the first item deciding the structure:
   kept so image observations stay 8-bit);
 - anything else (str, None, objects, lists that are not numeric): left as a list of values.
 """
+
 from __future__ import annotations
 
 from collections.abc import Mapping
@@ -46,8 +47,10 @@ def stack_observations(observations: list) -> Batch:
     came: the models' encoders scale and convert (uint8 planes stay 8-bit until then)."""
     first = observations[0]
     if _is_mapping(first):
-        return {key: torch.as_tensor(np.stack([np.asarray(o[key]) for o in observations]))
-                for key in first}
+        return {
+            key: torch.as_tensor(np.stack([np.asarray(o[key]) for o in observations]))
+            for key in first
+        }
     return torch.as_tensor(np.stack([np.asarray(o) for o in observations]))
 
 
@@ -112,10 +115,14 @@ def _collate(batch: list, path: str) -> Any:
         first_keys = first.keys()
         for item in batch:
             if not _is_mapping(item) or item.keys() != first_keys:
-                raise ValueError(f"items differ at {path or '<root>'}: expected keys "
-                                 f"{sorted(map(str, first_keys))}, got {item!r:.200}")
-        return {key: _collate([item[key] for item in batch], f"{path}.{key}".lstrip("."))
-                for key in first_keys}
+                raise ValueError(
+                    f"items differ at {path or '<root>'}: expected keys "
+                    f"{sorted(map(str, first_keys))}, got {item!r:.200}"
+                )
+        return {
+            key: _collate([item[key] for item in batch], f"{path}.{key}".lstrip("."))
+            for key in first_keys
+        }
     if isinstance(first, tuple):
         if any(not isinstance(item, tuple) or len(item) != len(first) for item in batch):
             raise ValueError(f"items differ at {path or '<root>'}: tuples of unequal length")

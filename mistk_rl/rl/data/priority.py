@@ -5,6 +5,7 @@ Index i is drawn with probability P(i) = p_i^alpha / sum_j p_j^alpha and weighte
 w_i = (N P(i))^-beta / max_j (N P(j))^-beta = (p_i^alpha / min_j p_j^alpha)^-beta: N and the
 total cancel, so a sum tree (drawing) and a min tree (the largest weight) are all it takes.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -73,8 +74,11 @@ class PrioritySampler:
 
     def state_dict(self) -> dict:
         """The leaves (the trees are a pure function of them) and the priorities."""
-        return {"priority": self.priority.copy(), "max_priority": self.max_priority,
-                "sum_leaves": self._sum[np.arange(self._sum.capacity)]}
+        return {
+            "priority": self.priority.copy(),
+            "max_priority": self.max_priority,
+            "sum_leaves": self._sum[np.arange(self._sum.capacity)],
+        }
 
     def load_state_dict(self, state: dict) -> None:
         self.priority = np.array(state["priority"], dtype=np.float64)
@@ -86,6 +90,6 @@ class PrioritySampler:
 
     def _set(self, indices: np.ndarray, priorities: np.ndarray) -> None:
         self.priority[indices] = priorities
-        leaves = priorities ** self.alpha
+        leaves = priorities**self.alpha
         self._sum[indices] = leaves
         self._min[indices] = leaves

@@ -3,6 +3,7 @@
 Episode ends follow gymnasium: ``terminated`` means the MDP ended (no bootstrap), while
 ``truncated`` only cuts the episode (the learner still bootstraps from ``next_obs``).
 """
+
 from __future__ import annotations
 
 from collections import deque
@@ -23,9 +24,14 @@ def _nstep_item(first: dict, last: dict, reward: float, m: int, gamma: float) ->
     ``terminated`` / ``truncated`` come from the window's last step: an episode end can only
     be there, since a window never crosses one.
     """
-    item = {**first, "reward": float(reward), "next_obs": last["next_obs"],
-            "terminated": bool(last["terminated"]), "truncated": bool(last["truncated"]),
-            "gamma_n": float(gamma ** m)}
+    item = {
+        **first,
+        "reward": float(reward),
+        "next_obs": last["next_obs"],
+        "terminated": bool(last["terminated"]),
+        "truncated": bool(last["truncated"]),
+        "gamma_n": float(gamma**m),
+    }
     if "next_action_mask" in last:  # the legal actions belong to next_obs, the window's end
         item["next_action_mask"] = last["next_action_mask"]
     return item
@@ -56,8 +62,7 @@ class NStepAccumulator:
 
     def push(self, transition: dict) -> list[dict]:
         if self.n == 1:  # (every step is an item at once: no window to keep)
-            return [_nstep_item(transition, transition, float(transition["reward"]), 1,
-                                self.gamma)]
+            return [_nstep_item(transition, transition, float(transition["reward"]), 1, self.gamma)]
         self._pending.append(transition)
         if _ends_episode(transition):
             return self.flush()
@@ -81,15 +86,21 @@ class NStepAccumulator:
         window = self._pending
         reward = 0.0
         for k, step in enumerate(window):
-            reward += self.gamma ** k * float(step["reward"])
+            reward += self.gamma**k * float(step["reward"])
         item = _nstep_item(window[0], window[-1], reward, len(window), self.gamma)
         window.popleft()
         return item
 
 
-def gae(rewards: np.ndarray, values: np.ndarray, next_values: np.ndarray,
-        terminated: np.ndarray, dones: np.ndarray, gamma: float,
-        lam: float) -> tuple[np.ndarray, np.ndarray]:
+def gae(
+    rewards: np.ndarray,
+    values: np.ndarray,
+    next_values: np.ndarray,
+    terminated: np.ndarray,
+    dones: np.ndarray,
+    gamma: float,
+    lam: float,
+) -> tuple[np.ndarray, np.ndarray]:
     """Generalized advantage estimation over time-major arrays of shape [T] or [T, N].
 
     delta_t = r_t + gamma * next_values_t * (1 - terminated_t) - values_t and

@@ -5,6 +5,7 @@ One type per kind of batch, as Stable-Baselines3's `ReplayBufferSamples` and
 is built, not as a silent `.get` default deep in an update. Observations are a `Batch`: a
 tensor, or for a Dict space a dict of tensors (one per key). Rows line up across fields.
 """
+
 from __future__ import annotations
 
 from collections.abc import Mapping
@@ -39,13 +40,18 @@ class ReplaySamples(NamedTuple):
     def from_columns(cls, columns: Mapping[str, Any]) -> ReplaySamples:
         """From a buffer's collated columns: the transitions' keys and the sample's meta keys
         (`IS` is the weight, `replay_unique_id` the id)."""
-        fields = {_META_FIELDS.get(key, key): value for key, value in columns.items()
-                  if key not in _BOOKKEEPING}
+        fields = {
+            _META_FIELDS.get(key, key): value
+            for key, value in columns.items()
+            if key not in _BOOKKEEPING
+        }
         unknown = fields.keys() - cls._fields
         missing = {"obs", "action", "reward", "next_obs", "terminated"} - fields.keys()
         if unknown or missing:
-            raise ValueError(f"replayed transitions do not fit ReplaySamples: "
-                             f"missing {sorted(missing)}, unknown {sorted(unknown)}")
+            raise ValueError(
+                f"replayed transitions do not fit ReplaySamples: "
+                f"missing {sorted(missing)}, unknown {sorted(unknown)}"
+            )
         return cls(**fields)
 
 

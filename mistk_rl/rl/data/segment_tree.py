@@ -6,6 +6,7 @@ Every parent is recomputed from its two children (never patched with a delta), s
 tree is a pure function of its leaves: rebuilding it from saved leaves is bit-identical.
 Batched writes and prefix-sum searches walk the levels with numpy, never per element.
 """
+
 from __future__ import annotations
 
 import numpy as np

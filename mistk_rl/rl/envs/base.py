@@ -12,6 +12,7 @@ reported by an *abnormal* timestep (truncated, info["abnormal"] says why); the o
 on. An env that keeps failing `max_retry` times in a row is retired; when none is left the
 manager raises `EnvManagerError`.
 """
+
 from __future__ import annotations
 
 import time
@@ -100,8 +101,11 @@ class EnvManager(ABC):
 
     @property
     def stats(self) -> dict[str, Any]:
-        return {"restarts": sum(self.restarts), "restarts_per_env": list(self.restarts),
-                "retired": sorted(self.retired)}
+        return {
+            "restarts": sum(self.restarts),
+            "restarts_per_env": list(self.restarts),
+            "retired": sorted(self.retired),
+        }
 
     def launch(self, seed: Optional[int] = None) -> None:
         """Create every env and reset it (env i with seed + i when a seed is given)."""
@@ -111,12 +115,18 @@ class EnvManager(ABC):
         self._launched = True
         self.reset(seeds={i: self._env_seed(i) for i in range(self.env_num)})
 
-    def reset(self, env_ids: Optional[Sequence[int]] = None,
-              seeds: Optional[dict[int, Optional[int]]] = None) -> None:
+    def reset(
+        self,
+        env_ids: Optional[Sequence[int]] = None,
+        seeds: Optional[dict[int, Optional[int]]] = None,
+    ) -> None:
         """Reset `env_ids` (default all live envs); their first observations become ready."""
         self._check_launched()
-        ids = [i for i in (range(self.env_num) if env_ids is None else env_ids)
-               if i not in self.retired]
+        ids = [
+            i
+            for i in (range(self.env_num) if env_ids is None else env_ids)
+            if i not in self.retired
+        ]
         for i, (obs, info) in self._reset(ids, seeds or {}).items():
             self._ready[i] = self._last_obs[i] = obs
             self._info[i] = info
@@ -126,8 +136,9 @@ class EnvManager(ABC):
         self._check_launched()
         unknown = [i for i in actions if i not in self._ready]
         if unknown:
-            raise ValueError(f"envs {unknown} are not waiting for an action "
-                             f"(ready: {sorted(self._ready)})")
+            raise ValueError(
+                f"envs {unknown} are not waiting for an action (ready: {sorted(self._ready)})"
+            )
         for i in actions:
             del self._ready[i]
         timesteps = dict(sorted(self._step(actions).items()))
@@ -154,8 +165,9 @@ class EnvManager(ABC):
     def _launch(self) -> None: ...
 
     @abstractmethod
-    def _reset(self, ids: list[int],
-               seeds: dict[int, Optional[int]]) -> dict[int, tuple[Any, dict]]:
+    def _reset(
+        self, ids: list[int], seeds: dict[int, Optional[int]]
+    ) -> dict[int, tuple[Any, dict]]:
         """(obs, info) of each env reset; subclasses also set `_ready`/`_info` on steps."""
 
     @abstractmethod
@@ -168,8 +180,7 @@ class EnvManager(ABC):
     def _restart(self, i: int) -> Optional[tuple[Any, dict]]:
         """A fresh env i, reset: its (obs, info); None if env i was retired instead."""
 
-    def _reset_answered(self, i: int, status: str,
-                        payload: Any) -> Optional[tuple[Any, dict]]:
+    def _reset_answered(self, i: int, status: str, payload: Any) -> Optional[tuple[Any, dict]]:
         """Env i's (obs, info) from its worker's answer to a reset (status "ok", or "error"
         and why); a failed reset starts the env again (None: it was retired instead)."""
         if status == "ok":
@@ -198,8 +209,7 @@ class EnvManager(ABC):
         reward, terminated, truncated, info, final, published, next_info = answer
         next_obs = self._observation(i, published)
         self._ready[i], self._info[i] = next_obs, next_info
-        return Timestep(next_obs if final is None else final, reward, terminated, truncated,
-                        info)
+        return Timestep(next_obs if final is None else final, reward, terminated, truncated, info)
 
     def _env_seed(self, i: int) -> Optional[int]:
         """Seed for env i's next reset after a restart: distinct per restart, reproducible."""
@@ -221,8 +231,10 @@ class EnvManager(ABC):
         self.retired.add(i)
         self._ready.pop(i, None)
         if len(self.retired) == self.env_num:
-            raise EnvManagerError(f"every env failed {self.config['max_retry']} times in a "
-                                  f"row; restarts per env: {self.restarts}")
+            raise EnvManagerError(
+                f"every env failed {self.config['max_retry']} times in a "
+                f"row; restarts per env: {self.restarts}"
+            )
         return True
 
     def _check_open(self) -> None:
@@ -237,4 +249,3 @@ class EnvManager(ABC):
 
 def overran(started: float, timeout: Optional[float]) -> bool:
     return timeout is not None and time.monotonic() - started > timeout
-

@@ -5,6 +5,7 @@ honest: Python cannot interrupt a call that hangs in the same process, so a step
 overruns its timeout is only noticed when it returns; it is then reported as abnormal and the
 env restarted. Use a subprocess manager for envs that may hang for good.
 """
+
 from __future__ import annotations
 
 import time
@@ -17,8 +18,9 @@ class BaseEnvManager(EnvManager):
     def _launch(self) -> None:
         self.envs = [fn() for fn in self.env_fns]
 
-    def _reset(self, ids: list[int],
-               seeds: dict[int, Optional[int]]) -> dict[int, tuple[Any, dict]]:
+    def _reset(
+        self, ids: list[int], seeds: dict[int, Optional[int]]
+    ) -> dict[int, tuple[Any, dict]]:
         out = {}
         for i in ids:
             try:
@@ -37,8 +39,10 @@ class BaseEnvManager(EnvManager):
             try:
                 obs, reward, terminated, truncated, info = self.envs[i].step(action)
                 if overran(started, self.config["step_timeout"]):
-                    raise TimeoutError(f"step took {time.monotonic() - started:.2f} s, over "
-                                       f"step_timeout {self.config['step_timeout']} s")
+                    raise TimeoutError(
+                        f"step took {time.monotonic() - started:.2f} s, over "
+                        f"step_timeout {self.config['step_timeout']} s"
+                    )
             except Exception as exc:  # noqa: BLE001
                 out[i] = self._failed(i, f"{type(exc).__name__}: {exc}")
                 continue

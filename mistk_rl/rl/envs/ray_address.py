@@ -7,6 +7,7 @@ joining, both the env copies on Ray (`ray_workers`, beside this module) and the 
 placed there (`mistk_rl.deploy.cluster.Cluster`) resolve the address as Ray would and try
 one TCP connection to it.
 """
+
 from __future__ import annotations
 
 import socket
@@ -23,6 +24,7 @@ def unreachable(address: str, timeout: float = 5.0) -> Optional[str]:
     else:
         try:  # as ray.init resolves it: auto -> the last cluster this machine ran
             from ray._private.services import canonicalize_bootstrap_address
+
             bootstrap = canonicalize_bootstrap_address(address)
         except (ImportError, ValueError, ConnectionError) as exc:
             return str(exc)

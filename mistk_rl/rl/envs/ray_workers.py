@@ -15,13 +15,14 @@ The process that runs the manager must reach the cluster: `address` (default: th
 ``RAY_ADDRESS`` a service placed by `mistk_rl.deploy.cluster` gets, else ``auto``). Ray is imported
 only when this manager is launched.
 """
+
 from __future__ import annotations
 
 import os
 from typing import Any, Optional
 
-from mistk_rl.rl.envs.ray_address import unreachable
 from mistk_rl.rl.envs.base import EnvManager, Timestep
+from mistk_rl.rl.envs.ray_address import unreachable
 from mistk_rl.rl.envs.worker import step_env
 
 
@@ -39,11 +40,14 @@ def join_cluster(address: Optional[str] = None) -> Any:
         if why is not None:
             raise RuntimeError(f"no Ray cluster at {address!r} for the env copies: {why}")
         try:
-            ray.init(address=address, log_to_driver=False, configure_logging=False,
-                     include_dashboard=False)
+            ray.init(
+                address=address,
+                log_to_driver=False,
+                configure_logging=False,
+                include_dashboard=False,
+            )
         except (ConnectionError, ValueError, RuntimeError) as exc:
-            raise RuntimeError(f"no Ray cluster at {address!r} for the env copies: "
-                               f"{exc}") from exc
+            raise RuntimeError(f"no Ray cluster at {address!r} for the env copies: {exc}") from exc
     return ray
 
 
@@ -79,29 +83,44 @@ class RayEnvManager(EnvManager):
     def _launch(self) -> None:
         self._ray = ray = join_cluster(self.config["address"])
         self._remote = ray.remote(max_restarts=0)(EnvActor).options(
-            num_cpus=self.config["cpus"], resources=dict(self.config["resources"]))
+            num_cpus=self.config["cpus"], resources=dict(self.config["resources"])
+        )
         self._actors: list[Any] = [self._remote.remote(fn) for fn in self.env_fns]
 
     @property
     def nodes(self) -> list[Optional[str]]:
         """The node each env copy's actor runs on (None: it does not answer)."""
         timeout = self.config["reset_timeout"]
-        answers = [self._gather({i: actor.node.remote()}, timeout)[i] if actor is not None
-                   else ("error", None) for i, actor in enumerate(self._actors)]
+        answers = [
+            self._gather({i: actor.node.remote()}, timeout)[i]
+            if actor is not None
+            else ("error", None)
+            for i, actor in enumerate(self._actors)
+        ]
         return [node if status == "ok" else None for status, node in answers]
 
-    def _reset(self, ids: list[int],
-               seeds: dict[int, Optional[int]]) -> dict[int, tuple[Any, dict]]:
-        answers = self._gather({i: self._actors[i].reset.remote(seeds.get(i)) for i in ids},
-                               self.config["reset_timeout"]).items()
-        return {i: reset for i, (status, payload) in answers
-                if (reset := self._reset_answered(i, status, payload)) is not None}
+    def _reset(
+        self, ids: list[int], seeds: dict[int, Optional[int]]
+    ) -> dict[int, tuple[Any, dict]]:
+        answers = self._gather(
+            {i: self._actors[i].reset.remote(seeds.get(i)) for i in ids},
+            self.config["reset_timeout"],
+        ).items()
+        return {
+            i: reset
+            for i, (status, payload) in answers
+            if (reset := self._reset_answered(i, status, payload)) is not None
+        }
 
     def _step(self, actions: dict[int, Any]) -> dict[int, Timestep]:
-        answers = self._gather({i: self._actors[i].step.remote(a) for i, a in actions.items()},
-                               self.config["step_timeout"])
-        return {i: self._answered(i, payload) if status == "ok" else self._failed(i, payload)
-                for i, (status, payload) in answers.items()}
+        answers = self._gather(
+            {i: self._actors[i].step.remote(a) for i, a in actions.items()},
+            self.config["step_timeout"],
+        )
+        return {
+            i: self._answered(i, payload) if status == "ok" else self._failed(i, payload)
+            for i, (status, payload) in answers.items()
+        }
 
     def _gather(self, calls: dict[int, Any], timeout: float) -> dict[int, tuple[str, Any]]:
         """Each call's ("ok", result), or ("error", why): the env raised, its actor died, or
@@ -122,8 +141,8 @@ class RayEnvManager(EnvManager):
             self._kill(i)
             self._actors[i] = self._remote.remote(self.env_fns[i])
             status, payload = self._gather(
-                {i: self._actors[i].reset.remote(self._env_seed(i))},
-                self.config["reset_timeout"])[i]
+                {i: self._actors[i].reset.remote(self._env_seed(i))}, self.config["reset_timeout"]
+            )[i]
             if status == "ok":
                 self._last_obs[i] = payload[0]
                 return payload

@@ -11,6 +11,7 @@ returns as soon as `wait_num` envs answered (or `wait_timeout` passed, with at l
 answer), and collects the slower ones on later calls: fast envs are not held back by slow
 ones.
 """
+
 from __future__ import annotations
 
 import math
@@ -58,8 +59,9 @@ class SubprocessEnvManager(EnvManager):
         return [p.pid for p in self._procs if p is not None]
 
     # ---- commands ------------------------------------------------------------------------
-    def _reset(self, ids: list[int],
-               seeds: dict[int, Optional[int]]) -> dict[int, tuple[Any, dict]]:
+    def _reset(
+        self, ids: list[int], seeds: dict[int, Optional[int]]
+    ) -> dict[int, tuple[Any, dict]]:
         stepping = [i for i in ids if i in self._in_flight]
         if stepping:  # answers still on the way would be read as the reset's: drain them
             self._collect(stepping, len(stepping), self.config["step_timeout"])
@@ -67,13 +69,17 @@ class SubprocessEnvManager(EnvManager):
             self._ready.pop(i, None)
         sent = [i for i in ids if self._send(i, "reset", seeds.get(i))]
         answers = self._gather(sent, self.config["reset_timeout"]).items()
-        return {i: reset for i, (status, payload) in answers
-                if (reset := self._reset_answered(i, status, payload)) is not None}
+        return {
+            i: reset
+            for i, (status, payload) in answers
+            if (reset := self._reset_answered(i, status, payload)) is not None
+        }
 
     def _step(self, actions: dict[int, Any]) -> dict[int, Timestep]:
         self._send_steps(actions)
-        return self._collect(list(self._in_flight), len(self._in_flight),
-                             self.config["step_timeout"])
+        return self._collect(
+            list(self._in_flight), len(self._in_flight), self.config["step_timeout"]
+        )
 
     def _send_steps(self, actions: dict[int, Any]) -> None:
         now = time.monotonic()
@@ -91,8 +97,9 @@ class SubprocessEnvManager(EnvManager):
             out[i] = self._answered(i, payload) if status == "ok" else self._failed(i, payload)
         return out
 
-    def _gather(self, ids: list[int], timeout: float,
-                wait_num: Optional[int] = None) -> dict[int, tuple[str, Any]]:
+    def _gather(
+        self, ids: list[int], timeout: float, wait_num: Optional[int] = None
+    ) -> dict[int, tuple[str, Any]]:
         """Wait for answers from `ids` (all of them, or `wait_num`); an env that is dead or
         past `timeout` since its command gets ("error", reason)."""
         wanted = len(ids) if wait_num is None else min(wait_num, len(ids))
@@ -124,8 +131,7 @@ class SubprocessEnvManager(EnvManager):
         for i in pending:  # no answer yet: an env past the step timeout is hung
             started = self._in_flight.get(i, now - timeout)
             if wait_num is None or now - started >= self.config["step_timeout"]:
-                answers[i] = ("error", f"no answer within {self.config['step_timeout']} s "
-                              "(hung)")
+                answers[i] = ("error", f"no answer within {self.config['step_timeout']} s (hung)")
         return answers
 
     def _receive(self, i: int) -> tuple[str, Any]:
@@ -139,9 +145,12 @@ class SubprocessEnvManager(EnvManager):
     # ---- processes -----------------------------------------------------------------------
     def _spawn(self, i: int) -> None:
         parent, child = self._ctx.Pipe()
-        proc = self._ctx.Process(target=run_worker, name=f"mistk-env-{i}", daemon=True,
-                                 args=(self.env_fns[i], child, self._shared[i], self._shape,
-                                       self._dtype.str))
+        proc = self._ctx.Process(
+            target=run_worker,
+            name=f"mistk-env-{i}",
+            daemon=True,
+            args=(self.env_fns[i], child, self._shared[i], self._shape, self._dtype.str),
+        )
         proc.start()
         child.close()
         self._procs[i], self._conns[i] = proc, parent

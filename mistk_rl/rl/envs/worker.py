@@ -5,6 +5,7 @@ episode ends); the observation itself is written into the env's shared-memory bl
 parent reads without a copy through the pipe. Episodes reset here, in the child, so an episode
 end costs no extra round trip.
 """
+
 from __future__ import annotations
 
 import os
@@ -17,8 +18,9 @@ import numpy as np
 
 def run_worker(env_fn: Callable, conn: Any, shared: Any, shape: tuple, dtype: str) -> None:
     _one_thread()
-    view: Optional[np.ndarray] = (None if shared is None else
-                                  np.frombuffer(shared, dtype=np.dtype(dtype)).reshape(shape))
+    view: Optional[np.ndarray] = (
+        None if shared is None else np.frombuffer(shared, dtype=np.dtype(dtype)).reshape(shape)
+    )
     env = None
     try:
         env = env_fn()
@@ -63,8 +65,15 @@ def step_env(env: Any, view: Optional[np.ndarray], action: Any) -> tuple:
     final, next_info = None, info
     if terminated or truncated:
         final, (obs, next_info) = obs, env.reset()
-    return (float(reward), bool(terminated), bool(truncated), info, final,
-            _publish(view, obs), next_info)
+    return (
+        float(reward),
+        bool(terminated),
+        bool(truncated),
+        info,
+        final,
+        _publish(view, obs),
+        next_info,
+    )
 
 
 def _publish(view: Optional[np.ndarray], obs: Any) -> Any:

@@ -5,6 +5,7 @@ bound methods), as in DI-engine: a learner only ever sees `learn_mode`, a collec
 `collect_mode`. That keeps exploration out of evaluation and the optimiser out of collection,
 while the modes share one set of weights.
 """
+
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
@@ -64,13 +65,21 @@ class Policy(ABC):
     def default_config(cls) -> dict:
         return {}
 
-    def __init__(self, config: Optional[dict], observation_space: spaces.Space,
-                 action_space: spaces.Space, *, seed: Optional[int] = None,
-                 device: torch.device | str | None = None, learns: bool = True) -> None:
+    def __init__(
+        self,
+        config: Optional[dict],
+        observation_space: spaces.Space,
+        action_space: spaces.Space,
+        *,
+        seed: Optional[int] = None,
+        device: torch.device | str | None = None,
+        learns: bool = True,
+    ) -> None:
         if not isinstance(action_space, self.action_spaces):
             kinds = " or ".join(kind.__name__ for kind in self.action_spaces)
-            raise ValueError(f"{type(self).__name__} needs a {kinds} action space, "
-                             f"got {action_space}")
+            raise ValueError(
+                f"{type(self).__name__} needs a {kinds} action space, got {action_space}"
+            )
         self.config = deep_merge(self.default_config(), config)
         self.observation_space, self.action_space = observation_space, action_space
         self.device = torch.get_default_device() if device is None else torch.device(device)
@@ -105,10 +114,18 @@ class Policy(ABC):
     @property
     def learn_mode(self) -> LearnMode:
         if not self.learns:
-            raise RuntimeError(f"this {type(self).__name__} only acts (built with "
-                               "learns=False): it has no optimiser to learn with")
-        return LearnMode(self._forward_learn, self._state_dict, self._load_state_dict,
-                         self._plan_update, self._update_step, self.device)
+            raise RuntimeError(
+                f"this {type(self).__name__} only acts (built with "
+                "learns=False): it has no optimiser to learn with"
+            )
+        return LearnMode(
+            self._forward_learn,
+            self._state_dict,
+            self._load_state_dict,
+            self._plan_update,
+            self._update_step,
+            self.device,
+        )
 
     @property
     def collect_mode(self) -> CollectMode:
@@ -126,41 +143,52 @@ class Policy(ABC):
     _update_step: Optional[Callable[[Any], dict]] = None
 
     @abstractmethod
-    def _forward_learn(self, batch: Samples) -> dict:
-        ...
+    def _forward_learn(self, batch: Samples) -> dict: ...
 
     @abstractmethod
-    def _forward_collect(self, obs: torch.Tensor, mask: Optional[torch.Tensor],
-                         env_step: int) -> dict:
-        ...
+    def _forward_collect(
+        self, obs: torch.Tensor, mask: Optional[torch.Tensor], env_step: int
+    ) -> dict: ...
 
     @abstractmethod
-    def _forward_eval(self, obs: torch.Tensor, mask: Optional[torch.Tensor]) -> dict:
-        ...
+    def _forward_eval(self, obs: torch.Tensor, mask: Optional[torch.Tensor]) -> dict: ...
 
-    def _process_transition(self, obs: Any, output: dict, reward: float, next_obs: Any,
-                            terminated: bool, truncated: bool) -> dict:
+    def _process_transition(
+        self,
+        obs: Any,
+        output: dict,
+        reward: float,
+        next_obs: Any,
+        terminated: bool,
+        truncated: bool,
+    ) -> dict:
         """The transition to store: env feedback plus what the model said when acting."""
-        return {"obs": obs, "action": output["action"], "reward": reward,
-                "next_obs": next_obs, "terminated": terminated, "truncated": truncated}
+        return {
+            "obs": obs,
+            "action": output["action"],
+            "reward": reward,
+            "next_obs": next_obs,
+            "terminated": terminated,
+            "truncated": truncated,
+        }
 
-    def _reset(self) -> None:
+    def _reset(self) -> None:  # noqa: B027 - optional, empty by default
         """Per-episode state (none for feed-forward policies)."""
 
     @abstractmethod
-    def _state_dict(self) -> dict:
-        ...
+    def _state_dict(self) -> dict: ...
 
     @abstractmethod
-    def _load_state_dict(self, state: dict) -> None:
-        ...
+    def _load_state_dict(self, state: dict) -> None: ...
 
     # ---- random state -------------------------------------------------------------------
     def rng_state(self) -> dict:
         """The policy's random generators (exploration, sampling, minibatch order), so that a
         policy restored from a checkpoint draws what the original would have drawn next."""
-        return {"numpy": self.rng.bit_generator.state,
-                "torch": {name: gen.get_state() for name, gen in self._generators().items()}}
+        return {
+            "numpy": self.rng.bit_generator.state,
+            "torch": {name: gen.get_state() for name, gen in self._generators().items()},
+        }
 
     def load_rng_state(self, state: dict) -> None:
         self.rng.bit_generator.state = state["numpy"]

@@ -8,6 +8,7 @@ priorities out) and a hard or soft target network. It learns from `ReplaySamples
     collect: epsilon-greedy, epsilon from a schedule of env steps
     eval:    argmax
 """
+
 from __future__ import annotations
 
 from typing import Optional
@@ -31,8 +32,12 @@ class DQNPolicy(Policy):
     def default_config(cls) -> dict:
         return {
             # encoder: "auto" (by the space) or "conv" (a board's planes through a CNN)
-            "model": {"hidden_sizes": [256, 256], "dueling": False, "activation": "relu",
-                      "encoder": "auto"},
+            "model": {
+                "hidden_sizes": [256, 256],
+                "dueling": False,
+                "activation": "relu",
+                "encoder": "auto",
+            },
             "learn": {
                 "lr": 2.3e-3,
                 "batch_size": 64,
@@ -43,24 +48,29 @@ class DQNPolicy(Policy):
                 "target": {"update": "hard", "every": 128, "tau": 0.005},
             },
             "nstep": 1,
-            "collect": {"eps": {"type": "linear", "start": 1.0, "end": 0.04,
-                                "duration": 8000}},
+            "collect": {"eps": {"type": "linear", "start": 1.0, "end": 0.04, "duration": 8000}},
         }
 
     def _init(self) -> None:
         cfg = self.config
         model = cfg["model"]
-        self.model = QNetwork(self.observation_space, int(self.action_space.n),
-                              hidden_sizes=tuple(model["hidden_sizes"]),
-                              dueling=model["dueling"], activation=model["activation"],
-                              encoder=model["encoder"]).to(self.device)
+        self.model = QNetwork(
+            self.observation_space,
+            int(self.action_space.n),
+            hidden_sizes=tuple(model["hidden_sizes"]),
+            dueling=model["dueling"],
+            activation=model["activation"],
+            encoder=model["encoder"],
+        ).to(self.device)
         if self.learns:
             target = cfg["learn"]["target"]
-            self.target = TargetNetwork(self.model, update=target["update"],
-                                        every=target["every"], tau=target["tau"])
+            self.target = TargetNetwork(
+                self.model, update=target["update"], every=target["every"], tau=target["tau"]
+            )
             self.optimizer = adam(self.model.parameters(), lr=cfg["learn"]["lr"])
-        self.collect_model = EpsGreedySample(self.model, rng=self.rng,
-                                             action_n=int(self.action_space.n))
+        self.collect_model = EpsGreedySample(
+            self.model, rng=self.rng, action_n=int(self.action_space.n)
+        )
         self.eval_model = ArgmaxSample(self.model)
         self.epsilon = make_schedule(cfg["collect"]["eps"])
         if cfg["learn"]["loss"] not in ("huber", "mse"):
@@ -72,31 +82,50 @@ class DQNPolicy(Policy):
         action = batch.action.long().view(-1)
         reward = batch.reward.float().view(-1)
         not_done = 1.0 - batch.terminated.float().view(-1)
-        gamma_n = (batch.gamma_n.float().view(-1) if batch.gamma_n is not None
-                   else torch.full_like(reward, cfg["gamma"]))
+        gamma_n = (
+            batch.gamma_n.float().view(-1)
+            if batch.gamma_n is not None
+            else torch.full_like(reward, cfg["gamma"])
+        )
         if not self.model.training:  # (a module-tree walk per update otherwise)
             self.model.train()
         q = self.model(obs)["logit"].gather(1, action[:, None]).squeeze(1)
         td_target = self._td_target(next_obs, reward, not_done, gamma_n, batch.next_action_mask)
         td_error = q - td_target
-        per_sample = (F.smooth_l1_loss(q, td_target, reduction="none") if cfg["loss"] == "huber"
-                      else td_error.pow(2))
+        per_sample = (
+            F.smooth_l1_loss(q, td_target, reduction="none")
+            if cfg["loss"] == "huber"
+            else td_error.pow(2)
+        )
         # prioritized replay: weight by importance sampling; new priorities go back out
         weight = batch.weight.float().view(-1) if batch.weight is not None else 1.0
         loss = (per_sample * weight).mean()
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
-        grad_norm = (torch.nn.utils.clip_grad_norm_(self.model.parameters(), cfg["grad_clip"])
-                     if cfg["grad_clip"] else torch.tensor(0.0))
+        grad_norm = (
+            torch.nn.utils.clip_grad_norm_(self.model.parameters(), cfg["grad_clip"])
+            if cfg["grad_clip"]
+            else torch.tensor(0.0)
+        )
         self.optimizer.step()
         self.target.step()
-        return {"loss": loss.item(), "q_mean": q.mean().item(),
-                "td_abs_mean": td_error.abs().mean().item(), "grad_norm": float(grad_norm),
-                "priority": td_error.detach().abs().cpu().numpy()}
+        return {
+            "loss": loss.item(),
+            "q_mean": q.mean().item(),
+            "td_abs_mean": td_error.abs().mean().item(),
+            "grad_norm": float(grad_norm),
+            "priority": td_error.detach().abs().cpu().numpy(),
+        }
 
     @torch.no_grad()
-    def _td_target(self, next_obs: torch.Tensor, reward: torch.Tensor, not_done: torch.Tensor,
-                   gamma_n: torch.Tensor, legal: Optional[torch.Tensor]) -> torch.Tensor:
+    def _td_target(
+        self,
+        next_obs: torch.Tensor,
+        reward: torch.Tensor,
+        not_done: torch.Tensor,
+        gamma_n: torch.Tensor,
+        legal: Optional[torch.Tensor],
+    ) -> torch.Tensor:
         """r + gamma_n * (1 - terminated) * Q_target(s', a*), a* the best legal action."""
         target_q = self.target(next_obs)["logit"]
         if self.config["learn"]["double"]:
@@ -108,8 +137,9 @@ class DQNPolicy(Policy):
             next_q = torch.where(legal.bool().any(dim=1), next_q, torch.zeros_like(next_q))
         return reward + gamma_n * not_done * next_q
 
-    def _forward_collect(self, obs: torch.Tensor, mask: Optional[torch.Tensor],
-                         env_step: int) -> dict:
+    def _forward_collect(
+        self, obs: torch.Tensor, mask: Optional[torch.Tensor], env_step: int
+    ) -> dict:
         with torch.inference_mode():
             return self.collect_model(obs, eps=self.exploration(env_step), mask=mask)
 
@@ -124,13 +154,17 @@ class DQNPolicy(Policy):
             return self.eval_model(obs, mask=mask)
 
     def _state_dict(self) -> dict:
-        return {"model": self.model.state_dict(), "target": self.target.state_dict(),
-                "optimizer": self.optimizer.state_dict()}
+        return {
+            "model": self.model.state_dict(),
+            "target": self.target.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+        }
 
     def _load_state_dict(self, state: dict) -> None:
         self.model.load_state_dict(without_aliases(state["model"]))
-        self.target.load_state_dict({**state["target"],
-                                     "model": without_aliases(state["target"]["model"])})
+        self.target.load_state_dict(
+            {**state["target"], "model": without_aliases(state["target"]["model"])}
+        )
         self.optimizer.load_state_dict(state["optimizer"])
 
 

@@ -11,7 +11,8 @@ Gaussian with a state-independent log-std (SB3, CleanRL), flattened to prod(shap
              taken under the mask it was sampled under, or the ratio starts away from 1
     learn:   one update per rollout, a `RolloutSamples` (advantages from GAE, by the trainer):
              `epochs` passes of shuffled minibatches (planned at once, run a minibatch step
-             at a time by a trainer that bounds its work per request), advantage normalisation per minibatch,
+             at a time by a trainer that bounds its work per request), advantage
+             normalisation per minibatch,
              loss = -min(r A, clip(r, 1-eps, 1+eps) A) + c_v (V - R)^2 - c_e H, grad clipping;
              lr and clip range optionally annealed linearly to 0 over `anneal_env_steps`;
              each update reports the rollout's explained variance (the values GAE used,
@@ -19,6 +20,7 @@ Gaussian with a state-independent log-std (SB3, CleanRL), flattened to prod(shap
              returns the critic predicts before it is fitted to them)
     eval:    argmax of the policy logits; the Gaussian's mean (clipped) for Box
 """
+
 from __future__ import annotations
 
 from typing import Any, Optional
@@ -55,8 +57,13 @@ class PPOPolicy(Policy):
         return {
             # log_std_init: the Gaussian's initial log-std (Box action spaces only);
             # encoder: "auto" (by the space) or "conv" (a board's planes through a CNN)
-            "model": {"hidden_sizes": [64, 64], "activation": "tanh", "share_encoder": False,
-                      "log_std_init": 0.0, "encoder": "auto"},
+            "model": {
+                "hidden_sizes": [64, 64],
+                "activation": "tanh",
+                "share_encoder": False,
+                "log_std_init": 0.0,
+                "encoder": "auto",
+            },
             "learn": {
                 "lr": 1e-3,
                 "epochs": 20,
@@ -84,7 +91,8 @@ class PPOPolicy(Policy):
             # float32 bounds as tensors, once: clipping runs on every step
             self._low, self._high = (
                 torch.as_tensor(b, dtype=torch.float32, device=self.device).reshape(-1)
-                for b in (self.action_space.low, self.action_space.high))
+                for b in (self.action_space.low, self.action_space.high)
+            )
         else:
             self.action_n = int(self.action_space.n)
         self.model = self._build_model(cfg["model"]).to(self.device)
@@ -98,19 +106,29 @@ class PPOPolicy(Policy):
             self.eval_model = GaussianSample(self.model)
         else:
             self.collect_model = MultinomialSample(self.model, generator=sampling)
-            self.eval_model = (ArgmaxSample(self.model) if cfg["eval"]["deterministic"] else
-                               MultinomialSample(self.model, generator=torch.Generator()
-                                                 .manual_seed(int(self.rng.integers(2**31)))))
+            self.eval_model = (
+                ArgmaxSample(self.model)
+                if cfg["eval"]["deterministic"]
+                else MultinomialSample(
+                    self.model,
+                    generator=torch.Generator().manual_seed(int(self.rng.integers(2**31))),
+                )
+            )
 
     def _build_model(self, model: dict) -> torch.nn.Module:
         """The actor-critic from the config's `model` section: the one place a subclass
         changes the network (`forward(obs) -> {"logit" or "mu", "log_std", "value"}` and
         `compute_critic(obs) -> {"value"}`)."""
-        return ActorCritic(self.observation_space, self.action_n,
-                           hidden_sizes=tuple(model["hidden_sizes"]),
-                           activation=model["activation"],
-                           share_encoder=model["share_encoder"], continuous=self.continuous,
-                           log_std_init=model["log_std_init"], encoder=model["encoder"])
+        return ActorCritic(
+            self.observation_space,
+            self.action_n,
+            hidden_sizes=tuple(model["hidden_sizes"]),
+            activation=model["activation"],
+            share_encoder=model["share_encoder"],
+            continuous=self.continuous,
+            log_std_init=model["log_std_init"],
+            encoder=model["encoder"],
+        )
 
     def _encode(self, obs: Batch) -> Batch:
         """Raw observations as a tensor (a dict of them for a Dict space): the model's
@@ -150,10 +168,13 @@ class PPOPolicy(Policy):
         rows = []
         for _ in range(cfg["epochs"]):
             order = torch.randperm(n, generator=self.torch_rng)
-            rows += [order[start:start + size] for start in range(0, n, size)]
-        return UpdatePlan(batch, rows, {"lr": cfg["lr"] * left, "clip": clip},
-                          stats={"explained_variance": [explained_variance(batch.value,
-                                                                           batch.returns)]})
+            rows += [order[start : start + size] for start in range(0, n, size)]
+        return UpdatePlan(
+            batch,
+            rows,
+            {"lr": cfg["lr"] * left, "clip": clip},
+            stats={"explained_variance": [explained_variance(batch.value, batch.returns)]},
+        )
 
     def _update_step(self, plan: UpdatePlan) -> dict[str, float]:
         for group in self.optimizer.param_groups:  # (another plan may have run in between)
@@ -162,11 +183,16 @@ class PPOPolicy(Policy):
             self.model.train()
         # the rows were drawn on the CPU (its generator): indexing the device's batch with
         # them would copy them over once per field
-        return self._minibatch_step(plan.batch, self._encode(plan.batch.obs),
-                                    plan.rows[plan.done].to(self.device), plan.settings["clip"])
+        return self._minibatch_step(
+            plan.batch,
+            self._encode(plan.batch.obs),
+            plan.rows[plan.done].to(self.device),
+            plan.settings["clip"],
+        )
 
-    def _minibatch_step(self, batch: RolloutSamples, obs: Batch, idx: torch.Tensor,
-                        clip: float) -> dict[str, float]:
+    def _minibatch_step(
+        self, batch: RolloutSamples, obs: Batch, idx: torch.Tensor, clip: float
+    ) -> dict[str, float]:
         cfg = self.config["learn"]
         obs = batch_rows(obs, idx)
         advantage = batch.advantage[idx].float()
@@ -176,8 +202,9 @@ class PPOPolicy(Policy):
         out = self.collect_model(obs, mask=mask, action=batch.action[idx])
         log_ratio = out["log_prob"] - batch.log_prob[idx].float()
         ratio = log_ratio.exp()
-        policy_loss = -torch.min(ratio * advantage,
-                                 ratio.clamp(1 - clip, 1 + clip) * advantage).mean()
+        policy_loss = -torch.min(
+            ratio * advantage, ratio.clamp(1 - clip, 1 + clip) * advantage
+        ).mean()
         value = out["value"] if "value" in out else self.model.compute_critic(obs)["value"]
         value_loss = (value - batch.returns[idx].float()).pow(2).mean()
         entropy = out["entropy"].mean()
@@ -190,12 +217,18 @@ class PPOPolicy(Policy):
         with torch.no_grad():
             approx_kl = ((ratio - 1) - log_ratio).mean().item()
             clip_frac = ((ratio - 1).abs() > clip).float().mean().item()
-        return {"loss": loss.item(), "policy_loss": policy_loss.item(),
-                "value_loss": value_loss.item(), "entropy": entropy.item(),
-                "approx_kl": approx_kl, "clip_frac": clip_frac}
+        return {
+            "loss": loss.item(),
+            "policy_loss": policy_loss.item(),
+            "value_loss": value_loss.item(),
+            "entropy": entropy.item(),
+            "approx_kl": approx_kl,
+            "clip_frac": clip_frac,
+        }
 
-    def _forward_collect(self, obs: torch.Tensor, mask: Optional[torch.Tensor],
-                         env_step: int) -> dict:
+    def _forward_collect(
+        self, obs: torch.Tensor, mask: Optional[torch.Tensor], env_step: int
+    ) -> dict:
         encoded = self._encode(obs)
         with torch.no_grad():
             out = self.collect_model(encoded, mask=mask)
@@ -230,13 +263,23 @@ class PPOPolicy(Policy):
         clipped = torch.maximum(torch.minimum(action, self._high), self._low)
         return clipped.reshape(action.shape[0], *self.action_space.shape)
 
-    def _process_transition(self, obs: Any, output: dict, reward: float, next_obs: Any,
-                            terminated: bool, truncated: bool) -> dict:
+    def _process_transition(
+        self,
+        obs: Any,
+        output: dict,
+        reward: float,
+        next_obs: Any,
+        terminated: bool,
+        truncated: bool,
+    ) -> dict:
         if "log_prob" not in output:  # the agent replays an action someone else chose
-            raise ValueError("this agent did not choose that action: an on-policy learner "
-                             "cannot use it (it has no log-prob or value of it)")
-        transition = super()._process_transition(obs, output, reward, next_obs, terminated,
-                                                  truncated)
+            raise ValueError(
+                "this agent did not choose that action: an on-policy learner "
+                "cannot use it (it has no log-prob or value of it)"
+            )
+        transition = super()._process_transition(
+            obs, output, reward, next_obs, terminated, truncated
+        )
         transition.update(log_prob=output["log_prob"], value=output["value"])
         if "action_mask" in output:
             transition["action_mask"] = output["action_mask"]

@@ -1,5 +1,6 @@
 """Uniformly random actions among the allowed ones: the warm-up policy that fills a replay
 buffer before learning starts (and a baseline)."""
+
 from __future__ import annotations
 
 from typing import Optional
@@ -17,12 +18,16 @@ class RandomPolicy(Policy):
 
     def _sample(self, obs: torch.Tensor, mask: Optional[torch.Tensor]) -> dict:
         if mask is None:  # (multinomial over equal weights cost 29 us a call, randint 2)
-            return {"action": torch.randint(int(self.action_space.n), (batch_len(obs),),
-                                            generator=self.generator)}
+            return {
+                "action": torch.randint(
+                    int(self.action_space.n), (batch_len(obs),), generator=self.generator
+                )
+            }
         return {"action": torch.multinomial(mask.float(), 1, generator=self.generator).view(-1)}
 
-    def _forward_collect(self, obs: torch.Tensor, mask: Optional[torch.Tensor],
-                         env_step: int) -> dict:
+    def _forward_collect(
+        self, obs: torch.Tensor, mask: Optional[torch.Tensor], env_step: int
+    ) -> dict:
         return self._sample(obs, mask)
 
     def _forward_eval(self, obs: torch.Tensor, mask: Optional[torch.Tensor]) -> dict:

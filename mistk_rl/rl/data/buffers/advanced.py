@@ -1,4 +1,5 @@
 """Prioritized replay with use-count and staleness limits, throughput control and statistics."""
+
 from __future__ import annotations
 
 import time
@@ -10,8 +11,15 @@ from mistk_rl.rl.data.buffers.base import Meta, ReplayBuffer, as_transitions
 from mistk_rl.rl.data.buffers.throughput import ThroughputController
 from mistk_rl.rl.data.priority import PrioritySampler
 
-_COUNTERS = ("pushed", "sampled", "removed_by_use", "removed_by_staleness", "refused_push",
-             "refused_sample", "sample_calls")
+_COUNTERS = (
+    "pushed",
+    "sampled",
+    "removed_by_use",
+    "removed_by_staleness",
+    "refused_push",
+    "refused_sample",
+    "sample_calls",
+)
 
 
 class AdvancedReplayBuffer(ReplayBuffer):
@@ -50,8 +58,12 @@ class AdvancedReplayBuffer(ReplayBuffer):
             "monitor_statistics": True,
         }
 
-    def __init__(self, config: dict | None = None, seed: int | None = None,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        config: dict | None = None,
+        seed: int | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         super().__init__(config, seed)
         self.takes_priority_feedback = bool(self.config["priority"])
         self._thruput = ThroughputController(self.config["thruput_controller"], clock)
@@ -97,9 +109,12 @@ class AdvancedReplayBuffer(ReplayBuffer):
             self._counters["refused_sample"] += 1
             return None
         slots = self._sampler.sample(size, self._rng)
-        meta = {"replay_unique_id": self._ring.ids[slots], "replay_buffer_idx": slots,
-                "priority": self._sampler.priority[slots],
-                "IS": self._sampler.weights(slots, self.beta)}
+        meta = {
+            "replay_unique_id": self._ring.ids[slots],
+            "replay_buffer_idx": slots,
+            "priority": self._sampler.priority[slots],
+            "IS": self._sampler.weights(slots, self.beta),
+        }
         np.add.at(self._use, slots, 1)
         meta["use"] = use = self._use[slots]
         meta["staleness"] = staleness = learner_iter - self._collect_iter[slots]
@@ -108,8 +123,10 @@ class AdvancedReplayBuffer(ReplayBuffer):
         self._counters["sampled"] += size
         self._counters["sample_calls"] += 1
         if self.config["monitor_statistics"]:
-            self._last_sample = {"mean_use": float(use.mean()),
-                                 "mean_staleness": float(staleness.mean())}
+            self._last_sample = {
+                "mean_use": float(use.mean()),
+                "mean_staleness": float(staleness.mean()),
+            }
         return slots, meta
 
     def clear(self) -> None:
@@ -134,8 +151,13 @@ class AdvancedReplayBuffer(ReplayBuffer):
         The means are None until a sample happened or when ``monitor_statistics`` is off.
         """
         counters = {k: v for k, v in self._counters.items() if k != "sample_calls"}
-        return {"count": self.count(), **counters, **self._last_sample, "beta": self.beta,
-                "max_priority": self._sampler.max_priority}
+        return {
+            "count": self.count(),
+            **counters,
+            **self._last_sample,
+            "beta": self.beta,
+            "max_priority": self._sampler.max_priority,
+        }
 
     def state_dict(self) -> dict:
         return {
@@ -179,7 +201,8 @@ class AdvancedReplayBuffer(ReplayBuffer):
 
     def _remove_stale(self, learner_iter: int) -> None:
         stale = self._ring.valid & (
-            learner_iter - self._collect_iter > self.config["max_staleness"])
+            learner_iter - self._collect_iter > self.config["max_staleness"]
+        )
         slots = np.flatnonzero(stale)
         self._invalidate(slots)
         self._counters["removed_by_staleness"] += len(slots)

@@ -1,5 +1,6 @@
 """The replay-buffer interface and the pieces every buffer shares: config, random state,
 sampling from ring storage (`storage.py`) as items or as one collated batch."""
+
 from __future__ import annotations
 
 import abc
@@ -76,8 +77,9 @@ class ReplayBuffer(abc.ABC):
         if columns is None:  # object storage: collate the items
             return ReplaySamples.from_columns(default_collate(self._items(slots, meta)))
         columns.update(meta)
-        return ReplaySamples.from_columns({key: to_batch_tensor(value)
-                                           for key, value in columns.items()})
+        return ReplaySamples.from_columns(
+            {key: to_batch_tensor(value) for key, value in columns.items()}
+        )
 
     @abc.abstractmethod
     def clear(self) -> None:
@@ -108,5 +110,7 @@ class ReplayBuffer(abc.ABC):
     def _items(self, slots: np.ndarray, meta: Meta) -> list[dict]:
         """Each drawn item (a copy) with its meta keys."""
         rows = zip(*(values.tolist() for values in meta.values()))
-        return [{**self._ring.row(slot), **dict(zip(meta, values))}
-                for slot, values in zip(slots.tolist(), rows)]
+        return [
+            {**self._ring.row(slot), **dict(zip(meta, values))}
+            for slot, values in zip(slots.tolist(), rows)
+        ]

@@ -1,4 +1,5 @@
 """FIFO replay with uniform sampling: the baseline buffer for off-policy learners."""
+
 from __future__ import annotations
 
 import numpy as np

@@ -5,6 +5,7 @@ In both, the item with unique id k lives in slot k % size. Ids grow forever (``c
 counting), so the slot of an id needs no lookup table and comparing a slot's current id with a
 remembered one tells whether the reference is stale.
 """
+
 from __future__ import annotations
 
 from typing import Any, Optional, Union
@@ -33,7 +34,7 @@ class Ring:
         Only the newest ``size`` items are kept when more are given (the rest would be
         overwritten at once); the returned slots line up with ``items[-len(slots):]``.
         """
-        items = items[-self.size:]
+        items = items[-self.size :]
         if not items:
             return np.empty(0, dtype=np.int64)
         ids = np.arange(self.next_id, self.next_id + len(items), dtype=np.int64)
@@ -74,13 +75,19 @@ class Ring:
         self._count = 0
 
     def state_dict(self) -> dict:
-        return {"items": list(self.items), "ids": self.ids.copy(), "valid": self.valid.copy(),
-                "next_id": self.next_id}
+        return {
+            "items": list(self.items),
+            "ids": self.ids.copy(),
+            "valid": self.valid.copy(),
+            "next_id": self.next_id,
+        }
 
     def load_state_dict(self, state: dict) -> None:
         if len(state["items"]) != self.size:
-            raise ValueError(f"state holds {len(state['items'])} slots, this buffer has "
-                             f"replay_buffer_size {self.size}")
+            raise ValueError(
+                f"state holds {len(state['items'])} slots, this buffer has "
+                f"replay_buffer_size {self.size}"
+            )
         self.items = list(state["items"])
         self.ids = np.array(state["ids"], dtype=np.int64)
         self.valid = np.array(state["valid"], dtype=bool)
@@ -113,8 +120,12 @@ class TransitionRing(Ring):
     def row(self, slot: int) -> Any:
         if self._columns is None:
             return self.items[slot]
-        return _nested({key: column[slot].copy() if column.ndim > 1 else column[slot]
-                        for key, column in self._columns.items()})
+        return _nested(
+            {
+                key: column[slot].copy() if column.ndim > 1 else column[slot]
+                for key, column in self._columns.items()
+            }
+        )
 
     def columns(self, slots: np.ndarray) -> Optional[dict[str, Any]]:
         if self._columns is None:
@@ -127,8 +138,11 @@ class TransitionRing(Ring):
 
     def state_dict(self) -> dict:
         state = super().state_dict()
-        state["columns"] = (None if self._columns is None
-                            else {key: column.copy() for key, column in self._columns.items()})
+        state["columns"] = (
+            None
+            if self._columns is None
+            else {key: column.copy() for key, column in self._columns.items()}
+        )
         return state
 
     def load_state_dict(self, state: dict) -> None:
@@ -143,14 +157,17 @@ class TransitionRing(Ring):
         if not self._objects:
             values = _as_columns(items)
             if values is not None and self._columns is None:
-                self._columns = {key: np.zeros((self.size, *v.shape[1:]), dtype=v.dtype)
-                                 for key, v in values.items()}
+                self._columns = {
+                    key: np.zeros((self.size, *v.shape[1:]), dtype=v.dtype)
+                    for key, v in values.items()
+                }
             if values is not None and self._fits(values):
                 for key, value in values.items():
                     column = self._columns[key]
                     if not np.can_cast(value.dtype, column.dtype, "safe"):
                         column = self._columns[key] = column.astype(
-                            np.result_type(column.dtype, value.dtype))
+                            np.result_type(column.dtype, value.dtype)
+                        )
                     column[slots] = value
                 return
             self._to_objects()
@@ -158,7 +175,8 @@ class TransitionRing(Ring):
 
     def _fits(self, values: dict[str, np.ndarray]) -> bool:
         return values.keys() == self._columns.keys() and all(
-            value.shape[1:] == self._columns[key].shape[1:] for key, value in values.items())
+            value.shape[1:] == self._columns[key].shape[1:] for key, value in values.items()
+        )
 
     def _to_objects(self) -> None:
         if self._columns is not None:

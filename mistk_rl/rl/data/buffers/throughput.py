@@ -1,6 +1,7 @@
 """Keeps the push/sample ratio of a shared buffer inside bounds when collectors and learner
 run at their own pace (a learner outrunning its data overfits; a collector outrunning the
 learner wastes data)."""
+
 from __future__ import annotations
 
 import time
@@ -20,11 +21,15 @@ class ThroughputController:
 
     @classmethod
     def default_config(cls) -> dict:
-        return {"push_sample_rate_limit": {"max": float("inf"), "min": 0.0},
-                "window_seconds": 30.0, "sample_min_limit_ratio": 1.0}
+        return {
+            "push_sample_rate_limit": {"max": float("inf"), "min": 0.0},
+            "window_seconds": 30.0,
+            "sample_min_limit_ratio": 1.0,
+        }
 
-    def __init__(self, config: dict | None = None,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self, config: dict | None = None, clock: Callable[[], float] = time.monotonic
+    ) -> None:
         self.config = deep_merge(self.default_config(), config)
         if self.config["window_seconds"] <= 0:
             raise ValueError(f"window_seconds must be > 0, got {self.config['window_seconds']}")
@@ -42,8 +47,10 @@ class ThroughputController:
         self._decay()
         if valid_count < 1 or valid_count / n < self.config["sample_min_limit_ratio"]:
             return False
-        return self.push_count / (self.sample_count + n) >= (
-            self.config["push_sample_rate_limit"]["min"])
+        return (
+            self.push_count / (self.sample_count + n)
+            >= (self.config["push_sample_rate_limit"]["min"])
+        )
 
     def record_push(self, n: int) -> None:
         self.push_count += n
