@@ -117,22 +117,189 @@ def _bench(args: argparse.Namespace) -> int:
     )
 
 
+# What each benchmark measures: `bench`'s choices and its help, in this order.
+BENCHES = {
+    "getaction": "round-trip time of getAction to a local agent, and the machine's floor "
+    "under it (a bare echo, the server stack answering a constant)",
+    "longpolls": "reset/terminate latency with 64 status long-polls waiting",
+    "transport": "env steps/s in-process vs over HTTP (and at 1 env the ratio the floor allows)",
+    "envs": "env managers vs gymnasium's vector envs",
+    "faults": "how fast a run ends, and what it leaves, when a service dies, restarts or hangs",
+    "sb3-dqn": "Stable-Baselines3 alone, in-process, on a training config (default "
+    "configs/suite/dqn_cartpole.yaml) with our eval protocol",
+    "sb3-ppo": "as sb3-dqn, for PPO (default configs/suite/ppo_cartpole.yaml)",
+    "parity": "per suite entry (configs/suite/), our agent over HTTP and SB3 with the same "
+    "hyperparameters, back to back per seed",
+    "learning-dqn": "parity on the CartPole entry",
+    "learning-ppo": "parity on the CartPole entry",
+    "games": "tic-tac-toe moves/s of the game orchestrator with its agent in-process vs over "
+    "HTTP (--envs: game copies, default 1,16,64; --steps: moves timed)",
+    "thinker-planner": "the scripted planner's solve rate on the puzzle (perfect model; --n "
+    "episodes, default 3000)",
+    "thinker-ppo": "PPO on the raw and the Thinker puzzle, --seeds each, solve-rate curves "
+    "in one plot",
+    "thinker-model": "the learned model trained over --n real steps (default 20000) while "
+    "--behaviour acts: held-out losses, finiteness, time per augmented step",
+    "thinker-agent": "the Thinker PPO agent (tree readout) against PPO on the raw puzzle, "
+    "in-process, --n real steps (default 200000) per --seeds (default 0-4), each evaluated "
+    "on the whole level pool, with the difference's 95%% interval",
+    "cluster": "on a local Ray cluster (needs mistk-rl[ray]), the tic-tac-toe league's "
+    "main-player moves/s without Ray and with its workers on 1 and 2 nodes (--n moves, "
+    "default 10000), and transport's http-binary steps/s with the agent placed by Ray "
+    "(--envs, default 1,64)",
+    "cluster-loss": "the tic-tac-toe league to its targets on a local cluster, its workers "
+    "on two nodes, one removed after the first evaluation and another joining",
+}
+
+# `bench`'s options: (flag, argparse keywords), each naming the benchmarks it applies to.
+BENCH_OPTIONS: list[tuple[str, dict]] = [
+    (
+        "--n",
+        dict(
+            type=int,
+            default=None,
+            help="getaction: calls to time (default 2000); thinker-planner: episodes "
+            "(default 3000); thinker-agent: real steps a seed",
+        ),
+    ),
+    ("--seed", dict(type=int, default=0, help="sb3-*: training seed")),
+    (
+        "--suite",
+        dict(
+            default="classic",
+            choices=["classic", "extended"],
+            help="parity: which entries (classic: CartPole, Acrobot, MountainCar, "
+            "Pendulum; extended: LunarLander, needs box2d)",
+        ),
+    ),
+    (
+        "--entries",
+        dict(default=None, help="parity: only these entries, comma-separated (e.g. dqn_cartpole)"),
+    ),
+    (
+        "--envs",
+        dict(
+            default=None, help="transport/envs: env counts, comma-separated (default 1,16,64,256)"
+        ),
+    ),
+    (
+        "--steps",
+        dict(type=int, default=20000, help="transport/envs: env steps timed per configuration"),
+    ),
+    (
+        "--eval-every",
+        dict(
+            type=int,
+            default=None,
+            help="sb3-*: env steps between evaluations (default: the config's)",
+        ),
+    ),
+    (
+        "--seeds",
+        dict(
+            default=None,
+            type=seed_list,
+            help="parity, learning-*: seeds, comma-separated, a range A..B taking "
+            "both ends (0..9), or both (0..4,7) (default 0,1,2; extended suite 0)",
+        ),
+    ),
+    (
+        "--config",
+        dict(
+            default=None,
+            help="parity, learning-*, sb3-*: run this training "
+            "config instead of the suite's entries (SB3 takes the same "
+            "hyperparameters)",
+        ),
+    ),
+    (
+        "--behaviour",
+        dict(
+            default="solver",
+            choices=["solver", "random"],
+            help="thinker-model: who takes the real steps (solver: a shortest "
+            "solution's next move, a random one 30%% of the time; random: "
+            "uniform moves, which solve too rarely to learn rewards from)",
+        ),
+    ),
+    (
+        "--local-inference",
+        dict(
+            action="store_true",
+            help="parity, learning-*: our agents act with a policy copy "
+            "in the orchestrator (local inference), sending experience "
+            "once per learning cycle (DQN train_freq, PPO n_steps env "
+            "steps)",
+        ),
+    ),
+    (
+        "--from",
+        dict(
+            dest="from_json",
+            default=None,
+            help="parity: run nothing; summarize the records of these --json files "
+            "together (comma-separated: seed batches run apart)",
+        ),
+    ),
+    (
+        "--arms",
+        dict(
+            default=None,
+            help="thinker-agent: which, comma-separated, of raw, thinker (the perfect "
+            "model), thinker-learned (the learned model, wrapper_type 0) and planner "
+            "(the scripted planner on the same levels); default raw,thinker",
+        ),
+    ),
+    (
+        "--awake",
+        dict(
+            action="store_true",
+            help="getaction, transport: run with every CPU kept from idling (a "
+            "spinner per CPU at SCHED_IDLE, Linux), as on a machine whose idle CPUs "
+            "poll instead of halting: a virtual machine's halted vCPU takes tens of "
+            "us to wake, twice a round trip",
+        ),
+    ),
+    (
+        "--spin",
+        dict(
+            type=float,
+            default=None,
+            metavar="US",
+            help="getaction, transport: MISTK_RL_SPIN_US=US for the bench, as a user "
+            "would set it: its clients wait for each answer awake (polling, not "
+            "sleeping) for up to US microseconds, and the services it starts wait so "
+            "for the next request after each answer; default: as MISTK_RL_SPIN_US "
+            "says, else clients and services wait so for up to 1 ms (with two CPUs "
+            "or more)",
+        ),
+    ),
+    ("--json", dict(default=None, help="also write the figures here")),
+]
+
+
 def build_parser() -> argparse.ArgumentParser:
+    """The `mistk-rl` command line: a subcommand each, declared by its own function."""
     parser = argparse.ArgumentParser(prog="mistk-rl", description=__doc__.splitlines()[0])
     parser.add_argument(
         "--version", action="version", version=f"mistk-rl {__version__} (HTTP API {API_VERSION})"
     )
     sub = parser.add_subparsers(dest="command", required=True)
+    add_serve_arguments(
+        sub.add_parser("serve", help="run an agent or orchestrator class as a service")
+    )
+    for add in (_add_run, _add_eval, _add_export, _add_compare, _add_bench):
+        add(sub)
+    return parser
 
-    serve = sub.add_parser("serve", help="run an agent or orchestrator class as a service")
-    add_serve_arguments(serve)
 
+def _add_run(sub: argparse._SubParsersAction) -> None:
     run = sub.add_parser("run", help="drive agents and an orchestrator from a YAML config")
     run.add_argument(
         "config",
         nargs="?",
-        help="the run's YAML config (with --resume: optional, checked against "
-        "the run's saved config)",
+        help="the run's YAML config (with --resume: "
+        "optional, checked against the run's saved config)",
     )
     run.add_argument("--out", default=None, help="run directory (default runs/NAME-TIME)")
     run.add_argument("--quiet", action="store_true", help="no progress output")
@@ -141,26 +308,25 @@ def build_parser() -> argparse.ArgumentParser:
         type=int,
         default=None,
         help="one seed for the run: every agent's hyperparameters.seed, "
-        "training.seed and each episode block's seed (evaluation seeds "
-        "stay fixed)",
+        "training.seed and each episode block's seed (evaluation seeds stay "
+        "fixed)",
     )
     run.add_argument(
         "--resume",
         default=None,
         metavar="RUN_DIR",
         help="continue the training run in RUN_DIR (crashed or stopped) from its "
-        "last checkpoint, with the config saved there (a finished run: "
-        "says so, changes nothing)",
+        "last checkpoint, with the config saved there (a finished run: says so, "
+        "changes nothing)",
     )
     run.add_argument(
         "--cluster",
         default=None,
         metavar="ADDRESS",
         help="place the services the run starts on a Ray cluster (needs "
-        "mistk-rl[ray]): 'auto' joins the cluster of this machine, "
-        "HOST:PORT or ray://HOST:PORT one elsewhere, 'local' starts a "
-        "one-node cluster for the run (overrides the config's cluster "
-        "address)",
+        "mistk-rl[ray]): 'auto' joins the cluster of this machine, HOST:PORT or "
+        "ray://HOST:PORT one elsewhere, 'local' starts a one-node cluster for "
+        "the run (overrides the config's cluster address)",
     )
     run.add_argument(
         "--max-restarts",
@@ -168,16 +334,18 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         metavar="N",
         help="on a cluster: when services of the run are lost (a node is lost), "
-        "start them again and resume from the last checkpoint, at most N "
-        "times (default 3; 0 without --cluster)",
+        "start them again and resume from the last checkpoint, at most N times "
+        "(default 3; 0 without --cluster)",
     )
     run.set_defaults(func=_run)
 
+
+def _add_eval(sub: argparse._SubParsersAction) -> None:
     evaluate = sub.add_parser(
         "eval",
         help="evaluate a trained run: games against the "
-        "config's opponents in every seat; single-agent "
-        "training greedy on the fixed evaluation seeds",
+        "config's opponents in every seat; single-agent training "
+        "greedy on the fixed evaluation seeds",
     )
     evaluate.add_argument(
         "config",
@@ -189,10 +357,10 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         metavar="RUN_DIR",
         help="the run directory of a `mistk-rl run` of this config: its "
-        "agents start on their data dirs there and load the model "
-        "each saved (save_path, else the checkpoint of the last "
-        "evaluation); evaluation.json is written there (default: a "
-        "new runs/NAME-TIME, agents from model_path)",
+        "agents start on their data dirs there and load the model each "
+        "saved (save_path, else the checkpoint of the last evaluation); "
+        "evaluation.json is written there (default: a new "
+        "runs/NAME-TIME, agents from model_path)",
     )
     evaluate.add_argument(
         "--episodes",
@@ -203,6 +371,8 @@ def build_parser() -> argparse.ArgumentParser:
     evaluate.add_argument("--quiet", action="store_true", help="no progress output")
     evaluate.set_defaults(func=_eval)
 
+
+def _add_export(sub: argparse._SubParsersAction) -> None:
     export = sub.add_parser(
         "export",
         help="write a DQN or PPO run's acting network as "
@@ -216,11 +386,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     export.set_defaults(func=_export)
 
+
+def _add_compare(sub: argparse._SubParsersAction) -> None:
     compare = sub.add_parser(
         "compare",
         help="runs as distributions over their seeds: at "
-        "each evaluation point, the mean and range "
-        "of every evaluated figure",
+        "each evaluation point, the mean and range of every evaluated "
+        "figure",
     )
     compare.add_argument(
         "runs",
@@ -231,168 +403,17 @@ def build_parser() -> argparse.ArgumentParser:
     compare.add_argument("--json", default=None, help="also write the summary here")
     compare.set_defaults(func=_compare)
 
+
+def _add_bench(sub: argparse._SubParsersAction) -> None:
     bench = sub.add_parser("bench", help="measure the services")
     bench.add_argument(
         "what",
-        choices=[
-            "getaction",
-            "longpolls",
-            "transport",
-            "envs",
-            "faults",
-            "sb3-dqn",
-            "sb3-ppo",
-            "parity",
-            "learning-dqn",
-            "learning-ppo",
-            "games",
-            "thinker-planner",
-            "thinker-ppo",
-            "thinker-model",
-            "thinker-agent",
-            "cluster",
-            "cluster-loss",
-        ],
-        help="getaction: round-trip time of getAction to a local agent, and "
-        "the machine's floor under it (a bare echo, the server stack "
-        "answering a constant); "
-        "longpolls: reset/terminate latency with 64 status long-polls "
-        "waiting; "
-        "transport: env steps/s in-process vs over HTTP (and at 1 env the "
-        "ratio the floor allows); "
-        "cluster: on a local Ray cluster (needs mistk-rl[ray]), the "
-        "tic-tac-toe league's main-player moves/s without Ray and with "
-        "its workers on 1 and 2 nodes (--n moves, default 10000), and "
-        "transport's http-binary steps/s with the agent placed by Ray "
-        "(--envs, default 1,64); cluster-loss: the tic-tac-toe league "
-        "to its targets on a local cluster, its workers on two nodes, "
-        "one removed after the first evaluation and another joining; "
-        "envs: env managers vs gymnasium's vector envs; "
-        "faults: how fast a run ends, and what it leaves, when a service "
-        "dies, restarts or hangs; "
-        "sb3-dqn / sb3-ppo: Stable-Baselines3 alone, in-process, on a "
-        "training config (default configs/suite/{dqn,ppo}_cartpole.yaml) "
-        "with our eval protocol; "
-        "parity: per suite entry (configs/suite/), our agent over HTTP and "
-        "SB3 with the same hyperparameters, back to back per seed; "
-        "learning-dqn / learning-ppo: parity on the CartPole entry; "
-        "games: tic-tac-toe moves/s of the game orchestrator with its "
-        "agent in-process vs over HTTP (--envs: game copies, default "
-        "1,16,64; --steps: moves timed); "
-        "thinker-planner: the scripted planner's solve rate on the puzzle "
-        "(perfect model; --n episodes, default 3000); "
-        "thinker-ppo: PPO on the raw and the Thinker puzzle, --seeds each, "
-        "solve-rate curves in one plot; "
-        "thinker-agent: the Thinker PPO agent (tree readout) against "
-        "PPO on the raw puzzle, in-process, --n real steps (default "
-        "200000) per --seeds (default 0-4), each evaluated on the whole "
-        "level pool, with the difference's 95%% interval; "
-        "thinker-model: the learned model trained over --n real steps "
-        "(default 20000) while --behaviour acts: held-out losses, "
-        "finiteness, time per augmented step",
+        choices=list(BENCHES),
+        help="; ".join(f"{name}: {what}" for name, what in BENCHES.items()),
     )
-    bench.add_argument(
-        "--n",
-        type=int,
-        default=None,
-        help="getaction: calls to time (default 2000); thinker-planner: "
-        "episodes (default 3000); thinker-agent: real steps a seed",
-    )
-    bench.add_argument("--seed", type=int, default=0, help="sb3-*: training seed")
-    bench.add_argument(
-        "--suite",
-        default="classic",
-        choices=["classic", "extended"],
-        help="parity: which entries (classic: CartPole, Acrobot, MountainCar, "
-        "Pendulum; extended: LunarLander, needs box2d)",
-    )
-    bench.add_argument(
-        "--entries",
-        default=None,
-        help="parity: only these entries, comma-separated (e.g. dqn_cartpole)",
-    )
-    bench.add_argument(
-        "--envs",
-        default=None,
-        help="transport/envs: env counts, comma-separated (default 1,16,64,256)",
-    )
-    bench.add_argument(
-        "--steps", type=int, default=20000, help="transport/envs: env steps timed per configuration"
-    )
-    bench.add_argument(
-        "--eval-every",
-        type=int,
-        default=None,
-        help="sb3-*: env steps between evaluations (default: the config's)",
-    )
-    bench.add_argument(
-        "--seeds",
-        default=None,
-        type=seed_list,
-        help="parity, learning-*: seeds, comma-separated, a range A..B taking "
-        "both ends (0..9), or both (0..4,7) (default 0,1,2; extended "
-        "suite 0)",
-    )
-    bench.add_argument(
-        "--config",
-        default=None,
-        help="parity, learning-*, sb3-*: run this training config instead of "
-        "the suite's entries (SB3 takes the same hyperparameters)",
-    )
-    bench.add_argument(
-        "--behaviour",
-        default="solver",
-        choices=["solver", "random"],
-        help="thinker-model: who takes the real steps (solver: a shortest "
-        "solution's next move, a random one 30%% of the time; random: "
-        "uniform moves, which solve too rarely to learn rewards from)",
-    )
-    bench.add_argument(
-        "--local-inference",
-        action="store_true",
-        help="parity, learning-*: our agents act with a policy copy in the "
-        "orchestrator (local inference), sending experience once per "
-        "learning cycle (DQN train_freq, PPO n_steps env steps)",
-    )
-    bench.add_argument(
-        "--from",
-        dest="from_json",
-        default=None,
-        help="parity: run nothing; summarize the records of these --json "
-        "files together (comma-separated: seed batches run apart)",
-    )
-    bench.add_argument(
-        "--arms",
-        default=None,
-        help="thinker-agent: which, comma-separated, of raw, thinker (the "
-        "perfect model), thinker-learned (the learned model, "
-        "wrapper_type 0) and planner (the scripted planner on the same "
-        "levels); default raw,thinker",
-    )
-    bench.add_argument(
-        "--awake",
-        action="store_true",
-        help="getaction, transport: run with every CPU kept from idling (a "
-        "spinner per CPU at SCHED_IDLE, Linux), as on a machine whose "
-        "idle CPUs poll instead of halting: a virtual machine's halted "
-        "vCPU takes tens of us to wake, twice a round trip",
-    )
-    bench.add_argument(
-        "--spin",
-        type=float,
-        default=None,
-        metavar="US",
-        help="getaction, transport: MISTK_RL_SPIN_US=US for the bench, as "
-        "a user would set it: its clients wait for each answer awake "
-        "(polling, not sleeping) for up to US microseconds, and the "
-        "services it starts wait so for the next request after each "
-        "answer; default: as MISTK_RL_SPIN_US says, else clients "
-        "and services wait so for up to 1 ms (with two CPUs "
-        "or more)",
-    )
-    bench.add_argument("--json", default=None, help="also write the figures here")
+    for flag, options in BENCH_OPTIONS:
+        bench.add_argument(flag, **options)
     bench.set_defaults(func=_bench)
-    return parser
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:

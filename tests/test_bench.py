@@ -448,3 +448,14 @@ def test_seeds_take_lists_and_ranges_and_refuse_the_rest():
     for bad in ("a", "5..2", "1..x", ""):
         with pytest.raises(argparse.ArgumentTypeError):
             seed_list(bad)
+
+
+def test_every_benchmark_the_command_offers_has_a_runner():
+    """`mistk-rl bench`'s choices (harness.cli.BENCHES) and run_bench's table name the same
+    benchmarks: none offered that cannot run, none runnable that is not offered."""
+    from harness.bench import BENCH_RUNNERS
+    from harness.cli import BENCHES, build_parser
+
+    assert set(BENCHES) == set(BENCH_RUNNERS)
+    args = build_parser().parse_args(["bench", "transport", "--envs", "1,64", "--spin", "0"])
+    assert (args.what, args.envs, args.spin, args.steps) == ("transport", "1,64", 0.0, 20000)

@@ -22,8 +22,9 @@ import platform
 import tempfile
 import time
 from contextlib import contextmanager, nullcontext
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator, Optional
+from typing import Any, Callable, Iterator, Optional, Union
 from unittest.mock import patch
 
 
@@ -140,126 +141,165 @@ def bench_parity(
     return 0
 
 
-def run_bench(
-    what: str,
-    n: Optional[int] = None,
-    json_out: Optional[Path] = None,
-    seed: int = 0,
-    eval_every: Optional[int] = None,
-    env_counts: Optional[list[int]] = None,
-    steps: int = 20000,
-    seeds: Optional[list[int]] = None,
-    config: Optional[Path] = None,
-    suite: str = "classic",
-    entries: Optional[list[str]] = None,
-    behaviour: str = "solver",
-    local_inference: bool = False,
-    saved: Optional[list[Path]] = None,
-    arms: Optional[list[str]] = None,
-    awake: bool = False,
-    spin_us: Optional[float] = None,
-) -> int:
-    """`awake` (getaction, transport): every CPU kept from idling while it runs
-    (`harness.bench.floor.cpus_kept_awake`); `spin_us`: the clients wait for answers awake
-    that long, and the services for requests (``MISTK_RL_SPIN_US``, which None leaves as it
-    is). Their records say which (``cpus_awake``, ``spin_us``)."""
-    for flag, given in (("--awake", awake), ("--spin", spin_us is not None)):
+@dataclass(frozen=True)
+class BenchOptions:
+    """What `mistk-rl bench` was given (`harness.cli`'s BENCH_OPTIONS say which benchmark
+    reads which)."""
+
+    n: Optional[int] = None
+    json_out: Optional[Path] = None
+    seed: int = 0
+    eval_every: Optional[int] = None
+    env_counts: Optional[list[int]] = None
+    steps: int = 20000
+    seeds: Optional[list[int]] = None
+    config: Optional[Path] = None
+    suite: str = "classic"
+    entries: Optional[list[str]] = None
+    behaviour: str = "solver"
+    local_inference: bool = False
+    saved: Optional[list[Path]] = None
+    arms: Optional[list[str]] = None
+    awake: bool = False
+    spin_us: Optional[float] = None
+
+
+def run_bench(what: str, **options: Any) -> int:
+    """Run the benchmark `what` (`BENCH_RUNNERS`) with `BenchOptions(**options)`; its
+    records go to ``json_out`` when given. `awake` (getaction, transport): every CPU kept
+    from idling while it runs (`harness.bench.floor.cpus_kept_awake`); `spin_us`: the
+    clients wait for answers awake that long, and the services for requests
+    (``MISTK_RL_SPIN_US``, which None leaves as it is). Their records say which
+    (``cpus_awake``, ``spin_us``)."""
+    opts = BenchOptions(**options)
+    for flag, given in (("--awake", opts.awake), ("--spin", opts.spin_us is not None)):
         if given and what not in ("getaction", "transport"):
             raise SystemExit(f"bench {what}: {flag} is for getaction and transport")
-    if what in ("getaction", "transport"):
-        from harness.bench.floor import cpus_kept_awake
-        from mistk_rl.wire.spin import default_spin
+    records = BENCH_RUNNERS[what](what, opts)
+    if isinstance(records, int):  # (parity writes its own records)
+        return records
+    if opts.json_out is not None:
+        _write(opts.json_out, records)
+    return 0
 
-        with cpus_kept_awake() if awake else nullcontext(), _spinning(spin_us):
-            spins = {"spin_us": round(default_spin() * 1e6, 3)}
-            records = (
-                _getaction(n)
-                if what == "getaction"
-                else _transport(env_counts or [1, 16, 64, 256], steps)
-            )
-        records = [{**record, "cpus_awake": awake, **spins} for record in records]
+
+def _step_path(what: str, opts: BenchOptions) -> list[dict]:
+    from harness.bench.floor import cpus_kept_awake
+    from mistk_rl.wire.spin import default_spin
+
+    with cpus_kept_awake() if opts.awake else nullcontext(), _spinning(opts.spin_us):
+        spins = {"spin_us": round(default_spin() * 1e6, 3)}
         if what == "getaction":
-            for record in records:
-                print("  ".join(f"{k}={v}" for k, v in record.items()))
-        if json_out is not None:
-            _write(json_out, records)
-        return 0
-    if what == "parity":
-        return bench_parity(suite, seeds, entries, config, json_out, local_inference, saved)
-    if what.startswith("learning-"):  # the suite's CartPole entry (or --config) for the algo
-        algo = what.split("-")[1]
-        return bench_parity(
-            "classic", seeds, [f"{algo}_cartpole"], config, json_out, local_inference
-        )
-    if what == "envs":
-        from harness.bench.step import bench_envs
-
-        records = bench_envs(env_counts or [1, 16, 64, 256], steps)
-        if json_out is not None:
-            _write(json_out, records)
-        return 0
-    if what == "games":
-        from harness.bench.games import bench_games
-
-        records = bench_games(env_counts or [1, 16, 64], steps)
-        if json_out is not None:
-            _write(json_out, records)
-        return 0
-    if what == "thinker-agent":
-        from harness.bench.thinker_agent import ARMS, bench_thinker_agent
-
-        unknown = sorted(set(arms or ()) - set(ARMS))
-        if unknown:
-            raise SystemExit(
-                f"bench thinker-agent: unknown arms {', '.join(unknown)}; valid: {', '.join(ARMS)}"
-            )
-
-        records = bench_thinker_agent(
-            seeds or (0, 1, 2, 3, 4), real_steps=n or 200_000, arms=arms or ("raw", "thinker")
-        )
-        if json_out is not None:
-            _write(json_out, records)
-        return 0
-    if what in ("thinker-planner", "thinker-ppo", "thinker-model"):
-        from harness.bench import thinker as bench_thinker
-
-        if what == "thinker-planner":
-            records = bench_thinker.bench_planner(episodes=n or 3000, seed=seed)
-        elif what == "thinker-model":
-            records = bench_thinker.bench_model(
-                real_steps=n or 20000, seed=seed, behaviour=behaviour
-            )
+            records = _getaction(opts.n)
         else:
-            records = bench_thinker.bench_ppo(seeds or (0, 1, 2))
-        if json_out is not None:
-            _write(json_out, records)
-        return 0
-    if what in ("cluster", "cluster-loss"):
-        from harness.bench.cluster import bench_cluster, bench_cluster_loss
+            records = _transport(opts.env_counts or [1, 16, 64, 256], opts.steps)
+    records = [{**record, "cpus_awake": opts.awake, **spins} for record in records]
+    if what == "getaction":
+        for record in records:
+            print("  ".join(f"{k}={v}" for k, v in record.items()))
+    return records
 
-        records = (
-            bench_cluster(env_counts or [1, 64], steps, league_steps=n or 10_000)
-            if what == "cluster"
-            else bench_cluster_loss(seeds or [0])
+
+def _parity(what: str, opts: BenchOptions) -> int:
+    if what.startswith("learning-"):  # the suite's CartPole entry (or --config) for the algo
+        entry = f"{what.split('-')[1]}_cartpole"
+        return bench_parity(
+            "classic", opts.seeds, [entry], opts.config, opts.json_out, opts.local_inference
         )
-        if json_out is not None:
-            _write(json_out, records)
-        return 0
-    if what == "faults":
-        from harness.bench.faults import bench_faults
+    return bench_parity(
+        opts.suite,
+        opts.seeds,
+        opts.entries,
+        opts.config,
+        opts.json_out,
+        opts.local_inference,
+        opts.saved,
+    )
 
-        records = bench_faults()
-        if json_out is not None:
-            _write(json_out, records)
-        return 0
+
+def _envs(what: str, opts: BenchOptions) -> list[dict]:
+    from harness.bench.step import bench_envs
+
+    return bench_envs(opts.env_counts or [1, 16, 64, 256], opts.steps)
+
+
+def _games(what: str, opts: BenchOptions) -> list[dict]:
+    from harness.bench.games import bench_games
+
+    return bench_games(opts.env_counts or [1, 16, 64], opts.steps)
+
+
+def _thinker_agent(what: str, opts: BenchOptions) -> list[dict]:
+    from harness.bench.thinker_agent import ARMS, bench_thinker_agent
+
+    unknown = sorted(set(opts.arms or ()) - set(ARMS))
+    if unknown:
+        raise SystemExit(
+            f"bench thinker-agent: unknown arms {', '.join(unknown)}; valid: {', '.join(ARMS)}"
+        )
+    return bench_thinker_agent(
+        opts.seeds or (0, 1, 2, 3, 4),
+        real_steps=opts.n or 200_000,
+        arms=opts.arms or ("raw", "thinker"),
+    )
+
+
+def _thinker(what: str, opts: BenchOptions) -> list[dict]:
+    from harness.bench import thinker as bench_thinker
+
+    if what == "thinker-planner":
+        return bench_thinker.bench_planner(episodes=opts.n or 3000, seed=opts.seed)
+    if what == "thinker-model":
+        return bench_thinker.bench_model(
+            real_steps=opts.n or 20000, seed=opts.seed, behaviour=opts.behaviour
+        )
+    return bench_thinker.bench_ppo(opts.seeds or (0, 1, 2))
+
+
+def _cluster(what: str, opts: BenchOptions) -> list[dict]:
+    from harness.bench.cluster import bench_cluster, bench_cluster_loss
+
+    if what == "cluster":
+        return bench_cluster(opts.env_counts or [1, 64], opts.steps, league_steps=opts.n or 10_000)
+    return bench_cluster_loss(opts.seeds or [0])
+
+
+def _faults(what: str, opts: BenchOptions) -> list[dict]:
+    from harness.bench.faults import bench_faults
+
+    return bench_faults()
+
+
+def _one_record(what: str, opts: BenchOptions) -> list[dict]:
+    """longpolls and sb3-*: one record, printed."""
     if what == "longpolls":
         record = bench_long_polls()
     else:
-        record = bench_sb3(what.split("-")[1], seed, eval_every, config)
+        record = bench_sb3(what.split("-")[1], opts.seed, opts.eval_every, opts.config)
     print("  ".join(f"{k}={v}" for k, v in record.items() if k != "evals"))
-    if json_out is not None:
-        _write(json_out, [record])
-    return 0
+    return [record]
+
+
+# Each benchmark's runner: its records (written to --json by `run_bench`), or an exit code
+BENCH_RUNNERS: dict[str, Callable[[str, BenchOptions], Union[list[dict], int]]] = {
+    "getaction": _step_path,
+    "transport": _step_path,
+    "parity": _parity,
+    "learning-dqn": _parity,
+    "learning-ppo": _parity,
+    "envs": _envs,
+    "games": _games,
+    "thinker-agent": _thinker_agent,
+    "thinker-planner": _thinker,
+    "thinker-ppo": _thinker,
+    "thinker-model": _thinker,
+    "cluster": _cluster,
+    "cluster-loss": _cluster,
+    "faults": _faults,
+    "longpolls": _one_record,
+    "sb3-dqn": _one_record,
+    "sb3-ppo": _one_record,
+}
 
 
 @contextmanager

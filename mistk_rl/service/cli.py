@@ -11,83 +11,109 @@ import os
 import socket
 import sys
 from pathlib import Path
-from typing import Optional, Sequence
+from typing import Any, Optional, Sequence
 
 from mistk_rl.limits import Limits
 from mistk_rl.wire.spin import spin_from_env
+
+# `serve`'s options after ROLE and TARGET: (flag, argparse keywords)
+SERVE_OPTIONS: list[tuple[str, dict[str, Any]]] = [
+    (
+        "--host",
+        dict(
+            default="127.0.0.1",
+            help="address to bind (default loopback; 0.0.0.0 exposes the service)",
+        ),
+    ),
+    (
+        "--port",
+        dict(
+            type=int,
+            default=None,
+            help="port (default 8081 agent, 8080 orchestrator; 0: a free one, printed at start)",
+        ),
+    ),
+    (
+        "--data-dir",
+        dict(default="data", help="directory that model and episode paths resolve inside"),
+    ),
+    (
+        "--token",
+        dict(
+            default=None,
+            help="bearer token required on every call but apiVersion "
+            "(default: $MISTK_RL_TOKEN, else none)",
+        ),
+    ),
+    (
+        "--allow-agent-host",
+        dict(
+            action="append",
+            default=[],
+            help="orchestrator: a non-loopback host agents may be "
+            "registered at (repeatable; also $MISTK_RL_AGENT_HOSTS, "
+            "comma-separated)",
+        ),
+    ),
+    (
+        "--env-module",
+        dict(
+            action="append",
+            default=[],
+            help="orchestrator: a module to import at start whose envs may be "
+            "used (as their registered ids, or MODULE:ID); repeatable. Without "
+            "it only envs registered with gymnasium are accepted",
+        ),
+    ),
+    (
+        "--agent-timeout",
+        dict(
+            type=float,
+            default=20.0,
+            help="orchestrator: seconds to wait for one agent call before "
+            "the episode fails naming the agent and the call",
+        ),
+    ),
+    (
+        "--limit",
+        dict(
+            action="append",
+            default=[],
+            metavar="NAME=VALUE",
+            help="raise or lower a limit (repeatable): "
+            + ", ".join(f"{f.name} (default {f.default:,})" for f in dataclasses.fields(Limits)),
+        ),
+    ),
+    (
+        "--max-body-bytes",
+        dict(
+            type=int,
+            default=None,
+            help="larger request bodies get 413 (= --limit max_body_bytes=N)",
+        ),
+    ),
+    (
+        "--share",
+        dict(
+            action="append",
+            default=[],
+            metavar="NAME=DIR",
+            help="paths starting NAME/ resolve inside DIR instead of the data dir "
+            "(repeatable): a directory several services share, such as a league's "
+            "snapshots",
+        ),
+    ),
+    ("--log-level", dict(default="info")),
+    ("--fd", dict(type=int, default=None, help=argparse.SUPPRESS)),
+]
 
 
 def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
     """The options of `serve`, on `parser` (a sub-command's parser, or this module's own)."""
     parser.add_argument("role", choices=["agent", "orchestrator"])
     parser.add_argument("target", help="MODULE:CLASS, e.g. agents.random_agent:RandomAgent")
-    parser.add_argument(
-        "--host",
-        default="127.0.0.1",
-        help="address to bind (default loopback; 0.0.0.0 exposes the service)",
-    )
-    parser.add_argument(
-        "--port",
-        type=int,
-        default=None,
-        help="port (default 8081 agent, 8080 orchestrator; 0: a free one, printed at start)",
-    )
-    parser.add_argument(
-        "--data-dir", default="data", help="directory that model and episode paths resolve inside"
-    )
-    parser.add_argument(
-        "--token",
-        default=None,
-        help="bearer token required on every call but apiVersion "
-        "(default: $MISTK_RL_TOKEN, else none)",
-    )
-    parser.add_argument(
-        "--allow-agent-host",
-        action="append",
-        default=[],
-        help="orchestrator: a non-loopback host agents may be registered at "
-        "(repeatable; also $MISTK_RL_AGENT_HOSTS, comma-separated)",
-    )
-    parser.add_argument(
-        "--env-module",
-        action="append",
-        default=[],
-        help="orchestrator: a module to import at start whose envs may be "
-        "used (as their registered ids, or MODULE:ID); repeatable. "
-        "Without it only envs registered with gymnasium are accepted",
-    )
-    parser.add_argument(
-        "--agent-timeout",
-        type=float,
-        default=20.0,
-        help="orchestrator: seconds to wait for one agent call before the "
-        "episode fails naming the agent and the call",
-    )
-    parser.add_argument(
-        "--limit",
-        action="append",
-        default=[],
-        metavar="NAME=VALUE",
-        help="raise or lower a limit (repeatable): "
-        + ", ".join(f"{f.name} (default {f.default:,})" for f in dataclasses.fields(Limits)),
-    )
-    parser.add_argument(
-        "--max-body-bytes",
-        type=int,
-        default=None,
-        help="larger request bodies get 413 (= --limit max_body_bytes=N)",
-    )
-    parser.add_argument(
-        "--share",
-        action="append",
-        default=[],
-        metavar="NAME=DIR",
-        help="paths starting NAME/ resolve inside DIR instead of the data dir "
-        "(repeatable): a directory several services share, such as a "
-        "league's snapshots",
-    )
-    parser.add_argument("--log-level", default="info")
-    parser.add_argument("--fd", type=int, default=None, help=argparse.SUPPRESS)
+    for flag, options in SERVE_OPTIONS:
+        parser.add_argument(flag, **options)
     parser.set_defaults(func=serve_command)
 
 
