@@ -38,7 +38,7 @@ def test_round_trip_keeps_arrays_and_structure():
 def test_replayed_rows_are_copies_not_views_into_the_request_body():
     """An agent keeps replayed observations (a replay buffer): a view would keep each whole
     request body alive with it."""
-    from mistk_rl.service.handlers import _replay_batch, _SpaceChecks
+    from mistk_rl.service.handlers.agent import _replay_batch, _SpaceChecks
 
     replay = {
         "prevObs": {"a": np.zeros(4), "b": np.ones(4)},
@@ -111,7 +111,7 @@ def test_dict_observations_in_one_step_cross_the_handlers_as_their_spaces_dtypes
     dtype: JSON numbers and binary rows give the agent the same uint8 planes."""
     from gymnasium import spaces
 
-    from mistk_rl.service.handlers import _SpaceChecks
+    from mistk_rl.service.handlers.agent import _SpaceChecks
 
     space = spaces.Dict(
         {
