@@ -18,7 +18,7 @@ from contextlib import ExitStack
 from dataclasses import asdict
 from datetime import datetime
 from pathlib import Path
-from typing import Callable, Optional
+from typing import Any, Callable, Optional
 
 import numpy as np
 import yaml
@@ -292,194 +292,40 @@ def run(
     the agents built from their model_path, else from the save_path a run in `run_dir` left;
     written to ``run_dir/evaluation.json``. On a cluster, a league's lost workers are
     started again elsewhere, each at most `max_restarts` times (`harness.keeper`; default 3
-    on a cluster, as ``--max-restarts``)."""
+    on a cluster, as ``--max-restarts``).
+
+    The phases, in order: the config saved (`_save_config`), the services started and
+    waited for (`_RunServices.start`), clients on them (`_RunClients`), a league's placed
+    workers kept (`_keep_workers`), the sequence itself (`_sequence`), the results
+    (`_results`)."""
     max_restarts = restarts_allowed(config, max_restarts)
-    if evaluate_only and config.evaluation is None and config.training is None:
-        raise RunConfigError(
-            "nothing to evaluate: the config has neither an 'evaluation' block "
-            "(games) nor a 'training' block (its eval_episodes, eval_seed)"
-        )
     started = time.monotonic()
-    run_dir.mkdir(parents=True, exist_ok=True)
-    saved = config.model_dump()
-    if saved.get("token"):  # never on disk: a resumed run takes it from the environment
-        saved["token"] = None
-    if not evaluate_only:
-        (run_dir / "config.yaml").write_text(yaml.safe_dump(saved, sort_keys=False))
+    _save_config(config, run_dir, evaluate_only)
     token = config.token or os.environ.get("MISTK_RL_TOKEN")
-    timeouts = config.timeouts
     with ExitStack() as stack:
-        spawned: list[tuple[str, ServiceProcess | PlacedService]] = []
-        cluster = None
-        if config.cluster is not None:  # (closed last: after every service is stopped)
-            cluster = Cluster(
-                config.cluster.address,
-                run_id=run_dir.resolve().name,
-                data_root=config.cluster.data_root,
-            )
-            stack.callback(cluster.close)
-            say(
-                f"placing services on the Ray cluster at {config.cluster.address} "
-                f"({len(cluster.node_addresses())} nodes)"
-            )
-
-        def launch(
-            role: str,
-            name: str,
-            spec: ServiceSpec,
-            extra: tuple[str, ...] = (),
-            near_driver: bool = False,
-        ) -> ServiceProcess | PlacedService:
-            """Start a service here or on the cluster (they all boot side by side; the loop
-            below waits); `near_driver`: on this process's node if it can hold it."""
-            args = (*spec.args, *extra)
-            if cluster is not None:
-                service: ServiceProcess | PlacedService = cluster.spawn(
-                    role,
-                    name,
-                    spec.target,
-                    token=token,
-                    extra_args=args,
-                    resources=Resources(spec.cpus, spec.gpus, spec.resources),
-                    near_driver=near_driver,
-                )
-            else:
-                service = spawn_service(
-                    role,
-                    spec.target,
-                    data_dir=data_dir(run_dir, name),
-                    log_path=run_dir / "logs" / f"{name}.log",
-                    token=token,
-                    extra_args=args,
-                )
-            stack.callback(_stop, service, say)
-            spawned.append((name, service))
-            return service
-
-        orch_spec = config.orchestrator
-        env = orch_spec.env.model_dump(exclude_none=True)
-        share: tuple[str, ...] = ()
-        # orchestrators on a cluster call agents on other nodes
-        allow = tuple(
-            arg
-            for host in (cluster.node_addresses() if cluster else ())
-            for arg in ("--allow-agent-host", host)
-        )
-        workers: list[str | ServiceProcess | PlacedService] = []
-        evaluator_service = None
-        if orch_spec.env.league is not None:
-            if cluster:  # no shared file system: checkpoints move over HTTP
-                env["league"] = {**env["league"], "copyCheckpoints": True}
-            else:  # the league's directory, shared by its services
-                name = str(orch_spec.env.league.get("directory", "league")).split("/")[0]
-                share = ("--share", f"{name}={(run_dir / name).resolve()}")
-            workers = [
-                w.url or launch("orchestrator", f"worker{i}", w, allow)
-                for i, w in enumerate(config.workers)
-            ]
-            if orch_spec.env.solo_players() is not None:  # its players' evaluations
-                spec = config.evaluator or _default_evaluator(config)
-                evaluator_service = spec.url or launch("orchestrator", "evaluator", spec, allow)
-        # a league's state (league.json, every checkpoint) is in its orchestrator's data dir:
-        # unless its config pins it, it runs on this node, next to the run dir, so losing
-        # it is losing this run's driver too, which `--resume` continues (it finds the league)
-        orch_service = orch_spec.url or launch(
-            "orchestrator",
-            "orchestrator",
-            orch_spec,
-            allow + share,
-            near_driver=orch_spec.env.league is not None and not orch_spec.resources,
-        )
-        agent_services = {a.name: a.url or launch("agent", a.name, a, share) for a in config.agents}
-        # (callbacks run last first: this one SIGTERMs every service, then each is waited for)
-        stack.callback(lambda: [service.begin_stop() for _, service in spawned])
-        for name, service in spawned:
-            try:
-                service.wait_ready(timeouts.startup)
-            except ServiceStartError as exc:
-                raise HarnessError(f"starting {service.role} {name!r}: {exc}") from exc
-            where = f" on node {service.node_id[:12]}" if isinstance(service, PlacedService) else ""
-            say(f"started {service.role} {name} ({service.target}) at {service.url}{where}")
-        if workers:
-            env["league"] = {
-                **env["league"],
-                "workers": list(env["league"].get("workers", ())) + [_url(w) for w in workers],
-            }
-        orch_url, agent_urls = _url(orch_service), {n: _url(s) for n, s in agent_services.items()}
-        evaluator_url = evaluator_service and _url(evaluator_service)
-        # the data dirs of the agents this harness started, where it can reach them
-        local_dirs = (
-            {}
-            if cluster
-            else {a.name: data_dir(run_dir, a.name) for a in config.agents if a.target}
-        )
-        placement = {
-            name: {"url": s.url, "node": s.node_id}
-            for name, s in spawned
-            if isinstance(s, PlacedService)
-        }
-        orch = stack.enter_context(OrchestratorClient(orch_url, token=token, timeout=timeouts.call))
-        agents = {
-            name: stack.enter_context(AgentClient(url, token=token, timeout=timeouts.call))
-            for name, url in agent_urls.items()
-        }
-        evaluator = evaluator_url and Evaluator(
-            stack.enter_context(
-                OrchestratorClient(evaluator_url, token=token, timeout=timeouts.call)
-            ),
-            {"id": env["id"], "kwargs": env.get("kwargs", {})},
-            agent_urls,
-            timeouts.call,
-        )
-        # on a cluster the agents' checkpoints are copied here as they are saved
-        mirror = run_dir / "checkpoints" if cluster else None
-        keeper = None
-        placed_workers = [
-            KeptWorker(f"worker{i}", spec, service)
-            for i, (spec, service) in enumerate(zip(config.workers, workers))
-            if isinstance(service, PlacedService)
-        ]
-        if placed_workers and not evaluate_only:  # (stopped first: before the services)
-            keeper = WorkerKeeper(
-                cluster,
-                stack.enter_context(
-                    OrchestratorClient(orch_url, token=token, timeout=timeouts.call)
-                ),
-                placed_workers,
-                say,
-                token=token,
-                max_restarts=max_restarts,
-                startup_timeout=timeouts.startup,
-                on_spawn=lambda name, service: (
-                    spawned.append((name, service)),
-                    stack.callback(_stop, service, say),
-                ),
-            )
-            stack.callback(keeper.stop)
-            keeper.start()
+        services = _RunServices(config, run_dir, stack, say, token)
+        services.start()
+        placement = services.placement()
+        clients = _RunClients(config, services, stack, token)
+        keeper = None if evaluate_only else _keep_workers(services, stack, say, max_restarts)
         try:
             episodes, progress, outcome = _sequence(
                 config,
-                env,
-                orch,
-                agents,
-                agent_urls,
+                services.env,
+                clients.orch,
+                clients.agents,
+                services.agent_urls,
                 run_dir,
                 say,
                 resume,
                 quiet,
                 evaluate_only,
-                evaluator,
-                local_dirs,
-                mirror,
+                clients.evaluator,
+                services.local_dirs(),
+                run_dir / "checkpoints" if services.cluster else None,  # (copied as saved)
             )
         except (HarnessError, ServiceError) as exc:  # (a lost service fails some call)
-            replaced = keeper.replaced if keeper else []
-            lost = [
-                name
-                for name, s in spawned
-                if cluster and not any(s is r for r in replaced) and not s.alive()
-            ]
+            lost = services.lost(keeper.replaced if keeper else [])
             if lost:
                 raise ServicesLost(lost, exc) from exc
             raise
@@ -488,11 +334,262 @@ def run(
             placement.update(keeper.placement())
     if placement:  # where the cluster ran each service
         outcome["placement"] = placement
+    return _results(config, run_dir, episodes, progress, outcome, started, evaluate_only)
+
+
+def _save_config(config: RunConfig, run_dir: Path, evaluate_only: bool) -> None:
+    """Refuse an evaluation with nothing to evaluate; write the run's config.yaml (without
+    the token: a resumed run takes it from the environment)."""
+    if evaluate_only and config.evaluation is None and config.training is None:
+        raise RunConfigError(
+            "nothing to evaluate: the config has neither an 'evaluation' block "
+            "(games) nor a 'training' block (its eval_episodes, eval_seed)"
+        )
+    run_dir.mkdir(parents=True, exist_ok=True)
+    saved = config.model_dump()
+    if saved.get("token"):
+        saved["token"] = None
+    if not evaluate_only:
+        (run_dir / "config.yaml").write_text(yaml.safe_dump(saved, sort_keys=False))
+
+
+class _RunServices:
+    """The services of one run: started here as processes or on the cluster the config
+    names, each stopped when `stack` closes; or given by URL in the config."""
+
+    def __init__(
+        self,
+        config: RunConfig,
+        run_dir: Path,
+        stack: ExitStack,
+        say: Callable[[str], None],
+        token: Optional[str],
+    ) -> None:
+        self.config, self.run_dir, self.stack, self.say, self.token = (
+            config,
+            run_dir,
+            stack,
+            say,
+            token,
+        )
+        self.spawned: list[tuple[str, ServiceProcess | PlacedService]] = []
+        self.cluster: Optional[Cluster] = None
+        if config.cluster is not None:  # (closed last: after every service is stopped)
+            self.cluster = Cluster(
+                config.cluster.address,
+                run_id=run_dir.resolve().name,
+                data_root=config.cluster.data_root,
+            )
+            stack.callback(self.cluster.close)
+            say(
+                f"placing services on the Ray cluster at {config.cluster.address} "
+                f"({len(self.cluster.node_addresses())} nodes)"
+            )
+        self.env = config.orchestrator.env.model_dump(exclude_none=True)  # initialize's
+        self.workers: list[str | ServiceProcess | PlacedService] = []  # config.workers'
+        self.orch_url = ""
+        self.agent_urls: dict[str, str] = {}
+        self.evaluator_url: Optional[str] = None
+
+    def launch(
+        self,
+        role: str,
+        name: str,
+        spec: ServiceSpec,
+        extra: tuple[str, ...] = (),
+        near_driver: bool = False,
+    ) -> ServiceProcess | PlacedService:
+        """Start a service here or on the cluster (they all boot side by side; `start`
+        waits); `near_driver`: on this process's node if it can hold it."""
+        args = (*spec.args, *extra)
+        if self.cluster is not None:
+            service: ServiceProcess | PlacedService = self.cluster.spawn(
+                role,
+                name,
+                spec.target,
+                token=self.token,
+                extra_args=args,
+                resources=Resources(spec.cpus, spec.gpus, spec.resources),
+                near_driver=near_driver,
+            )
+        else:
+            service = spawn_service(
+                role,
+                spec.target,
+                data_dir=data_dir(self.run_dir, name),
+                log_path=self.run_dir / "logs" / f"{name}.log",
+                token=self.token,
+                extra_args=args,
+            )
+        self.kept(name, service)
+        return service
+
+    def kept(self, name: str, service: ServiceProcess | PlacedService) -> None:
+        """A service of this run (one the keeper starts again, too): stopped at the end."""
+        self.stack.callback(_stop, service, self.say)
+        self.spawned.append((name, service))
+
+    def start(self) -> None:
+        """Start every service the config names without a URL, and wait until each answers;
+        a league's workers go into initialize's env."""
+        config, orch_spec = self.config, self.config.orchestrator
+        # orchestrators on a cluster call agents on other nodes
+        allow = tuple(
+            arg
+            for host in (self.cluster.node_addresses() if self.cluster else ())
+            for arg in ("--allow-agent-host", host)
+        )
+        share = self._league_services(allow)
+        # a league's state (league.json, every checkpoint) is in its orchestrator's data dir:
+        # unless its config pins it, it runs on this node, next to the run dir, so losing
+        # it is losing this run's driver too, which `--resume` continues (it finds the league)
+        orch = orch_spec.url or self.launch(
+            "orchestrator",
+            "orchestrator",
+            orch_spec,
+            allow + share,
+            near_driver=orch_spec.env.league is not None and not orch_spec.resources,
+        )
+        agents = {a.name: a.url or self.launch("agent", a.name, a, share) for a in config.agents}
+        self._wait_ready()
+        if self.workers:
+            league = self.env["league"]
+            self.env["league"] = {
+                **league,
+                "workers": list(league.get("workers", ())) + [_url(w) for w in self.workers],
+            }
+        self.orch_url = _url(orch)
+        self.agent_urls = {name: _url(service) for name, service in agents.items()}
+
+    def _league_services(self, allow: tuple[str, ...]) -> tuple[str, ...]:
+        """A league's workers and (a solo league's) evaluator, started; the `--share` of its
+        directory that its services get when they share this machine's file system."""
+        config, league = self.config, self.config.orchestrator.env.league
+        if league is None:
+            return ()
+        share: tuple[str, ...] = ()
+        if self.cluster:  # no shared file system: checkpoints move over HTTP
+            self.env["league"] = {**self.env["league"], "copyCheckpoints": True}
+        else:  # the league's directory, shared by its services
+            name = str(league.get("directory", "league")).split("/")[0]
+            share = ("--share", f"{name}={(self.run_dir / name).resolve()}")
+        self.workers = [
+            w.url or self.launch("orchestrator", f"worker{i}", w, allow)
+            for i, w in enumerate(config.workers)
+        ]
+        if config.orchestrator.env.solo_players() is not None:  # its players' evaluations
+            spec = config.evaluator or _default_evaluator(config)
+            self.evaluator_url = _url(
+                spec.url or self.launch("orchestrator", "evaluator", spec, allow)
+            )
+        return share
+
+    def _wait_ready(self) -> None:
+        # (callbacks run last first: this one SIGTERMs every service, then each is waited for)
+        self.stack.callback(lambda: [service.begin_stop() for _, service in self.spawned])
+        for name, service in self.spawned:
+            try:
+                service.wait_ready(self.config.timeouts.startup)
+            except ServiceStartError as exc:
+                raise HarnessError(f"starting {service.role} {name!r}: {exc}") from exc
+            where = f" on node {service.node_id[:12]}" if isinstance(service, PlacedService) else ""
+            self.say(f"started {service.role} {name} ({service.target}) at {service.url}{where}")
+
+    def local_dirs(self) -> dict[str, Path]:
+        """The data dirs of the agents this harness started, where it can reach them."""
+        if self.cluster:
+            return {}
+        return {a.name: data_dir(self.run_dir, a.name) for a in self.config.agents if a.target}
+
+    def placement(self) -> dict[str, dict]:
+        """Where the cluster placed each service: its URL and node."""
+        return {
+            name: {"url": s.url, "node": s.node_id}
+            for name, s in self.spawned
+            if isinstance(s, PlacedService)
+        }
+
+    def lost(self, replaced: list) -> list[str]:
+        """On a cluster, the services that died and were not started again."""
+        return [
+            name
+            for name, s in self.spawned
+            if self.cluster and not any(s is r for r in replaced) and not s.alive()
+        ]
+
+
+class _RunClients:
+    """The SDK's clients on a run's services, closed when `stack` closes."""
+
+    def __init__(
+        self, config: RunConfig, services: _RunServices, stack: ExitStack, token: Optional[str]
+    ) -> None:
+        call = config.timeouts.call
+        self.orch = stack.enter_context(
+            OrchestratorClient(services.orch_url, token=token, timeout=call)
+        )
+        self.agents = {
+            name: stack.enter_context(AgentClient(url, token=token, timeout=call))
+            for name, url in services.agent_urls.items()
+        }
+        self.evaluator = services.evaluator_url and Evaluator(
+            stack.enter_context(
+                OrchestratorClient(services.evaluator_url, token=token, timeout=call)
+            ),
+            {"id": services.env["id"], "kwargs": services.env.get("kwargs", {})},
+            services.agent_urls,
+            call,
+        )
+
+
+def _keep_workers(
+    services: _RunServices, stack: ExitStack, say: Callable[[str], None], max_restarts: int
+) -> Optional[WorkerKeeper]:
+    """A keeper that starts a league's lost cluster workers again (`harness.keeper`), when
+    any is placed on a cluster; stopped before the services."""
+    config = services.config
+    placed = [
+        KeptWorker(f"worker{i}", spec, service)
+        for i, (spec, service) in enumerate(zip(config.workers, services.workers))
+        if isinstance(service, PlacedService)
+    ]
+    if not placed or services.cluster is None:
+        return None
+    call = config.timeouts.call
+    keeper = WorkerKeeper(
+        services.cluster,
+        stack.enter_context(
+            OrchestratorClient(services.orch_url, token=services.token, timeout=call)
+        ),
+        placed,
+        say,
+        token=services.token,
+        max_restarts=max_restarts,
+        startup_timeout=config.timeouts.startup,
+        on_spawn=services.kept,
+    )
+    stack.callback(keeper.stop)
+    keeper.start()
+    return keeper
+
+
+def _results(
+    config: RunConfig,
+    run_dir: Path,
+    episodes: list[dict],
+    progress: Any,
+    outcome: dict,
+    started: float,
+    evaluate_only: bool,
+) -> dict:
+    """The run's results, written to results.json (evaluation.json for an evaluation),
+    with the episodes beside them."""
+    wall_s = round(time.monotonic() - started, 3)
     if evaluate_only:
         results = {
             "name": config.name,
             "evaluation": outcome["evaluation"],
-            "wall_s": round(time.monotonic() - started, 3),
+            "wall_s": wall_s,
             **outcome,
         }
         atomic_write_json(run_dir / "evaluation.json", results)
@@ -504,7 +601,7 @@ def run(
         "episodes_file": EPISODES,
         "episode_count": len(episodes),
         "episode_mean_return": round(float(np.mean(returns)), 6) if returns else None,
-        "wall_s": round(time.monotonic() - started, 3),
+        "wall_s": wall_s,
         **outcome,
     }
     if config.training is not None:
