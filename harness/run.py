@@ -15,7 +15,7 @@ import sys
 import threading
 import time
 from contextlib import ExitStack
-from dataclasses import asdict
+from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from pathlib import Path
 from typing import Any, Callable, Optional
@@ -296,7 +296,7 @@ def run(
 
     The phases, in order: the config saved (`_save_config`), the services started and
     waited for (`_RunServices.start`), clients on them (`_RunClients`), a league's placed
-    workers kept (`_keep_workers`), the sequence itself (`_sequence`), the results
+    workers kept (`_keep_workers`), the sequence itself (`_Sequence`), the results
     (`_results`)."""
     max_restarts = restarts_allowed(config, max_restarts)
     started = time.monotonic()
@@ -309,7 +309,7 @@ def run(
         clients = _RunClients(config, services, stack, token)
         keeper = None if evaluate_only else _keep_workers(services, stack, say, max_restarts)
         try:
-            episodes, progress, outcome = _sequence(
+            episodes, progress, outcome = _Sequence(
                 config,
                 services.env,
                 clients.orch,
@@ -323,7 +323,7 @@ def run(
                 clients.evaluator,
                 services.local_dirs(),
                 run_dir / "checkpoints" if services.cluster else None,  # (copied as saved)
-            )
+            ).run()
         except (HarnessError, ServiceError) as exc:  # (a lost service fails some call)
             lost = services.lost(keeper.replaced if keeper else [])
             if lost:
@@ -616,141 +616,179 @@ def _results(
     return results
 
 
-def _sequence(
-    config: RunConfig,
-    env: dict,
-    orch: OrchestratorClient,
-    agents: dict[str, AgentClient],
-    agent_urls: dict[str, str],
-    run_dir: Path,
-    say: Callable[[str], None],
-    resume: Optional[Progress | GameProgress],
-    quiet: bool,
-    evaluate_only: bool = False,
-    evaluator: Optional[Evaluator] = None,
-    local_dirs: Optional[dict[str, Path]] = None,
-    mirror: Optional[Path] = None,
-) -> tuple[list[dict], Optional[Progress], dict]:
-    """The MISTK sequence; returns results.json's episodes, the training progress and what
-    game training and evaluation add to the results ("evals", "evaluation"; a league's
-    "league"). `evaluator`: a solo league's (its players are evaluated there). `local_dirs`:
-    the data dirs of agents this harness can reach (it started them on this machine);
-    `mirror`: where checkpoints are copied (`Checkpoints`), and restored from on resume."""
-    local_dirs = local_dirs or {}
-    call_timeout = config.timeouts.call
-    outcome: dict = {}
-    episodes_before = resume.episodes if resume else []  # (train moves resume on)
-    with _step("orchestrator initialize"):
-        orch.initialize(env, agents_needed=len(agents), timeout=call_timeout)
-    for spec in config.agents:
-        agent = agents[spec.name]
-        with _step(f"agent {spec.name} initialize"):
-            agent.initialize(spec.properties, spec.hyperparameters, timeout=call_timeout)
-        with _step(f"agent {spec.name} buildModel"):
-            checkpoint = resume.checkpoints.get(spec.name) if resume else None
-            if checkpoint and mirror is not None and spec.target:
-                restore_checkpoint(agent, mirror, spec.name, checkpoint, call_timeout)
-            if evaluate_only:
-                checkpoint = (
-                    spec.model_path
-                    or saved_model(spec, local_dirs)
-                    or last_checkpoint(config, spec, run_dir, local_dirs)
+@dataclass
+class _Sequence:
+    """The MISTK sequence over a run's started services: `run` returns results.json's
+    episodes, the training progress and what game training and evaluation add to the
+    results ("evals", "evaluation"; a league's "league"). `evaluator`: a solo league's (its
+    players are evaluated there). `local_dirs`: the data dirs of agents this harness can
+    reach (it started them on this machine); `mirror`: where checkpoints are copied
+    (`Checkpoints`), and restored from on resume."""
+
+    config: RunConfig
+    env: dict
+    orch: OrchestratorClient
+    agents: dict[str, AgentClient]
+    agent_urls: dict[str, str]
+    run_dir: Path
+    say: Callable[[str], None]
+    resume: Optional[Progress | GameProgress]
+    quiet: bool
+    evaluate_only: bool = False
+    evaluator: Optional[Evaluator] = None
+    local_dirs: dict[str, Path] = field(default_factory=dict)
+    mirror: Optional[Path] = None
+
+    def run(self) -> tuple[list[dict], Optional[Progress], dict]:
+        """Set up, then evaluate, train or play the episode blocks, then evaluate at the
+        end, then collect the episodes and take the services down."""
+        episodes_before = self.resume.episodes if self.resume else []  # (train moves it on)
+        self._set_up()
+        outcome: dict = {}
+        progress = self._main(outcome)
+        if self.config.evaluation is not None and not self.evaluate_only:
+            self._evaluate_at_the_end(outcome)
+        with _step("getResults"):
+            episodes = run_episodes(self.orch, episodes_before)
+        self._close()
+        return episodes, progress, outcome
+
+    def _set_up(self) -> None:
+        """initialize the orchestrator; initialize, build and register every agent."""
+        call_timeout = self.config.timeouts.call
+        with _step("orchestrator initialize"):
+            self.orch.initialize(self.env, agents_needed=len(self.agents), timeout=call_timeout)
+        for spec in self.config.agents:
+            agent = self.agents[spec.name]
+            with _step(f"agent {spec.name} initialize"):
+                agent.initialize(spec.properties, spec.hyperparameters, timeout=call_timeout)
+            with _step(f"agent {spec.name} buildModel"):
+                agent.build_model(self._model(spec, agent), timeout=call_timeout)
+            with _step(f"registerAgent {spec.name}"):
+                self.orch.register_agent(
+                    spec.name,
+                    self.agent_urls[spec.name],
+                    skip_train=not spec.train,
+                    seats=spec.seats,
+                    local_inference=spec.local_inference is not None,
                 )
-                if spec.target:
-                    say(
-                        f"agent {spec.name}: "
-                        + (
-                            f"the model in {checkpoint}"
-                            if checkpoint
-                            else "untrained (no model_path, and no model saved in the run dir)"
-                        )
+
+    def _model(self, spec: AgentSpec, agent: AgentClient) -> Optional[str]:
+        """What the agent builds its model from: a resumed run's checkpoint (restored
+        from the mirror first, on a cluster), an evaluation's saved model, else its
+        model_path."""
+        checkpoint = self.resume.checkpoints.get(spec.name) if self.resume else None
+        if checkpoint and self.mirror is not None and spec.target:
+            restore_checkpoint(agent, self.mirror, spec.name, checkpoint, self.config.timeouts.call)
+        if self.evaluate_only:
+            checkpoint = (
+                spec.model_path
+                or saved_model(spec, self.local_dirs)
+                or last_checkpoint(self.config, spec, self.run_dir, self.local_dirs)
+            )
+            if spec.target:
+                self.say(
+                    f"agent {spec.name}: "
+                    + (
+                        f"the model in {checkpoint}"
+                        if checkpoint
+                        else "untrained (no model_path, and no model saved in the run dir)"
                     )
-            agent.build_model(checkpoint or spec.model_path, timeout=call_timeout)
-        with _step(f"registerAgent {spec.name}"):
-            orch.register_agent(
-                spec.name,
-                agent_urls[spec.name],
-                skip_train=not spec.train,
-                seats=spec.seats,
-                local_inference=spec.local_inference is not None,
-            )
-    progress = None
-    if evaluate_only:
-        with _step("evaluation"):
-            outcome["evaluation"] = (
-                evaluate(orch, config.evaluation, config.timeouts.episodes)
-                if config.evaluation is not None
-                else asdict(evaluate_returns(orch, config.training, config.timeouts.episodes))
-            )
-    elif config.game_training is not None:
-        checkpoints = None
-        if config.game_training.checkpoints:
-            checkpoints = Checkpoints(
-                agents, config.game_training.checkpoints, local_dirs, call_timeout, mirror
-            )
-        with _step("game training"):
-            outcome["evals"] = train_games(
-                orch,
-                config.game_training,
-                config.evaluation,
-                run_dir,
-                config.timeouts.episodes,
-                say,
-                checkpoints,
-                quiet=quiet,
-                progress=resume,
-                title=config.name,
-            )
-    elif config.training is not None:
-        checkpoints = None
-        if config.training.checkpoints:  # pruned where this harness can reach them
-            checkpoints = Checkpoints(
-                agents, config.training.checkpoints, local_dirs, call_timeout, mirror
-            )
-        with _step("training"):
-            if evaluator is not None:  # a solo league (harness.league)
-                progress = train_solo_league(
-                    orch,
-                    evaluator,
-                    config.training,
-                    run_dir,
+                )
+        return checkpoint or spec.model_path
+
+    def _main(self, outcome: dict) -> Optional[Progress]:
+        """The run's work: an evaluation, game training, training or the episode blocks."""
+        config = self.config
+        if self.evaluate_only:
+            with _step("evaluation"):
+                outcome["evaluation"] = (
+                    evaluate(self.orch, config.evaluation, config.timeouts.episodes)
+                    if config.evaluation is not None
+                    else asdict(
+                        evaluate_returns(self.orch, config.training, config.timeouts.episodes)
+                    )
+                )
+        elif config.game_training is not None:
+            with _step("game training"):
+                outcome["evals"] = train_games(
+                    self.orch,
+                    config.game_training,
+                    config.evaluation,
+                    self.run_dir,
                     config.timeouts.episodes,
-                    say,
+                    self.say,
+                    self._checkpoints(config.game_training.checkpoints),
+                    quiet=self.quiet,
+                    progress=self.resume,
+                    title=config.name,
+                )
+        elif config.training is not None:
+            return self._train(outcome)
+        else:
+            _play_blocks(config, self.orch, self.say)
+        return None
+
+    def _checkpoints(self, every: Any) -> Optional[Checkpoints]:
+        """Checkpoints kept as the config says (pruned where this harness can reach them)."""
+        if not every:
+            return None
+        return Checkpoints(
+            self.agents, every, self.local_dirs, self.config.timeouts.call, self.mirror
+        )
+
+    def _train(self, outcome: dict) -> Progress:
+        """Single-agent training, or a solo league's (`harness.league`) with its results."""
+        config, training = self.config, self.config.training
+        assert training is not None
+        checkpoints = self._checkpoints(training.checkpoints)
+        with _step("training"):
+            if self.evaluator is not None:
+                progress = train_solo_league(
+                    self.orch,
+                    self.evaluator,
+                    training,
+                    self.run_dir,
+                    config.timeouts.episodes,
+                    self.say,
                     checkpoints,
-                    resume,
-                    quiet=quiet,
+                    self.resume,
+                    quiet=self.quiet,
                     title=config.name,
                 )
             else:
                 settings = {a.name: a.settings() for a in config.agents if a.settings()}
                 progress = train(
-                    orch,
-                    config.training,
-                    run_dir,
+                    self.orch,
+                    training,
+                    self.run_dir,
                     config.timeouts.episodes,
-                    say,
+                    self.say,
                     checkpoints,
-                    resume,
-                    quiet=quiet,
+                    self.resume,
+                    quiet=self.quiet,
                     title=config.name,
                     agents=settings,
                 )
-        if evaluator is not None:
+        if self.evaluator is not None:
             with _step("league results"):
-                outcome["league"] = orch.get_league().model_dump()
-    else:
-        _play_blocks(config, orch, say)
-    if config.evaluation is not None and not evaluate_only:
+                outcome["league"] = self.orch.get_league().model_dump()
+        return progress
+
+    def _evaluate_at_the_end(self, outcome: dict) -> None:
+        """The config's evaluation after training: a game league's results, game
+        training's last evaluation, or an evaluation run now."""
+        config = self.config
+        assert config.evaluation is not None
         if config.game_training is not None and config.orchestrator.env.league is not None:
             with _step("league results"):
                 kept = outcome["evals"][-1].get("checkpoint") if outcome["evals"] else None
-                agent = config.evaluation.agent
-                where = local_dirs.get(agent)
+                where = self.local_dirs.get(config.evaluation.agent)
                 outcome.update(
                     league_results(
-                        orch,
+                        self.orch,
                         outcome["evals"],
-                        run_dir,
+                        self.run_dir,
                         kept and (where / kept if where else Path(kept)),
                         title=f"{config.name} (seed {config.game_training.seed})",
                     )
@@ -759,22 +797,25 @@ def _sequence(
             outcome["evaluation"] = outcome["evals"][-1]["evaluation"]
         else:
             with _step("evaluation"):
-                outcome["evaluation"] = evaluate(orch, config.evaluation, config.timeouts.episodes)
-    with _step("getResults"):
-        episodes = run_episodes(orch, episodes_before)
-    for spec in config.agents:
-        if spec.save_path and not evaluate_only:
-            with _step(f"agent {spec.name} saveModel"):
-                agents[spec.name].save_model(spec.save_path, timeout=call_timeout)
-    with _step("reset"):
-        orch.reset(timeout=call_timeout)  # resets the registered agents too
-        if evaluator is not None:
-            evaluator.client.reset(reset_agents=False, timeout=call_timeout)
-            evaluator.client.terminate()
-        for agent in agents.values():
-            agent.terminate()
-        orch.terminate()
-    return episodes, progress, outcome
+                outcome["evaluation"] = evaluate(
+                    self.orch, config.evaluation, config.timeouts.episodes
+                )
+
+    def _close(self) -> None:
+        """Save the models the config asks for; reset and terminate every service."""
+        call_timeout = self.config.timeouts.call
+        for spec in self.config.agents:
+            if spec.save_path and not self.evaluate_only:
+                with _step(f"agent {spec.name} saveModel"):
+                    self.agents[spec.name].save_model(spec.save_path, timeout=call_timeout)
+        with _step("reset"):
+            self.orch.reset(timeout=call_timeout)  # resets the registered agents too
+            if self.evaluator is not None:
+                self.evaluator.client.reset(reset_agents=False, timeout=call_timeout)
+                self.evaluator.client.terminate()
+            for agent in self.agents.values():
+                agent.terminate()
+            self.orch.terminate()
 
 
 def saved_model(spec: AgentSpec, local_dirs: dict[str, Path]) -> Optional[str]:
