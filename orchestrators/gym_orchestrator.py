@@ -17,8 +17,7 @@ from __future__ import annotations
 
 import importlib
 import json
-import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Iterable, Optional
 
 import gymnasium as gym
@@ -26,7 +25,7 @@ import numpy as np
 
 from mistk_rl.errors import InvalidRequest
 from mistk_rl.framework.implementation import PROGRESS_EVERY_S
-from mistk_rl.framework.orchestrator import AbstractOrchestrator, episode_quotas
+from mistk_rl.framework.orchestrator import AbstractOrchestrator, RegisteredAgent, episode_quotas
 from mistk_rl.rl.envs import ALL_MANAGERS, EnvManager, Timestep, make_env_fns
 from mistk_rl.rl.envs.base import EnvFn
 from mistk_rl.rl.envs.ray_workers import join_cluster
@@ -91,6 +90,38 @@ class _Carried:
     manager: EnvManager
     running: dict[int, _Running]
     stepper: Stepper  # the actions still in flight (async managers), with their step ids
+
+
+@dataclass
+class _EpisodeRun:
+    """One startEpisode's state: the copies still playing, what each has finished of its
+    quota, the outcomes the next step reports, and whether the step budget cut it."""
+
+    config: GymEpisodeSettings
+    agent: RegisteredAgent
+    manager: EnvManager
+    stepper: Stepper
+    learn: bool
+    running: dict[int, _Running]
+    quotas: list[int]
+    start_steps: int  # the orchestrator's env steps when it began
+    active: set[int] = field(default_factory=set)
+    outcomes: dict[int, StepOutcome] = field(default_factory=dict)  # env -> its last step's
+    finished: list[int] = field(default_factory=list)
+    cut: bool = False  # resume: the step budget ran out with episodes in progress
+
+    def __post_init__(self) -> None:
+        self.finished = [0] * self.manager.env_num
+
+    def entity(self, i: int) -> str:
+        """Copy i's entity name: the agent's own with one copy, else ``<agent>:<i>``."""
+        return self.agent.name if self.manager.env_num == 1 else f"{self.agent.name}:{i}"
+
+    def budget_spent(self, env_steps: int) -> bool:
+        return (
+            self.config.num_steps is not None
+            and env_steps - self.start_steps >= self.config.num_steps
+        )
 
 
 class GymOrchestrator(AbstractOrchestrator):
@@ -172,6 +203,27 @@ class GymOrchestrator(AbstractOrchestrator):
 
     # ---- running episodes ------------------------------------------------------------------
     def do_start_episode(self, config: GymEpisodeSettings) -> None:
+        """Step the env copies until each has played its quota of episodes (or the step
+        budget is spent, or a stop comes). The hops: `_begin` (the manager, the episodes a
+        `resume` run carried over or fresh ones, the stepper), `_step_once` and
+        `_took_step` (one round over the ready copies: quotas, the per-episode step cap,
+        the budget), `_end` (what a cut or a stop leaves), `_episode_stopped`."""
+        run = self._begin(config)
+        ending: Optional[BaseException] = None  # the error that ended the run, if one did
+        try:
+            while run.active and not self.should_stop and not run.cut:
+                self._step_once(run)
+                self._report(every_s=PROGRESS_EVERY_S)
+            self._end(run)
+        except BaseException as exc:
+            ending = exc
+            raise
+        finally:
+            self._report()
+            self._episode_stopped(run.agent, ending)
+
+    def _begin(self, config: GymEpisodeSettings) -> _EpisodeRun:
+        """The episodes to play, and the agent told they start."""
         (agent,) = self.agents.values()
         manager = self._manager(config)
         n = manager.env_num
@@ -186,10 +238,9 @@ class GymOrchestrator(AbstractOrchestrator):
             running = {i: carried.running.get(i, _Running()) for i in live}
             stepper = carried.stepper
         else:
-            manager.reset(
-                live, seeds={i: None if config.seed is None else config.seed + i for i in live}
-            )
-            running = {i: _Running(None if config.seed is None else config.seed + i) for i in live}
+            seeds = {i: None if config.seed is None else config.seed + i for i in live}
+            manager.reset(live, seeds=seeds)
+            running = {i: _Running(seeds[i]) for i in live}
             stepper = stepper_for(
                 agent.client,
                 agent.capabilities,
@@ -202,95 +253,93 @@ class GymOrchestrator(AbstractOrchestrator):
                 depth=config.pipeline_depth,
             )
         quotas = episode_quotas(config.episode_limit(), n)
-        finished = [0] * n
-        active = {i for i in live if quotas[i] > 0}
-        entity = (lambda i: agent.name) if n == 1 else (lambda i: f"{agent.name}:{i}")
-        start_steps = self.env_steps
-        ready = {i: obs for i, obs in manager.ready_obs.items() if i in active}
+        run = _EpisodeRun(config, agent, manager, stepper, learn, running, quotas, self.env_steps)
+        run.active = {i for i in live if quotas[i] > 0}
+        ready = {i: obs for i, obs in manager.ready_obs.items() if i in run.active}
         agent.client.episode_started(
-            {entity(i): o for i, o in ready.items()},
+            {run.entity(i): o for i, o in ready.items()},
             mode=mode,
-            action_mask=_entity_masks(_masks(manager, ready), entity),
+            action_mask=_entity_masks(_masks(manager, ready), run.entity),
             episode=len(self.results),
             epsilon=self.exploration(config, agent),
         )
-        outcomes: dict[int, StepOutcome] = {}  # env -> what its last step led to, to report
-        cut = False  # resume: the step budget ran out with episodes in progress
+        return run
+
+    def _step_once(self, run: _EpisodeRun) -> None:
+        """Actions for the ready copies (reporting their last outcomes), and their steps."""
+        manager = run.manager
+        ready = {i: obs for i, obs in manager.ready_obs.items() if i in run.active}
+        # (async managers: all may still be in flight; the outcomes then wait)
+        actions = run.stepper.step(ready, run.outcomes, _masks(manager, ready)) if ready else {}
+        if ready:
+            run.outcomes = {}
+        # (a pipelined stepper answers part of the ready copies at a time)
+        timesteps = manager.step(
+            {i: coerce_action(self.action_space, a) for i, a in actions.items() if i in ready}
+        )
+        to_reset = [i for i, ts in timesteps.items() if self._took_step(run, i, ts)]
+        if to_reset:
+            manager.reset(to_reset)
+        run.cut = run.config.resume and run.budget_spent(self.env_steps)
+
+    def _took_step(self, run: _EpisodeRun, i: int, ts: Timestep) -> bool:
+        """Count copy `i`'s step, and end its episode where the env, the step cap or a fault
+        does; True when the copy needs a reset (capped, the env has not ended it)."""
+        config, episode = run.config, run.running[i]
+        episode.episode_return += ts.reward
+        real = ts.info.get("real_step", True)  # (the Thinker MDP's imagination
+        episode.length += real  # is not an env step)
+        self.env_steps += real
+        capped = real and config.max_steps is not None and episode.length >= config.max_steps
+        if run.learn:
+            run.outcomes[i] = _outcome(ts, truncated=capped)
+        if not (ts.done or capped or ts.abnormal):
+            return False
+        self._finish(run.agent.name, i, episode, ts, capped, run.learn)
+        run.running[i] = _Running()
+        run.finished[i] += 1
+        if (
+            run.budget_spent(self.env_steps)
+            or run.finished[i] >= run.quotas[i]
+            or i in run.manager.retired
+        ):
+            run.active.discard(i)
+        return bool(capped and not ts.done and not ts.abnormal)
+
+    def _end(self, run: _EpisodeRun) -> None:
+        """The last outcomes, which no next step carried (and local inference's experience
+        not sent yet); then the episodes in progress kept for the next resume run (a cut),
+        or recorded as cancelled (a stop)."""
+        run.stepper.step({}, run.outcomes)
+        if run.cut and not self.should_stop:
+            self._carried[_key(run.config)] = _Carried(
+                run.manager, {i: run.running[i] for i in run.active}, run.stepper
+            )
+        elif self.should_stop:
+            for i in sorted(run.active):
+                episode = run.running[i]
+                if episode.length:
+                    self.record_episode(
+                        run.agent.name,
+                        episode.episode_return,
+                        episode.length,
+                        seed=episode.seed,
+                        cancelled=True,
+                        train=run.learn,
+                        envIndex=i,
+                    )
+
+    @staticmethod
+    def _episode_stopped(agent: RegisteredAgent, ending: Optional[BaseException]) -> None:
+        """Tell the agent the episodes ended, unless it is the agent that stopped answering;
+        its refusal is the news only when nothing else ended the run."""
+        if isinstance(ending, ServiceUnavailable):
+            return
         try:
-            while active and not self.should_stop and not cut:
-                ready = {i: obs for i, obs in manager.ready_obs.items() if i in active}
-                # (async managers: all may still be in flight; the outcomes then wait)
-                actions = stepper.step(ready, outcomes, _masks(manager, ready)) if ready else {}
-                if ready:
-                    outcomes = {}
-                # (a pipelined stepper answers part of the ready copies at a time)
-                timesteps = manager.step(
-                    {
-                        i: coerce_action(self.action_space, a)
-                        for i, a in actions.items()
-                        if i in ready
-                    }
-                )
-                to_reset = []
-                for i, ts in timesteps.items():
-                    episode = running[i]
-                    episode.episode_return += ts.reward
-                    real = ts.info.get("real_step", True)  # (the Thinker MDP's imagination
-                    episode.length += real  # is not an env step)
-                    self.env_steps += real
-                    capped = (
-                        real and config.max_steps is not None and episode.length >= config.max_steps
-                    )
-                    if learn:
-                        outcomes[i] = _outcome(ts, truncated=capped)
-                    if not (ts.done or capped or ts.abnormal):
-                        continue
-                    self._finish(agent.name, i, episode, ts, capped, learn)
-                    running[i] = _Running()
-                    if capped and not ts.done and not ts.abnormal:
-                        to_reset.append(i)
-                    finished[i] += 1
-                    budget_spent = (
-                        config.num_steps is not None
-                        and self.env_steps - start_steps >= config.num_steps
-                    )
-                    if budget_spent or finished[i] >= quotas[i] or i in manager.retired:
-                        active.discard(i)
-                if to_reset:
-                    manager.reset(to_reset)
-                cut = (
-                    config.resume
-                    and config.num_steps is not None
-                    and self.env_steps - start_steps >= config.num_steps
-                )
-                self._report(every_s=PROGRESS_EVERY_S)
-            stepper.step({}, outcomes)  # the last outcomes, which no next step carried
-            # (and local inference's experience not sent yet)
-            if cut and not self.should_stop:  # kept for the next resume run
-                self._carried[_key(config)] = _Carried(
-                    manager, {i: running[i] for i in active}, stepper
-                )
-            elif self.should_stop:  # stopped mid-run: the episodes in progress end here
-                for i in sorted(active):
-                    if running[i].length:
-                        self.record_episode(
-                            agent.name,
-                            running[i].episode_return,
-                            running[i].length,
-                            seed=running[i].seed,
-                            cancelled=True,
-                            train=learn,
-                            envIndex=i,
-                        )
-        finally:
-            self._report()
-            ending = sys.exc_info()[1]  # the error that ended the run, if one did
-            if not isinstance(ending, ServiceUnavailable):  # (an agent that did not answer
-                try:  # would not answer this either)
-                    agent.client.episode_stopped()
-                except ServiceError:
-                    if ending is None:  # else that error is the news, not this one
-                        raise
+            agent.client.episode_stopped()
+        except ServiceError:
+            if ending is None:
+                raise
 
     def _report(self, every_s: float = 0.0) -> None:
         restarts = self._restarts_before + sum(m.stats["restarts"] for m in self.managers.values())
