@@ -365,13 +365,11 @@ class _RunServices:
         say: Callable[[str], None],
         token: Optional[str],
     ) -> None:
-        self.config, self.run_dir, self.stack, self.say, self.token = (
-            config,
-            run_dir,
-            stack,
-            say,
-            token,
-        )
+        self.config = config
+        self.run_dir = run_dir
+        self.stack = stack
+        self.say = say
+        self.token = token
         self.spawned: list[tuple[str, ServiceProcess | PlacedService]] = []
         self.cluster: Optional[Cluster] = None
         if config.cluster is not None:  # (closed last: after every service is stopped)
