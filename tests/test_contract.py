@@ -15,6 +15,7 @@ from mistk_rl.sdk import schemas
 from mistk_rl.sdk.client import AgentClient, OrchestratorClient
 from mistk_rl.service.app import load_spec
 from mistk_rl.service.handlers import AgentService, OrchestratorService
+from mistk_rl.wire import step_columns
 
 ROLES = [
     ("agent", AgentService, AgentClient, AGENT),
@@ -103,7 +104,6 @@ MODELS = {
         "ActionResponse": schemas.ActionResponse,
         "Replay": schemas.Replay,
         "StepRequest": schemas.StepRequest,
-        "StepColumns": schemas.StepColumns,
         "ColumnActions": schemas.ColumnActions,
         "PolicyCopy": schemas.PolicyCopy,
         "ReplayColumns": schemas.ReplayColumns,
@@ -156,10 +156,20 @@ def test_pydantic_models_have_the_spec_fields(role):
         "ThinkerSettings",
         "Column",
         "Weights",
-    }  # (Weights: `codec.pack_arrays`)
+        "StepColumns",
+    }  # (Weights: `codec.pack_arrays`; StepColumns: `wire.step_columns`, below)
     assert not set(spec_schemas) - set(MODELS[role]) - plain_maps - set(MODELS["agent"]), (
         "a spec schema has no model"
     )
+
+
+def test_the_step_contract_has_the_spec_fields():
+    """stepColumns' body, as `mistk_rl.wire.step_columns` builds and reads it, is the spec's
+    StepColumns: the same fields, its reset's too."""
+    schema = load_spec("agent")["components"]["schemas"]["StepColumns"]
+    assert set(schema["properties"]) == step_columns.body_fields()
+    assert set(schema["properties"]["reset"]["properties"]) == set(step_columns.RESET_FIELDS)
+    assert schema["additionalProperties"] is False
 
 
 def test_league_player_entries_have_the_spec_fields():

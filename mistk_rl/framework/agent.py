@@ -16,7 +16,8 @@ from gymnasium import spaces
 from mistk_rl._moved import renamed
 from mistk_rl.errors import InvalidRequest
 from mistk_rl.framework.implementation import ServiceImplementation
-from mistk_rl.wire.columns import Columns, take_rows
+from mistk_rl.wire.columns import Columns
+from mistk_rl.wire.step_columns import Acting, Transitions  # (the agent's view of a step)
 
 Observations = dict[str, np.ndarray]
 """Observations keyed by entity name (an agent may control several entities)."""
@@ -47,34 +48,6 @@ class ReplayBatch:
 
 
 @dataclass
-class Acting:
-    """What to act on, in columns: row i is env copy ``envs[i]`` (or entity ``names[i]``,
-    when the request was keyed by entity: getAction, step)."""
-
-    envs: np.ndarray  # [N] int
-    obs: Columns
-    action_mask: Optional[np.ndarray] = None  # [N, A] bool: the legal actions now
-    names: Optional[list[str]] = None  # the entity form's keys
-
-    def __len__(self) -> int:
-        return len(self.envs)
-
-    def row_names(self, agent_name: Optional[str]) -> list[str]:
-        """An entity name per row: the request's, or ``<agent>:<env>`` for columns (what
-        an orchestrator names its env copies in the entity form)."""
-        if self.names is not None:
-            return self.names
-        return [f"{agent_name}:{int(env)}" for env in self.envs]
-
-    def obs_row(self, i: int) -> Any:
-        return (
-            {key: column[i] for key, column in self.obs.items()}
-            if isinstance(self.obs, dict)
-            else self.obs[i]
-        )
-
-
-@dataclass
 class Acted:
     """An agent's answer to `Acting`: an action per row and, optionally, per-row arrays it
     wants back with each transition (what the model said: log-prob, value, ...). The
@@ -82,52 +55,6 @@ class Acted:
 
     actions: np.ndarray  # [N, ...]
     extras: dict[str, np.ndarray] = field(default_factory=dict)  # name -> [N, ...]
-
-
-@dataclass
-class Transitions:
-    """Rows of transitions, assembled by the service from what the agent acted on (obs,
-    actions, extras: kept under each step's id) and what the env answered (rewards, flags,
-    the next observations and masks)."""
-
-    envs: np.ndarray  # [N] int
-    obs: Columns
-    actions: np.ndarray
-    extras: dict[str, np.ndarray]  # as `Acted` gave them; empty for a row's action the
-    # agent did not choose (the stateless replayAction, with an action of the caller's)
-    rewards: np.ndarray  # [N] float
-    next_obs: Columns
-    terminated: np.ndarray  # [N] bool
-    truncated: np.ndarray  # [N] bool
-    next_action_mask: Optional[np.ndarray] = None  # legal actions in next_obs
-    names: Optional[list[str]] = None
-    matched: Optional[np.ndarray] = None  # [N] bool: extras hold this row's (None: all)
-
-    def __len__(self) -> int:
-        return len(self.envs)
-
-    def row_names(self, agent_name: Optional[str]) -> list[str]:
-        return Acting.row_names(self, agent_name)  # type: ignore[arg-type]
-
-    def take(self, rows: np.ndarray) -> "Transitions":
-        """These rows only, in this order."""
-
-        def part(columns: Any) -> Any:
-            return None if columns is None else take_rows(columns, rows)
-
-        return Transitions(
-            envs=self.envs[rows],
-            obs=part(self.obs),
-            actions=self.actions[rows],
-            extras=part(self.extras),
-            rewards=self.rewards[rows],
-            next_obs=part(self.next_obs),
-            terminated=self.terminated[rows],
-            truncated=self.truncated[rows],
-            next_action_mask=part(self.next_action_mask),
-            names=None if self.names is None else [self.names[i] for i in rows],
-            matched=part(self.matched),
-        )
 
 
 @dataclass

@@ -47,6 +47,7 @@ from mistk_rl.sdk.schemas import (
 from mistk_rl.sdk.transport import Response, Stream, Transport, TransportError
 from mistk_rl.wire import codec, frames
 from mistk_rl.wire.jsonable import dumps, loads_fast, to_jsonable
+from mistk_rl.wire.step_columns import as_columns, step_body
 
 log = logging.getLogger(__name__)
 
@@ -449,13 +450,6 @@ class _ServiceClient:
             status = self.status(status.resource_version, min(LONG_POLL_CHUNK, remaining))
 
 
-def _columns(value: Any) -> Any:
-    """A column as an array; a Dict space's (a dict of columns) as a dict of arrays."""
-    if isinstance(value, Mapping):
-        return {key: np.asarray(column) for key, column in value.items()}
-    return np.asarray(value)
-
-
 def _arrays(value: Optional[Mapping[str, Any]]) -> Optional[dict[str, np.ndarray]]:
     """Named arrays (weights) from either encoding (`codec.pack_arrays`)."""
     return None if value is None else codec.unpack_arrays(value)
@@ -568,6 +562,7 @@ class AgentClient(_ServiceClient):
         truncated: Any = None,
         act: Any = None,
         reset: Optional[Mapping[str, Any]] = None,
+        **reported: Any,
     ) -> ColumnActions:
         """The columnar step (`stepColumns`, capability ``columns``): row i of each column is
         env copy ``envs[i]``. Report earlier steps' outcomes by their `step_ids` (-1: none)
@@ -575,18 +570,25 @@ class AgentClient(_ServiceClient):
         `reset` ({rows, obs, actionMask}) gives the observations that rows whose episode
         ended act on; `act` (bool per row) leaves rows that only report. Returns the
         actions and step ids of the acting rows, in row order. Columns are numpy arrays
-        (or lists); a Dict observation space's `obs` is a dict of columns."""
-        body = _step_body(
-            envs,
-            obs,
-            action_mask=action_mask,
-            step_ids=step_ids,
-            rewards=rewards,
-            terminated=terminated,
-            truncated=truncated,
-            act=act,
-            reset=reset,
+        (or lists); a Dict observation space's `obs` is a dict of columns. `reported`: any
+        further field a step reports (`mistk_rl.wire.step_columns.REPORTED`)."""
+        return self.post_step(
+            step_body(
+                envs,
+                obs,
+                action_mask=action_mask,
+                step_ids=step_ids,
+                rewards=rewards,
+                terminated=terminated,
+                truncated=truncated,
+                act=act,
+                reset=reset,
+                **reported,
+            )
         )
+
+    def post_step(self, body: Mapping[str, Any]) -> ColumnActions:
+        """stepColumns with a body as `mistk_rl.wire.step_columns.step_body` builds it."""
         return _column_actions(
             self._call("POST", "/stepColumns", json_body=body, tensors=self.binary, columns=True)
         )
@@ -635,10 +637,10 @@ class AgentClient(_ServiceClient):
         are `sync_every` updates newer than `weights_version`."""
         body: dict[str, Any] = {
             "envs": np.asarray(envs),
-            "obs": _columns(obs),
+            "obs": as_columns(obs),
             "actions": np.asarray(actions),
             "rewards": np.asarray(rewards),
-            "nextObs": _columns(next_obs),
+            "nextObs": as_columns(next_obs),
             "terminated": np.asarray(terminated),
             "weightsVersion": int(weights_version),
             "syncEvery": int(sync_every),
@@ -806,35 +808,6 @@ class OrchestratorClient(_ServiceClient):
         return self._finish(self._status_call("POST", "/reset", params=params), wait, timeout)
 
 
-def _step_body(
-    envs: Any,
-    obs: Any,
-    *,
-    action_mask: Any = None,
-    step_ids: Any = None,
-    rewards: Any = None,
-    terminated: Any = None,
-    truncated: Any = None,
-    act: Any = None,
-    reset: Optional[Mapping[str, Any]] = None,
-) -> dict[str, Any]:
-    """stepColumns' body (`AgentClient.step_columns`)."""
-    body: dict[str, Any] = {"envs": np.asarray(envs), "obs": _columns(obs)}
-    for key, value in (
-        ("actionMask", action_mask),
-        ("stepIds", step_ids),
-        ("rewards", rewards),
-        ("terminated", terminated),
-        ("truncated", truncated),
-        ("act", act),
-    ):
-        if value is not None:
-            body[key] = np.asarray(value)
-    if reset is not None:
-        body["reset"] = {key: _columns(value) for key, value in reset.items() if value is not None}
-    return body
-
-
 def _column_actions(answer: Mapping[str, Any]) -> ColumnActions:
     return ColumnActions.model_construct(  # (arrays: no validation to do)
         actions=np.asarray(answer["actions"]),
@@ -869,11 +842,15 @@ class ColumnPipeline:
         return len(self._sent)
 
     def send(self, envs: Any, obs: Any, **columns: Any) -> None:
+        self.send_body(step_body(envs, obs, **columns))
+
+    def send_body(self, body: Mapping[str, Any]) -> None:
+        """`send` with a body as `mistk_rl.wire.step_columns.step_body` builds it."""
         client = self.client
         request = client._request(
             "POST",
             "/stepColumns",
-            json_body=_step_body(envs, obs, **columns),
+            json_body=body,
             tensors=client.binary,
             columns=True,
         )

@@ -139,28 +139,6 @@ Column = Any
 Dict observation space a dict of them (checked against the spaces by the service)."""
 
 
-class ColumnReset(Body):
-    """stepColumns' rows whose episode ended and was reset: what they act on instead."""
-
-    rows: Column
-    obs: Column
-    action_mask: Optional[Column] = None
-
-
-class StepColumns(Body):
-    """The columnar step (the spec's StepColumns; `AgentClient.step_columns` says each)."""
-
-    envs: Column
-    obs: Column
-    action_mask: Optional[Column] = None
-    step_ids: Optional[Column] = None
-    rewards: Optional[Column] = None
-    terminated: Optional[Column] = None
-    truncated: Optional[Column] = None
-    act: Optional[Column] = None
-    reset: Optional[ColumnReset] = None
-
-
 class PolicyCopy(Body):
     """getPolicy's answer (local inference; `mistk_rl.framework.agent.PolicyDescription` says each
     field)."""

@@ -37,6 +37,7 @@ from mistk_rl._moved import renamed
 from mistk_rl.sdk.client import AgentClient
 from mistk_rl.spaces import space_from_dict
 from mistk_rl.wire.columns import concat_rows, take_rows
+from mistk_rl.wire.step_columns import step_body
 
 Masks = Optional[Mapping[int, Any]]
 
@@ -140,10 +141,10 @@ class ColumnStepper:
                 if self._pipeline is not None:  # (the loop ends: so does the stream)
                     self._pipeline.close()
                 return {}
-            acting, columns = self._columns(ready, outcomes, masks)
+            acting, body = self._body(ready, outcomes, masks)
             if self._pipeline is None:
-                return self._took(acting, self.client.step_columns(**columns))
-            self._pipeline.send(**columns)
+                return self._took(acting, self.client.post_step(body))
+            self._pipeline.send_body(body)
             answer = self._pipeline.receive()
             if not ready:  # (the loop ends: so does the stream)
                 self._pipeline.close()
@@ -159,8 +160,8 @@ class ColumnStepper:
         )
         for group, reported in groups:
             if group or reported:
-                acting, columns = self._columns(group, reported, masks)
-                pipeline.send(**columns)
+                acting, body = self._body(group, reported, masks)
+                pipeline.send_body(body)
                 self._waiting.append(acting)
                 self._asked.update(acting)
         if not ready:  # the loop ends: read every answer, keep the actions for a next call
@@ -179,16 +180,17 @@ class ColumnStepper:
         self._asked.difference_update(acting)
         return self._took(acting, self._pipeline.receive())  # type: ignore[union-attr]
 
-    def _columns(
+    def _body(
         self, ready: Mapping[int, Any], outcomes: Mapping[int, StepOutcome], masks: Masks
     ) -> tuple[list[int], dict[str, Any]]:
-        """The copies that act and the stepColumns arguments for one request."""
+        """The copies that act and the stepColumns body of one request
+        (`mistk_rl.wire.step_columns.step_body`)."""
         rows = list(outcomes) + [i for i in ready if i not in outcomes]
         n, reported = len(rows), len(outcomes)
         obs = [o.obs for o in outcomes.values()] + [ready[i] for i in rows[reported:]]
         acts = np.fromiter((i in ready for i in rows), bool, n)
         reset = [(r, i) for r, (i, o) in enumerate(outcomes.items()) if o.done and i in ready]
-        body: dict[str, Any] = {"envs": np.asarray(rows, np.int64), "obs": _stack(obs)}
+        columns: dict[str, Any] = {"envs": np.asarray(rows, np.int64), "obs": _stack(obs)}
         if outcomes:
             ids = np.full(n, -1, np.int64)
             ids[:reported] = [self.step_ids.pop(i) for i in outcomes]
@@ -197,24 +199,26 @@ class ColumnStepper:
             terminated, truncated = np.zeros(n, bool), np.zeros(n, bool)
             terminated[:reported] = [o.terminated for o in outcomes.values()]
             truncated[:reported] = [o.truncated for o in outcomes.values()]
-            body.update(step_ids=ids, rewards=rewards, terminated=terminated, truncated=truncated)
+            columns.update(
+                step_ids=ids, rewards=rewards, terminated=terminated, truncated=truncated
+            )
         mask_rows = [o.action_mask for o in outcomes.values()] + [
             (masks or {}).get(i) for i in rows[reported:]
         ]
         if any(m is not None for m in mask_rows) or masks:
-            body["action_mask"] = _mask_column(mask_rows, masks)
+            columns["action_mask"] = _mask_column(mask_rows, masks)
         if reset:
-            body["reset"] = {
+            columns["reset"] = {
                 "rows": np.asarray([r for r, _ in reset], np.int64),
                 "obs": _stack([ready[i] for _, i in reset]),
             }
-            if "action_mask" in body:
-                body["reset"]["actionMask"] = _mask_column(
+            if "action_mask" in columns:
+                columns["reset"]["actionMask"] = _mask_column(
                     [(masks or {}).get(i) for _, i in reset], masks
                 )
         if not acts.all():
-            body["act"] = acts
-        return [i for i in rows if i in ready], body
+            columns["act"] = acts
+        return [i for i in rows if i in ready], step_body(**columns)
 
     def _took(self, acting: list[int], answer: Any) -> dict[int, Any]:
         """Record the step ids of an answer's actions; env -> action."""

@@ -31,7 +31,14 @@ from mistk_rl.spaces import (
 )
 from mistk_rl.wire import codec, frames
 from mistk_rl.wire.codec import StackedMap
-from mistk_rl.wire.columns import Columns, take_rows
+from mistk_rl.wire.columns import Columns
+from mistk_rl.wire.step_columns import (
+    RowsView,
+    read_column,
+    read_flags,
+    read_numbers,
+    read_step,
+)
 
 
 def _arrays(
@@ -67,7 +74,7 @@ def _arrays(
             check(stacked, field)
             return stacked
     try:
-        arrays = {
+        arrays: dict[str, Any] = {
             key: {k: np.asarray(v) for k, v in value.items()}
             if isinstance(value, dict)
             else np.asarray(value)
@@ -92,7 +99,7 @@ def _finite(values: dict[str, Any], field: str) -> dict[str, float]:
         key: float(value) if type(value) in (float, int) else _one_number(value)
         for key, value in values.items()
     }
-    bad = next((k for k, v in out.items() if v is None or not math.isfinite(v)), None)
+    bad = next((k for k, v in out.items() if not math.isfinite(v)), None)
     if bad is not None:
         raise InvalidRequest(
             f"{field}[{bad!r}]: one finite number per entity", field=field, entity=bad
@@ -100,8 +107,9 @@ def _finite(values: dict[str, Any], field: str) -> dict[str, float]:
     return out
 
 
-def _one_number(value: Any) -> Optional[float]:
-    return float(np.asarray(value).reshape(-1)[0]) if np.size(value) == 1 else None
+def _one_number(value: Any) -> float:
+    """The number in `value`, or NaN when it holds more or fewer (refused as a NaN is)."""
+    return float(np.asarray(value).reshape(-1)[0]) if np.size(value) == 1 else math.nan
 
 
 @dataclass(frozen=True)
@@ -137,8 +145,8 @@ class _SpaceChecks:
         """Observation columns (a Dict space's: an object with one column per key), checked
         against the space in one pass per column, cast to the space's dtypes."""
         if self.obs_dtypes is None:
-            column = _column(value, field, rows)
-            self.obs(_Rows(column, rows), field)
+            column = read_column(value, field, rows)
+            self.obs(RowsView(column, rows), field)
             return column if self.obs_dtype is None else column.astype(self.obs_dtype, copy=False)
         if not isinstance(value, dict) or value.keys() != self.obs_dtypes.keys():
             given = sorted(value) if isinstance(value, dict) else "one column"
@@ -147,8 +155,10 @@ class _SpaceChecks:
                 f"{sorted(self.obs_dtypes)}, not {given}",
                 field=field,
             )
-        columns = {key: _column(column, f"{field}[{key!r}]", rows) for key, column in value.items()}
-        self.obs(_Rows(columns, rows), field)
+        columns = {
+            key: read_column(column, f"{field}[{key!r}]", rows) for key, column in value.items()
+        }
+        self.obs(RowsView(columns, rows), field)
         return {
             key: column.astype(self.obs_dtypes[key], copy=False) for key, column in columns.items()
         }
@@ -156,8 +166,8 @@ class _SpaceChecks:
     def mask_columns(self, value: Any, field: str, rows: int, now: bool = True) -> np.ndarray:
         """Action masks [rows, A]; `now`: each row must allow an action (else it is the
         mask of a final observation, which may allow none)."""
-        column = _column(value, field, rows, "biu")
-        (self.mask if now else self.next_mask)(_Rows(column, rows), field)
+        column = read_column(value, field, rows, "biu")
+        (self.mask if now else self.next_mask)(RowsView(column, rows), field)
         return column.astype(bool, copy=False)
 
 
@@ -193,84 +203,6 @@ def _replay_batch(body: dict[str, Any], checks: _SpaceChecks, prefix: str = "") 
     )
 
 
-class _Rows(Mapping):
-    """A column as the space checks take it (`mistk_rl.spaces.value_check`): rows keyed by
-    their index, all in one `array` (a Dict space's: one per key); a wrong row is named by
-    its index."""
-
-    def __init__(self, array: Columns, rows: int) -> None:
-        self.array = array
-        self.rows = rows
-
-    def __len__(self) -> int:
-        return self.rows
-
-    def __iter__(self):
-        return iter(range(self.rows))
-
-    def __getitem__(self, row: int) -> Any:
-        if isinstance(self.array, dict):
-            return {key: column[row] for key, column in self.array.items()}
-        return self.array[row]
-
-
-def _column(
-    value: Any, field: str, rows: int, kinds: str = "biuf", dtype: Any = None
-) -> np.ndarray:
-    """One column: an array (binary body) or nested lists (JSON) of `rows` rows of numbers
-    of `kinds`; cast to `dtype` when given (after the checks)."""
-    try:
-        array = value if isinstance(value, np.ndarray) else np.asarray(value)
-    except ValueError as exc:  # ragged nested lists
-        raise InvalidRequest(
-            f"{field}: not a rectangular array of numbers ({exc})", field=field
-        ) from exc
-    if array.ndim == 0 or len(array) != rows:
-        raise InvalidRequest(
-            f"{field}: {0 if array.ndim == 0 else len(array)} rows, where envs has {rows}",
-            field=field,
-        )
-    if array.dtype.kind not in kinds:
-        raise InvalidRequest(
-            f"{field}: values of dtype {array.dtype}, not {_KINDS.get(kinds, 'numbers')}",
-            field=field,
-        )
-    return array if dtype is None else array.astype(dtype, copy=False)
-
-
-_KINDS = {"b": "booleans", "biu": "integers", "biuf": "numbers"}
-
-
-def _flags(value: Any, field: str, rows: int) -> np.ndarray:
-    array = _column(value, field, rows, "biu")
-    if array.ndim != 1 or (array.dtype.kind != "b" and ((array < 0) | (array > 1)).any()):
-        raise InvalidRequest(f"{field}: one flag (true/false or 0/1) per row", field=field)
-    return array.astype(bool, copy=False)
-
-
-@dataclass
-class _ColumnStep:
-    """A stepColumns request, checked: who acts on what, and which steps' outcomes came."""
-
-    acting: Optional[Acting]
-    step_ids: np.ndarray  # [M]: the steps reported
-    outcome_envs: np.ndarray  # [M]: their env copies
-    rewards: np.ndarray
-    terminated: np.ndarray
-    truncated: np.ndarray
-    next_obs: Columns
-    next_mask: Optional[np.ndarray]
-
-
-def _replace_rows(columns: Columns, rows: np.ndarray, values: Columns) -> Columns:
-    """`columns` with `rows` replaced by `values` (a copy)."""
-    if isinstance(columns, dict):
-        return {key: _replace_rows(column, rows, values[key]) for key, column in columns.items()}
-    out = columns.copy()
-    out[rows] = values
-    return out
-
-
 def _extras(
     given: Any, declared: Mapping[str, tuple], optional: Iterable[str], rows: int
 ) -> dict[str, np.ndarray]:
@@ -289,7 +221,7 @@ def _extras(
         )
     columns = {}
     for name, value in given.items():
-        column = _column(value, f"extras[{name!r}]", rows)
+        column = read_column(value, f"extras[{name!r}]", rows)
         if column.shape[1:] != tuple(declared[name]) or not np.isfinite(column).all():
             raise InvalidRequest(
                 f"extras[{name!r}]: rows of shape {tuple(declared[name])} "
@@ -335,7 +267,7 @@ class AgentService(ServiceBase):
     # step: replayAction + getAction in one call; tensors: the binary encoding on the step
     # path; columns: stepColumns; stream: stepColumns as frames on an upgraded connection
     # (`mistk_rl.wire.frames`; an agent whose steps do not run inline has none)
-    capabilities = ("step", "tensors", "columns", "stream")
+    capabilities: tuple[str, ...] = ("step", "tensors", "columns", "stream")
 
     def __init__(
         self,
@@ -365,19 +297,17 @@ class AgentService(ServiceBase):
             self.agent.do_initialize(props, hparams)
             self._initialized = True
 
-        return self.lifecycle.run("initialize", hook), 202, JSON
+        return self._accepted("initialize", hook)
 
     def buildModel(self, model_path: Optional[str] = None) -> Response:  # noqa: N802
         path = self._path(model_path) if model_path else None
         if path is not None and not path.exists():
             raise InvalidRequest(f"modelPath {model_path!r} does not exist in the data dir")
-        accepted = self.lifecycle.run("build_model", lambda: self.agent.do_build_model(path))
-        return accepted, 202, JSON
+        return self._accepted("build_model", lambda: self.agent.do_build_model(path))
 
     def saveModel(self, model_path: str) -> Response:  # noqa: N802
         path = self._path(model_path)
-        accepted = self.lifecycle.run("save_model", lambda: self.agent.do_save_model(path))
-        return accepted, 202, JSON
+        return self._accepted("save_model", lambda: self.agent.do_save_model(path))
 
     def agentRegistered(self, body: dict[str, Any]) -> Response:  # noqa: N802
         obs_space, act_space = (
@@ -460,25 +390,13 @@ class AgentService(ServiceBase):
         the rows that act. Everything is checked before the lifecycle moves. What of the
         learning can wait (`AbstractAgent.do_learn`'s answer) runs after the answer is out
         (`Lifecycle.defer`), while the caller steps its envs."""
-        request = self._column_step(body)
+        request = read_step(body, self._checks, self._check_rows)
         kept = self.steps.lookup(request.step_ids) if len(request.step_ids) else None
 
         def hook() -> Any:
             rest = None
             if kept is not None:
-                rest = self.agent.do_learn(
-                    Transitions(
-                        envs=request.outcome_envs,
-                        obs=kept.obs,
-                        actions=kept.actions,
-                        extras=kept.extras,
-                        rewards=request.rewards,
-                        next_obs=request.next_obs,
-                        terminated=request.terminated,
-                        truncated=request.truncated,
-                        next_action_mask=request.next_mask,
-                    )
-                )
+                rest = self.agent.do_learn(request.transitions(kept))
                 self.steps.release(request.step_ids)
             if request.acting is None:
                 answer: dict[str, Any] = {"actions": [], "stepIds": []}
@@ -522,11 +440,11 @@ class AgentService(ServiceBase):
         def hook() -> Any:
             _finish(self.agent.do_learn(transitions))  # (the answer's weights need it)
             now = self.agent.do_policy_copy(weights=False)
-            answer = {"envSteps": now.env_steps, "version": now.version}
+            answer: dict[str, Any] = {"envSteps": now.env_steps, "version": now.version}
             if now.version >= since + every:
-                answer["weights"] = codec.pack_arrays(
-                    self.agent.do_policy_copy(weights=True).weights
-                )
+                weights = self.agent.do_policy_copy(weights=True).weights
+                assert weights is not None  # (asked for)
+                answer["weights"] = codec.pack_arrays(weights)
             return answer
 
         return self.lifecycle.run("replay_action", hook), 200, JSON
@@ -553,18 +471,16 @@ class AgentService(ServiceBase):
         """A replayColumns body as `Transitions`, every column checked against the spaces
         and the extras against what the policy copy declares."""
         checks = self._checks
-        envs = _column(body["envs"], "envs", len(body["envs"]), "iu")
+        envs = read_column(body["envs"], "envs", len(body["envs"]), "iu")
         n = len(envs)
         if envs.ndim != 1 or (envs < 0).any():
             raise InvalidRequest("envs: one env copy index (>= 0) per row", field="envs")
         self.limits.check(
             "max_envs", len(np.unique(envs)), "the env copies of a replayColumns request"
         )
-        actions = _column(body["actions"], "actions", n)
-        checks.action(_Rows(actions, n), "actions")
-        rewards = _column(body["rewards"], "rewards", n).astype(np.float64, copy=False)
-        if rewards.ndim != 1 or not np.isfinite(rewards).all():
-            raise InvalidRequest("rewards: one finite number per row", field="rewards")
+        actions = read_column(body["actions"], "actions", n)
+        checks.action(RowsView(actions, n), "actions")
+        rewards = read_numbers(body["rewards"], "rewards", n)
         return Transitions(
             envs=envs,
             obs=checks.obs_columns(body["obs"], "obs", n),
@@ -572,9 +488,9 @@ class AgentService(ServiceBase):
             extras=_extras(body.get("extras") or {}, copy.extras, copy.optional_extras, n),
             rewards=rewards,
             next_obs=checks.obs_columns(body["nextObs"], "nextObs", n),
-            terminated=_flags(body["terminated"], "terminated", n),
+            terminated=read_flags(body["terminated"], "terminated", n),
             truncated=(
-                _flags(body["truncated"], "truncated", n)
+                read_flags(body["truncated"], "truncated", n)
                 if "truncated" in body
                 else np.zeros(n, bool)
             ),
@@ -595,100 +511,23 @@ class AgentService(ServiceBase):
         acted = self.agent.do_act(acting)
         if self._keeps_steps:
             self.steps.put(acting.obs, acted, acting.names)
-        return dict(zip(acting.names, _plain(acted.actions)))
+        return dict(zip(acting.row_names(self.agent.name), _plain(acted.actions)))
 
     def _learn_entities(self, replay: ReplayBatch) -> Any:
         """Learn from the entity form's replay; what of it can wait (`do_learn`)."""
         transitions = entity_transitions(replay, self.steps)
         rest = self.agent.do_learn(transitions)
-        self.steps.forget(transitions.names)
+        self.steps.forget(transitions.row_names(self.agent.name))
         return rest
+
+    def _check_rows(self, n: int) -> None:
+        self.limits.check("max_envs", n, "the rows of a stepColumns request")
 
     def _answer(self, actions: Any) -> np.ndarray:
         """Actions as the narrowest dtype of the space (a byte per Discrete(n <= 256))."""
         actions = np.asarray(actions)
         dtype = self._checks.action_dtype
         return actions if dtype is None or actions.dtype == dtype else actions.astype(dtype)
-
-    def _column_step(self, body: dict[str, Any]) -> _ColumnStep:
-        checks = self._checks
-        envs = _column(body["envs"], "envs", len(body["envs"]), "iu")
-        n = len(envs)
-        listed = envs.tolist() if envs.ndim == 1 else None  # (a set beats np.unique here)
-        if listed is None or (n and min(listed) < 0) or len(set(listed)) != n:
-            raise InvalidRequest("envs: one distinct env copy index (>= 0) per row", field="envs")
-        self.limits.check("max_envs", n, "the rows of a stepColumns request")
-        obs = checks.obs_columns(body["obs"], "obs", n)
-        mask = (
-            checks.mask_columns(body["actionMask"], "actionMask", n, now=False)
-            if body.get("actionMask") is not None
-            else None
-        )
-        acts = _flags(body["act"], "act", n) if "act" in body else None  # None: every row
-        ids = (
-            _column(body["stepIds"], "stepIds", n, "iu").astype(np.int64, copy=False)
-            if "stepIds" in body
-            else np.full(n, -1, np.int64)
-        )
-        outcome_rows = np.flatnonzero(ids >= 0)
-        acting_obs, acting_mask = obs, mask
-        reset = body.get("reset")
-        if reset:
-            rows = _column(reset["rows"], "reset.rows", len(reset["rows"]), "iu")
-            if (
-                rows.ndim != 1
-                or ((rows < 0) | (rows >= n)).any()
-                or len(np.unique(rows)) != len(rows)
-            ):
-                raise InvalidRequest(
-                    f"reset.rows: distinct row indices in [0, {n})", field="reset.rows"
-                )
-            reset_obs = checks.obs_columns(reset["obs"], "reset.obs", len(rows))
-            acting_obs = _replace_rows(obs, rows, reset_obs)
-            if mask is not None:
-                if reset.get("actionMask") is None:
-                    raise InvalidRequest(
-                        "reset.actionMask: actionMask is given, so the reset rows need theirs",
-                        field="reset.actionMask",
-                    )
-                acting_mask = mask.copy()
-                acting_mask[rows] = checks.mask_columns(
-                    reset["actionMask"], "reset.actionMask", len(rows)
-                )
-        acting = n > 0 if acts is None else acts.any()
-        if mask is not None and acting:  # what acting rows pick from must allow one
-            allowed = acting_mask if acts is None else acting_mask[acts]
-            checks.mask(_Rows(allowed, len(allowed)), "actionMask")
-        step = _ColumnStep(
-            None,
-            ids[outcome_rows],
-            envs[outcome_rows],
-            np.zeros(0),
-            np.zeros(0, bool),
-            np.zeros(0, bool),
-            take_rows(obs, outcome_rows),
-            None if mask is None else mask[outcome_rows],
-        )
-        if len(outcome_rows):
-            step.rewards = _column(body.get("rewards", []), "rewards", n).astype(
-                np.float64, copy=False
-            )[outcome_rows]
-            if step.rewards.ndim != 1 or not np.isfinite(step.rewards).all():
-                raise InvalidRequest("rewards: one finite number per row", field="rewards")
-            step.terminated = _flags(body.get("terminated", []), "terminated", n)[outcome_rows]
-            step.truncated = (
-                _flags(body["truncated"], "truncated", n)[outcome_rows]
-                if "truncated" in body
-                else np.zeros(len(outcome_rows), bool)
-            )
-        if acting:
-            rows = slice(None) if acts is None or acts.all() else np.flatnonzero(acts)
-            step.acting = Acting(
-                envs[rows],
-                take_rows(acting_obs, rows),
-                None if acting_mask is None else acting_mask[rows],
-            )
-        return step
 
     def _observations(self, body: dict[str, Any]) -> tuple[dict, Optional[dict]]:
         """A request's observations and action masks, checked against the spaces."""
@@ -723,4 +562,4 @@ class AgentService(ServiceBase):
         def facts() -> dict[str, bool]:
             return {"keep_model": self._initialized}
 
-        return self.lifecycle.run("reset", hook, facts=facts), 202, JSON
+        return self._accepted("reset", hook, facts=facts)

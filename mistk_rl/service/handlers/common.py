@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import hashlib
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 from mistk_rl import API_VERSION
 from mistk_rl.errors import IllegalState, InvalidRequest, ResourceNotFound
 from mistk_rl.files import atomic_write_bytes
 from mistk_rl.lifecycle import Lifecycle
+from mistk_rl.lifecycle.machine import Facts
 from mistk_rl.limits import Limits
 
 Response = tuple[dict[str, Any], int, dict[str, str]]
@@ -93,3 +94,12 @@ class ServiceBase:
 
     def _done(self) -> Response:
         return self.lifecycle.status(), 200, JSON
+
+    def _accepted(
+        self, operation: str, hook: Callable[[], object], facts: Facts = None
+    ) -> Response:
+        """Run a background operation (the table's ``background=True``): `run` answers the
+        status at once, with the hook started in a thread; 202. `facts`: `Lifecycle.run`'s."""
+        status = self.lifecycle.run(operation, hook, facts=facts)
+        assert isinstance(status, dict), f"{operation} is not a background operation"
+        return status, 202, JSON
