@@ -47,7 +47,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from functools import partial
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, NamedTuple, Optional
 
 import numpy as np
 import torch
@@ -68,8 +68,16 @@ from mistk_rl.games.symmetries import GAMES, BoardSymmetries, symmetries_for
 from mistk_rl.rl.actor import Actor
 from mistk_rl.rl.actor import weights as actor_weights
 from mistk_rl.rl.config import AgentConfigError, deep_merge, save_config
+from mistk_rl.rl.data.transition_batch import TransitionBatch
 from mistk_rl.rl.device import resolve_device
-from mistk_rl.rl.learner import CheckpointHook, Learner, LogHook, load_checkpoint, save_checkpoint
+from mistk_rl.rl.learner import (
+    CheckpointHook,
+    Hook,
+    Learner,
+    LogHook,
+    load_checkpoint,
+    save_checkpoint,
+)
 from mistk_rl.rl.normalize import Normalizer
 from mistk_rl.rl.policies.base import Policy
 from mistk_rl.rl.policies.random import RandomPolicy
@@ -77,6 +85,16 @@ from mistk_rl.rl.trainers import Trainer
 from mistk_rl.spaces import space_from_dict, space_from_request, space_to_dict
 
 CHECKPOINT_FORMAT = 2  # 2: + trainer and rng (format 1 restores weights and counters)
+
+
+class _Model(NamedTuple):
+    """What `_build` makes and every call after it uses: `_require_model` hands it over whole,
+    so the step path checks once that there is a model, not once per piece."""
+
+    policy: Policy
+    learner: Learner
+    trainer: Trainer
+    actor: Actor
 
 
 class PolicyAgent(AbstractAgent):
@@ -129,14 +147,28 @@ class PolicyAgent(AbstractAgent):
         self.config: dict[str, Any] = {}
         self.hparams: dict[str, Any] = {}  # as given: re-applied over a checkpoint's config
         self.properties: dict[str, Any] = {}
-        self.policy: Optional[Policy] = None
-        self.learner: Optional[Learner] = None
-        self.trainer: Optional[Trainer] = None
+        self._model: Optional[_Model] = None
         self.warmup: Optional[RandomPolicy] = None
-        self.actor: Optional[Actor] = None
         self.normalizer: Optional[Normalizer] = None
         self.mode = "collect"
         self.augment: Optional[BoardSymmetries] = None  # set at registration
+
+    # ---- the model's pieces, for readers outside (None until it is built) ----------------
+    @property
+    def policy(self) -> Optional[Policy]:
+        return None if self._model is None else self._model.policy
+
+    @property
+    def learner(self) -> Optional[Learner]:
+        return None if self._model is None else self._model.learner
+
+    @property
+    def trainer(self) -> Optional[Trainer]:
+        return None if self._model is None else self._model.trainer
+
+    @property
+    def actor(self) -> Optional[Actor]:
+        return None if self._model is None else self._model.actor
 
     def validate_initialize(self, props: dict[str, Any], hparams: dict[str, Any]) -> None:
         try:
@@ -164,12 +196,12 @@ class PolicyAgent(AbstractAgent):
             raise InvalidRequest(
                 f"{type(self).__name__} needs observationSpace and actionSpace at registration"
             )
-        if self.policy is None:
+        if self._model is None:
             self._check_model(self.config, observation_space, action_space)
             return
         built = (
-            space_to_dict(self.policy.observation_space),
-            space_to_dict(self.policy.action_space),
+            space_to_dict(self._model.policy.observation_space),
+            space_to_dict(self._model.policy.action_space),
         )
         given = (space_to_dict(observation_space), space_to_dict(action_space))
         if built != given:
@@ -262,8 +294,10 @@ class PolicyAgent(AbstractAgent):
     def do_agent_registered(self, config: dict[str, Any]) -> None:
         if self.config.get("augment"):
             self.augment = symmetries_for(config.get("properties", {}).get("game"))
-        if self.policy is None:  # (validate_registration checked the spaces)
-            self._build(self.observation_space, self.action_space)
+        if self._model is None:  # (validate_registration checked the spaces)
+            obs_space, act_space = self.observation_space, self.action_space
+            assert obs_space is not None and act_space is not None  # (registration has them)
+            self._build(obs_space, act_space)
 
     def validate_episode_start(self, episode: EpisodeInfo) -> None:
         if episode.epsilon is not None and (
@@ -274,12 +308,12 @@ class PolicyAgent(AbstractAgent):
             )
 
     def do_episode_started(self, episode: EpisodeInfo) -> None:
-        self._require_model()
+        policy = self._require_model().policy
         self.mode = episode.mode
-        self.policy.epsilon_override = episode.epsilon  # (None for policies without one)
+        policy.epsilon_override = episode.epsilon  # (None for policies without one)
         if self.normalizer is not None:
             self.normalizer.end_episodes()
-        (self.policy.eval_mode if self.mode == "eval" else self.policy.collect_mode).reset()
+        (policy.eval_mode if self.mode == "eval" else policy.collect_mode).reset()
         self.update_status({"mode": self.mode})
 
     def do_act(self, batch: Acting) -> Acted:
@@ -287,13 +321,13 @@ class PolicyAgent(AbstractAgent):
         said (the sampled action, log-prob, value; with obs normalisation for a rollout, the
         normalised observation it acted on): the service keeps them under each row's step
         id and hands them back with the transition (`do_learn`)."""
-        self._require_model()
-        actions, extras = self.actor.act(
+        model = self._require_model()
+        actions, extras = model.actor.act(
             batch.obs,
             batch.action_mask,
             mode=self.mode,
-            env_steps=self.learner.env_steps,
-            warming_up=self.trainer.warming_up,
+            env_steps=model.learner.env_steps,
+            warming_up=model.trainer.warming_up,
         )
         return Acted(actions, extras)
 
@@ -302,106 +336,131 @@ class PolicyAgent(AbstractAgent):
         next rows are acted on. If updates are due (or owed), learn now too, so the next
         rows are acted on with their weights, as always; otherwise storing the transitions
         (`_learn`) changes nothing acting reads and may wait for the step's answer."""
-        self._require_model()
+        model = self._require_model()
         if self.mode == "eval":
             return None  # evaluation episodes never train the agent
-        self.learner.env_steps += len(transitions)
-        if self.trainer.updates_due(len(transitions)):
+        model.learner.env_steps += len(transitions)
+        if model.trainer.updates_due(len(transitions)):
             self._learn(transitions)
             return None
         return partial(self._learn, transitions)
 
     def _learn(self, transitions: Transitions) -> None:
-        process = self.policy.collect_mode.process_transition
-        next_masks = transitions.next_action_mask if self.policy.masks_next_actions else None
-        # a rollout gets normalised obs and scaled rewards; a replay buffer raw ones, which
-        # its trainer normalises when sampled (module doc)
-        normalizer = None if self.trainer.normalizes_samples else self.normalizer
+        """Store the transitions, in columns, and train if due. Rows of one entity (local
+        inference's batches) go in order, one round each (the k-th step of every entity in
+        round k): what a learner stepping once per entity at a time would see."""
+        model = self._require_model()
         keys = transitions.names if transitions.names is not None else transitions.envs.tolist()
-        rewards = transitions.rewards.tolist()
-        terminated, truncated = transitions.terminated.tolist(), transitions.truncated.tolist()
-        extras, matched = transitions.extras, transitions.matched
-        obs, next_obs = transitions.obs, transitions.next_obs
-        row = (
-            (lambda columns, i: {k: v[i] for k, v in columns.items()})
-            if isinstance(obs, dict)
-            else (lambda columns, i: columns[i])
-        )
-        # one step per entity at a time: rows of one entity (local inference's batches)
-        # go in order, one round each; the trainer takes the rounds at once (one buffer
-        # write for the batch) and nothing if a row is refused
-        steps: list[dict] = []
-        for rows in rounds(keys) if len(set(keys)) < len(keys) else [range(len(keys))]:
-            if self.normalizer is not None:
-                self.normalizer.update_rewards(
-                    {keys[i]: rewards[i] for i in rows},
-                    {keys[i]: terminated[i] or truncated[i] for i in rows},
-                )
-            batch = {}
-            for i in rows:
-                key = keys[i]
-                # (numpy rows as kept: the buffer stores numpy, a rollout collates either)
-                if matched is None or matched[i]:
-                    output = {name: values[i] for name, values in extras.items()}
-                    output.setdefault("action", transitions.actions[i])
-                else:  # an action this agent did not choose: the action is all the policy
-                    # gets (an on-policy one refuses it: it lacks what it said when acting)
-                    output = {"action": transitions.actions[i]}
-                prev_obs, reward, new_obs = output.pop("obs", None), rewards[i], row(next_obs, i)
-                if normalizer is not None:
-                    if prev_obs is None:
-                        prev_obs = normalizer.obs(row(obs, i))
-                    new_obs, reward = normalizer.obs(new_obs), float(normalizer.reward(reward))
-                try:
-                    batch[key] = process(
-                        row(obs, i) if prev_obs is None else prev_obs,
-                        output,
-                        reward,
-                        new_obs,
-                        terminated[i],
-                        truncated[i],
-                    )
-                except ValueError as exc:
-                    raise ValueError(
-                        f"replayAction for {key!r} with action {transitions.actions[i]}: {exc}"
-                    ) from exc
-                if next_masks is not None:
-                    batch[key]["next_action_mask"] = np.asarray(next_masks[i], dtype=bool)
-            steps.append(batch)
-        self.trainer.observe_steps(steps)
-        self.trainer.maybe_train()
+        sizes = [len(keys)]
+        if len(set(keys)) < len(keys):
+            groups = rounds(keys)
+            order = np.concatenate(groups)
+            transitions, keys, sizes = (
+                transitions.take(order),
+                [keys[i] for i in order],
+                [len(g) for g in groups],
+            )
+        model.trainer.observe_columns(keys, self._stored(model, transitions, keys, sizes))
+        model.trainer.maybe_train()
         self.update_status(self.progress(), every_s=PROGRESS_EVERY_S)
+
+    def _stored(
+        self, model: _Model, transitions: Transitions, keys: list, sizes: list[int]
+    ) -> TransitionBatch:
+        """The transitions as the trainer takes them: what the policy keeps of the model's
+        outputs; a rollout's obs and rewards normalised (`sizes`: the rounds, whose reward
+        statistics move one after another), a replay buffer's raw (its trainer normalises
+        samples: module doc). Nothing is stored if the policy refuses a row."""
+        matched = transitions.matched
+        outputs = transitions.extras if matched is None or matched.all() else {}
+        steps = TransitionBatch(
+            {
+                "obs": outputs.get("obs", transitions.obs),  # (what the model acted on)
+                "action": outputs.get("action", transitions.actions),
+                "reward": transitions.rewards.astype(np.float64, copy=False),
+                "next_obs": transitions.next_obs,
+                "terminated": transitions.terminated,
+                "truncated": transitions.truncated,
+            }
+        )
+        if model.policy.masks_next_actions and transitions.next_action_mask is not None:
+            steps.columns["next_action_mask"] = np.asarray(transitions.next_action_mask, bool)
+        try:
+            stored = model.policy.process_columns(
+                steps, {k: v for k, v in outputs.items() if k != "obs"}
+            )
+        except ValueError as exc:
+            row = 0 if matched is None else int(np.argmax(~matched))
+            raise ValueError(
+                f"replayAction for {keys[row]!r} with action {transitions.actions[row]}: {exc}"
+            ) from exc
+        if self.normalizer is not None:
+            rollout = not model.trainer.normalizes_samples
+            self._normalize(stored, transitions, keys, sizes, rollout, "obs" not in outputs)
+        return stored
+
+    def _normalize(
+        self,
+        stored: TransitionBatch,
+        transitions: Transitions,
+        keys: list,
+        sizes: list[int],
+        rollout: bool,
+        raw_obs: bool,
+    ) -> None:
+        """Fold the rewards into the return statistics, a round at a time; for a rollout,
+        scale each round's rewards with the statistics of then and normalise the obs."""
+        normalizer = self.normalizer
+        assert normalizer is not None
+        rewards = stored.columns["reward"]
+        dones = transitions.terminated | transitions.truncated
+        scaled = rewards.copy()
+        start = 0
+        for size in sizes:
+            part = slice(start, start + size)
+            normalizer.update_rewards(
+                dict(zip(keys[part], rewards[part].tolist())),
+                dict(zip(keys[part], dones[part].tolist())),
+            )
+            if rollout:
+                scaled[part] = normalizer.reward(rewards[part])
+            start += size
+        if rollout:
+            stored.columns["reward"] = scaled
+            stored.columns["next_obs"] = normalizer.obs(stored.columns["next_obs"])
+            if raw_obs:
+                stored.columns["obs"] = normalizer.obs(stored.columns["obs"])
 
     def do_policy_copy(self, weights: bool) -> PolicyDescription:
         """The policy's config and, when asked, the acting weights (local inference). An
         agent that normalises observations offers none: a copy would act on statistics
         that move only here."""
-        self._require_model()
+        policy, learner, trainer, _ = self._require_model()
         if self.normalizer is not None and self.normalizer.norm_obs:
             raise InvalidRequest(
                 "local inference: this agent normalises observations "
                 "(normalize.obs), which a copy cannot follow; turn one off"
             )
-        with self.trainer.paused():  # (learn_in background: no step while weights are read)
+        with trainer.paused():  # (learn_in background: no step while weights are read)
             return PolicyDescription(
-                policy=type(self.policy).__name__,
-                config=self.policy.config,
-                observation_space=space_to_dict(self.policy.observation_space),
-                action_space=space_to_dict(self.policy.action_space),
+                policy=type(policy).__name__,
+                config=policy.config,
+                observation_space=space_to_dict(policy.observation_space),
+                action_space=space_to_dict(policy.action_space),
                 seed=self.config["seed"],
-                env_steps=self.learner.env_steps,
+                env_steps=learner.env_steps,
                 warmup_until=(
                     self.config["train"].get("learning_starts", 0) if self.warmup is not None else 0
                 ),
-                version=self.learner.train_iter,
-                extras=self.policy.transition_extras(),
-                optional_extras=sorted(self.policy.optional_extras),
-                weights=actor_weights(self.policy) if weights else None,
+                version=learner.train_iter,
+                extras=policy.transition_extras(),
+                optional_extras=sorted(policy.optional_extras),
+                weights=actor_weights(policy) if weights else None,
             )
 
     def do_episode_stopped(self) -> None:
-        if self.trainer is not None and self.mode == "collect":
-            self.trainer.end_all_episodes()
+        if self._model is not None and self.mode == "collect":
+            self._model.trainer.end_all_episodes()
         if self.normalizer is not None:
             self.normalizer.end_episodes()
 
@@ -420,16 +479,17 @@ class PolicyAgent(AbstractAgent):
     # ---- pieces --------------------------------------------------------------------------
     def progress(self) -> dict[str, Any]:
         """What the status payload shows about training."""
-        info = self.learner.last_info
+        policy, learner, trainer, _ = self._require_model()
+        info = learner.last_info
         progress = {
-            "algorithm": type(self.policy).__name__,
-            "envSteps": self.learner.env_steps,
-            "updates": self.learner.train_iter,
+            "algorithm": type(policy).__name__,
+            "envSteps": learner.env_steps,
+            "updates": learner.train_iter,
             "mode": self.mode,
             "loss": info.get("loss"),
-            **self.trainer.progress(),
+            **trainer.progress(),
         }
-        epsilon = self.policy.exploration(self.learner.env_steps)
+        epsilon = policy.exploration(learner.env_steps)
         if epsilon is not None:
             progress["epsilon"] = float(epsilon)
         return progress
@@ -438,7 +498,7 @@ class PolicyAgent(AbstractAgent):
         self, obs_space: spaces.Space, act_space: spaces.Space, checkpoint: Optional[dict] = None
     ) -> None:
         seed = self.config["seed"]
-        self.policy = self.policy_cls(
+        policy = self.policy_cls(
             self.config["policy"],
             obs_space,
             act_space,
@@ -450,12 +510,12 @@ class PolicyAgent(AbstractAgent):
             Normalizer(
                 norm,
                 obs_space.shape or (),  # (a Dict's shape: None)
-                self.policy.config["learn"]["gamma"],
+                policy.config["learn"]["gamma"],
             )
             if norm["obs"] or norm["reward"]
             else None
         )
-        hooks = []
+        hooks: list[Hook] = []
         if self.config["log_every"]:
             saved = checkpoint["learner"] if checkpoint else {}
             hooks.append(
@@ -474,28 +534,29 @@ class PolicyAgent(AbstractAgent):
                     state=self._checkpoint_state,
                 )
             )
-        self.learner = Learner(self.policy.learn_mode, hooks)
-        self.trainer = self.policy.trainer_cls.from_agent_config(
-            self.policy,
-            self.learner,
+        learner = Learner(policy.learn_mode, hooks)
+        trainer = policy.trainer_cls.from_agent_config(
+            policy,
+            learner,
             self.config,
             seed=seed,
             normalizer=self.normalizer,
             augment=self._augmented if self.config.get("augment") else None,
         )
-        if self.trainer.warming_up:  # acts uniformly at random until learning starts
+        if trainer.warming_up:  # acts uniformly at random until learning starts
             self.warmup = RandomPolicy(None, obs_space, act_space, seed=seed)
-        self.actor = Actor(
-            self.policy, self.warmup, self.normalizer, keep_obs=not self.trainer.normalizes_samples
-        )
+        actor = Actor(policy, self.warmup, self.normalizer, keep_obs=not trainer.normalizes_samples)
+        self._model = _Model(policy, learner, trainer, actor)
         if checkpoint is not None:
-            self._restore(checkpoint)
+            self._restore(self._model, checkpoint)
         self.update_status(self.progress())
 
     def _augmented(self, transition: dict) -> list[dict]:
         """A transition's images under the game's board symmetries (`augment`), which the
         game named at registration (checked there): the trainer stores them all."""
-        return self.augment.augment(transition)
+        augment = self.augment
+        assert augment is not None  # (the trainer is given this only when augment is set)
+        return augment.augment(transition)
 
     def _checkpoint_state(self) -> dict:
         """What saveModel and the periodic hook write and buildModel(path) reads: weights,
@@ -504,43 +565,43 @@ class PolicyAgent(AbstractAgent):
         `checkpoint_buffer`), the random generators, and the config and spaces to rebuild
         the model, and the normaliser's statistics.
         """
-        with self.trainer.paused():  # (learn_in background: no step while it is read)
+        policy, learner, trainer, _ = self._require_model()
+        with trainer.paused():  # (learn_in background: no step while it is read)
             return {
                 "agent": type(self).__name__,
                 "format": CHECKPOINT_FORMAT,
                 "config": self.config,
                 "spaces": {
-                    "observation": space_to_dict(self.policy.observation_space),
-                    "action": space_to_dict(self.policy.action_space),
+                    "observation": space_to_dict(policy.observation_space),
+                    "action": space_to_dict(policy.action_space),
                 },
-                "learner": self.learner.state_dict(),
-                "trainer": self.trainer.state_dict(),
+                "learner": learner.state_dict(),
+                "trainer": trainer.state_dict(),
                 "rng": {
-                    "policy": self.policy.rng_state(),
+                    "policy": policy.rng_state(),
                     "warmup": self.warmup.rng_state() if self.warmup else None,
                 },
                 "normalizer": self.normalizer.state_dict() if self.normalizer else None,
             }
 
-    def _restore(self, checkpoint: dict) -> None:
-        self.learner.load_state_dict(checkpoint["learner"])  # first: the trainer's pushes
+    def _restore(self, model: _Model, checkpoint: dict) -> None:
+        model.learner.load_state_dict(checkpoint["learner"])  # first: the trainer's pushes
         if "trainer" not in checkpoint:  # format 1: weights and counters only
             return
-        self.trainer.load_state_dict(checkpoint["trainer"])
+        model.trainer.load_state_dict(checkpoint["trainer"])
         if self.normalizer is not None:
             self.normalizer.load_state_dict(checkpoint.get("normalizer"))
-        self.policy.load_rng_state(checkpoint["rng"]["policy"])
+        model.policy.load_rng_state(checkpoint["rng"]["policy"])
         if self.warmup is not None:
             self.warmup.load_rng_state(checkpoint["rng"]["warmup"])
 
-    def _require_model(self) -> None:
-        if self.policy is None:
+    def _require_model(self) -> _Model:
+        if self._model is None:
             raise RuntimeError("no model yet: call buildModel, then register the agent")
+        return self._model
 
     def _drop_model(self) -> None:
-        if self.trainer is not None:  # (a learner thread stops first: it uses the learner)
-            self.trainer.close()
-        if self.learner is not None:
-            self.learner.close()
-        self.policy = self.learner = self.trainer = self.warmup = self.normalizer = None
-        self.actor = None
+        if self._model is not None:  # (a learner thread stops first: it uses the learner)
+            self._model.trainer.close()
+            self._model.learner.close()
+        self._model = self.warmup = self.normalizer = None

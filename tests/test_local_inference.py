@@ -106,9 +106,9 @@ def test_rows_of_one_env_copy_reach_the_learner_in_order(tmp_path):
         },
     }
     service.replayColumns(body)
-    rollout = service.agent.trainer._rollout
-    assert [round(float(t["obs"][0]) * 100) for t in rollout[0]] == [0, 2]
-    assert [round(float(t["obs"][0]) * 100) for t in rollout[1]] == [1]
+    rollout = service.agent.trainer.rollout()
+    assert [round(float(t["obs"][0]) * 100) for t in rollout[0].rows()] == [0, 2]
+    assert [round(float(t["obs"][0]) * 100) for t in rollout[1].rows()] == [1]
     assert service.agent.learner.env_steps == 3
 
 
@@ -134,7 +134,7 @@ def test_bad_experience_is_refused_and_changes_nothing(tmp_path, change, match):
     }
     with pytest.raises(InvalidRequest, match=match):
         service.replayColumns({**_rows(3), **good, **change})
-    assert service.agent.learner.env_steps == 0 and not service.agent.trainer._rollout
+    assert service.agent.learner.env_steps == 0 and not service.agent.trainer.rollout()
     assert service.lifecycle.state == "in_episode"
 
 

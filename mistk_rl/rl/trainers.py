@@ -38,9 +38,10 @@ import torch
 from mistk_rl.rl import pacing
 from mistk_rl.rl.config import AgentConfigError
 from mistk_rl.rl.data.buffers import BUFFERS
-from mistk_rl.rl.data.collate import Batch, concat, default_collate
-from mistk_rl.rl.data.returns import NStepAccumulator, gae
+from mistk_rl.rl.data.collate import Batch, concat, to_batch_tensor
+from mistk_rl.rl.data.returns import gae
 from mistk_rl.rl.data.samples import ReplaySamples, RolloutSamples
+from mistk_rl.rl.data.transition_batch import NStepColumns, TransitionBatch
 from mistk_rl.rl.learner import Learner, UpdatePlan
 from mistk_rl.rl.normalize import Normalizer
 
@@ -63,7 +64,7 @@ class Buffer(Protocol):
 
     takes_priority_feedback: bool  # `update` uses the learner's priorities
 
-    def push(self, data: list[dict], collect_iter: int = 0) -> bool: ...
+    def push(self, data: list[dict] | TransitionBatch, collect_iter: int = 0) -> bool: ...
     def sample_batch(self, size: int, learner_iter: int = 0) -> Optional[ReplaySamples]: ...
     def update(self, info: dict) -> None: ...
     def count(self) -> int: ...
@@ -89,7 +90,7 @@ class Trainer(Protocol):
     @classmethod
     def from_agent_config(
         cls,
-        policy: TrainedPolicy,
+        policy: Any,
         learner: Learner,
         config: dict,
         *,
@@ -97,7 +98,9 @@ class Trainer(Protocol):
         normalizer: Optional[Normalizer],
         augment: Optional[Augment],
     ) -> Trainer:
-        """Built from the agent's merged config."""
+        """Built from the agent's merged config, for the policy that names this trainer
+        (`Policy.trainer_cls`): each trainer's own method types what it reads of it
+        (`TrainedPolicy`, `ValuePolicy`)."""
 
     @property
     def warming_up(self) -> bool:
@@ -109,6 +112,10 @@ class Trainer(Protocol):
     def observe_steps(self, steps: Sequence[Mapping[str, dict]]) -> None:
         """Several env steps in time order, each as `observe_all` takes it (local
         inference's batch): stored as those calls one after another would store them."""
+
+    def observe_columns(self, keys: Sequence[Any], batch: TransitionBatch) -> None:
+        """Env steps as columns (what the service's step path gives), `keys` each row's
+        entity, in arrival order: stored as `observe_steps` of the same rows would."""
 
     def maybe_train(self) -> int:
         """Owe the updates due now and pay some of what is owed (`mistk_rl.rl.pacing`); how
@@ -165,6 +172,14 @@ class PacedTrainer:
             return True  # every request may take newer weights from the learner thread
         return self.owed() > 0 or self._falls_due(new_steps)
 
+    def owed(self) -> int:
+        """Gradient steps owed now (`pacing.Debtor`)."""
+        raise NotImplementedError
+
+    def pay_one(self) -> bool:
+        """Run one owed step (`pacing.Debtor`)."""
+        raise NotImplementedError
+
     def _falls_due(self, new_steps: int) -> bool:
         """Whether `_schedule` will owe steps once `new_steps` more are observed."""
         raise NotImplementedError
@@ -181,7 +196,7 @@ class PacedTrainer:
 
 
 class OffPolicyTrainer(PacedTrainer):
-    normalizes_samples = True
+    normalizes_samples: ClassVar[bool] = True
 
     @classmethod
     def default_config(cls) -> dict:
@@ -263,7 +278,7 @@ class OffPolicyTrainer(PacedTrainer):
         self.augment = augment
         self.batch_size = policy.config["learn"]["batch_size"]
         self.save_buffer = save_buffer  # the replay buffer goes into `state_dict`
-        self._nstep: dict[str, NStepAccumulator] = {}
+        self._nstep = NStepColumns(policy.config["nstep"], policy.config["learn"]["gamma"])
         self._last_train = 0
         self._owed = 0  # gradient steps due and not run yet
         self._pace({**pacing.config(), **config})
@@ -281,26 +296,30 @@ class OffPolicyTrainer(PacedTrainer):
         self.observe_steps((transitions,))
 
     def observe_steps(self, steps: Sequence[Mapping[str, dict]]) -> None:
-        """Env steps in time order; what completes n-step windows goes to the buffer in one
-        push, in the order step-by-step calls would have pushed it (a batch of 256 steps of
-        one copy is one buffer write, not 256: the write costs as much for one row)."""
+        """Env steps in time order, each one transition dict per entity (`observe_columns`
+        takes them as columns)."""
+        keys = [entity for transitions in steps for entity in transitions]
+        rows = [t for transitions in steps for t in transitions.values()]
+        if rows:
+            self.observe_columns(keys, TransitionBatch.from_rows(rows))
+
+    def observe_columns(self, keys: Sequence[Any], batch: TransitionBatch) -> None:
+        """Env steps in columns, `keys` each row's entity, in arrival order (an entity's rows
+        in time order); what completes n-step windows goes to the buffer in one push, in the
+        order step-by-step calls would have pushed it (a batch of 256 steps of one copy is one
+        buffer write, not 256: the write costs as much for one row)."""
         with self.pacer.paused():
-            done: list[dict] = []
-            for transitions in steps:
-                for entity, transition in transitions.items():
-                    done += self._accumulator(entity).push(transition)
-            self._push(done)
+            self._push(self._nstep.push(keys, batch))
 
     def end_episode(self, entity: str) -> None:
         """The episode was cut off without a done flag: emit what the n-step window holds."""
-        if entity in self._nstep:
-            with self.pacer.paused():
-                self._push(self._nstep[entity].flush())
+        with self.pacer.paused():
+            self._push(self._nstep.flush([entity]))
 
     def end_all_episodes(self) -> None:
         """The agent's episode ended (e.g. a run of several env copies): flush every entity."""
-        for entity in list(self._nstep):
-            self.end_episode(entity)
+        with self.pacer.paused():
+            self._push(self._nstep.flush())
 
     def progress(self) -> dict[str, Any]:
         """The replay's size, and its statistics (a prioritized one's counters, use and
@@ -346,6 +365,7 @@ class OffPolicyTrainer(PacedTrainer):
         self._owed -= 1  # first: a checkpoint hook of this step sees it paid
         info = self.learner.train(batch)
         if "priority" in info and self.buffer.takes_priority_feedback:
+            assert batch.ids is not None  # (a buffer that takes feedback names its samples)
             self.buffer.update(
                 {"replay_unique_id": batch.ids.numpy(), "priority": np.asarray(info["priority"])}
             )
@@ -353,6 +373,7 @@ class OffPolicyTrainer(PacedTrainer):
 
     def _normalized(self, batch: ReplaySamples) -> ReplaySamples:
         norm = self.normalizer
+        assert norm is not None  # (`pay_one` calls it only with one)
         return batch._replace(
             obs=norm.obs(batch.obs),
             next_obs=norm.obs(batch.next_obs),
@@ -367,7 +388,7 @@ class OffPolicyTrainer(PacedTrainer):
                 "last_train": self._last_train,
                 "owed": self._owed,
                 "pacer": self.pacer.state_dict(),
-                "nstep": {entity: acc.pending() for entity, acc in self._nstep.items() if len(acc)},
+                "nstep": self._nstep.pending(),
                 "buffer": self.buffer.state_dict() if self.save_buffer else None,
             }
 
@@ -385,29 +406,25 @@ class OffPolicyTrainer(PacedTrainer):
         if state["buffer"] is not None:
             self.buffer.load_state_dict(state["buffer"])
         self._nstep.clear()
-        for entity, steps in state["nstep"].items():
-            acc = self._accumulator(entity)
-            for step in steps:  # fewer than n steps, none ending an episode: nothing emitted
-                acc.push(step)
+        for entity, steps in state["nstep"].items():  # fewer than n steps, none ending an
+            # episode: nothing is emitted until the cut
+            self._nstep.push([entity] * len(steps), TransitionBatch.from_rows(steps))
             self.end_episode(entity)
 
-    def _accumulator(self, entity: str) -> NStepAccumulator:
-        acc = self._nstep.get(entity)
-        if acc is None:
-            acc = self._nstep[entity] = NStepAccumulator(
-                self.policy.config["nstep"], self.policy.config["learn"]["gamma"]
+    def _push(self, items: Optional[TransitionBatch]) -> None:
+        if items is None:
+            return
+        if self.augment is not None:  # (a game's symmetries: a transition at a time)
+            self.buffer.push(
+                [image for t in items.rows() for image in self.augment(t)],
+                collect_iter=self.learner.train_iter,
             )
-        return acc
-
-    def _push(self, transitions: list[dict]) -> None:
-        if self.augment is not None:
-            transitions = [image for t in transitions for image in self.augment(t)]
-        if transitions:
-            self.buffer.push(transitions, collect_iter=self.learner.train_iter)
+        else:
+            self.buffer.push(items, collect_iter=self.learner.train_iter)
 
 
 class OnPolicyTrainer(PacedTrainer):
-    normalizes_samples = False  # the rollout keeps what the policy acted on
+    normalizes_samples: ClassVar[bool] = False  # the rollout keeps what the policy acted on
 
     @classmethod
     def default_config(cls) -> dict:
@@ -438,7 +455,7 @@ class OnPolicyTrainer(PacedTrainer):
 
     def __init__(self, policy: ValuePolicy, learner: Learner, config: dict) -> None:
         self.policy, self.learner, self.config = policy, learner, config
-        self._rollout: dict[str, list[dict]] = {}
+        self._chunks: list[tuple[list[Any], TransitionBatch]] = []  # the rollout so far
         self._count = 0
         # completed rollouts' updates, frozen, the first one in progress: acting between
         # their steps is on-policy enough, as each transition keeps its acting log-prob
@@ -456,11 +473,30 @@ class OnPolicyTrainer(PacedTrainer):
 
     def observe_steps(self, steps: Sequence[Mapping[str, dict]]) -> None:
         """Env steps in time order, each one transition per entity."""
+        keys = [entity for transitions in steps for entity in transitions]
+        rows = [t for transitions in steps for t in transitions.values()]
+        if rows:
+            self.observe_columns(keys, TransitionBatch.from_rows(rows))
+
+    def observe_columns(self, keys: Sequence[Any], batch: TransitionBatch) -> None:
+        """Env steps in columns, `keys` each row's entity (an entity's rows in time order):
+        kept as they came; the rollout sorts them by entity when it is complete."""
         with self.pacer.paused():
-            for transitions in steps:
-                for entity, transition in transitions.items():
-                    self._rollout.setdefault(entity, []).append(transition)
-                    self._count += 1
+            self._chunks.append((list(keys), batch))
+            self._count += len(batch)
+
+    def rollout(self) -> dict[Any, TransitionBatch]:
+        """The rollout so far: each entity's steps in time order, entities in first-seen
+        order."""
+        if not self._chunks:
+            return {}
+        keys = [key for chunk_keys, _ in self._chunks for key in chunk_keys]
+        batch = TransitionBatch.concat([chunk for _, chunk in self._chunks])
+        rank = {key: i for i, key in enumerate(dict.fromkeys(keys))}
+        entity = np.fromiter((rank[k] for k in keys), np.int64, len(keys))
+        order = np.lexsort((np.arange(len(keys)), entity))
+        bounds = np.flatnonzero(np.diff(entity[order])) + 1
+        return {key: batch[rows] for key, rows in zip(rank, np.split(order, bounds))}
 
     def end_all_episodes(self) -> None:
         """Nothing to do: transitions carry their own terminated/truncated flags, and a
@@ -475,7 +511,7 @@ class OnPolicyTrainer(PacedTrainer):
         how far each got (its batch, rows and the steps' stats so far)."""
         with self.pacer.paused():
             return {
-                "rollout": {entity: list(steps) for entity, steps in self._rollout.items()},
+                "rollout": {entity: steps.rows() for entity, steps in self.rollout().items()},
                 "count": self._count,
                 "pacer": self.pacer.state_dict(),
                 # (a checkpoint hook runs after a plan's last step, before it is let go)
@@ -485,11 +521,14 @@ class OnPolicyTrainer(PacedTrainer):
     def load_state_dict(self, state: dict) -> None:
         """Restore `state_dict`; each entity's episode in progress ends as a cut one."""
         with self.pacer.paused():
-            self._rollout = {
-                entity: [*steps[:-1], {**steps[-1], "truncated": True}]
+            self._chunks = [
+                (
+                    [entity] * len(steps),
+                    TransitionBatch.from_rows([*steps[:-1], {**steps[-1], "truncated": True}]),
+                )
                 for entity, steps in state["rollout"].items()
                 if steps
-            }
+            ]
             self._count = int(state["count"])
             self._plans = [
                 self.learner.restore_plan(plan, RolloutSamples) for plan in state.get("plans", [])
@@ -504,7 +543,7 @@ class OnPolicyTrainer(PacedTrainer):
         if self._count < self.config["n_steps"]:
             return
         self._plans.append(self.learner.plan(self._rollout_batch()))
-        self._rollout.clear()
+        self._chunks.clear()
         self._count = 0
 
     def _falls_due(self, new_steps: int) -> bool:
@@ -523,8 +562,8 @@ class OnPolicyTrainer(PacedTrainer):
         """Each entity's steps with their GAE targets, the entities one after another."""
         learn = self.policy.config["learn"]
         pieces = []
-        for steps in self._rollout.values():
-            batch = default_collate(steps)
+        for steps in self.rollout().values():
+            batch = {key: to_batch_tensor(column) for key, column in steps.columns.items()}
             # V(s) and V(s') both of the weights of now: the values recorded when acting may
             # be of weights an update paid over the first requests of this rollout changed
             # since (pacing), and a delta mixing two value functions is noise, large where
@@ -553,7 +592,7 @@ class OnPolicyTrainer(PacedTrainer):
                     action_mask=batch.get("action_mask"),
                 )
             )
-        rows = {
+        rows: dict[str, Any] = {  # (Batch, tensor or None by field)
             field: None
             if getattr(pieces[0], field) is None
             else concat([getattr(piece, field) for piece in pieces])

@@ -25,6 +25,9 @@ from mistk_rl.rl.trainers import OffPolicyTrainer, OnPolicyTrainer
 from tests.entity_steps import EntitySteps
 
 ENVS = 2
+# exact reproduction holds while the pacing's time guard never cuts a request short
+# (`mistk_rl.rl.pacing`): off here, so a busy machine cannot change what runs
+NO_TIME_GUARD = {"max_update_seconds_per_request": 3600.0}
 DQN_HP = {
     "seed": 0,
     "log_every": 0,
@@ -34,13 +37,13 @@ DQN_HP = {
         "learn": {"batch_size": 16},
         "collect": {"eps": {"type": "linear", "start": 1.0, "end": 0.1, "duration": 400}},
     },
-    "train": {"learning_starts": 60, "train_freq": 10, "gradient_steps": 4},
+    "train": {"learning_starts": 60, "train_freq": 10, "gradient_steps": 4, **NO_TIME_GUARD},
     "buffer": {"replay_buffer_size": 1000},
 }
 PPO_HP = {
     "seed": 0,
     "log_every": 0,
-    "train": {"n_steps": 64},
+    "train": {"n_steps": 64, **NO_TIME_GUARD},
     "policy": {"model": {"hidden_sizes": [32]}, "learn": {"epochs": 2, "batch_size": 32}},
 }
 
@@ -227,9 +230,9 @@ def test_on_policy_rollout_in_progress_is_kept_and_cut(tmp_path):
     restored.load_state_dict(load_checkpoint(tmp_path / "t.pt"))
     assert restored._count == 6
     for entity in ("a", "b"):
-        steps = restored._rollout[entity]
+        steps = restored.rollout()[entity].rows()
         assert [s["truncated"] for s in steps] == [False, False, True]
-        np.testing.assert_array_equal(steps[0]["obs"], original._rollout[entity][0]["obs"])
+        np.testing.assert_array_equal(steps[0]["obs"], original.rollout()[entity].rows()[0]["obs"])
     # the next two steps complete the rollout: 8 transitions, one update of 20 epochs x 1
     # minibatch steps, all paid in this request (updates_per_request 100)
     restored.observe_all({"a": _transition(20), "b": _transition(30)})

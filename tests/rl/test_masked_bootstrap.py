@@ -7,12 +7,12 @@ import numpy as np
 import pytest
 import torch
 
-from mistk_rl.rl.data.returns import NStepAccumulator
 from mistk_rl.rl.data.samples import ReplaySamples
 from mistk_rl.rl.envs.base import Timestep
 from mistk_rl.rl.policies.dqn import DQNPolicy
 from mistk_rl.sdk.stepping import EntityStepper, replay_batch
 from orchestrators.gym_orchestrator import _outcome
+from tests.rl.nstep_reference import NStepAccumulator
 
 OBS = gym.spaces.Box(-1, 1, (3,), np.float32)
 ACT = gym.spaces.Discrete(4)

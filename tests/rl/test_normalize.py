@@ -135,10 +135,10 @@ def test_ppo_agent_normalises_what_it_acts_on_and_stores(tmp_path):
     norm = agent.normalizer
     np.testing.assert_allclose(norm.obs_rms.mean, seen.mean(0), rtol=1e-6)
     assert norm.obs_rms.count == 80 and norm.ret_rms.count == 80
-    rollout = agent.trainer._rollout
-    stored = np.stack([t["obs"] for steps in rollout.values() for t in steps])
+    rollout = [t for steps in agent.trainer.rollout().values() for t in steps.rows()]
+    stored = np.stack([t["obs"] for t in rollout])
     assert np.abs(stored).max() < 5  # normalised (raw angular velocity reaches 8)
-    rewards = [t["reward"] for steps in rollout.values() for t in steps]
+    rewards = [t["reward"] for t in rollout]
     assert max(abs(r) for r in rewards) < 10 and min(rewards) > -10  # scaled (raw to -16)
 
 

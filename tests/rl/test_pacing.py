@@ -22,6 +22,9 @@ from mistk_rl.rl.policies.ppo import PPOPolicy
 from mistk_rl.rl.trainers import OffPolicyTrainer, OnPolicyTrainer
 
 OBS = spaces.Box(-1.0, 1.0, shape=(4,), dtype=np.float32)
+# what the trainers pay is counted here, so the time guard (the one place timing changes
+# what runs: `mistk_rl.rl.pacing`) is off unless a test turns it on
+UNTIMED = {"max_update_seconds_per_request": None}
 ACT = spaces.Discrete(2)
 
 
@@ -42,7 +45,7 @@ def _dqn(train: dict, seed: int = 0) -> OffPolicyTrainer:
         policy,
         Learner(policy.learn_mode),
         NaiveReplayBuffer({"replay_buffer_size": 100}, seed=seed),
-        train,
+        {**UNTIMED, **train},
     )
 
 
@@ -162,7 +165,7 @@ def test_a_buffer_short_of_a_batch_drops_what_is_due():
         policy,
         Learner(policy.learn_mode),
         NaiveReplayBuffer({"replay_buffer_size": 100}, seed=0),
-        {"learning_starts": 1, "train_freq": 1, "gradient_steps": 2},
+        {"learning_starts": 1, "train_freq": 1, "gradient_steps": 2, **UNTIMED},
     )
     trainer.buffer.sample_batch = lambda size, learner_iter=0: None
     assert _step(trainer, 0) == 0 and trainer.owed() == 0
@@ -186,7 +189,9 @@ def _ppo_rollout(
 
 def _ppo(train: dict) -> tuple[PPOPolicy, OnPolicyTrainer]:
     policy = PPOPolicy({"learn": {"epochs": 3, "batch_size": 4}}, OBS, ACT, seed=0)
-    return policy, OnPolicyTrainer(policy, Learner(policy.learn_mode), {"n_steps": 8, **train})
+    return policy, OnPolicyTrainer(
+        policy, Learner(policy.learn_mode), {"n_steps": 8, **UNTIMED, **train}
+    )
 
 
 def test_ppo_split_update_equals_the_one_shot_update():

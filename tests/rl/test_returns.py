@@ -7,7 +7,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from mistk_rl.rl.data.returns import NStepAccumulator, gae
+from mistk_rl.rl.data.returns import gae
+from tests.rl.nstep_reference import NStepAccumulator
 
 
 def nstep_transitions(trajectory: list[dict], n: int, gamma: float) -> list[dict]:

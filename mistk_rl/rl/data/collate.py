@@ -12,10 +12,13 @@ Rules, applied recursively with the first item deciding the structure:
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 import torch
+
+if TYPE_CHECKING:
+    from typing_extensions import TypeIs
 
 _NUMERIC_KINDS = "biufc"
 
@@ -83,10 +86,12 @@ def to_device(value: Any, device: torch.device) -> Any:
 
 
 def concat(batches: list[Batch]) -> Batch:
-    """Batches of observations (or other tensors) one after another, along dim 0."""
+    """Batches of observations (or other tensors) one after another, along dim 0; all of
+    one kind (the first's)."""
     if _is_mapping(batches[0]):
-        return {key: torch.cat([b[key] for b in batches]) for key in batches[0]}
-    return torch.cat(batches)
+        dicts = cast("list[dict[str, torch.Tensor]]", batches)
+        return {key: torch.cat([b[key] for b in dicts]) for key in dicts[0]}
+    return torch.cat(cast("list[torch.Tensor]", batches))
 
 
 def _stack(values: list, path: str) -> torch.Tensor | list:
@@ -105,7 +110,8 @@ def _stack(values: list, path: str) -> torch.Tensor | list:
     return to_batch_tensor(array)
 
 
-def _is_mapping(value: Any) -> bool:
+def _is_mapping(value: Any) -> TypeIs[Mapping[str, object]]:
+    # (object, not Any: then a Batch that is not a mapping narrows to a tensor, too)
     return type(value) is dict or isinstance(value, Mapping)  # the cheap check first
 
 

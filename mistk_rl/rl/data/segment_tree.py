@@ -9,6 +9,8 @@ Batched writes and prefix-sum searches walk the levels with numpy, never per ele
 
 from __future__ import annotations
 
+from typing import overload
+
 import numpy as np
 
 IndexLike = int | np.integer | np.ndarray | list[int]
@@ -65,7 +67,13 @@ class SegmentTree:
             nodes = np.unique(nodes // 2)
             self._tree[nodes] = self._op(self._tree[2 * nodes], self._tree[2 * nodes + 1])
 
+    @overload
+    def __getitem__(self, idx: int | np.integer) -> float: ...
+    @overload
+    def __getitem__(self, idx: np.ndarray | list[int]) -> np.ndarray: ...
     def __getitem__(self, idx: IndexLike) -> float | np.ndarray:
+        """A leaf's value for an integer, an array of them for an index array (a 0-d one: a
+        float)."""
         values = self._tree[self._leaves(idx)]
         return float(values) if np.ndim(values) == 0 else values.copy()
 

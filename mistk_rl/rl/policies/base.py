@@ -9,15 +9,15 @@ while the modes share one set of weights.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from typing import Any, Callable, ClassVar, NamedTuple, Optional
+from typing import Any, Callable, ClassVar, Generic, Mapping, NamedTuple, Optional
 
 import numpy as np
 import torch
 from gymnasium import spaces
 
 from mistk_rl.rl.config import deep_merge
-from mistk_rl.rl.data.samples import Samples
-from mistk_rl.rl.learner import LearnMode
+from mistk_rl.rl.data.transition_batch import TransitionBatch
+from mistk_rl.rl.learner import LearnMode, SamplesT, UpdatePlan
 from mistk_rl.rl.trainers import Trainer
 
 
@@ -38,9 +38,10 @@ def adam(params: Any, lr: float, **kwargs: Any) -> torch.optim.Adam:
     return torch.optim.Adam(params, lr=lr, fused=True, **kwargs)
 
 
-class Policy(ABC):
+class Policy(ABC, Generic[SamplesT]):
     """Base of DQN, PPO and the random policy. Subclasses declare `default_config()` and
-    implement the `_forward_*` methods; `self.config` is the merged config.
+    implement the `_forward_*` methods; `self.config` is the merged config. The type
+    parameter is the kind of batch the policy learns from (`ReplaySamples`, `RolloutSamples`).
 
     `device`: where `_init` puts the model, its target network and optimizer, after
     building the model on the CPU (so its initial weights do not depend on the device);
@@ -60,6 +61,9 @@ class Policy(ABC):
     # the action spaces the policy can act in; anything else is a ValueError at construction
     # (the agent's registration check turns it into a 400)
     action_spaces: tuple[type[spaces.Space], ...] = (spaces.Discrete,)
+    # the network it acts with, built by `_init` (`actor.weights` moves its parameters); the
+    # random policy has none
+    model: torch.nn.Module
 
     @classmethod
     def default_config(cls) -> dict:
@@ -139,11 +143,11 @@ class Policy(ABC):
     # an update of several gradient steps also runs a step at a time (`learner.UpdatePlan`):
     # `_plan_update(batch)` freezes it, `_update_step(plan)` runs the next step. None: one
     # `_forward_learn` call is one gradient step
-    _plan_update: Optional[Callable[[Samples], Any]] = None
-    _update_step: Optional[Callable[[Any], dict]] = None
+    _plan_update: Optional[Callable[[SamplesT], UpdatePlan[SamplesT]]] = None
+    _update_step: Optional[Callable[[UpdatePlan[SamplesT]], dict]] = None
 
     @abstractmethod
-    def _forward_learn(self, batch: Samples) -> dict: ...
+    def _forward_learn(self, batch: SamplesT) -> dict: ...
 
     @abstractmethod
     def _forward_collect(
@@ -170,9 +174,22 @@ class Policy(ABC):
             "next_obs": next_obs,
             "terminated": terminated,
             "truncated": truncated,
+            **self._kept_outputs(output),
         }
 
-    def _reset(self) -> None:  # noqa: B027 - optional, empty by default
+    def process_columns(
+        self, steps: TransitionBatch, outputs: Mapping[str, Any]
+    ) -> TransitionBatch:
+        """`_process_transition` on columns: `steps` holds the env feedback (obs, action,
+        reward, next_obs, terminated, truncated), `outputs` the model's columns when acting."""
+        return steps.with_columns(**self._kept_outputs(outputs))
+
+    def _kept_outputs(self, output: Mapping[str, Any]) -> dict[str, Any]:
+        """What of the model's output when acting (a row's, or columns) a transition keeps
+        besides the action; ValueError when it lacks what this policy learns from."""
+        return {}
+
+    def _reset(self) -> None:
         """Per-episode state (none for feed-forward policies)."""
 
     @abstractmethod

@@ -15,7 +15,9 @@ from typing import Optional
 
 import torch
 import torch.nn.functional as F
+from gymnasium import spaces
 
+from mistk_rl.rl.data.collate import Batch
 from mistk_rl.rl.data.samples import ReplaySamples
 from mistk_rl.rl.models import QNetwork, without_aliases
 from mistk_rl.rl.policies.base import Policy, adam
@@ -24,9 +26,10 @@ from mistk_rl.rl.trainers import OffPolicyTrainer
 from mistk_rl.rl.wrappers import ArgmaxSample, EpsGreedySample, TargetNetwork
 
 
-class DQNPolicy(Policy):
+class DQNPolicy(Policy[ReplaySamples]):
     trainer_cls = OffPolicyTrainer
     masks_next_actions = True
+    action_space: spaces.Discrete  # (action_spaces: the constructor checks)
 
     @classmethod
     def default_config(cls) -> dict:
@@ -120,7 +123,7 @@ class DQNPolicy(Policy):
     @torch.no_grad()
     def _td_target(
         self,
-        next_obs: torch.Tensor,
+        next_obs: Batch,
         reward: torch.Tensor,
         not_done: torch.Tensor,
         gamma_n: torch.Tensor,

@@ -23,7 +23,7 @@ Gaussian with a state-independent log-std (SB3, CleanRL), flattened to prod(shap
 
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any, Mapping, Optional
 
 import numpy as np
 import torch
@@ -32,7 +32,7 @@ from gymnasium import spaces
 from mistk_rl.rl.data.collate import Batch, batch_len, batch_rows, to_device
 from mistk_rl.rl.data.samples import RolloutSamples
 from mistk_rl.rl.learner import UpdatePlan
-from mistk_rl.rl.models import ActorCritic, without_aliases
+from mistk_rl.rl.models import ActorCritic, ActorCriticModel, without_aliases
 from mistk_rl.rl.policies.base import Policy, adam
 from mistk_rl.rl.trainers import OnPolicyTrainer
 from mistk_rl.rl.wrappers import ArgmaxSample, GaussianSample, MultinomialSample
@@ -48,9 +48,11 @@ def explained_variance(predicted: torch.Tensor, target: torch.Tensor) -> float:
     return 1.0 - (target.double() - predicted.double()).var(unbiased=False).item() / target_var
 
 
-class PPOPolicy(Policy):
+class PPOPolicy(Policy[RolloutSamples]):
     trainer_cls = OnPolicyTrainer
-    action_spaces = (spaces.Discrete, spaces.Box)
+    action_spaces: tuple[type[spaces.Space], ...] = (spaces.Discrete, spaces.Box)
+    action_space: spaces.Discrete | spaces.Box  # (one of action_spaces: the constructor checks)
+    model: ActorCriticModel
 
     @classmethod
     def default_config(cls) -> dict:
@@ -85,27 +87,31 @@ class PPOPolicy(Policy):
 
     def _init(self) -> None:
         cfg = self.config
-        self.continuous = isinstance(self.action_space, spaces.Box)
-        if self.continuous:
-            self.action_n = int(np.prod(self.action_space.shape))
+        space = self.action_space
+        self.continuous = isinstance(space, spaces.Box)
+        if isinstance(space, spaces.Box):
+            self.action_n = int(np.prod(space.shape))
+            self._action_shape = space.shape
             # float32 bounds as tensors, once: clipping runs on every step
             self._low, self._high = (
                 torch.as_tensor(b, dtype=torch.float32, device=self.device).reshape(-1)
-                for b in (self.action_space.low, self.action_space.high)
+                for b in (space.low, space.high)
             )
         else:
-            self.action_n = int(self.action_space.n)
+            self.action_n = int(space.n)
         self.model = self._build_model(cfg["model"]).to(self.device)
         if self.learns:
             self.optimizer = adam(self.model.parameters(), lr=cfg["learn"]["lr"], eps=1e-5)
         # the policy's own generators: seeded runs never depend on torch's global RNG
         self.torch_rng = torch.Generator().manual_seed(int(self.rng.integers(2**31)))
-        sampling = torch.Generator().manual_seed(int(self.rng.integers(2**31)))
+        self.sampling_rng = torch.Generator().manual_seed(int(self.rng.integers(2**31)))
+        self.collect_model: GaussianSample | MultinomialSample
+        self.eval_model: GaussianSample | MultinomialSample | ArgmaxSample
         if self.continuous:
-            self.collect_model = GaussianSample(self.model, generator=sampling)
+            self.collect_model = GaussianSample(self.model, generator=self.sampling_rng)
             self.eval_model = GaussianSample(self.model)
         else:
-            self.collect_model = MultinomialSample(self.model, generator=sampling)
+            self.collect_model = MultinomialSample(self.model, generator=self.sampling_rng)
             self.eval_model = (
                 ArgmaxSample(self.model)
                 if cfg["eval"]["deterministic"]
@@ -115,7 +121,7 @@ class PPOPolicy(Policy):
                 )
             )
 
-    def _build_model(self, model: dict) -> torch.nn.Module:
+    def _build_model(self, model: dict) -> ActorCriticModel:
         """The actor-critic from the config's `model` section: the one place a subclass
         changes the network (`forward(obs) -> {"logit" or "mu", "log_std", "value"}` and
         `compute_critic(obs) -> {"value"}`)."""
@@ -157,7 +163,7 @@ class PPOPolicy(Policy):
             plan.done += 1
         return plan.info()
 
-    def _plan_update(self, batch: RolloutSamples) -> UpdatePlan:
+    def _plan_update(self, batch: RolloutSamples) -> UpdatePlan[RolloutSamples]:
         """The update on a rollout as `epochs` x minibatch steps, each epoch's shuffle drawn
         now (in the order the one-shot loop drew them), with the lr and clip of the
         rollout's env step: run later, a step after a step, it is the same update."""
@@ -176,7 +182,7 @@ class PPOPolicy(Policy):
             stats={"explained_variance": [explained_variance(batch.value, batch.returns)]},
         )
 
-    def _update_step(self, plan: UpdatePlan) -> dict[str, float]:
+    def _update_step(self, plan: UpdatePlan[RolloutSamples]) -> dict[str, float]:
         for group in self.optimizer.param_groups:  # (another plan may have run in between)
             group["lr"] = plan.settings["lr"]
         if not self.model.training:  # (a module-tree walk per update otherwise)
@@ -244,11 +250,10 @@ class PPOPolicy(Policy):
 
     def transition_extras(self) -> dict[str, tuple[int, ...]]:
         """The sampled action (for a Box: before clipping), its log-prob and the value."""
-        action = (int(np.prod(self.action_space.shape)),) if self.continuous else ()
-        extras = {"action": action, "log_prob": (), "value": ()}
-        if not self.continuous:
-            extras["action_mask"] = (int(self.action_space.n),)
-        return extras
+        space = self.action_space
+        if isinstance(space, spaces.Box):
+            return {"action": (int(np.prod(space.shape)),), "log_prob": (), "value": ()}
+        return {"action": (), "log_prob": (), "value": (), "action_mask": (int(space.n),)}
 
     def _forward_eval(self, obs: torch.Tensor, mask: Optional[torch.Tensor]) -> dict:
         with torch.no_grad():
@@ -261,29 +266,18 @@ class PPOPolicy(Policy):
     def _clip(self, action: torch.Tensor) -> torch.Tensor:
         """Sampled actions [B, d] clipped to the Box's bounds, in the space's shape."""
         clipped = torch.maximum(torch.minimum(action, self._high), self._low)
-        return clipped.reshape(action.shape[0], *self.action_space.shape)
+        return clipped.reshape(action.shape[0], *self._action_shape)
 
-    def _process_transition(
-        self,
-        obs: Any,
-        output: dict,
-        reward: float,
-        next_obs: Any,
-        terminated: bool,
-        truncated: bool,
-    ) -> dict:
+    def _kept_outputs(self, output: Mapping[str, Any]) -> dict[str, Any]:
         if "log_prob" not in output:  # the agent replays an action someone else chose
             raise ValueError(
                 "this agent did not choose that action: an on-policy learner "
                 "cannot use it (it has no log-prob or value of it)"
             )
-        transition = super()._process_transition(
-            obs, output, reward, next_obs, terminated, truncated
-        )
-        transition.update(log_prob=output["log_prob"], value=output["value"])
+        kept = {"log_prob": output["log_prob"], "value": output["value"]}
         if "action_mask" in output:
-            transition["action_mask"] = output["action_mask"]
-        return transition
+            kept["action_mask"] = output["action_mask"]
+        return kept
 
     def _state_dict(self) -> dict:
         return {"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict()}
@@ -293,4 +287,4 @@ class PPOPolicy(Policy):
         self.optimizer.load_state_dict(state["optimizer"])
 
     def _generators(self) -> dict[str, torch.Generator]:
-        return {"minibatch": self.torch_rng, "sampling": self.collect_model.generator}
+        return {"minibatch": self.torch_rng, "sampling": self.sampling_rng}

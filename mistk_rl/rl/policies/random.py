@@ -6,13 +6,16 @@ from __future__ import annotations
 from typing import Optional
 
 import torch
+from gymnasium import spaces
 
 from mistk_rl.rl.data.collate import batch_len
 from mistk_rl.rl.data.samples import Samples
 from mistk_rl.rl.policies.base import Policy
 
 
-class RandomPolicy(Policy):
+class RandomPolicy(Policy[Samples]):
+    action_space: spaces.Discrete  # (action_spaces: the constructor checks)
+
     def _init(self) -> None:
         self.generator = torch.Generator().manual_seed(int(self.rng.integers(2**31)))
 

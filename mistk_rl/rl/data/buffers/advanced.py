@@ -7,7 +7,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from mistk_rl.rl.data.buffers.base import Meta, ReplayBuffer, as_transitions
+from mistk_rl.rl.data.buffers.base import Meta, Pushed, ReplayBuffer, as_transitions
 from mistk_rl.rl.data.buffers.throughput import ThroughputController
 from mistk_rl.rl.data.priority import PrioritySampler
 
@@ -72,7 +72,7 @@ class AdvancedReplayBuffer(ReplayBuffer):
         self._last_sample: dict[str, float | None] = {"mean_use": None, "mean_staleness": None}
 
     # ----------------------------------------------------------------- interface
-    def push(self, data: dict | list[dict], collect_iter: int = 0) -> bool:
+    def push(self, data: Pushed, collect_iter: int = 0) -> bool:
         """Store transitions at the current max priority; False if the rate limit refuses."""
         items = as_transitions(data)
         if not self._thruput.can_push(len(items)):

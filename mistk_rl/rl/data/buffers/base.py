@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import abc
 import copy
-from typing import Any
+from typing import Any, Union
 
 import numpy as np
 
@@ -13,10 +13,16 @@ from mistk_rl.rl.config import deep_merge
 from mistk_rl.rl.data.buffers.storage import TransitionRing
 from mistk_rl.rl.data.collate import default_collate, to_batch_tensor
 from mistk_rl.rl.data.samples import ReplaySamples
+from mistk_rl.rl.data.transition_batch import TransitionBatch
+
+Pushed = Union[dict, list[dict], tuple[dict, ...], TransitionBatch]
 
 
-def as_transitions(data: dict | list[dict] | tuple[dict, ...]) -> list[dict]:
-    """One transition dict or a list of them, as a list; anything else is a caller bug."""
+def as_transitions(data: Pushed) -> list[dict] | TransitionBatch:
+    """One transition dict or a list of them, as a list, or a batch of them in columns (kept
+    as columns: the ring stores them without a dict per row); anything else is a caller bug."""
+    if isinstance(data, TransitionBatch):
+        return data
     items = [data] if isinstance(data, dict) else data
     if not isinstance(items, (list, tuple)) or not all(isinstance(d, dict) for d in items):
         raise TypeError("push takes a transition dict or a list of transition dicts")
@@ -48,8 +54,9 @@ class ReplayBuffer(abc.ABC):
         """The full set of config keys with their defaults (a fresh plain dict)."""
 
     @abc.abstractmethod
-    def push(self, data: dict | list[dict], collect_iter: int = 0) -> bool:
-        """Store transitions; False when the buffer refused them (nothing was stored then)."""
+    def push(self, data: Pushed, collect_iter: int = 0) -> bool:
+        """Store transitions (dicts, or a `TransitionBatch`); False when the buffer refused
+        them (nothing was stored then)."""
 
     @abc.abstractmethod
     def update(self, info: dict) -> None:
@@ -102,7 +109,7 @@ class ReplayBuffer(abc.ABC):
         """Restore a ``state_dict`` taken from a buffer of the same size."""
 
     def _rng_state(self) -> dict:
-        return copy.deepcopy(self._rng.bit_generator.state)
+        return copy.deepcopy(dict(self._rng.bit_generator.state))
 
     def _load_rng_state(self, state: dict) -> None:
         self._rng.bit_generator.state = copy.deepcopy(state)

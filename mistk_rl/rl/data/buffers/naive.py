@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from mistk_rl.rl.data.buffers.base import Meta, ReplayBuffer, as_transitions
+from mistk_rl.rl.data.buffers.base import Meta, Pushed, ReplayBuffer, as_transitions
 
 
 class NaiveReplayBuffer(ReplayBuffer):
@@ -19,7 +19,7 @@ class NaiveReplayBuffer(ReplayBuffer):
     def default_config(cls) -> dict:
         return {"replay_buffer_size": 10000}
 
-    def push(self, data: dict | list[dict], collect_iter: int = 0) -> bool:
+    def push(self, data: Pushed, collect_iter: int = 0) -> bool:
         """Store one transition dict or a list of them; never refuses."""
         self._ring.put(as_transitions(data))
         return True

@@ -12,6 +12,8 @@ from typing import Any, Optional, Union
 
 import numpy as np
 
+from mistk_rl.rl.data.transition_batch import TransitionBatch
+
 _NUMERIC_KINDS = "biuf"
 
 
@@ -28,7 +30,7 @@ class Ring:
         self._count = 0  # valid slots: counted as they change, not per call (a 1M-slot ring)
         self.next_id = 0
 
-    def put(self, items: list) -> np.ndarray:
+    def put(self, items: Union[list, TransitionBatch]) -> np.ndarray:
         """Store items at the tail and return their slots.
 
         Only the newest ``size`` items are kept when more are given (the rest would be
@@ -94,7 +96,9 @@ class Ring:
         self._count = int(np.count_nonzero(self.valid))
         self.next_id = int(state["next_id"])
 
-    def _store(self, slots: np.ndarray, items: list) -> None:
+    def _store(self, slots: np.ndarray, items: Union[list, TransitionBatch]) -> None:
+        if isinstance(items, TransitionBatch):  # (object storage takes dicts)
+            items = items.rows()
         for slot, item in zip(slots.tolist(), items):
             self.items[slot] = item
 
@@ -153,30 +157,30 @@ class TransitionRing(Ring):
         self._columns = None if columns is None else {k: np.array(c) for k, c in columns.items()}
         self._objects = self._columns is None and any(i is not None for i in self.items)
 
-    def _store(self, slots: np.ndarray, items: list) -> None:
+    def _store(self, slots: np.ndarray, items: Union[list, TransitionBatch]) -> None:
+        if isinstance(items, TransitionBatch):
+            values = None if self._objects else _flat_columns(items.columns)
+        else:
+            values = None if self._objects else _as_columns(items)
         if not self._objects:
-            values = _as_columns(items)
-            if values is not None and self._columns is None:
-                self._columns = {
-                    key: np.zeros((self.size, *v.shape[1:]), dtype=v.dtype)
-                    for key, v in values.items()
-                }
-            if values is not None and self._fits(values):
-                for key, value in values.items():
-                    column = self._columns[key]
-                    if not np.can_cast(value.dtype, column.dtype, "safe"):
-                        column = self._columns[key] = column.astype(
-                            np.result_type(column.dtype, value.dtype)
-                        )
-                    column[slots] = value
-                return
+            if values is not None:
+                columns = self._columns
+                if columns is None:
+                    columns = self._columns = {
+                        key: np.zeros((self.size, *v.shape[1:]), dtype=v.dtype)
+                        for key, v in values.items()
+                    }
+                if _fits(columns, values):
+                    for key, value in values.items():
+                        column = columns[key]
+                        if not np.can_cast(value.dtype, column.dtype, "safe"):
+                            column = columns[key] = column.astype(
+                                np.result_type(column.dtype, value.dtype)
+                            )
+                        column[slots] = value
+                    return
             self._to_objects()
         super()._store(slots, items)
-
-    def _fits(self, values: dict[str, np.ndarray]) -> bool:
-        return values.keys() == self._columns.keys() and all(
-            value.shape[1:] == self._columns[key].shape[1:] for key, value in values.items()
-        )
 
     def _to_objects(self) -> None:
         if self._columns is not None:
@@ -186,6 +190,12 @@ class TransitionRing(Ring):
 
 
 Column = Union[str, tuple[str, str]]  # a key, or (key, its dict's key)
+
+
+def _fits(columns: dict[Column, np.ndarray], values: dict[Column, np.ndarray]) -> bool:
+    return values.keys() == columns.keys() and all(
+        value.shape[1:] == columns[key].shape[1:] for key, value in values.items()
+    )
 
 
 def _as_columns(items: list, nested: bool = True) -> Optional[dict[Column, np.ndarray]]:
@@ -201,7 +211,8 @@ def _as_columns(items: list, nested: bool = True) -> Optional[dict[Column, np.nd
     for key in keys:
         values = [item[key] for item in items]
         if nested and type(values[0]) is dict:
-            inner = _as_columns(values, nested=False)
+            # (a flat call's columns are named by the inner dicts' own keys)
+            inner: Optional[dict[Any, np.ndarray]] = _as_columns(values, nested=False)
             if inner is None:
                 return None
             out.update(((key, k), v) for k, v in inner.items())
@@ -216,11 +227,24 @@ def _as_columns(items: list, nested: bool = True) -> Optional[dict[Column, np.nd
     return out
 
 
+def _flat_columns(columns: dict[str, Any]) -> Optional[dict[Column, np.ndarray]]:
+    """A `TransitionBatch`'s columns in `_as_columns`' layout, or None: not all numeric."""
+    out: dict[Column, np.ndarray] = {}
+    for key, value in columns.items():
+        parts = value.items() if type(value) is dict else ((None, value),)
+        for inner, array in parts:
+            array = np.asarray(array)
+            if array.dtype.kind not in _NUMERIC_KINDS:
+                return None
+            out[key if inner is None else (key, inner)] = array
+    return out
+
+
 def _nested(columns: dict[Column, Any]) -> dict[str, Any]:
     """`_as_columns`' flat layout back in the items' shape: (key, k) columns under key."""
     out: dict[str, Any] = {}
     for column, value in columns.items():
-        if type(column) is tuple:
+        if isinstance(column, tuple):
             out.setdefault(column[0], {})[column[1]] = value
         else:
             out[column] = value
