@@ -10,8 +10,10 @@ evaluations), but for the ``fixed`` ones: opponents the league plays as they are
 player, a policy trained elsewhere), historical players of their own that PFSP weighs as
 any snapshot. The league's matchmaking, payoff, ratings and snapshot rules are
 `mistk_rl.league.LeagueManager`'s; which job runs when, with which agents, on which worker,
-and how failing workers are retried is `mistk_rl.league.scheduler.Scheduler`'s (pure code);
-this class does the HTTP:
+and how failing workers are retried is `mistk_rl.league.scheduler.Scheduler`'s; a job's
+launch, end and failure are each told once to `mistk_rl.league.jobs.LeagueJobs`, which
+updates both (pure code). What a battle and a solo league do differently is their
+`orchestrators.league_modes.LeagueMode`'s. This class does the HTTP:
 
 - A league found in ``directory`` (``league.json``) at initialize is resumed: its counts show
   at once, and the first training startEpisode rebuilds its players' agents from their
@@ -40,7 +42,7 @@ this class does the HTTP:
   each worker and its last error. Each failure is one log line.
 - With ``deterministic``, job results are applied in launch order, and after each one the
   next job is launched at once, so every decision of the league happens at the same point
-  of the same sequence from run to run (`_settled`); a worker whose job ended first waits.
+  of the same sequence from run to run (`_watched`); a worker whose job ended first waits.
 - A startEpisode with ``lineup`` or ``exhaustive`` is a plain game call, run on a set-up
   worker (the harness's evaluations of a player), retried on another under the same rules.
 - A worker may join at any time (``POST /league/workers``): more capacity, or one started
@@ -73,40 +75,36 @@ from __future__ import annotations
 
 import concurrent.futures as futures
 import logging
-import sys
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any, Optional
-
-import gymnasium as gym
+from typing import Any, Callable, Optional, cast
 
 from mistk_rl.errors import InvalidRequest
 from mistk_rl.files import atomic_write_bytes
 from mistk_rl.framework.orchestrator import AbstractOrchestrator
-from mistk_rl.games.enumerate import check_enumerable
-from mistk_rl.games.pettingzoo_games import GameInfo, check_lineup, probe_game, result_for
+from mistk_rl.league.jobs import LeagueJobs
 from mistk_rl.league.manager import LeagueManager
-from mistk_rl.league.player import MainPlayer, solo_players
-from mistk_rl.league.scheduler import Assignment, Backoff, Failure, Scheduler, one_line
+from mistk_rl.league.scheduler import Assignment, Backoff, Failure, Scheduler
 from mistk_rl.lifecycle import AGENT
 from mistk_rl.sdk.client import BadRequest, Conflict, OrchestratorClient, ServiceError, WaitTimeout
 from mistk_rl.sdk.schemas import (
-    AgentSettings,
-    EpisodeConfig,
     EpisodeResult,
+    EpisodeSettings,
     GameEpisodeSettings,
     LeagueEnvSpec,
     LeagueSettings,
 )
-from mistk_rl.spaces import space_to_dict
-from orchestrators.gym_orchestrator import probe_env
+from orchestrators import league_modes
+from orchestrators.league_modes import LeagueMode, SoloMode
 
 log = logging.getLogger(__name__)
 STATE = "league.json"
 WAKE_S = 1.0  # the job loop looks at stopEpisode, due set-ups and joining workers this often
 MAX_WORKERS = 256  # workers a league may have had, joined ones included (its job threads)
 AGENT_SETTLED = frozenset(AGENT.states) - AGENT.busy_states
+# the job loop's tasks in flight: each one's worker, and its job (None: a set-up)
+Tasks = dict[futures.Future[Any], tuple[int, Optional[Assignment]]]
 
 
 @dataclass
@@ -125,17 +123,16 @@ class LeagueOrchestrator(AbstractOrchestrator):
     env_settings = LeagueEnvSpec
     episode_settings = GameEpisodeSettings
     clock = staticmethod(time.monotonic)  # the scheduler's clock (a test may give its own)
+    # set by initialize, which the lifecycle puts before every call that reads them
+    settings: LeagueSettings
+    mode: LeagueMode  # a battle or a solo league (module doc)
+    scheduler: Scheduler
 
     def __init__(self) -> None:
         super().__init__()
         self.env: dict[str, Any] = {}
-        self.settings: Optional[LeagueSettings] = None
-        self.seats: list[str] = []
-        self.game: Optional[GameInfo] = None  # a battle league's game (a solo league: None)
-        self.spaces: dict[str, tuple[Any, Any]] = {}  # seat -> spaces (solo: "" -> the env's)
-        self.solo = False  # a solo league (module doc): gym workers, bound to players
-        self.manager: Optional[LeagueManager] = None
-        self.scheduler: Optional[Scheduler] = None
+        # the league: resumed at initialize, or created by the first training startEpisode
+        self._jobs: Optional[LeagueJobs] = None
         self.clients: list[Optional[OrchestratorClient]] = []  # per worker, once set up
         self._agents_loaded = False  # a resumed league's players got their weights back
         self.evaluations: list[dict[str, Any]] = []
@@ -148,7 +145,24 @@ class LeagueOrchestrator(AbstractOrchestrator):
     @property
     def pool(self) -> dict[str, Optional[str]]:
         """Frozen agent -> the snapshot checkpoint it holds."""
-        return self.scheduler.pool if self.scheduler is not None else {}
+        return self.scheduler.pool
+
+    @property
+    def solo(self) -> bool:
+        """Whether the players train alone (module doc)."""
+        return isinstance(self.mode, SoloMode)
+
+    @property
+    def manager(self) -> Optional[LeagueManager]:
+        """The league's players, payoff and jobs; None before it is resumed or created."""
+        return None if self._jobs is None else self._jobs.manager
+
+    @property
+    def jobs(self) -> LeagueJobs:
+        """The owner of the league's jobs, once there is a league (`_start_episode`)."""
+        if self._jobs is None:
+            raise RuntimeError("no league yet: the first training startEpisode creates it")
+        return self._jobs
 
     # ---- initialize and registration -----------------------------------------------------
     def validate_initialize(self, env: dict[str, Any], agents_needed: int) -> None:
@@ -166,68 +180,7 @@ class LeagueOrchestrator(AbstractOrchestrator):
             raise InvalidRequest(f"env.league.players: ids must be unique, got {ids}")
         if settings.worker_backoff_max < settings.worker_backoff:
             raise InvalidRequest("env.league.workerBackoffMax: at least workerBackoff")
-        try:
-            solo = solo_players({p.id: p.type for p in settings.players})
-        except ValueError as exc:
-            raise InvalidRequest(f"env.league.players: {exc}") from exc
-        if solo:
-            self._validate_solo(env, settings, agents_needed)
-            return
-        if not any(p.type == "main" for p in settings.players):
-            raise InvalidRequest("env.league.players: a league needs a main player")
-        fixed = set(settings.fixed)
-        if (
-            len(fixed) != len(settings.fixed)
-            or fixed & set(ids)
-            or fixed & set(settings.pool or ())
-        ):
-            raise InvalidRequest(
-                f"env.league.fixed {settings.fixed}: unique names, neither "
-                "a player's nor in pool (a fixed opponent is played by its "
-                "own agent, registered with skipTrain)"
-            )
-        wanting = [p.id for p in settings.players if (p.branches or {}).get("fixed")]
-        if wanting and not fixed:
-            raise InvalidRequest(
-                f"env.league.players {wanting}: the fixed branch plays the "
-                "fixed opponents, and env.league.fixed names none"
-            )
-        if agents_needed <= len(ids) + len(fixed):
-            raise InvalidRequest(
-                f"agentsNeeded {agents_needed}: one agent per player "
-                f"({len(ids)}), one per fixed opponent ({len(fixed)}) and at "
-                "least one frozen agent (skipTrain) for the snapshots"
-            )
-        probe_game({"id": env["id"], "kwargs": env.get("kwargs", {})})
-
-    def _validate_solo(
-        self, env: dict[str, Any], settings: LeagueSettings, agents_needed: int
-    ) -> None:
-        """A solo league's settings: a worker per player at least, an agent per player and
-        no other, an env every player's kwargs can make (module doc)."""
-        ids = [p.id for p in settings.players]
-        if len(settings.workers) < len(ids):
-            raise InvalidRequest(
-                f"env.league.workers: a solo league binds each gym orchestrator worker to "
-                f"one player (a gym orchestrator takes one agent): {len(settings.workers)} "
-                f"workers for {len(ids)} solo players; give at least {len(ids)}"
-            )
-        if settings.pool is not None or settings.fixed:
-            raise InvalidRequest("env.league.pool, fixed: a solo league has no frozen agents")
-        if agents_needed != len(ids):
-            raise InvalidRequest(
-                f"agentsNeeded {agents_needed}: a solo league's agents are "
-                f"its players, one each ({len(ids)})"
-            )
-        kwargs = dict(env.get("kwargs", {}))
-        _probe_gym({"id": env["id"], "kwargs": kwargs}, self.env_modules)
-        for p in settings.players:
-            if p.env_kwargs:
-                _probe_gym(
-                    {"id": env["id"], "kwargs": {**kwargs, **p.env_kwargs}},
-                    self.env_modules,
-                    f"player {p.id!r}: ",
-                )
+        league_modes.validate(env, settings, agents_needed, self.env_modules)
 
     def do_initialize(self, env: dict[str, Any], agents_needed: int) -> None:
         self._close_workers()
@@ -235,14 +188,8 @@ class LeagueOrchestrator(AbstractOrchestrator):
             self._joining = []
         s = self.settings = LeagueSettings.model_validate(env["league"])
         self.env = {"id": env["id"], "kwargs": dict(env.get("kwargs", {}))}
-        self.solo = solo_players({p.id: p.type for p in s.players}) is not None
-        if self.solo:
-            self.game = None
-            self.seats, self.spaces = [], {"": _probe_gym(self.env, self.env_modules)}
-        else:
-            self.game = probe_game(self.env)
-            self.seats, self.spaces = self.game.seats, self.game.spaces
-        self.manager, self.evaluations, self._agents_loaded = None, [], False
+        self.mode = league_modes.start(self.env, s, self.env_modules)
+        self._jobs, self.evaluations, self._agents_loaded = None, [], False
         self.scheduler = Scheduler(
             [p.id for p in s.players],
             s.workers,
@@ -251,21 +198,13 @@ class LeagueOrchestrator(AbstractOrchestrator):
                 first_s=s.worker_backoff,
                 max_s=s.worker_backoff_max,
             ),
-            bind=self.solo,
+            bind=self.mode.bind_workers,
         )
         self.clients = [None] * len(s.workers)
-        if self.solo:
-            self.update_status({"env": self.env["id"], "players": [p.id for p in s.players]})
-        else:
-            self.update_status(
-                {
-                    "game": self.env["id"],
-                    "seats": list(self.seats),
-                    "players": [p.id for p in s.players],
-                }
-            )
-        self.manager = self._load()  # a league in the directory: resumed (its counts now)
-        if self.manager is not None:
+        self.update_status(self.mode.status([p.id for p in s.players]))
+        manager = self._load()  # a league in the directory: resumed (its counts now)
+        if manager is not None:
+            self._jobs = LeagueJobs(manager, self.scheduler)
             self._report()
 
     def validate_register_agent(
@@ -284,22 +223,14 @@ class LeagueOrchestrator(AbstractOrchestrator):
             )
         if skip_train and name in players:
             raise InvalidRequest(f"player {name!r} trains: register it without skipTrain")
-        if skip_train and self.solo:
-            raise InvalidRequest(
-                f"agent {name!r}: a solo league has no frozen agents "
-                "(skipTrain); its agents are its players"
-            )
+        self.mode.check_agent(name, skip_train)
         if len(self.agents) + 1 == self.agents_needed:
             missing = players - set(self.agents) - {name}
             if missing:
                 raise InvalidRequest(
                     f"the last agent leaves players {sorted(missing)} without an agent"
                 )
-            if not self.solo and not self.pool and not self._in_pool(name, skip_train):
-                raise InvalidRequest(
-                    "the last agent leaves the league without a frozen "
-                    "agent (skipTrain, in pool) to load snapshots"
-                )
+            self.mode.check_last_agent(bool(self.pool) or self._in_pool(name, skip_train))
             unregistered = set(self.settings.fixed) - set(self.agents) - {name}
             if unregistered:
                 raise InvalidRequest(
@@ -309,17 +240,7 @@ class LeagueOrchestrator(AbstractOrchestrator):
         return ()
 
     def agent_config(self, name: str, seats: tuple[str, ...] = ()) -> dict[str, Any]:
-        if self.solo:
-            obs_space, act_space = self.spaces[""]
-            properties = {"env": self.env["id"], "league": True}
-        else:
-            obs_space, act_space = self.spaces[self.seats[0]]  # (a game's seats share them)
-            properties = {"game": self.env["id"], "league": True}
-        return {
-            "observationSpace": space_to_dict(obs_space),
-            "actionSpace": space_to_dict(act_space),
-            "properties": properties,
-        }
+        return self.mode.agent_config()
 
     def do_register_agent(self, agent_name: str, agent_url: str, skip_train: bool) -> None:
         if self._in_pool(agent_name, skip_train):
@@ -334,32 +255,17 @@ class LeagueOrchestrator(AbstractOrchestrator):
         )
 
     # ---- episodes ------------------------------------------------------------------------
-    def validate_start_episode(self, config: GameEpisodeSettings) -> None:
+    def validate_start_episode(self, config: EpisodeSettings) -> None:
         missing = [p.id for p in self.settings.players if p.id not in self.agents]
         if missing:  # (the lifecycle allows startEpisode only once all are registered)
             raise InvalidRequest(f"players {missing} have no agent")
-        if self.solo and (config.lineup is not None or config.exhaustive is not None):
-            raise InvalidRequest(
-                "lineup and exhaustive are games': a solo league plays no "
-                "games (evaluate a solo player's agent on a gym "
-                "orchestrator)"
-            )
-        if self.game is None:
-            return
-        # a game call forwarded to a worker: checked here, so a caller's mistake is a 400
-        # and not a worker's refusal that fails the league
-        if config.lineup is not None:
-            check_lineup(self.game, config.lineup, self.agents)
-        if config.exhaustive is not None:
-            check_enumerable(
-                self.game, config.exhaustive.agent, config.exhaustive.opponent, self.agents
-            )
+        self.mode.check_start(_game_call(config), self.agents)
 
-    def do_start_episode(self, config: GameEpisodeSettings) -> None:
+    def do_start_episode(self, config: EpisodeSettings) -> None:
         with self._joining_lock:  # (the job loop owns the scheduler until it ends)
             self._in_episode = True
         try:
-            self._start_episode(config)
+            self._start_episode(_game_call(config))
         finally:
             with self._joining_lock:
                 self._admit_joining()
@@ -369,19 +275,20 @@ class LeagueOrchestrator(AbstractOrchestrator):
         if config.lineup is not None or config.exhaustive is not None:
             self._forward(config)  # (an evaluation of agents as they are: no league needed)
             return
-        if self.manager is None:
-            self.manager = self._create()
+        if self._jobs is None:
+            self._jobs = LeagueJobs(self._create(), self.scheduler)
             self._save()
         elif not self._agents_loaded:  # a resumed league: its players' latest weights
             call = self._call_timeout()
-            for pid, player in self.manager.active.items():
+            for pid, player in self._jobs.manager.active.items():
                 self._load_weights(pid, player.checkpoint_path, call)
         self._agents_loaded = True
         self._report()
         self._run_jobs(config)
 
     def league_view(self) -> Optional[dict[str, Any]]:
-        if self.manager is None:
+        manager = self.manager
+        if manager is None:
             return None
         with self._joining_lock:
             joining = [
@@ -392,7 +299,7 @@ class LeagueOrchestrator(AbstractOrchestrator):
                 for url, index in self._joining
             ]
         return {
-            **self.manager.view(),
+            **manager.view(),
             "pool": dict(self.pool),
             "workers": self.scheduler.view(self.clock()),
             "joining": joining,
@@ -458,7 +365,7 @@ class LeagueOrchestrator(AbstractOrchestrator):
 
     def do_reset(self) -> None:
         self._close_workers(reset=True)
-        self.manager = None
+        self._jobs = None
 
     def do_terminate(self) -> None:
         self._close_workers()
@@ -528,6 +435,13 @@ class LeagueOrchestrator(AbstractOrchestrator):
             fixed=s.fixed,
         )
 
+    def _client(self, index: Optional[int]) -> OrchestratorClient:
+        """The client of a set-up worker (every worker given a task is one)."""
+        client = None if index is None else self.clients[index]
+        if client is None:
+            raise RuntimeError(f"worker {index} is not set up")
+        return client
+
     def _connect(self, url: str) -> OrchestratorClient:
         """A fresh client of a worker (it accepts whichever instance answers: a worker set
         up again may be a restarted process)."""
@@ -571,9 +485,26 @@ class LeagueOrchestrator(AbstractOrchestrator):
 
     # ---- jobs ----------------------------------------------------------------------------
     def _run_jobs(self, config: GameEpisodeSettings) -> None:
-        """Set-ups and jobs on the workers until the budget is spent (module doc); the
-        scheduler decides, this runs its tasks in threads and reports back."""
-        sched = self.scheduler
+        """Set-ups and jobs on the workers until the budget is spent (module doc): a round
+        at a time (`_round`); the scheduler decides, this runs its tasks in threads and
+        reports back. Every task is settled however the loop ends (`_settle`)."""
+        spent = self._budget(config)
+        tasks: Tasks = {}
+        with futures.ThreadPoolExecutor(
+            MAX_WORKERS,  # (threads start as tasks need them)
+            thread_name_prefix="league-job",
+        ) as pool:
+            try:
+                while not self._round(pool, tasks, spent):
+                    pass
+            except BaseException:
+                self._settle(tasks, ending=True)
+                raise
+            self._settle(tasks, ending=False)
+
+    def _budget(self, config: GameEpisodeSettings) -> Callable[[], bool]:
+        """Whether this startEpisode's budget is spent: numSteps of the mode's steps
+        (`_budget_steps`) since now, or its episodes."""
         steps_before = self._budget_steps()
         games_before = len(self.results)
         limit = config.episode_limit()
@@ -585,76 +516,90 @@ class LeagueOrchestrator(AbstractOrchestrator):
                 return True
             return limit is not None and len(self.results) - games_before >= limit
 
-        tasks: dict[futures.Future, tuple[int, Optional[Assignment]]] = {}
-        with futures.ThreadPoolExecutor(
-            MAX_WORKERS,  # (threads start as tasks need them)
-            thread_name_prefix="league-job",
-        ) as pool:
-            try:
-                while True:
-                    with self._joining_lock:
-                        self._admit_joining()
-                    now = self.clock()
-                    stopping = self.should_stop or spent()
-                    if not stopping:
-                        started = len(tasks)
-                        index = sched.next_set_up(now)
-                        while index is not None:  # (bound workers: one per player at once)
-                            sched.begin_set_up(index)
-                            tasks[pool.submit(self._set_up_worker, index)] = (index, None)
-                            index = sched.next_set_up(now)
-                        for index in sched.idle():
-                            assignment = sched.next_job(self.manager, index, now)
-                            if assignment is None:
-                                if sched.bound:  # (another worker's player may have one)
-                                    continue
-                                break
-                            tasks[pool.submit(self._play, assignment)] = (index, assignment)
-                        if len(tasks) > started:
-                            self._report()
-                    if not tasks:
-                        if stopping:
-                            return
-                        reason = sched.exhausted()
-                        if reason is not None:
-                            raise RuntimeError(reason)
-                        wait = sched.next_retry(now)
-                        if wait is None:
-                            raise RuntimeError(
-                                "no job can start: every player's opponent "
-                                "is waiting for an agent no job will free"
-                            )
-                        self._pause(wait)
-                        continue
-                    wait = sched.next_retry(now)
-                    watched = self._watched(tasks)
-                    futures.wait(
-                        watched,
-                        timeout=min(WAKE_S, wait or WAKE_S),
-                        return_when=futures.FIRST_COMPLETED,
-                    )
-                    for future in [f for f in watched if f.done()]:
-                        index, assignment = tasks.pop(future)
-                        self._ended(index, assignment, future.result())
-            finally:
-                for index, assignment in tasks.values():  # cancelled: stop their games
-                    client = self.clients[index]
-                    if assignment is not None and client is not None:
-                        _quietly(client.stop_episode)
-                errors = []
-                for future, (index, assignment) in tasks.items():  # every one settled, so
-                    try:  # no agent or worker stays held by a job that is over
-                        self._ended(index, assignment, future.result())
-                    except Exception as exc:  # noqa: BLE001 (re-raised below)
-                        errors.append(exc)
-                if errors and sys.exc_info()[1] is None:
-                    raise errors[0]
-                for exc in errors:  # (the error that ended the loop is the one to report)
-                    log.warning("settling a job after the run ended: %s", exc)
+        return spent
 
-    def _watched(
-        self, tasks: dict[futures.Future, tuple[int, Optional[Assignment]]]
-    ) -> list[futures.Future]:
+    def _round(
+        self, pool: futures.ThreadPoolExecutor, tasks: Tasks, spent: Callable[[], bool]
+    ) -> bool:
+        """One turn of the job loop: workers that joined, then (budget left) set-ups and
+        jobs started, then the end of a task waited for, or of a backoff when none runs.
+        True once the budget is spent (or stopEpisode came) and every task ended."""
+        with self._joining_lock:
+            self._admit_joining()
+        now = self.clock()
+        stopping = self.should_stop or spent()
+        if not stopping:
+            self._launch(pool, tasks, now)
+        if tasks:
+            self._take_ended(tasks, now)
+            return False
+        if stopping:
+            return True
+        sched = self.scheduler
+        reason = sched.exhausted()
+        if reason is not None:
+            raise RuntimeError(reason)
+        wait = sched.next_retry(now)
+        if wait is None:
+            raise RuntimeError(
+                "no job can start: every player's opponent is waiting for an agent no job will free"
+            )
+        self._pause(wait)
+        return False
+
+    def _launch(self, pool: futures.ThreadPoolExecutor, tasks: Tasks, now: float) -> None:
+        """The set-ups due (bound workers: one per player at once), then a job for each
+        idle worker while one can start."""
+        sched, started = self.scheduler, len(tasks)
+        index = sched.next_set_up(now)
+        while index is not None:
+            sched.begin_set_up(index)
+            tasks[pool.submit(self._set_up_worker, index)] = (index, None)
+            index = sched.next_set_up(now)
+        for index in sched.idle():
+            assignment = self.jobs.launch(index, now)
+            if assignment is None:
+                if sched.bound:  # (another worker's player may have one)
+                    continue
+                break
+            tasks[pool.submit(self._play, assignment)] = (index, assignment)
+        if len(tasks) > started:
+            self._report()
+
+    def _take_ended(self, tasks: Tasks, now: float) -> None:
+        """Wait for a watched task to end (`_watched`), at most until the next backoff ends
+        or `WAKE_S`, and take in every one that did."""
+        wait = self.scheduler.next_retry(now)
+        watched = self._watched(tasks)
+        futures.wait(
+            watched,
+            timeout=min(WAKE_S, wait or WAKE_S),
+            return_when=futures.FIRST_COMPLETED,
+        )
+        for future in [f for f in watched if f.done()]:
+            index, assignment = tasks.pop(future)
+            self._ended(index, assignment, future.result())
+
+    def _settle(self, tasks: Tasks, ending: bool) -> None:
+        """The loop is over (`ending`: on an error, which is the one reported): the games of
+        the jobs still running are stopped and every task is taken in, so no agent or
+        worker stays held by a job that is over."""
+        for index, assignment in tasks.values():
+            client = self.clients[index]
+            if assignment is not None and client is not None:
+                _quietly(client.stop_episode)
+        errors = []
+        for future, (index, assignment) in tasks.items():
+            try:
+                self._ended(index, assignment, future.result())
+            except Exception as exc:  # noqa: BLE001 (re-raised below)
+                errors.append(exc)
+        if errors and not ending:
+            raise errors[0]
+        for error in errors:
+            log.warning("settling a job after the run ended: %s", error)
+
+    def _watched(self, tasks: Tasks) -> list[futures.Future[Any]]:
         """The tasks whose end the loop takes next: any (set-ups always); with
         ``deterministic``, of the jobs only the one launched first, so results are applied
         in launch order and the next launch follows each one."""
@@ -671,22 +616,27 @@ class LeagueOrchestrator(AbstractOrchestrator):
         else:  # (called outside a service: a test drives the hook itself)
             time.sleep(seconds)
 
-    def _ended(self, index: int, assignment: Optional[Assignment], outcome: Any) -> None:
-        """A task ended: a set-up (`outcome` its error or None) or a job."""
+    def _ended(self, index: int, assignment: Optional[Assignment], result: object) -> None:
+        """A task ended: a job (`result` its thread's `_Outcome`) or a set-up (`result` its
+        error, or None)."""
         if assignment is not None:
-            self._finish(assignment, outcome)
-        elif outcome is None:
-            self.scheduler.set_up_done(index)
-            worker = self.scheduler.workers[index]
-            log.info(
-                "worker %d %s set up%s",
-                index,
-                worker.url,
-                f" again (after: {worker.last_error})" if worker.set_ups > 1 else "",
-            )
-            self._report()
+            self._finish(assignment, cast(_Outcome, result))
         else:
-            self._worker_failed(index, outcome)
+            self._set_up_ended(index, cast(Optional[str], result))
+
+    def _set_up_ended(self, index: int, error: Optional[str]) -> None:
+        if error is not None:
+            self._worker_failed(index, error)
+            return
+        self.scheduler.set_up_done(index)
+        worker = self.scheduler.workers[index]
+        log.info(
+            "worker %d %s set up%s",
+            index,
+            worker.url,
+            f" again (after: {worker.last_error})" if worker.set_ups > 1 else "",
+        )
+        self._report()
 
     def _worker_failed(self, index: int, error: str) -> Failure:
         failure = self.scheduler.task_failed(index, error, self.clock())
@@ -695,38 +645,27 @@ class LeagueOrchestrator(AbstractOrchestrator):
         return failure
 
     def _play(self, assignment: Assignment) -> _Outcome:
-        """One job on its worker (in a job thread: HTTP only, no league state touched)."""
-        s, home, opponent = self.settings, assignment.home, assignment.opponent_agent
-        if self.solo:  # the player's own settings (module doc)
-            config = self._solo_config(assignment)
-        else:
-            lineup = {self.seats[0]: home, self.seats[1]: opponent}
-            agents = {home: AgentSettings(mode="collect", train=True)}
-            if opponent != home:
-                agents[opponent] = AgentSettings(mode=s.opponent_mode, train=False)
-            seed = None if s.seed is None else s.seed + assignment.job_id * s.num_envs
-            config = EpisodeConfig(
-                num_episodes=s.games_per_job,
-                seed=seed,
-                num_envs=min(s.num_envs, s.games_per_job),
-                train=True,
-                lineup=lineup,
-                seat_assignment="alternate",
-                agents=agents,
-            )
-        client = self.clients[assignment.worker]
+        """One job on its worker (in a job thread: HTTP only, no league state touched): the
+        mode's startEpisode; a job that fails stops its episode and brings its agents back
+        (`_recover`)."""
+        s = self.settings
+        config = self.mode.episode_config(s, assignment)
+        client = self._client(assignment.worker)
         try:
             if assignment.load is not None:
-                self._load_weights(opponent, assignment.load, self._call_timeout())
+                self._load_weights(assignment.opponent_agent, assignment.load, self._call_timeout())
             played = client.play(config, timeout=s.job_timeout)
-            if self.solo:  # (a gym orchestrator counts its env steps, all the agent's)
-                return _Outcome(played.episodes, played.env_steps)
-            return _Outcome(played.episodes, played.agent_steps(home))
+            return _Outcome(played.episodes, self.mode.steps(played, assignment.home))
         except WaitTimeout as exc:
             error = f"timed out after {s.job_timeout} s: {exc}"
         except (ServiceError, ValueError) as exc:  # (ValueError: an answer out of the spec)
             error = f"{type(exc).__name__}: {exc}"
         _quietly(client.stop_episode)  # a worker still playing lets go of the agents
+        return self._recover(assignment, error)
+
+    def _recover(self, assignment: Assignment, error: str) -> _Outcome:
+        """A failed job's outcome: its agents brought back to ready (`_recover_agent`),
+        or the error of the one that cannot be."""
         outcome = _Outcome(error=error)
         try:
             for name in sorted(assignment.agents):
@@ -736,14 +675,6 @@ class LeagueOrchestrator(AbstractOrchestrator):
         except (RuntimeError, ServiceError) as exc:
             outcome.agent_error = str(exc)
         return outcome
-
-    def _solo_config(self, assignment: Assignment) -> EpisodeConfig:
-        """A solo job's startEpisode: `Job.settings` (numEnvs, numEpisodes, train, the
-        player's agent with its epsilon, envKwargs), seeded per job when the league is."""
-        settings = dict(assignment.running.job.settings)
-        if self.settings.seed is not None:
-            settings["seed"] = self.settings.seed + assignment.job_id * settings.get("numEnvs", 1)
-        return EpisodeConfig.model_validate(settings)
 
     def _recover_agent(self, name: str) -> Optional[str]:
         """Bring an agent a failed job used back to ready: wait out a request of the job's
@@ -782,95 +713,42 @@ class LeagueOrchestrator(AbstractOrchestrator):
         return status.state
 
     def _finish(self, assignment: Assignment, outcome: _Outcome) -> None:
-        """A job ended: the league learns its games (or its failure), snapshots the player
-        if due, and is saved; then its agents and worker are free."""
-        job, job_id = assignment.running.job, assignment.job_id
+        """A job ended: the league learns its episodes, as the mode counts them, or its
+        failure (`_failed`); the player is snapshotted if due, its weights and the league
+        are saved."""
         if outcome.error is not None:
-            details: dict[str, Any] = {"worker": self.scheduler.workers[assignment.worker].url}
-            if outcome.recovered:
-                details["recovered"] = dict(outcome.recovered)
-            self.manager.fail_job(job_id, one_line(outcome.error, 500), details)
-            failure = self.scheduler.job_failed(assignment, outcome.error, self.clock())
-            log.warning("league job %d failed on %s", job_id, failure.describe())
-            self._save()
-            self._report()
-            if outcome.agent_error is not None:
-                raise RuntimeError(outcome.agent_error)
+            self._failed(assignment, outcome.error, outcome)
             return
+        player = assignment.home
         try:
-            if self.solo:
-                self._finish_solo(assignment, outcome)
-                return
-            results = []
-            for game in outcome.games:
-                seat = next(
-                    seat for seat, agent in (game.seats or {}).items() if agent == job.launch_player
-                )
-                results.append(result_for(seat, game.winner))
-                self.record_episode(
-                    job.launch_player,
-                    game.returns[seat],
-                    game.length,
-                    job=job_id,
-                    opponent=job.opponent,
-                    branch=job.branch,
-                    seats=game.seats,
-                    winner=game.winner,
-                    illegal=game.illegal,
-                )
-            self.env_steps += sum(game.length for game in outcome.games)
-            self.manager.finish_job(job_id, results, outcome.steps)
-            self._snapshot_if_due(job.launch_player)
+            results, returns = self.mode.record(self, assignment, outcome.games, outcome.steps)
+            self.jobs.finish(assignment, results, outcome.steps, returns)
+            self._snapshot_if_due(player)
             self._save_weights(
-                job.launch_player,
-                self.manager.active[job.launch_player].checkpoint_path,
-                self._call_timeout(),
+                player, self.jobs.manager.active[player].checkpoint_path, self._call_timeout()
             )
             self._save()
         finally:
-            self.scheduler.job_done(assignment)
             self._report()
 
-    def _finish_solo(self, assignment: Assignment, outcome: _Outcome) -> None:
-        """A solo job's episodes: the league's results, the player's env steps, the
-        payoff's record of the job (mean return of its whole episodes), a snapshot if due,
-        the player's weights and league.json."""
-        job, job_id, player = assignment.running.job, assignment.job_id, assignment.home
-        steps_before, returns = self.env_steps, []
-        for episode in outcome.games:
-            self.env_steps += episode.length  # (each result's envSteps: the count at its end)
-            if not (episode.abnormal or episode.cancelled):
-                returns.append(episode.return_)
-            extra = {
-                "envIndex": episode.env_index,
-                "terminated": episode.terminated,
-                "truncated": episode.truncated,
-                "abnormal": episode.abnormal,
-                "cancelled": episode.cancelled,
-            }
-            self.record_episode(
-                player,
-                episode.return_,
-                episode.length,
-                job=job_id,
-                branch=job.branch,
-                **{k: v for k, v in extra.items() if v is not None},
-            )
-        self.env_steps = steps_before + outcome.steps  # (the worker's count is the truth)
-        self.manager.finish_job(job_id, [], outcome.steps, returns=returns)
-        self._snapshot_if_due(player)
-        self._save_weights(
-            player, self.manager.active[player].checkpoint_path, self._call_timeout()
-        )
+    def _failed(self, assignment: Assignment, error: str, outcome: _Outcome) -> None:
+        """A job failed (`error`): the league records the failure, its worker counts it;
+        an agent that could not be brought back ends the run."""
+        failure = self.jobs.fail(assignment, error, self.clock(), outcome.recovered)
+        log.warning("league job %d failed on %s", assignment.job_id, failure.describe())
         self._save()
+        self._report()
+        if outcome.agent_error is not None:
+            raise RuntimeError(outcome.agent_error)
 
     def _snapshot_if_due(self, player_id: str) -> None:
-        if not self.manager.snapshot_due(player_id):
+        manager = self.jobs.manager
+        if not manager.snapshot_due(player_id):
             return
         call = self._call_timeout()
-        path = self._path(f"snapshots/{self.manager.next_snapshot_id(player_id)}.pt")
+        path = self._path(f"snapshots/{manager.next_snapshot_id(player_id)}.pt")
         self._save_weights(player_id, path, call)
-        snapshot, reset = self.manager.take_snapshot(player_id, path)
+        snapshot, reset = manager.take_snapshot(player_id, path)
         log.info(
             "snapshot %s of %s%s",
             snapshot.player_id,
@@ -878,18 +756,18 @@ class LeagueOrchestrator(AbstractOrchestrator):
             "; reset to its initial weights" if reset else "",
         )
         if reset:  # a fresh learner: initial weights, no optimizer state, empty buffer
-            self._load_weights(player_id, self.manager.active[player_id].initial_checkpoint, call)
+            self._load_weights(player_id, manager.active[player_id].initial_checkpoint, call)
 
     # ---- calls of the league's own -------------------------------------------------------
     def _forward(self, config: GameEpisodeSettings) -> None:
         """A plain game call (a lineup, an enumeration) on a set-up worker; a worker that
         fails it counts the failure (module doc) and the call goes to the next."""
-        agents = set(config.lineup.values()) if config.lineup else {config.exhaustive.agent}
+        agents = _called(config)
         while True:
             index = self._worker_for_call()
             if index is None:
                 return  # (stopEpisode)
-            client = self.clients[index]
+            client = self._client(index)
             self.scheduler.begin_task(index)
             try:
                 results = client.play(config, timeout=self.settings.job_timeout).results
@@ -937,22 +815,18 @@ class LeagueOrchestrator(AbstractOrchestrator):
                 self._pause(wait)
                 continue
             sched.begin_set_up(index)
-            error = self._set_up_worker(index)
-            self._ended(index, None, error)
+            self._set_up_ended(index, self._set_up_worker(index))
         return None
 
     # ---- state ---------------------------------------------------------------------------
     def _budget_steps(self) -> int:
-        """What a startEpisode's numSteps counts: the main players' moves (a solo league:
-        every player's env steps)."""
-        return sum(
-            p.total_agent_step
-            for p in self.manager.active.values()
-            if self.solo or isinstance(p, MainPlayer)
-        )
+        """What a startEpisode's numSteps counts: the steps of the players the mode counts
+        (the main players' moves; a solo league: every player's env steps)."""
+        players = self.jobs.manager.active.values()
+        return sum(p.total_agent_step for p in players if self.mode.counts(p))
 
     def _save(self) -> None:
-        self.manager.save(self.resolve_path(self._path(STATE)))
+        self.jobs.manager.save(self.resolve_path(self._path(STATE)))
 
     def _report(self) -> None:
         m = self.manager
@@ -975,14 +849,18 @@ class LeagueOrchestrator(AbstractOrchestrator):
         )
 
 
-def _probe_gym(
-    env: dict[str, Any], modules: frozenset[str], who: str = ""
-) -> tuple[gym.Space, gym.Space]:
-    """`probe_env` (the gym orchestrator's initialize check), its refusal naming `who`."""
-    try:
-        return probe_env(env, modules)
-    except InvalidRequest as exc:
-        raise InvalidRequest(f"{who}{exc}") from exc
+def _game_call(config: EpisodeSettings) -> GameEpisodeSettings:
+    """startEpisode's settings, as the service parsed them (`episode_settings`)."""
+    if not isinstance(config, GameEpisodeSettings):
+        raise TypeError(f"a league's startEpisode takes GameEpisodeSettings, not {config!r}")
+    return config
+
+
+def _called(config: GameEpisodeSettings) -> set[str]:
+    """The agents a lineup or an enumeration calls on."""
+    if config.lineup:
+        return set(config.lineup.values())
+    return {config.exhaustive.agent} if config.exhaustive is not None else set()
 
 
 def _quietly(call: Any) -> None:

@@ -1,9 +1,10 @@
 """The league manager: players, payoff and ratings, job slots, snapshots, and its whole
 state saved and restored (a restarted league continues the same league).
 
-No threads and no I/O but `save`/`load`: the caller (a league orchestrator) launches the
-jobs the manager hands out, reports how they ended, asks whether a player is due a
-snapshot and tells it where the snapshot's checkpoint was saved.
+No threads and no I/O but `save`/`load`: the caller launches the jobs the manager hands
+out and reports how they ended (through `mistk_rl.league.jobs.LeagueJobs`, which tells the
+scheduler too), asks whether a player is due a snapshot and tells it where the snapshot's
+checkpoint was saved.
 
 - The league starts with a snapshot of every main player's initial weights, so the
   branches that need historical players always have candidates.

@@ -1,7 +1,9 @@
 """The league orchestrator's scheduler: which job runs next, with which agents, on which
 worker, and which workers are fit to run one. Pure code: no threads, no I/O and no clock
 of its own (every call that depends on time takes `now`, seconds on any monotonic clock),
-so a test drives it call by call. The league orchestrator does the HTTP and reports back.
+so a test drives it call by call. The league orchestrator does the HTTP and reports back
+(a job's end or failure through `mistk_rl.league.jobs.LeagueJobs`, which tells the manager
+too).
 
 Jobs and agents
 
