@@ -51,6 +51,20 @@ class OpponentAgent(AbstractAgent):
                 f"hyperparameters: {type(self).__name__} takes only "
                 f"opponent and seed, not {unknown}"
             )
+        self._opponent_name(hparams)
+        seed = hparams.get("seed")
+        if seed is not None and (type(seed) is not int or seed < 0):
+            raise InvalidRequest(
+                f"hyperparameters: seed must be a non-negative int or null, not {seed!r}"
+            )
+
+    def do_initialize(self, props: dict[str, Any], hparams: dict[str, Any]) -> None:
+        self.seed = hparams.get("seed")
+        self.playing = OPPONENTS[self._opponent_name(hparams)]
+
+    def _opponent_name(self, hparams: dict[str, Any]) -> str:
+        """The opponent `hparams` names (else the class's default); InvalidRequest when
+        there is none or it names no opponent."""
         name = hparams.get("opponent", self._default_name())
         if name is None:
             raise InvalidRequest(
@@ -61,15 +75,7 @@ class OpponentAgent(AbstractAgent):
                 "hyperparameters.opponent: "
                 + did_you_mean(str(name), OPPONENTS.names(), OPPONENTS.what)
             )
-        seed = hparams.get("seed")
-        if seed is not None and (type(seed) is not int or seed < 0):
-            raise InvalidRequest(
-                f"hyperparameters: seed must be a non-negative int or null, not {seed!r}"
-            )
-
-    def do_initialize(self, props: dict[str, Any], hparams: dict[str, Any]) -> None:
-        self.seed = hparams.get("seed")
-        self.playing = OPPONENTS[hparams.get("opponent", self._default_name())]
+        return name
 
     def do_build_model(self, path: Optional[Path]) -> None:
         if path is not None:  # a saved opponent: restore its seed
@@ -98,6 +104,8 @@ class OpponentAgent(AbstractAgent):
             ) from exc
 
     def do_agent_registered(self, config: dict[str, Any]) -> None:
+        if self.observation_space is None or self.action_space is None:
+            raise RuntimeError("no spaces: register the agent first")
         self.opponent = self._opponent_cls()(self.observation_space, self.action_space)
         self.rng = np.random.default_rng(self.seed)
 
@@ -131,7 +139,8 @@ class OpponentAgent(AbstractAgent):
         )
 
     def _default_name(self) -> Optional[str]:
-        return None if type(self).opponent_cls is None else type(self).opponent_cls.name
+        default = type(self).opponent_cls
+        return None if default is None else default.name
 
     def _opponent_cls(self) -> type[UniformOpponent]:
         if self.playing is None:

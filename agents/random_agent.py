@@ -47,18 +47,17 @@ class RandomAgent(AbstractAgent):
             raise InvalidRequest(f"{type(self).__name__} needs an actionSpace at registration")
 
     def do_agent_registered(self, config: dict[str, Any]) -> None:
-        self.action_space.seed(self.seed)
+        self._registered_space().seed(self.seed)
 
     def do_get_action(
         self, obs: Observations, action_mask: Optional[Observations] = None
     ) -> dict[str, Any]:
-        if self.action_space is None:
-            raise RuntimeError("no action space: register the agent first")
+        space = self._registered_space()
         masks = action_mask or {}
         actions = {}
         for entity in obs:
             mask = masks.get(entity)
-            actions[entity] = self._sample(None if mask is None else np.asarray(mask))
+            actions[entity] = self._sample(space, None if mask is None else np.asarray(mask))
         self.actions_taken += len(actions)
         self.update_status({"actionsTaken": self.actions_taken}, every_s=PROGRESS_EVERY_S)
         return actions
@@ -83,8 +82,13 @@ class RandomAgent(AbstractAgent):
         self.update_status({"actionsTaken": self.actions_taken}, every_s=PROGRESS_EVERY_S)
         return Acted(actions)
 
-    def _sample(self, mask: Optional[np.ndarray]) -> Any:
-        space = self.action_space
+    def _registered_space(self) -> spaces.Space:
+        if self.action_space is None:
+            raise RuntimeError("no action space: register the agent first")
+        return self.action_space
+
+    @staticmethod
+    def _sample(space: spaces.Space, mask: Optional[np.ndarray]) -> Any:
         if mask is None:
             return space.sample()
         if isinstance(space, spaces.Discrete):

@@ -55,9 +55,11 @@ class ThinkerPlannerAgent(AbstractAgent):
 
     def do_agent_registered(self, config: dict[str, Any]) -> None:
         space = self.action_space
-        self.num_actions = (
-            space.n // 2 if isinstance(space, spaces.Discrete) else int(space.nvec[0])
-        )
+        if isinstance(space, spaces.Discrete):
+            self.num_actions = int(space.n) // 2
+        else:
+            assert isinstance(space, spaces.MultiDiscrete)  # (validate_registration's two)
+            self.num_actions = int(space.nvec[0])
 
     def do_get_action(
         self, obs: Observations, action_mask: Optional[Observations] = None

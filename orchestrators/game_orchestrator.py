@@ -45,7 +45,7 @@ from mistk_rl.games.pettingzoo_games import (
     winner,
 )
 from mistk_rl.sdk.client import ServiceError, ServiceUnavailable
-from mistk_rl.sdk.schemas import ExhaustiveSpec, GameEpisodeSettings
+from mistk_rl.sdk.schemas import EpisodeSettings, ExhaustiveSpec, GameEpisodeSettings
 from mistk_rl.sdk.stepping import replay_batch
 from mistk_rl.spaces import space_to_dict
 
@@ -141,7 +141,8 @@ class GameOrchestrator(AbstractOrchestrator):
         return self.spaces[(seats or self.seats)[0]]
 
     # ---- episodes ------------------------------------------------------------------------
-    def validate_start_episode(self, config: GameEpisodeSettings) -> None:
+    def validate_start_episode(self, config: EpisodeSettings) -> None:
+        assert isinstance(config, GameEpisodeSettings)  # (the service parses `episode_settings`)
         # (games run in-process and end by their own rules: no maxSteps, envManager or
         # resume here; cap them with the env's max_cycles kwarg where it has one)
         if config.lineup is not None:
@@ -184,7 +185,8 @@ class GameOrchestrator(AbstractOrchestrator):
                     f"lineup[{seat!r}]: {name!r} was registered for other spaces than this seat's"
                 )
 
-    def do_start_episode(self, config: GameEpisodeSettings) -> None:
+    def do_start_episode(self, config: EpisodeSettings) -> None:
+        assert isinstance(config, GameEpisodeSettings)  # (the service parses `episode_settings`)
         if config.exhaustive is not None:
             self.evaluations.append(self._run_exhaustive(config.exhaustive))
             self.update_status({"lastEvaluation": self.evaluations[-1]})
@@ -288,7 +290,7 @@ class _Match:
         self.trained = {name for name, (_, train) in self.settings.items() if train}
         self.copies = orch.copies_for(config.num_envs)
         self.rng = np.random.default_rng(config.seed)
-        self.games: list[Optional[_Game]] = [None] * len(self.copies)
+        self.games: dict[int, _Game] = {}  # copy -> its game now (from its first)
         self.started = 0
         self.moves = 0
         self.replay: dict[str, dict[str, dict]] = {name: {} for name in self.settings}
@@ -342,7 +344,7 @@ class _Match:
 
     def _new_game(self, i: int) -> None:
         seed = None
-        if self.config.seed is not None and self.games[i] is None:  # a copy's first game
+        if self.config.seed is not None and i not in self.games:  # a copy's first game
             seed = self.config.seed + i
         self.games[i] = _Game(self.orch.holders(self.config, self.started, self.rng), seed)
         self.started += 1

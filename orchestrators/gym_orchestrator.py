@@ -18,7 +18,7 @@ from __future__ import annotations
 import importlib
 import json
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Optional
+from typing import Any, Callable, Iterable, Optional
 
 import gymnasium as gym
 import numpy as np
@@ -30,7 +30,7 @@ from mistk_rl.rl.envs import ALL_MANAGERS, EnvManager, Timestep, make_env_fns
 from mistk_rl.rl.envs.base import EnvFn
 from mistk_rl.rl.envs.ray_workers import join_cluster
 from mistk_rl.sdk.client import ServiceError, ServiceUnavailable
-from mistk_rl.sdk.schemas import GymEnvSpec, GymEpisodeSettings
+from mistk_rl.sdk.schemas import EpisodeSettings, GymEnvSpec, GymEpisodeSettings
 from mistk_rl.sdk.stepping import StepOutcome, Stepper, stepper_for
 from mistk_rl.spaces import SUPPORTED, coerce_action, space_to_dict
 from mistk_rl.thinker.gym_env import ThinkerEnvFactory
@@ -103,7 +103,7 @@ class _EpisodeRun:
     stepper: Stepper
     learn: bool
     running: dict[int, _Running]
-    quotas: list[int]
+    quotas: list[float]  # episodes each copy plays (inf: no limit)
     start_steps: int  # the orchestrator's env steps when it began
     active: set[int] = field(default_factory=set)
     outcomes: dict[int, StepOutcome] = field(default_factory=dict)  # env -> its last step's
@@ -149,7 +149,8 @@ class GymOrchestrator(AbstractOrchestrator):
             )
         probe_env(env, self.env_modules)
 
-    def validate_start_episode(self, config: GymEpisodeSettings) -> None:
+    def validate_start_episode(self, config: EpisodeSettings) -> None:
+        assert isinstance(config, GymEpisodeSettings)  # (the service parses `episode_settings`)
         if config.pipeline_depth > 1:
             self._check_pipeline(config)
         if config.env_manager == "ray" and _key(config) not in self.managers:
@@ -196,18 +197,26 @@ class GymOrchestrator(AbstractOrchestrator):
         self.env_spec = env
 
     def agent_config(self, name: str, seats: tuple[str, ...] = ()) -> dict[str, Any]:
+        observation_space, action_space = self._spaces()
         return {
-            "observationSpace": space_to_dict(self.observation_space),
-            "actionSpace": space_to_dict(self.action_space),
+            "observationSpace": space_to_dict(observation_space),
+            "actionSpace": space_to_dict(action_space),
         }
 
+    def _spaces(self) -> tuple[gym.Space, gym.Space]:
+        """The env's (observation, action) spaces, which initialize probed."""
+        if self.observation_space is None or self.action_space is None:
+            raise RuntimeError("no env spaces: initialize the orchestrator first")
+        return self.observation_space, self.action_space
+
     # ---- running episodes ------------------------------------------------------------------
-    def do_start_episode(self, config: GymEpisodeSettings) -> None:
+    def do_start_episode(self, config: EpisodeSettings) -> None:
         """Step the env copies until each has played its quota of episodes (or the step
         budget is spent, or a stop comes). The hops: `_begin` (the manager, the episodes a
         `resume` run carried over or fresh ones, the stepper), `_step_once` and
         `_took_step` (one round over the ready copies: quotas, the per-episode step cap,
         the budget), `_end` (what a cut or a stop leaves), `_episode_stopped`."""
+        assert isinstance(config, GymEpisodeSettings)  # (the service parses `episode_settings`)
         run = self._begin(config)
         ending: Optional[BaseException] = None  # the error that ended the run, if one did
         try:
@@ -230,7 +239,7 @@ class GymOrchestrator(AbstractOrchestrator):
         local = self.local_inference_settings(config, agent)
         mode, learn = self.play_settings(config, agent)
         agent.client.binary = binary_for(
-            agent.capabilities, self.observation_space, n, config.pipeline_depth, local is not None
+            agent.capabilities, self._spaces()[0], n, config.pipeline_depth, local is not None
         )
         live = [i for i in range(n) if i not in manager.retired]
         carried = self._carried.pop(_key(config), None)
@@ -274,8 +283,9 @@ class GymOrchestrator(AbstractOrchestrator):
         if ready:
             run.outcomes = {}
         # (a pipelined stepper answers part of the ready copies at a time)
+        space = self._spaces()[1]
         timesteps = manager.step(
-            {i: coerce_action(self.action_space, a) for i, a in actions.items() if i in ready}
+            {i: coerce_action(space, a) for i, a in actions.items() if i in ready}
         )
         to_reset = [i for i, ts in timesteps.items() if self._took_step(run, i, ts)]
         if to_reset:
@@ -379,7 +389,8 @@ class GymOrchestrator(AbstractOrchestrator):
         )
         if config.env_manager == "ray":  # what each env copy's actor asks of its node
             manager_config.update(self.env_spec.get("envWorkers") or {})
-        manager = self.managers[key] = ALL_MANAGERS[config.env_manager](fns, manager_config)
+        make: Callable[[list[EnvFn], dict[str, Any]], EnvManager] = ALL_MANAGERS[config.env_manager]
+        manager = self.managers[key] = make(fns, manager_config)
         manager.launch()
         return manager
 

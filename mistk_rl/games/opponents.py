@@ -18,7 +18,9 @@ OPPONENTS: Registry[type["UniformOpponent"]] = Registry("opponents", "built-in o
 
 
 class Opponent(Protocol):
-    name: str
+    @property
+    def name(self) -> str:
+        """The opponent's registered name; read-only, so a class attribute satisfies it."""
 
     def replies(self, obs: np.ndarray, mask: Optional[np.ndarray]) -> list[int]:
         """The moves this opponent chooses among, uniformly, in this position."""

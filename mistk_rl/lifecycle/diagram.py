@@ -12,7 +12,7 @@ caller's view: drawn from every state, they would hide the rows that differ."""
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import Any, Optional
 
 from transitions.extensions import GraphMachine
 
@@ -125,6 +125,7 @@ def caller_edges(table: Table) -> tuple[list[str], list[tuple[str, str, str]]]:
 
 ANY_STATE = "any state"
 SPACING = 3.6  # between resting states, in the units of the box text
+Point = tuple[float, float]
 
 
 def svg(table: Table) -> str:
@@ -139,12 +140,36 @@ def svg(table: Table) -> str:
 
 
 def _draw(table: Table) -> str:
+    """The picture `svg` describes: where each state goes (`_layout`), the states' boxes,
+    then each edge (`_draw_edge`) and the title, saved as SVG text."""
     import io
 
     from matplotlib.figure import Figure  # no pyplot: the caller's backend stays as it is
-    from matplotlib.patches import FancyArrowPatch
 
     states, edges = caller_edges(table)
+    where, resting = _layout(table, states, edges)
+    width = SPACING * (resting - 1)
+    fig = Figure(figsize=(1.0 + 2.6 * resting, 5.6))
+    ax = fig.subplots()
+    ax.set_xlim(-1.5, width + 1.5)
+    ax.set_ylim(-6.4, 2.4)
+    ax.set_aspect("equal")
+    ax.axis("off")
+    boxes = {state: _draw_state(ax, table, state, at) for state, at in where.items()}
+    for source, dest, label in edges:
+        _draw_edge(ax, source, dest, label, where, boxes)
+    ax.set_title(f"{table.role} lifecycle as a caller sees it (bold: where it starts)", fontsize=11)
+    out = io.StringIO()
+    fig.savefig(out, format="svg", bbox_inches="tight", metadata={"Date": None})
+    return out.getvalue()
+
+
+def _layout(
+    table: Table, states: list[str], edges: list[tuple[str, str, str]]
+) -> tuple[dict[str, Point], int]:
+    """(where each state's box goes, how many resting states the top row holds): the
+    resting states left to right; a busy state below, between where it starts and where
+    it ends; "any state", failed and terminated along the bottom."""
     resting = [
         s
         for s in states
@@ -152,7 +177,7 @@ def _draw(table: Table) -> str:
     ]
     where = {s: (SPACING * i, 0.0) for i, s in enumerate(resting)}
     for state in states:
-        if state in table.busy_states:  # below, between where it starts and where it ends
+        if state in table.busy_states:
             ends = [
                 where[a if b == state else b]
                 for a, b, _ in edges
@@ -163,73 +188,76 @@ def _draw(table: Table) -> str:
     where[ANY_STATE] = (0.0, -4.4)
     where["failed"] = (width * 0.5, -4.4)
     where["terminated"] = (width, -4.4)
+    return where, len(resting)
 
-    fig = Figure(figsize=(1.0 + 2.6 * len(resting), 5.6))
-    ax = fig.subplots()
-    ax.set_xlim(-1.5, width + 1.5)
-    ax.set_ylim(-6.4, 2.4)
-    ax.set_aspect("equal")
-    ax.axis("off")
-    boxes = {}
-    for state, (x, y) in where.items():
-        style = dict(
-            boxstyle="round,pad=0.4",
-            linewidth=1.2,
-            facecolor="#eef3fb" if state not in table.busy_states else "#fff4e0",
-            edgecolor="#3a5a8c",
-            linestyle="--" if state == ANY_STATE else "-",
+
+def _draw_state(ax: Any, table: Table, state: str, at: Point) -> Any:
+    """A state's box (busy states in another colour, the initial one bold); its text."""
+    style = dict(
+        boxstyle="round,pad=0.4",
+        linewidth=1.2,
+        facecolor="#eef3fb" if state not in table.busy_states else "#fff4e0",
+        edgecolor="#3a5a8c",
+        linestyle="--" if state == ANY_STATE else "-",
+    )
+    if state == table.initial:
+        style["linewidth"] = 2.4
+    return ax.text(*at, state, ha="center", va="center", fontsize=10, bbox=style, zorder=3)
+
+
+def _draw_edge(
+    ax: Any, source: str, dest: str, label: str, where: dict[str, Point], boxes: dict[str, Any]
+) -> None:
+    """An arrow from box to box (a loop above a state's own) and its label."""
+    from matplotlib.patches import FancyArrowPatch
+
+    posA, posB, rad, label_at = _edge_geometry(source, dest, label, where)
+    ax.add_patch(
+        FancyArrowPatch(
+            posA,
+            posB,
+            connectionstyle=f"arc3,rad={rad}",
+            arrowstyle="-|>",
+            mutation_scale=12,
+            color="#555555",
+            linewidth=1.0,
+            linestyle="--" if source == ANY_STATE else "-",
+            patchA=None if source == dest else boxes[source].get_bbox_patch(),
+            patchB=None if source == dest else boxes[dest].get_bbox_patch(),
+            zorder=2,
         )
-        if state == table.initial:
-            style["linewidth"] = 2.4
-        boxes[state] = ax.text(
-            x, y, state, ha="center", va="center", fontsize=10, bbox=style, zorder=3
-        )
-    for source, dest, label in edges:
-        (x1, y1), (x2, y2) = where[source], where[dest]
-        if source == dest:  # a loop above the state
-            posA, posB, rad = (x1 - 0.35, y1 + 0.2), (x1 + 0.35, y1 + 0.2), -2.2
-            label_at = (x1, y1 + 1.0 + 0.2 * label.count("\n"))
-        else:
-            posA, posB = (x1, y1), (x2, y2)
-            # every edge bends to its left, so a way there and the way back do not overlap
-            # (along the top row: there over, back under); from "any state" they go straight
-            # but to the far end of the bottom row, which bends under the state between
-            rad = -0.3
-            if source == ANY_STATE:
-                rad = 0.2 if dest == "terminated" else 0.0
-            label_at = (
-                (x1 + x2) / 2 + 0.5 * rad * (y2 - y1),
-                (y1 + y2) / 2 - 0.5 * rad * (x2 - x1),
-            )
-        ax.add_patch(
-            FancyArrowPatch(
-                posA,
-                posB,
-                connectionstyle=f"arc3,rad={rad}",
-                arrowstyle="-|>",
-                mutation_scale=12,
-                color="#555555",
-                linewidth=1.0,
-                linestyle="--" if source == ANY_STATE else "-",
-                patchA=None if source == dest else boxes[source].get_bbox_patch(),
-                patchB=None if source == dest else boxes[dest].get_bbox_patch(),
-                zorder=2,
-            )
-        )
-        ax.text(
-            *label_at,
-            label,
-            ha="center",
-            va="center",
-            fontsize=8,
-            color="#222222",
-            bbox=dict(boxstyle="round,pad=0.15", facecolor="white", edgecolor="none", alpha=0.9),
-            zorder=4,
-        )
-    ax.set_title(f"{table.role} lifecycle as a caller sees it (bold: where it starts)", fontsize=11)
-    out = io.StringIO()
-    fig.savefig(out, format="svg", bbox_inches="tight", metadata={"Date": None})
-    return out.getvalue()
+    )
+    ax.text(
+        *label_at,
+        label,
+        ha="center",
+        va="center",
+        fontsize=8,
+        color="#222222",
+        bbox=dict(boxstyle="round,pad=0.15", facecolor="white", edgecolor="none", alpha=0.9),
+        zorder=4,
+    )
+
+
+def _edge_geometry(
+    source: str, dest: str, label: str, where: dict[str, Point]
+) -> tuple[Point, Point, float, Point]:
+    """(start, end, bend, where the label goes) of an edge."""
+    (x1, y1), (x2, y2) = where[source], where[dest]
+    if source == dest:  # a loop above the state
+        label_at = (x1, y1 + 1.0 + 0.2 * label.count("\n"))
+        return (x1 - 0.35, y1 + 0.2), (x1 + 0.35, y1 + 0.2), -2.2, label_at
+    # every edge bends to its left, so a way there and the way back do not overlap
+    # (along the top row: there over, back under); from "any state" they go straight
+    # but to the far end of the bottom row, which bends under the state between
+    rad = -0.3
+    if source == ANY_STATE:
+        rad = 0.2 if dest == "terminated" else 0.0
+    label_at = (
+        (x1 + x2) / 2 + 0.5 * rad * (y2 - y1),
+        (y1 + y2) / 2 - 0.5 * rad * (x2 - x1),
+    )
+    return (x1, y1), (x2, y2), rad, label_at
 
 
 if __name__ == "__main__":

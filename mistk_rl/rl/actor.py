@@ -76,7 +76,7 @@ class Actor:
             if isinstance(obs, dict)
             else torch.as_tensor(obs)
         )
-        mask = None if mask is None else torch.as_tensor(mask)
+        allowed = None if mask is None else torch.as_tensor(mask)
         normalizer = self.normalizer
         if normalizer is not None and normalizer.norm_obs:
             if mode != "eval":  # eval mode: frozen statistics
@@ -84,11 +84,11 @@ class Actor:
             obs = normalizer.obs(obs)
         if mode == "eval":
             device = self.policy.device
-            out = self.policy.eval_mode.forward(to_device(obs, device), to_device(mask, device))
+            out = self.policy.eval_mode.forward(to_device(obs, device), to_device(allowed, device))
             return _numpy(out.get("env_action", out["action"])), {}
         actor = self.warmup if warming_up and self.warmup is not None else self.policy
         out = actor.collect_mode.forward(
-            to_device(obs, actor.device), to_device(mask, actor.device), env_steps
+            to_device(obs, actor.device), to_device(allowed, actor.device), env_steps
         )
         extras = {key: _numpy(value) for key, value in out.items() if key in self.extras}
         if self.keep_obs:

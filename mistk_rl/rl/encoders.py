@@ -18,7 +18,7 @@ arrays, or a dict of those) and returns features [B, output_dim]:
 from __future__ import annotations
 
 import math
-from typing import Mapping, Sequence
+from typing import Mapping, Sequence, TypeGuard, TypeVar
 
 import numpy as np
 import torch
@@ -48,10 +48,14 @@ def activation_class(activation: Activation) -> type[nn.Module]:
     return activation
 
 
-def layer_init(layer: nn.Linear, gain: float = math.sqrt(2), bias: float = 0.0) -> nn.Linear:
+Layer = TypeVar("Layer", bound=nn.Linear | nn.Conv2d)
+
+
+def layer_init(layer: Layer, gain: float = math.sqrt(2), bias: float = 0.0) -> Layer:
     """Orthogonal weights and constant bias: the initialisation CleanRL's PPO relies on."""
     nn.init.orthogonal_(layer.weight, gain)
-    nn.init.constant_(layer.bias, bias)
+    if layer.bias is not None:  # (a convolution may be built without one)
+        nn.init.constant_(layer.bias, bias)
     return layer
 
 
@@ -95,12 +99,18 @@ IMAGE_CHANNELS = (1, 3, 4)
 ENCODERS = ("auto", "conv")  # the model config's `encoder`: by the space, or planes as images
 
 
+class Encoder(nn.Module):
+    """What `make_encoder` builds: raw observations -> features [B, output_dim]."""
+
+    output_dim: int
+
+
 def make_encoder(
     space: spaces.Space,
     hidden_sizes: Sequence[int] = (64, 64),
     activation: Activation = "relu",
     kind: str = "auto",
-) -> nn.Module:
+) -> Encoder:
     """The encoder for `space`; its `output_dim` is the feature width. `kind` "conv": a
     rank-3 Box that is no image (a board's planes) goes through the CNN too (module doc)."""
     if kind not in ENCODERS:
@@ -114,12 +124,12 @@ def make_encoder(
     return FlatEncoder(space, hidden_sizes, activation)
 
 
-def is_planes(space: spaces.Space) -> bool:
+def is_planes(space: spaces.Space) -> TypeGuard[spaces.Box]:
     """A rank-3 Box: an image, or planes of a board (H x W x C or C x H x W)."""
     return isinstance(space, spaces.Box) and len(space.shape) == 3
 
 
-def is_image_space(space: spaces.Space) -> bool:
+def is_image_space(space: spaces.Space) -> TypeGuard[spaces.Box]:
     return (
         is_planes(space)
         and space.dtype == np.uint8
@@ -138,7 +148,7 @@ def flat_dim(space: spaces.Space) -> int:
     raise TypeError(f"no flat encoding for observation space {space}")
 
 
-class FlatEncoder(nn.Module):
+class FlatEncoder(Encoder):
     def __init__(
         self,
         space: spaces.Space,
@@ -161,7 +171,7 @@ class FlatEncoder(nn.Module):
         return self.mlp(x)
 
 
-class ImageEncoder(nn.Module):
+class ImageEncoder(Encoder):
     def __init__(
         self, space: spaces.Box, feature_dim: int = 256, activation: Activation = "relu"
     ) -> None:
@@ -199,7 +209,7 @@ class ImageEncoder(nn.Module):
         return self.linear(self.cnn(x))
 
 
-class DictEncoder(nn.Module):
+class DictEncoder(Encoder):
     def __init__(
         self,
         space: spaces.Dict,
@@ -211,10 +221,9 @@ class DictEncoder(nn.Module):
         keys = [k for k in space.spaces if k != ACTION_MASK_KEY]
         if not keys:
             raise ValueError(f"{space} has nothing to encode but an action mask")
-        self.encoders = nn.ModuleDict(
-            {k: make_encoder(space[k], hidden_sizes, activation, kind) for k in keys}
-        )
-        self.output_dim = sum(e.output_dim for e in self.encoders.values())
+        encoders = {k: make_encoder(space[k], hidden_sizes, activation, kind) for k in keys}
+        self.encoders = nn.ModuleDict(encoders)
+        self.output_dim = sum(e.output_dim for e in encoders.values())
 
     def forward(self, obs: Mapping[str, torch.Tensor]) -> torch.Tensor:
         return torch.cat([encoder(obs[key]) for key, encoder in self.encoders.items()], dim=1)

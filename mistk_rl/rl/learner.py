@@ -23,7 +23,7 @@ import io
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, NamedTuple, Optional
+from typing import TYPE_CHECKING, Any, Callable, Generic, NamedTuple, Optional, TextIO, TypeVar
 
 import numpy as np
 import torch
@@ -32,18 +32,24 @@ from mistk_rl.files import atomic_write_bytes
 from mistk_rl.rl.data.collate import to_device
 from mistk_rl.rl.data.samples import Samples
 
+if TYPE_CHECKING:
+    from torch.utils.tensorboard import SummaryWriter
+
 POSITIONS = ("before_run", "after_run", "before_iter", "after_iter")
+
+SamplesT = TypeVar("SamplesT", bound=Samples)
+"""The kind of batch a policy learns from (`policies.base.Policy`)."""
 
 
 @dataclass
-class UpdatePlan:
+class UpdatePlan(Generic[SamplesT]):
     """One update laid out as gradient steps, frozen when it is planned: the batch, each
     step's rows of it (random draws happen at planning, so running the steps later, or
     interleaved with acting, draws nothing), the settings of the moment (lr, clip, ...), and
     what was reported so far: figures of the batch itself, given at planning (PPO's explained
     variance), and each step done."""
 
-    batch: Samples
+    batch: SamplesT
     rows: list[torch.Tensor]  # step i trains on batch rows rows[i]
     settings: dict[str, float]
     done: int = 0
@@ -70,7 +76,7 @@ class UpdatePlan:
         }
 
     @classmethod
-    def from_state(cls, state: dict[str, Any], batch_type: type) -> UpdatePlan:
+    def from_state(cls, state: dict[str, Any], batch_type: type[SamplesT]) -> UpdatePlan[SamplesT]:
         return cls(
             batch_type(**state["batch"]),
             list(state["rows"]),
@@ -81,14 +87,16 @@ class UpdatePlan:
 
 
 class LearnMode(NamedTuple):
-    """What a learner runs: a policy's `learn_mode` (`policies.base.Policy`)."""
+    """What a learner runs: a policy's `learn_mode` (`policies.base.Policy`). The batches
+    are of the policy's kind (`SamplesT`: the trainer it names builds them), which the
+    callables leave untyped: a NamedTuple takes no type parameter before Python 3.11."""
 
-    forward: Callable[[Samples], dict]  # one update on a batch -> scalars (+ priority)
+    forward: Callable[[Any], dict]  # one update on a batch -> scalars (+ priority)
     state_dict: Callable[[], dict]
     load_state_dict: Callable[[dict], None]
     # the same update a step at a time (module doc); None: `forward` is one gradient step
-    plan: Optional[Callable[[Samples], UpdatePlan]] = None
-    step: Optional[Callable[[UpdatePlan], dict[str, float]]] = None  # the next step's scalars
+    plan: Optional[Callable[[Any], UpdatePlan[Any]]] = None
+    step: Optional[Callable[[Any], dict[str, float]]] = None  # the next step's scalars
     device: torch.device = torch.device("cpu")  # where the batches the steps take must be
 
 
@@ -145,25 +153,33 @@ class Learner:
         self._call("after_iter")
         return info
 
-    def plan(self, batch: Samples) -> UpdatePlan:
+    def plan(self, batch: SamplesT) -> UpdatePlan[SamplesT]:
         """Freeze the update `train(batch)` would run into steps for `train_step`."""
-        return self.learn_mode.plan(to_device(batch, self.learn_mode.device))
+        plan = self.learn_mode.plan
+        if plan is None:
+            raise _single_step()
+        return plan(to_device(batch, self.learn_mode.device))
 
-    def restore_plan(self, state: dict[str, Any], batch_type: type) -> UpdatePlan:
+    def restore_plan(
+        self, state: dict[str, Any], batch_type: type[SamplesT]
+    ) -> UpdatePlan[SamplesT]:
         """A plan from `UpdatePlan.state_dict` (a checkpoint's, loaded on the CPU), its batch
         on the device as `plan` puts it."""
         plan = UpdatePlan.from_state(state, batch_type)
         plan.batch = to_device(plan.batch, self.learn_mode.device)
         return plan
 
-    def train_step(self, plan: UpdatePlan) -> Optional[dict[str, Any]]:
+    def train_step(self, plan: UpdatePlan[Any]) -> Optional[dict[str, Any]]:
         """Run `plan`'s next step; with its last, the iteration completes and the update's
         info is returned (None before). `train(batch)` and planning the same batch, then
         stepping it through, run the same computation."""
+        step = self.learn_mode.step
+        if step is None:
+            raise _single_step()
         self.start()
         if plan.done == 0:
             self._call("before_iter")
-        for key, value in self.learn_mode.step(plan).items():
+        for key, value in step(plan).items():
             plan.stats.setdefault(key, []).append(value)
         plan.done += 1
         if plan.left:
@@ -190,6 +206,11 @@ class Learner:
             if position.endswith("_iter") and self.train_iter % hook.every:
                 continue
             hook(self)
+
+
+def _single_step() -> TypeError:
+    """What planning an update that is one gradient step raises (`LearnMode.plan` None)."""
+    return TypeError("this policy's update is one gradient step: it has no plan to step through")
 
 
 def save_checkpoint(state: dict[str, Any], path: Path) -> None:
@@ -258,8 +279,8 @@ class LogHook(Hook):
         super().__init__("after_iter", every)
         self.log_dir = Path(log_dir)
         self.resumed_at, self.resumed_env_steps = resumed_at, resumed_env_steps
-        self._writer = None
-        self._csv: Optional[io.TextIOBase] = None
+        self._writer: Optional[SummaryWriter] = None
+        self._csv: Optional[TextIO] = None
         self._columns: list[str] = []
 
     def __call__(self, learner: Learner) -> None:
@@ -294,12 +315,12 @@ class LogHook(Hook):
 
     def _write_csv(self, learner: Learner, scalars: dict[str, float]) -> None:
         if self._csv is None:
-            self._open_csv(scalars)
+            self._csv = self._open_csv(scalars)
         row = {"train_iter": learner.train_iter, "env_steps": learner.env_steps, **scalars}
         csv.writer(self._csv).writerow([row.get(c, "") for c in self._columns])
         self._csv.flush()
 
-    def _open_csv(self, scalars: dict[str, float]) -> None:
+    def _open_csv(self, scalars: dict[str, float]) -> TextIO:
         path = self.log_dir / "learner.csv"
         self._columns = ["train_iter", "env_steps", *sorted(scalars)]
         kept: list[list[str]] = []
@@ -312,4 +333,4 @@ class LogHook(Hook):
         text = io.StringIO()
         csv.writer(text).writerows([self._columns, *kept])
         atomic_write_bytes(path, text.getvalue().encode())
-        self._csv = open(path, "a", newline="")
+        return open(path, "a", newline="")

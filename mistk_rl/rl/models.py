@@ -15,7 +15,8 @@ import torch
 from gymnasium import spaces
 from torch import nn
 
-from mistk_rl.rl.encoders import MLP, Activation, layer_init, make_encoder
+from mistk_rl.rl.data.collate import Batch
+from mistk_rl.rl.encoders import MLP, Activation, Encoder, layer_init, make_encoder
 
 
 class QHead(nn.Module):
@@ -42,7 +43,7 @@ class QHead(nn.Module):
 
     def streams(self, features: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """(V [B, 1], A [B, action_n]) of the dueling head."""
-        if not self.dueling:
+        if self.value is None:
             raise RuntimeError("streams() needs a dueling head")
         return self.value(features), self.out(features)
 
@@ -97,7 +98,7 @@ class ActorCriticHead(nn.Module):
 
     def actor(self, features: torch.Tensor) -> dict[str, torch.Tensor]:
         out = self.policy(features)
-        if not self.continuous:
+        if self.log_std is None:  # (discrete)
             return {"logit": out}
         # a sum, not expand_as: a view of the parameter would require grad under no_grad too
         return {"mu": out, "log_std": self.log_std + torch.zeros_like(out)}
@@ -112,7 +113,15 @@ class ActorCriticHead(nn.Module):
         return {**self.actor(actor_features), "value": self.value(critic_features).squeeze(-1)}
 
 
-class ActorCritic(nn.Module):
+class ActorCriticModel(nn.Module):
+    """What PPO learns with (`policies.ppo.PPOPolicy._build_model`): `forward(obs)` gives the
+    policy's outputs and "value", `compute_critic(obs)` the value alone (a bootstrap's)."""
+
+    def compute_critic(self, obs: Any) -> dict[str, torch.Tensor]:
+        raise NotImplementedError
+
+
+class ActorCritic(ActorCriticModel):
     """PPO/A2C model: `forward(obs) -> {"logit": [B, action_n], "value": [B]}`, or with
     `continuous=True` {"mu", "log_std": [B, action_n], "value"} (see `ActorCriticHead`).
 
@@ -146,7 +155,7 @@ class ActorCritic(nn.Module):
     @staticmethod
     def _encoder(
         space: spaces.Space, hidden_sizes: Sequence[int], activation: Activation, kind: str
-    ) -> nn.Module:
+    ) -> Encoder:
         encoder = make_encoder(space, hidden_sizes, activation, kind)
         for module in encoder.modules():
             if isinstance(module, (nn.Linear, nn.Conv2d)):
@@ -157,17 +166,17 @@ class ActorCritic(nn.Module):
     def share_encoder(self) -> bool:
         return self.critic_encoder is None
 
-    def _critic_features(self, obs: torch.Tensor) -> torch.Tensor:
+    def _critic_features(self, obs: Batch) -> torch.Tensor:
         encoder = self.actor_encoder if self.critic_encoder is None else self.critic_encoder
         return encoder(obs)
 
-    def compute_critic(self, obs: torch.Tensor) -> dict[str, torch.Tensor]:
+    def compute_critic(self, obs: Batch) -> dict[str, torch.Tensor]:
         return {"value": self.head.value(self._critic_features(obs)).squeeze(-1)}
 
-    def forward(self, obs: torch.Tensor) -> dict[str, torch.Tensor]:
+    def forward(self, obs: Batch) -> dict[str, torch.Tensor]:
         actor_features = self.actor_encoder(obs)
-        if self.share_encoder:
-            return self.head(actor_features)  # encode once
+        if self.critic_encoder is None:  # shared: encode once
+            return self.head(actor_features)
         return self.head(actor_features, self.critic_encoder(obs))
 
 

@@ -25,7 +25,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from mistk_rl.rl.data.collate import batch_len
+from mistk_rl.rl.data.collate import Batch, batch_len
 
 TensorDict = dict[str, torch.Tensor]
 
@@ -56,13 +56,13 @@ class ModelWrapper:
         """The network this wrapper runs and whose parameters, state and mode it exposes."""
         return self.model
 
-    def forward(self, obs: torch.Tensor, *args: Any, **kwargs: Any) -> TensorDict:
+    def forward(self, obs: Batch, *args: Any, **kwargs: Any) -> TensorDict:
         raise NotImplementedError
 
     def __call__(self, *args: Any, **kwargs: Any) -> TensorDict:
         return self.forward(*args, **kwargs)
 
-    def _masked_output(self, obs: torch.Tensor, mask: torch.Tensor | None) -> TensorDict:
+    def _masked_output(self, obs: Batch, mask: torch.Tensor | None) -> TensorDict:
         output = dict(self.module(obs))
         output["logit"] = apply_mask(output["logit"], mask)
         return output
@@ -94,7 +94,7 @@ class ModelWrapper:
 class ArgmaxSample(ModelWrapper):
     """Greedy: the allowed action with the highest logit (evaluation)."""
 
-    def forward(self, obs: torch.Tensor, mask: torch.Tensor | None = None) -> TensorDict:
+    def forward(self, obs: Batch, mask: torch.Tensor | None = None) -> TensorDict:
         output = self._masked_output(obs, mask)
         return {**output, "action": output["logit"].argmax(dim=-1)}
 
@@ -128,9 +128,7 @@ class EpsGreedySample(ModelWrapper):
         scores = self._uniform(*allowed.shape).to(allowed.device)
         return scores.masked_fill(~allowed, -1.0).argmax(dim=-1)
 
-    def forward(
-        self, obs: torch.Tensor | dict, eps: float, mask: torch.Tensor | None = None
-    ) -> TensorDict:
+    def forward(self, obs: Batch, eps: float, mask: torch.Tensor | None = None) -> TensorDict:
         if not 0.0 <= eps <= 1.0:
             raise ValueError(f"eps must be in [0, 1], got {eps}")
         batch = batch_len(obs)
@@ -161,7 +159,7 @@ class MultinomialSample(ModelWrapper):
 
     def forward(
         self,
-        obs: torch.Tensor,
+        obs: Batch,
         mask: torch.Tensor | None = None,
         action: torch.Tensor | None = None,
     ) -> TensorDict:
@@ -212,7 +210,7 @@ class GaussianSample(ModelWrapper):
 
     def forward(
         self,
-        obs: torch.Tensor,
+        obs: Batch,
         mask: torch.Tensor | None = None,
         action: torch.Tensor | None = None,
         deterministic: bool = False,
@@ -259,7 +257,7 @@ class TargetNetwork(ModelWrapper):
     def module(self) -> nn.Module:
         return self.target
 
-    def forward(self, obs: torch.Tensor, mask: torch.Tensor | None = None) -> TensorDict:
+    def forward(self, obs: Batch, mask: torch.Tensor | None = None) -> TensorDict:
         with torch.no_grad():
             return self._masked_output(obs, mask)
 
@@ -279,8 +277,8 @@ class TargetNetwork(ModelWrapper):
     def _soft_update(self) -> None:
         for target, online in zip(self.target.parameters(), self.model.parameters()):
             target.lerp_(online, self.tau)
-        for target, online in zip(self.target.buffers(), self.model.buffers()):
-            target.copy_(online)  # running statistics are not averaged (as in SB3)
+        for kept, current in zip(self.target.buffers(), self.model.buffers()):
+            kept.copy_(current)  # running statistics are not averaged (as in SB3)
 
     def state_dict(self) -> dict[str, Any]:
         return {"model": self.target.state_dict(), "steps": self.steps}

@@ -398,6 +398,7 @@ class ServicePipeline:
                 f"Content-Type {content_type or '(none)'!r} is not accepted here: "
                 f"use {' or '.join(accepted)}",
             )
+        assert op.body is not None  # (callers decode only an operation that takes a body)
         try:
             op.body(body, "")
         except RecursionError:  # (a list a thousand deep where the spec wants a number)
@@ -461,7 +462,7 @@ def _constant_path(text: str) -> str:
     what the checks past decoding name, since a caller must find the value to fix it. Empty
     when the body cannot be walked (it nests too deeply)."""
     try:
-        stack = [(_MARKING.decode(text), ())]
+        stack: list[tuple[Any, tuple]] = [(_MARKING.decode(text), ())]
     except (ValueError, RecursionError):
         return ""
     while stack:  # depth first, in document order

@@ -98,7 +98,7 @@ class ServiceWorker(UvicornWorker):
     proxy headers (loopback or a private network: nothing rewrites the client), uvloop
     where it is installed."""
 
-    CONFIG_KWARGS = {
+    CONFIG_KWARGS: dict[str, Any] = {
         "http": CoalescingHttpTools,
         "server_header": False,
         "date_header": False,

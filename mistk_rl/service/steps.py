@@ -19,7 +19,7 @@ later reference to one of its ids is refused as unknown (400).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import Any, Optional, overload
 
 import numpy as np
 
@@ -121,15 +121,16 @@ class StepStore:
         self._entities.clear()
 
     # ---- the entity form ---------------------------------------------------------------
-    def match(self, names: list[str], actions: np.ndarray) -> tuple[np.ndarray, Kept]:
+    def match(self, names: list[str], actions: np.ndarray) -> tuple[np.ndarray, Optional[Kept]]:
         """The entity form's replay: each entity's last step, if its action is the one sent
-        back. Returns (matched [N] bool, kept rows; unmatched rows hold zeros)."""
+        back. Returns (matched [N] bool, kept rows: an unmatched row holds another's; None
+        when no entity has a step waiting)."""
         ids = np.fromiter((self._entities.get(name, -1) for name in names), np.int64, len(names))
         batch_of, rows = self._locate(ids)
         found = batch_of >= 0
         matched = found.copy()
         if not found.any():
-            return matched, Kept(None, actions, {})
+            return matched, None
         kept = self._gather(
             np.where(found, batch_of, batch_of[found][0]), np.where(found, rows, rows[found][0])
         )
@@ -221,9 +222,14 @@ def _owned(array: np.ndarray) -> np.ndarray:
     return array if array.base is None else array.copy()
 
 
+@overload
+def stack_entities(values: dict[str, np.ndarray], names: list[str]) -> np.ndarray: ...
+@overload
+def stack_entities(values: dict[str, Any], names: list[str]) -> Columns: ...
 def stack_entities(values: dict[str, Any], names: list[str]) -> Columns:
     """Entity -> value as columns in the order of `names` (checked against a registered
-    space: one shape; without one they may differ, and the rows are objects)."""
+    space: one shape; without one they may differ, and the rows are objects); arrays
+    (actions, masks) as one array of rows."""
     array = getattr(values, "array", None)
     if array is not None and list(values) == names:
         return array
@@ -250,7 +256,7 @@ def entity_transitions(replay: ReplayBatch, store: StepStore) -> Transitions:
         envs=np.arange(len(names)),
         obs=stack_entities(replay.prev_obs, names),
         actions=actions,
-        extras=kept.extras,
+        extras={} if kept is None else kept.extras,
         rewards=np.fromiter((replay.rewards[n] for n in names), float, len(names)),
         next_obs=stack_entities(replay.new_obs, names),
         terminated=np.fromiter((bool(replay.terminated[n]) for n in names), bool, len(names)),
@@ -284,6 +290,5 @@ def _same_actions(kept: np.ndarray, sent: np.ndarray) -> np.ndarray:
         return np.zeros(len(kept), bool)
     if kept.dtype.kind in "iub" and sent.dtype.kind in "iub":
         return (kept == sent).all(axis=1)
-    return np.isclose(kept.astype(np.float64), sent.astype(np.float64), rtol=1e-6, atol=1e-6).all(
-        axis=1
-    )
+    close = np.isclose(kept.astype(np.float64), sent.astype(np.float64), rtol=1e-6, atol=1e-6)
+    return np.all(close, axis=1)

@@ -213,11 +213,13 @@ class CoalescingHttpTools(HttpToolsProtocol):
     _frames: bytearray
 
     awake: Optional[AwakeAfterAnswers] = None  # (made by the worker's first connection)
+    # uvicorn types its transport asyncio.Transport; ours is one by delegation
+    transport: _HeadWithBody  # type: ignore[assignment]
 
-    def connection_made(self, transport: Any) -> None:  # type: ignore[override]
+    def connection_made(self, transport: Any) -> None:
         if CoalescingHttpTools.awake is None:
             CoalescingHttpTools.awake = AwakeAfterAnswers(default_spin())
-        super().connection_made(_HeadWithBody(transport))
+        super().connection_made(_HeadWithBody(transport))  # type: ignore[arg-type]
 
     def on_message_begin(self) -> None:
         self.awake.request_came(self)  # type: ignore[union-attr]

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import math
 import re
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Iterable, NoReturn, Optional
 
 import numpy as np
 
@@ -29,6 +29,30 @@ IGNORED = {"description", "default", "example", "title", "nullable", "format", "
 # an extension OpenAPI 3.0 lacks a keyword for: the pattern every key of an object matches,
 # whole (JSON Schema's propertyNames: {pattern}); the spec's DictSpace keys use it
 KEY_PATTERN = "x-key-pattern"
+# the keywords `compile_schema` checks (any other, outside IGNORED, is refused)
+CHECKED_KEYWORDS = frozenset(
+    {
+        "type",
+        "properties",
+        "required",
+        "additionalProperties",
+        "items",
+        "oneOf",
+        "enum",
+        "minimum",
+        "maximum",
+        "minLength",
+        "maxLength",
+        "pattern",
+        "minProperties",
+        "maxProperties",
+        "minItems",
+        "maxItems",
+        "x-tensor",
+        "x-column",
+        KEY_PATTERN,
+    }
+)
 MAX_TENSOR_RANK = 4
 _TYPES: dict[str, Callable[[Any], bool]] = {
     "object": lambda v: isinstance(v, dict),
@@ -57,35 +81,28 @@ def compile_schema(schema: dict) -> Check:
         return _tensor
     if schema.get("x-column"):
         return _column
-    unknown = (
-        set(schema)
-        - IGNORED
-        - {
-            "type",
-            "properties",
-            "required",
-            "additionalProperties",
-            "items",
-            "oneOf",
-            "enum",
-            "minimum",
-            "maximum",
-            "minLength",
-            "maxLength",
-            "pattern",
-            "minProperties",
-            "maxProperties",
-            "minItems",
-            "maxItems",
-            "x-tensor",
-            "x-column",
-            KEY_PATTERN,
-        }
-    )
+    _refuse_unknown(schema)
+    checks = _checks(schema)
+
+    def check(value: Any, path: str) -> None:
+        for step in checks:
+            step(value, path)
+
+    return check
+
+
+def _refuse_unknown(schema: dict) -> None:
+    """ValueError naming the keywords of `schema` that `_checks` would not check."""
+    unknown = set(schema) - IGNORED - CHECKED_KEYWORDS
     if unknown:
         raise ValueError(
             f"schema keywords not supported by the step-path validator: {sorted(unknown)}"
         )
+
+
+def _checks(schema: dict) -> list[Check]:
+    """One check per supported keyword of `schema` (and its subschemas'), in the order
+    they run."""
     checks: list[Check] = []
     if "type" in schema:
         checks.append(_type(schema["type"], schema.get("nullable", False)))
@@ -108,12 +125,7 @@ def compile_schema(schema: dict) -> Check:
         checks.append(_items(compile_schema(schema["items"])))
     if schema.get("type") == "object" or "properties" in schema:
         checks.append(_object(schema))
-
-    def check(value: Any, path: str) -> None:
-        for step in checks:
-            step(value, path)
-
-    return check
+    return checks
 
 
 class SchemaError(InvalidRequest):
@@ -124,7 +136,7 @@ class SchemaError(InvalidRequest):
         self.depth = path.count(".") + 1 if path else 0
 
 
-def _fail(message: str, path: str) -> None:
+def _fail(message: str, path: str) -> NoReturn:
     raise SchemaError(message, path)
 
 
@@ -151,48 +163,54 @@ def _enum(options: list) -> Check:
 
 
 def _bounds(schema: dict) -> list[Check]:
-    checks = []
+    """Bound checks (None passes them: `_type` decides whether it may be)."""
+    checks: list[Check] = []
     if "minimum" in schema:
         low = schema["minimum"]
-        checks.append(
-            lambda v, p: (
-                v is not None and v < low and _fail(f"{v!r} is less than the minimum of {low!r}", p)
-            )
-        )
+
+        def at_least(v: Any, p: str) -> None:
+            if v is not None and v < low:
+                _fail(f"{v!r} is less than the minimum of {low!r}", p)
+
+        checks.append(at_least)
     if "maximum" in schema:
         high = schema["maximum"]
-        checks.append(
-            lambda v, p: (
-                v is not None
-                and v > high
-                and _fail(f"{v!r} is greater than the maximum of {high!r}", p)
-            )
-        )
+
+        def at_most(v: Any, p: str) -> None:
+            if v is not None and v > high:
+                _fail(f"{v!r} is greater than the maximum of {high!r}", p)
+
+        checks.append(at_most)
     return checks
 
 
 def _string(schema: dict) -> list[Check]:
     """Length and pattern checks (None passes them: `_type` decides whether it may be)."""
-    checks = []
+    checks: list[Check] = []
     if "minLength" in schema:
         shortest = schema["minLength"]
-        checks.append(
-            lambda v, p: v is not None and len(v) < shortest and _fail(f"{v!r} is too short", p)
-        )
+
+        def long_enough(v: Any, p: str) -> None:
+            if v is not None and len(v) < shortest:
+                _fail(f"{v!r} is too short", p)
+
+        checks.append(long_enough)
     if "maxLength" in schema:
         longest = schema["maxLength"]
-        checks.append(
-            lambda v, p: v is not None and len(v) > longest and _fail(f"{v!r} is too long", p)
-        )
+
+        def short_enough(v: Any, p: str) -> None:
+            if v is not None and len(v) > longest:
+                _fail(f"{v!r} is too long", p)
+
+        checks.append(short_enough)
     if "pattern" in schema:
         regex = re.compile(schema["pattern"])
-        checks.append(
-            lambda v, p: (
-                v is not None
-                and not regex.search(v)
-                and _fail(f"{v!r} does not match {schema['pattern']!r}", p)
-            )
-        )
+
+        def matches(v: Any, p: str) -> None:
+            if v is not None and not regex.search(v):
+                _fail(f"{v!r} does not match {schema['pattern']!r}", p)
+
+        checks.append(matches)
     return checks
 
 
@@ -344,7 +362,7 @@ def _object(schema: dict) -> Check:
             for key in value:
                 if not key_pattern.fullmatch(key):
                     _fail(f"key {key!r} does not match {key_pattern.pattern!r}", path)
-        entries = value.items()
+        entries: Iterable[tuple[Any, Any]] = value.items()
         if type(value) is StackedMap and not properties:  # one dtype and shape: check one
             entries = list(entries)[:1]
         for key, element in entries:

@@ -33,6 +33,7 @@ from gymnasium import spaces
 from torch import nn
 
 from mistk_rl.rl.encoders import MLP, Activation, layer_init, make_encoder
+from mistk_rl.rl.models import ActorCriticModel
 from mistk_rl.thinker.tree import Layout
 
 PER_ACTION = (
@@ -57,14 +58,21 @@ def thinker_spaces(space: spaces.Space, action_n: int) -> tuple[int, int]:
         )
     if action_n % 2:
         raise ValueError(f"a Thinker actor-critic acts in Discrete(2A), not {action_n} actions")
-    a = action_n // 2
-    k = int(space["tree_reps"].shape[-1]) - 9 - 10 * a
+    a, length = action_n // 2, _reps_length(space)
+    k = length - 9 - 10 * a
     if k < 1:
         raise ValueError(
-            f"tree_reps of length {space['tree_reps'].shape[-1]} does not fit "
-            f"{a} primary actions: N = 9 + 10A + K"
+            f"tree_reps of length {length} does not fit {a} primary actions: N = 9 + 10A + K"
         )
     return a, k
+
+
+def _reps_length(space: spaces.Dict) -> int:
+    """N, the length of the observation's tree_reps."""
+    reps = space["tree_reps"]
+    if not isinstance(reps, spaces.Box):
+        raise ValueError(f"a Thinker actor-critic reads tree_reps as a Box, not {reps}")
+    return int(reps.shape[-1])
 
 
 class TreeTrunk(nn.Module):
@@ -80,7 +88,7 @@ class TreeTrunk(nn.Module):
         super().__init__()
         self.frame = make_encoder(space["real_states"], hidden_sizes, activation, encoder)
         self.frames = ("real_states", "xs") if "xs" in space.spaces else ("real_states",)
-        self.tree = MLP(int(space["tree_reps"].shape[-1]), hidden_sizes, activation)
+        self.tree = MLP(_reps_length(space), hidden_sizes, activation)
         self.joint = MLP(
             len(self.frames) * self.frame.output_dim + self.tree.output_dim,
             hidden_sizes[-1:],
@@ -96,13 +104,13 @@ class TreeTrunk(nn.Module):
         return self.joint(torch.cat([*frames, self.tree(obs["tree_reps"].float())], dim=1))
 
 
-class ThinkerActorCritic(nn.Module):
+class ThinkerActorCritic(ActorCriticModel):
     """`forward(obs) -> {"logit": [B, 2A], "value": [B]}`, the interface of
     `mistk_rl.rl.models.ActorCritic` (module doc)."""
 
     def __init__(
         self,
-        observation_space: spaces.Dict,
+        observation_space: spaces.Space,
         action_n: int,
         hidden_sizes: Sequence[int] = (128, 128),
         activation: Activation = "tanh",
@@ -112,6 +120,7 @@ class ThinkerActorCritic(nn.Module):
     ) -> None:
         super().__init__()
         self.num_actions, rec_t = thinker_spaces(observation_space, action_n)
+        assert isinstance(observation_space, spaces.Dict)  # (thinker_spaces checked it)
         slices = Layout(self.num_actions, rec_t).slices
         self._per_action = [slices[name] for name in PER_ACTION]
         self._next_real = slices["time"].stop - 1  # the stage's counter is at K - 1
@@ -122,10 +131,12 @@ class ThinkerActorCritic(nn.Module):
         self.value = layer_init(nn.Linear(self.critic_trunk.output_dim, 1), gain=1.0)
         # per action: its statistics and the two context values -> (walk on, walk and reset)
         self.readout = MLP(len(PER_ACTION) + 2, [readout_hidden], activation, out_dim=2)
-        layer_init(self.readout.net[0])
-        layer_init(self.readout.net[-1], gain=0.0)
+        first, last = self.readout.net[0], self.readout.net[-1]
+        assert isinstance(first, nn.Linear) and isinstance(last, nn.Linear)  # (MLP's layers)
+        layer_init(first)
+        layer_init(last, gain=0.0)
         with torch.no_grad():  # the reset half's starting logit, relative to walking on
-            self.readout.net[-1].bias[1] = reset_logit
+            last.bias[1] = reset_logit
 
     def _readout(self, reps: torch.Tensor) -> torch.Tensor:
         """The shared per-action bonus [B, 2A] (the reset half after the walk-on half)."""

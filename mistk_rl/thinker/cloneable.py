@@ -9,12 +9,15 @@ than guessed at.
 
 from __future__ import annotations
 
-from typing import Any, Callable, NamedTuple
+from typing import TYPE_CHECKING, Any, Callable, NamedTuple, Protocol
 
 import gymnasium as gym
 import numpy as np
 from gymnasium.envs.classic_control.cartpole import CartPoleEnv
 from gymnasium.wrappers import OrderEnforcing, PassiveEnvChecker, TimeLimit
+
+if TYPE_CHECKING:
+    from typing_extensions import TypeIs
 
 
 class CartPoleState(NamedTuple):
@@ -23,12 +26,15 @@ class CartPoleState(NamedTuple):
 
 
 def _clone_cartpole(env: CartPoleEnv) -> CartPoleState:
+    if env.state is None:
+        raise RuntimeError("call reset() before clone_state()")
     return CartPoleState(tuple(float(v) for v in env.state), env.steps_beyond_terminated)
 
 
 def _restore_cartpole(env: CartPoleEnv, s: CartPoleState) -> None:
     env.state = np.array(s.state, dtype=np.float64)
-    env.steps_beyond_terminated = s.steps_beyond_terminated
+    # (gymnasium's attribute is inferred from its first value, None: it holds an int too)
+    env.steps_beyond_terminated = s.steps_beyond_terminated  # type: ignore[assignment]
 
 
 # Per unwrapped class: (clone, restore). CartPole's step reads only these and draws no RNG.
@@ -46,7 +52,14 @@ class ClonedState(NamedTuple):
     elapsed_steps: tuple[int, ...]  # TimeLimit counters, outermost first
 
 
-def has_clone(obj: Any) -> bool:
+class Snapshots(Protocol):
+    """What the perfect model needs of an env besides gymnasium's API."""
+
+    def clone_state(self) -> Any: ...
+    def restore_state(self, state: Any) -> None: ...
+
+
+def has_clone(obj: object) -> TypeIs[Snapshots]:
     return callable(getattr(obj, "clone_state", None)) and callable(
         getattr(obj, "restore_state", None)
     )
@@ -71,6 +84,8 @@ class Cloneable(gym.Wrapper):
     def __init__(self, env: gym.Env) -> None:
         super().__init__(env)
         base = env.unwrapped
+        self._clone: Callable[[], Any]
+        self._restore: Callable[[Any], None]
         if has_clone(base):
             self._clone = lambda: base.clone_state()
             self._restore = base.restore_state
@@ -92,13 +107,15 @@ class Cloneable(gym.Wrapper):
             )
         self._time_limits = [w for w in _wrapper_chain(env) if isinstance(w, TimeLimit)]
 
+    # (TimeLimit's counter is inferred from its first value, None: it holds an int once reset)
     def clone_state(self) -> ClonedState:
-        return ClonedState(self._clone(), tuple(int(w._elapsed_steps) for w in self._time_limits))
+        counters = tuple(int(w._elapsed_steps) for w in self._time_limits)  # type: ignore[call-overload]
+        return ClonedState(self._clone(), counters)
 
     def restore_state(self, state: ClonedState) -> None:
         self._restore(state.env)
         for w, n in zip(self._time_limits, state.elapsed_steps, strict=True):
-            w._elapsed_steps = n
+            w._elapsed_steps = n  # type: ignore[assignment]
 
 
 def _refusal(env: gym.Env) -> str:

@@ -17,7 +17,8 @@ numpy, not torch (CPU only).
 
 from __future__ import annotations
 
-from typing import Any, Callable, Optional, Sequence
+import functools
+from typing import TYPE_CHECKING, Any, Callable, Optional, Sequence, cast
 
 import gymnasium as gym
 import numpy as np
@@ -26,7 +27,13 @@ from mistk_rl.thinker import tree
 from mistk_rl.thinker.config import ThinkerConfig, load_config
 from mistk_rl.thinker.tree import Node
 
+if TYPE_CHECKING:  # (both import torch: at run time only when the settings need them)
+    from mistk_rl.thinker.cloneable import Snapshots
+    from mistk_rl.thinker.model import ThinkerModel
+
 EnvFn = Callable[[], gym.Env]
+Step = tuple[dict[str, np.ndarray], np.ndarray, np.ndarray, dict[str, Any]]
+"""What `step` returns: the state, the rewards, the dones and the info."""
 
 STATUS_REAL, STATUS_IMAGINARY, STATUS_LAST_IMAGINARY = 0, 1, 2
 """step_status after a step: a real step was just taken; an imaginary one, and the next is
@@ -60,7 +67,7 @@ class ThinkerEnv:
             from mistk_rl.thinker.cloneable import ensure_cloneable
 
             self.envs = [ensure_cloneable(env) for env in self.envs]
-        self.model = None
+        self.model: Optional[ThinkerModel] = None
         # an untrained value-policy net with zero heads answers v = 0, logits = 0 exactly:
         # the perfect model then needs no network at all
         zero_vp = not cfg.train_model and cfg.model_zero_init
@@ -107,13 +114,7 @@ class ThinkerEnv:
         self.im_episode_return[:] = 0.0
         self.baseline[:] = 0.0
         if self.cfg.planning:
-            self.roots = self._new_roots(
-                np.zeros(self.env_n, dtype=np.int64), np.ones(self.env_n, dtype=bool)
-            )
-            self.curs = list(self.roots)
-            self.gmax_prev = np.array(
-                [tree.gmax(r, self.cfg.discounting) for r in self.roots], dtype=np.float32
-            )
+            self._plant(np.zeros(self.env_n, dtype=np.int64), np.ones(self.env_n, dtype=bool))
         return self._state(resets=np.ones(self.env_n, dtype=bool))
 
     def step(
@@ -121,7 +122,7 @@ class ThinkerEnv:
         primary_action: Any,
         reset_action: Any = None,
         action_prob: Optional[np.ndarray] = None,
-    ) -> tuple[dict[str, np.ndarray], np.ndarray, np.ndarray, dict[str, Any]]:
+    ) -> Step:
         """One augmented step: imaginary while the stage lasts, then real."""
         if not self.roots and self.cfg.planning or self.frames[0] is None:
             raise RuntimeError("call reset() before step()")
@@ -155,10 +156,10 @@ class ThinkerEnv:
             self.model.close()
 
     # ---- imaginary steps -----------------------------------------------------------------
-    def _imaginary_step(self, primary: np.ndarray, resets: np.ndarray):
+    def _imaginary_step(self, primary: np.ndarray, resets: np.ndarray) -> Step:
         cfg, gamma = self.cfg, self.cfg.discounting
         self.cur_t += 1
-        children = [cur.children[a] for cur, a in zip(self.curs, primary)]
+        children = [cur.expanded_children()[a] for cur, a in zip(self.curs, primary)]
         pending = []
         again = [child.expanded and not self._is_expanded(child) for child in children]
         for i, (cur, child) in enumerate(zip(self.curs, children)):
@@ -168,7 +169,7 @@ class ThinkerEnv:
                 child.expand(
                     0.0,
                     0.0,
-                    np.array([c.logit for c in cur.children]),
+                    np.array([c.logit for c in cur.expanded_children()]),
                     True,
                     cur.state,
                     cur.frame,
@@ -221,7 +222,7 @@ class ThinkerEnv:
         cfg, step = self.cfg, self.real_steps
         parents = [self.curs[i] for i in envs]
         if cfg.wrapper_type == 0:
-            out = self.model.unroll([p.state for p in parents], actions)
+            out = self._learned_model().unroll([p.state for p in parents], actions)
             for j, child in enumerate(children):
                 child.expand(
                     out.reward[j],
@@ -237,48 +238,31 @@ class ThinkerEnv:
         frames, results = [], []
         for i, parent, a in zip(envs, parents, actions):
             env = self.envs[i]
-            env.restore_state(parent.state)
+            _snapshots(env).restore_state(parent.state)
             frame, r, terminated, truncated, _ = env.step(int(a))
-            results.append((self._clip(float(r)), terminated or truncated, env.clone_state()))
+            results.append(
+                (self._clip(float(r)), terminated or truncated, _snapshots(env).clone_state())
+            )
             frames.append(frame)
         v, logits = self._value_policy(np.stack(frames), actions)
         for j, (child, (r, done, state)) in enumerate(zip(children, results)):
             child.expand(r, v[j], logits[j], done, state, frames[j], None, step)
 
     # ---- real steps ----------------------------------------------------------------------
-    def _real_step(self, primary: np.ndarray, action_prob: Optional[np.ndarray]):
+    def _real_step(self, primary: np.ndarray, action_prob: Optional[np.ndarray]) -> Step:
+        """The stage's last step: the real envs take `primary` from the roots, the model
+        records it (and may train), and the next stage starts at new roots."""
         cfg = self.cfg
-        n = self.env_n
-        rewards = np.zeros(n, dtype=np.float32)
-        terminated = np.zeros(n, dtype=bool)
-        truncated = np.zeros(n, dtype=bool)
         before = list(self.frames)
-        final: dict[int, tuple[Any, Any]] = {}  # auto_reset: truncated envs' last frame, state
         if cfg.planning:
             self.baseline = np.array(
                 [tree.baseline(r, cfg.discounting) for r in self.roots], dtype=np.float32
             )
-        for i, env in enumerate(self.envs):
-            if cfg.wrapper_type == 2:
-                env.restore_state(self.roots[i].state)
-            frame, r, terminated[i], truncated[i], _ = env.step(int(primary[i]))
-            self.episode_return[i] += r
-            rewards[i] = self._clip(float(r))
-            if (terminated[i] or truncated[i]) and self.auto_reset:
-                if truncated[i] and not terminated[i]:  # what it bootstraps from
-                    final[i] = (frame, env.clone_state() if cfg.wrapper_type == 2 else None)
-                frame = env.reset()[0]
-            self.frames[i] = frame
-        done = terminated | truncated
+        rewards, terminated, truncated, final = self._step_real_envs(primary)
+        done, cut = terminated | truncated, truncated & ~terminated
         if self.model is not None and cfg.train_model:
             self.model.record(
-                np.stack(before),
-                primary,
-                rewards,
-                done,
-                truncated & ~terminated,
-                self.baseline.copy(),
-                action_prob,
+                np.stack(before), primary, rewards, done, cut, self.baseline.copy(), action_prob
             )
         self.real_steps += 1
         if self.auto_reset:  # a restarted episode's root is reached by action 0
@@ -286,31 +270,69 @@ class ThinkerEnv:
         else:  # the root is the final state, reached by primary; step waits for reset()
             reached, self.ended = primary, done
         if cfg.planning:
-            self.roots = self._new_roots(reached, done)
-            self.curs = list(self.roots)
-            self.gmax_prev = np.array(
-                [tree.gmax(r, cfg.discounting) for r in self.roots], dtype=np.float32
-            )
+            self._plant(reached, done)
         final_states = self._final_states(final, primary) if final else {}
         if self.model is not None and cfg.train_model:
             self.model.train_if_due()
+        info = self._end_stage(done, cut)
+        if final_states:
+            info["final_state"] = final_states
+        self._end_episodes(done)
+        return self._state(resets=np.ones(self.env_n, dtype=bool)), rewards, done, info
+
+    def _step_real_envs(
+        self, primary: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, dict[int, tuple[Any, Any]]]:
+        """Each env's real step from its root: the clipped rewards, terminated, truncated,
+        and under auto_reset the truncated envs' last frame and state (what they bootstrap
+        from), env index -> (frame, state), an ended episode restarting at once."""
+        n, perfect = self.env_n, self.cfg.wrapper_type == 2
+        rewards = np.zeros(n, dtype=np.float32)
+        terminated = np.zeros(n, dtype=bool)
+        truncated = np.zeros(n, dtype=bool)
+        final: dict[int, tuple[Any, Any]] = {}
+        for i, env in enumerate(self.envs):
+            if perfect:
+                _snapshots(env).restore_state(self.roots[i].state)
+            frame, r, terminated[i], truncated[i], _ = env.step(int(primary[i]))
+            self.episode_return[i] += r
+            rewards[i] = self._clip(float(r))
+            if (terminated[i] or truncated[i]) and self.auto_reset:
+                if truncated[i] and not terminated[i]:  # what it bootstraps from
+                    final[i] = (frame, _snapshots(env).clone_state() if perfect else None)
+                frame = env.reset()[0]
+            self.frames[i] = frame
+        return rewards, terminated, truncated, final
+
+    def _end_stage(self, done: np.ndarray, cut: np.ndarray) -> dict[str, Any]:
+        """Back to the stage's start (depth and time 0), and the real step's info."""
         self.episode_step += 1
         self.depth[:] = 0
         self.cur_t = 0
         info = self._info(
             STATUS_REAL,
-            np.zeros(n, dtype=np.float32),
+            np.zeros(self.env_n, dtype=np.float32),
             done,
-            truncated & ~terminated,
+            cut,
             self.stage_depth.copy(),
         )
-        if final_states:
-            info["final_state"] = final_states
         self.stage_depth[:] = 0
+        return info
+
+    def _end_episodes(self, done: np.ndarray) -> None:
+        """The counters of the episodes that ended restart; a stage's planning reward is
+        reported at its end."""
         for counter in (self.episode_step, self.episode_return, self.im_episode_return):
             counter[done] = 0
-        self.im_episode_return[:] = 0.0  # a stage's planning reward is reported at its end
-        return self._state(resets=np.ones(n, dtype=bool)), rewards, done, info
+        self.im_episode_return[:] = 0.0
+
+    def _plant(self, actions: np.ndarray, fresh: np.ndarray) -> None:
+        """New roots (`_new_roots`), the walk at each, and the best return found so far."""
+        self.roots = self._new_roots(actions, fresh)
+        self.curs = list(self.roots)
+        self.gmax_prev = np.array(
+            [tree.gmax(r, self.cfg.discounting) for r in self.roots], dtype=np.float32
+        )
 
     def _new_roots(self, actions: np.ndarray, fresh: np.ndarray) -> list[Node]:
         """The roots after reset() or a real step: the chosen child and its subtree when the
@@ -318,17 +340,17 @@ class ThinkerEnv:
         cfg, step = self.cfg, self.real_steps
         frames = np.stack(self.frames)
         if cfg.wrapper_type == 0:
-            out = self.model.initial(frames, actions)
+            out = self._learned_model().initial(frames, actions)
             v, logits, states = out.v, out.logits, out.states
             hidden = [None] * self.env_n if out.hs is None else list(out.hs)
         else:
             v, logits = self._value_policy(frames, actions)
-            states = [env.clone_state() for env in self.envs]
+            states = [_snapshots(env).clone_state() for env in self.envs]
             hidden = [None] * self.env_n
         roots = []
         for i in range(self.env_n):
             old = self.roots[i] if self.roots else None
-            child = None if fresh[i] or old is None else old.children[actions[i]]
+            child = None if fresh[i] or old is None else old.expanded_children()[actions[i]]
             if cfg.tree_carry and child is not None and child.expanded:
                 root = tree.new_root(
                     child,
@@ -359,7 +381,7 @@ class ThinkerEnv:
             return {i: {"real_states": final[i][0]} for i in idx}
         reached = np.asarray(actions)[idx]
         if cfg.wrapper_type == 0:
-            out = self.model.initial(frames, reached)
+            out = self._learned_model().initial(frames, reached)
             v, logits, states = out.v, out.logits, out.states
             hidden = [None] * len(idx) if out.hs is None else list(out.hs)
         else:
@@ -428,6 +450,7 @@ class ThinkerEnv:
         if not self.cfg.planning:
             return state
         if reps is None:
+            assert resets is not None  # (each caller gives the reps or the resets)
             reps = np.stack([self._encode(i, bool(resets[i])) for i in range(self.env_n)])
         state["tree_reps"] = reps
         nodes = self.curs if nodes is None else nodes
@@ -458,6 +481,11 @@ class ThinkerEnv:
             "model_status": self.model_status(),
         }
 
+    def _learned_model(self) -> ThinkerModel:
+        """The learned model, which wrapper_type 0 builds."""
+        assert self.model is not None
+        return self.model
+
     def model_status(self) -> dict[str, Any]:
         if self.model is None or not self.cfg.train_model:
             return {"processed_n": 0, "warm_up_n": 0, "running": False, "finish": True}
@@ -483,13 +511,18 @@ class ThinkerEnv:
             return gym.spaces.Dict(spaces)
         spaces["tree_reps"] = gym.spaces.Box(-np.inf, np.inf, (self.layout.length,), np.float32)
         if cfg.wrapper_type == 0 and cfg.return_h:
-            spaces["hs"] = gym.spaces.Box(-np.inf, np.inf, self.model.sr.h_shape, np.float32)
+            spaces["hs"] = gym.spaces.Box(
+                -np.inf, np.inf, self._learned_model().h_shape, np.float32
+            )
         if cfg.return_x:  # a learned model's frames are predictions: floats in the bounds
             spaces["xs"] = (
                 real
                 if cfg.wrapper_type == 2
                 else gym.spaces.Box(
-                    self.model.scale.low, self.model.scale.high, real.shape, np.float32
+                    self._learned_model().scale.low,
+                    self._learned_model().scale.high,
+                    real.shape,
+                    np.float32,
                 )
             )
         return gym.spaces.Dict(spaces)
@@ -513,5 +546,13 @@ def make(
     if env_n < 1:
         raise ValueError(f"env_n must be >= 1, not {env_n}")
     settings = load_config(config, **cfg)
-    fn = env_fn if env_fn is not None else (lambda: gym.make(name))
-    return ThinkerEnv([fn] * env_n, settings)
+    if env_fn is None:
+        assert name is not None  # (exactly one of the two: checked above)
+        env_fn = functools.partial(gym.make, name)
+    return ThinkerEnv([env_fn] * env_n, settings)
+
+
+def _snapshots(env: gym.Env) -> Snapshots:
+    """A real env of the perfect model (wrapper_type 2), whose envs `ensure_cloneable`
+    gave clone_state() and restore_state()."""
+    return cast("Snapshots", env)

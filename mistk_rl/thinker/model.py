@@ -41,6 +41,9 @@ class ObsScale(nn.Module):
     """Observations to the nets' scale and back: (x - low) / (high - low) on the dims whose
     bounds are finite and narrower than BOUNDED; the other dims pass through."""
 
+    offset: torch.Tensor  # (buffers: registered below)
+    scale: torch.Tensor
+
     def __init__(self, space: spaces.Box) -> None:
         super().__init__()
         low = np.asarray(space.low, dtype=np.float64)
@@ -222,7 +225,9 @@ class ThinkerModel:
     `value_policy` (true frames; wrapper_type 2), and its learning from real steps:
     `record`, `train_if_due`, `status`, `save`/`load`, `close` (see `ModelLearner`)."""
 
-    def __init__(self, cfg: ThinkerConfig, observation_space: spaces.Box, num_actions: int) -> None:
+    def __init__(
+        self, cfg: ThinkerConfig, observation_space: spaces.Space, num_actions: int
+    ) -> None:
         if not isinstance(observation_space, spaces.Box) or len(observation_space.shape) not in (
             1,
             3,
@@ -252,7 +257,8 @@ class ThinkerModel:
             self.vp = VPNet(self.obs_shape, self.num_actions, size, cfg.model_zero_init)
         for net in (self.sr, self.vp):
             if net is not None and is_image(self.obs_shape):
-                net.to(memory_format=torch.channels_last)
+                # (torch's stubs lack `to`'s memory_format overload)
+                net.to(memory_format=torch.channels_last)  # type: ignore[call-overload]
         self.learner = ModelLearner(self)
 
     # ---- acting: numpy in, numpy out ----------------------------------------------------
@@ -299,14 +305,21 @@ class ThinkerModel:
         self, x: torch.Tensor, prev_actions: torch.Tensor, frames: np.ndarray
     ) -> tuple[np.ndarray, np.ndarray]:
         """VPNet on net-scale `x`, or cfg.vp_fn on the same frames in observation scale."""
-        if self.vp is None:
-            v, logits = self.cfg.vp_fn(frames)
-            return (
-                np.asarray(v, dtype=np.float32).reshape(len(frames)),
-                np.asarray(logits, dtype=np.float32).reshape(len(frames), self.num_actions),
-            )
-        v, logits = self.vp(x, prev_actions)
-        return v.numpy(), logits.numpy()
+        if self.vp is not None:
+            v_net, logits_net = self.vp(x, prev_actions)
+            return v_net.numpy(), logits_net.numpy()
+        vp_fn = self.cfg.vp_fn
+        assert vp_fn is not None  # (the VP-net is built unless vp_fn stands in for it)
+        v, logits = vp_fn(frames)
+        return (
+            np.asarray(v, dtype=np.float32).reshape(len(frames)),
+            np.asarray(logits, dtype=np.float32).reshape(len(frames), self.num_actions),
+        )
+
+    @property
+    def h_shape(self) -> tuple[int, ...]:
+        """The learned model's hidden state shape (state["hs"])."""
+        return self._need_sr().h_shape
 
     def _need_sr(self) -> SRNet:
         if self.sr is None:

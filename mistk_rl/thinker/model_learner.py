@@ -50,9 +50,11 @@ class TrainableModel(Protocol):
     cfg: ThinkerConfig
     num_actions: int
     obs_shape: tuple[int, ...]
-    scale: torch.nn.Module  # observations -> net scale (model.ObsScale)
-    sr: Optional[torch.nn.Module]  # the state-reward net (model.SRNet), wrapper_type 0
-    vp: Optional[torch.nn.Module]  # the value-policy net (model.VPNet), unless vp_fn
+    # the nets, typed in `model` (naming their classes here, even for the type checker only,
+    # would point an arrow back at the model)
+    scale: Any  # observations -> net scale (`model.ObsScale`)
+    sr: Any  # the state-reward net, wrapper_type 0 (`model.SRNet`, or None)
+    vp: Any  # the value-policy net, unless vp_fn (`model.VPNet`, or None)
 
 
 CHECKPOINT = "ckp_model.tar"
@@ -369,7 +371,9 @@ class ModelLearner:
         cfg, model, k = self.cfg, self.model, self.k
         progress = min(1.0, self.processed_n / cfg.total_steps)
         beta = cfg.priority_beta + (1.0 - cfg.priority_beta) * progress
-        w = self.replay.sample(cfg.model_batch_size, beta, self.rng, k)
+        replay = self.replay
+        assert replay is not None  # (`train_if_due` updates once the replay is ready)
+        w = replay.sample(cfg.model_batch_size, beta, self.rng, k)
         targets = torch.from_numpy(
             value_targets(w.rewards, w.dones, w.truncated, w.baselines, cfg.discounting, k, k)
         )
@@ -386,6 +390,7 @@ class ModelLearner:
             vp_losses, v0 = self._vp_losses(w, vp_frames, prev, targets, alive)
             losses.update(vp_losses)
         else:  # vp_fn: priorities from its values of the true s_t
+            assert cfg.vp_fn is not None  # (the model builds a VP-net unless vp_fn is set)
             v0 = torch.as_tensor(
                 np.asarray(cfg.vp_fn(w.frames[:, 0])[0], dtype=np.float32)
             ).reshape(-1)
@@ -399,6 +404,7 @@ class ModelLearner:
         total = sum(
             costs[name] * (weights * per_sample).mean() for name, per_sample in losses.items()
         )
+        assert isinstance(total, torch.Tensor)  # (a net to train gives losses: never sum() 0)
         lr = cfg.model_lr * max(0.0, 1.0 - progress)
         for opt in self.optimizers.values():
             for group in opt.param_groups:
@@ -411,7 +417,7 @@ class ModelLearner:
                     getattr(model, name).parameters(), cfg.model_grad_norm_clip
                 )
             opt.step()
-        self.replay.update_priorities(w.leaves, (v0 - targets[:, 0]).detach().numpy())
+        replay.update_priorities(w.leaves, (v0 - targets[:, 0]).detach().numpy())
         self.updates += 1
         self.losses = {
             name: float(per_sample.detach().mean()) for name, per_sample in losses.items()
@@ -423,6 +429,8 @@ class ModelLearner:
     ) -> tuple[dict[str, torch.Tensor], list[torch.Tensor]]:
         """Per-sample SR losses summed over the unroll, and the predicted frames."""
         sr, k = self.model.sr, self.k
+        if sr is None:
+            raise RuntimeError("sr_losses needs the state-reward net (wrapper_type 0)")
         actions = torch.from_numpy(w.actions)
         rewards = torch.from_numpy(w.rewards)
         truncated = torch.from_numpy(w.truncated).float()
@@ -456,7 +464,9 @@ class ModelLearner:
     ) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
         """Per-sample VP losses over s_0 .. s_k, and v(s_0) for the priorities."""
         b, k1 = frames.shape[:2]
-        v, logits = self.model.vp(frames.flatten(0, 1), prev.flatten())
+        vp = self.model.vp
+        assert vp is not None  # (`update` asks for these losses only with a VP-net)
+        v, logits = vp(frames.flatten(0, 1), prev.flatten())
         v, logits = v.reshape(b, k1), logits.reshape(b, k1, -1)
         log_p = F.log_softmax(logits, dim=-1)
         if w.probs is not None:

@@ -6,8 +6,8 @@ config says so (see configs/puzzle_thinker_agent.yaml)."""
 from __future__ import annotations
 
 from gymnasium import spaces
-from torch import nn
 
+from mistk_rl.rl.models import ActorCriticModel
 from mistk_rl.rl.policies.ppo import PPOPolicy
 from mistk_rl.thinker.actor_critic import ThinkerActorCritic
 
@@ -29,7 +29,7 @@ class ThinkerPPOPolicy(PPOPolicy):
         config["model"].update(hidden_sizes=[128, 128], readout_hidden=32, reset_logit=-2.0)
         return config
 
-    def _build_model(self, model: dict) -> nn.Module:
+    def _build_model(self, model: dict) -> ActorCriticModel:
         return ThinkerActorCritic(
             self.observation_space,
             self.action_n,

@@ -165,7 +165,7 @@ def level_pool(pool_seed: int = 0, size: int = POOL_SIZE) -> tuple[Level, ...]:
     return tuple(levels)
 
 
-class PuzzleEnv(gym.Env[np.ndarray, int]):
+class PuzzleEnv(gym.Env[np.ndarray, int | np.int64]):
     """The puzzle as a gymnasium env, with `clone_state()` / `restore_state(s)`.
 
     Observation: uint8 planes (walls, target, box, player) of shape (4, 7, 7), values 0/1, and
@@ -213,7 +213,7 @@ class PuzzleEnv(gym.Env[np.ndarray, int]):
         self._s = PuzzleState(level.walls, level.target, level.player, level.box, 0)
         return self._obs(), {"level": index}
 
-    def step(self, action: int) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
+    def step(self, action: int | np.int64) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
         if self._s is None:
             raise RuntimeError("call reset() before step()")
         walls, target, player, box, steps = self._s
@@ -244,6 +244,7 @@ class PuzzleEnv(gym.Env[np.ndarray, int]):
         self._s = PuzzleState(*state)
 
     def _obs(self) -> np.ndarray:
+        assert self._s is not None  # (reset and step set it first)
         walls, target, player, box, _ = self._s
         obs = np.zeros((4, SIZE * SIZE), np.uint8)
         obs[0] = _wall_plane(walls)

@@ -70,6 +70,12 @@ class Node:
     def expanded(self) -> bool:
         return self.children is not None
 
+    def expanded_children(self) -> list[Node]:
+        """The children of an expanded node (a root, or a node the walk stands on)."""
+        if self.children is None:
+            raise RuntimeError(f"the node reached by action {self.action} is not expanded")
+        return self.children
+
     def expand(
         self,
         r: float,
@@ -123,7 +129,10 @@ def path_return(top: Node, node: Node, gamma: float) -> float:
     ``r(top) + g r(..) + ... + g^j r(node) + g^(j+1) v(node)`` (an entry of top's list)."""
     path = [node]
     while path[-1] is not top:
-        path.append(path[-1].parent)
+        parent = path[-1].parent
+        if parent is None:
+            raise ValueError("path_return: top is not an ancestor of node")
+        path.append(parent)
     total, disc = 0.0, 1.0
     for n in reversed(path):
         total += disc * n.r

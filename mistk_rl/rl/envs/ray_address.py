@@ -20,16 +20,17 @@ def unreachable(address: str, timeout: float = 5.0) -> Optional[str]:
     if address == "local":
         return None
     if address.startswith("ray://"):  # a Ray client server
-        bootstrap: Optional[str] = address.removeprefix("ray://")
+        bootstrap = address.removeprefix("ray://")
     else:
         try:  # as ray.init resolves it: auto -> the last cluster this machine ran
             from ray._private.services import canonicalize_bootstrap_address
 
-            bootstrap = canonicalize_bootstrap_address(address)
+            resolved = canonicalize_bootstrap_address(address)
         except (ImportError, ValueError, ConnectionError) as exc:
             return str(exc)
-        if bootstrap is None:
+        if resolved is None:
             return "none is running on this machine"
+        bootstrap = resolved
     host, _, port = bootstrap.rpartition(":")
     try:
         socket.create_connection((host.strip("[]"), int(port)), timeout=timeout).close()

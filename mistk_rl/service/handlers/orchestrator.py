@@ -7,7 +7,7 @@ import ipaddress
 import logging
 import re
 from pathlib import Path
-from typing import Any, Iterable, Optional
+from typing import Any, Iterable, Optional, Protocol, runtime_checkable
 from urllib.parse import SplitResult, urlsplit
 
 from pydantic import BaseModel
@@ -23,6 +23,15 @@ from mistk_rl.service.handlers.common import JSON, Response, ServiceBase
 from mistk_rl.wire.jsonable import to_jsonable
 
 log = logging.getLogger(__name__)
+
+
+@runtime_checkable
+class _LeagueHost(Protocol):
+    """An orchestrator that workers join (`LeagueOrchestrator`): addLeagueWorker's."""
+
+    scheduler: Optional[Any]  # None until the league is initialized
+
+    def add_worker(self, url: str, replaces: Optional[str] = None) -> dict[str, Any]: ...
 
 
 class OrchestratorService(ServiceBase):
@@ -61,7 +70,7 @@ class OrchestratorService(ServiceBase):
             self.orchestrator.env_steps = 0
             self.orchestrator.do_initialize(env, agents_needed)
 
-        return self.lifecycle.run("initialize", hook), 202, JSON
+        return self._accepted("initialize", hook)
 
     def registerAgent(  # noqa: N802
         self,
@@ -119,10 +128,7 @@ class OrchestratorService(ServiceBase):
         self.lifecycle.check("start_episode")  # the checks below read the env and agents
         self.orchestrator.validate_agent_settings(config)
         self.orchestrator.validate_start_episode(config)
-        accepted = self.lifecycle.run(
-            "start_episode", lambda: self.orchestrator.do_start_episode(config)
-        )
-        return accepted, 202, JSON
+        return self._accepted("start_episode", lambda: self.orchestrator.do_start_episode(config))
 
     def saveEpisode(self, path: str) -> Response:  # noqa: N802
         target = self._path(path)
@@ -150,15 +156,15 @@ class OrchestratorService(ServiceBase):
         return to_jsonable(league), 200, JSON
 
     def addLeagueWorker(self, body: dict[str, Any]) -> Response:  # noqa: N802
-        add = getattr(self.orchestrator, "add_worker", None)
-        if add is None:
+        league = self.orchestrator
+        if not isinstance(league, _LeagueHost):
             raise ResourceNotFound(
                 f"{type(self.orchestrator).__name__} runs no league: no workers to join"
             )
         _service_url(body["url"], "url")
         if body.get("replaces") is not None:
             _service_url(body["replaces"], "replaces")
-        if self.orchestrator.scheduler is None:
+        if league.scheduler is None:
             raise IllegalState(
                 "addLeagueWorker",
                 self.lifecycle.state,
@@ -166,7 +172,7 @@ class OrchestratorService(ServiceBase):
                 detail="addLeagueWorker: the league is not initialized: "
                 "initialize it (with its first workers) first",
             )
-        return to_jsonable(add(body["url"], body.get("replaces"))), 202, JSON
+        return to_jsonable(league.add_worker(body["url"], body.get("replaces"))), 202, JSON
 
     def reset(self, reset_agents: bool = True) -> Response:
         def hook() -> None:
@@ -183,7 +189,7 @@ class OrchestratorService(ServiceBase):
             if errors:
                 log.warning("orchestrator reset: %s", "; ".join(errors))
 
-        return self.lifecycle.run("reset", hook), 202, JSON
+        return self._accepted("reset", hook)
 
     def terminate(self) -> Response:
         def hook() -> None:
@@ -264,8 +270,9 @@ class OrchestratorService(ServiceBase):
         return frozenset(version.capabilities)
 
     def _check_agent_url(self, url: str) -> None:
-        parts = _service_url(url)
-        host = parts.hostname.lower()
+        hostname = _service_url(url).hostname
+        assert hostname  # (`_service_url` refuses a URL without one)
+        host = hostname.lower()
         if host in self.allowed_agent_hosts or host == "localhost":
             return
         try:
