@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Literal, Optional
+from typing import Any, Iterable, Literal, Optional
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
@@ -41,7 +41,8 @@ class ServiceSpec(_Strict):
         return self
 
 
-class RunEnvSpec(BaseModel):
+# (the pydantic plugin's __init__ takes the extra keys as **kwargs: the field `kwargs` clashes)
+class RunEnvSpec(BaseModel):  # type: ignore[no-redef]
     """initialize's env as it is sent: `id`, `kwargs` and whatever settings the orchestrator
     takes (its `env_settings`; it refuses with a 400 naming a key it does not take, with a
     suggestion, so the harness keeps no list of them: e.g. the gym orchestrator's `thinker`)."""
@@ -269,9 +270,26 @@ class RunConfig(_Strict):
 
     @model_validator(mode="after")
     def _check(self) -> "RunConfig":
+        """What the schema cannot say field by field: what the run does (one of the modes),
+        what a league asks of the rest, that evaluations name agents the run has. A config
+        that gives no mode plays one episode."""
         names = [a.name for a in self.agents]
         if len(set(names)) != len(names):
             raise ValueError(f"agent names must be unique, got {names}")
+        given = self._modes_given()
+        league = self.orchestrator.env.league
+        solo = self.orchestrator.env.solo_players() if league is not None else None
+        self._check_solo_league(league, solo)
+        self._check_agents_of_mode(solo)
+        if self.evaluation is not None:
+            self._check_evaluation_names(self.evaluation, names)
+        self._check_workers(league)
+        if not given:
+            self.episodes = [EpisodeBlock()]
+        return self
+
+    def _modes_given(self) -> list[str]:
+        """The modes the config gives (at most one: play, train or train by games)."""
         given = [
             key
             for key in ("episodes", "training", "game_training")
@@ -283,8 +301,13 @@ class RunConfig(_Strict):
                 "evaluate) or 'game_training' (games), not "
                 f"{' and '.join(given)}"
             )
-        league = self.orchestrator.env.league
-        solo = self.orchestrator.env.solo_players() if league is not None else None
+        return given
+
+    def _check_solo_league(
+        self, league: Optional[dict[str, Any]], solo: Optional[list[str]]
+    ) -> None:
+        """A league trains by `training` only when solo (a solo league never by games),
+        with one agent per player; `evaluator` is such a league's."""
         if league is not None and self.training is not None and solo is None:
             raise ValueError(
                 "'training' with a league trains a solo league (every player of "
@@ -300,6 +323,10 @@ class RunConfig(_Strict):
             )
         if self.evaluator is not None and solo is None:
             raise ValueError("'evaluator' is a solo league's (its players' evaluations)")
+
+    def _check_agents_of_mode(self, solo: Optional[list[str]]) -> None:
+        """Training (not a solo league's) drives one agent; game training needs to know
+        which agent's moves count (its evaluation's)."""
         if self.training is not None and solo is None and len(self.agents) != 1:
             raise ValueError("training drives exactly one agent")
         if self.game_training is not None and self.evaluation is None:
@@ -307,27 +334,31 @@ class RunConfig(_Strict):
                 "game_training needs 'evaluation': its agent is the one "
                 "whose moves count and who is evaluated"
             )
-        if self.evaluation is not None:
-            known = set(names)
-            named = [self.evaluation.agent] + [
-                m.opponent for m in self.evaluation.against if not m.exhaustive
-            ]
-            missing = sorted({n for n in named if n not in known})
-            if missing:
-                raise ValueError(
-                    f"evaluation names agents {', '.join(missing)} that "
-                    f"'agents' does not list ({', '.join(names)})"
-                )
-            against = {m.opponent for m in self.evaluation.against}
-            unknown = sorted(
-                {t.opponent for t in (self.game_training.stop_when if self.game_training else ())}
-                - against
+
+    def _check_evaluation_names(self, evaluation: GameEvaluation, names: list[str]) -> None:
+        """The evaluation's agent and sampled opponents are agents of the run, and the stop
+        targets name matchups the evaluation plays."""
+        known = set(names)
+        named = [evaluation.agent] + [m.opponent for m in evaluation.against if not m.exhaustive]
+        missing = sorted({n for n in named if n not in known})
+        if missing:
+            raise ValueError(
+                f"evaluation names agents {', '.join(missing)} that "
+                f"'agents' does not list ({', '.join(names)})"
             )
-            if unknown:
-                raise ValueError(
-                    f"game_training.stop_when names opponents "
-                    f"{', '.join(unknown)} the evaluation does not play"
-                )
+        against = {m.opponent for m in evaluation.against}
+        unknown = sorted(
+            {t.opponent for t in (self.game_training.stop_when if self.game_training else ())}
+            - against
+        )
+        if unknown:
+            raise ValueError(
+                f"game_training.stop_when names opponents "
+                f"{', '.join(unknown)} the evaluation does not play"
+            )
+
+    def _check_workers(self, league: Optional[dict[str, Any]]) -> None:
+        """`workers` are a league's, and a league has some (here or in its own settings)."""
         if self.workers and league is None:
             raise ValueError("'workers' are a league's: orchestrator.env.league is not set")
         if league is not None and not self.workers and not league.get("workers"):
@@ -335,9 +366,6 @@ class RunConfig(_Strict):
                 "a league needs 'workers' (game orchestrators, or a solo league's "
                 "gym orchestrators) to play its jobs"
             )
-        if not given:
-            self.episodes = [EpisodeBlock()]
-        return self
 
 
 def with_seed(config: RunConfig, seed: int) -> RunConfig:
@@ -421,6 +449,7 @@ def resume_config(
 
 def _flat(data: Any, prefix: str = "") -> dict[str, Any]:
     """{dotted.key: leaf value} of nested dicts and lists."""
+    items: Iterable[tuple[Any, Any]]
     if isinstance(data, dict):
         items = data.items()
     elif isinstance(data, list):

@@ -117,6 +117,7 @@ def _load_agent(run_dir: Path, agent_name: Optional[str], scratch: Path) -> tupl
             f"agent {spec.name!r}: no saved model in {where} (no save_path "
             "written, no checkpoint in progress.json)"
         )
+    assert spec.target is not None  # (`specs` holds the agents the run started)
     module, _, cls_name = spec.target.partition(":")
     agent = getattr(importlib.import_module(module), cls_name)()
     if not hasattr(agent, "actor"):
@@ -164,7 +165,8 @@ def _onnx(
             dynamic_axes={"obs": {0: "batch"}, "action": {0: "batch"}},
         )
     evaluator = ReferenceEvaluator(str(path))
-    return lambda rows: evaluator.run(None, {"obs": rows})[0]
+    # (onnx types run's result as dict | list: a dict comes only with intermediate=True)
+    return lambda rows: evaluator.run(None, {"obs": rows})[0]  # type: ignore[index]
 
 
 def _check(expected: np.ndarray, got: np.ndarray, name: str) -> None:

@@ -50,7 +50,9 @@ def _enumerated(
         EpisodeConfig(exhaustive=ExhaustiveSpec(agent=spec.agent, opponent=matchup.opponent)),
         timeout=timeout,
     )
-    report = played.results.evaluations[-1]
+    evaluations = played.results.evaluations
+    assert evaluations, "an exhaustive episode's results hold its evaluation"
+    report = evaluations[-1]
     if not report["complete"]:
         raise RuntimeError(
             f"the enumeration against {matchup.opponent} did not complete "

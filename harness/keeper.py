@@ -102,6 +102,7 @@ class WorkerKeeper:
             return
         worker.restarts += 1
         spec = worker.spec
+        assert spec.target is not None  # (it was placed on the cluster: started from a target)
         allow = tuple(
             arg for host in self.cluster.node_addresses() for arg in ("--allow-agent-host", host)
         )

@@ -22,7 +22,7 @@ import numpy as np
 from harness.config import TrainingSpec
 from harness.loop import Evaluated
 from harness.progress import TrainingProgress
-from harness.training import GymSchedule, Progress, evaluate_returns, train
+from harness.training import EvalResult, GymSchedule, Progress, evaluate_returns, train
 from mistk_rl.games.opponents import OPPONENTS
 from mistk_rl.sdk.client import OrchestratorClient
 from mistk_rl.sdk.schemas import EpisodeConfig
@@ -200,7 +200,8 @@ class _SoloSchedule(GymSchedule):
 
     def evaluate(self, wall_s: float) -> Evaluated:
         progress, spec = self.progress, self.spec
-        players, results = {}, {}
+        players: dict[str, dict[str, Any]] = {}
+        results: dict[str, EvalResult] = {}
         for player in self.players:
             result = results[player] = evaluate_returns(
                 self.evaluator.use(player), spec, self.timeout

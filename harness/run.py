@@ -14,11 +14,11 @@ import signal
 import sys
 import threading
 import time
-from contextlib import ExitStack
+from contextlib import ExitStack, contextmanager
 from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Iterator, Literal, Optional, TypeVar
 
 import numpy as np
 import yaml
@@ -96,60 +96,90 @@ def run_from_file(
     services resumes by itself from its last checkpoint, at most `max_restarts` times
     (default 3 on a cluster, 0 without). Prints a summary, returns the exit code."""
     say = (lambda *_: None) if quiet else (lambda msg: print(msg, flush=True))
-    # SIGINT already unwinds (KeyboardInterrupt); SIGTERM and SIGHUP do the same, so the
-    # services this run started are stopped whichever way it is ended
+    program = "mistk-rl eval" if evaluate_only else "mistk-rl run"
+    run_dir: Optional[Path] = None
+    with _unwinding_on_signals():
+        try:
+            progress = None
+            if resume is not None:
+                config, run_dir = _resumed_config(resume, out, config_path, seed), resume
+                finished = _finished(config, resume)
+                if finished:  # nothing to do, and nothing in the run dir is touched
+                    print(
+                        f"mistk-rl run: the run in {resume} has finished ({finished}): "
+                        f"nothing to resume; its results are in {resume / 'results.json'}",
+                        file=sys.stderr,
+                    )
+                    return 0
+                progress = _progress_kind(config).load(resume)
+            else:
+                assert config_path is not None  # (the CLI asks for CONFIG without --resume)
+                config = load_config(config_path)
+                if seed is not None:
+                    config = with_seed(config, seed)
+                run_dir = out or Path("runs") / f"{config.name}-{datetime.now():%Y%m%d-%H%M%S}"
+            if cluster is not None:
+                config = with_cluster(config, cluster)
+            if eval_episodes is not None:
+                config = with_eval_episodes(config, eval_episodes)
+            restarts = restarts_allowed(config, max_restarts)
+            results = run_restarting(config, run_dir, say, progress, quiet, evaluate_only, restarts)
+        except (RunConfigError, HarnessError, ClusterError) as exc:
+            print(f"{program}: {exc}", file=sys.stderr)
+            return 1
+        except (Stopped, KeyboardInterrupt) as exc:
+            return _interrupted(program, exc, run_dir)
+    _say_results(config, results, run_dir, say)
+    return 0
+
+
+@contextmanager
+def _unwinding_on_signals() -> Iterator[None]:
+    """SIGINT already unwinds (KeyboardInterrupt); SIGTERM and SIGHUP do the same inside,
+    so the services a run started are stopped whichever way it is ended. (Signal handlers
+    can only be set in the main thread: elsewhere nothing changes.)"""
     previous = (
         {sig: signal.signal(sig, _raise_stopped) for sig in (signal.SIGTERM, signal.SIGHUP)}
         if threading.current_thread() is threading.main_thread()
         else {}
     )
-    program = "mistk-rl eval" if evaluate_only else "mistk-rl run"
-    run_dir: Optional[Path] = None
     try:
-        progress = None
-        if resume is not None:
-            if out is not None:
-                raise RunConfigError(
-                    "--resume continues the run in its own directory: --out does not apply"
-                )
-            config, run_dir = resume_config(resume, config_path, seed), resume
-            finished = _finished(config, resume)
-            if finished:  # nothing to do, and nothing in the run dir is touched
-                print(
-                    f"mistk-rl run: the run in {resume} has finished ({finished}): nothing "
-                    f"to resume; its results are in {resume / 'results.json'}",
-                    file=sys.stderr,
-                )
-                return 0
-            progress = (GameProgress if config.game_training else Progress).load(resume)
-        else:
-            config = load_config(config_path)
-            if seed is not None:
-                config = with_seed(config, seed)
-            run_dir = out or Path("runs") / f"{config.name}-{datetime.now():%Y%m%d-%H%M%S}"
-        if cluster is not None:
-            config = with_cluster(config, cluster)
-        if eval_episodes is not None:
-            config = with_eval_episodes(config, eval_episodes)
-        max_restarts = restarts_allowed(config, max_restarts)
-        results = run_restarting(config, run_dir, say, progress, quiet, evaluate_only, max_restarts)
-    except (RunConfigError, HarnessError, ClusterError) as exc:
-        print(f"{program}: {exc}", file=sys.stderr)
-        return 1
-    except (Stopped, KeyboardInterrupt) as exc:
-        why = "interrupted (Ctrl-C)" if isinstance(exc, KeyboardInterrupt) else str(exc)
-        print(
-            f"{program}: {why}; the services it started are stopped{_what_is_left(run_dir)}",
-            file=sys.stderr,
-        )
-        return 130 if isinstance(exc, KeyboardInterrupt) else 128 + exc.signum
+        yield
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+
+
+def _resumed_config(
+    resume: Path, out: Optional[Path], config_path: Optional[Path], seed: Optional[int]
+) -> RunConfig:
+    """The config the run in `resume` ran with (`resume_config`); it stays in its dir."""
+    if out is not None:
+        raise RunConfigError(
+            "--resume continues the run in its own directory: --out does not apply"
+        )
+    return resume_config(resume, config_path, seed)
+
+
+def _interrupted(program: str, exc: Stopped | KeyboardInterrupt, run_dir: Optional[Path]) -> int:
+    """Say that the run was ended and what it left; the shell's exit code for the signal."""
+    why = "interrupted (Ctrl-C)" if isinstance(exc, KeyboardInterrupt) else str(exc)
+    print(
+        f"{program}: {why}; the services it started are stopped{_what_is_left(run_dir)}",
+        file=sys.stderr,
+    )
+    return 130 if isinstance(exc, KeyboardInterrupt) else 128 + exc.signum
+
+
+def _say_results(
+    config: RunConfig, results: dict, run_dir: Path, say: Callable[[str], None]
+) -> None:
+    """The summary lines of a finished run: its evaluation, league table and episodes."""
     if "evaluation" in results and config.evaluation is not None:
         report = results.get("evaluation_detail") or results["evaluation"]
         say(f"evaluation of {config.evaluation.agent}: {summary(report)}")
     elif "evaluation" in results:  # a single-agent run's (mistk-rl eval of a gym config)
+        assert config.training is not None  # (`_save_config` refuses an eval of neither)
         report = results["evaluation"]
         returns = ", ".join(f"{r:g}" for r in report["returns"])
         say(
@@ -170,7 +200,6 @@ def run_from_file(
             f"{results['episode_mean_return']:.2f}; wall {results['wall_s']:.2f} s; results in "
             f"{run_dir / 'results.json'} (each episode: {run_dir / EPISODES})"
         )
-    return 0
 
 
 EPISODES = "episodes.jsonl"  # results.json's episodes, one JSON object a line, beside it
@@ -240,7 +269,7 @@ def run_restarting(
                 ) from exc
             restarts += 1
             try:
-                progress = (GameProgress if config.game_training else Progress).load(run_dir)
+                progress = _progress_kind(config).load(run_dir)
                 where = "its last checkpoint"
             except RunConfigError:
                 progress, where = None, "the start (no checkpoint yet)"
@@ -252,29 +281,39 @@ def run_restarting(
             time.sleep(pause)  # backing off: a node that keeps failing is not hammered
 
 
+def _progress_kind(config: RunConfig) -> type[Progress] | type[GameProgress]:
+    """The progress.json a run of this config keeps: a game run's, or a gym run's."""
+    return GameProgress if config.game_training else Progress
+
+
 def _finished(config: RunConfig, run_dir: Path) -> Optional[str]:
     """How the run in `run_dir` finished (a phrase), or None when there is more to do:
     ``results.json``, written last, is there, and its training (if any) reached the end the
     config sets (a config edited to train on since then is not finished)."""
     if not (run_dir / "results.json").is_file():
         return None
-    spec = config.game_training or config.training
-    if spec is None:
+    if config.game_training is None and config.training is None:
         return "it ran every episode block"
-    kind = GameProgress if config.game_training else Progress
     try:
-        progress = kind.load(run_dir)
+        done, total, unit, stopped = _training_stands(config, run_dir)
     except RunConfigError:  # no checkpoints (so no progress.json): results.json says it ended
         return "it trained to its end"
-    if config.game_training:
-        done, total, unit = progress.agent_steps, config.game_training.agent_steps, "agent"
-    else:
-        done, total, unit = progress.train_steps, config.training.env_steps, "env"
-    if progress.done:
+    if stopped:
         return f"an evaluation met its stop target after {done:,} {unit} steps"
     if done >= total:
         return f"it trained {done:,} of {total:,} {unit} steps"
     return None
+
+
+def _training_stands(config: RunConfig, run_dir: Path) -> tuple[int, int, str, bool]:
+    """From the run's progress.json: its steps so far, the config's budget of them, their
+    unit, and whether an evaluation stopped the run."""
+    if config.game_training is not None:
+        games = GameProgress.load(run_dir)
+        return games.agent_steps, config.game_training.agent_steps, "agent", games.done
+    assert config.training is not None  # (a run of episode blocks keeps no progress)
+    gym = Progress.load(run_dir)
+    return gym.train_steps, config.training.env_steps, "env", gym.done
 
 
 def run(
@@ -400,6 +439,7 @@ class _RunServices:
         """Start a service here or on the cluster (they all boot side by side; `start`
         waits); `near_driver`: on this process's node if it can hold it."""
         args = (*spec.args, *extra)
+        assert spec.target is not None  # (a spec without one has the url of a running service)
         if self.cluster is not None:
             service: ServiceProcess | PlacedService = self.cluster.spawn(
                 role,
@@ -530,13 +570,17 @@ class _RunClients:
             name: stack.enter_context(AgentClient(url, token=token, timeout=call))
             for name, url in services.agent_urls.items()
         }
-        self.evaluator = services.evaluator_url and Evaluator(
-            stack.enter_context(
-                OrchestratorClient(services.evaluator_url, token=token, timeout=call)
-            ),
-            {"id": services.env["id"], "kwargs": services.env.get("kwargs", {})},
-            services.agent_urls,
-            call,
+        self.evaluator = (
+            Evaluator(
+                stack.enter_context(
+                    OrchestratorClient(services.evaluator_url, token=token, timeout=call)
+                ),
+                {"id": services.env["id"], "kwargs": services.env.get("kwargs", {})},
+                services.agent_urls,
+                call,
+            )
+            if services.evaluator_url
+            else None
         )
 
 
@@ -612,6 +656,9 @@ def _results(
         }
     atomic_write_json(run_dir / "results.json", results)
     return results
+
+
+_Kept = TypeVar("_Kept", Progress, GameProgress)
 
 
 @dataclass
@@ -700,14 +747,9 @@ class _Sequence:
         config = self.config
         if self.evaluate_only:
             with _step("evaluation"):
-                outcome["evaluation"] = (
-                    evaluate(self.orch, config.evaluation, config.timeouts.episodes)
-                    if config.evaluation is not None
-                    else asdict(
-                        evaluate_returns(self.orch, config.training, config.timeouts.episodes)
-                    )
-                )
+                outcome["evaluation"] = self._evaluation()
         elif config.game_training is not None:
+            assert config.evaluation is not None  # (`RunConfig._check`: game training has one)
             with _step("game training"):
                 outcome["evals"] = train_games(
                     self.orch,
@@ -718,7 +760,7 @@ class _Sequence:
                     self.say,
                     self._checkpoints(config.game_training.checkpoints),
                     quiet=self.quiet,
-                    progress=self.resume,
+                    progress=self._resumed(GameProgress),
                     title=config.name,
                 )
         elif config.training is not None:
@@ -726,6 +768,21 @@ class _Sequence:
         else:
             _play_blocks(config, self.orch, self.say)
         return None
+
+    def _evaluation(self) -> dict[str, Any]:
+        """`mistk-rl eval`: the config's game evaluation, else its training's greedy
+        episodes on the evaluation seeds."""
+        config = self.config
+        if config.evaluation is not None:
+            return evaluate(self.orch, config.evaluation, config.timeouts.episodes)
+        assert config.training is not None  # (`_save_config` refuses a config with neither)
+        return asdict(evaluate_returns(self.orch, config.training, config.timeouts.episodes))
+
+    def _resumed(self, kind: type[_Kept]) -> Optional[_Kept]:
+        """The progress this run resumes from (None: a new run), of the kind its training
+        keeps (`_progress_kind` loaded it)."""
+        assert self.resume is None or isinstance(self.resume, kind)
+        return self.resume
 
     def _checkpoints(self, every: Any) -> Optional[Checkpoints]:
         """Checkpoints kept as the config says (pruned where this harness can reach them)."""
@@ -750,12 +807,12 @@ class _Sequence:
                     config.timeouts.episodes,
                     self.say,
                     checkpoints,
-                    self.resume,
+                    self._resumed(Progress),
                     quiet=self.quiet,
                     title=config.name,
                 )
             else:
-                settings = {a.name: a.settings() for a in config.agents if a.settings()}
+                settings = {a.name: s for a in config.agents if (s := a.settings()) is not None}
                 progress = train(
                     self.orch,
                     training,
@@ -763,7 +820,7 @@ class _Sequence:
                     config.timeouts.episodes,
                     self.say,
                     checkpoints,
-                    self.resume,
+                    self._resumed(Progress),
                     quiet=self.quiet,
                     title=config.name,
                     agents=settings,
@@ -832,9 +889,8 @@ def last_checkpoint(
     run's or a gym run's, as `config` says), if the harness started the agent here and the
     file is there."""
     where = local_dirs.get(spec.name)
-    kind = GameProgress if config.game_training else Progress
     try:
-        checkpoint = kind.load(run_dir).checkpoints.get(spec.name)
+        checkpoint = _progress_kind(config).load(run_dir).checkpoints.get(spec.name)
     except (RunConfigError, TypeError):  # (no progress.json; one of another kind of run)
         return None
     if checkpoint and where is not None and (where / checkpoint).exists():
@@ -875,6 +931,7 @@ def _play_blocks(config: RunConfig, orch: OrchestratorClient, say: Callable[[str
                 )
                 printed += 1
 
+    assert config.episodes is not None  # (`RunConfig._check`: one block by default)
     for i, block in enumerate(config.episodes):
         episode_config = EpisodeConfig(
             num_episodes=block.num_episodes,
@@ -905,7 +962,9 @@ class _step:
     def __enter__(self) -> None:
         return None
 
-    def __exit__(self, _exc_type, exc, _tb) -> bool:
+    def __exit__(
+        self, _exc_type: object, exc: Optional[BaseException], _tb: object
+    ) -> Literal[False]:
         if exc is not None and isinstance(exc, ServiceError):
             raise HarnessError(f"{self.name} failed: {exc}") from exc
         return False

@@ -24,7 +24,7 @@ import json
 from dataclasses import asdict, dataclass, field
 from functools import partial
 from pathlib import Path
-from typing import Callable, Mapping, Optional, Sequence
+from typing import Any, Callable, ClassVar, Mapping, Optional, Protocol, Sequence, TypeVar
 
 import numpy as np
 
@@ -54,14 +54,19 @@ ROLLING = 20  # training episodes averaged in the learning curve
 PROGRESS = "progress.json"
 
 
+_Saved = TypeVar("_Saved", bound="ProgressFile")
+
+
 class ProgressFile:
     """``progress.json`` in the run dir, for a dataclass of JSON-able fields."""
+
+    __dataclass_fields__: ClassVar[dict[str, Any]]  # (the subclass is a dataclass)
 
     def save(self, run_dir: Path) -> None:
         atomic_write_json(run_dir / PROGRESS, asdict(self))
 
     @classmethod
-    def load(cls, run_dir: Path):
+    def load(cls: type[_Saved], run_dir: Path) -> _Saved:
         path = run_dir / PROGRESS
         if not path.exists():
             raise RunConfigError(
@@ -359,11 +364,7 @@ def write_curve(
 ) -> None:
     """``evals.csv`` and ``learning_curve.png``: mean ± std eval return vs training env
     steps, the training episodes' returns (rolling mean of `ROLLING`), the stop value."""
-    with open(run_dir / "evals.csv", "w", newline="") as fh:
-        out = csv.writer(fh)
-        out.writerow(["env_steps", "wall_s", "mean_return", "std_return"])
-        for e in evals:
-            out.writerow([e["env_steps"], e["wall_s"], e["mean_return"], e["std_return"]])
+    _write_evals_csv(evals, run_dir)
     if not evals:
         return
     import matplotlib
@@ -371,29 +372,57 @@ def write_curve(
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    if len(train_returns):
+        _plot_train_returns(ax, train_returns)
+    _plot_evals(ax, evals, stop_value)
+    ax.set_xlabel("training env steps")
+    ax.set_ylabel("episode return")
+    ax.set_title(title or run_dir.name)
+    ax.legend(loc="best", fontsize="small")
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(run_dir / "learning_curve.png", dpi=100)
+    plt.close(fig)
+
+
+def _write_evals_csv(evals: list[dict], run_dir: Path) -> None:
+    """``evals.csv``: a row per evaluation (the header alone before the first)."""
+    with open(run_dir / "evals.csv", "w", newline="") as fh:
+        out = csv.writer(fh)
+        out.writerow(["env_steps", "wall_s", "mean_return", "std_return"])
+        for e in evals:
+            out.writerow([e["env_steps"], e["wall_s"], e["mean_return"], e["std_return"]])
+
+
+def _plot_train_returns(ax: Any, train_returns: Sequence[Sequence[float]]) -> None:
+    """Each training episode's return as a faint dot, and their rolling mean: single
+    episodes are too noisy to read a trend from."""
+    at, returns = np.asarray(train_returns, dtype=float).T
+    window = min(ROLLING, len(returns))
+    rolling = np.convolve(returns, np.ones(window) / window, mode="valid")
+    ax.plot(
+        at,
+        returns,
+        ".",
+        color="tab:gray",
+        alpha=0.25,
+        markersize=3,
+        label="training episodes (each)",
+    )
+    ax.plot(
+        at[window - 1 :],
+        rolling,
+        color="tab:gray",
+        label=f"training episodes (mean of {window})",
+    )
+
+
+def _plot_evals(ax: Any, evals: list[dict], stop_value: Optional[float]) -> None:
+    """The evaluations' mean return with a ± std band, and the stop value as a line."""
     steps = [e["env_steps"] for e in evals]
     mean = [e["mean_return"] for e in evals]
     std = [e["std_return"] for e in evals]
-    fig, ax = plt.subplots(figsize=(7, 4.5))
-    if len(train_returns):
-        at, returns = np.asarray(train_returns, dtype=float).T
-        window = min(ROLLING, len(returns))
-        rolling = np.convolve(returns, np.ones(window) / window, mode="valid")
-        ax.plot(
-            at,
-            returns,
-            ".",
-            color="tab:gray",
-            alpha=0.25,
-            markersize=3,
-            label="training episodes (each)",
-        )
-        ax.plot(
-            at[window - 1 :],
-            rolling,
-            color="tab:gray",
-            label=f"training episodes (mean of {window})",
-        )
     ax.plot(steps, mean, marker="o", color="tab:blue", label="evaluation mean ± std")
     ax.fill_between(
         steps,
@@ -406,14 +435,15 @@ def write_curve(
         ax.axhline(
             stop_value, color="tab:green", linestyle="--", label=f"stop value {stop_value:g}"
         )
-    ax.set_xlabel("training env steps")
-    ax.set_ylabel("episode return")
-    ax.set_title(title or run_dir.name)
-    ax.legend(loc="best", fontsize="small")
-    ax.grid(alpha=0.3)
-    fig.tight_layout()
-    fig.savefig(run_dir / "learning_curve.png", dpi=100)
-    plt.close(fig)
+
+
+class ScalarWriter(Protocol):
+    """What the harness logs to TensorBoard through (torch's `SummaryWriter`, or nothing)."""
+
+    def add_scalar(self, tag: str, value: float, step: Optional[int] = None, /) -> None: ...
+    def add_figure(self, tag: str, figure: Any, step: Optional[int] = None, /) -> None: ...
+    def flush(self) -> None: ...
+    def close(self) -> None: ...
 
 
 class _NullWriter:
@@ -423,7 +453,7 @@ class _NullWriter:
     def close(self) -> None: ...
 
 
-def tensorboard_writer(log_dir: Path, purge_step: Optional[int] = None) -> "object":
+def tensorboard_writer(log_dir: Path, purge_step: Optional[int] = None) -> ScalarWriter:
     """A writer; `purge_step` hides what a crashed run logged from that step on."""
     try:
         from torch.utils.tensorboard import SummaryWriter

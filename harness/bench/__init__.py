@@ -95,7 +95,7 @@ def bench_sb3(
     from harness.config import load_config
 
     config = load_config(config_path or entry_path(f"{algo}_cartpole"))
-    if eval_every is not None:
+    if eval_every is not None and config.training is not None:  # (none: run_sb3 says so)
         config = config.model_copy(
             update={"training": config.training.model_copy(update={"eval_every": eval_every})}
         )
@@ -244,7 +244,8 @@ def _thinker_agent(what: str, opts: BenchOptions) -> list[dict]:
     )
 
 
-def _thinker(what: str, opts: BenchOptions) -> list[dict]:
+def _thinker(what: str, opts: BenchOptions) -> Union[list[dict], dict[str, Any]]:
+    """thinker-planner's rows; thinker-model's and thinker-ppo's figures (one dict)."""
     from harness.bench import thinker as bench_thinker
 
     if what == "thinker-planner":
@@ -280,8 +281,9 @@ def _one_record(what: str, opts: BenchOptions) -> list[dict]:
     return [record]
 
 
-# Each benchmark's runner: its records (written to --json by `run_bench`), or an exit code
-BENCH_RUNNERS: dict[str, Callable[[str, BenchOptions], Union[list[dict], int]]] = {
+# Each benchmark's runner: its records (written to --json by `run_bench`; thinker-model's
+# and thinker-ppo's are their figures, one dict), or an exit code
+BENCH_RUNNERS: dict[str, Callable[[str, BenchOptions], Union[list[dict], dict[str, Any], int]]] = {
     "getaction": _step_path,
     "transport": _step_path,
     "parity": _parity,
@@ -362,7 +364,7 @@ def _one_copy_ceiling(records: list[dict], floor: list[dict]) -> list[dict]:
     ]
 
 
-def _write(path: Path, records: list[dict], **extra: list[dict]) -> None:
+def _write(path: Path, records: Union[list[dict], dict[str, Any]], **extra: list[dict]) -> None:
     """`{"machine": ..., "records": [...], **extra}`: records comparable across runs by a
     script."""
     payload = {

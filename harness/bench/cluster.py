@@ -26,32 +26,35 @@ import tempfile
 import threading
 import time
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import TYPE_CHECKING, Any, Callable, Optional
 
 import yaml
+
+if TYPE_CHECKING:
+    from ray.cluster_utils import Cluster
 
 REPO = Path(__file__).resolve().parents[2]
 LEAGUE_CONFIG = REPO / "configs" / "tictactoe_league.yaml"
 
 
-def _local_cluster(worker_nodes: int):
+def _local_cluster(worker_nodes: int) -> tuple[Cluster, dict[str, Any]]:
     """A head (4 logical CPUs, resource ``head``) and `worker_nodes` nodes (``w0``,
-    ``w1``...), joined by this process."""
+    ``w1``...), joined by this process; the cluster and its worker nodes by name."""
     import ray
     from ray.cluster_utils import Cluster
 
     cluster = Cluster(
         initialize_head=True, head_node_args={"num_cpus": 4, "resources": {"head": 8}}
     )
-    cluster.named = {
+    named = {
         f"w{i}": cluster.add_node(num_cpus=2, resources={f"w{i}": 2}) for i in range(worker_nodes)
     }
     ray.init(address=cluster.address, namespace="mistk-rl", log_to_driver=False)
     cluster.wait_for_nodes()
-    return cluster
+    return cluster, named
 
 
-def _close(cluster) -> None:
+def _close(cluster: Cluster) -> None:
     import ray
 
     ray.shutdown()
@@ -98,26 +101,16 @@ def _league_run(
     from harness.config import RunConfig
     from harness.run import run
 
-    data = yaml.safe_load(LEAGUE_CONFIG.read_text())
-    if not lose_node:
-        data["game_training"].update(agent_steps=steps, eval_every=steps, stop_when=[])
-        data["evaluation"]["against"] = [{"opponent": "random", "exhaustive": True}]
-    cluster = None
-
-    if worker_nodes:
-        cluster = _local_cluster(worker_nodes)
-        data["cluster"] = {"address": "auto", "data_root": str(out / "nodes")}
-        for i, worker in enumerate(data["workers"]):
-            worker.update(cpus=0.5, resources={f"w{i % worker_nodes}": 1})
-        for service in [data["orchestrator"], *data["agents"]]:
-            service.update(cpus=0.5, resources={"head": 1})
+    data = _league_config(steps, worker_nodes, out, lose_node)
+    cluster, named = _local_cluster(worker_nodes) if worker_nodes else (None, {})
 
     def lose_and_replace() -> None:
         """The last worker node is lost; a machine offering the same resources joins (as
         a cluster's autoscaler brings one), where the harness starts the lost worker again."""
+        assert cluster is not None  # (a node is lost only on a cluster)
         last = f"w{worker_nodes - 1}"
-        cluster.remove_node(cluster.named[last])
-        cluster.named[last] = cluster.add_node(num_cpus=2, resources={last: 2})
+        cluster.remove_node(named[last])
+        named[last] = cluster.add_node(num_cpus=2, resources={last: 2})
 
     loss = _AtFirstCheckpoint(out / "run", lose_and_replace)
     try:  # (the loss at the run's first line after its first checkpoint: the main thread)
@@ -140,22 +133,43 @@ def _league_run(
         "moves_per_s": round(last["agent_steps"] / last["wall_s"], 1),
     }
     if lose_node:
-        record.update(
-            lost_node_at=loss.fired_at,
-            passed=bool(results.get("first_pass")),
-            first_pass=results.get("first_pass"),
-            evaluation=results["evaluation"],
-            workers=[
-                {k: w[k] for k in ("url", "state", "jobs", "failed", "replaced_by")}
-                for w in results["league"]["workers"]
-            ],
-            placement={
-                name: where
-                for name, where in results["placement"].items()
-                if name.startswith("worker")
-            },
-        )
+        record.update(_after_the_loss(results, loss.fired_at))
     return record
+
+
+def _league_config(steps: int, worker_nodes: int, out: Path, lose_node: bool) -> dict[str, Any]:
+    """configs/tictactoe_league.yaml as the bench runs it: for `steps` moves with one
+    evaluation, at the end (unless a node is lost: then to its targets); on a cluster, its
+    workers spread over the worker nodes and the rest on the head."""
+    data = yaml.safe_load(LEAGUE_CONFIG.read_text())
+    if not lose_node:
+        data["game_training"].update(agent_steps=steps, eval_every=steps, stop_when=[])
+        data["evaluation"]["against"] = [{"opponent": "random", "exhaustive": True}]
+    if worker_nodes:
+        data["cluster"] = {"address": "auto", "data_root": str(out / "nodes")}
+        for i, worker in enumerate(data["workers"]):
+            worker.update(cpus=0.5, resources={f"w{i % worker_nodes}": 1})
+        for service in [data["orchestrator"], *data["agents"]]:
+            service.update(cpus=0.5, resources={"head": 1})
+    return data
+
+
+def _after_the_loss(results: dict[str, Any], lost_at: Optional[int]) -> dict[str, Any]:
+    """What a run that lost a worker node did: whether it still met its targets, and what
+    became of its workers (each one's state and replacement, and where they ran)."""
+    return dict(
+        lost_node_at=lost_at,
+        passed=bool(results.get("first_pass")),
+        first_pass=results.get("first_pass"),
+        evaluation=results["evaluation"],
+        workers=[
+            {k: w[k] for k in ("url", "state", "jobs", "failed", "replaced_by")}
+            for w in results["league"]["workers"]
+        ],
+        placement={
+            name: where for name, where in results["placement"].items() if name.startswith("worker")
+        },
+    )
 
 
 def _dqn_run(out: Path, seed: int, lose_node: bool) -> dict[str, Any]:
@@ -166,7 +180,7 @@ def _dqn_run(out: Path, seed: int, lose_node: bool) -> dict[str, Any]:
     from harness.run import run_restarting
 
     data = yaml.safe_load((REPO / "configs" / "cartpole_dqn.yaml").read_text())
-    cluster = _local_cluster(0)
+    cluster, _ = _local_cluster(0)
     nodes = [cluster.add_node(num_cpus=2, resources={"trainer": 1}) for _ in range(2)]
     cluster.wait_for_nodes()
     data["cluster"] = {"address": "auto", "data_root": str(out / "nodes")}
@@ -261,7 +275,7 @@ def bench_cluster_transport(env_counts: list[int], steps: int) -> list[dict[str,
     records = []
     with tempfile.TemporaryDirectory(prefix="mistk-bench-") as tmp:
         local, local_client = start_random_agent(Path(tmp) / "local")
-        cluster = _local_cluster(1)
+        cluster, _ = _local_cluster(1)
         placement = Placement("auto", run_id="bench", data_root=str(Path(tmp) / "nodes"))
         placed = placement.spawn(
             "agent",

@@ -72,6 +72,7 @@ class HarnessProcess:
         threading.Thread(target=self._read, daemon=True).start()
 
     def _read(self) -> None:
+        assert self.process.stdout is not None  # (stdout=PIPE)
         for line in self.process.stdout:
             self.lines.put(line)
 
@@ -95,6 +96,7 @@ class HarnessProcess:
 
     def finish(self, timeout: float = 120) -> tuple[int, str]:
         code = self.process.wait(timeout)
+        assert self.process.stderr is not None  # (stderr=PIPE)
         return code, self.process.stderr.read()
 
 

@@ -112,8 +112,10 @@ def cpus_kept_awake() -> Iterator[list[subprocess.Popen]]:
                 )
             )
         for spinner in spinners:  # each says when it spins where and how it should
-            ready, _, _ = select.select([spinner.stdout], [], [], TIMEOUT_S)
-            if not ready or spinner.stdout.read(1) != b"+":
+            said = spinner.stdout
+            assert said is not None  # (stdout=PIPE)
+            ready, _, _ = select.select([said], [], [], TIMEOUT_S)
+            if not ready or said.read(1) != b"+":
                 _, log = _stop(spinner)
                 raise RuntimeError(
                     f"a CPU spinner did not start within {TIMEOUT_S} s: "
@@ -230,9 +232,8 @@ def _serve_asgi(fd: int) -> None:
 
     from mistk_rl.service.server import ServiceWorker
 
-    config = uvicorn.Config(
-        _constant_app, lifespan="off", log_level="warning", **ServiceWorker.CONFIG_KWARGS
-    )
+    settings = ServiceWorker.CONFIG_KWARGS
+    config = uvicorn.Config(_constant_app, lifespan="off", log_level="warning", **settings)
     # a socket object that knows its family, as gunicorn hands the services' workers theirs
     # (uvicorn's own `fd=` takes any fd for a Unix socket: no TCP_NODELAY on connections)
     uvicorn.Server(config).run(sockets=[socket.socket(fileno=fd)])

@@ -13,11 +13,15 @@ from __future__ import annotations
 import tempfile
 import time
 from pathlib import Path
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
 from mistk_rl.framework.orchestrator import RegisteredAgent
 from mistk_rl.sdk.schemas import EpisodeConfig
 from mistk_rl.wire.jsonable import to_jsonable
+
+if TYPE_CHECKING:
+    from mistk_rl.deploy.launch import ServiceProcess
+    from mistk_rl.sdk.client import AgentClient
 
 AGENTS = {"random": "agents.opponent_agents:MaskedRandomAgent", "dqn": "agents.dqn_agent:DQNAgent"}
 GAME = "classic/tictactoe-v3"
@@ -61,55 +65,12 @@ def _hyperparameters(agent: str) -> dict:
 
 
 def bench_games(copies: list[int], moves: int) -> list[dict]:
-    from mistk_rl.deploy.launch import start_service
-    from mistk_rl.service.handlers import AgentService
-    from orchestrators.game_orchestrator import GameOrchestrator
-
     records = []
     with tempfile.TemporaryDirectory(prefix="mistk-bench-games-") as tmp:
         for agent, target in AGENTS.items():
             for n in copies:
                 for mode in ("inprocess", "http"):
-                    orch = GameOrchestrator()
-                    orch.do_initialize({"id": GAME, "kwargs": {}}, 1)
-                    seats = tuple(orch.seats)
-                    config = {"name": "bench", **orch.agent_config("bench", seats)}
-                    served = None
-                    if mode == "http":
-                        served = start_service(
-                            "agent",
-                            target,
-                            data_dir=Path(tmp) / f"{agent}-{n}",
-                            log_path=Path(tmp) / f"{agent}-{n}.log",
-                        )
-                        client = served.client()
-                        client.initialize(hyperparameters=_hyperparameters(agent))
-                        client.build_model()
-                        client.agent_registered(config)
-                    else:
-                        module, name = target.split(":")
-                        impl = getattr(__import__(module, fromlist=[name]), name)()
-                        service = AgentService(impl, Path(tmp) / f"in-{agent}-{n}")
-                        service.initialize({"hyperparameters": _hyperparameters(agent)})
-                        service.lifecycle.wait_for_state("initialized", 30)
-                        service.buildModel()
-                        service.lifecycle.wait_for_state("initialized", 30)
-                        service.agentRegistered(config)
-                        client = InProcessGameClient(service)
-                    try:
-                        orch.agents["bench"] = RegisteredAgent(
-                            "bench", "http://127.0.0.1", False, client, frozenset({"step"}), seats
-                        )
-                        # warm-up past the DQN's learning_starts, so updates are timed too
-                        orch.do_start_episode(EpisodeConfig(num_steps=2000, num_envs=n, seed=0))
-                        before, started = orch.env_steps, time.perf_counter()
-                        orch.do_start_episode(EpisodeConfig(num_steps=moves, num_envs=n, seed=1))
-                        rate = (orch.env_steps - before) / (time.perf_counter() - started)
-                    finally:
-                        orch.do_terminate()
-                        if served is not None:
-                            client.close()
-                            served.stop()
+                    rate = _moves_per_s(agent, target, mode, n, moves, Path(tmp))
                     records.append(
                         {
                             "bench": "games",
@@ -125,3 +86,67 @@ def bench_games(copies: list[int], moves: int) -> list[dict]:
                         flush=True,
                     )
     return records
+
+
+def _moves_per_s(agent: str, target: str, mode: str, n: int, moves: int, tmp: Path) -> float:
+    """A fresh GameOrchestrator's moves per second over `n` game copies, its one agent
+    (holding every seat) served over HTTP or called in-process (`mode`)."""
+    from orchestrators.game_orchestrator import GameOrchestrator
+
+    orch = GameOrchestrator()
+    orch.do_initialize({"id": GAME, "kwargs": {}}, 1)
+    seats = tuple(orch.seats)
+    config = {"name": "bench", **orch.agent_config("bench", seats)}
+    served: Optional[ServiceProcess] = None
+    client: Any
+    if mode == "http":
+        served, client = _served_agent(agent, target, config, tmp / f"{agent}-{n}")
+    else:
+        client = _in_process_agent(agent, target, config, tmp / f"in-{agent}-{n}")
+    try:
+        orch.agents["bench"] = RegisteredAgent(
+            "bench", "http://127.0.0.1", False, client, frozenset({"step"}), seats
+        )
+        # warm-up past the DQN's learning_starts, so updates are timed too
+        orch.do_start_episode(EpisodeConfig(num_steps=2000, num_envs=n, seed=0))
+        before, started = orch.env_steps, time.perf_counter()
+        orch.do_start_episode(EpisodeConfig(num_steps=moves, num_envs=n, seed=1))
+        return (orch.env_steps - before) / (time.perf_counter() - started)
+    finally:
+        orch.do_terminate()
+        if served is not None:
+            client.close()
+            served.stop()
+
+
+def _served_agent(
+    agent: str, target: str, config: dict, where: Path
+) -> tuple[ServiceProcess, AgentClient]:
+    """The agent as a service (a gunicorn process on loopback), registered by `config`;
+    its data dir `where`, its log beside it."""
+    from mistk_rl.deploy.launch import start_service
+
+    served = start_service(
+        "agent", target, data_dir=where, log_path=where.with_name(f"{where.name}.log")
+    )
+    client = served.client()
+    client.initialize(hyperparameters=_hyperparameters(agent))
+    client.build_model()
+    client.agent_registered(config)
+    return served, client
+
+
+def _in_process_agent(agent: str, target: str, config: dict, where: Path) -> InProcessGameClient:
+    """The agent's service object in this process, registered by `config` (data dir
+    `where`), behind the calls the orchestrator makes."""
+    from mistk_rl.service.handlers import AgentService
+
+    module, name = target.split(":")
+    impl = getattr(__import__(module, fromlist=[name]), name)()
+    service = AgentService(impl, where)
+    service.initialize({"hyperparameters": _hyperparameters(agent)})
+    service.lifecycle.wait_for_state("initialized", 30)
+    service.buildModel()
+    service.lifecycle.wait_for_state("initialized", 30)
+    service.agentRegistered(config)
+    return InProcessGameClient(service)

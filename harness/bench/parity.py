@@ -21,11 +21,14 @@ import statistics
 import tempfile
 import traceback
 from pathlib import Path
-from typing import Optional
+from typing import TYPE_CHECKING, Any, Optional
 
 import numpy as np
 
 from harness.config import RunConfig, load_config, with_seed
+
+if TYPE_CHECKING:
+    from harness.bench.sb3 import Sb3Setup
 
 SUITE_DIR = Path(__file__).resolve().parents[2] / "configs" / "suite"
 SUITES = {
@@ -70,7 +73,7 @@ def compare(records: list[dict], budget: Optional[int] = None) -> dict:
     compared (issue 25's bar: no seed of ours beyond 3x SB3's slowest)."""
     both = [r for r in records if r["ours"]["wall_s"] and r["sb3"]["wall_s"]]
     ratios = [r["ours"]["wall_s"] / r["sb3"]["wall_s"] for r in both]
-    summary = {
+    summary: dict[str, Any] = {
         "seeds": len(records),
         "both_reached": len(both),
         "ours_reached": sum(r["ours"]["wall_s"] is not None for r in records),
@@ -186,7 +189,7 @@ def preflight(config: RunConfig) -> Optional[str]:
     takes well under a second, instead of starting services to find out."""
     import gymnasium as gym
 
-    from harness.bench.sb3 import agent_class, merged_agent_config
+    from harness.bench.sb3 import merged_agent_config, trained_agent_class
 
     merged, pending = merged_agent_config(config)
     if pending:
@@ -194,7 +197,7 @@ def preflight(config: RunConfig) -> Optional[str]:
     env_spec = config.orchestrator.env
     env = gym.make(env_spec.id, **env_spec.kwargs)
     try:
-        agent_class(config.agents[0].target).policy_cls(
+        trained_agent_class(config).policy_cls(
             merged["policy"], env.observation_space, env.action_space, seed=0
         )
     except (ValueError, TypeError, NotImplementedError) as exc:
@@ -217,6 +220,7 @@ def _records(
     """One JSON record: `{algo, env, seed, system, env_steps_to_threshold,
     wall_s_to_threshold, final_eval, budget}` plus the entry, status and the evaluations."""
     spec = config.training
+    assert spec is not None  # (`run_entry` refuses a config without one)
     o = outcome(result.get("evals", []), spec.stop_value)
     record = {
         "entry": name,
@@ -259,8 +263,7 @@ def run_entry(
 ) -> tuple[list[dict], dict]:
     """Both sides of one entry, seed by seed; returns its records and its summary.
     `local_inference`: ours acts through policy copies (`with_local_inference`)."""
-    from harness.bench.sb3 import Unmappable, run_sb3, sb3_setup
-    from harness.run import run
+    from harness.bench.sb3 import Unmappable, sb3_setup
 
     config = load_config(config_path or entry_path(name))
     if local_inference:
@@ -279,53 +282,16 @@ def run_entry(
         reason = f"SB3 cannot take the same config: {exc}"
         print(f"   cannot run: {reason}", flush=True)
         return [], {"entry": name, "status": "cannot_run_yet", "reason": reason}
-    reason = preflight(config)
-    if reason:
-        print(f"   cannot run yet: {reason}", flush=True)
+    pending = preflight(config)
+    if pending:
+        print(f"   cannot run yet: {pending}", flush=True)
         records = [
-            _records(name, config, setup.algo, seed, system, {}, "cannot_run_yet", reason)
+            _records(name, config, setup.algo, seed, system, {}, "cannot_run_yet", pending)
             for seed in seeds
             for system in ("ours", "sb3")
         ]
-        return records, {"entry": name, "status": "cannot_run_yet", "reason": reason}
-    records, pairs = [], []
-    print(
-        f"   {'seed':>4}  {'ours: steps':>11} {'s':>7} {'final':>8}   "
-        f"{'sb3: steps':>10} {'s':>7} {'final':>8}   s ratio",
-        flush=True,
-    )
-    for seed in seeds:
-        pair = {}
-        for system in ("ours", "sb3"):
-            try:
-                if system == "ours":
-                    with tempfile.TemporaryDirectory(prefix="mistk-parity-") as tmp:
-                        result = run(
-                            with_seed(config, seed), Path(tmp), say=lambda _m: None, quiet=True
-                        )
-                else:
-                    result = run_sb3(config, seed, setup)
-                records.append(_records(name, config, setup.algo, seed, system, result))
-            except Exception as exc:  # noqa: BLE001 - one failed run must not lose the rest
-                print(f"   {system} seed {seed} failed: {exc}", flush=True)
-                traceback.print_exc()
-                result = {}
-                records.append(
-                    _records(
-                        name,
-                        config,
-                        setup.algo,
-                        seed,
-                        system,
-                        result,
-                        "failed",
-                        f"{type(exc).__name__}: {exc}",
-                    )
-                )
-            pair[system] = outcome(result.get("evals", []), spec.stop_value)
-        pair["seed"] = seed
-        pairs.append(pair)
-        print("   " + _row(pair), flush=True)
+        return records, {"entry": name, "status": "cannot_run_yet", "reason": pending}
+    records, pairs = _run_seeds(name, config, setup, seeds)
     summary = {
         "entry": name,
         "algo": setup.algo,
@@ -335,6 +301,54 @@ def run_entry(
     }
     summary["meets_targets"] = meets_targets(summary, spec.stop_value is not None)
     return records, summary
+
+
+def _run_seeds(
+    name: str, config: RunConfig, setup: Sb3Setup, seeds: list[int]
+) -> tuple[list[dict], list[dict]]:
+    """Ours, then SB3, at each seed in turn (one right after the other: module doc), a row
+    printed per seed; the records and each seed's pair of outcomes."""
+    spec = config.training
+    assert spec is not None  # (`run_entry` refuses a config without one)
+    records, pairs = [], []
+    print(
+        f"   {'seed':>4}  {'ours: steps':>11} {'s':>7} {'final':>8}   "
+        f"{'sb3: steps':>10} {'s':>7} {'final':>8}   s ratio",
+        flush=True,
+    )
+    for seed in seeds:
+        pair: dict[str, Any] = {}
+        for system in ("ours", "sb3"):
+            record, result = _run_side(name, config, setup, seed, system)
+            records.append(record)
+            pair[system] = outcome(result.get("evals", []), spec.stop_value)
+        pair["seed"] = seed
+        pairs.append(pair)
+        print("   " + _row(pair), flush=True)
+    return records, pairs
+
+
+def _run_side(
+    name: str, config: RunConfig, setup: Sb3Setup, seed: int, system: str
+) -> tuple[dict, dict]:
+    """One side's run at one seed (ours as `mistk-rl run --seed` would, in a scratch run
+    dir; or SB3's): its record and its results, {} when it failed (reported in the record:
+    one failed run must not lose the rest)."""
+    from harness.bench.sb3 import run_sb3
+    from harness.run import run
+
+    try:
+        if system == "ours":
+            with tempfile.TemporaryDirectory(prefix="mistk-parity-") as tmp:
+                result = run(with_seed(config, seed), Path(tmp), say=lambda _m: None, quiet=True)
+        else:
+            result = run_sb3(config, seed, setup)
+        return _records(name, config, setup.algo, seed, system, result), result
+    except Exception as exc:  # noqa: BLE001 - one failed run must not lose the rest
+        print(f"   {system} seed {seed} failed: {exc}", flush=True)
+        traceback.print_exc()
+        failed = f"{type(exc).__name__}: {exc}"
+        return _records(name, config, setup.algo, seed, system, {}, "failed", failed), {}
 
 
 def bench_parity(

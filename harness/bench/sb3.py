@@ -14,15 +14,21 @@ from __future__ import annotations
 import importlib
 import time
 from dataclasses import dataclass
-from typing import Any, Callable, Optional
+from typing import TYPE_CHECKING, Any, Callable, Optional, Protocol
 
 import gymnasium as gym
 import numpy as np
 import torch
 
-from harness.config import RunConfig
+from harness.config import RunConfig, TrainingSpec
+from harness.training import first_success
 from mistk_rl.rl import pacing
 from mistk_rl.rl.config import AgentConfigError
+from mistk_rl.rl.policies.base import Policy
+
+if TYPE_CHECKING:
+    from stable_baselines3.common.base_class import BaseAlgorithm
+    from stable_baselines3.common.vec_env import VecEnv, VecNormalize
 
 # the agents' keys with no bearing on what is learned (logging, checkpoints, threads, the
 # device: SB3's side runs on the CPU, see `run_sb3`)
@@ -64,18 +70,37 @@ class Sb3Setup:
     pending: Optional[str] = None  # why our agent cannot take this config yet
 
 
-def agent_class(target: str) -> type:
+class AgentClass(Protocol):
+    """What the bench reads of a policy agent's class (`agents.policy_agent.PolicyAgent`):
+    its config merged over its defaults, and the policy it builds."""
+
+    policy_cls: type[Policy]
+
+    def compile_config(self, hparams: Optional[dict]) -> dict: ...
+
+
+def trained_agent_class(config: RunConfig) -> AgentClass:
+    """The class of the agent a training config trains, imported here from its `target`
+    (the bench builds its config and policy in-process)."""
+    target = config.agents[0].target
+    assert target is not None, "a benched agent is started from its target"
     module, _, name = target.partition(":")
     return getattr(importlib.import_module(module), name)
+
+
+def _training(config: RunConfig) -> TrainingSpec:
+    """The config's training section: SB3 trains only on what a training run would."""
+    if config.training is None:
+        raise AgentConfigError(f"config {config.name!r} has no training section")
+    return config.training
 
 
 def merged_agent_config(config: RunConfig) -> tuple[dict, Optional[str]]:
     """The training agent's config merged over its defaults, and why our agent cannot take
     it yet (None when it can). A `normalize` section our agent does not know yet is kept as
     written, so SB3's side can still be set up."""
-    spec = config.agents[0]
-    cls = agent_class(spec.target)
-    hp = dict(spec.hyperparameters)
+    cls = trained_agent_class(config)
+    hp = dict(config.agents[0].hyperparameters)
     try:
         return cls.compile_config(hp), None
     except AgentConfigError as exc:
@@ -89,11 +114,9 @@ def merged_agent_config(config: RunConfig) -> tuple[dict, Optional[str]]:
 
 def sb3_setup(config: RunConfig) -> Sb3Setup:
     """SB3's algorithm and kwargs for a training config (module doc)."""
-    spec = config.training
-    if spec is None:
-        raise AgentConfigError(f"config {config.name!r} has no training section")
+    spec = _training(config)
     merged, pending = merged_agent_config(config)
-    algo = agent_class(config.agents[0].target).policy_cls.__name__.removesuffix("Policy")
+    algo = trained_agent_class(config).policy_cls.__name__.removesuffix("Policy")
     algo = algo.lower()
     if algo not in ("dqn", "ppo"):
         raise Unmappable(f"no SB3 counterpart for {algo}")
@@ -308,82 +331,128 @@ def run_sb3(config: RunConfig, seed: int, setup: Optional[Sb3Setup] = None) -> d
     returns {"bench", "seed", "evals", "wall_s", "first_success"}."""
     try:
         from stable_baselines3 import DQN, PPO
-        from stable_baselines3.common.callbacks import BaseCallback
-        from stable_baselines3.common.env_util import make_vec_env
         from stable_baselines3.common.logger import Logger
-        from stable_baselines3.common.vec_env import VecNormalize
     except ImportError as exc:
         raise SystemExit("bench needs stable-baselines3: pip install -e '.[bench]'") from exc
 
     torch.set_num_threads(1)  # as our services run; the machines have 2 cores
-    spec = config.training
     setup = setup or sb3_setup(config)
-    evals: list[dict] = []
-    wrapper_kwargs = {"max_episode_steps": spec.max_steps} if spec.max_steps else None
+    spec = _training(config)
+    env, normalizer = _vec_env(setup, spec.max_steps, seed)
+    cls = DQN if setup.algo == "dqn" else PPO
+    # device="cpu": SB3 would pick CUDA when present, and its small MLPs run slower there
+    model = cls("MlpPolicy", env, seed=seed, verbose=0, device="cpu", **setup.kwargs)
+    model.set_logger(Logger(None, []))  # SB3's own leaves an empty /tmp/SB3-<time> per run
+    evaluations = _Evaluations(model, normalizer, setup, spec)
+    model.learn(total_timesteps=setup.budget, callback=evaluations.callback())
+    evaluations.at_the_end()
+    wall = time.monotonic() - evaluations.started
+    env.close()
+    success = first_success(evaluations.evals, spec.stop_value)
+    return {
+        "bench": f"sb3_{setup.algo}",
+        "seed": seed,
+        "evals": evaluations.evals,
+        "wall_s": round(wall, 3),
+        "first_success": success
+        and {k: success[k] for k in ("env_steps", "wall_s", "mean_return")},
+    }
+
+
+def _vec_env(
+    setup: Sb3Setup, max_steps: Optional[int], seed: int
+) -> tuple[VecEnv, Optional[VecNormalize]]:
+    """SB3's vector env of the training copies, each capped at `max_steps` as ours are; under
+    VecNormalize when the config normalizes (returned apart too: evaluations normalize
+    their observations with its frozen statistics)."""
+    from stable_baselines3.common.env_util import make_vec_env
+    from stable_baselines3.common.vec_env import VecNormalize
+
+    wrapper_kwargs = {"max_episode_steps": max_steps} if max_steps else None
     env = make_vec_env(
         setup.env_id,
         n_envs=setup.n_envs,
         seed=seed,
         env_kwargs=setup.env_kwargs or None,
-        wrapper_class=gym.wrappers.TimeLimit if wrapper_kwargs else None,
+        # (SB3 types the wrapper as taking the env alone: it is also given wrapper_kwargs)
+        wrapper_class=gym.wrappers.TimeLimit if wrapper_kwargs else None,  # type: ignore[arg-type]
         wrapper_kwargs=wrapper_kwargs,
     )
-    if setup.normalize:
-        env = VecNormalize(env, **setup.normalize)
-    cls = DQN if setup.algo == "dqn" else PPO
-    # device="cpu": SB3 would pick CUDA when present, and its small MLPs run slower there
-    model = cls("MlpPolicy", env, seed=seed, verbose=0, device="cpu", **setup.kwargs)
-    model.set_logger(Logger(None, []))  # SB3's own leaves an empty /tmp/SB3-<time> per run
+    if not setup.normalize:
+        return env, None
+    normalized = VecNormalize(env, **setup.normalize)
+    return normalized, normalized
 
-    def predict(obs: np.ndarray) -> Any:
-        if setup.normalize:  # frozen statistics, as our agent's eval mode
-            obs = env.normalize_obs(obs)
-        return model.predict(obs, deterministic=True)[0]
 
-    class EvalEvery(BaseCallback):
-        next_eval = spec.eval_every
+class _Evaluations:
+    """`mistk-rl run`'s evaluation protocol on an SB3 model as it learns: greedy episodes on
+    the evaluation seeds every `eval_every` env steps (from SB3's callback), the training
+    stopped once a mean reaches stop_value; each evaluation recorded as `run` records it,
+    its time counted from the first training step."""
 
-        def _on_step(self) -> bool:
-            if self.num_timesteps < self.next_eval:
-                return True
-            self.next_eval += spec.eval_every
-            return record() < (np.inf if spec.stop_value is None else spec.stop_value)
+    def __init__(
+        self,
+        model: BaseAlgorithm,
+        normalizer: Optional[VecNormalize],
+        setup: Sb3Setup,
+        spec: TrainingSpec,
+    ) -> None:
+        self.model, self.normalizer, self.setup, self.spec = model, normalizer, setup, spec
+        self.evals: list[dict] = []
+        self.next_eval = spec.eval_every
+        self.started = time.monotonic()
 
-    def record() -> float:
+    def callback(self) -> Any:
+        """SB3's callback: after every step of the vector env, `on_step`."""
+        from stable_baselines3.common.callbacks import BaseCallback
+
+        evaluations = self
+
+        class EvalEvery(BaseCallback):
+            def _on_step(self) -> bool:
+                return evaluations.on_step(self.num_timesteps)
+
+        return EvalEvery()
+
+    def on_step(self, num_timesteps: int) -> bool:
+        """Evaluate when one is due; False (stop training) once a mean reached stop_value."""
+        if num_timesteps < self.next_eval:
+            return True
+        self.next_eval += self.spec.eval_every
+        stop = self.spec.stop_value
+        return self.record() < (np.inf if stop is None else stop)
+
+    def at_the_end(self) -> None:
+        """Evaluate once more at the end of the budget, as the harness does (unless the
+        run stopped at stop_value, or its last evaluation was at the end)."""
+        stop, evals = self.spec.stop_value, self.evals
+        reached = stop is not None and evals and evals[-1]["mean_return"] >= stop
+        if not reached and (not evals or evals[-1]["env_steps"] < self.setup.budget):
+            self.record()
+
+    def record(self) -> float:
+        """One evaluation; its mean return."""
+        spec, setup = self.spec, self.setup
         returns = evaluate(
-            predict,
+            self.predict,
             spec.eval_episodes,
             spec.eval_seed,
             setup.env_id,
             setup.env_kwargs,
             spec.max_steps,
         )
-        evals.append(
+        self.evals.append(
             {
-                "env_steps": int(model.num_timesteps),
-                "wall_s": round(time.monotonic() - started, 3),
+                "env_steps": int(self.model.num_timesteps),
+                "wall_s": round(time.monotonic() - self.started, 3),
                 "mean_return": float(np.mean(returns)),
                 "returns": returns,
             }
         )
-        return evals[-1]["mean_return"]
+        return self.evals[-1]["mean_return"]
 
-    started = time.monotonic()
-    model.learn(total_timesteps=setup.budget, callback=EvalEvery())
-    reached = spec.stop_value is not None and evals and evals[-1]["mean_return"] >= spec.stop_value
-    if not reached and (not evals or evals[-1]["env_steps"] < setup.budget):
-        record()  # as the harness, which evaluates once more at the end of the budget
-    wall = time.monotonic() - started
-    env.close()
-    success = next(
-        (e for e in evals if spec.stop_value is not None and e["mean_return"] >= spec.stop_value),
-        None,
-    )
-    return {
-        "bench": f"sb3_{setup.algo}",
-        "seed": seed,
-        "evals": evals,
-        "wall_s": round(wall, 3),
-        "first_success": success
-        and {k: success[k] for k in ("env_steps", "wall_s", "mean_return")},
-    }
+    def predict(self, obs: np.ndarray) -> Any:
+        """The greedy action (observations normalized with frozen statistics, as our
+        agent's eval mode does)."""
+        seen = obs if self.normalizer is None else self.normalizer.normalize_obs(obs)
+        return self.model.predict(seen, deterministic=True)[0]

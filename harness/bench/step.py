@@ -23,13 +23,14 @@ import tempfile
 import time
 from collections import deque
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
 import gymnasium as gym
 import numpy as np
 
-from mistk_rl.rl.envs import MANAGERS, EnvManager, make_env_fns
+from mistk_rl.rl.envs import MANAGERS, BaseEnvManager, EnvManager, make_env_fns
 from mistk_rl.sdk.client import AgentClient
 from mistk_rl.sdk.stepping import StepOutcome, Stepper, stepper_for
 from mistk_rl.spaces import space_to_dict
@@ -69,9 +70,13 @@ class VariedRewardCartPole(gym.Wrapper):
 
 
 if "SlowCartPole-v0" not in gym.registry:
-    gym.register("SlowCartPole-v0", entry_point=SlowCartPole)
+    # (gymnasium types an entry point as taking any keyword: a class taking its own works)
+    gym.register("SlowCartPole-v0", entry_point=SlowCartPole)  # type: ignore[arg-type]
 if "VariedRewardCartPole-v0" not in gym.registry:
-    gym.register("VariedRewardCartPole-v0", entry_point=VariedRewardCartPole)
+    gym.register(
+        "VariedRewardCartPole-v0",
+        entry_point=VariedRewardCartPole,  # type: ignore[arg-type]
+    )
 VARIED_ENV = "harness.bench.step:VariedRewardCartPole-v0"
 
 
@@ -112,7 +117,7 @@ def measure_steps(
     def wire() -> int:
         return agent.transport.bytes_sent + agent.transport.bytes_received
 
-    with MANAGERS["base"](make_env_fns(env_id, None, n)) as manager:
+    with BaseEnvManager(make_env_fns(env_id, None, n)) as manager:
         manager.launch(seed=0)
         agent.episode_started(to_jsonable({f"e{i}": o for i, o in manager.ready_obs.items()}))
         _drive(stepper_for(agent, capabilities, "bench", n, depth=depth), manager, max(n * 5, 100))
@@ -135,7 +140,9 @@ class InProcessClient(AgentClient):
 
     OPERATIONS = {"/policy": "getPolicy"}  # paths not named as their operation
 
-    def column_pipeline(self, stream: bool = False) -> "EagerPipeline":
+    # (AgentClient.column_pipeline is typed as the class ColumnPipeline, not a protocol of
+    # send/receive/close: this one is such a pipeline without being that class)
+    def column_pipeline(self, stream: bool = False) -> "EagerPipeline":  # type: ignore[override]
         return EagerPipeline(self)
 
     def _call(
@@ -157,6 +164,9 @@ class EagerPipeline:
 
     def send(self, **columns: Any) -> None:
         self.answers.append(self.client.step_columns(**columns))
+
+    def send_body(self, body: Any) -> None:
+        self.answers.append(self.client.post_step(body))
 
     def receive(self) -> Any:
         return self.answers.popleft()
@@ -391,7 +401,7 @@ def bench_local(
                     client.binary = binary_for(
                         frozenset({"columns", "tensors"}), space, n, local=mode == "dqn-local"
                     )
-                    with MANAGERS["base"](make_env_fns("CartPole-v1", None, n)) as manager:
+                    with BaseEnvManager(make_env_fns("CartPole-v1", None, n)) as manager:
                         manager.launch(seed=0)
                         agent.episode_started(
                             to_jsonable({f"e{i}": o for i, o in manager.ready_obs.items()})
@@ -424,7 +434,7 @@ def bench_envs(env_counts: list[int], steps: int) -> list[dict]:
             # get 10 at 64 envs) the figure was mostly the first steps' start-up noise
             total = max(steps if label == "CartPole-v1" else steps // 10, n * 50)
             runs: dict[str, Callable[[], float]] = {
-                name: (lambda cls=cls: _manager_rate(cls, env_id, n, total))
+                name: partial(_manager_rate, cls, env_id, n, total)
                 for name, cls in MANAGERS.items()
             }
             runs["gym_sync"] = lambda: _vector_rate(gym.vector.SyncVectorEnv, env_id, n, total)

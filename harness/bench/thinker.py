@@ -16,6 +16,7 @@ from typing import Any, Optional, Sequence
 import numpy as np
 
 from mistk_rl.thinker import make
+from mistk_rl.thinker.env import ThinkerEnv
 from mistk_rl.thinker.planner import plan
 from mistk_rl.thinker.puzzle import ENV_ID, solver_action
 
@@ -222,87 +223,121 @@ def bench_model(
     rng = np.random.default_rng(seed)
     act = Behaviour(behaviour, epsilon, seed)
     env.reset(seed=seed)
-    learner = env.model.learner
-    curve: list[dict[str, Any]] = [
-        {"real_steps": 0, "updates": 0, "wall_s": 0.0, "held_out": world_losses(learner, held, k)}
-    ]
-    finite = True
-    augmented = real = 0
-    step_s = 0.0  # inside env.step: the MDP and its model's training, not the behaviour
-    start = time.perf_counter()
+    run = _ModelRun(env, held, k, measure_every)
     try:
-        while real < real_steps:
-            primary = (
-                act(env.envs) if env.next_step_real else rng.integers(env.num_actions, size=env_n)
-            )
-            resets = rng.integers(2, size=env_n)
-            began = time.perf_counter()
-            state, reward, _, info = env.step(primary, resets)
-            step_s += time.perf_counter() - began
-            augmented += env_n
-            finite &= bool(np.isfinite(reward).all()) and all(
-                bool(np.isfinite(v).all()) for v in state.values()
-            )
-            if info["step_status"][0] == 0:
-                real += env_n
-                if learner.updates >= curve[-1]["updates"] + measure_every:
-                    curve.append(
-                        {
-                            "real_steps": real,
-                            "updates": learner.updates,
-                            "wall_s": time.perf_counter() - start,
-                            "held_out": world_losses(learner, held, k),
-                            "batch": dict(learner.losses),
-                        }
-                    )
+        while run.real < real_steps:
+            run.step(act, rng)
     finally:
         env.close()
-    wall = time.perf_counter() - start
-    curve.append(
-        {
-            "real_steps": real,
-            "updates": learner.updates,
-            "wall_s": wall,
-            "held_out": world_losses(learner, held, k),
-            "batch": dict(learner.losses),
+    wall = run.finish()
+    figures = run.figures({**settings, "env_n": env_n, "seed": seed}, act.describe(), wall)
+    _say_model_figures(figures, measure_every)
+    root = Path(out)
+    root.mkdir(parents=True, exist_ok=True)
+    (root / "model.json").write_text(json.dumps(figures, indent=2))
+    return figures
+
+
+class _ModelRun:
+    """`bench_model`'s run, one augmented step at a time: the real moves the behaviour's,
+    the imaginary ones and the resets uniform random; the time inside `step` counted apart
+    (the MDP and its model's training, not the behaviour), and the world losses measured
+    every `measure_every` updates of the model."""
+
+    def __init__(self, env: ThinkerEnv, held: Any, k: int, measure_every: int) -> None:
+        assert env.model is not None  # (wrapper_type 0: the MDP has a learned model)
+        self.env, self.held, self.k, self.measure_every = env, held, k, measure_every
+        self.learner = env.model.learner
+        self.curve: list[dict[str, Any]] = [
+            {
+                "real_steps": 0,
+                "updates": 0,
+                "wall_s": 0.0,
+                "held_out": world_losses(self.learner, held, k),
+            }
+        ]
+        self.finite = True
+        self.augmented = self.real = 0
+        self.step_s = 0.0
+        self.start = time.perf_counter()
+
+    def step(self, act: Behaviour, rng: np.random.Generator) -> None:
+        """One augmented step of every copy; a real one may add a point to the curve."""
+        env, env_n = self.env, self.env.env_n
+        primary = act(env.envs) if env.next_step_real else rng.integers(env.num_actions, size=env_n)
+        resets = rng.integers(2, size=env_n)
+        began = time.perf_counter()
+        state, reward, _, info = env.step(primary, resets)
+        self.step_s += time.perf_counter() - began
+        self.augmented += env_n
+        self.finite &= bool(np.isfinite(reward).all()) and all(
+            bool(np.isfinite(v).all()) for v in state.values()
+        )
+        if info["step_status"][0] == 0:
+            self.real += env_n
+            if self.learner.updates >= self.curve[-1]["updates"] + self.measure_every:
+                self.curve.append(self.point(time.perf_counter() - self.start))
+
+    def point(self, wall_s: float) -> dict[str, Any]:
+        """Where the model stands: its world losses on the held-out windows, and its last
+        training batch's."""
+        return {
+            "real_steps": self.real,
+            "updates": self.learner.updates,
+            "wall_s": wall_s,
+            "held_out": world_losses(self.learner, self.held, self.k),
+            "batch": dict(self.learner.losses),
         }
-    )
-    finite &= all(np.isfinite(v) for row in curve for v in row["held_out"].values())
-    figures = {
-        "settings": {**settings, "env_n": env_n, "seed": seed},
-        "behaviour": act.describe(),
-        "held_out_rewards": held_out_rewards(held, k),
-        "real_steps": real,
-        "augmented_steps": augmented,
-        "updates": learner.updates,
-        "replay_ratio": learner.replay_ratio,
-        "outputs_finite": finite,
-        "wall_s": wall,
-        "step_s": step_s,
-        "update_s": learner.update_s,
-        "us_per_augmented_step": 1e6 * step_s / augmented,
-        "us_per_augmented_step_untrained": 1e6 * (step_s - learner.update_s) / augmented,
-        "losses": curve,
-    }
+
+    def finish(self) -> float:
+        """The curve's last point, and whether every held-out loss stayed finite; the
+        run's wall time."""
+        wall = time.perf_counter() - self.start
+        self.curve.append(self.point(wall))
+        self.finite &= all(np.isfinite(v) for row in self.curve for v in row["held_out"].values())
+        return wall
+
+    def figures(self, settings: dict[str, Any], behaviour: str, wall: float) -> dict[str, Any]:
+        """model.json: the run's settings, counts and times, and its curve of losses."""
+        learner, augmented = self.learner, self.augmented
+        return {
+            "settings": settings,
+            "behaviour": behaviour,
+            "held_out_rewards": held_out_rewards(self.held, self.k),
+            "real_steps": self.real,
+            "augmented_steps": augmented,
+            "updates": learner.updates,
+            "replay_ratio": learner.replay_ratio,
+            "outputs_finite": self.finite,
+            "wall_s": wall,
+            "step_s": self.step_s,
+            "update_s": learner.update_s,
+            "us_per_augmented_step": 1e6 * self.step_s / augmented,
+            "us_per_augmented_step_untrained": 1e6 * (self.step_s - learner.update_s) / augmented,
+            "losses": self.curve,
+        }
+
+
+def _say_model_figures(figures: dict[str, Any], measure_every: int) -> None:
+    """Each held-out loss over the run, then what the run did and what its steps cost."""
+    curve = figures["losses"]
     for name in curve[0]["held_out"]:
         print(
             f"held-out {name:>4} loss: "
             + " ".join(f"{row['held_out'][name]:.4f}" for row in curve)
             + f" (every {measure_every} updates)"
         )
-    print(f"behaviour: {act.describe()}; held-out windows: {figures['held_out_rewards']}")
+    print(f"behaviour: {figures['behaviour']}; held-out windows: {figures['held_out_rewards']}")
     print(
-        f"{real} real steps ({augmented} augmented, {env_n} envs), {learner.updates} updates "
-        f"(replay ratio {learner.replay_ratio:.2f}), outputs finite: {finite}; {wall:.0f} s "
-        f"in all, {step_s:.0f} s in step = {figures['us_per_augmented_step']:.0f} us per "
+        f"{figures['real_steps']} real steps ({figures['augmented_steps']} augmented, "
+        f"{figures['settings']['env_n']} envs), {figures['updates']} updates "
+        f"(replay ratio {figures['replay_ratio']:.2f}), outputs finite: "
+        f"{figures['outputs_finite']}; {figures['wall_s']:.0f} s in all, "
+        f"{figures['step_s']:.0f} s in step = {figures['us_per_augmented_step']:.0f} us per "
         f"augmented step, {figures['us_per_augmented_step_untrained']:.0f} us without the "
-        f"{learner.update_s:.0f} s of model updates",
+        f"{figures['update_s']:.0f} s of model updates",
         flush=True,
     )
-    root = Path(out)
-    root.mkdir(parents=True, exist_ok=True)
-    (root / "model.json").write_text(json.dumps(figures, indent=2))
-    return figures
 
 
 PPO_CONFIGS = {"raw": "configs/puzzle_raw_ppo.yaml", "thinker": "configs/puzzle_thinker_ppo.yaml"}
@@ -387,9 +422,9 @@ def _plot(curves: dict[str, dict[int, list[tuple[int, float]]]], path: Any) -> N
         for curve in runs.values():
             steps, rates = zip(*curve)
             ax.plot(steps, rates, color=colour, alpha=0.35, linewidth=1)
-        steps = [s for s, _ in next(iter(runs.values()))]
+        at = [s for s, _ in next(iter(runs.values()))]
         mean = np.mean([[r for _, r in c] for c in runs.values()], axis=0)
-        ax.plot(steps, mean, color=colour, linewidth=2.5, label=f"{arm} (mean of {len(runs)})")
+        ax.plot(at, mean, color=colour, linewidth=2.5, label=f"{arm} (mean of {len(runs)})")
     ax.set_xlabel("real env steps")
     ax.set_ylabel("share of evaluation episodes solved")
     ax.set_title("PPO on the puzzle: raw MDP vs Thinker MDP (perfect model, K=10, L=5)")

@@ -45,13 +45,13 @@ from mistk_rl.thinker.env import ThinkerEnv
 from mistk_rl.thinker.planner import plan
 from mistk_rl.thinker.policy import ThinkerPPOPolicy
 
-THINKER = {"wrapper_type": 2, "rec_t": 10, "max_depth": 5, "train_model": False}
+THINKER: dict[str, Any] = {"wrapper_type": 2, "rec_t": 10, "max_depth": 5, "train_model": False}
 K = THINKER["rec_t"]
 # the learned model (wrapper_type 0) trained inside `step` from the agent's own real steps:
 # `bench thinker-model`'s settings (warm-up 2k, lr 2e-3 decayed to 0 over the run, batch 64),
 # its replay ratio 10 (v1.1's 5-6 left the reward loss at the mean-reward plateau there), the
 # whole run kept in the replay
-LEARNED = {
+LEARNED: dict[str, Any] = {
     **THINKER,
     "wrapper_type": 0,
     "train_model": True,
@@ -66,7 +66,7 @@ ARMS = ("raw", "thinker", "thinker-learned", "planner")
 
 # PPO as configs/puzzle_raw_ppo.yaml; the thinker arm discounts each of a stage's K steps by
 # gamma ** (1/K) (the paper's actor), so both arms discount a real step alike
-RAW_PPO = {
+RAW_PPO: dict[str, dict[str, Any]] = {
     "model": {"hidden_sizes": [128, 128], "activation": "tanh"},
     "learn": {
         "lr": 3e-4,
@@ -81,7 +81,7 @@ RAW_PPO = {
     },
     "eval": {"deterministic": False},
 }
-THINKER_PPO = {
+THINKER_PPO: dict[str, dict[str, Any]] = {
     "model": {"hidden_sizes": [128, 128], "activation": "tanh"},
     "learn": {
         "lr": 3e-4,
@@ -107,6 +107,7 @@ def _env(arm: str, env_fns: list, seed: Optional[int], mdp: Optional[dict] = Non
 
 def _policy(arm: str, env: ThinkerEnv, seed: int, overrides: Optional[dict] = None):
     a = env.num_actions
+    cls: type[PPOPolicy]
     if arm != "raw":
         config = copy.deepcopy(THINKER_PPO)
         cls, action_space = ThinkerPPOPolicy, spaces.Discrete(2 * a)
@@ -164,51 +165,79 @@ def train(
     )
     process = policy.collect_mode.process_transition
     state = env.reset()
-    solved = ended = 0
     start = time.perf_counter()
+    solving = _SolveRateLog(f"{arm} seed {seed}", env_n, start, log)
     while env.real_steps * env_n < real_steps:
         actions, out = _act(policy, state, "collect", learner.env_steps)
         primary, reset = _split(arm, actions, env.num_actions)
         real = env.next_step_real
         next_state, reward, done, info = env.step(primary, reset)
-        truncated, finals = info["truncated_done"], info.get("final_state", {})
-        batch = {}
-        for i in range(env_n):
-            row = {k: v[i] for k, v in out.items()}
-            obs = {k: state[k][i] for k in OBS_KEYS if k in state}
-            after = finals[i] if i in finals else {k: v[i] for k, v in next_state.items()}
-            next_obs = {k: v for k, v in after.items() if k in OBS_KEYS}
-            batch[i] = process(
-                obs,
-                row,
-                float(reward[i]),
-                next_obs,
-                bool(done[i] and not truncated[i]),
-                bool(truncated[i]),
-            )
         learner.env_steps += env_n
-        trainer.observe_all(batch)
+        trainer.observe_all(_transitions(process, state, out, next_state, reward, done, info))
         trainer.maybe_train()
         if real:
-            for i in np.flatnonzero(done):
-                ended += 1
-                solved += bool(info["episode_return"][i] > 5.0)
-            if env.real_steps % (10_000 // env_n) == 0 and log:
-                log(
-                    f"  {arm} seed {seed}: {env.real_steps * env_n:>7} real steps, "
-                    f"training solve rate {solved / max(ended, 1):.3f} over {ended} episodes, "
-                    f"{time.perf_counter() - start:.0f} s"
-                )
-                solved = ended = 0
+            solving.count(done, info, env.real_steps)
         state = next_state
     env.close()
-    stats = {"train_s": time.perf_counter() - start, "updates": learner.train_iter}
+    stats: dict[str, Any] = {"train_s": time.perf_counter() - start, "updates": learner.train_iter}
     if env.model is not None:
         stats.update(
             model_updates=env.model.learner.updates,
             model_losses={k: round(float(v), 4) for k, v in env.model.losses.items()},
         )
     return policy, stats, env.model
+
+
+def _transitions(
+    process: Callable[..., dict],
+    state: dict[str, np.ndarray],
+    out: dict[str, torch.Tensor],
+    next_state: dict[str, np.ndarray],
+    reward: np.ndarray,
+    done: np.ndarray,
+    info: dict[str, Any],
+) -> dict[str, dict]:
+    """Each env copy's transition of one augmented step, by copy. An episode the step cap
+    ended (truncated) bootstraps from its final state (`info["final_state"]`), as the
+    served path does, not from the next episode's first."""
+    truncated, finals = info["truncated_done"], info.get("final_state", {})
+    batch = {}
+    for i in range(len(reward)):
+        row = {k: v[i] for k, v in out.items()}
+        obs = {k: state[k][i] for k in OBS_KEYS if k in state}
+        after = finals[i] if i in finals else {k: v[i] for k, v in next_state.items()}
+        next_obs = {k: v for k, v in after.items() if k in OBS_KEYS}
+        batch[str(i)] = process(
+            obs,
+            row,
+            float(reward[i]),
+            next_obs,
+            bool(done[i] and not truncated[i]),
+            bool(truncated[i]),
+        )
+    return batch
+
+
+class _SolveRateLog:
+    """The training episodes' solve rate, logged every 10k real steps and counted afresh
+    after: whether the policy learns while it trains."""
+
+    def __init__(self, name: str, env_n: int, start: float, log: Any) -> None:
+        self.name, self.env_n, self.start, self.log = name, env_n, start, log
+        self.solved = self.ended = 0
+
+    def count(self, done: np.ndarray, info: dict[str, Any], real_steps: int) -> None:
+        """A real step's ended episodes (`real_steps`: the real steps of each copy so far)."""
+        for i in np.flatnonzero(done):
+            self.ended += 1
+            self.solved += bool(info["episode_return"][i] > 5.0)
+        if real_steps % (10_000 // self.env_n) == 0 and self.log:
+            self.log(
+                f"  {self.name}: {real_steps * self.env_n:>7} real steps, "
+                f"training solve rate {self.solved / max(self.ended, 1):.3f} over "
+                f"{self.ended} episodes, {time.perf_counter() - self.start:.0f} s"
+            )
+            self.solved = self.ended = 0
 
 
 def evaluate(
@@ -231,8 +260,10 @@ def evaluate(
         mdp = {**(mdp or {}), "train_model": False, "model_zero_init": False}
     env = _env(arm, fns, seed, mdp)
     if model is not None:
-        env.model.sr.load_state_dict(model.sr.state_dict())
-        env.model.vp.load_state_dict(model.vp.state_dict())
+        assert env.model is not None  # (the learned model's MDP, wrapper_type 0)
+        for net, trained in ((env.model.sr, model.sr), (env.model.vp, model.vp)):
+            assert net is not None  # (a learned model has both nets)
+            net.load_state_dict(trained.state_dict())
     wanted = np.array([len(share) for share in shares])
     played = np.zeros(env_n, dtype=np.int64)
     solved = 0
@@ -285,12 +316,12 @@ def welch_interval(
     a: Sequence[float], b: Sequence[float], level: float = 0.95
 ) -> tuple[float, float, float]:
     """mean(a) - mean(b) and its Welch t interval (unequal variances)."""
-    a, b = np.asarray(a, float), np.asarray(b, float)
-    va, vb = a.var(ddof=1) / len(a), b.var(ddof=1) / len(b)
-    diff, se = a.mean() - b.mean(), math.sqrt(va + vb)
+    xa, xb = np.asarray(a, float), np.asarray(b, float)
+    va, vb = xa.var(ddof=1) / len(xa), xb.var(ddof=1) / len(xb)
+    diff, se = xa.mean() - xb.mean(), math.sqrt(va + vb)
     if se == 0.0:
         return diff, diff, diff
-    dof = (va + vb) ** 2 / (va**2 / (len(a) - 1) + vb**2 / (len(b) - 1))
+    dof = (va + vb) ** 2 / (va**2 / (len(xa) - 1) + vb**2 / (len(xb) - 1))
     half = t_quantile(0.5 + level / 2, dof) * se
     return diff, diff - half, diff + half
 
