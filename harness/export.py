@@ -26,7 +26,8 @@ import yaml
 from gymnasium import spaces
 
 from harness.config import RunConfig, RunConfigError
-from harness.run import data_dir, last_checkpoint, saved_model
+from harness.run_services import data_dir
+from harness.sequence import last_checkpoint, saved_model
 
 FORMATS = ("torchscript", "onnx")
 CHECK_ROWS = 256

@@ -4,6 +4,9 @@ orchestrator initialize -> per agent initialize, buildModel, registerAgent -> fo
 block startEpisode (progress followed by long-poll), saveEpisode, stopEpisode -> agents
 saveModel -> reset and terminate everything -> results.json. Services the config names by
 `target` are started on free loopback ports and always stopped, also on failure.
+
+This module runs a run (and resumes, restarts and reports it); the services and the clients
+on them are `harness.run_services`'s, the sequence itself `harness.sequence`'s.
 """
 
 from __future__ import annotations
@@ -15,46 +18,33 @@ import sys
 import threading
 import time
 from contextlib import ExitStack, contextmanager
-from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Callable, Iterator, Literal, Optional, TypeVar
+from typing import Any, Callable, Iterator, Optional
 
 import numpy as np
 import yaml
 
 from harness.config import (
-    AgentSpec,
     RunConfig,
     RunConfigError,
-    ServiceSpec,
     load_config,
     resume_config,
     with_cluster,
     with_eval_episodes,
     with_seed,
 )
-from harness.games import GameProgress, evaluate, summary, train_games
-from harness.keeper import KeptWorker, WorkerKeeper
-from harness.league import Evaluator, league_results, table_text, train_solo_league
-from harness.training import (
-    Checkpoints,
-    Progress,
-    evaluate_returns,
-    first_success,
-    restore_checkpoint,
-    run_episodes,
-    train,
-)
-from mistk_rl.deploy.cluster import Cluster, ClusterError, PlacedService, Resources
-from mistk_rl.deploy.launch import ServiceProcess, ServiceStartError, spawn_service
+from harness.games import GameProgress, summary
+from harness.league import table_text
+from harness.run_services import RunClients, RunServices, keep_workers
+from harness.run_services import data_dir as data_dir
+from harness.sequence import HarnessError, MistkSequence, progress_kind
+from harness.sequence import last_checkpoint as last_checkpoint
+from harness.sequence import saved_model as saved_model
+from harness.training import Progress, first_success
+from mistk_rl.deploy.cluster import ClusterError
 from mistk_rl.files import atomic_write_bytes, atomic_write_json
-from mistk_rl.sdk.client import AgentClient, OrchestratorClient, ServiceError
-from mistk_rl.sdk.schemas import EpisodeConfig, Status
-
-
-class HarnessError(RuntimeError):
-    """A step of the run failed; the message says which and why."""
+from mistk_rl.sdk.client import ServiceError
 
 
 class ServicesLost(HarnessError):
@@ -111,7 +101,7 @@ def run_from_file(
                         file=sys.stderr,
                     )
                     return 0
-                progress = _progress_kind(config).load(resume)
+                progress = progress_kind(config).load(resume)
             else:
                 assert config_path is not None  # (the CLI asks for CONFIG without --resume)
                 config = load_config(config_path)
@@ -269,7 +259,7 @@ def run_restarting(
                 ) from exc
             restarts += 1
             try:
-                progress = _progress_kind(config).load(run_dir)
+                progress = progress_kind(config).load(run_dir)
                 where = "its last checkpoint"
             except RunConfigError:
                 progress, where = None, "the start (no checkpoint yet)"
@@ -279,11 +269,6 @@ def run_restarting(
                 f"from {where} (restart {restarts} of at most {max_restarts})"
             )
             time.sleep(pause)  # backing off: a node that keeps failing is not hammered
-
-
-def _progress_kind(config: RunConfig) -> type[Progress] | type[GameProgress]:
-    """The progress.json a run of this config keeps: a game run's, or a gym run's."""
-    return GameProgress if config.game_training else Progress
 
 
 def _finished(config: RunConfig, run_dir: Path) -> Optional[str]:
@@ -334,21 +319,21 @@ def run(
     on a cluster, as ``--max-restarts``).
 
     The phases, in order: the config saved (`_save_config`), the services started and
-    waited for (`_RunServices.start`), clients on them (`_RunClients`), a league's placed
-    workers kept (`_keep_workers`), the sequence itself (`_Sequence`), the results
+    waited for (`RunServices.start`), clients on them (`RunClients`), a league's placed
+    workers kept (`keep_workers`), the sequence itself (`MistkSequence`), the results
     (`_results`)."""
     max_restarts = restarts_allowed(config, max_restarts)
     started = time.monotonic()
     _save_config(config, run_dir, evaluate_only)
     token = config.token or os.environ.get("MISTK_RL_TOKEN")
     with ExitStack() as stack:
-        services = _RunServices(config, run_dir, stack, say, token)
+        services = RunServices(config, run_dir, stack, say, token)
         services.start()
         placement = services.placement()
-        clients = _RunClients(config, services, stack, token)
-        keeper = None if evaluate_only else _keep_workers(services, stack, say, max_restarts)
+        clients = RunClients(config, services, stack, token)
+        keeper = None if evaluate_only else keep_workers(services, stack, say, max_restarts)
         try:
-            episodes, progress, outcome = _Sequence(
+            episodes, progress, outcome = MistkSequence(
                 config,
                 services.env,
                 clients.orch,
@@ -392,229 +377,6 @@ def _save_config(config: RunConfig, run_dir: Path, evaluate_only: bool) -> None:
         (run_dir / "config.yaml").write_text(yaml.safe_dump(saved, sort_keys=False))
 
 
-class _RunServices:
-    """The services of one run: started here as processes or on the cluster the config
-    names, each stopped when `stack` closes; or given by URL in the config."""
-
-    def __init__(
-        self,
-        config: RunConfig,
-        run_dir: Path,
-        stack: ExitStack,
-        say: Callable[[str], None],
-        token: Optional[str],
-    ) -> None:
-        self.config = config
-        self.run_dir = run_dir
-        self.stack = stack
-        self.say = say
-        self.token = token
-        self.spawned: list[tuple[str, ServiceProcess | PlacedService]] = []
-        self.cluster: Optional[Cluster] = None
-        if config.cluster is not None:  # (closed last: after every service is stopped)
-            self.cluster = Cluster(
-                config.cluster.address,
-                run_id=run_dir.resolve().name,
-                data_root=config.cluster.data_root,
-            )
-            stack.callback(self.cluster.close)
-            say(
-                f"placing services on the Ray cluster at {config.cluster.address} "
-                f"({len(self.cluster.node_addresses())} nodes)"
-            )
-        self.env = config.orchestrator.env.model_dump(exclude_none=True)  # initialize's
-        self.workers: list[str | ServiceProcess | PlacedService] = []  # config.workers'
-        self.orch_url = ""
-        self.agent_urls: dict[str, str] = {}
-        self.evaluator_url: Optional[str] = None
-
-    def launch(
-        self,
-        role: str,
-        name: str,
-        spec: ServiceSpec,
-        extra: tuple[str, ...] = (),
-        near_driver: bool = False,
-    ) -> ServiceProcess | PlacedService:
-        """Start a service here or on the cluster (they all boot side by side; `start`
-        waits); `near_driver`: on this process's node if it can hold it."""
-        args = (*spec.args, *extra)
-        assert spec.target is not None  # (a spec without one has the url of a running service)
-        if self.cluster is not None:
-            service: ServiceProcess | PlacedService = self.cluster.spawn(
-                role,
-                name,
-                spec.target,
-                token=self.token,
-                extra_args=args,
-                resources=Resources(spec.cpus, spec.gpus, spec.resources),
-                near_driver=near_driver,
-            )
-        else:
-            service = spawn_service(
-                role,
-                spec.target,
-                data_dir=data_dir(self.run_dir, name),
-                log_path=self.run_dir / "logs" / f"{name}.log",
-                token=self.token,
-                extra_args=args,
-            )
-        self.kept(name, service)
-        return service
-
-    def kept(self, name: str, service: ServiceProcess | PlacedService) -> None:
-        """A service of this run (one the keeper starts again, too): stopped at the end."""
-        self.stack.callback(_stop, service, self.say)
-        self.spawned.append((name, service))
-
-    def start(self) -> None:
-        """Start every service the config names without a URL, and wait until each answers;
-        a league's workers go into initialize's env."""
-        config, orch_spec = self.config, self.config.orchestrator
-        # orchestrators on a cluster call agents on other nodes
-        allow = tuple(
-            arg
-            for host in (self.cluster.node_addresses() if self.cluster else ())
-            for arg in ("--allow-agent-host", host)
-        )
-        share = self._league_services(allow)
-        # a league's state (league.json, every checkpoint) is in its orchestrator's data dir:
-        # unless its config pins it, it runs on this node, next to the run dir, so losing
-        # it is losing this run's driver too, which `--resume` continues (it finds the league)
-        orch = orch_spec.url or self.launch(
-            "orchestrator",
-            "orchestrator",
-            orch_spec,
-            allow + share,
-            near_driver=orch_spec.env.league is not None and not orch_spec.resources,
-        )
-        agents = {a.name: a.url or self.launch("agent", a.name, a, share) for a in config.agents}
-        self._wait_ready()
-        if self.workers:
-            league = self.env["league"]
-            self.env["league"] = {
-                **league,
-                "workers": list(league.get("workers", ())) + [_url(w) for w in self.workers],
-            }
-        self.orch_url = _url(orch)
-        self.agent_urls = {name: _url(service) for name, service in agents.items()}
-
-    def _league_services(self, allow: tuple[str, ...]) -> tuple[str, ...]:
-        """A league's workers and (a solo league's) evaluator, started; the `--share` of its
-        directory that its services get when they share this machine's file system."""
-        config, league = self.config, self.config.orchestrator.env.league
-        if league is None:
-            return ()
-        share: tuple[str, ...] = ()
-        if self.cluster:  # no shared file system: checkpoints move over HTTP
-            self.env["league"] = {**self.env["league"], "copyCheckpoints": True}
-        else:  # the league's directory, shared by its services
-            name = str(league.get("directory", "league")).split("/")[0]
-            share = ("--share", f"{name}={(self.run_dir / name).resolve()}")
-        self.workers = [
-            w.url or self.launch("orchestrator", f"worker{i}", w, allow)
-            for i, w in enumerate(config.workers)
-        ]
-        if config.orchestrator.env.solo_players() is not None:  # its players' evaluations
-            spec = config.evaluator or _default_evaluator(config)
-            self.evaluator_url = _url(
-                spec.url or self.launch("orchestrator", "evaluator", spec, allow)
-            )
-        return share
-
-    def _wait_ready(self) -> None:
-        # (callbacks run last first: this one SIGTERMs every service, then each is waited for)
-        self.stack.callback(lambda: [service.begin_stop() for _, service in self.spawned])
-        for name, service in self.spawned:
-            try:
-                service.wait_ready(self.config.timeouts.startup)
-            except ServiceStartError as exc:
-                raise HarnessError(f"starting {service.role} {name!r}: {exc}") from exc
-            where = f" on node {service.node_id[:12]}" if isinstance(service, PlacedService) else ""
-            self.say(f"started {service.role} {name} ({service.target}) at {service.url}{where}")
-
-    def local_dirs(self) -> dict[str, Path]:
-        """The data dirs of the agents this harness started, where it can reach them."""
-        if self.cluster:
-            return {}
-        return {a.name: data_dir(self.run_dir, a.name) for a in self.config.agents if a.target}
-
-    def placement(self) -> dict[str, dict]:
-        """Where the cluster placed each service: its URL and node."""
-        return {
-            name: {"url": s.url, "node": s.node_id}
-            for name, s in self.spawned
-            if isinstance(s, PlacedService)
-        }
-
-    def lost(self, replaced: list) -> list[str]:
-        """On a cluster, the services that died and were not started again."""
-        return [
-            name
-            for name, s in self.spawned
-            if self.cluster and not any(s is r for r in replaced) and not s.alive()
-        ]
-
-
-class _RunClients:
-    """The SDK's clients on a run's services, closed when `stack` closes."""
-
-    def __init__(
-        self, config: RunConfig, services: _RunServices, stack: ExitStack, token: Optional[str]
-    ) -> None:
-        call = config.timeouts.call
-        self.orch = stack.enter_context(
-            OrchestratorClient(services.orch_url, token=token, timeout=call)
-        )
-        self.agents = {
-            name: stack.enter_context(AgentClient(url, token=token, timeout=call))
-            for name, url in services.agent_urls.items()
-        }
-        self.evaluator = (
-            Evaluator(
-                stack.enter_context(
-                    OrchestratorClient(services.evaluator_url, token=token, timeout=call)
-                ),
-                {"id": services.env["id"], "kwargs": services.env.get("kwargs", {})},
-                services.agent_urls,
-                call,
-            )
-            if services.evaluator_url
-            else None
-        )
-
-
-def _keep_workers(
-    services: _RunServices, stack: ExitStack, say: Callable[[str], None], max_restarts: int
-) -> Optional[WorkerKeeper]:
-    """A keeper that starts a league's lost cluster workers again (`harness.keeper`), when
-    any is placed on a cluster; stopped before the services."""
-    config = services.config
-    placed = [
-        KeptWorker(f"worker{i}", spec, service)
-        for i, (spec, service) in enumerate(zip(config.workers, services.workers))
-        if isinstance(service, PlacedService)
-    ]
-    if not placed or services.cluster is None:
-        return None
-    call = config.timeouts.call
-    keeper = WorkerKeeper(
-        services.cluster,
-        stack.enter_context(
-            OrchestratorClient(services.orch_url, token=services.token, timeout=call)
-        ),
-        placed,
-        say,
-        token=services.token,
-        max_restarts=max_restarts,
-        startup_timeout=config.timeouts.startup,
-        on_spawn=services.kept,
-    )
-    stack.callback(keeper.stop)
-    keeper.start()
-    return keeper
-
-
 def _results(
     config: RunConfig,
     run_dir: Path,
@@ -656,324 +418,6 @@ def _results(
         }
     atomic_write_json(run_dir / "results.json", results)
     return results
-
-
-_Kept = TypeVar("_Kept", Progress, GameProgress)
-
-
-@dataclass
-class _Sequence:
-    """The MISTK sequence over a run's started services: `run` returns results.json's
-    episodes, the training progress and what game training and evaluation add to the
-    results ("evals", "evaluation"; a league's "league"). `evaluator`: a solo league's (its
-    players are evaluated there). `local_dirs`: the data dirs of agents this harness can
-    reach (it started them on this machine); `mirror`: where checkpoints are copied
-    (`Checkpoints`), and restored from on resume."""
-
-    config: RunConfig
-    env: dict
-    orch: OrchestratorClient
-    agents: dict[str, AgentClient]
-    agent_urls: dict[str, str]
-    run_dir: Path
-    say: Callable[[str], None]
-    resume: Optional[Progress | GameProgress]
-    quiet: bool
-    evaluate_only: bool = False
-    evaluator: Optional[Evaluator] = None
-    local_dirs: dict[str, Path] = field(default_factory=dict)
-    mirror: Optional[Path] = None
-
-    def run(self) -> tuple[list[dict], Optional[Progress], dict]:
-        """Set up, then evaluate, train or play the episode blocks, then evaluate at the
-        end, then collect the episodes and take the services down."""
-        episodes_before = self.resume.episodes if self.resume else []  # (train moves it on)
-        self._set_up()
-        outcome: dict = {}
-        progress = self._main(outcome)
-        if self.config.evaluation is not None and not self.evaluate_only:
-            self._evaluate_at_the_end(outcome)
-        with _step("getResults"):
-            episodes = run_episodes(self.orch, episodes_before)
-        self._close()
-        return episodes, progress, outcome
-
-    def _set_up(self) -> None:
-        """initialize the orchestrator; initialize, build and register every agent."""
-        call_timeout = self.config.timeouts.call
-        with _step("orchestrator initialize"):
-            self.orch.initialize(self.env, agents_needed=len(self.agents), timeout=call_timeout)
-        for spec in self.config.agents:
-            agent = self.agents[spec.name]
-            with _step(f"agent {spec.name} initialize"):
-                agent.initialize(spec.properties, spec.hyperparameters, timeout=call_timeout)
-            with _step(f"agent {spec.name} buildModel"):
-                agent.build_model(self._model(spec, agent), timeout=call_timeout)
-            with _step(f"registerAgent {spec.name}"):
-                self.orch.register_agent(
-                    spec.name,
-                    self.agent_urls[spec.name],
-                    skip_train=not spec.train,
-                    seats=spec.seats,
-                    local_inference=spec.local_inference is not None,
-                )
-
-    def _model(self, spec: AgentSpec, agent: AgentClient) -> Optional[str]:
-        """What the agent builds its model from: a resumed run's checkpoint (restored
-        from the mirror first, on a cluster), an evaluation's saved model, else its
-        model_path."""
-        checkpoint = self.resume.checkpoints.get(spec.name) if self.resume else None
-        if checkpoint and self.mirror is not None and spec.target:
-            restore_checkpoint(agent, self.mirror, spec.name, checkpoint, self.config.timeouts.call)
-        if self.evaluate_only:
-            checkpoint = (
-                spec.model_path
-                or saved_model(spec, self.local_dirs)
-                or last_checkpoint(self.config, spec, self.run_dir, self.local_dirs)
-            )
-            if spec.target:
-                self.say(
-                    f"agent {spec.name}: "
-                    + (
-                        f"the model in {checkpoint}"
-                        if checkpoint
-                        else "untrained (no model_path, and no model saved in the run dir)"
-                    )
-                )
-        return checkpoint or spec.model_path
-
-    def _main(self, outcome: dict) -> Optional[Progress]:
-        """The run's work: an evaluation, game training, training or the episode blocks."""
-        config = self.config
-        if self.evaluate_only:
-            with _step("evaluation"):
-                outcome["evaluation"] = self._evaluation()
-        elif config.game_training is not None:
-            assert config.evaluation is not None  # (`RunConfig._check`: game training has one)
-            with _step("game training"):
-                outcome["evals"] = train_games(
-                    self.orch,
-                    config.game_training,
-                    config.evaluation,
-                    self.run_dir,
-                    config.timeouts.episodes,
-                    self.say,
-                    self._checkpoints(config.game_training.checkpoints),
-                    quiet=self.quiet,
-                    progress=self._resumed(GameProgress),
-                    title=config.name,
-                )
-        elif config.training is not None:
-            return self._train(outcome)
-        else:
-            _play_blocks(config, self.orch, self.say)
-        return None
-
-    def _evaluation(self) -> dict[str, Any]:
-        """`mistk-rl eval`: the config's game evaluation, else its training's greedy
-        episodes on the evaluation seeds."""
-        config = self.config
-        if config.evaluation is not None:
-            return evaluate(self.orch, config.evaluation, config.timeouts.episodes)
-        assert config.training is not None  # (`_save_config` refuses a config with neither)
-        return asdict(evaluate_returns(self.orch, config.training, config.timeouts.episodes))
-
-    def _resumed(self, kind: type[_Kept]) -> Optional[_Kept]:
-        """The progress this run resumes from (None: a new run), of the kind its training
-        keeps (`_progress_kind` loaded it)."""
-        assert self.resume is None or isinstance(self.resume, kind)
-        return self.resume
-
-    def _checkpoints(self, every: Any) -> Optional[Checkpoints]:
-        """Checkpoints kept as the config says (pruned where this harness can reach them)."""
-        if not every:
-            return None
-        return Checkpoints(
-            self.agents, every, self.local_dirs, self.config.timeouts.call, self.mirror
-        )
-
-    def _train(self, outcome: dict) -> Progress:
-        """Single-agent training, or a solo league's (`harness.league`) with its results."""
-        config, training = self.config, self.config.training
-        assert training is not None
-        checkpoints = self._checkpoints(training.checkpoints)
-        with _step("training"):
-            if self.evaluator is not None:
-                progress = train_solo_league(
-                    self.orch,
-                    self.evaluator,
-                    training,
-                    self.run_dir,
-                    config.timeouts.episodes,
-                    self.say,
-                    checkpoints,
-                    self._resumed(Progress),
-                    quiet=self.quiet,
-                    title=config.name,
-                )
-            else:
-                settings = {a.name: s for a in config.agents if (s := a.settings()) is not None}
-                progress = train(
-                    self.orch,
-                    training,
-                    self.run_dir,
-                    config.timeouts.episodes,
-                    self.say,
-                    checkpoints,
-                    self._resumed(Progress),
-                    quiet=self.quiet,
-                    title=config.name,
-                    agents=settings,
-                )
-        if self.evaluator is not None:
-            with _step("league results"):
-                outcome["league"] = self.orch.get_league().model_dump()
-        return progress
-
-    def _evaluate_at_the_end(self, outcome: dict) -> None:
-        """The config's evaluation after training: a game league's results, game
-        training's last evaluation, or an evaluation run now."""
-        config = self.config
-        assert config.evaluation is not None
-        if config.game_training is not None and config.orchestrator.env.league is not None:
-            with _step("league results"):
-                kept = outcome["evals"][-1].get("checkpoint") if outcome["evals"] else None
-                where = self.local_dirs.get(config.evaluation.agent)
-                outcome.update(
-                    league_results(
-                        self.orch,
-                        outcome["evals"],
-                        self.run_dir,
-                        kept and (where / kept if where else Path(kept)),
-                        title=f"{config.name} (seed {config.game_training.seed})",
-                    )
-                )
-        elif config.game_training is not None:  # its last evaluation is the final one
-            outcome["evaluation"] = outcome["evals"][-1]["evaluation"]
-        else:
-            with _step("evaluation"):
-                outcome["evaluation"] = evaluate(
-                    self.orch, config.evaluation, config.timeouts.episodes
-                )
-
-    def _close(self) -> None:
-        """Save the models the config asks for; reset and terminate every service."""
-        call_timeout = self.config.timeouts.call
-        for spec in self.config.agents:
-            if spec.save_path and not self.evaluate_only:
-                with _step(f"agent {spec.name} saveModel"):
-                    self.agents[spec.name].save_model(spec.save_path, timeout=call_timeout)
-        with _step("reset"):
-            self.orch.reset(timeout=call_timeout)  # resets the registered agents too
-            if self.evaluator is not None:
-                self.evaluator.client.reset(reset_agents=False, timeout=call_timeout)
-                self.evaluator.client.terminate()
-            for agent in self.agents.values():
-                agent.terminate()
-            self.orch.terminate()
-
-
-def saved_model(spec: AgentSpec, local_dirs: dict[str, Path]) -> Optional[str]:
-    """The save_path a run left for this agent, if the harness started it here and the file
-    is there."""
-    where = local_dirs.get(spec.name)
-    if spec.save_path and where is not None and (where / spec.save_path).exists():
-        return spec.save_path
-    return None
-
-
-def last_checkpoint(
-    config: RunConfig, spec: AgentSpec, run_dir: Path, local_dirs: dict[str, Path]
-) -> Optional[str]:
-    """The checkpoint of the agent's last evaluation in the run's progress.json (a game
-    run's or a gym run's, as `config` says), if the harness started the agent here and the
-    file is there."""
-    where = local_dirs.get(spec.name)
-    try:
-        checkpoint = _progress_kind(config).load(run_dir).checkpoints.get(spec.name)
-    except (RunConfigError, TypeError):  # (no progress.json; one of another kind of run)
-        return None
-    if checkpoint and where is not None and (where / checkpoint).exists():
-        return checkpoint
-    return None
-
-
-def _url(service: str | ServiceProcess | PlacedService) -> str:
-    """A service's URL: given in the config, or where it was started."""
-    return service if isinstance(service, str) else service.url
-
-
-def _default_evaluator(config: RunConfig) -> ServiceSpec:
-    """A solo league's evaluator when the config names none: started as its first worker
-    is (a gym orchestrator), or the gym orchestrator."""
-    first = config.workers[0] if config.workers else None
-    if first is not None and first.target:
-        return ServiceSpec(**first.model_dump(exclude={"url"}))
-    return ServiceSpec(target="orchestrators.gym_orchestrator:GymOrchestrator")
-
-
-def data_dir(run_dir: Path, name: str) -> Path:
-    """The data dir of a service the harness starts (a resumed run starts it on the same)."""
-    return run_dir / "data" / name
-
-
-def _play_blocks(config: RunConfig, orch: OrchestratorClient, say: Callable[[str], None]) -> None:
-    printed = 0
-
-    def show_new_episodes(status: Status) -> None:
-        """Print each episode as it finishes (the wait's long-polls bring the news)."""
-        nonlocal printed
-        if status.payload.get("episodesDone", 0) > printed:
-            for episode in orch.get_results(since=printed).episodes:
-                say(
-                    f"  episode {episode.episode:4d}  agent {episode.agent}  "
-                    f"return {episode.return_:9.2f}  length {episode.length}"
-                )
-                printed += 1
-
-    assert config.episodes is not None  # (`RunConfig._check`: one block by default)
-    for i, block in enumerate(config.episodes):
-        episode_config = EpisodeConfig(
-            num_episodes=block.num_episodes,
-            seed=block.seed,
-            max_steps=block.max_steps,
-            train=block.train,
-        )
-        with _step(f"episode block {i} startEpisode"):
-            orch.start_episode(
-                episode_config,
-                wait=True,
-                timeout=config.timeouts.episodes,
-                on_status=show_new_episodes,
-            )
-        if block.save_path:
-            with _step(f"episode block {i} saveEpisode"):
-                orch.save_episode(block.save_path)
-        with _step(f"episode block {i} stopEpisode"):
-            orch.stop_episode()
-
-
-class _step:
-    """Turn any service error inside a step into a HarnessError naming the step."""
-
-    def __init__(self, name: str) -> None:
-        self.name = name
-
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(
-        self, _exc_type: object, exc: Optional[BaseException], _tb: object
-    ) -> Literal[False]:
-        if exc is not None and isinstance(exc, ServiceError):
-            raise HarnessError(f"{self.name} failed: {exc}") from exc
-        return False
-
-
-def _stop(service: ServiceProcess | PlacedService, say: Callable[[str], None]) -> None:
-    code = service.stop()
-    if code not in (0, -15, None):
-        say(f"{service.role} at {service.url} exited with code {code}; log: {service.log_path}")
 
 
 def main() -> int:  # python -m harness.run CONFIG
