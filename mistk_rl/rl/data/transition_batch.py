@@ -134,8 +134,7 @@ class NStepColumns:
         the pending ones unless `keep_pending`. A window grows one step of its entity at a
         time and closes at an episode end, at n steps, or (with `cut`) at the entity's last
         step."""
-        rank = {key: i for i, key in enumerate(self._entities)}
-        entity = np.fromiter((rank[k] for k in keys), np.int64, len(keys))
+        entity = self._entity_codes(keys, cut)
         order = np.lexsort((np.arange(len(keys)), entity))  # by entity, then arrival
         group = entity[order]
         ends = _ends(rows)[order]
@@ -163,6 +162,15 @@ class NStepColumns:
         return self._items(
             rows, first[emitted], last[emitted], returns[closed][emitted], steps[closed][emitted]
         )
+
+    def _entity_codes(self, keys: list[Any], cut: bool) -> np.ndarray:
+        """A number per row naming its entity. A step's windows only need rows grouped (one
+        sort in numpy, no loop over rows); a cut emits entity by entity, in first-seen
+        order, so there the number is that rank."""
+        if not cut:
+            return np.unique(np.asarray(keys), return_inverse=True)[1].reshape(-1)
+        rank = {key: i for i, key in enumerate(self._entities)}
+        return np.fromiter((rank[k] for k in keys), np.int64, len(keys))
 
     def _items(
         self,
