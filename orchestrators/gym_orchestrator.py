@@ -23,6 +23,7 @@ from typing import Any, Callable, Iterable, Optional
 import gymnasium as gym
 import numpy as np
 
+from mistk_rl.bridges.dm_env_rpc_client import DmEnvRpcEnvFactory
 from mistk_rl.errors import InvalidRequest
 from mistk_rl.framework.implementation import PROGRESS_EVERY_S
 from mistk_rl.framework.orchestrator import AbstractOrchestrator, RegisteredAgent, episode_quotas
@@ -417,7 +418,16 @@ def probe_env(env: dict[str, Any], modules: Iterable[str]) -> tuple[gym.Space, g
     module, when named (``MODULE:ID``), is one of `modules` (``--env-module``) before anything
     is imported; its id is registered; one instance is made and closed, and its spaces are
     ones the services carry. Returns the (observation, action) spaces; InvalidRequest (400)
-    otherwise: bad kwargs or settings fail now, not as a failed service later."""
+    otherwise: bad kwargs or settings fail now, not as a failed service later. An env served
+    over dm_env_rpc (``env.dmEnvRpc``) is probed by joining a world of its server: `id` is
+    its label, imported from nowhere."""
+    if env.get("dmEnvRpc") is not None:
+        if env.get("thinker") is not None:
+            raise InvalidRequest(
+                "env.thinker plans on copies of its env, and an env served over dm_env_rpc "
+                "cannot be copied: give one of thinker or dmEnvRpc"
+            )
+        return _probe(env)
     module, _, name = env["id"].rpartition(":")
     if module and module not in modules:
         raise InvalidRequest(
@@ -441,6 +451,8 @@ def _probe(env: dict[str, Any]) -> tuple[gym.Space, gym.Space]:
         probe = _env_fn(env, env.get("kwargs", {}))()
     except Exception as exc:
         what = f"kwargs {env.get('kwargs', {})}"
+        if env.get("dmEnvRpc") is not None:
+            what = f"world settings {env.get('kwargs', {})} from dm_env_rpc at {env['dmEnvRpc']}"
         if env.get("thinker") is not None:
             what += f" and Thinker settings {env['thinker']}"
         raise InvalidRequest(
@@ -467,7 +479,12 @@ def _probe(env: dict[str, Any]) -> tuple[gym.Space, gym.Space]:
 def _env_fn(env: dict[str, Any], kwargs: dict[str, Any]) -> EnvFn:
     """A picklable maker of one env copy: the gymnasium env, or with `env.thinker` the env
     behind the Thinker-augmented MDP (settings of mistk_rl.thinker.config, plus `actions`:
-    Discrete or MultiDiscrete)."""
+    Discrete or MultiDiscrete), or with `env.dmEnvRpc` a world of that dm_env_rpc server
+    (`kwargs`: the world's settings)."""
+    if env.get("dmEnvRpc") is not None:
+        return DmEnvRpcEnvFactory(
+            tuple(sorted(env["dmEnvRpc"].items())), tuple(sorted(kwargs.items()))
+        )
     if env.get("thinker") is None:
         return make_env_fns(env["id"], kwargs, 1)[0]
     settings = dict(env["thinker"])

@@ -284,13 +284,30 @@ class EnvWorkers(Body):
     resources: dict[str, Annotated[float, Field(ge=0)]] = Field(default_factory=dict)
 
 
+class DmEnvRpcSettings(Body):
+    """An env served over dm_env_rpc (`mistk_rl.bridges.dm_env_rpc_client`): the server's
+    address; the world each env copy joins (default: each creates its own, with the env's
+    kwargs as the world's settings, and destroys it after); JoinWorld's settings; the Reset
+    setting that carries a seed (dm_env_rpc has none of its own; mistk-rl's server calls it
+    ``seed``); how long connecting and each answer may take, in seconds."""
+
+    address: str = Field(pattern=r"^[A-Za-z0-9_.\-\[\]:]{1,255}:[0-9]{1,5}$")
+    world: Optional[str] = Field(default=None, max_length=255)
+    join_settings: dict[str, Any] = Field(default_factory=dict)
+    seed_setting: Optional[str] = Field(default=None, min_length=1, max_length=64)
+    connect_timeout: float = Field(default=5.0, ge=0.001, le=300)
+    timeout: float = Field(default=30.0, ge=0.001, le=3600)
+
+
 class GymEnvSpec(EnvSpec):
     """The gym orchestrator's: the Thinker MDP's settings, mistk_rl.thinker.config's
     snake_case keys as the seed names them, checked by load_config (an unknown key is a 400);
-    where envManager ray places env copies."""
+    where envManager ray places env copies; a dm_env_rpc server whose worlds are the env
+    copies (then `id` is only a label)."""
 
     thinker: Optional[dict[str, Any]] = None
     env_workers: Optional[EnvWorkers] = None
+    dm_env_rpc: Optional[DmEnvRpcSettings] = None
 
 
 class LeagueEnvSpec(EnvSpec):
