@@ -8,6 +8,7 @@ benchmarks' (`harness.bench`)."""
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 from typing import Optional, Sequence
@@ -286,9 +287,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sub = parser.add_subparsers(dest="command", required=True)
     add_serve_arguments(
-        sub.add_parser("serve", help="run an agent or orchestrator class as a service")
+        sub.add_parser(
+            "serve",
+            help="run an agent or orchestrator class as a service "
+            "(`serve dm-env-rpc --env ID`: an env over dm_env_rpc)",
+        )
     )
-    for add in (_add_run, _add_eval, _add_export, _add_compare, _add_bench):
+    for add in (_add_run, _add_eval, _add_export, _add_compare, _add_bench, _add_conformance):
         add(sub)
     return parser
 
@@ -416,7 +421,50 @@ def _add_bench(sub: argparse._SubParsersAction) -> None:
     bench.set_defaults(func=_bench)
 
 
+def _add_conformance(sub: argparse._SubParsersAction) -> None:
+    kit = sub.add_parser(
+        "conformance",
+        help="check a running service, in any language, against the contract",
+        description="Walk a service through its lifecycle and check every answer against "
+        "the packaged contract (mistk_rl.conformance). Exit 0 only if every check passes.",
+    )
+    kit.add_argument("role", choices=["agent"], help="what the service is")
+    kit.add_argument("url", help="its root (http://127.0.0.1:8081) or base path")
+    kit.add_argument("--token", default=None, help="its bearer token (default: MISTK_RL_TOKEN)")
+    kit.add_argument("--env", default="CartPole-v1", help="the gymnasium env the kit plays")
+    kit.add_argument("--junit", default=None, metavar="FILE", help="also write JUnit XML here")
+    kit.add_argument("--timeout", type=float, default=30.0, help="seconds per request")
+    kit.add_argument("--wait", type=float, default=120.0, help="seconds background work may take")
+    kit.add_argument(
+        "--keep-alive", action="store_true", help="do not terminate the service at the end"
+    )
+    kit.add_argument("-v", "--verbose", action="store_true", help="a line per check")
+    kit.set_defaults(func=_conformance)
+
+
+def _conformance(args: argparse.Namespace) -> int:
+    from mistk_rl.conformance import check_agent
+
+    report = check_agent(
+        args.url,
+        token=args.token or os.environ.get("MISTK_RL_TOKEN") or None,
+        env=args.env,
+        timeout=args.timeout,
+        wait=args.wait,
+        terminate=not args.keep_alive,
+    )
+    print(report.text(verbose=args.verbose))
+    if args.junit:
+        report.write_junit(Path(args.junit))
+    return 0 if report.passed else 1
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:2] == ["serve", "dm-env-rpc"]:  # an env over gRPC: its own options
+        from mistk_rl.bridges import dm_env_rpc_server  # (needs the dm_env_rpc extra)
+
+        return dm_env_rpc_server.main(argv[2:])
     args = build_parser().parse_args(argv)
     try:
         spin_from_env()  # (refused here, not at the first request of a run)
