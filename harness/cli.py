@@ -428,10 +428,19 @@ def _add_conformance(sub: argparse._SubParsersAction) -> None:
         description="Walk a service through its lifecycle and check every answer against "
         "the packaged contract (mistk_rl.conformance). Exit 0 only if every check passes.",
     )
-    kit.add_argument("role", choices=["agent"], help="what the service is")
+    kit.add_argument("role", choices=["agent", "orchestrator"], help="what the service is")
     kit.add_argument("url", help="its root (http://127.0.0.1:8081) or base path")
     kit.add_argument("--token", default=None, help="its bearer token (default: MISTK_RL_TOKEN)")
-    kit.add_argument("--env", default="CartPole-v1", help="the gymnasium env the kit plays")
+    kit.add_argument(
+        "--env",
+        default="CartPole-v1",
+        help="agent: the gymnasium env the kit plays; orchestrator: the env id it initializes",
+    )
+    kit.add_argument(
+        "--agent-url",
+        default=None,
+        help="orchestrator: an agent it can reach (default: the kit serves one on loopback)",
+    )
     kit.add_argument("--junit", default=None, metavar="FILE", help="also write JUnit XML here")
     kit.add_argument("--timeout", type=float, default=30.0, help="seconds per request")
     kit.add_argument("--wait", type=float, default=120.0, help="seconds background work may take")
@@ -443,16 +452,19 @@ def _add_conformance(sub: argparse._SubParsersAction) -> None:
 
 
 def _conformance(args: argparse.Namespace) -> int:
-    from mistk_rl.conformance import check_agent
+    from mistk_rl.conformance import check_agent, check_orchestrator
 
-    report = check_agent(
-        args.url,
-        token=args.token or os.environ.get("MISTK_RL_TOKEN") or None,
-        env=args.env,
-        timeout=args.timeout,
-        wait=args.wait,
-        terminate=not args.keep_alive,
-    )
+    options: dict = {
+        "token": args.token or os.environ.get("MISTK_RL_TOKEN") or None,
+        "env": args.env,
+        "timeout": args.timeout,
+        "wait": args.wait,
+        "terminate": not args.keep_alive,
+    }
+    if args.role == "agent":
+        report = check_agent(args.url, **options)
+    else:
+        report = check_orchestrator(args.url, agent_url=args.agent_url, **options)
     print(report.text(verbose=args.verbose))
     if args.junit:
         report.write_junit(Path(args.junit))

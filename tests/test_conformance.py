@@ -10,12 +10,13 @@ import xml.etree.ElementTree as ET
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Callable, Iterator
+from urllib.parse import urlsplit
 
 import pytest
 import requests
 
 from harness.cli import main
-from mistk_rl.conformance import check_agent
+from mistk_rl.conformance import check_agent, check_orchestrator
 from mistk_rl.conformance.contract import contract
 from mistk_rl.conformance.suite import allowed_by
 from mistk_rl.lifecycle.tables import AGENT
@@ -77,10 +78,16 @@ def _broken(method: str, path: str, status: int, body: bytes) -> tuple[int, byte
 @pytest.fixture
 def broken_agent(launch) -> Iterator[str]:
     upstream = launch("agent", "agents.random_agent:RandomAgent").client().base_url
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _proxy_handler(upstream, _broken))
+    yield from _proxied(upstream, _broken)
+
+
+def _proxied(upstream: str, breakage: Breakage) -> Iterator[str]:
+    """A proxy on a free loopback port in front of `upstream` (a base URL), changing the
+    answers as `breakage` says; its base URL."""
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _proxy_handler(upstream, breakage))
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
-    yield f"http://127.0.0.1:{server.server_address[1]}/v1/mistk/agent"
+    yield f"http://127.0.0.1:{server.server_address[1]}{urlsplit(upstream).path}"
     server.shutdown()
     server.server_close()
     thread.join(10)
@@ -94,7 +101,7 @@ def _proxy_handler(upstream: str, breakage: Breakage) -> type[BaseHTTPRequestHan
             length = int(self.headers.get("Content-Length") or 0)
             sent = self.rfile.read(length) if length else None
             headers = {k: v for k, v in self.headers.items() if k.lower() not in ("host",)}
-            path = self.path.removeprefix("/v1/mistk/agent")
+            path = self.path.removeprefix(urlsplit(upstream).path)
             answer = requests.request(
                 self.command, upstream + path, data=sent, headers=headers, timeout=60
             )
@@ -163,3 +170,58 @@ def test_every_operation_of_the_contract_is_known_to_the_kit() -> None:
         "replayColumns",
     }
     assert set(contract("agent").operations) - own_checks == taught
+
+
+def test_our_gym_orchestrator_passes(launch, capsys) -> None:
+    orchestrator = launch("orchestrator", "orchestrators.gym_orchestrator:GymOrchestrator")
+    code = main(["conformance", "orchestrator", orchestrator.client().base_url, "-v"])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    for name in (  # the kit's agent was registered and driven, a long run stopped
+        "orchestrator.waiting_for_agents.registerAgent.told-the-agent",
+        "orchestrator.episodes.agent-acted-each-step",
+        "orchestrator.running.startEpisode.refused",
+        "orchestrator.reset.resets-the-agents",
+    ):
+        assert f"PASS  {name}" in out
+
+
+def _broken_orchestrator(method: str, path: str, status: int, body: bytes) -> tuple[int, bytes]:
+    """Results without the episodes' lengths (a missing field); saveEpisode answers 200
+    in ready, where the table says 409."""
+    if path.endswith("/results") and status == 200:
+        answer = json.loads(body)
+        for episode in answer["episodes"]:
+            episode.pop("length")
+        return status, json.dumps(answer).encode()
+    if path.endswith("/saveEpisode") and status == 409:
+        return 200, json.dumps({"state": "ready", "resourceVersion": 0, "payload": {}}).encode()
+    return status, body
+
+
+@pytest.fixture
+def broken_orchestrator(launch) -> Iterator[str]:
+    upstream = launch("orchestrator", "orchestrators.gym_orchestrator:GymOrchestrator")
+    yield from _proxied(upstream.client().base_url, _broken_orchestrator)
+
+
+def test_a_broken_orchestrator_fails_the_checks_it_breaks(broken_orchestrator: str) -> None:
+    report = check_orchestrator(broken_orchestrator)
+    assert not report.passed
+    failed = set(report.names(passed=False))
+    assert {
+        "orchestrator.ready.saveEpisode.refused",
+        "orchestrator.completed_episode.getResults",  # length is required in EpisodeResult
+        "orchestrator.completed_episode.getResults.since",
+    } <= failed, report.text()
+    refused_elsewhere = {n for n in failed if n.endswith("saveEpisode.refused")}
+    assert (
+        failed
+        - refused_elsewhere
+        - {
+            "orchestrator.completed_episode.getResults",
+            "orchestrator.completed_episode.getResults.since",
+            "orchestrator.episodes.agent-acted-each-step",  # (no lengths: 0 steps counted)
+        }
+        == set()
+    ), report.text()

@@ -178,3 +178,15 @@ def test_node_lifecycle_tables_are_the_python_ones(node_built: Path, table: Tabl
         [o.name, o.background, o.preempts] for o in table.operations.values()
     ]
     assert node_table["busy"] == sorted(table.busy_states)
+
+
+@pytest.mark.parametrize("role", ["agent", "orchestrator"])
+def test_the_node_services_pass_the_conformance_kit(node, role: str) -> None:
+    """The kit's whole walk (mistk_rl.conformance), with the token the service runs with."""
+    from mistk_rl.conformance import check_agent, check_orchestrator
+
+    service = node(role, token="node-kit-token")
+    check = check_agent if role == "agent" else check_orchestrator
+    report = check(service.url, token="node-kit-token")
+    assert report.passed, report.text()
+    assert len(report.checks) > 70

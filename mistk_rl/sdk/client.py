@@ -22,6 +22,7 @@ from urllib.parse import urlsplit
 
 import numpy as np
 
+from mistk_rl import API_VERSION, __version__
 from mistk_rl.sdk.schemas import (
     AgentConfig,
     AgentInitParams,
@@ -155,6 +156,19 @@ class ServiceRestarted(ServiceError):
             f"gone, {current} answers): start over from initialize"
         )
         self.previous, self.current = previous, current
+
+
+class IncompatibleService(ServiceError):
+    """The service speaks another major version of the contract than this SDK: what it
+    accepts and answers may differ in ways neither side can detect call by call."""
+
+    def __init__(self, base_url: str, version: str) -> None:
+        super().__init__(
+            f"{base_url} speaks contract {version}; this SDK speaks {API_VERSION} "
+            f"(mistk-rl {__version__}): a different major version is not compatible. "
+            "Use an SDK of its major version, or upgrade the service"
+        )
+        self.version = version
 
 
 class WaitTimeout(ServiceError, TimeoutError):
@@ -368,7 +382,12 @@ class _ServiceClient:
         return self._status_call("GET", "/status", params=params, timeout=http_timeout)
 
     def api_version(self) -> ApiVersion:
-        return ApiVersion.model_validate(self._call("GET", "/apiVersion"))
+        """The contract version, role and capabilities; IncompatibleService when the
+        service speaks another major version than this SDK (checked on every call)."""
+        answer = ApiVersion.model_validate(self._call("GET", "/apiVersion"))
+        if answer.version.split(".")[0] != API_VERSION.split(".")[0]:
+            raise IncompatibleService(self.base_url, answer.version)
+        return answer
 
     def terminate(self) -> Status:
         """Release the service's resources; legal in every state."""

@@ -12,12 +12,19 @@ from urllib.parse import SplitResult, urlsplit
 
 from pydantic import BaseModel
 
+from mistk_rl import API_VERSION
 from mistk_rl.errors import IllegalState, InvalidRequest, ResourceNotFound
 from mistk_rl.framework.orchestrator import AbstractOrchestrator, RegisteredAgent
 from mistk_rl.lifecycle import AGENT, ORCHESTRATOR, Lifecycle
 from mistk_rl.limits import Limits
 from mistk_rl.registry import suggest
-from mistk_rl.sdk.client import AgentClient, Conflict, ServiceError, ServiceUnavailable
+from mistk_rl.sdk.client import (
+    AgentClient,
+    Conflict,
+    IncompatibleService,
+    ServiceError,
+    ServiceUnavailable,
+)
 from mistk_rl.sdk.stepping import prepare_local_inference
 from mistk_rl.service.handlers.common import JSON, Response, ServiceBase
 from mistk_rl.wire.jsonable import to_jsonable
@@ -231,6 +238,11 @@ class OrchestratorService(ServiceBase):
             version = client.api_version()
         except ServiceUnavailable as exc:
             raise InvalidRequest(f"{where} cannot be reached: {exc}") from exc
+        except IncompatibleService as exc:
+            raise InvalidRequest(
+                f"{where} speaks contract {exc.version}, this orchestrator {API_VERSION}: "
+                "a different major version"
+            ) from exc
         except (ServiceError, ValueError) as exc:
             raise InvalidRequest(
                 f"{where} does not answer apiVersion as a mistk-rl agent ({_what_answered(exc)})"

@@ -4,4 +4,5 @@ import { parseArgs } from "../lib/service";
 import { CartPoleOrchestratorService } from "./service";
 
 const options = parseArgs(process.argv.slice(2), 8080);
-new CartPoleOrchestratorService(options.dataDir).listen(options);
+// it calls its agents with its own token, as the Python orchestrators do
+new CartPoleOrchestratorService(options.dataDir, options.token).listen(options);

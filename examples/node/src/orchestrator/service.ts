@@ -46,7 +46,7 @@ export class CartPoleOrchestratorService extends Service {
   private results: EpisodeResult[] = [];
   private envSteps = 0;
 
-  constructor(dataDir: string, private readonly agentToken = process.env.MISTK_RL_AGENT_TOKEN || undefined) {
+  constructor(dataDir: string, private readonly agentToken?: string) {
     super("orchestrator", ORCHESTRATOR, dataDir);
   }
 
