@@ -15,7 +15,7 @@ import gymnasium as gym
 import numpy as np
 
 from mistk_rl.conformance.columns import ColumnEpisode
-from mistk_rl.conformance.probe import Answer
+from mistk_rl.conformance.probe import Reply
 from mistk_rl.conformance.stream import check_step_stream
 from mistk_rl.conformance.suite import CallArgs, Suite
 from mistk_rl.conformance.values import in_space, json_value, outside
@@ -152,7 +152,7 @@ class AgentSuite(Suite):
             self.expect("ready.buildModel.answers", "buildModel", [202], params=path)
             self.settle("ready.buildModel.settles", "ready")
 
-    def start_episode(self, obs: Optional[Any] = None, prefix: str = "ready") -> Answer:
+    def start_episode(self, obs: Optional[Any] = None, prefix: str = "ready") -> Reply:
         obs = self.first_obs if obs is None else obs
         bad_obs = {NAME: json_value(np.zeros(np.asarray(obs).size + 3))}
         if prefix == "ready":
@@ -247,7 +247,7 @@ class AgentSuite(Suite):
         self.expect(f"episode.{how}.episodeStopped", "episodeStopped", [200])
         self.settle(f"episode.{how}.ready-again", "ready")
 
-    def action_of(self, name: str, answer: Answer) -> Optional[Any]:
+    def action_of(self, name: str, answer: Reply) -> Optional[Any]:
         actions = answer.field("actions")
         action = actions.get(NAME) if isinstance(actions, dict) else None
         ok = action is not None and in_space(self.act_space, action)

@@ -22,7 +22,7 @@ PROBLEM = "application/problem+json"
 
 
 @dataclass(frozen=True)
-class Operation:
+class SpecOperation:
     """One operation of the spec: how to call it and what it may answer."""
 
     operation_id: str
@@ -58,13 +58,13 @@ class Contract:
         self.base_path: str = self.spec["servers"][0]["url"]
         self._components = _nullable(self.spec.get("components", {}))
         default_security = self.spec.get("security", [])
-        self.operations: dict[str, Operation] = {}
+        self.operations: dict[str, SpecOperation] = {}
         for path, item in self.spec["paths"].items():
             for method in METHODS:
                 if method not in item:
                     continue
                 op = item[method]
-                self.operations[op["operationId"]] = Operation(
+                self.operations[op["operationId"]] = SpecOperation(
                     operation_id=op["operationId"],
                     method=method.upper(),
                     path=path,

@@ -7,7 +7,7 @@ from typing import Any, Optional, Protocol
 
 import gymnasium as gym
 
-from mistk_rl.conformance.probe import Answer, Probe
+from mistk_rl.conformance.probe import Probe, Reply
 
 
 class AgentHost(Protocol):
@@ -18,14 +18,14 @@ class AgentHost(Protocol):
     probe: Probe
     token: Optional[str]
 
-    def expect(self, name: str, operation_id: str, statuses: Any, **kw: Any) -> Answer: ...
+    def expect(self, name: str, operation_id: str, statuses: Any, **kw: Any) -> Reply: ...
 
     def check(
-        self, name: str, ok: bool, detail: str = "", answer: Optional[Answer] = None
+        self, name: str, ok: bool, detail: str = "", answer: Optional[Reply] = None
     ) -> bool: ...
 
     def state(self) -> Optional[str]: ...
 
     def settle(self, name: str, want: Optional[str] = None) -> Optional[str]: ...
 
-    def start_episode(self, obs: Optional[Any] = None, prefix: str = "ready") -> Answer: ...
+    def start_episode(self, obs: Optional[Any] = None, prefix: str = "ready") -> Reply: ...

@@ -9,7 +9,7 @@ import tempfile
 from pathlib import Path
 from typing import Any, Callable, Optional
 
-from mistk_rl.conformance.probe import Answer
+from mistk_rl.conformance.probe import Reply
 from mistk_rl.conformance.suite import CallArgs, Suite
 from mistk_rl.deploy.launch import ServiceProcess, spawn_service, wait_ready
 from mistk_rl.lifecycle.tables import ORCHESTRATOR
@@ -174,7 +174,7 @@ class OrchestratorSuite(Suite):
         self.expect("completed_episode.stopEpisode", "stopEpisode", [200])
         self.settle("completed_episode.stopEpisode.settles", "ready")
 
-    def check_agent_drove(self, before: dict, episodes: list, results: Answer) -> None:
+    def check_agent_drove(self, before: dict, episodes: list, results: Reply) -> None:
         """The episodes the results list are the ones the agent played: started and
         stopped around them (the agent back in ready), an action per step."""
         status = self.agent.status()
@@ -197,7 +197,7 @@ class OrchestratorSuite(Suite):
             results,
         )
 
-    def start_long_run(self) -> Answer:
+    def start_long_run(self) -> Reply:
         return self.expect(
             "ready.startEpisode.long-run", "startEpisode", [202], body={"numEpisodes": 100000}
         )

@@ -20,7 +20,7 @@ from mistk_rl.conformance.report import Exchange
 
 
 @dataclass
-class Answer:
+class Reply:
     """What came back: the status (0: nothing did), the body and its JSON, if it is."""
 
     status: int
@@ -72,7 +72,7 @@ class Probe:
         headers: Optional[Mapping[str, str]] = None,
         token: Any = "default",  # None: send none; a string: send that one
         timeout: Optional[float] = None,
-    ) -> Answer:
+    ) -> Reply:
         op = self.contract.operations[operation_id]
         url = self.base_url + op.path
         if params:
@@ -93,7 +93,7 @@ class Probe:
             )
         except requests.RequestException as exc:
             exchange = Exchange(op.method, url, 0, request_body=shown, error=str(exc))
-            return Answer(0, "", b"", exchange, time.perf_counter() - began)
+            return Reply(0, "", b"", exchange, time.perf_counter() - began)
         content_type = response.headers.get("Content-Type", "")
         exchange = Exchange(
             op.method,
@@ -103,7 +103,7 @@ class Probe:
             shown,
             response.content.decode("utf-8", "replace"),
         )
-        return Answer(
+        return Reply(
             response.status_code,
             content_type,
             response.content,

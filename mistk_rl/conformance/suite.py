@@ -13,7 +13,7 @@ import time
 from typing import Any, Callable, Iterable, Optional
 
 from mistk_rl.conformance.contract import PROBLEM, Contract, contract
-from mistk_rl.conformance.probe import Answer, Probe
+from mistk_rl.conformance.probe import Probe, Reply
 from mistk_rl.conformance.report import Check, Report
 from mistk_rl.lifecycle.machine import api_name
 from mistk_rl.lifecycle.tables import Table
@@ -67,7 +67,7 @@ class Suite:
         self.capabilities: list[str] = []
 
     # ---- recording -----------------------------------------------------------------------
-    def check(self, name: str, ok: bool, detail: str = "", answer: Optional[Answer] = None) -> bool:
+    def check(self, name: str, ok: bool, detail: str = "", answer: Optional[Reply] = None) -> bool:
         self.report.add(
             Check(
                 f"{self.role}.{name}",
@@ -79,14 +79,14 @@ class Suite:
         )
         return bool(ok)
 
-    def call(self, operation_id: str, **kw: Any) -> Answer:
+    def call(self, operation_id: str, **kw: Any) -> Reply:
         answer = self.probe.call(operation_id, **kw)
         if answer.status == 0:
             self.check(f"answers.{operation_id}", False, "no answer", answer)
             raise ServiceGone(f"{operation_id}: {answer.exchange.error}")
         return answer
 
-    def expect(self, name: str, operation_id: str, statuses: Iterable[int], **kw: Any) -> Answer:
+    def expect(self, name: str, operation_id: str, statuses: Iterable[int], **kw: Any) -> Reply:
         """Call, and check the status is one of `statuses` and the answer keeps the
         contract (its status documented, its content type listed, its body valid)."""
         answer = self.call(operation_id, **kw)
@@ -99,7 +99,7 @@ class Suite:
         return answer
 
     # ---- the status ----------------------------------------------------------------------
-    def status(self, **params: Any) -> Answer:
+    def status(self, **params: Any) -> Reply:
         return self.call("status", params=params or None)
 
     def state(self) -> Optional[str]:
@@ -165,7 +165,7 @@ class Suite:
             self.settle(f"{name}.settles")
         self.check(name, not problems, "; ".join(problems), answer)
 
-    def bad_input(self, name: str, operation_id: str, state: str, **kw: Any) -> Answer:
+    def bad_input(self, name: str, operation_id: str, state: str, **kw: Any) -> Reply:
         """A 4xx problem (400 unless the status says otherwise) and the state unchanged."""
         answer = self.call(operation_id, **kw)
         problems = []
@@ -213,7 +213,7 @@ class Suite:
             )
             self.check(f"token.{name}.refused", not problems, "; ".join(problems), answer)
 
-    def check_long_poll(self, state: str, change: Callable[[], Answer]) -> None:
+    def check_long_poll(self, state: str, change: Callable[[], Reply]) -> None:
         """With the current resourceVersion the status waits: unchanged at its timeout,
         woken by a change (`change` makes one, from `state`); a version ahead of the
         service's answers at once."""
@@ -238,7 +238,7 @@ class Suite:
             "waits for a change or its timeout (1 s asked)",
             quiet,
         )
-        woken: list[Answer] = []
+        woken: list[Reply] = []
         poll = threading.Thread(
             target=lambda: woken.append(
                 self.probe.call(
