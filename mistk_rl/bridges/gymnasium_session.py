@@ -6,10 +6,13 @@ services on loopback ports, `mistk_rl.deploy.launch`), serves the bridge's own a
 (`RelayAgent` on a thread, `gymnasium_loopback`), initializes the orchestrator with the env
 spec and registers the agents. `start_run` starts an episode run (one startEpisode of
 `episode_budget` episodes on `num_envs` copies) and returns its first action request;
-`exchange` answers a request and returns the next news. Every wait is bounded, and while one
-goes on the services are watched: a service that exits, fails or stops answering raises
-`BridgeError` naming it within about `timeouts.health_every` seconds. `close` stops the run
-and everything started, and leaves no process and no thread.
+`exchange` answers a request and returns the next news. A seeded run of a game seat
+sets everything up again first (an orchestrator reset, then initialize and registrations), so
+the opponents' random streams restart from their own seeds and a seed replays its games.
+Every wait is bounded, and while one goes on the services are watched: a service that
+exits, fails or stops answering raises `BridgeError` naming it within about
+`timeouts.health_every` seconds. `close` stops the run and everything started, and leaves
+no process and no thread.
 """
 
 from __future__ import annotations

@@ -18,7 +18,7 @@ ENDLESS = 2**31 - 1
 
 
 @dataclass(frozen=True)
-class Timeouts:
+class BridgeTimeouts:
     """Seconds each wait may take; a wait that runs out raises, naming what did not answer."""
 
     start: float = 60.0  # a service started here answering its first call
@@ -36,7 +36,7 @@ class Timeouts:
 
 
 @dataclass(frozen=True)
-class Opponent:
+class SeatOpponent:
     """An agent in a game's other seats: one at `url`, or a `target` started here."""
 
     name: str
@@ -66,10 +66,10 @@ class BridgeSettings:
     num_envs: int = 1
     agent_name: str = "player"
     seat: Optional[str] = None  # games: the seat the caller plays
-    opponents: tuple[Opponent, ...] = ()
+    opponents: tuple[SeatOpponent, ...] = ()
     episode: dict[str, Any] = field(default_factory=dict)
     episode_budget: int = ENDLESS
-    timeouts: Timeouts = Timeouts()
+    timeouts: BridgeTimeouts = BridgeTimeouts()
 
     def __post_init__(self) -> None:
         if not isinstance(self.env, dict) or not isinstance(self.env.get("id"), str):
@@ -91,7 +91,7 @@ class BridgeSettings:
         env: Union[str, dict[str, Any]],
         *,
         opponents: Any = (),
-        timeouts: Union[Timeouts, dict[str, float], None] = None,
+        timeouts: Union[BridgeTimeouts, dict[str, float], None] = None,
         serve_args: Any = (),
         **options: Any,
     ) -> "BridgeSettings":
@@ -103,10 +103,14 @@ class BridgeSettings:
         return cls(
             env={"id": env} if isinstance(env, str) else dict(env),
             opponents=tuple(
-                o if isinstance(o, Opponent) else Opponent(**{**o, "seats": tuple(o["seats"])})
+                o
+                if isinstance(o, SeatOpponent)
+                else SeatOpponent(**{**o, "seats": tuple(o["seats"])})
                 for o in opponents
             ),
-            timeouts=timeouts if isinstance(timeouts, Timeouts) else Timeouts(**(timeouts or {})),
+            timeouts=timeouts
+            if isinstance(timeouts, BridgeTimeouts)
+            else BridgeTimeouts(**(timeouts or {})),
             serve_args=tuple(serve_args),
             **options,
         )
