@@ -148,6 +148,11 @@ BENCHES = {
     "main-player moves/s without Ray and with its workers on 1 and 2 nodes (--n moves, "
     "default 10000), and transport's http-binary steps/s with the agent placed by Ray "
     "(--envs, default 1,64)",
+    "dm-env-rpc": "CartPole steps/s in process and through the dm_env_rpc bridge, bare and "
+    "as the gym orchestrator's env source at 1 and 8 copies (--steps each, default 20000)",
+    "gymnasium": "SB3's PPO (rl-zoo's CartPole settings) through the gymnasium facade over a "
+    "gym orchestrator against the same PPO in process, --seeds (default 0,1,2): env steps and "
+    "training wall time to a mean eval return of 475 (--n: step budget, default 100000)",
     "cluster-loss": "the tic-tac-toe league to its targets on a local cluster, its workers "
     "on two nodes, one removed after the first evaluation and another joining",
 }

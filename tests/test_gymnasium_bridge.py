@@ -1,10 +1,10 @@
 """The gymnasium bridge (`mistk_rl.bridges.gymnasium_env`): an orchestrator's env copies as a
 gymnasium Env and VectorEnv that the caller steps. gymnasium's and SB3's env checkers pass
 on it over the gym orchestrator (CartPole, the Thinker MDP) and on a game seat against a
-random opponent; it replays gymnasium's own CartPole exactly (the VectorEnv as
-SyncVectorEnv does in SAME_STEP autoreset mode); bad actions and bad settings get clear
-errors; an orchestrator that dies or stops answering makes step() raise, naming it; close()
-leaves no process and no thread."""
+random opponent; a connect-four seat plays the league's fixed opponent (win-block); it
+replays gymnasium's own CartPole exactly (the VectorEnv as SyncVectorEnv does in SAME_STEP
+autoreset mode); bad actions and bad settings get clear errors; an orchestrator that dies or
+stops answering makes step() raise, naming it; close() leaves no process and no thread."""
 
 from __future__ import annotations
 
@@ -204,6 +204,39 @@ def test_a_game_seat_against_a_random_opponent():
                 total = 0.0
                 obs, info = env.reset()
         assert set(returns) <= {-1.0, 0.0, 1.0} and len(set(returns)) > 1
+
+
+def test_a_connect_four_seat_against_the_leagues_fixed_opponent():
+    """The connect-four league's fixed opponent (win-block, served as the league serves it)
+    in the other seat: a caller that stacks column 0 would win within seven moves against a
+    random player, but win-block blocks the fourth stone every time."""
+    settings = {
+        **TICTACTOE_VS_RANDOM,
+        "env": {"id": "classic/connect_four-v3"},
+        "seat": "player_0",
+        "opponents": [
+            {
+                "name": "winblock",
+                "target": "agents.opponent_agents:ConnectFourWinBlockAgent",
+                "seats": ["player_1"],
+                "hyperparameters": {"seed": 3},
+            }
+        ],
+    }
+    with leaves_nothing() as made:
+        env = gym.make(ENV_ID, **settings)
+        made.append(env)
+        assert env.action_space == gym.spaces.Discrete(7)
+        returns = []
+        for episode in range(8):
+            obs, info = env.reset(seed=episode)
+            done, total = False, 0.0
+            while not done:
+                action = int(np.flatnonzero(info["action_mask"])[0])  # (column 0 first)
+                obs, reward, terminated, truncated, info = env.step(action)
+                total, done = total + float(reward), terminated or truncated
+            returns.append(total)
+        assert 1.0 not in returns, f"win-block let the stack in column 0 win: {returns}"
 
 
 def test_bad_settings_get_clear_errors_and_leave_nothing():

@@ -271,6 +271,21 @@ def _faults(what: str, opts: BenchOptions) -> list[dict]:
     return bench_faults()
 
 
+def _bridges(what: str, opts: BenchOptions) -> list[dict]:
+    """dm-env-rpc and gymnasium: the bridges' rates and SB3 through the gymnasium facade."""
+    if what == "dm-env-rpc":
+        from harness.bench.dm_env_rpc import bench_dm_env_rpc
+
+        return bench_dm_env_rpc(opts.steps)
+    from harness.bench.gymnasium_bridge import bench_gymnasium
+
+    return bench_gymnasium(
+        tuple(opts.seeds or (0, 1, 2)),
+        budget=opts.n or 100_000,
+        eval_every=opts.eval_every or 2048,
+    )
+
+
 def _one_record(what: str, opts: BenchOptions) -> list[dict]:
     """longpolls and sb3-*: one record, printed."""
     if what == "longpolls":
@@ -301,6 +316,8 @@ BENCH_RUNNERS: dict[str, Callable[[str, BenchOptions], Union[list[dict], dict[st
     "longpolls": _one_record,
     "sb3-dqn": _one_record,
     "sb3-ppo": _one_record,
+    "dm-env-rpc": _bridges,
+    "gymnasium": _bridges,
 }
 
 

@@ -1,6 +1,6 @@
-"""Steps per second through the dm_env_rpc bridge (not a CLI command: run it as a script).
+"""`mistk-rl bench dm-env-rpc`: steps per second through the dm_env_rpc bridge.
 
-    python -m harness.bench.dm_env_rpc [--steps 5000]
+    mistk-rl bench dm-env-rpc [--steps 5000] [--json FILE]
 
 env: one CartPole-v1 stepped in process, and the same env served by our dm_env_rpc server
 (`mistk_rl.bridges.dm_env_rpc_server`) and stepped through our client
@@ -12,12 +12,11 @@ playing `--steps` env steps of CartPole-v1 made in process and of worlds of that
 
 from __future__ import annotations
 
-import argparse
 import json
 import tempfile
 import time
 from pathlib import Path
-from typing import Any, Optional, Sequence
+from typing import Any
 
 import gymnasium as gym
 
@@ -94,20 +93,16 @@ def _rate(orch: Any, label: str, manager: str, n: int, steps: int) -> dict[str, 
     return {"env": label, "manager": manager, "envs": n, "steps_per_s": round(done / wall)}
 
 
-def main(argv: Optional[Sequence[str]] = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--steps", type=int, default=5000)
-    args = parser.parse_args(argv)
+def bench_dm_env_rpc(steps: int = 5000) -> list[dict[str, Any]]:
+    """The bench (module doc): a record for the bare env each way, then one per
+    orchestrator configuration; each printed as a JSON line."""
     with serve(EnvSource("CartPole-v1")) as server:
         remote = DmEnvRpcEnv(DmEnvRpcSettings(address=server.address), {})
-        env = {
-            "in process": round(env_rate(gym.make("CartPole-v1"), args.steps)),
-            "dm_env_rpc": round(env_rate(remote, args.steps)),
-        }
-        print(json.dumps({"env_steps_per_s": env}))
-        for row in orchestrator_rates(server.address, args.steps):
-            print(json.dumps(row))
-
-
-if __name__ == "__main__":
-    main()
+        records: list[dict[str, Any]] = [
+            {"env": "in process", "steps_per_s": round(env_rate(gym.make("CartPole-v1"), steps))},
+            {"env": "dm_env_rpc", "steps_per_s": round(env_rate(remote, steps))},
+        ]
+        records += orchestrator_rates(server.address, steps)
+    for record in records:
+        print(json.dumps(record))
+    return records

@@ -19,7 +19,7 @@ def check_step_stream(suite: AgentHost) -> None:
     obs = np.asarray(suite.first_obs)[None]
     try:
         pipeline.send(np.array([0]), obs)
-        upgraded = pipeline._stream is not None
+        upgraded = pipeline.upgraded
         answer = pipeline.receive()
         ok = len(answer.actions) == 1 and in_space(suite.act_space, answer.actions[0])
         detail = f"answered {answer.actions!r}"

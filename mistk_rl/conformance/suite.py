@@ -326,6 +326,22 @@ class Suite:
     def scenario(self) -> None:  # each role's checks, in order
         raise NotImplementedError
 
+    def calls(self) -> dict[str, Callable[[], CallArgs]]:
+        """Each operation of the role, by operationId, as the call that tries it."""
+        raise NotImplementedError
+
+    def opened(self) -> bool:
+        """Every walk's opening: status answers, reset answers 202 and the service settles
+        in the table's initial state, where the table's rules are checked. False when it
+        did not get there (what went wrong is in the report)."""
+        initial = self.table.initial
+        self.expect("status.answers", "status", [200])
+        self.expect("reset.answers", "reset", [202])
+        if self.settle("reset.settles", initial) != initial:
+            return False
+        self.check_state(initial, self.calls())
+        return True
+
     def close(self) -> None:  # what a role's suite started
         pass
 

@@ -115,8 +115,10 @@ class _Compare:
 
     # ---- schemas -------------------------------------------------------------------------
     def _pair(self, where: str, old: Any, new: Any, direction: str) -> Optional[tuple[Any, Any]]:
-        key = (direction, repr(old.get("$ref", id(old))), repr(new.get("$ref", id(new))))
+        """The two schemas resolved; None for a pair of $refs compared already (each named
+        schema pair is compared once per direction, which also ends recursive schemas)."""
         if "$ref" in old and "$ref" in new:
+            key = (direction, old["$ref"], new["$ref"])
             if key in self._seen:
                 return None
             self._seen.add(key)

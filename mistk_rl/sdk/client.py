@@ -860,6 +860,12 @@ class ColumnPipeline:
     def pending(self) -> int:
         return len(self._sent)
 
+    @property
+    def upgraded(self) -> bool:
+        """Whether the requests go as frames on the step stream (else over HTTP: not asked
+        for, not sent yet, or the agent could not upgrade)."""
+        return self._stream is not None
+
     def send(self, envs: Any, obs: Any, **columns: Any) -> None:
         self.send_body(step_body(envs, obs, **columns))
 
