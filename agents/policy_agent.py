@@ -63,7 +63,7 @@ from mistk_rl.framework.agent import (
     Transitions,
     rounds,
 )
-from mistk_rl.framework.implementation import PROGRESS_EVERY_S
+from mistk_rl.framework.implementation import PROGRESS_EVERY_S, Metric
 from mistk_rl.games.symmetries import GAMES, BoardSymmetries, symmetries_for
 from mistk_rl.rl.actor import Actor
 from mistk_rl.rl.actor import weights as actor_weights
@@ -493,6 +493,40 @@ class PolicyAgent(AbstractAgent):
         if epsilon is not None:
             progress["epsilon"] = float(epsilon)
         return progress
+
+    def metrics(self) -> list[Metric]:
+        """The learner's env steps, updates and last losses, the replay's fill and the
+        exploration rate: read as they are (a scrape never pauses the learner)."""
+        model = self._model
+        if model is None:
+            return []
+        learner, policy = model.learner, model.policy
+        samples = [
+            Metric(
+                "env_steps_total", "counter", "Env steps the learner was sent", learner.env_steps
+            ),
+            Metric("learner_updates_total", "counter", "Gradient updates", learner.train_iter),
+        ]
+        for key, value in dict(learner.last_info).items():
+            if isinstance(value, (int, float)) and not isinstance(value, bool):
+                samples.append(
+                    Metric(
+                        "learner_last",
+                        "gauge",
+                        "The last update's figures (losses, KL, clip fraction, ...) by name",
+                        value,
+                        (("name", key),),
+                    )
+                )
+        buffer = getattr(model.trainer, "buffer", None)
+        if buffer is not None:
+            samples.append(
+                Metric("buffer_items", "gauge", "Items in the replay buffer", buffer.count())
+            )
+        epsilon = policy.exploration(learner.env_steps)
+        if epsilon is not None:
+            samples.append(Metric("exploration_epsilon", "gauge", "Epsilon now", float(epsilon)))
+        return samples
 
     def _build(
         self, obs_space: spaces.Space, act_space: spaces.Space, checkpoint: Optional[dict] = None

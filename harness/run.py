@@ -45,6 +45,7 @@ from harness.training import Progress, first_success
 from mistk_rl.deploy.cluster import ClusterError
 from mistk_rl.files import atomic_write_bytes, atomic_write_json
 from mistk_rl.sdk.client import ServiceError
+from mistk_rl.wire.tracing import new_trace, traced
 
 
 class ServicesLost(HarnessError):
@@ -327,6 +328,8 @@ def run(
     _save_config(config, run_dir, evaluate_only)
     token = config.token or os.environ.get("MISTK_RL_TOKEN")
     with ExitStack() as stack:
+        # one trace for the run: its calls, and those they cause in the services, carry it
+        trace = stack.enter_context(traced(new_trace()))
         services = RunServices(config, run_dir, stack, say, token)
         services.start()
         placement = services.placement()
@@ -358,6 +361,7 @@ def run(
             placement.update(keeper.placement())
     if placement:  # where the cluster ran each service
         outcome["placement"] = placement
+    outcome["trace_id"] = trace.trace_id  # (the services' log lines of this run carry it)
     return _results(config, run_dir, episodes, progress, outcome, started, evaluate_only)
 
 

@@ -25,7 +25,7 @@ import numpy as np
 
 from mistk_rl.bridges.dm_env_rpc_client import DmEnvRpcEnvFactory
 from mistk_rl.errors import InvalidRequest
-from mistk_rl.framework.implementation import PROGRESS_EVERY_S
+from mistk_rl.framework.implementation import PROGRESS_EVERY_S, Metric
 from mistk_rl.framework.orchestrator import AbstractOrchestrator, RegisteredAgent, episode_quotas
 from mistk_rl.rl.envs import ALL_MANAGERS, EnvManager, Timestep, make_env_fns
 from mistk_rl.rl.envs.base import EnvFn
@@ -352,9 +352,22 @@ class GymOrchestrator(AbstractOrchestrator):
             if ending is None:
                 raise
 
+    def _restarts(self) -> int:
+        return self._restarts_before + sum(m.stats["restarts"] for m in self.managers.values())
+
     def _report(self, every_s: float = 0.0) -> None:
-        restarts = self._restarts_before + sum(m.stats["restarts"] for m in self.managers.values())
-        self.update_status({"envSteps": self.env_steps, "envRestarts": restarts}, every_s)
+        self.update_status({"envSteps": self.env_steps, "envRestarts": self._restarts()}, every_s)
+
+    def metrics(self) -> list[Metric]:
+        return [
+            *super().metrics(),
+            Metric(
+                "env_restarts_total",
+                "counter",
+                "Env copies restarted by their manager after a crash or a hang",
+                self._restarts(),
+            ),
+        ]
 
     def _finish(
         self, name: str, i: int, episode: _Running, ts: Timestep, capped: bool, learn: bool

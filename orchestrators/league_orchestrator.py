@@ -82,6 +82,7 @@ from typing import Any, Callable, Optional, cast
 
 from mistk_rl.errors import InvalidRequest
 from mistk_rl.files import atomic_write_bytes
+from mistk_rl.framework.implementation import Metric
 from mistk_rl.framework.orchestrator import AbstractOrchestrator
 from mistk_rl.league.jobs import LeagueJobs
 from mistk_rl.league.manager import LeagueManager
@@ -827,6 +828,55 @@ class LeagueOrchestrator(AbstractOrchestrator):
 
     def _save(self) -> None:
         self.jobs.manager.save(self.resolve_path(self._path(STATE)))
+
+    def metrics(self) -> list[Metric]:
+        """The base's, and the league's jobs, its workers by health state and each player's
+        ratings (Elo, TrueSkill's exposure)."""
+        samples = super().metrics()
+        m = self.manager
+        if m is None:
+            return samples
+        jobs = (
+            ("launched", m.jobs_launched, "Jobs launched"),
+            ("finished", m.jobs_finished, "Jobs finished"),
+            ("failed", m.jobs_failed, "Jobs that failed (their worker's error is logged)"),
+        )
+        samples += [
+            Metric(f"league_jobs_{what}_total", "counter", text, count)
+            for what, count, text in jobs
+        ]
+        samples += [
+            Metric("league_jobs_running", "gauge", "Jobs running now", len(m.running)),
+            Metric(
+                "league_snapshots", "gauge", "Historical players (snapshots)", len(m.historical)
+            ),
+        ]
+        states: dict[str, int] = {}
+        for worker in self.scheduler.workers:
+            states[worker.state] = states.get(worker.state, 0) + 1
+        samples += [
+            Metric(
+                "league_workers",
+                "gauge",
+                "Workers (agent services playing jobs) by health state",
+                count,
+                (("state", state),),
+            )
+            for state, count in sorted(states.items())
+        ]
+        for row in m.table():
+            labels = (("player", str(row["id"])),)
+            samples.append(Metric("league_rating_elo", "gauge", "Elo rating", row["elo"], labels))
+            samples.append(
+                Metric(
+                    "league_rating_exposure",
+                    "gauge",
+                    "TrueSkill exposure (mu - 3 sigma)",
+                    row["exposure"],
+                    labels,
+                )
+            )
+        return samples
 
     def _report(self) -> None:
         m = self.manager

@@ -3,6 +3,7 @@ report progress and to notice cancellation."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
 
@@ -13,6 +14,21 @@ from mistk_rl.limits import Limits
 # per-step progress (env steps, updates) wakes status long-polls at most this often: each
 # wake costs every long-polling caller a round trip
 PROGRESS_EVERY_S = 1.0
+
+
+@dataclass(frozen=True)
+class Metric:
+    """One sample of what an implementation counts, exposed at its service's ``/metrics`` as
+    ``mistk_<name>`` (`mistk_rl.service.metrics`). Read when Prometheus scrapes, never on a
+    step: implementations keep their counts as they would anyway and say what they are here.
+    Names follow Prometheus' conventions: a counter's ends in ``_total``, a unit's is a base
+    unit (``_seconds``, ``_bytes``)."""
+
+    name: str
+    kind: str  # "counter" or "gauge"
+    help: str
+    value: float
+    labels: tuple[tuple[str, str], ...] = ()
 
 
 class ServiceImplementation:
@@ -34,6 +50,11 @@ class ServiceImplementation:
         reported per step: status still shows the latest values)."""
         if self._lifecycle is not None:
             self._lifecycle.update_payload(payload, every_s)
+
+    def metrics(self) -> list[Metric]:
+        """What this implementation counts, for ``/metrics`` (`Metric`). Called on the
+        service's event loop at each scrape: read counters, compute nothing heavy."""
+        return []
 
     @property
     def should_stop(self) -> bool:

@@ -5,16 +5,19 @@ calls these hooks at the lifecycle's transitions (`mistk_rl.lifecycle.tables.ORC
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar, Optional
 
 from mistk_rl.errors import InvalidRequest
 from mistk_rl.files import atomic_write_json
-from mistk_rl.framework.implementation import PROGRESS_EVERY_S, ServiceImplementation
+from mistk_rl.framework.implementation import PROGRESS_EVERY_S, Metric, ServiceImplementation
 from mistk_rl.sdk.client import AgentClient
 from mistk_rl.sdk.schemas import EnvSpec, EpisodeSettings
 from mistk_rl.sdk.stepping import LocalInference, replay_batch
+
+RECENT_EPISODES = 100  # the episodes /metrics' mean return is over
 
 
 @dataclass
@@ -43,6 +46,10 @@ class AbstractOrchestrator(ServiceImplementation, ABC):
         self.agents_needed: int = 1
         self.results: list[dict[str, Any]] = []
         self.env_steps = 0  # since initialize; implementations add the steps they take
+        # per agent, for /metrics: episodes ended since the service started, and the
+        # returns of the last `RECENT_EPISODES` (kept apart from `results`, which grow)
+        self.episodes_ended: dict[str, int] = {}
+        self.recent_returns: dict[str, deque[float]] = {}
         # modules envs may be imported from (`mistk-rl serve --env-module`); any other env
         # must be registered already (importing a module a caller names runs its code)
         self.env_modules: frozenset[str] = frozenset()
@@ -124,8 +131,40 @@ class AbstractOrchestrator(ServiceImplementation, ABC):
             **extra,
         }
         self.results.append(result)
+        self.episodes_ended[agent] = self.episodes_ended.get(agent, 0) + 1
+        recent = self.recent_returns.get(agent)
+        if recent is None:
+            recent = self.recent_returns[agent] = deque(maxlen=RECENT_EPISODES)
+        recent.append(result["return"])
         self.update_status({"episodesDone": len(self.results), "lastEpisode": result}, every_s)
         return result
+
+    def metrics(self) -> list[Metric]:
+        """Env steps since initialize, and per agent the episodes ended and their returns."""
+        samples = [
+            Metric(
+                "env_steps_total",
+                "counter",
+                "Env steps taken since the orchestrator was initialized",
+                self.env_steps,
+            )
+        ]
+        for agent, episodes in self.episodes_ended.items():
+            labels, recent = (("agent", agent),), self.recent_returns[agent]
+            samples += [
+                Metric("episodes_total", "counter", "Episodes ended", episodes, labels),
+                Metric(
+                    "episode_return_last", "gauge", "The last episode's return", recent[-1], labels
+                ),
+                Metric(
+                    "episode_return_mean",
+                    "gauge",
+                    f"The mean return of the last {RECENT_EPISODES} episodes",
+                    sum(recent) / len(recent),
+                    labels,
+                ),
+            ]
+        return samples
 
     def act(
         self,

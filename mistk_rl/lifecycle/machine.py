@@ -20,6 +20,7 @@ A service object called without a pipeline (`after_answers` False) runs the work
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import itertools
 import logging
 import threading
@@ -307,9 +308,11 @@ class Lifecycle:
                     self.preempt_grace_s,
                 )
         if op.background:
+            # (in the caller's context: its trace goes on in the calls the hook makes)
+            context = contextvars.copy_context()
             threading.Thread(
-                target=self._execute,
-                args=(task, hook, facts, True),
+                target=context.run,
+                args=(self._execute, task, hook, facts, True),
                 daemon=True,
                 name=f"{self.table.role}-{operation}-{task.id}",
             ).start()

@@ -52,6 +52,7 @@ from urllib.parse import urlencode, urlsplit
 
 from mistk_rl.wire import frames
 from mistk_rl.wire.spin import MAX_SPIN, default_spin
+from mistk_rl.wire.tracing import outgoing_line
 
 T = TypeVar("T")
 # The server closed a kept-alive connection as the request went out: nothing was answered.
@@ -381,7 +382,8 @@ class Transport:
         """One request as the bytes that go on the wire (head and body); `extra`: header
         lines of its own (an upgrade's)."""
         url = _safe(self.prefix + path + (f"?{urlencode(params)}" if params else ""), "the URL")
-        head = f"{method} {url} HTTP/1.1\r\nAccept: {accept}\r\n{extra}"
+        # (the span it is sent in, `mistk_rl.wire.tracing`: a served request's, a run's)
+        head = f"{method} {url} HTTP/1.1\r\nAccept: {accept}\r\n{extra}{outgoing_line()}"
         if body is not None:
             head += f"Content-Type: {content_type}\r\nContent-Length: {len(body)}\r\n"
         elif method not in ("GET", "HEAD"):

@@ -103,7 +103,25 @@ SERVE_OPTIONS: list[tuple[str, dict[str, Any]]] = [
             "snapshots",
         ),
     ),
-    ("--log-level", dict(default="info")),
+    (
+        "--log-level",
+        dict(
+            default="info",
+            choices=["debug", "info", "warning", "error"],
+            help="the lowest level logged (default info: control operations and every "
+            "refusal; debug adds an access line per step and per status)",
+        ),
+    ),
+    (
+        "--log-format",
+        dict(
+            default=os.environ.get("MISTK_RL_LOG_FORMAT", "text"),
+            choices=["text", "json"],
+            help="log lines as text or as one JSON object each (time, level, logger, "
+            "message, operation, status, duration_ms, request_id, trace_id); default text, "
+            "or MISTK_RL_LOG_FORMAT",
+        ),
+    ),
     ("--fd", dict(type=int, default=None, help=argparse.SUPPRESS)),
 ]
 
@@ -156,6 +174,7 @@ def serve_command(args: argparse.Namespace) -> int:
             limits=parsed,
             shares=shares,
             log_level=args.log_level,
+            log_format=args.log_format,
         )
     )
     return 0

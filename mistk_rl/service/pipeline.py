@@ -33,12 +33,14 @@ the handler ran: on the loop for an inline step, on its pool otherwise.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import hmac
 import inspect
 import json
 import logging
 import math
 import re
+import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Awaitable, Callable, NamedTuple, Optional
@@ -48,15 +50,21 @@ from connexion.json_schema import resolve_refs
 
 from mistk_rl.errors import InvalidRequest, MistkError
 from mistk_rl.limits import Limits
+from mistk_rl.service.logs import ACCESS, access
+from mistk_rl.service.metrics import PROBE_PATHS, Probes, RequestCounts
 from mistk_rl.service.validation import Check, compile_schema
 from mistk_rl.wire import codec, frames
 from mistk_rl.wire.jsonable import dumps, loads_fast
+from mistk_rl.wire.tracing import TRACE, Trace, child_of
 
 log = logging.getLogger(__name__)
 Send = Callable[[dict], Awaitable[None]]
 STEP_OPERATIONS = frozenset(
     {"getAction", "replayAction", "step", "stepColumns", "getPolicy", "replayColumns"}
 )
+# answered thousands of times a second in a run: their access lines are DEBUG (a refusal's
+# INFO), and they are served in a span only while DEBUG is on
+QUIET_OPERATIONS = STEP_OPERATIONS | {"status", "stepStream"}
 JSON_TYPE = "application/json"
 OCTET_TYPE = "application/octet-stream"
 
@@ -117,6 +125,7 @@ class ServicePipeline:
         step_threads: int = 8,
     ) -> None:
         self.app = app
+        self.service = service
         self.token = token
         self.limits = limits
         self.routes = _operations(resolve_refs(spec), service, base_path)
@@ -144,11 +153,18 @@ class ServicePipeline:
         self.control = ThreadPoolExecutor(control_threads, thread_name_prefix="control")
         self.steps = ThreadPoolExecutor(step_threads, thread_name_prefix="step")
         self.long_polls = 0
+        # what /metrics shows (`mistk_rl.service.metrics`): counted as answers go
+        self.requests = RequestCounts(op.id for op in self.routes.values())
+        self.streams_open = self.streams_opened = self.stream_frames = 0
+        self.probes = Probes(self)
 
     async def __call__(self, scope: dict, receive: Any, send: Send) -> None:
+        started = time.perf_counter()
         operation = (
             self.routes.get((scope["method"], scope["path"])) if scope["type"] == "http" else None
         )
+        if operation is None and scope["type"] == "http" and scope["path"] in PROBE_PATHS:
+            return await self._probe(scope, send)
         if operation is None:
             allow = self.allow.get(scope["path"]) if scope["type"] == "http" else None
             if allow is None or scope["method"] == "HEAD" and "HEAD" in allow:
@@ -165,11 +181,17 @@ class ServicePipeline:
                 ),
             )
         headers = dict(scope.get("headers") or [])
+        trace = _span(operation, headers)
+        if trace is not None:  # (this request's task has a context of its own)
+            TRACE.set(trace)
         try:
             result, status = await self._serve(operation, scope, headers, receive)
             answer = self._render(operation, headers, result, status)
         except Exception as exc:  # noqa: BLE001 - rendered as a problem (`_failure`)
             answer = self._failure(operation, exc)
+        seconds = time.perf_counter() - started
+        self.requests.observe(operation.id, answer.status, seconds)
+        access(operation.id, answer.status, seconds, trace, operation.id in QUIET_OPERATIONS)
         await send_answer(send, answer)
         if operation.inline:
             self.settle()
@@ -179,6 +201,22 @@ class ServicePipeline:
     def settle(self) -> None:
         """Run what the last answered operation deferred (module doc)."""
         self.lifecycle.settle()
+
+    async def _probe(self, scope: dict, send: Send) -> None:
+        """/metrics, /healthz, /readyz: answered here on the event loop, with no thread
+        pool and no lifecycle lock in the way (`mistk_rl.service.metrics`)."""
+        if scope["method"] not in ("GET", "HEAD"):
+            answer = problem(
+                405,
+                "Method Not Allowed",
+                f"{scope['method']} is not allowed here: GET, HEAD",
+                None,
+                self.instance,
+                (b"allow", b"GET, HEAD"),
+            )
+        else:
+            answer = Answer(*self.probes.answer(scope["path"]), (self.instance,))
+        await send_answer(send, answer)
 
     # -- the fast path: an inline step answered as soon as its body is in --
     def fast_operation(
@@ -197,14 +235,24 @@ class ServicePipeline:
     def answer_now(self, op: ServedOperation, headers: dict, query: bytes, raw: bytes) -> "Answer":
         """What `__call__` answers `op` with, computed at once from the whole body (no ASGI
         messages, no task): the same admission, decoding, checks, handler and rendering."""
+        started = time.perf_counter()
+        trace = _span(op, headers)
+        token = None if trace is None else TRACE.set(trace)
         try:
             kwargs = self._admit(op, headers, query)
             if op.body is not None and (raw or op.body_required):
                 kwargs["body"] = self._decode(op, headers, raw)
             result, status, _ = op.handler(**kwargs)
-            return self._render(op, headers, result, status)
+            answer = self._render(op, headers, result, status)
         except Exception as exc:  # noqa: BLE001 - rendered as a problem (`_failure`)
-            return self._failure(op, exc)
+            answer = self._failure(op, exc)
+        finally:
+            if token is not None:
+                TRACE.reset(token)
+        seconds = time.perf_counter() - started
+        self.requests.observe(op.id, answer.status, seconds)
+        access(op.id, answer.status, seconds, trace, op.id in QUIET_OPERATIONS)
+        return answer
 
     # -- the step stream: frames answered as requests on an upgraded connection --
     def open_stream(
@@ -296,8 +344,9 @@ class ServicePipeline:
             result, status, _ = op.handler(**kwargs)
             return result, status
         pool = self.steps if op.step else self.control
+        context = contextvars.copy_context()  # (the request's span, for the handler's calls)
         result, status, _ = await asyncio.get_running_loop().run_in_executor(
-            pool, lambda: op.handler(**kwargs)
+            pool, lambda: context.run(op.handler, **kwargs)
         )
         return result, status
 
@@ -404,6 +453,16 @@ class ServicePipeline:
         except RecursionError:  # (a list a thousand deep where the spec wants a number)
             raise InvalidRequest("the request body nests too deeply") from None
         return body
+
+
+def _span(op: ServedOperation, headers: dict) -> Optional[Trace]:
+    """The span a request is served in: a child of the caller's ``traceparent``, or a new
+    trace. None for a quiet operation (`QUIET_OPERATIONS`) while its access lines are off:
+    a step, which calls no other service, pays for no ids it would not show (its log
+    lines, rare, then name no trace)."""
+    if op.id in QUIET_OPERATIONS and not ACCESS.isEnabledFor(logging.DEBUG):
+        return None
+    return child_of(headers.get(b"traceparent"))
 
 
 # ---- decoding -------------------------------------------------------------------------------

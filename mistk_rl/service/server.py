@@ -10,6 +10,7 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import logging
+import logging.config
 import os
 import sys
 from dataclasses import dataclass, field
@@ -22,6 +23,7 @@ from uvicorn_worker import UvicornWorker
 from mistk_rl.framework.agent import AbstractAgent
 from mistk_rl.framework.orchestrator import AbstractOrchestrator
 from mistk_rl.limits import Limits
+from mistk_rl.service.logs import logging_config
 from mistk_rl.service.uvicorn_protocol import CoalescingHttpTools, check_uvicorn
 
 ROLES = {"agent": AbstractAgent, "orchestrator": AbstractOrchestrator}
@@ -44,6 +46,7 @@ class ServeOptions:
     # NAME -> DIR: paths NAME/... resolve inside DIR (`mistk_rl.files.resolve_in`)
     shares: dict[str, Path] = field(default_factory=dict)
     log_level: str = "info"
+    log_format: str = "text"  # or "json" (`mistk_rl.service.logs`)
     worker_class: str = "mistk_rl.service.server.ServiceWorker"
 
 
@@ -124,6 +127,8 @@ class _Gunicorn(BaseApplication):
             "timeout": 60,
             "keepalive": 75,
             "loglevel": opts.log_level,
+            # gunicorn's lines and the service's in one format (`mistk_rl.service.logs`)
+            "logconfig_dict": logging_config(opts.log_format, opts.log_level),
             "proc_name": f"mistk-rl-{opts.role}",
             # gunicorn's control socket is one path per user: every service on the
             # machine would take it over from the last (and remove it on exit)
@@ -139,9 +144,7 @@ class _Gunicorn(BaseApplication):
 def serve(options: ServeOptions) -> None:
     for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
         os.environ.setdefault(var, "1")
-    logging.basicConfig(
-        level=options.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
+    logging.config.dictConfig(logging_config(options.log_format, options.log_level))
     logging.getLogger("transitions").setLevel(logging.WARNING)  # one line per callback
     check_uvicorn()  # (here, before gunicorn: a worker that cannot boot would be retried)
     cls = import_implementation(options.role, options.target)

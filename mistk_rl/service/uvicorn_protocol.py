@@ -47,6 +47,7 @@ UVICORN_PRIVATE = (
     "on_response_complete",
     "data_received",
     "connection_made",
+    "connection_lost",
     "shutdown",
 )
 # what a connection has once a request's head is parsed
@@ -302,6 +303,8 @@ class CoalescingHttpTools(HttpToolsProtocol):
             return
         self._unset_keepalive_if_required()
         self._stream, self._frames = (op, headers), bytearray()
+        self.app.streams_open += 1
+        self.app.streams_opened += 1
         log.info(
             "%s: a step stream opened (%s)",
             op.id,
@@ -327,6 +330,7 @@ class CoalescingHttpTools(HttpToolsProtocol):
             body = bytes(buffer[frames.REQUEST_HEAD.size : end])
             del buffer[:end]
             self.awake.request_came(self)  # type: ignore[union-attr]
+            self.app.stream_frames += 1
             self._write_frame(self.app.answer_now(op, headers, b"", body))
             self.app.settle()  # (as after an HTTP answer: deferred work, the caller reads)
             self.awake.answered(self.loop, self)  # type: ignore[union-attr]
@@ -355,6 +359,12 @@ class CoalescingHttpTools(HttpToolsProtocol):
             )
             + answer.payload
         )
+
+    def connection_lost(self, exc: Optional[Exception]) -> None:
+        if self._stream is not None:
+            self._stream = None
+            self.app.streams_open -= 1
+        super().connection_lost(exc)
 
     def shutdown(self) -> None:
         if self._stream is None:
