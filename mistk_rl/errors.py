@@ -58,6 +58,14 @@ class IllegalState(MistkError):
         self.allowed = allowed
 
 
+class StepsReset(MistkError):
+    """Outcomes reported for step ids the agent handed out before it was reset (409): the
+    lifecycle moved on, and those actions belong to an episode that no longer exists."""
+
+    status = 409
+    title = "Illegal in the current state"
+
+
 class UpgradeRequired(MistkError):
     """A path that only an upgraded connection uses was asked without the upgrade (426);
     the answer names the protocol in its Upgrade header (RFC 9110 15.5.22)."""

@@ -226,19 +226,19 @@ def test_a_real_prometheus_scrapes_a_run_and_counts_its_env_steps(launch, tmp_pa
         orch.start_episode({"numSteps": 3000, "numEnvs": 4, "seed": 0}, wait=True, timeout=120)
         steps = orch.status().payload["envSteps"]
         assert steps >= 3000  # (copies finish the step they are in)
-        deadline, result = time.monotonic() + 60, []
-        while time.monotonic() < deadline:  # (until a scrape after the run is stored)
+        deadline, result, asked = time.monotonic() + 60, [], []
+        while time.monotonic() < deadline:  # (until scrapes of both after the run are stored)
             try:
                 result = _query(port, 'mistk_env_steps_total{job="orchestrator"}')
+                asked = _query(port, 'sum(mistk_requests_total{job="agent",status="200"})')
             except OSError:  # (the server is still starting)
-                result = []
-            if result and float(result[0]["value"][1]) == steps:
+                result = asked = []
+            if result and float(result[0]["value"][1]) == steps and asked:
                 break
             time.sleep(0.5)
         log = (tmp_path / "prometheus.log").read_text()[-2000:]
         assert result and float(result[0]["value"][1]) == steps, f"{result}\n{log}"
-        asked = _query(port, 'sum(mistk_requests_total{job="agent",status="200"})')
-        assert float(asked[0]["value"][1]) > 0
+        assert asked and float(asked[0]["value"][1]) > 0, f"{asked}\n{log}"
         up = {r["metric"]["job"]: r["value"][1] for r in _query(port, "up")}
         assert up == {"orchestrator": "1", "agent": "1"}
     finally:

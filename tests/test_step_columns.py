@@ -14,7 +14,7 @@ from agents.dqn_agent import DQNAgent
 from agents.ppo_agent import PPOAgent
 from agents.random_agent import RandomAgent
 from harness.bench.step import InProcessClient
-from mistk_rl.errors import InvalidRequest
+from mistk_rl.errors import InvalidRequest, StepsReset
 from mistk_rl.framework.agent import Acted, Acting
 from mistk_rl.rl.envs import MANAGERS, make_env_fns
 from mistk_rl.sdk.stepping import ColumnStepper, EntityStepper, StepOutcome
@@ -218,6 +218,35 @@ def test_bad_columns_are_refused_and_change_nothing(tmp_path, body, match):
             "terminated": [False],
         }
     )  # still waiting
+
+
+def test_steps_from_before_a_reset_are_409_not_bad_input(tmp_path):
+    """The lifecycle moved on: the ids a reset agent handed out are a conflict (409) naming
+    the reset, not a 400 about the body; an id never handed out is still a 400."""
+    service = _service(tmp_path, RecordingAgent())
+    service.episodeStarted({"obs": {"p": [0, 0, 0, 0]}})
+    old = service.stepColumns({"envs": [0], "obs": [[0] * 4]})[0]["stepIds"]
+    service.reset()
+    service.lifecycle.wait_for_state("started", 10)
+    service = _registered_again(service)
+    service.episodeStarted({"obs": {"p": [0, 0, 0, 0]}})
+    report = {"envs": [0], "obs": [[0] * 4], "rewards": [0], "terminated": [False]}
+    with pytest.raises(StepsReset, match="before the agent was reset"):
+        service.stepColumns({**report, "stepIds": old.tolist()})
+    with pytest.raises(InvalidRequest, match="is not one"):
+        service.stepColumns({**report, "stepIds": [int(old[0]) + 1000]})
+    fresh = service.stepColumns({"envs": [0], "obs": [[0] * 4]})[0]["stepIds"]
+    assert int(fresh[0]) > int(old[0])
+    service.stepColumns({**report, "stepIds": fresh.tolist()})
+
+
+def _registered_again(service: AgentService) -> AgentService:
+    service.initialize({"hyperparameters": {"seed": 0}})
+    service.lifecycle.wait_for_state("initialized", 10)
+    service.buildModel()
+    service.lifecycle.wait_for_state("initialized", 10)
+    service.agentRegistered({"name": "p", **SPACES})
+    return service
 
 
 def test_dict_observations_travel_one_column_per_key(tmp_path):

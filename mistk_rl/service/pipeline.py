@@ -51,11 +51,11 @@ from connexion.json_schema import resolve_refs
 from mistk_rl.errors import InvalidRequest, MistkError
 from mistk_rl.limits import Limits
 from mistk_rl.service.logs import ACCESS, access
-from mistk_rl.service.metrics import PROBE_PATHS, Probes, RequestCounts
+from mistk_rl.service.metrics import PROBE_PATHS, OperationCounts, Probes, RequestCounts
 from mistk_rl.service.validation import Check, compile_schema
 from mistk_rl.wire import codec, frames
 from mistk_rl.wire.jsonable import dumps, loads_fast
-from mistk_rl.wire.tracing import TRACE, Trace, child_of
+from mistk_rl.wire.tracing import TRACE, child_of
 
 log = logging.getLogger(__name__)
 Send = Callable[[dict], Awaitable[None]]
@@ -63,8 +63,10 @@ STEP_OPERATIONS = frozenset(
     {"getAction", "replayAction", "step", "stepColumns", "getPolicy", "replayColumns"}
 )
 # answered thousands of times a second in a run: their access lines are DEBUG (a refusal's
-# INFO), and they are served in a span only while DEBUG is on
+# INFO), and they are served in a span only while DEBUG is on (a step, which calls no other
+# service, pays for no ids it would not show; its rare log lines then name no trace)
 QUIET_OPERATIONS = STEP_OPERATIONS | {"status", "stepStream"}
+TRACEPARENT = b"traceparent"
 JSON_TYPE = "application/json"
 OCTET_TYPE = "application/octet-stream"
 
@@ -106,6 +108,8 @@ class ServedOperation:
     step: bool = False
     inline: bool = False  # a step run on the event loop itself (no thread hop)
     waits: bool = False  # the handler is a coroutine (a long-poll): awaited on the loop
+    quiet: bool = False  # in `QUIET_OPERATIONS`: DEBUG access lines, no span of its own
+    counts: OperationCounts = field(default_factory=OperationCounts)  # for /metrics
 
 
 class ServicePipeline:
@@ -155,6 +159,10 @@ class ServicePipeline:
         self.long_polls = 0
         # what /metrics shows (`mistk_rl.service.metrics`): counted as answers go
         self.requests = RequestCounts(op.id for op in self.routes.values())
+        for op in self.routes.values():
+            op.counts, op.quiet = self.requests.of[op.id], op.id in QUIET_OPERATIONS
+        # (read once: a quiet operation's lines and spans exist only while DEBUG is on)
+        self.debug = ACCESS.isEnabledFor(logging.DEBUG)
         self.streams_open = self.streams_opened = self.stream_frames = 0
         self.probes = Probes(self)
 
@@ -181,7 +189,7 @@ class ServicePipeline:
                 ),
             )
         headers = dict(scope.get("headers") or [])
-        trace = _span(operation, headers)
+        trace = None if operation.quiet and not self.debug else child_of(headers.get(TRACEPARENT))
         if trace is not None:  # (this request's task has a context of its own)
             TRACE.set(trace)
         try:
@@ -190,8 +198,9 @@ class ServicePipeline:
         except Exception as exc:  # noqa: BLE001 - rendered as a problem (`_failure`)
             answer = self._failure(operation, exc)
         seconds = time.perf_counter() - started
-        self.requests.observe(operation.id, answer.status, seconds)
-        access(operation.id, answer.status, seconds, trace, operation.id in QUIET_OPERATIONS)
+        operation.counts.observe(answer.status, seconds)
+        if not operation.quiet or answer.status >= 400 or self.debug:
+            access(operation.id, answer.status, seconds, trace, operation.quiet)
         await send_answer(send, answer)
         if operation.inline:
             self.settle()
@@ -236,7 +245,7 @@ class ServicePipeline:
         """What `__call__` answers `op` with, computed at once from the whole body (no ASGI
         messages, no task): the same admission, decoding, checks, handler and rendering."""
         started = time.perf_counter()
-        trace = _span(op, headers)
+        trace = None if op.quiet and not self.debug else child_of(headers.get(TRACEPARENT))
         token = None if trace is None else TRACE.set(trace)
         try:
             kwargs = self._admit(op, headers, query)
@@ -250,8 +259,9 @@ class ServicePipeline:
             if token is not None:
                 TRACE.reset(token)
         seconds = time.perf_counter() - started
-        self.requests.observe(op.id, answer.status, seconds)
-        access(op.id, answer.status, seconds, trace, op.id in QUIET_OPERATIONS)
+        op.counts.observe(answer.status, seconds)
+        if not op.quiet or answer.status >= 400 or self.debug:
+            access(op.id, answer.status, seconds, trace, op.quiet)
         return answer
 
     # -- the step stream: frames answered as requests on an upgraded connection --
@@ -453,16 +463,6 @@ class ServicePipeline:
         except RecursionError:  # (a list a thousand deep where the spec wants a number)
             raise InvalidRequest("the request body nests too deeply") from None
         return body
-
-
-def _span(op: ServedOperation, headers: dict) -> Optional[Trace]:
-    """The span a request is served in: a child of the caller's ``traceparent``, or a new
-    trace. None for a quiet operation (`QUIET_OPERATIONS`) while its access lines are off:
-    a step, which calls no other service, pays for no ids it would not show (its log
-    lines, rare, then name no trace)."""
-    if op.id in QUIET_OPERATIONS and not ACCESS.isEnabledFor(logging.DEBUG):
-        return None
-    return child_of(headers.get(b"traceparent"))
 
 
 # ---- decoding -------------------------------------------------------------------------------

@@ -23,7 +23,7 @@ from typing import Any, Optional, overload
 
 import numpy as np
 
-from mistk_rl.errors import InvalidRequest
+from mistk_rl.errors import InvalidRequest, StepsReset
 from mistk_rl.framework.agent import Acted, Acting, ReplayBatch, Transitions
 from mistk_rl.wire.codec import range_start
 from mistk_rl.wire.columns import Columns, concat_rows, take_rows
@@ -53,6 +53,7 @@ class StepStore:
         self.max_batches = max_batches
         self._batches: dict[int, _Batch] = {}  # by base, oldest first
         self._next = 0
+        self._reset_at = 0  # the first step id handed out since the last reset
         self._entities: dict[str, int] = {}  # the entity form: entity -> its last step id
 
     def __len__(self) -> int:
@@ -85,6 +86,12 @@ class StepStore:
         bad = batch_of < 0
         if bad.any():
             i = int(np.argmax(bad))
+            if 0 <= int(ids[i]) < self._reset_at:
+                raise StepsReset(
+                    f"{field}[{i}]: step id {int(ids[i])} was handed out before the agent "
+                    "was reset: its episode is over (start a new one and step its ids)",
+                    field=field,
+                )
             raise InvalidRequest(
                 f"{field}[{i}]: step id {int(ids[i])} is not one this agent "
                 "is waiting on (never answered, reported already, or too "
@@ -116,7 +123,9 @@ class StepStore:
         self._entities.clear()
 
     def clear(self) -> None:
-        """Reset: nothing waits any more (ids stay unique: they keep counting)."""
+        """Reset: nothing waits any more (ids stay unique: they keep counting, so an id from
+        before is told apart: `StepsReset`)."""
+        self._reset_at = self._next
         self._batches.clear()
         self._entities.clear()
 

@@ -33,6 +33,9 @@ from mistk_rl.wire import frames
 from mistk_rl.wire.spin import default_spin
 
 log = logging.getLogger("mistk_rl.service.server")  # (the log lines' name before the move)
+# frames of one step stream answered in a row before the event loop gets a turn: ~1-3 ms of
+# small steps, so a status or another connection waits no longer than that
+FRAMES_PER_TURN = 32
 TESTED_UVICORN = "0.54"  # setup.cfg: uvicorn>=0.54,<0.55
 # HttpToolsProtocol's methods this module calls or overrides, its private ones among them
 UVICORN_PRIVATE = (
@@ -46,6 +49,7 @@ UVICORN_PRIVATE = (
     "on_message_complete",
     "on_response_complete",
     "data_received",
+    "resume_writing",
     "connection_made",
     "connection_lost",
     "shutdown",
@@ -212,6 +216,7 @@ class CoalescingHttpTools(HttpToolsProtocol):
     # a step stream's operation and headers, once the connection is one; its unread bytes
     _stream: Optional[tuple[Any, dict]] = None
     _frames: bytearray
+    _turn_scheduled = False  # the stream's next frames are answered at the loop's next turn
 
     awake: Optional[AwakeAfterAnswers] = None  # (made by the worker's first connection)
     # uvicorn types its transport asyncio.Transport; ours is one by delegation
@@ -284,7 +289,8 @@ class CoalescingHttpTools(HttpToolsProtocol):
             super().data_received(data)
         else:
             self._frames += data
-            self._answer_frames()
+            if not self._turn_scheduled:
+                self._answer_frames()
 
     def _should_upgrade(self) -> bool:
         return self._get_upgrade() == frames.PROTOCOL.encode() or super()._should_upgrade()
@@ -314,10 +320,18 @@ class CoalescingHttpTools(HttpToolsProtocol):
         self.transport.flush()
 
     def _answer_frames(self) -> None:
-        """Answer every whole frame received, in order (two may come before one is answered:
-        a caller that pipelines)."""
-        op, headers = self._stream  # type: ignore[misc]
+        """Answer the whole frames received, in order (two may come before one is answered:
+        a caller that pipelines), at most `FRAMES_PER_TURN` before the event loop gets a
+        turn (status, other connections), and none while the answers already written are
+        unread (the transport's buffer over its high-water mark: `pause_writing`). Reading
+        stops while frames wait, so a caller that writes faster than it reads is held back
+        by its own socket, not buffered here."""
+        self._turn_scheduled = False
+        if self._stream is None:  # (closed meanwhile)
+            return
+        op, headers = self._stream
         buffer, limit = self._frames, self.app.limits.max_body_bytes
+        answered = 0
         while len(buffer) >= frames.REQUEST_HEAD.size:
             (length,) = frames.REQUEST_HEAD.unpack_from(buffer)
             if length > limit:  # a 413, and the stream ends (the frame is not read)
@@ -326,6 +340,14 @@ class CoalescingHttpTools(HttpToolsProtocol):
                 return
             end = frames.REQUEST_HEAD.size + length
             if len(buffer) < end:
+                break
+            if self.flow.write_paused:  # (its answers unread: `resume_writing` goes on)
+                self.flow.pause_reading()
+                return
+            if answered == FRAMES_PER_TURN:
+                self.flow.pause_reading()
+                self._turn_scheduled = True
+                self.loop.call_soon(self._answer_frames)
                 return
             body = bytes(buffer[frames.REQUEST_HEAD.size : end])
             del buffer[:end]
@@ -334,6 +356,13 @@ class CoalescingHttpTools(HttpToolsProtocol):
             self._write_frame(self.app.answer_now(op, headers, b"", body))
             self.app.settle()  # (as after an HTTP answer: deferred work, the caller reads)
             self.awake.answered(self.loop, self)  # type: ignore[union-attr]
+            answered += 1
+        self.flow.resume_reading()  # (every whole frame answered: read on)
+
+    def resume_writing(self) -> None:
+        super().resume_writing()
+        if self._stream is not None and not self._turn_scheduled:
+            self._answer_frames()  # (the frames held back while answers were unread)
 
     def _http_answer(self, answer: Any, *more: tuple[bytes, bytes]) -> bytes:
         """An answer as HTTP/1.1 bytes: the status line, the headers (a 101 has no body, so

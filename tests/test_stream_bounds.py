@@ -1,0 +1,88 @@
+"""A step stream written faster than it is read (issue 57 item 5): the agent answers its
+frames a few dozen at a time, giving the event loop a turn between, and reads no more
+while the answers it wrote are unread. So during a burst of 3,000,000 tiny frames whose
+answers are never read, a status call is answered, the agent stops reading (the caller's
+send makes no progress: its own socket holds it back) after answering a small part, and
+the worker's memory stays bounded. (Latencies are measured apart, not asserted here.)"""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+import urllib.parse
+
+import requests
+
+from mistk_rl.wire import frames
+from tests.conftest import RANDOM_AGENT
+from tests.test_step_columns import SPACES
+
+FRAMES = 3_000_000  # 15 MB: more than the kernel's socket buffers hold on loopback
+
+
+def _open_raw_stream(url: str) -> socket.socket:
+    """A connection upgraded to the agent's step stream, by hand (no SDK: a hostile
+    client), with a small receive buffer (the answers it never reads back up sooner)."""
+    parts = urllib.parse.urlsplit(url)
+    sock = socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 64 * 1024)
+    sock.settimeout(30)
+    sock.connect((parts.hostname, parts.port))
+    sock.sendall(
+        (
+            f"GET /v1/mistk/agent{frames.PATH} HTTP/1.1\r\nHost: {parts.netloc}\r\n"
+            "Content-Type: application/json\r\nAccept: application/json\r\n"
+            f"Connection: Upgrade\r\nUpgrade: {frames.PROTOCOL}\r\n\r\n"
+        ).encode()
+    )
+    head = b""
+    while b"\r\n\r\n" not in head:
+        head += sock.recv(1)  # (byte by byte: nothing of the answers after it is taken)
+    assert head.startswith(b"HTTP/1.1 101"), head
+    return sock
+
+
+def _metric(url: str, name: str) -> float:
+    text = requests.get(f"{url}/metrics", timeout=30).text
+    return float(next(x for x in text.splitlines() if x.startswith(name + " ")).split()[-1])
+
+
+def test_a_burst_on_a_stream_neither_holds_the_loop_nor_fills_memory(launch):
+    service = launch("agent", RANDOM_AGENT)
+    agent = service.client()
+    agent.initialize(hyperparameters={"seed": 0})
+    agent.build_model()
+    agent.agent_registered({"name": "p", **SPACES})
+    agent.episode_started({"p": [0, 0, 0, 0]})
+    sock = _open_raw_stream(service.url)
+    # frames of 5 bytes ("x" is not a stepColumns body: each is answered with a 400 frame)
+    burst = (frames.REQUEST_HEAD.pack(1) + b"x") * FRAMES
+    sock.settimeout(10)  # (a send that makes no progress for 10 s: the agent stopped reading)
+    outcome: list[BaseException] = []
+
+    def send() -> None:
+        try:
+            sock.sendall(burst)
+        except OSError as exc:
+            outcome.append(exc)
+
+    sender = threading.Thread(target=send, daemon=True)
+    sender.start()
+    status = requests.get(f"{service.url}/v1/mistk/agent/status", timeout=30)
+    assert status.status_code == 200 and status.json()["state"] == "in_episode"
+    sender.join(120)
+    assert not sender.is_alive()
+    answered = _metric(service.url, "mistk_step_stream_frames_total")
+    assert outcome and isinstance(outcome[0], socket.timeout), (
+        f"the agent read the whole burst (answered {answered:.0f}) with its answers unread"
+    )
+    assert answered < FRAMES / 10, f"{answered:.0f} frames answered, none read"
+    rss = _metric(service.url, "mistk_process_resident_memory_bytes")
+    assert rss < 400 * 2**20, f"the worker holds {rss / 2**20:.0f} MiB"
+    sock.close()
+    deadline = time.monotonic() + 30  # (the stream's close is seen a moment later)
+    while _metric(service.url, "mistk_step_streams_open") != 0.0:
+        assert time.monotonic() < deadline, "the closed stream is still open"
+        time.sleep(0.05)
+    assert agent.status().state == "in_episode"  # (the burst changed nothing)
