@@ -27,6 +27,9 @@ class Limits:
     max_model_params: int = 50_000_000  # parameters of a model an agent builds (200 MB f32)
     max_envs: int = 256  # env copies in one startEpisode
     max_env_processes: int = 64  # env worker processes an orchestrator keeps at once
+    max_streams: int = 64  # step streams open at once; one more is refused with 429
+    stream_idle_s: int = 75  # a step stream that sends nothing this long is closed
+    frame_timeout_s: int = 10  # a frame begun and not finished within this is dropped
 
     @classmethod
     def parse(cls, items: Sequence[str]) -> "Limits":

@@ -12,8 +12,11 @@ import threading
 import time
 import urllib.parse
 
+import numpy as np
+import pytest
 import requests
 
+from mistk_rl.sdk.client import ColumnPipeline
 from mistk_rl.wire import frames
 from tests.conftest import RANDOM_AGENT
 from tests.test_step_columns import SPACES
@@ -86,3 +89,62 @@ def test_a_burst_on_a_stream_neither_holds_the_loop_nor_fills_memory(launch):
         assert time.monotonic() < deadline, "the closed stream is still open"
         time.sleep(0.05)
     assert agent.status().state == "in_episode"  # (the burst changed nothing)
+
+
+def _ready(launch, *limits: str):
+    service = launch("agent", RANDOM_AGENT, extra_args=[a for x in limits for a in ("--limit", x)])
+    agent = service.client()
+    agent.initialize(hyperparameters={"seed": 0})
+    agent.build_model()
+    agent.agent_registered({"name": "p", **SPACES})
+    agent.episode_started({"p": [0, 0, 0, 0]})
+    return service
+
+
+def _closed_by_the_agent(sock: socket.socket) -> bool:
+    """True once the agent closes the connection (its answers before that are read and
+    dropped); the socket's timeout bounds the wait."""
+    try:
+        while True:
+            if not sock.recv(65536):
+                return True
+    except ConnectionResetError:
+        return True
+    except socket.timeout:
+        return False
+
+
+def test_streams_past_the_limit_are_refused_and_idle_or_half_sent_ones_closed(launch):
+    service = _ready(launch, "max_streams=2", "stream_idle_s=1", "frame_timeout_s=1")
+    first, second = _open_raw_stream(service.url), _open_raw_stream(service.url)
+    with pytest.raises(AssertionError, match="429"):
+        _open_raw_stream(service.url)  # (its answer: 429, naming the limit)
+    assert _metric(service.url, "mistk_step_streams_open") == 2.0
+    second.close()
+    first.settimeout(30)
+    assert _closed_by_the_agent(first)  # idle: nothing sent
+    half = _open_raw_stream(service.url)
+    half.sendall(frames.REQUEST_HEAD.pack(100) + b"{" * 10)  # a frame begun, not finished
+    half.settimeout(30)
+    assert _closed_by_the_agent(half)
+    log = service.log_path.read_text()
+    assert "nothing came for" in log and "stream_idle_s=1" in log
+    assert "is unfinished (frame_timeout_s=1); 14 bytes dropped" in log
+    third = _open_raw_stream(service.url)  # (the two closed: room again)
+    third.close()
+
+
+def test_a_busy_stream_is_not_taken_for_an_idle_or_half_sent_one(launch):
+    service = _ready(launch, "stream_idle_s=1", "frame_timeout_s=1")
+    agent = service.client()
+    pipeline = ColumnPipeline(agent, stream=True)
+    obs = np.zeros((1, 4), np.float32)
+    deadline = time.monotonic() + 3  # (three watchdog periods of steady steps)
+    steps = 0
+    while time.monotonic() < deadline:
+        pipeline.send(np.array([0]), obs)
+        pipeline.receive()
+        steps += 1
+    assert pipeline.upgraded and steps > 0
+    assert _metric(service.url, "mistk_step_streams_opened_total") == 1.0  # (never reopened)
+    pipeline.close()

@@ -300,6 +300,14 @@ class ServicePipeline:
         if op is None:
             raise Refused(404, "Not Found", f"no step stream at {path}")
         self._admit(op, headers, b"")
+        if self.streams_open >= self.limits.max_streams:
+            raise Refused(
+                429,
+                "Too Many Requests",
+                f"{self.streams_open} step streams are open here already (the limit "
+                f"max_streams={self.limits.max_streams}): close one, or step over HTTP",
+                retryAfter=1,
+            )
         if not op.inline:  # (`answer_now` runs on the loop: a blocking step must not)
             raise Refused(
                 501,

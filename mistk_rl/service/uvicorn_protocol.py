@@ -36,6 +36,7 @@ log = logging.getLogger("mistk_rl.service.server")  # (the log lines' name befor
 # frames of one step stream answered in a row before the event loop gets a turn: ~1-3 ms of
 # small steps, so a status or another connection waits no longer than that
 FRAMES_PER_TURN = 32
+WATCH_EVERY_S = 1.0  # how often an open stream is checked for idleness and half-sent frames
 TESTED_UVICORN = "0.54"  # setup.cfg: uvicorn>=0.54,<0.55
 # HttpToolsProtocol's methods this module calls or overrides, its private ones among them
 UVICORN_PRIVATE = (
@@ -217,6 +218,9 @@ class CoalescingHttpTools(HttpToolsProtocol):
     _stream: Optional[tuple[Any, dict]] = None
     _frames: bytearray
     _turn_scheduled = False  # the stream's next frames are answered at the loop's next turn
+    _last_data = 0.0  # (loop time) the stream's last bytes came then
+    _partial_since: Optional[float] = None  # a frame begun and not finished since then
+    _watchdog: Optional[asyncio.TimerHandle] = None
 
     awake: Optional[AwakeAfterAnswers] = None  # (made by the worker's first connection)
     # uvicorn types its transport asyncio.Transport; ours is one by delegation
@@ -289,6 +293,7 @@ class CoalescingHttpTools(HttpToolsProtocol):
             super().data_received(data)
         else:
             self._frames += data
+            self._last_data = self.loop.time()
             if not self._turn_scheduled:
                 self._answer_frames()
 
@@ -311,6 +316,8 @@ class CoalescingHttpTools(HttpToolsProtocol):
         self._stream, self._frames = (op, headers), bytearray()
         self.app.streams_open += 1
         self.app.streams_opened += 1
+        self._last_data = self.loop.time()
+        self._watchdog = self.loop.call_later(WATCH_EVERY_S, self._watch)
         log.info(
             "%s: a step stream opened (%s)",
             op.id,
@@ -358,6 +365,33 @@ class CoalescingHttpTools(HttpToolsProtocol):
             self.awake.answered(self.loop, self)  # type: ignore[union-attr]
             answered += 1
         self.flow.resume_reading()  # (every whole frame answered: read on)
+        if not buffer:
+            self._partial_since = None
+        elif answered or self._partial_since is None:  # (the frame left begun just now)
+            self._partial_since = self.loop.time()
+
+    def _watch(self) -> None:
+        """Close a stream that sent nothing for `Limits.stream_idle_s`, or left a frame
+        unfinished for `Limits.frame_timeout_s` (its bytes are dropped), saying so."""
+        if self._stream is None:
+            return
+        limits, now = self.app.limits, self.loop.time()
+        op = self._stream[0]
+        why = None
+        if self._partial_since is not None and now - self._partial_since > limits.frame_timeout_s:
+            why = (
+                f"a frame begun {now - self._partial_since:.0f} s ago is unfinished "
+                f"(frame_timeout_s={limits.frame_timeout_s}); {len(self._frames)} bytes dropped"
+            )
+        elif now - self._last_data > limits.stream_idle_s:
+            idle = now - self._last_data
+            why = f"nothing came for {idle:.0f} s (stream_idle_s={limits.stream_idle_s})"
+        if why is None:
+            self._watchdog = self.loop.call_later(WATCH_EVERY_S, self._watch)
+            return
+        log.warning("%s: a step stream closed: %s", op.id, why)
+        self._frames.clear()
+        self.transport.close()
 
     def resume_writing(self) -> None:
         super().resume_writing()
@@ -393,6 +427,8 @@ class CoalescingHttpTools(HttpToolsProtocol):
         if self._stream is not None:
             self._stream = None
             self.app.streams_open -= 1
+            if self._watchdog is not None:
+                self._watchdog.cancel()
         super().connection_lost(exc)
 
     def shutdown(self) -> None:
