@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import queue
+import re
 import signal
 import subprocess
 import sys
@@ -90,8 +91,8 @@ class HarnessProcess:
     def master(self, name: str) -> int:
         """The pid of a service the harness started (from its log's first lines)."""
         for line in (self.run_dir / "logs" / f"{name}.log").read_text().splitlines():
-            if "Starting gunicorn" in line:
-                return int(line.split("[")[2].split("]")[0])
+            if "Starting gunicorn" in line:  # (TIME [PID] LEVEL ...: `mistk_rl.service.logs`)
+                return int(re.search(r"\[(\d+)\]", line).group(1))  # type: ignore[union-attr]
         raise RuntimeError(f"no gunicorn master in {name}'s log")
 
     def finish(self, timeout: float = 120) -> tuple[int, str]:
