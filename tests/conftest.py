@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import signal
 from pathlib import Path
 from typing import Callable, Optional, Sequence
@@ -10,6 +11,9 @@ import pytest
 
 from mistk_rl.deploy.launch import ServiceProcess, group_members, spawn_service, wait_ready
 
+# (as mistk_rl.bridges sets it: tests that import dm_env_rpc first get it too; a worker
+# that has run gRPC tests forks services, and gRPC's fork handlers may abort those children)
+os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "false")
 RANDOM_AGENT = "agents.random_agent:RandomAgent"
 GYM_ORCHESTRATOR = "orchestrators.gym_orchestrator:GymOrchestrator"
 REPO = Path(__file__).resolve().parent.parent
