@@ -25,7 +25,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from mistk_rl.sdk.client import BadRequest, ColumnPipeline, Conflict
 from tests.conftest import GYM_ORCHESTRATOR, RANDOM_AGENT
-from tests.test_step_columns import SPACES
+from tests.test_step_stream import _registered
 
 BLOCKING = "tests.service_fixtures:BlockingAgent"
 DQN = "agents.dqn_agent:DQNAgent"
@@ -118,11 +118,7 @@ def test_health_answers_while_a_handler_blocks_and_readiness_says_busy(launch):
 
 def test_step_streams_and_their_frames_are_counted(launch):
     service = launch("agent", RANDOM_AGENT)
-    agent = service.client()
-    agent.initialize(hyperparameters={"seed": 0})
-    agent.build_model()
-    agent.agent_registered({"name": "p", **SPACES})
-    agent.episode_started({"p": [0, 0, 0, 0]})
+    agent = _registered(service)  # (an episode started)
     pipeline = ColumnPipeline(agent, stream=True)
     obs = np.zeros((2, 4), np.float32)
     for _ in range(5):

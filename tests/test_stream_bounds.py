@@ -19,7 +19,7 @@ import requests
 from mistk_rl.sdk.client import ColumnPipeline
 from mistk_rl.wire import frames
 from tests.conftest import RANDOM_AGENT
-from tests.test_step_columns import SPACES
+from tests.test_step_stream import _registered
 
 FRAMES = 3_000_000  # 15 MB: more than the kernel's socket buffers hold on loopback
 
@@ -53,11 +53,7 @@ def _metric(url: str, name: str) -> float:
 
 def test_a_burst_on_a_stream_neither_holds_the_loop_nor_fills_memory(launch):
     service = launch("agent", RANDOM_AGENT)
-    agent = service.client()
-    agent.initialize(hyperparameters={"seed": 0})
-    agent.build_model()
-    agent.agent_registered({"name": "p", **SPACES})
-    agent.episode_started({"p": [0, 0, 0, 0]})
+    agent = _registered(service)  # (an episode started)
     sock = _open_raw_stream(service.url)
     # frames of 5 bytes ("x" is not a stepColumns body: each is answered with a 400 frame)
     burst = (frames.REQUEST_HEAD.pack(1) + b"x") * FRAMES
@@ -93,11 +89,7 @@ def test_a_burst_on_a_stream_neither_holds_the_loop_nor_fills_memory(launch):
 
 def _ready(launch, *limits: str):
     service = launch("agent", RANDOM_AGENT, extra_args=[a for x in limits for a in ("--limit", x)])
-    agent = service.client()
-    agent.initialize(hyperparameters={"seed": 0})
-    agent.build_model()
-    agent.agent_registered({"name": "p", **SPACES})
-    agent.episode_started({"p": [0, 0, 0, 0]})
+    _registered(service)  # (an episode started)
     return service
 
 

@@ -19,7 +19,6 @@ from typing import Any, Optional
 from mistk_rl.wire.tracing import TRACE, Trace
 
 ACCESS = logging.getLogger("mistk_rl.access")
-FORMATS = ("text", "json")
 # what an access line carries besides its message (JSON keys; text appends them)
 ACCESS_FIELDS = ("operation", "status", "duration_ms", "request_id", "trace_id")
 
@@ -100,16 +99,14 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(line, default=str)
 
 
-def formatter(log_format: str) -> logging.Formatter:
-    if log_format not in FORMATS:
-        raise ValueError(f"log format {log_format!r}: one of {', '.join(FORMATS)}")
-    return JsonFormatter() if log_format == "json" else TextFormatter()
+FORMATTERS: dict[str, type[logging.Formatter]] = {"text": TextFormatter, "json": JsonFormatter}
 
 
 def logging_config(log_format: str, level: str) -> dict[str, Any]:
     """A `logging.config.dictConfig` for a served process: the root logger and gunicorn's
     in the one format, to stderr (gunicorn applies it in the arbiter and the worker)."""
-    formatter(log_format)  # (checks the name)
+    if log_format not in FORMATTERS:
+        raise ValueError(f"log format {log_format!r}: one of {', '.join(FORMATTERS)}")
     handler = {
         "class": "logging.StreamHandler",
         "formatter": "mistk",
@@ -119,9 +116,7 @@ def logging_config(log_format: str, level: str) -> dict[str, Any]:
     return {
         "version": 1,
         "disable_existing_loggers": False,
-        "formatters": {
-            "mistk": {"()": f"{__name__}.{'Json' if log_format == 'json' else 'Text'}Formatter"}
-        },
+        "formatters": {"mistk": {"()": FORMATTERS[log_format]}},
         "handlers": {"console": handler},
         "root": {"level": level.upper(), "handlers": ["console"]},
         "loggers": {"gunicorn.error": one, "gunicorn.access": {**one, "level": "WARNING"}},

@@ -73,33 +73,31 @@ class RequestCounts:
         self.of = {op: OperationCounts() for op in operations}
 
     def families(self) -> Iterator[Metric]:
-        statuses = {op: dict(counts.statuses) for op, counts in self.of.items()}
-        buckets = {op: list(counts.buckets) for op, counts in self.of.items()}
-        seconds = {op: counts.seconds for op, counts in self.of.items()}
+        """(On the event loop, as the counting: nothing changes while they are built.)"""
         requests = CounterMetricFamily(
             f"{PREFIX}_requests",
             "Requests answered, by operation (the spec's operationId) and HTTP status; each "
             "frame of a step stream counts as a request of its operation",
             labels=("operation", "status"),
         )
-        for op, counts in statuses.items():
-            for status, count in sorted(counts.items()):
+        for op, counts in self.of.items():
+            for status, count in sorted(counts.statuses.items()):
                 requests.add_metric((op, str(status)), count)
         yield requests
         latency = HistogramMetricFamily(
             f"{PREFIX}_request_duration_seconds",
-            "Time from a request's whole body to its answer, by operation (the handler, "
-            "decoding, validation and rendering; not the network)",
+            "Time from a request to its answer in the server, by operation (reading the "
+            "body, decoding, validation, the handler and rendering; not the network)",
             labels=("operation",),
         )
-        for op, in_buckets in buckets.items():
-            if not sum(in_buckets):
+        for op, counts in self.of.items():
+            if not counts.statuses:  # (no answer yet: no sample)
                 continue
             cumulative, running = [], 0
-            for bound, count in zip((*map(str, BUCKETS), "+Inf"), in_buckets):
+            for bound, count in zip((*map(str, BUCKETS), "+Inf"), counts.buckets):
                 running += count
                 cumulative.append((bound, running))
-            latency.add_metric((op,), cumulative, seconds[op])
+            latency.add_metric((op,), cumulative, counts.seconds)
         yield latency
 
 

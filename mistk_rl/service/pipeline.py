@@ -55,7 +55,7 @@ from mistk_rl.service.metrics import PROBE_PATHS, OperationCounts, Probes, Reque
 from mistk_rl.service.validation import Check, compile_schema
 from mistk_rl.wire import codec, frames
 from mistk_rl.wire.jsonable import dumps, loads_fast
-from mistk_rl.wire.tracing import TRACE, child_of
+from mistk_rl.wire.tracing import TRACE, Trace, child_of
 
 log = logging.getLogger(__name__)
 Send = Callable[[dict], Awaitable[None]]
@@ -67,6 +67,7 @@ STEP_OPERATIONS = frozenset(
 # service, pays for no ids it would not show; its rare log lines then name no trace)
 QUIET_OPERATIONS = STEP_OPERATIONS | {"status", "stepStream"}
 TRACEPARENT = b"traceparent"
+PROBES_TAKE = ("GET", "HEAD")  # the methods /metrics, /healthz and /readyz answer
 JSON_TYPE = "application/json"
 OCTET_TYPE = "application/octet-stream"
 
@@ -141,6 +142,7 @@ class ServicePipeline:
             if method == "GET":
                 methods[path].add("HEAD")
         self.allow = {path: ", ".join(sorted(names)) for path, names in methods.items()}
+        self.allow.update(dict.fromkeys(PROBE_PATHS, ", ".join(PROBES_TAKE)))
         inline = getattr(service.impl, "steps_inline", False)
         for operation in self.routes.values():
             operation.inline = operation.step and inline
@@ -171,8 +173,15 @@ class ServicePipeline:
         operation = (
             self.routes.get((scope["method"], scope["path"])) if scope["type"] == "http" else None
         )
-        if operation is None and scope["type"] == "http" and scope["path"] in PROBE_PATHS:
-            return await self._probe(scope, send)
+        if (
+            operation is None
+            and scope["type"] == "http"
+            and scope["path"] in PROBE_PATHS
+            and scope["method"] in PROBES_TAKE
+        ):
+            # (answered here on the loop: no thread pool, no lifecycle lock in the way)
+            probe = Answer(*self.probes.answer(scope["path"]), (self.instance,))
+            return await send_answer(send, probe)
         if operation is None:
             allow = self.allow.get(scope["path"]) if scope["type"] == "http" else None
             if allow is None or scope["method"] == "HEAD" and "HEAD" in allow:
@@ -197,10 +206,7 @@ class ServicePipeline:
             answer = self._render(operation, headers, result, status)
         except Exception as exc:  # noqa: BLE001 - rendered as a problem (`_failure`)
             answer = self._failure(operation, exc)
-        seconds = time.perf_counter() - started
-        operation.counts.observe(answer.status, seconds)
-        if not operation.quiet or answer.status >= 400 or self.debug:
-            access(operation.id, answer.status, seconds, trace, operation.quiet)
+        self._served(operation, answer.status, started, trace)
         await send_answer(send, answer)
         if operation.inline:
             self.settle()
@@ -211,21 +217,15 @@ class ServicePipeline:
         """Run what the last answered operation deferred (module doc)."""
         self.lifecycle.settle()
 
-    async def _probe(self, scope: dict, send: Send) -> None:
-        """/metrics, /healthz, /readyz: answered here on the event loop, with no thread
-        pool and no lifecycle lock in the way (`mistk_rl.service.metrics`)."""
-        if scope["method"] not in ("GET", "HEAD"):
-            answer = problem(
-                405,
-                "Method Not Allowed",
-                f"{scope['method']} is not allowed here: GET, HEAD",
-                None,
-                self.instance,
-                (b"allow", b"GET, HEAD"),
-            )
-        else:
-            answer = Answer(*self.probes.answer(scope["path"]), (self.instance,))
-        await send_answer(send, answer)
+    def _served(
+        self, op: ServedOperation, status: int, started: float, trace: Optional[Trace]
+    ) -> None:
+        """Count an answer for /metrics and log its access line (a quiet operation's 2xx
+        only at DEBUG: `mistk_rl.service.logs`)."""
+        seconds = time.perf_counter() - started
+        op.counts.observe(status, seconds)
+        if not op.quiet or status >= 400 or self.debug:
+            access(op.id, status, seconds, trace, op.quiet)
 
     # -- the fast path: an inline step answered as soon as its body is in --
     def fast_operation(
@@ -258,10 +258,7 @@ class ServicePipeline:
         finally:
             if token is not None:
                 TRACE.reset(token)
-        seconds = time.perf_counter() - started
-        op.counts.observe(answer.status, seconds)
-        if not op.quiet or answer.status >= 400 or self.debug:
-            access(op.id, answer.status, seconds, trace, op.quiet)
+        self._served(op, answer.status, started, trace)
         return answer
 
     # -- the step stream: frames answered as requests on an upgraded connection --

@@ -383,8 +383,7 @@ class CoalescingHttpTools(HttpToolsProtocol):
                 f"a frame begun {now - self._partial_since:.0f} s ago is unfinished "
                 f"(frame_timeout_s={limits.frame_timeout_s}); {len(self._frames)} bytes dropped"
             )
-        elif now - self._last_data > limits.stream_idle_s:
-            idle = now - self._last_data
+        elif (idle := now - self._last_data) > limits.stream_idle_s:
             why = f"nothing came for {idle:.0f} s (stream_idle_s={limits.stream_idle_s})"
         if why is None:
             self._watchdog = self.loop.call_later(WATCH_EVERY_S, self._watch)

@@ -34,8 +34,7 @@ class Trace:
     line: str = field(init=False, repr=False, compare=False)  # the header line it sends
 
     def __post_init__(self) -> None:
-        header = f"00-{self.trace_id}-{self.span_id}-{self.flags}"
-        object.__setattr__(self, "line", f"{HEADER}: {header}\r\n")
+        object.__setattr__(self, "line", f"{HEADER}: {self.header}\r\n")
 
     @property
     def header(self) -> str:
