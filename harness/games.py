@@ -320,7 +320,7 @@ class GameProgress(ProgressFile):
     evals: list[dict] = field(default_factory=list)
     checkpoints: dict[str, str] = field(default_factory=dict)
     resumed_at: list[int] = field(default_factory=list)
-    episodes: list[dict] = field(default_factory=list)  # (the harness's interface: none kept)
+    episodes_saved: int = 0  # (the harness's interface: none kept)
     done: bool = False  # an evaluation met every stop_when target
 
     def __post_init__(self) -> None:

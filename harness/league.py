@@ -20,6 +20,7 @@ from typing import Any, Callable, Optional
 import numpy as np
 
 from harness.config import TrainingSpec
+from harness.episodes import EpisodesFile
 from harness.loop import Evaluated
 from harness.progress import TrainingProgress
 from harness.training import EvalResult, GymSchedule, Progress, evaluate_returns, train
@@ -113,6 +114,7 @@ def train_solo_league(
     progress: Optional[Progress] = None,
     quiet: bool = False,
     title: str = "",
+    episodes: Optional[EpisodesFile] = None,
 ) -> Progress:
     """A solo league's training loop (module doc), from the start or from `progress` (a
     resumed run: the league resumes from its directory); returns where it ended."""
@@ -128,6 +130,7 @@ def train_solo_league(
         title,
         schedule=functools.partial(_SoloSchedule, evaluator=evaluator),
         stop_line="the best player reached stop_value {}: stopping",
+        episodes=episodes,
     )
 
 
@@ -173,8 +176,11 @@ class _SoloSchedule(GymSchedule):
         title: str,
         *,
         evaluator: Evaluator,
+        episodes: Optional[EpisodesFile] = None,
     ) -> None:
-        super().__init__(league, spec, run_dir, timeout, progress, resumed, title)
+        super().__init__(
+            league, spec, run_dir, timeout, progress, resumed, title, episodes=episodes
+        )
         self.evaluator, self.players = evaluator, list(evaluator.agent_urls)
 
     def train_block(self, target: int, shown: TrainingProgress) -> None:

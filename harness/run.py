@@ -11,7 +11,6 @@ on them are `harness.run_services`'s, the sequence itself `harness.sequence`'s.
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import sys
@@ -22,7 +21,6 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Callable, Iterator, Optional
 
-import numpy as np
 import yaml
 
 from harness.config import (
@@ -34,6 +32,8 @@ from harness.config import (
     with_eval_episodes,
     with_seed,
 )
+from harness.episodes import EPISODES, EpisodesFile
+from harness.episodes import read_episodes as read_episodes
 from harness.games import GameProgress, summary
 from harness.league import table_text
 from harness.run_services import RunClients, RunServices, keep_workers
@@ -43,7 +43,7 @@ from harness.sequence import last_checkpoint as last_checkpoint
 from harness.sequence import saved_model as saved_model
 from harness.training import Progress, first_success
 from mistk_rl.deploy.cluster import ClusterError
-from mistk_rl.files import atomic_write_bytes, atomic_write_json
+from mistk_rl.files import atomic_write_json
 from mistk_rl.sdk.client import ServiceError
 from mistk_rl.wire.tracing import new_trace, traced
 
@@ -191,22 +191,6 @@ def _say_results(
             f"{results['episode_mean_return']:.2f}; wall {results['wall_s']:.2f} s; results in "
             f"{run_dir / 'results.json'} (each episode: {run_dir / EPISODES})"
         )
-
-
-EPISODES = "episodes.jsonl"  # results.json's episodes, one JSON object a line, beside it
-
-
-def write_episodes(run_dir: Path, episodes: list[dict]) -> None:
-    """Every episode (game) of the run, one JSON object a line: results.json keeps the
-    summary a person opens (a 100k-move tic-tac-toe run plays ~28,000 games)."""
-    text = "".join(json.dumps(e, separators=(",", ":")) + "\n" for e in episodes)
-    atomic_write_bytes(run_dir / EPISODES, text.encode())
-
-
-def read_episodes(run_dir: Path) -> list[dict]:
-    """The episodes a run wrote (`write_episodes`)."""
-    with open(run_dir / EPISODES) as fh:
-        return [json.loads(line) for line in fh if line.strip()]
 
 
 def restarts_allowed(config: RunConfig, given: Optional[int]) -> int:
@@ -384,7 +368,7 @@ def _save_config(config: RunConfig, run_dir: Path, evaluate_only: bool) -> None:
 def _results(
     config: RunConfig,
     run_dir: Path,
-    episodes: list[dict],
+    episodes: Optional[EpisodesFile],
     progress: Any,
     outcome: dict,
     started: float,
@@ -402,13 +386,13 @@ def _results(
         }
         atomic_write_json(run_dir / "evaluation.json", results)
         return results
-    write_episodes(run_dir, episodes)
-    returns = [e["return"] for e in episodes]
+    assert episodes is not None  # (`MistkSequence.run` keeps them for all but evaluations)
+    mean = episodes.mean_return
     results = {
         "name": config.name,
         "episodes_file": EPISODES,
-        "episode_count": len(episodes),
-        "episode_mean_return": round(float(np.mean(returns)), 6) if returns else None,
+        "episode_count": episodes.count,
+        "episode_mean_return": None if mean is None else round(mean, 6),
         "wall_s": wall_s,
         **outcome,
     }

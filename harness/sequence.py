@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any, Callable, Literal, Optional, TypeVar
 
 from harness.config import AgentSpec, RunConfig, RunConfigError
+from harness.episodes import EpisodesFile
 from harness.games import GameProgress, evaluate, train_games
 from harness.league import Evaluator, league_results, train_solo_league
 from harness.training import (
@@ -19,7 +20,6 @@ from harness.training import (
     Progress,
     evaluate_returns,
     restore_checkpoint,
-    run_episodes,
     train,
 )
 from mistk_rl.sdk.client import AgentClient, OrchestratorClient, ServiceError
@@ -60,20 +60,25 @@ class MistkSequence:
     evaluator: Optional[Evaluator] = None
     local_dirs: dict[str, Path] = field(default_factory=dict)
     mirror: Optional[Path] = None
+    episodes: Optional[EpisodesFile] = None  # the run's episodes.jsonl (`run` opens it)
 
-    def run(self) -> tuple[list[dict], Optional[Progress], dict]:
+    def run(self) -> tuple[Optional[EpisodesFile], Optional[Progress], dict]:
         """Set up, then evaluate, train or play the episode blocks, then evaluate at the
-        end, then collect the episodes and take the services down."""
-        episodes_before = self.resume.episodes if self.resume else []  # (train moves it on)
+        end, then collect the episodes (into the run's episodes.jsonl; none for an
+        evaluation, whose run dir is a training run's) and take the services down."""
+        if not self.evaluate_only:
+            keep = self.resume.episodes_saved if self.resume else 0
+            self.episodes = EpisodesFile(self.run_dir, keep)
         self._set_up()
         outcome: dict = {}
         progress = self._main(outcome)
         if self.config.evaluation is not None and not self.evaluate_only:
             self._evaluate_at_the_end(outcome)
-        with _step("getResults"):
-            episodes = run_episodes(self.orch, episodes_before)
+        if self.episodes is not None:
+            with _step("getResults"):
+                self.episodes.sync(self.orch)
         self._close()
-        return episodes, progress, outcome
+        return self.episodes, progress, outcome
 
     def _set_up(self) -> None:
         """initialize the orchestrator; initialize, build and register every agent."""
@@ -187,6 +192,7 @@ class MistkSequence:
                     self._resumed(Progress),
                     quiet=self.quiet,
                     title=config.name,
+                    episodes=self.episodes,
                 )
             else:
                 settings = {a.name: s for a in config.agents if (s := a.settings()) is not None}
@@ -201,6 +207,7 @@ class MistkSequence:
                     quiet=self.quiet,
                     title=config.name,
                     agents=settings,
+                    episodes=self.episodes,
                 )
         if self.evaluator is not None:
             with _step("league results"):

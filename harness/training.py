@@ -29,6 +29,7 @@ from typing import Any, Callable, ClassVar, Mapping, Optional, Protocol, Sequenc
 import numpy as np
 
 from harness.config import RunConfigError, TrainingSpec
+from harness.episodes import EPISODES, EpisodesFile
 from harness.loop import Evaluated, run_loop
 from harness.progress import TrainingProgress
 from mistk_rl.files import atomic_write_bytes, atomic_write_json
@@ -73,7 +74,13 @@ class ProgressFile:
                 f"{run_dir} has no {PROGRESS}: the run saved no checkpoint "
                 "(it stopped before its first evaluation, or checkpoints are off)"
             )
-        return cls(**json.loads(path.read_text()))
+        data = json.loads(path.read_text())
+        legacy = data.pop("episodes", None)  # (before episodes.jsonl grew as the run went)
+        if legacy and "episodes_saved" in {f for f in cls.__dataclass_fields__}:
+            text = "".join(json.dumps(e, separators=(",", ":")) + "\n" for e in legacy)
+            atomic_write_bytes(run_dir / EPISODES, text.encode())
+            data["episodes_saved"] = len(legacy)
+        return cls(**data)
 
 
 @dataclass
@@ -84,7 +91,7 @@ class Progress(ProgressFile):
     train_episodes: int = 0
     wall_s: float = 0.0  # training wall time so far (the time lost to a crash not counted)
     evals: list[dict] = field(default_factory=list)
-    episodes: list[dict] = field(default_factory=list)  # results.json's, up to this point
+    episodes_saved: int = 0  # the lines of episodes.jsonl this checkpoint counts
     checkpoints: dict[str, str] = field(default_factory=dict)  # agent -> path in its data dir
     resumed_at: list[int] = field(default_factory=list)  # train_steps of each resume
     train_returns: list[list[float]] = field(default_factory=list)  # [env steps, return]
@@ -165,18 +172,20 @@ def train(
     schedule: Optional[Callable[..., "GymSchedule"]] = None,
     stop_line: str = "reached stop_value {}: stopping",
     agents: Optional[Mapping[str, AgentSettings]] = None,
+    episodes: Optional[EpisodesFile] = None,
 ) -> Progress:
     """Run the training loop (`harness.loop`), from the start or from `progress`; returns
     where it ended (the evaluations are also written to disk). `schedule` makes the
-    schedule from (orch, spec, run_dir, timeout, progress, resumed, title): a `GymSchedule`
-    by default, a solo league's (`harness.league`) otherwise. `agents`: how agents play in
-    the default schedule's episodes (e.g. local inference)."""
+    schedule from (orch, spec, run_dir, timeout, progress, resumed, title, episodes=): a
+    `GymSchedule` by default, a solo league's (`harness.league`) otherwise. `agents`: how
+    agents play in the default schedule's episodes (e.g. local inference). `episodes`: the
+    run's episodes.jsonl, appended at each checkpoint (by default opened here)."""
     resumed = progress is not None
     progress = progress or Progress()
     if resumed:
         progress.resumed_at.append(progress.train_steps)
     made = (schedule or partial(GymSchedule, agents=agents or {}))(
-        orch, spec, run_dir, timeout, progress, resumed, title
+        orch, spec, run_dir, timeout, progress, resumed, title, episodes=episodes
     )
     run_loop(
         made,
@@ -210,13 +219,14 @@ class GymSchedule:
         resumed: bool,
         title: str,
         agents: Optional[Mapping[str, AgentSettings]] = None,
+        episodes: Optional[EpisodesFile] = None,
     ) -> None:
         self.orch, self.spec, self.run_dir, self.timeout = orch, spec, run_dir, timeout
         self.agents = dict(agents or {})  # how agents play in its episodes
         self.progress, self.title = progress, title
         self.budget, self.eval_every = spec.env_steps, spec.eval_every
         self.seed = resumed_seed(spec.seed, len(progress.evals)) if resumed else spec.seed
-        self.episodes_before = progress.episodes
+        self.episodes = episodes or EpisodesFile(run_dir, progress.episodes_saved)
         self.writer = tensorboard_writer(
             run_dir / "tensorboard", purge_step=progress.train_steps + 1 if resumed else None
         )
@@ -270,7 +280,7 @@ class GymSchedule:
 
     def save(self, checkpoints: dict[str, str], wall_s: float) -> None:
         self.progress.checkpoints = checkpoints
-        self.progress.episodes = run_episodes(self.orch, self.episodes_before)
+        self.progress.episodes_saved = self.episodes.sync(self.orch)
         self.progress.wall_s = wall_s
         self.progress.save(self.run_dir)
 
@@ -344,15 +354,6 @@ def evaluate_returns(
         timeout=timeout,
     ).episodes
     return summarize([e.return_ for e in episodes if not e.abnormal], spec.stop_value)
-
-
-def run_episodes(orch: OrchestratorClient, before: list[dict]) -> list[dict]:
-    """results.json's episodes: `before` (what a resumed run had played up to its checkpoint),
-    then the orchestrator's, numbered on from there."""
-    return before + [
-        {**e.model_dump(by_alias=True, exclude_none=True), "episode": e.episode + len(before)}
-        for e in orch.get_results().episodes
-    ]
 
 
 def write_curve(

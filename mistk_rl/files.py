@@ -5,8 +5,9 @@ from __future__ import annotations
 import json
 import os
 import tempfile
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Mapping, Optional
+from typing import Any, BinaryIO, Iterator, Mapping, Optional
 
 from mistk_rl.errors import InvalidRequest
 
@@ -48,21 +49,30 @@ def resolve_in(root: Path, path: str, shares: Optional[Mapping[str, Path]] = Non
     return candidate
 
 
-def atomic_write_bytes(path: Path, data: bytes) -> None:
-    """Write to a temporary file beside `path`, fsync, then rename over it."""
+@contextmanager
+def atomic_writer(path: Path) -> Iterator[BinaryIO]:
+    """A binary file to write `path` through: a temporary file beside it, fsynced and
+    renamed over `path` when the block ends, removed if the block raises (for writes too big
+    to hold in memory first, e.g. a long run's episodes)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         os.fchmod(fd, 0o666 & ~_UMASK)  # as open() would make it (mkstemp makes 0600)
         with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
+            yield fh
             fh.flush()
             os.fsync(fh.fileno())
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def atomic_write_bytes(path: Path, data: bytes) -> None:
+    """Write to a temporary file beside `path`, fsync, then rename over it."""
+    with atomic_writer(path) as fh:
+        fh.write(data)
 
 
 def _umask() -> int:

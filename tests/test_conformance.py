@@ -213,6 +213,7 @@ def test_a_broken_orchestrator_fails_the_checks_it_breaks(broken_orchestrator: s
         "orchestrator.ready.saveEpisode.refused",
         "orchestrator.completed_episode.getResults",  # length is required in EpisodeResult
         "orchestrator.completed_episode.getResults.since",
+        "orchestrator.completed_episode.getResults.limit",
     } <= failed, report.text()
     refused_elsewhere = {n for n in failed if n.endswith("saveEpisode.refused")}
     assert (
@@ -221,6 +222,7 @@ def test_a_broken_orchestrator_fails_the_checks_it_breaks(broken_orchestrator: s
         - {
             "orchestrator.completed_episode.getResults",
             "orchestrator.completed_episode.getResults.since",
+            "orchestrator.completed_episode.getResults.limit",
             "orchestrator.episodes.agent-acted-each-step",  # (no lengths: 0 steps counted)
         }
         == set()

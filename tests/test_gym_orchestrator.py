@@ -58,6 +58,10 @@ def test_results_accumulate_across_runs(launch):
     # the first episode of each run is seeded; later ones continue the env's random stream
     assert [e.seed for e in first + second] == [11, None, 11]
     assert [e.episode for e in orch.get_results().episodes] == [0, 1, 2]
+    # a page at a time: `limit`, and the SDK's iterator over pages
+    assert [e.episode for e in orch.get_results(since=1, limit=1).episodes] == [1]
+    assert [e.episode for e in orch.iter_episodes(page=2)] == [0, 1, 2]
+    assert [e.episode for e in orch.iter_episodes(since=2, page=1)] == [2]
 
 
 @pytest.mark.parametrize(

@@ -161,6 +161,18 @@ class OrchestratorSuite(Suite):
             "results?since=1 must leave out the first episode",
             later,
         )
+        page = self.expect(
+            "completed_episode.getResults.limit",
+            "getResults",
+            [200],
+            params={"since": 1, "limit": 1},
+        )
+        self.check(
+            "completed_episode.getResults.since-1-limit-1",
+            [e.get("episode") for e in page.field("episodes") or []] == [1],
+            "results?since=1&limit=1 must hold episode 1 only",
+            page,
+        )
         self.check_state("completed_episode", self.calls())
         self.expect(
             "completed_episode.saveEpisode",

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any, ClassVar, Optional
 
 from mistk_rl.errors import InvalidRequest
-from mistk_rl.files import atomic_write_json
+from mistk_rl.framework.episode_log import EpisodeLog
 from mistk_rl.framework.implementation import PROGRESS_EVERY_S, Metric, ServiceImplementation
 from mistk_rl.sdk.client import AgentClient
 from mistk_rl.sdk.schemas import EnvSpec, EpisodeSettings
@@ -44,10 +44,11 @@ class AbstractOrchestrator(ServiceImplementation, ABC):
         super().__init__()
         self.agents: dict[str, RegisteredAgent] = {}
         self.agents_needed: int = 1
-        self.results: list[dict[str, Any]] = []
+        # the finished episodes since initialize, on disk (a long run's grow without bound)
+        self.results = EpisodeLog()
         self.env_steps = 0  # since initialize; implementations add the steps they take
         # per agent, for /metrics: episodes ended since the service started, and the
-        # returns of the last `RECENT_EPISODES` (kept apart from `results`, which grow)
+        # returns of the last `RECENT_EPISODES` (`results` are on disk)
         self.episodes_ended: dict[str, int] = {}
         self.recent_returns: dict[str, deque[float]] = {}
         # modules envs may be imported from (`mistk-rl serve --env-module`); any other env
@@ -230,7 +231,7 @@ class AbstractOrchestrator(ServiceImplementation, ABC):
 
     def do_save_episode(self, path: Path) -> None:
         """Save the finished episodes; by default their results as JSON."""
-        atomic_write_json(path, {"episodes": self.results})
+        self.results.save(path)
 
     def do_stop_episode(self) -> None:
         """The episode run is over (finished, or cancelled by stopEpisode)."""

@@ -17,7 +17,7 @@ import logging
 import time
 from collections import deque
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable, Mapping, Optional, Sequence, Union
+from typing import Any, Callable, Iterable, Iterator, Mapping, Optional, Sequence, Union
 from urllib.parse import urlsplit
 
 import numpy as np
@@ -58,6 +58,7 @@ DEFAULT_TIMEOUT = 30.0
 LONG_POLL_CHUNK = 15.0
 LONG_POLL_GRACE = 10.0
 INSTANCE_HEADER = "Mistk-Instance"
+RESULTS_PAGE = 10_000  # episodes per getResults call of `OrchestratorClient.iter_episodes`
 
 
 @dataclass
@@ -791,11 +792,24 @@ class OrchestratorClient(_ServiceClient):
     def stop_episode(self) -> Status:
         return self._status_call("POST", "/stopEpisode")
 
-    def get_results(self, since: int = 0) -> Results:
-        """The finished episodes (numbered from `since` on) and, for games, the totals and
-        evaluations."""
-        params = {"since": since} if since else None
-        return Results.model_validate(self._call("GET", "/results", params=params))
+    def get_results(self, since: int = 0, limit: Optional[int] = None) -> Results:
+        """The finished episodes (numbered from `since` on, at most `limit` of them) and,
+        for games, the totals and evaluations."""
+        params: dict[str, int] = {"since": since} if since else {}
+        if limit is not None:
+            params["limit"] = limit
+        return Results.model_validate(self._call("GET", "/results", params=params or None))
+
+    def iter_episodes(self, since: int = 0, page: int = RESULTS_PAGE) -> Iterator[EpisodeResult]:
+        """Every finished episode from `since` on, fetched `page` at a time (a long run
+        has millions: neither the service nor the caller holds them all at once). Stops at
+        the first short page, so it ends even while the run goes on."""
+        while True:
+            episodes = self.get_results(since, limit=page).episodes
+            yield from episodes
+            if len(episodes) < page:
+                return
+            since += len(episodes)
 
     def progress(self) -> OrchestratorProgress:
         """The status payload now, typed: envSteps, episodesDone, agentSteps (games), the

@@ -73,7 +73,7 @@ class OrchestratorService(ServiceBase):
 
         def hook() -> None:
             self.orchestrator.agents_needed = agents_needed
-            self.orchestrator.results = []
+            self.orchestrator.results.clear()
             self.orchestrator.env_steps = 0
             self.orchestrator.do_initialize(env, agents_needed)
 
@@ -146,9 +146,12 @@ class OrchestratorService(ServiceBase):
         self.lifecycle.run("stop_episode", self.orchestrator.do_stop_episode)
         return self._done()
 
-    def getResults(self, since: int = 0) -> Response:  # noqa: N802
+    def getResults(self, since: int = 0, limit: Optional[int] = None) -> Response:  # noqa: N802
         return (
-            {"episodes": self.orchestrator.results[since:], **self.orchestrator.extra_results()},
+            {
+                "episodes": self.orchestrator.results.read(since, limit),
+                **self.orchestrator.extra_results(),
+            },
             200,
             JSON,
         )
@@ -191,7 +194,7 @@ class OrchestratorService(ServiceBase):
                 for agent in self.orchestrator.agents.values():
                     agent.client.close()
             self.orchestrator.agents.clear()
-            self.orchestrator.results = []
+            self.orchestrator.results.clear()
             self.orchestrator.env_steps = 0
             if errors:
                 log.warning("orchestrator reset: %s", "; ".join(errors))

@@ -57,7 +57,11 @@ export class CartPoleOrchestratorService extends Service {
       startEpisode: (r) => this.startEpisode(r.body),
       saveEpisode: (r) => this.foreground("save_episode", () => atomicWrite(this.resolve(r.query.path), JSON.stringify({ episodes: this.results }))),
       stopEpisode: () => this.foreground("stop_episode", () => undefined),
-      getResults: (r) => json(200, { episodes: this.results.slice(r.query.since) }),
+      getResults: (r) => {
+        const since = r.query.since as number;
+        const limit = r.query.limit as number | undefined;
+        return json(200, { episodes: this.results.slice(since, limit === undefined ? undefined : since + limit) });
+      },
       reset: (r) => this.reset(r.query.resetAgents),
       terminate: () => this.foreground("terminate", () => undefined),
       getLeague: () => {
