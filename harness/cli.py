@@ -115,6 +115,7 @@ def _bench(args: argparse.Namespace) -> int:
         arms=args.arms.split(",") if args.arms else None,
         awake=args.awake,
         spin_us=args.spin,
+        minutes=args.minutes,
     )
 
 
@@ -155,6 +156,9 @@ BENCHES = {
     "training wall time to a mean eval return of 475 (--n: step budget, default 100000)",
     "cluster-loss": "the tic-tac-toe league to its targets on a local cluster, its workers "
     "on two nodes, one removed after the first evaluation and another joining",
+    "soak": "long runs side by side (--config, comma-separated; default configs/soak/'s "
+    "gym at 64 copies, tic-tac-toe league and Thinker PPO) for --minutes, the memory of "
+    "every service sampled: at the start, the middle and the end",
 }
 
 # `bench`'s options: (flag, argparse keywords), each naming the benchmarks it applies to.
@@ -215,7 +219,7 @@ BENCH_OPTIONS: list[tuple[str, dict]] = [
             default=None,
             help="parity, learning-*, sb3-*: run this training "
             "config instead of the suite's entries (SB3 takes the same "
-            "hyperparameters)",
+            "hyperparameters); soak: the configs, comma-separated",
         ),
     ),
     (
@@ -279,6 +283,10 @@ BENCH_OPTIONS: list[tuple[str, dict]] = [
             "says, else clients and services wait so for up to 1 ms (with two CPUs "
             "or more)",
         ),
+    ),
+    (
+        "--minutes",
+        dict(type=float, default=30.0, help="soak: how long the runs go (default 30)"),
     ),
     ("--json", dict(default=None, help="also write the figures here")),
 ]

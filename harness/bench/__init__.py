@@ -162,6 +162,7 @@ class BenchOptions:
     arms: Optional[list[str]] = None
     awake: bool = False
     spin_us: Optional[float] = None
+    minutes: float = 30.0
 
 
 def run_bench(what: str, **options: Any) -> int:
@@ -296,6 +297,13 @@ def _one_record(what: str, opts: BenchOptions) -> list[dict]:
     return [record]
 
 
+def _soak(what: str, opts: BenchOptions) -> list[dict]:
+    from harness.bench.soak import SOAK_CONFIGS, bench_soak
+
+    configs = [Path(c) for c in str(opts.config).split(",")] if opts.config else SOAK_CONFIGS
+    return bench_soak(configs, opts.minutes)
+
+
 # Each benchmark's runner: its records (written to --json by `run_bench`; thinker-model's
 # and thinker-ppo's are their figures, one dict), or an exit code
 BENCH_RUNNERS: dict[str, Callable[[str, BenchOptions], Union[list[dict], dict[str, Any], int]]] = {
@@ -318,6 +326,7 @@ BENCH_RUNNERS: dict[str, Callable[[str, BenchOptions], Union[list[dict], dict[st
     "sb3-ppo": _one_record,
     "dm-env-rpc": _bridges,
     "gymnasium": _bridges,
+    "soak": _soak,
 }
 
 
