@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import threading
 from pathlib import Path
 from typing import Optional, Sequence
 
@@ -32,6 +33,7 @@ def _run(args: argparse.Namespace) -> int:
         resume=Path(args.resume) if args.resume else None,
         cluster=args.cluster,
         max_restarts=args.max_restarts,
+        dashboard_port=args.dashboard,
     )
 
 
@@ -306,7 +308,15 @@ def build_parser() -> argparse.ArgumentParser:
             "(`serve dm-env-rpc --env ID`: an env over dm_env_rpc)",
         )
     )
-    for add in (_add_run, _add_eval, _add_export, _add_compare, _add_bench, _add_conformance):
+    for add in (
+        _add_run,
+        _add_eval,
+        _add_export,
+        _add_compare,
+        _add_bench,
+        _add_conformance,
+        _add_dashboard,
+    ):
         add(sub)
     return parser
 
@@ -321,6 +331,16 @@ def _add_run(sub: argparse._SubParsersAction) -> None:
     )
     run.add_argument("--out", default=None, help="run directory (default runs/NAME-TIME)")
     run.add_argument("--quiet", action="store_true", help="no progress output")
+    run.add_argument(
+        "--dashboard",
+        type=int,
+        nargs="?",
+        const=8050,
+        default=None,
+        metavar="PORT",
+        help="serve the run's live dashboard on 127.0.0.1:PORT (default 8050; 0: a free "
+        "port) while it goes; its URL is printed",
+    )
     run.add_argument(
         "--seed",
         type=int,
@@ -432,6 +452,38 @@ def _add_bench(sub: argparse._SubParsersAction) -> None:
     for flag, options in BENCH_OPTIONS:
         bench.add_argument(flag, **options)
     bench.set_defaults(func=_bench)
+
+
+def _add_dashboard(sub: argparse._SubParsersAction) -> None:
+    page = sub.add_parser(
+        "dashboard",
+        help="a live web page of runs: return curves, evaluations, a league, the services",
+        description="Serve a web page (offline: its scripts are packaged) for the runs "
+        "in RUN_DIR...: training and evaluation curves (runs of one config as bands "
+        "over their seeds), a league's payoff heatmap and ratings over time, and the "
+        "services of a run still going with their state and rates. It updates every "
+        "two seconds while the runs go on; Ctrl-C stops it.",
+    )
+    page.add_argument("run_dirs", nargs="+", metavar="RUN_DIR", help="run directories")
+    page.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
+    page.add_argument("--port", type=int, default=8050, help="port (default 8050; 0: a free one)")
+    page.set_defaults(func=_dashboard)
+
+
+def _dashboard(args: argparse.Namespace) -> int:
+    from harness.dashboard import Dashboard
+
+    missing = [d for d in args.run_dirs if not Path(d).is_dir()]
+    if missing:
+        print(f"mistk-rl dashboard: no run directory {', '.join(missing)}", file=sys.stderr)
+        return 2
+    with Dashboard([Path(d) for d in args.run_dirs], args.host, args.port) as page:
+        print(f"mistk-rl dashboard: {page.url} (Ctrl-C stops it)", flush=True)
+        try:
+            threading.Event().wait()
+        except KeyboardInterrupt:
+            pass
+    return 0
 
 
 def _add_conformance(sub: argparse._SubParsersAction) -> None:

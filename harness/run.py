@@ -32,6 +32,7 @@ from harness.config import (
     with_eval_episodes,
     with_seed,
 )
+from harness.dashboard import Dashboard
 from harness.episodes import EPISODES, EpisodesFile
 from harness.episodes import read_episodes as read_episodes
 from harness.games import GameProgress, summary
@@ -79,13 +80,16 @@ def run_from_file(
     cluster: Optional[str] = None,
     max_restarts: Optional[int] = None,
     eval_episodes: Optional[int] = None,
+    dashboard_port: Optional[int] = None,
 ) -> int:
     """CLI entry: run (with `seed` for every seed in the config, if given), or continue the
     run in `resume` from its last checkpoint, or (`evaluate_only`, `mistk-rl eval`) run only
     the config's evaluation (`eval_episodes`: a single-agent one's episodes); `cluster`:
     place the services on the Ray cluster at that address. A run on a cluster that loses
     services resumes by itself from its last checkpoint, at most `max_restarts` times
-    (default 3 on a cluster, 0 without). Prints a summary, returns the exit code."""
+    (default 3 on a cluster, 0 without). `dashboard_port`: serve the run's dashboard
+    (`harness.dashboard`) on 127.0.0.1 at that port (0: a free one) while it goes. Prints
+    a summary, returns the exit code."""
     say = (lambda *_: None) if quiet else (lambda msg: print(msg, flush=True))
     program = "mistk-rl eval" if evaluate_only else "mistk-rl run"
     run_dir: Optional[Path] = None
@@ -114,7 +118,12 @@ def run_from_file(
             if eval_episodes is not None:
                 config = with_eval_episodes(config, eval_episodes)
             restarts = restarts_allowed(config, max_restarts)
-            results = run_restarting(config, run_dir, say, progress, quiet, evaluate_only, restarts)
+            with _dashboard(run_dir, dashboard_port) as shown:
+                if shown is not None:
+                    print(f"{program}: dashboard at {shown.url}", flush=True)
+                results = run_restarting(
+                    config, run_dir, say, progress, quiet, evaluate_only, restarts
+                )
         except (RunConfigError, HarnessError, ClusterError) as exc:
             print(f"{program}: {exc}", file=sys.stderr)
             return 1
@@ -122,6 +131,16 @@ def run_from_file(
             return _interrupted(program, exc, run_dir)
     _say_results(config, results, run_dir, say)
     return 0
+
+
+@contextmanager
+def _dashboard(run_dir: Path, port: Optional[int]) -> Iterator[Optional[Dashboard]]:
+    """The run's dashboard while it goes (none: `port` None)."""
+    if port is None:
+        yield None
+        return
+    with Dashboard([run_dir], port=port) as shown:
+        yield shown
 
 
 @contextmanager

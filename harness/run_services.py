@@ -10,11 +10,13 @@ from pathlib import Path
 from typing import Callable, Optional
 
 from harness.config import RunConfig, ServiceSpec
+from harness.dashboard.view import SERVICES
 from harness.keeper import KeptWorker, WorkerKeeper
 from harness.league import Evaluator
 from harness.sequence import HarnessError
 from mistk_rl.deploy.cluster import Cluster, PlacedService, Resources
 from mistk_rl.deploy.launch import ServiceProcess, ServiceStartError, spawn_service
+from mistk_rl.files import atomic_write_json
 from mistk_rl.sdk.client import AgentClient, OrchestratorClient
 
 
@@ -124,6 +126,19 @@ class RunServices:
             }
         self.orch_url = _url(orch)
         self.agent_urls = {name: _url(service) for name, service in agents.items()}
+        self._write_services()
+
+    def _write_services(self) -> None:
+        """``services.json``: every service of the run, its role and URL (what a
+        dashboard, `mistk-rl dashboard RUN_DIR`, scrapes)."""
+        services = {"orchestrator": {"role": "orchestrator", "url": self.orch_url}}
+        for i, worker in enumerate(self.workers):
+            services[f"worker{i}"] = {"role": "orchestrator", "url": _url(worker)}
+        if self.evaluator_url is not None:
+            services["evaluator"] = {"role": "orchestrator", "url": self.evaluator_url}
+        for name, url in self.agent_urls.items():
+            services[name] = {"role": "agent", "url": url}
+        atomic_write_json(self.run_dir / SERVICES, services)
 
     def _league_services(self, allow: tuple[str, ...]) -> tuple[str, ...]:
         """A league's workers and (a solo league's) evaluator, started; the `--share` of its

@@ -251,3 +251,14 @@ def test_eval_of_a_single_agent_run_uses_its_last_checkpoint(tmp_path):
         f"{first['std_return']:.2f} over 4 greedy episodes (seeds from "
         f"10000): "
     )
+
+
+def test_dashboard_without_a_run_dir_says_so(tmp_path):
+    proc = subprocess.run(
+        [sys.executable, "-m", "harness", "dashboard", str(tmp_path / "nowhere")],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 2 and "no run directory" in proc.stderr and "nowhere" in proc.stderr

@@ -39,7 +39,10 @@ for name in modules:
 specs = sorted(p.name for p in importlib.resources.files("mistk_rl.openapi").iterdir()
                if p.name.endswith(".yaml"))
 typed = importlib.resources.files("mistk_rl").joinpath("py.typed").is_file()
-print(json.dumps({"modules": modules, "outside": outside, "specs": specs, "typed": typed}))
+page = sorted(p.name for p in
+              importlib.resources.files("harness.dashboard").joinpath("static").iterdir())
+print(json.dumps({"modules": modules, "outside": outside, "specs": specs, "typed": typed,
+                  "dashboard": page}))
 """ % (TOPS,)
 
 
@@ -144,6 +147,7 @@ def test_wheel_imports_every_module_from_the_install(wheel_venv, tmp_path):
     assert report["outside"] == []
     assert report["specs"] == ["agent.yaml", "orchestrator.yaml"]
     assert report["typed"]  # PEP 561: type checkers read the SDK's hints
+    assert report["dashboard"] == ["dashboard.css", "dashboard.js", "index.html"]  # (offline)
     version = _run([str(python.parent / "mistk-rl"), "--version"], tmp_path, 60).stdout
     assert version.startswith("mistk-rl 0.") and "HTTP API 1." in version
 
@@ -154,12 +158,14 @@ def test_wheel_runs_the_main_job(wheel_venv, tmp_path):
     python, _ = wheel_venv
     shutil.copytree(REPO / "configs", tmp_path / "configs")
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    _run(
+    done = _run(
         [
             str(python.parent / "mistk-rl"),
             "run",
             "configs/cartpole_random.yaml",
             "--quiet",
+            "--dashboard",
+            "0",
             "--out",
             str(tmp_path / "run"),
         ],
@@ -167,6 +173,9 @@ def test_wheel_runs_the_main_job(wheel_venv, tmp_path):
         300,
         env=env,
     )
+    assert "mistk-rl run: dashboard at http://127.0.0.1:" in done.stdout
+    services = json.loads((tmp_path / "run" / "services.json").read_text())
+    assert {s["role"] for s in services.values()} == {"agent", "orchestrator"}
     results = json.loads((tmp_path / "run" / "results.json").read_text())
     episodes = [
         json.loads(line) for line in (tmp_path / "run" / "episodes.jsonl").read_text().splitlines()
