@@ -158,6 +158,9 @@ BENCHES = {
     "training wall time to a mean eval return of 475 (--n: step budget, default 100000)",
     "cluster-loss": "the tic-tac-toe league to its targets on a local cluster, its workers "
     "on two nodes, one removed after the first evaluation and another joining",
+    "burst": "status latency (p50, max) while another caller floods the agent with 1.5 MB of "
+    "tiny requests it never reads the answers of: on a step stream and as pipelined HTTP "
+    "(--n runs of each, default 3)",
     "soak": "long runs side by side (--config, comma-separated; default configs/soak/'s "
     "gym at 64 copies, tic-tac-toe league and Thinker PPO) for --minutes, the memory of "
     "every service sampled: at the start, the middle and the end",

@@ -1,4 +1,5 @@
-"""A step stream written faster than it is read (issue 57 item 5): the agent answers its
+"""A step stream (or pipelined HTTP) written faster than it is read (issue 57 item 5): the
+agent answers its
 frames a few dozen at a time, giving the event loop a turn between, and reads no more
 while the answers it wrote are unread. So during a burst of 3,000,000 tiny frames whose
 answers are never read, a status call is answered, the agent stops reading (the caller's
@@ -85,6 +86,53 @@ def test_a_burst_on_a_stream_neither_holds_the_loop_nor_fills_memory(launch):
         assert time.monotonic() < deadline, "the closed stream is still open"
         time.sleep(0.05)
     assert agent.status().state == "in_episode"  # (the burst changed nothing)
+
+
+def test_pipelined_http_is_answered_in_turns_and_held_back_while_unread(launch):
+    """The same attack as pipelined HTTP: 15 MB of tiny stepColumns requests (each a 400)
+    written at once, answers never read. They are parsed a slice per turn of the event
+    loop, and not at all while the answers are unread."""
+    service = launch("agent", RANDOM_AGENT)
+    agent = _registered(service)
+    parts = urllib.parse.urlsplit(service.url)
+    sock = socket.create_connection((parts.hostname, parts.port), timeout=30)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 64 * 1024)
+    one = (
+        f"POST /v1/mistk/agent/stepColumns HTTP/1.1\r\nHost: {parts.netloc}\r\n"
+        "Content-Type: application/json\r\nContent-Length: 1\r\n\r\nx"
+    ).encode()
+    requests_sent = 15_000_000 // len(one)
+    sock.settimeout(10)
+    outcome: list[BaseException] = []
+
+    def send() -> None:
+        try:
+            sock.sendall(one * requests_sent)
+        except OSError as exc:
+            outcome.append(exc)
+
+    sender = threading.Thread(target=send, daemon=True)
+    sender.start()
+    status = requests.get(f"{service.url}/v1/mistk/agent/status", timeout=30)
+    assert status.status_code == 200 and status.json()["state"] == "in_episode"
+    sender.join(120)
+    assert not sender.is_alive()
+    text = requests.get(f"{service.url}/metrics", timeout=30).text
+    answered = sum(
+        float(line.split()[-1])
+        for line in text.splitlines()
+        if line.startswith("mistk_requests_total") and 'operation="stepColumns"' in line
+    )
+    assert outcome and isinstance(outcome[0], socket.timeout), (
+        f"the agent read every request (answered {answered:.0f}) with its answers unread"
+    )
+    # (a 400's answer is a few times its request: the kernel's loopback buffers, some MB,
+    # hold a few ten thousand before the agent sees its writes back up)
+    assert answered < requests_sent / 4, f"{answered:.0f} of {requests_sent} answered"
+    rss = _metric(service.url, "mistk_process_resident_memory_bytes")
+    assert rss < 400 * 2**20, f"the worker holds {rss / 2**20:.0f} MiB"
+    sock.close()
+    assert agent.status().state == "in_episode"
 
 
 def _ready(launch, *limits: str):

@@ -297,6 +297,12 @@ def _one_record(what: str, opts: BenchOptions) -> list[dict]:
     return [record]
 
 
+def _burst(what: str, opts: BenchOptions) -> list[dict]:
+    from harness.bench.burst import bench_burst
+
+    return bench_burst(runs=opts.n or 3)
+
+
 def _soak(what: str, opts: BenchOptions) -> list[dict]:
     from harness.bench.soak import SOAK_CONFIGS, bench_soak
 
@@ -326,6 +332,7 @@ BENCH_RUNNERS: dict[str, Callable[[str, BenchOptions], Union[list[dict], dict[st
     "sb3-ppo": _one_record,
     "dm-env-rpc": _bridges,
     "gymnasium": _bridges,
+    "burst": _burst,
     "soak": _soak,
 }
 

@@ -36,6 +36,9 @@ log = logging.getLogger("mistk_rl.service.server")  # (the log lines' name befor
 # frames of one step stream answered in a row before the event loop gets a turn: ~1-3 ms of
 # small steps, so a status or another connection waits no longer than that
 FRAMES_PER_TURN = 32
+# bytes of HTTP fed to the parser in a row before the event loop gets a turn: ~300 tiny
+# pipelined requests (a few ms), a large body in a few dozen turns
+HTTP_BYTES_PER_TURN = 16 * 1024
 WATCH_EVERY_S = 1.0  # how often an open stream is checked for idleness and half-sent frames
 TESTED_UVICORN = "0.54"  # setup.cfg: uvicorn>=0.54,<0.55
 # HttpToolsProtocol's methods this module calls or overrides, its private ones among them
@@ -68,6 +71,8 @@ UVICORN_ATTRIBUTES = (
     "url",
     "headers",
     "scope",
+    "flow",
+    "pipeline",
 )
 
 
@@ -221,6 +226,10 @@ class CoalescingHttpTools(HttpToolsProtocol):
     _last_data = 0.0  # (loop time) the stream's last bytes came then
     _partial_since: Optional[float] = None  # a frame begun and not finished since then
     _watchdog: Optional[asyncio.TimerHandle] = None
+    # HTTP bytes received and not yet parsed (pipelined requests beyond one turn's, or sent
+    # while answers are unread), and whether their next slice is scheduled
+    _http_pending: Optional[bytearray] = None
+    _http_turn = False
 
     awake: Optional[AwakeAfterAnswers] = None  # (made by the worker's first connection)
     # uvicorn types its transport asyncio.Transport; ours is one by delegation
@@ -289,13 +298,49 @@ class CoalescingHttpTools(HttpToolsProtocol):
 
     # -- the step stream (`mistk_rl.wire.frames`) --
     def data_received(self, data: bytes) -> None:
-        if self._stream is None:
-            super().data_received(data)
-        else:
+        if self._stream is not None:
             self._frames += data
             self._last_data = self.loop.time()
             if not self._turn_scheduled:
                 self._answer_frames()
+        elif self._http_pending:  # (a slice is scheduled or waits for writes: in order)
+            self._http_pending += data
+        elif len(data) <= HTTP_BYTES_PER_TURN and not self.flow.write_paused:
+            super().data_received(data)  # (one request, or a few: the usual case)
+        else:
+            self._http_pending = bytearray(data)
+            self._feed_http()
+
+    def _feed_http(self) -> None:
+        """Parse (and so answer) pipelined HTTP `HTTP_BYTES_PER_TURN` bytes at a time with a
+        turn of the event loop between, and none while the answers already written are
+        unread (`resume_writing` goes on): as `_answer_frames` does for a stream, reading
+        stops meanwhile, so a caller that pipelines faster than it reads is held back by
+        its own socket."""
+        self._http_turn = False
+        pending = self._http_pending
+        while pending:
+            if self.transport.is_closing():
+                pending.clear()
+                return
+            if self.flow.write_paused:
+                self.flow.pause_reading()
+                return
+            chunk = bytes(pending[:HTTP_BYTES_PER_TURN])
+            del pending[:HTTP_BYTES_PER_TURN]
+            super().data_received(chunk)
+            if self._stream is not None:  # (upgraded: what follows is the stream's)
+                self._frames += pending
+                pending.clear()
+                self._answer_frames()
+                return
+            if pending:
+                self.flow.pause_reading()
+                self._http_turn = True
+                self.loop.call_soon(self._feed_http)
+                return
+        if not self.pipeline and (self.cycle is None or self.cycle.response_complete):
+            self.flow.resume_reading()  # (uvicorn's own pause, for a pipelined cycle, stays)
 
     def _should_upgrade(self) -> bool:
         return self._get_upgrade() == frames.PROTOCOL.encode() or super()._should_upgrade()
@@ -396,6 +441,8 @@ class CoalescingHttpTools(HttpToolsProtocol):
         super().resume_writing()
         if self._stream is not None and not self._turn_scheduled:
             self._answer_frames()  # (the frames held back while answers were unread)
+        elif self._http_pending and not self._http_turn:
+            self._feed_http()  # (the requests held back so)
 
     def _http_answer(self, answer: Any, *more: tuple[bytes, bytes]) -> bytes:
         """An answer as HTTP/1.1 bytes: the status line, the headers (a 101 has no body, so
