@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 import requests
 
-from mistk_rl.sdk.client import ColumnPipeline
+from mistk_rl.sdk.client import ColumnPipeline, PayloadTooLarge
 from mistk_rl.wire import frames
 from tests.conftest import RANDOM_AGENT
 from tests.test_step_stream import _registered
@@ -188,3 +188,19 @@ def test_a_busy_stream_is_not_taken_for_an_idle_or_half_sent_one(launch):
     assert pipeline.upgraded and steps > 0
     assert _metric(service.url, "mistk_step_streams_opened_total") == 1.0  # (never reopened)
     pipeline.close()
+
+
+def test_a_frame_larger_than_the_socket_buffers_still_gets_its_413(launch):
+    """A frame over the body limit and larger than the kernel's buffers: the agent answers
+    413, reads the frame to its end (dropping it) and only then closes, so the caller's
+    send completes and the SDK raises PayloadTooLarge, not ServiceUnavailable."""
+    service = launch("agent", RANDOM_AGENT, extra_args=["--max-body-bytes", "4096"])
+    agent = _registered(service)
+    agent.binary = True  # (16 bytes an observation, random: 16 MB in one frame)
+    pipe = ColumnPipeline(agent, stream=True)
+    rows = 1_000_000
+    obs = np.random.default_rng(0).random((rows, 4), dtype=np.float32)
+    pipe.send(np.arange(rows), obs)
+    with pytest.raises(PayloadTooLarge):
+        pipe.receive()
+    assert agent.status().state == "in_episode"  # nothing changed

@@ -226,6 +226,7 @@ class CoalescingHttpTools(HttpToolsProtocol):
     _last_data = 0.0  # (loop time) the stream's last bytes came then
     _partial_since: Optional[float] = None  # a frame begun and not finished since then
     _watchdog: Optional[asyncio.TimerHandle] = None
+    _drain_left = 0  # bytes of an over-limit frame still to come, dropped (its 413 written)
     # HTTP bytes received and not yet parsed (pipelined requests beyond one turn's, or sent
     # while answers are unread), and whether their next slice is scheduled
     _http_pending: Optional[bytearray] = None
@@ -299,8 +300,11 @@ class CoalescingHttpTools(HttpToolsProtocol):
     # -- the step stream (`mistk_rl.wire.frames`) --
     def data_received(self, data: bytes) -> None:
         if self._stream is not None:
-            self._frames += data
             self._last_data = self.loop.time()
+            if self._drain_left:
+                self._drain(len(data))
+                return
+            self._frames += data
             if not self._turn_scheduled:
                 self._answer_frames()
         elif self._http_pending:  # (a slice is scheduled or waits for writes: in order)
@@ -386,9 +390,13 @@ class CoalescingHttpTools(HttpToolsProtocol):
         answered = 0
         while len(buffer) >= frames.REQUEST_HEAD.size:
             (length,) = frames.REQUEST_HEAD.unpack_from(buffer)
-            if length > limit:  # a 413, and the stream ends (the frame is not read)
+            if length > limit:  # a 413, the frame read and dropped, and the stream ends
                 self._write_frame(self.app.frame_too_large(op))
-                self.transport.close()
+                self._drain_left = frames.REQUEST_HEAD.size + length - len(buffer)
+                buffer.clear()
+                self._partial_since = self.loop.time()  # (the watchdog bounds the drain)
+                if self._drain_left <= 0:
+                    self.transport.close()
                 return
             end = frames.REQUEST_HEAD.size + length
             if len(buffer) < end:
@@ -415,6 +423,14 @@ class CoalescingHttpTools(HttpToolsProtocol):
         elif answered or self._partial_since is None:  # (the frame left begun just now)
             self._partial_since = self.loop.time()
 
+    def _drain(self, received: int) -> None:
+        """Drop the bytes of an over-limit frame, whose 413 is written, and close once it is
+        all in: closing with its bytes unread would reset the connection, and a caller
+        still sending would see the reset, not the 413."""
+        self._drain_left = max(0, self._drain_left - received)
+        if not self._drain_left:
+            self.transport.close()
+
     def _watch(self) -> None:
         """Close a stream that sent nothing for `Limits.stream_idle_s`, or left a frame
         unfinished for `Limits.frame_timeout_s` (its bytes are dropped), saying so."""
@@ -423,7 +439,12 @@ class CoalescingHttpTools(HttpToolsProtocol):
         limits, now = self.app.limits, self.loop.time()
         op = self._stream[0]
         why = None
-        if self._partial_since is not None and now - self._partial_since > limits.frame_timeout_s:
+        if self._drain_left and now - self._partial_since > limits.frame_timeout_s:
+            why = (
+                f"an over-limit frame's last {self._drain_left} bytes did not come in "
+                f"{limits.frame_timeout_s} s (frame_timeout_s)"
+            )
+        elif self._partial_since is not None and now - self._partial_since > limits.frame_timeout_s:
             why = (
                 f"a frame begun {now - self._partial_since:.0f} s ago is unfinished "
                 f"(frame_timeout_s={limits.frame_timeout_s}); {len(self._frames)} bytes dropped"
