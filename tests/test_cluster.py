@@ -18,6 +18,7 @@ import pytest
 
 from harness.config import RunConfig, RunConfigError, load_config, with_cluster
 from mistk_rl.deploy.cluster import Resources
+from tests.netns import pytest_in_namespace
 
 REPO = Path(__file__).resolve().parent.parent
 CASES = sorted((REPO / "tests" / "cluster").glob("cases_*.py"))
@@ -64,21 +65,10 @@ def test_the_cluster_cases_pass_in_a_loopback_only_network():
     before = _ray_processes()
     ray_tmp = tempfile.mkdtemp(prefix="mistk-ray-")
     try:
-        done = subprocess.run(
-            [
-                "unshare",
-                "--net",
-                "--map-root-user",
-                "sh",
-                "-c",
-                f"ip link set lo up && exec {sys.executable} -m pytest -q -p no:cacheprovider "
-                f"-o python_files=cases_*.py -o timeout={CASE_BUDGET_S} tests/cluster/",
-            ],
-            cwd=REPO,
-            capture_output=True,
-            text=True,
-            timeout=RUN_BUDGET_S,
-            env={**os.environ, "MISTK_RL_NETNS": "1", "RAY_TMPDIR": ray_tmp},
+        done = pytest_in_namespace(
+            f"-o python_files=cases_*.py -o timeout={CASE_BUDGET_S} tests/cluster/",
+            RUN_BUDGET_S,
+            env={"RAY_TMPDIR": ray_tmp},
         )
     finally:
         shutil.rmtree(ray_tmp, ignore_errors=True)

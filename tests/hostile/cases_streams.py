@@ -58,7 +58,7 @@ def test_a_burst_on_a_stream_neither_holds_the_loop_nor_fills_memory(launch):
     sock = _open_raw_stream(service.url)
     # frames of 5 bytes ("x" is not a stepColumns body: each is answered with a 400 frame)
     burst = (frames.REQUEST_HEAD.pack(1) + b"x") * FRAMES
-    sock.settimeout(10)  # (a send that makes no progress for 10 s: the agent stopped reading)
+    sock.settimeout(5)  # (a send that makes no progress for 5 s: the agent stopped reading)
     outcome: list[BaseException] = []
 
     def send() -> None:
@@ -102,7 +102,7 @@ def test_pipelined_http_is_answered_in_turns_and_held_back_while_unread(launch):
         "Content-Type: application/json\r\nContent-Length: 1\r\n\r\nx"
     ).encode()
     requests_sent = 15_000_000 // len(one)
-    sock.settimeout(10)
+    sock.settimeout(5)
     outcome: list[BaseException] = []
 
     def send() -> None:
@@ -204,3 +204,37 @@ def test_a_frame_larger_than_the_socket_buffers_still_gets_its_413(launch):
     with pytest.raises(PayloadTooLarge):
         pipe.receive()
     assert agent.status().state == "in_episode"  # nothing changed
+
+
+def test_a_slow_reader_gets_every_answer_in_order(launch):
+    """A stream whose caller reads its answers slowly (64 KiB at a time with a pause) while
+    it has sent many frames: the agent holds back, never drops or reorders, and status is
+    answered meanwhile."""
+    service = launch("agent", RANDOM_AGENT)
+    _registered(service)
+    sock = _open_raw_stream(service.url)
+    count = 20_000
+    sender = threading.Thread(
+        target=sock.sendall, args=((frames.REQUEST_HEAD.pack(1) + b"x") * count,), daemon=True
+    )
+    sender.start()
+    received, answers, slow_reads = bytearray(), 0, 0
+    while answers < count:
+        chunk = sock.recv(65536)
+        assert chunk, f"the agent closed the stream after {answers} answers"
+        received += chunk
+        while len(received) >= frames.ANSWER_HEAD.size:
+            status, _, length = frames.ANSWER_HEAD.unpack_from(received)
+            if len(received) < frames.ANSWER_HEAD.size + length:
+                break
+            assert status == 400  # ("x" is no stepColumns body), each answered in turn
+            del received[: frames.ANSWER_HEAD.size + length]
+            answers += 1
+        if slow_reads < 20:
+            slow_reads += 1
+            time.sleep(0.05)  # (the slowness under test, not a wait for something)
+            status_call = requests.get(f"{service.url}/v1/mistk/agent/status", timeout=30)
+            assert status_call.status_code == 200
+    sender.join(30)
+    assert not sender.is_alive() and answers == count and not received
+    sock.close()
