@@ -199,6 +199,7 @@ class _GameSchedule:
                 on_status=lambda status: shown.update(
                     done + status.payload.get("agentSteps", {}).get(agent, base) - base
                 ),
+                episodes=False,  # (its counts are enough; the games go to episodes.jsonl)
             )
             progress.agent_steps += played.agent_steps(agent)
             progress.blocks += 1

@@ -62,6 +62,9 @@ def test_results_accumulate_across_runs(launch):
     assert [e.episode for e in orch.get_results(since=1, limit=1).episodes] == [1]
     assert [e.episode for e in orch.iter_episodes(page=2)] == [0, 1, 2]
     assert [e.episode for e in orch.iter_episodes(since=2, page=1)] == [2]
+    # a call's counts without its episodes (a long block's need not travel)
+    quiet = orch.play({"numEpisodes": 1, "seed": 3}, episodes=False)
+    assert quiet.episodes == [] and quiet.env_steps > 0 and quiet.after.episodes_done == 4
 
 
 @pytest.mark.parametrize(

@@ -768,11 +768,15 @@ class OrchestratorClient(_ServiceClient):
         *,
         timeout: Optional[float] = None,
         on_status: Optional[Callable[[Status], None]] = None,
+        episodes: bool = True,
     ) -> Played:
         """One startEpisode to completion, then stopEpisode (back to ready): what the call
         played, its results fetched from the count before it on (a game run holds tens of
-        thousands). A call that does not finish within `timeout` is stopped (best effort)
-        before WaitTimeout is raised, so the service is not left running it."""
+        thousands). `episodes` False: the call's counts, totals and evaluations only (a
+        long block's tens of thousands of episodes are neither sent nor held; the run's
+        episodes.jsonl gets them in pages). A call that does not finish within `timeout`
+        is stopped (best effort) before WaitTimeout is raised, so the service is not left
+        running it."""
         before = self.progress()
         try:
             self.start_episode(config, wait=True, timeout=timeout, on_status=on_status)
@@ -783,8 +787,9 @@ class OrchestratorClient(_ServiceClient):
                 pass
             raise
         self.stop_episode()
-        results = self.get_results(since=before.episodes_done)
-        return Played(results, before, self.progress())
+        after = self.progress()
+        results = self.get_results(since=(before if episodes else after).episodes_done)
+        return Played(results, before, after)
 
     def save_episode(self, path: str) -> Status:
         return self._status_call("POST", "/saveEpisode", params={"path": path})

@@ -439,7 +439,11 @@ class CoalescingHttpTools(HttpToolsProtocol):
         limits, now = self.app.limits, self.loop.time()
         op = self._stream[0]
         why = None
-        if self._drain_left and now - self._partial_since > limits.frame_timeout_s:
+        if (
+            self._drain_left
+            and self._partial_since is not None
+            and now - self._partial_since > limits.frame_timeout_s
+        ):
             why = (
                 f"an over-limit frame's last {self._drain_left} bytes did not come in "
                 f"{limits.frame_timeout_s} s (frame_timeout_s)"
