@@ -36,9 +36,11 @@ log = logging.getLogger("mistk_rl.service.server")  # (the log lines' name befor
 # frames of one step stream answered in a row before the event loop gets a turn: ~1-3 ms of
 # small steps, so a status or another connection waits no longer than that
 FRAMES_PER_TURN = 32
-# bytes of HTTP fed to the parser in a row before the event loop gets a turn: ~300 tiny
-# pipelined requests (a few ms), a large body in a few dozen turns
-HTTP_BYTES_PER_TURN = 16 * 1024
+# bytes of HTTP fed to the parser in a row before the event loop gets a turn: after a slice
+# that held whole requests, a small one (~30 tiny pipelined requests: a millisecond or two,
+# as `FRAMES_PER_TURN`); while a large body comes in, a large one (few turns per MB)
+HTTP_BYTES_PER_TURN = 4 * 1024
+HTTP_BODY_BYTES_PER_TURN = 64 * 1024
 WATCH_EVERY_S = 1.0  # how often an open stream is checked for idleness and half-sent frames
 TESTED_UVICORN = "0.54"  # setup.cfg: uvicorn>=0.54,<0.55
 # HttpToolsProtocol's methods this module calls or overrides, its private ones among them
@@ -231,6 +233,7 @@ class CoalescingHttpTools(HttpToolsProtocol):
     # while answers are unread), and whether their next slice is scheduled
     _http_pending: Optional[bytearray] = None
     _http_turn = False
+    _completed = 1  # requests the last slice completed (none: a body is coming in)
 
     awake: Optional[AwakeAfterAnswers] = None  # (made by the worker's first connection)
     # uvicorn types its transport asyncio.Transport; ours is one by delegation
@@ -282,6 +285,7 @@ class CoalescingHttpTools(HttpToolsProtocol):
         self._fast_body += body
 
     def on_message_complete(self) -> None:
+        self._completed += 1
         if self._fast is None:
             super().on_message_complete()
             return
@@ -309,7 +313,7 @@ class CoalescingHttpTools(HttpToolsProtocol):
                 self._answer_frames()
         elif self._http_pending:  # (a slice is scheduled or waits for writes: in order)
             self._http_pending += data
-        elif len(data) <= HTTP_BYTES_PER_TURN and not self.flow.write_paused:
+        elif len(data) <= HTTP_BODY_BYTES_PER_TURN and not self.flow.write_paused:
             super().data_received(data)  # (one request, or a few: the usual case)
         else:
             self._http_pending = bytearray(data)
@@ -330,8 +334,10 @@ class CoalescingHttpTools(HttpToolsProtocol):
             if self.flow.write_paused:
                 self.flow.pause_reading()
                 return
-            chunk = bytes(pending[:HTTP_BYTES_PER_TURN])
-            del pending[:HTTP_BYTES_PER_TURN]
+            size = HTTP_BYTES_PER_TURN if self._completed else HTTP_BODY_BYTES_PER_TURN
+            chunk = bytes(pending[:size])
+            del pending[:size]
+            self._completed = 0
             super().data_received(chunk)
             if self._stream is not None:  # (upgraded: what follows is the stream's)
                 self._frames += pending
