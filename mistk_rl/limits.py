@@ -30,6 +30,9 @@ class Limits:
     max_streams: int = 64  # step streams open at once; one more is refused with 429
     stream_idle_s: int = 75  # a step stream that sends nothing this long is closed
     frame_timeout_s: int = 10  # a frame begun and not finished within this is dropped
+    # bytes a worker holds of step frames and request bodies not yet whole, over all its
+    # connections; a connection whose next bytes would pass it is closed (a WARNING says so)
+    max_buffered_bytes: int = 256 * 1024 * 1024
 
     @classmethod
     def parse(cls, items: Sequence[str]) -> "Limits":

@@ -153,6 +153,12 @@ class ServiceCollector:
             "Frames answered on step streams",
             value=pipeline.stream_frames,
         )
+        yield GaugeMetricFamily(
+            f"{PREFIX}_buffered_bytes",
+            "Bytes held of step frames and request bodies not yet whole, over all "
+            "connections (bounded by the limit max_buffered_bytes)",
+            value=pipeline.held_bytes,
+        )
         yield from implementation_families(service.impl.metrics())
 
 

@@ -166,6 +166,9 @@ class ServicePipeline:
         # (read once: a quiet operation's lines and spans exist only while DEBUG is on)
         self.debug = ACCESS.isEnabledFor(logging.DEBUG)
         self.streams_open = self.streams_opened = self.stream_frames = 0
+        # bytes held of step frames and request bodies not yet whole, over all connections
+        # (the HTTP protocol counts them; `Limits.max_buffered_bytes` bounds them)
+        self.held_bytes = 0
         self.probes = Probes(self)
 
     async def __call__(self, scope: dict, receive: Any, send: Send) -> None:

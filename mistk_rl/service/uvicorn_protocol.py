@@ -234,6 +234,9 @@ class CoalescingHttpTools(HttpToolsProtocol):
     _http_pending: Optional[bytearray] = None
     _http_turn = False
     _completed = 1  # requests the last slice completed (none: a body is coming in)
+    # bytes this connection holds of a frame or a fast-path body not yet whole (the worker's
+    # connections' together: the pipeline's `held_bytes`, bounded by `max_buffered_bytes`)
+    _held = 0
 
     awake: Optional[AwakeAfterAnswers] = None  # (made by the worker's first connection)
     # uvicorn types its transport asyncio.Transport; ours is one by delegation
@@ -282,14 +285,21 @@ class CoalescingHttpTools(HttpToolsProtocol):
         if self._fast is None:
             super().on_body(body)
             return
+        if self.transport.is_closing() or not self._may_hold(len(body)):
+            return
         self._fast_body += body
+        self._hold(len(self._fast_body))
 
     def on_message_complete(self) -> None:
         self._completed += 1
         if self._fast is None:
             super().on_message_complete()
             return
+        if self.transport.is_closing():  # (refused by `_may_hold`: nothing to answer)
+            self._fast = None
+            return
         (op, headers, query), self._fast = self._fast, None
+        self._hold(0)
         answer = self.app.answer_now(op, headers, query, bytes(self._fast_body))
         self.transport.write(self._http_answer(answer))
         self.transport.flush()
@@ -308,7 +318,10 @@ class CoalescingHttpTools(HttpToolsProtocol):
             if self._drain_left:
                 self._drain(len(data))
                 return
+            if not self._may_hold(len(data)):
+                return
             self._frames += data
+            self._hold(len(self._frames))
             if not self._turn_scheduled:
                 self._answer_frames()
         elif self._http_pending:  # (a slice is scheduled or waits for writes: in order)
@@ -318,6 +331,30 @@ class CoalescingHttpTools(HttpToolsProtocol):
         else:
             self._http_pending = bytearray(data)
             self._feed_http()
+
+    def _may_hold(self, more: int) -> bool:
+        """False (and the connection closed, saying why) if holding `more` bytes would take
+        the worker past `Limits.max_buffered_bytes`."""
+        limit = self.app.limits.max_buffered_bytes
+        if self.app.held_bytes + more <= limit:
+            return True
+        log.warning(
+            "a connection closed: the worker holds %d bytes of unfinished frames and bodies "
+            "and %d more would pass max_buffered_bytes=%d",
+            self.app.held_bytes,
+            more,
+            limit,
+        )
+        self._hold(0)
+        if self._stream is not None:
+            self._frames.clear()
+        self.transport.close()
+        return False
+
+    def _hold(self, held: int) -> None:
+        if held != self._held:
+            self.app.held_bytes += held - self._held
+            self._held = held
 
     def _feed_http(self) -> None:
         """Parse (and so answer) pipelined HTTP `HTTP_BYTES_PER_TURN` bytes at a time with a
@@ -382,6 +419,10 @@ class CoalescingHttpTools(HttpToolsProtocol):
         self.transport.flush()
 
     def _answer_frames(self) -> None:
+        self._answer_whole_frames()
+        self._hold(len(self._frames))
+
+    def _answer_whole_frames(self) -> None:
         """Answer the whole frames received, in order (two may come before one is answered:
         a caller that pipelines), at most `FRAMES_PER_TURN` before the event loop gets a
         turn (status, other connections), and none while the answers already written are
@@ -466,6 +507,7 @@ class CoalescingHttpTools(HttpToolsProtocol):
             return
         log.warning("%s: a step stream closed: %s", op.id, why)
         self._frames.clear()
+        self._hold(0)
         self.transport.close()
 
     def resume_writing(self) -> None:
@@ -501,6 +543,7 @@ class CoalescingHttpTools(HttpToolsProtocol):
         )
 
     def connection_lost(self, exc: Optional[Exception]) -> None:
+        self._hold(0)
         if self._stream is not None:
             self._stream = None
             self.app.streams_open -= 1

@@ -238,3 +238,28 @@ def test_a_slow_reader_gets_every_answer_in_order(launch):
     sender.join(30)
     assert not sender.is_alive() and answers == count and not received
     sock.close()
+
+
+def test_unfinished_frames_past_the_workers_budget_close_the_connection_that_passes_it(launch):
+    """`max_buffered_bytes` bounds what a worker holds of frames begun and not finished,
+    over all its connections: the stream whose bytes would pass it is closed, saying so;
+    the others go on."""
+    service = _ready(launch, "max_buffered_bytes=1000000")
+    first, second = _open_raw_stream(service.url), _open_raw_stream(service.url)
+    frame = frames.REQUEST_HEAD.pack(700_000) + b"x" * 700_000
+    first.sendall(frame[:600_000])
+    deadline = time.monotonic() + 30
+    while _metric(service.url, "mistk_buffered_bytes") < 600_000:  # (the first's, held)
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    second.sendall(frame[:600_000])  # 1.2 MB held together: over the budget
+    second.settimeout(30)
+    assert _closed_by_the_agent(second)
+    first.sendall(frame[600_000:])  # the first's frame, whole: answered as ever
+    first.settimeout(30)
+    status, _, length = frames.ANSWER_HEAD.unpack(first.recv(frames.ANSWER_HEAD.size))
+    assert status == 400 and length > 0
+    log = service.log_path.read_text()
+    assert "max_buffered_bytes=1000000" in log and "a connection closed" in log
+    assert _metric(service.url, "mistk_buffered_bytes") == 0.0  # (nothing held now)
+    first.close()
