@@ -38,18 +38,20 @@ function ticks(lo, hi, n) {
 // series: [{name, points: [{x, mean, lo?, hi?}], dashed?}]; options: xLabel, yLabel, hline
 function lineChart(series, options) {
   const W = 520, H = 280, L = 56, R = 12, T = 12, B = 40;
-  const svg = el("svg", { width: W, height: H, viewBox: `0 0 ${W} ${H}`, class: "chart" });
+  const box = el("div", { class: "chart-box" });
+  const svg = el("svg", { width: W, height: H, viewBox: `0 0 ${W} ${H}`, class: "chart" }, box);
+  const legend = el("div", { class: "legend" }, box);
   const all = series.flatMap((s) => s.points);
   svg.dataset.series = String(series.filter((s) => s.points.length).length);
   svg.dataset.points = String(all.length);
   if (!all.length) {
     el("text", { x: W / 2, y: H / 2, "text-anchor": "middle" }, svg, "no points yet");
-    return svg;
+    return box;
   }
   const xs = all.map((p) => p.x);
   const ys = all.flatMap((p) => [p.mean, p.lo ?? p.mean, p.hi ?? p.mean]);
   if (options.hline !== null && options.hline !== undefined) ys.push(options.hline);
-  let [x0, x1] = [Math.min(0, ...xs), Math.max(...xs)];
+  let [x0, x1] = [options.fromZero === false ? Math.min(...xs) : Math.min(0, ...xs), Math.max(...xs)];
   let [y0, y1] = [Math.min(...ys), Math.max(...ys)];
   if (x1 === x0) x1 = x0 + 1;
   if (y1 === y0) { y0 -= 1; y1 += 1; }
@@ -83,9 +85,11 @@ function lineChart(series, options) {
     if (s.points.length <= 60) {  // (a few points: each marked, and one alone is seen at all)
       for (const p of s.points) el("circle", { cx: sx(p.x), cy: sy(p.mean), r: 2.5, fill: color }, g);
     }
-    el("text", { x: W - R - 4, y: T + 12 + 14 * i, "text-anchor": "end", fill: color, style: `fill:${color}` }, svg, s.name);
+    const item = el("span", { class: "key" }, legend);
+    el("span", { class: "swatch", style: `background:${color}${s.dashed ? ";opacity:.5" : ""}` }, item);
+    item.appendChild(document.createTextNode(s.name));
   });
-  return svg;
+  return box;
 }
 
 function heatmap(league) {
@@ -150,12 +154,15 @@ function renderLeague(view) {
   const ratings = Object.entries(view.ratings).map(([name, points]) => ({
     name, points: points.map(([x, y]) => ({ x, mean: y })), dashed: (kinds[name] ?? "").startsWith("Historical"),
   }));
-  document.getElementById("ratings").replaceChildren(lineChart(ratings, { xLabel: "main player's steps", yLabel: "exposure" }));
+  document.getElementById("ratings").replaceChildren(lineChart(ratings, { xLabel: "main player's steps", yLabel: "exposure", fromZero: false }));
 }
 
 function renderServices(services) {
   const body = document.querySelector("#services tbody");
   body.replaceChildren();
+  if (!services.length) {
+    el("td", { colspan: 10, class: "none" }, el("tr", {}, body), "none running (the runs have finished, or wrote no services.json)");
+  }
   for (const s of services) {
     const tr = el("tr", { "data-key": s.key, "data-state": s.state ?? "", "data-up": String(s.up) }, body);
     const returns = s.returnMean ? Object.values(s.returnMean) : [];
