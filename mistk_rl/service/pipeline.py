@@ -50,6 +50,7 @@ from connexion.json_schema import resolve_refs
 
 from mistk_rl.errors import InvalidRequest, MistkError
 from mistk_rl.limits import Limits
+from mistk_rl.service import otel
 from mistk_rl.service.logs import ACCESS, access
 from mistk_rl.service.metrics import PROBE_PATHS, OperationCounts, Probes, RequestCounts
 from mistk_rl.service.validation import Check, compile_schema
@@ -165,6 +166,7 @@ class ServicePipeline:
             op.counts, op.quiet = self.requests.of[op.id], op.id in QUIET_OPERATIONS
         # (read once: a quiet operation's lines and spans exist only while DEBUG is on)
         self.debug = ACCESS.isEnabledFor(logging.DEBUG)
+        self.spans = otel.from_environment(service.role, service.impl)  # (None: no export)
         self.streams_open = self.streams_opened = self.stream_frames = 0
         # bytes held of step frames and request bodies not yet whole, over all connections
         # (the HTTP protocol counts them; `Limits.max_buffered_bytes` bounds them)
@@ -229,6 +231,8 @@ class ServicePipeline:
         op.counts.observe(status, seconds)
         if not op.quiet or status >= 400 or self.debug:
             access(op.id, status, seconds, trace, op.quiet)
+        if self.spans is not None and trace is not None:
+            self.spans.served(op.id, status, seconds, trace)
 
     # -- the fast path: an inline step answered as soon as its body is in --
     def fast_operation(
