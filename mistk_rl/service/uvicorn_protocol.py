@@ -237,6 +237,8 @@ class CoalescingHttpTools(HttpToolsProtocol):
     # bytes this connection holds of a frame or a fast-path body not yet whole (the worker's
     # connections' together: the pipeline's `held_bytes`, bounded by `max_buffered_bytes`)
     _held = 0
+    _max_held = 0  # (the limit, read once per connection)
+    _refused = False  # closed by `_may_hold`: what is still parsed is dropped
 
     awake: Optional[AwakeAfterAnswers] = None  # (made by the worker's first connection)
     # uvicorn types its transport asyncio.Transport; ours is one by delegation
@@ -245,6 +247,8 @@ class CoalescingHttpTools(HttpToolsProtocol):
     def connection_made(self, transport: Any) -> None:
         if CoalescingHttpTools.awake is None:
             CoalescingHttpTools.awake = AwakeAfterAnswers(default_spin())
+        limits = getattr(self.app, "limits", None)
+        self._max_held = limits.max_buffered_bytes if limits is not None else 1 << 62
         super().connection_made(_HeadWithBody(transport))  # type: ignore[arg-type]
 
     def on_message_begin(self) -> None:
@@ -285,21 +289,25 @@ class CoalescingHttpTools(HttpToolsProtocol):
         if self._fast is None:
             super().on_body(body)
             return
-        if self.transport.is_closing() or not self._may_hold(len(body)):
+        if self._refused or not self._may_hold(len(body)):
             return
         self._fast_body += body
-        self._hold(len(self._fast_body))
+        held = len(self._fast_body)  # (`_hold`, inline: every step request comes here)
+        self.app.held_bytes += held - self._held
+        self._held = held
 
     def on_message_complete(self) -> None:
         self._completed += 1
         if self._fast is None:
             super().on_message_complete()
             return
-        if self.transport.is_closing():  # (refused by `_may_hold`: nothing to answer)
+        if self._refused:  # (by `_may_hold`: nothing to answer)
             self._fast = None
             return
         (op, headers, query), self._fast = self._fast, None
-        self._hold(0)
+        if self._held:
+            self.app.held_bytes -= self._held
+            self._held = 0
         answer = self.app.answer_now(op, headers, query, bytes(self._fast_body))
         self.transport.write(self._http_answer(answer))
         self.transport.flush()
@@ -313,7 +321,14 @@ class CoalescingHttpTools(HttpToolsProtocol):
 
     # -- the step stream (`mistk_rl.wire.frames`) --
     def data_received(self, data: bytes) -> None:
-        if self._stream is not None:
+        if (
+            self._stream is None
+            and not self._http_pending
+            and len(data) <= HTTP_BODY_BYTES_PER_TURN
+            and not self.flow.write_paused
+        ):
+            super().data_received(data)  # (one request, or a few: the usual case)
+        elif self._stream is not None:
             self._last_data = self.loop.time()
             if self._drain_left:
                 self._drain(len(data))
@@ -326,8 +341,6 @@ class CoalescingHttpTools(HttpToolsProtocol):
                 self._answer_frames()
         elif self._http_pending:  # (a slice is scheduled or waits for writes: in order)
             self._http_pending += data
-        elif len(data) <= HTTP_BODY_BYTES_PER_TURN and not self.flow.write_paused:
-            super().data_received(data)  # (one request, or a few: the usual case)
         else:
             self._http_pending = bytearray(data)
             self._feed_http()
@@ -335,9 +348,9 @@ class CoalescingHttpTools(HttpToolsProtocol):
     def _may_hold(self, more: int) -> bool:
         """False (and the connection closed, saying why) if holding `more` bytes would take
         the worker past `Limits.max_buffered_bytes`."""
-        limit = self.app.limits.max_buffered_bytes
-        if self.app.held_bytes + more <= limit:
+        if self.app.held_bytes + more <= self._max_held:
             return True
+        limit = self._max_held
         log.warning(
             "a connection closed: the worker holds %d bytes of unfinished frames and bodies "
             "and %d more would pass max_buffered_bytes=%d",
@@ -346,6 +359,7 @@ class CoalescingHttpTools(HttpToolsProtocol):
             limit,
         )
         self._hold(0)
+        self._refused = True
         if self._stream is not None:
             self._frames.clear()
         self.transport.close()
