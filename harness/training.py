@@ -76,7 +76,7 @@ class ProgressFile:
             )
         data = json.loads(path.read_text())
         legacy = data.pop("episodes", None)  # (before episodes.jsonl grew as the run went)
-        if legacy and "episodes_saved" in {f for f in cls.__dataclass_fields__}:
+        if legacy and "episodes_saved" in cls.__dataclass_fields__:
             text = "".join(json.dumps(e, separators=(",", ":")) + "\n" for e in legacy)
             atomic_write_bytes(run_dir / EPISODES, text.encode())
             data["episodes_saved"] = len(legacy)

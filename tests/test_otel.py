@@ -12,8 +12,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from mistk_rl.wire.tracing import new_trace, traced
 from tests.conftest import GYM_ORCHESTRATOR, RANDOM_AGENT
+from tests.test_traced_logs import traced_run
 
 trace_service = pytest.importorskip(
     "opentelemetry.proto.collector.trace.v1.trace_service_pb2",
@@ -73,13 +73,7 @@ def test_one_runs_spans_reach_the_collector_as_one_tree(launch, monkeypatch):
         monkeypatch.setenv("OTEL_BSP_SCHEDULE_DELAY", "100")  # ms between batches
         orch_service = launch("orchestrator", GYM_ORCHESTRATOR)
         agent_service = launch("agent", RANDOM_AGENT)
-        orch, agent = orch_service.client(), agent_service.client()
-        with traced(new_trace()) as trace:
-            orch.initialize({"id": "CartPole-v1"})
-            agent.initialize(hyperparameters={"seed": 0})
-            agent.build_model()
-            orch.register_agent("player", agent_service.url)
-            orch.start_episode({"numEpisodes": 1, "seed": 0}, wait=True, timeout=60)
+        trace = traced_run(orch_service, agent_service)
         want = {
             ("mistk-rl-orchestrator", "registerAgent"),
             ("mistk-rl-agent", "agentRegistered"),

@@ -11,7 +11,7 @@ import json
 import logging
 
 from mistk_rl.service.logs import JsonFormatter, TextFormatter, access
-from mistk_rl.wire.tracing import child_of, new_trace, outgoing_line, parse, traced
+from mistk_rl.wire.tracing import Trace, child_of, new_trace, outgoing_line, parse, traced
 from tests.conftest import GYM_ORCHESTRATOR, RANDOM_AGENT
 
 VALID = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
@@ -56,9 +56,9 @@ def _lines(path) -> list[dict]:
     return objects
 
 
-def test_one_runs_calls_share_its_trace_across_orchestrator_and_agent(launch):
-    orch_service = launch("orchestrator", GYM_ORCHESTRATOR, extra_args=["--log-format", "json"])
-    agent_service = launch("agent", RANDOM_AGENT, extra_args=["--log-format", "json"])
+def traced_run(orch_service, agent_service) -> Trace:
+    """One CartPole episode driven in a new trace (returned): the orchestrator and the agent
+    set up, the agent registered, the episode played."""
     orch, agent = orch_service.client(), agent_service.client()
     with traced(new_trace()) as trace:
         orch.initialize({"id": "CartPole-v1"})
@@ -66,7 +66,14 @@ def test_one_runs_calls_share_its_trace_across_orchestrator_and_agent(launch):
         agent.build_model()
         orch.register_agent("player", agent_service.url)
         orch.start_episode({"numEpisodes": 1, "seed": 0}, wait=True, timeout=60)
-    agent.status()  # (outside the trace)
+    return trace
+
+
+def test_one_runs_calls_share_its_trace_across_orchestrator_and_agent(launch):
+    orch_service = launch("orchestrator", GYM_ORCHESTRATOR, extra_args=["--log-format", "json"])
+    agent_service = launch("agent", RANDOM_AGENT, extra_args=["--log-format", "json"])
+    trace = traced_run(orch_service, agent_service)
+    agent_service.client().status()  # (outside the trace)
     orch_service.begin_stop()
     agent_service.begin_stop()
     orch_service.stop()

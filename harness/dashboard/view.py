@@ -16,7 +16,7 @@ import threading
 import time
 from array import array
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
 
@@ -102,13 +102,6 @@ class RunFiles:
         return results.get("league")
 
 
-@dataclass
-class _Samples:
-    """One service's recent scrapes: (time, {metric: value})."""
-
-    points: deque = field(default_factory=lambda: deque(maxlen=LIVE_POINTS))
-
-
 class Scraper:
     """Scrapes every service of the runs at most once per `every_s` (the page polls; many
     pages open cost the services one scrape per interval, not one each)."""
@@ -117,7 +110,8 @@ class Scraper:
         self.every_s = every_s
         self._last = 0.0
         self._lock = threading.Lock()
-        self.samples: dict[str, _Samples] = {}
+        # per service, its last `LIVE_POINTS` scrapes: (time, {metric: value})
+        self.samples: dict[str, deque[tuple[float, dict[str, float]]]] = {}
         self.latest: dict[str, dict[str, Any]] = {}
         self._session = requests.Session()
 
@@ -137,7 +131,7 @@ class Scraper:
         except requests.RequestException as exc:
             return {"up": False, "error": type(exc).__name__}
         values = _flatten(answer.text)
-        history = self.samples.setdefault(key, _Samples()).points
+        history = self.samples.setdefault(key, deque(maxlen=LIVE_POINTS))
         history.append((now, values))
         return {"up": True, **_rates(history), **_current(values)}
 
@@ -211,7 +205,7 @@ def live_returns(scraper: Scraper, key: str) -> list[list[float]]:
         return []
     return [
         [v["mistk_env_steps_total"], v["mistk_episode_return_mean"] / _agents(v)]
-        for _, v in samples.points
+        for _, v in samples
         if "mistk_env_steps_total" in v and "mistk_episode_return_mean" in v
     ]
 

@@ -74,7 +74,8 @@ class EpisodeLog(Sequence[dict[str, Any]]):
         return list(self.iter(since, limit))
 
     def iter(self, since: int = 0, limit: Optional[int] = None) -> Iterator[dict[str, Any]]:
-        """As `read`, one episode at a time: the episodes there were when it was called."""
+        """As `read`, one episode at a time: the episodes there were when the first was
+        read (a reader meanwhile sees no later ones, nor a `clear`)."""
         for line in self._lines(since, limit):
             yield json.loads(line)
 

@@ -238,7 +238,7 @@ class CoalescingHttpTools(HttpToolsProtocol):
     # connections' together: the pipeline's `held_bytes`, bounded by `max_buffered_bytes`)
     _held = 0
     _max_held = 0  # (the limit, read once per connection)
-    _refused = False  # closed by `_may_hold`: what is still parsed is dropped
+    _refused = False  # closed by `_refuse`: what is still parsed is dropped
 
     awake: Optional[AwakeAfterAnswers] = None  # (made by the worker's first connection)
     # uvicorn types its transport asyncio.Transport; ours is one by delegation
@@ -289,7 +289,10 @@ class CoalescingHttpTools(HttpToolsProtocol):
         if self._fast is None:
             super().on_body(body)
             return
-        if self._refused or not self._may_hold(len(body)):
+        if self._refused:
+            return
+        if self.app.held_bytes + len(body) > self._max_held:
+            self._refuse(len(body))
             return
         self._fast_body += body
         held = len(self._fast_body)  # (`_hold`, inline: every step request comes here)
@@ -301,7 +304,7 @@ class CoalescingHttpTools(HttpToolsProtocol):
         if self._fast is None:
             super().on_message_complete()
             return
-        if self._refused:  # (by `_may_hold`: nothing to answer)
+        if self._refused:  # (by `_refuse`: nothing to answer)
             self._fast = None
             return
         (op, headers, query), self._fast = self._fast, None
@@ -333,7 +336,8 @@ class CoalescingHttpTools(HttpToolsProtocol):
             if self._drain_left:
                 self._drain(len(data))
                 return
-            if not self._may_hold(len(data)):
+            if self.app.held_bytes + len(data) > self._max_held:
+                self._refuse(len(data))
                 return
             self._frames += data
             self._hold(len(self._frames))
@@ -345,25 +349,21 @@ class CoalescingHttpTools(HttpToolsProtocol):
             self._http_pending = bytearray(data)
             self._feed_http()
 
-    def _may_hold(self, more: int) -> bool:
-        """False (and the connection closed, saying why) if holding `more` bytes would take
-        the worker past `Limits.max_buffered_bytes`."""
-        if self.app.held_bytes + more <= self._max_held:
-            return True
-        limit = self._max_held
+    def _refuse(self, more: int) -> None:
+        """Close the connection, saying why: holding `more` bytes would take the worker past
+        `Limits.max_buffered_bytes` (its callers check, inline: the step path comes there)."""
         log.warning(
             "a connection closed: the worker holds %d bytes of unfinished frames and bodies "
             "and %d more would pass max_buffered_bytes=%d",
             self.app.held_bytes,
             more,
-            limit,
+            self._max_held,
         )
         self._hold(0)
         self._refused = True
         if self._stream is not None:
             self._frames.clear()
         self.transport.close()
-        return False
 
     def _hold(self, held: int) -> None:
         if held != self._held:
@@ -500,18 +500,16 @@ class CoalescingHttpTools(HttpToolsProtocol):
         limits, now = self.app.limits, self.loop.time()
         op = self._stream[0]
         why = None
-        if (
-            self._drain_left
-            and self._partial_since is not None
-            and now - self._partial_since > limits.frame_timeout_s
-        ):
+        begun = self._partial_since
+        late = begun is not None and now - begun > limits.frame_timeout_s
+        if late and self._drain_left:
             why = (
                 f"an over-limit frame's last {self._drain_left} bytes did not come in "
                 f"{limits.frame_timeout_s} s (frame_timeout_s)"
             )
-        elif self._partial_since is not None and now - self._partial_since > limits.frame_timeout_s:
+        elif late and begun is not None:
             why = (
-                f"a frame begun {now - self._partial_since:.0f} s ago is unfinished "
+                f"a frame begun {now - begun:.0f} s ago is unfinished "
                 f"(frame_timeout_s={limits.frame_timeout_s}); {len(self._frames)} bytes dropped"
             )
         elif (idle := now - self._last_data) > limits.stream_idle_s:

@@ -12,6 +12,7 @@ import socket
 import threading
 import time
 import urllib.parse
+from typing import Optional
 
 import numpy as np
 import pytest
@@ -52,29 +53,36 @@ def _metric(url: str, name: str) -> float:
     return float(next(x for x in text.splitlines() if x.startswith(name + " ")).split()[-1])
 
 
-def test_a_burst_on_a_stream_neither_holds_the_loop_nor_fills_memory(launch):
-    service = launch("agent", RANDOM_AGENT)
-    agent = _registered(service)  # (an episode started)
-    sock = _open_raw_stream(service.url)
-    # frames of 5 bytes ("x" is not a stepColumns body: each is answered with a 400 frame)
-    burst = (frames.REQUEST_HEAD.pack(1) + b"x") * FRAMES
-    sock.settimeout(5)  # (a send that makes no progress for 5 s: the agent stopped reading)
-    outcome: list[BaseException] = []
+def _flood(url: str, sock: socket.socket, data: bytes) -> Optional[OSError]:
+    """Write `data` on `sock` from a thread, never reading the answers, while a status call
+    (another connection) is answered; what the write raised: a timeout once it made no
+    progress for 5 s (the agent stopped reading), None if the agent read it all."""
+    sock.settimeout(5)
+    outcome: list[OSError] = []
 
     def send() -> None:
         try:
-            sock.sendall(burst)
+            sock.sendall(data)
         except OSError as exc:
             outcome.append(exc)
 
     sender = threading.Thread(target=send, daemon=True)
     sender.start()
-    status = requests.get(f"{service.url}/v1/mistk/agent/status", timeout=30)
+    status = requests.get(f"{url}/v1/mistk/agent/status", timeout=30)
     assert status.status_code == 200 and status.json()["state"] == "in_episode"
     sender.join(120)
     assert not sender.is_alive()
+    return outcome[0] if outcome else None
+
+
+def test_a_burst_on_a_stream_neither_holds_the_loop_nor_fills_memory(launch):
+    service = launch("agent", RANDOM_AGENT)
+    agent = _registered(service)  # (an episode started)
+    sock = _open_raw_stream(service.url)
+    # frames of 5 bytes ("x" is not a stepColumns body: each is answered with a 400 frame)
+    outcome = _flood(service.url, sock, (frames.REQUEST_HEAD.pack(1) + b"x") * FRAMES)
     answered = _metric(service.url, "mistk_step_stream_frames_total")
-    assert outcome and isinstance(outcome[0], socket.timeout), (
+    assert isinstance(outcome, socket.timeout), (
         f"the agent read the whole burst (answered {answered:.0f}) with its answers unread"
     )
     assert answered < FRAMES / 10, f"{answered:.0f} frames answered, none read"
@@ -102,28 +110,14 @@ def test_pipelined_http_is_answered_in_turns_and_held_back_while_unread(launch):
         "Content-Type: application/json\r\nContent-Length: 1\r\n\r\nx"
     ).encode()
     requests_sent = 15_000_000 // len(one)
-    sock.settimeout(5)
-    outcome: list[BaseException] = []
-
-    def send() -> None:
-        try:
-            sock.sendall(one * requests_sent)
-        except OSError as exc:
-            outcome.append(exc)
-
-    sender = threading.Thread(target=send, daemon=True)
-    sender.start()
-    status = requests.get(f"{service.url}/v1/mistk/agent/status", timeout=30)
-    assert status.status_code == 200 and status.json()["state"] == "in_episode"
-    sender.join(120)
-    assert not sender.is_alive()
+    outcome = _flood(service.url, sock, one * requests_sent)
     text = requests.get(f"{service.url}/metrics", timeout=30).text
     answered = sum(
         float(line.split()[-1])
         for line in text.splitlines()
         if line.startswith("mistk_requests_total") and 'operation="stepColumns"' in line
     )
-    assert outcome and isinstance(outcome[0], socket.timeout), (
+    assert isinstance(outcome, socket.timeout), (
         f"the agent read every request (answered {answered:.0f}) with its answers unread"
     )
     # (a 400's answer is a few times its request: the kernel's loopback buffers, some MB,
