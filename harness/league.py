@@ -259,24 +259,38 @@ def plot_payoff(payoff: dict[str, Any], path: Path, title: str = "") -> None:
     _pyplot().close(fig)
 
 
+# The payoff figure's side in inches: it grows with the league up to this, then its cells
+# shrink instead. A league gains a snapshot every phase, so an unbounded figure would make
+# every TensorBoard payoff image (drawn at each evaluation) larger than the last, and the
+# harness's memory with it (a 57-player figure took ~280 MiB more to draw than a 3-player one).
+MAX_FIGURE_INCHES = 11.0
+ANNOTATED_PLAYERS = 20  # above this, a cell is too small for its rate and games
+LABELLED_PLAYERS = 60  # above this, every k-th player is named, for legible ticks
+
+
 def payoff_figure(payoff: dict[str, Any], title: str = "") -> Any:
     """Row player's win rate (draws half) against the column player; raw games annotated;
-    pairs that never played left blank. `title`: the run's (config name, seed)."""
+    pairs that never played left blank. `title`: the run's (config name, seed). The figure's
+    size is bounded (`MAX_FIGURE_INCHES`) however many players the league holds."""
     title = f"{title}: " if title else ""
     plt = _pyplot()
     ids, rates, games = payoff["ids"], payoff["winRate"], payoff["games"]
-    size = max(5.0, 0.45 * len(ids) + 2)
+    n = len(ids)
+    size = min(MAX_FIGURE_INCHES, max(5.0, 0.45 * n + 2))
     fig, ax = plt.subplots(figsize=(size + 1, size))
     # pairs that never played are blank (grey), not the prior's 0.5 coloured as a result
     played = np.ma.masked_where(np.asarray(games) == 0, np.asarray(rates, dtype=float))
     cmap = plt.get_cmap("RdYlGn").copy()
     cmap.set_bad("0.85")
     image = ax.imshow(played, vmin=0, vmax=1, cmap=cmap)
-    ax.set_xticks(range(len(ids)), ids, rotation=90, fontsize="small")
-    ax.set_yticks(range(len(ids)), ids, fontsize="small")
-    if len(ids) <= 20:
-        for i in range(len(ids)):
-            for j in range(len(ids)):
+    every = max(1, -(-n // LABELLED_PLAYERS))
+    ticks = list(range(0, n, every))
+    fontsize = "small" if n <= 2 * ANNOTATED_PLAYERS else "xx-small"
+    ax.set_xticks(ticks, [ids[i] for i in ticks], rotation=90, fontsize=fontsize)
+    ax.set_yticks(ticks, [ids[i] for i in ticks], fontsize=fontsize)
+    if n <= ANNOTATED_PLAYERS:
+        for i in range(n):
+            for j in range(n):
                 if games[i][j]:
                     ax.text(
                         j,

@@ -3,11 +3,19 @@ league config's checks, the plots."""
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from harness.config import RunConfigError, Target, load_config
 from harness.games import meets
-from harness.league import by_seat_order, payoff_figure, plot_payoff, plot_ratings, table_text
+from harness.league import (
+    _pyplot,
+    by_seat_order,
+    payoff_figure,
+    plot_payoff,
+    plot_ratings,
+    table_text,
+)
 from mistk_rl.sdk.schemas import LeagueSettings
 from tests.conftest import REPO
 
@@ -120,6 +128,35 @@ def test_plots_are_written(tmp_path):
     plot_ratings(evals, tmp_path / "ratings.png")
     assert (tmp_path / "payoff.png").stat().st_size > 1000
     assert (tmp_path / "ratings.png").stat().st_size > 1000
+
+
+def test_the_payoff_figure_stays_one_size_however_large_the_league_grows():
+    """A league gains a snapshot every phase and the harness draws its payoff at every
+    evaluation: the figure stops growing at its bound (its cells shrink), the matrix is all
+    there, and the ticks name every k-th player once there are too many to read."""
+    from harness.league import LABELLED_PLAYERS, MAX_FIGURE_INCHES
+
+    def figure(n: int):
+        rng = np.random.default_rng(n)
+        return payoff_figure(
+            {
+                "ids": [f"p{i}" for i in range(n)],
+                "winRate": rng.random((n, n)).tolist(),
+                "games": rng.integers(1, 9, (n, n)).tolist(),
+            }
+        )
+
+    sizes = {}
+    for n in (3, 30, 150):
+        fig = figure(n)
+        sizes[n] = tuple(fig.get_size_inches())
+        assert fig.axes[0].images[0].get_array().shape == (n, n)
+        labels = [t.get_text() for t in fig.axes[0].get_xticklabels()]
+        assert labels[0] == "p0" and len(labels) <= LABELLED_PLAYERS
+        assert len(fig.axes[0].texts) == (9 if n == 3 else 0)  # annotated while legible
+        _pyplot().close(fig)
+    assert sizes[3] < sizes[30] == sizes[150] == (MAX_FIGURE_INCHES + 1, MAX_FIGURE_INCHES)
+    assert len(labels) == 50  # 150 players: every third named
 
 
 def test_a_solo_league_config_trains_with_training_and_its_players_as_agents():
