@@ -280,8 +280,7 @@ def payoff_figure(payoff: dict[str, Any], title: str = "") -> Any:
     fig, ax = plt.subplots(figsize=(size + 1, size))
     # pairs that never played are blank (grey), not the prior's 0.5 coloured as a result
     played = np.ma.masked_where(np.asarray(games) == 0, np.asarray(rates, dtype=float))
-    cmap = plt.get_cmap("RdYlGn").copy()
-    cmap.set_bad("0.85")
+    cmap = plt.get_cmap("RdYlGn").with_extremes(bad="0.85")
     image = ax.imshow(played, vmin=0, vmax=1, cmap=cmap)
     every = max(1, -(-n // LABELLED_PLAYERS))
     ticks = list(range(0, n, every))
