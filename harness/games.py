@@ -17,6 +17,7 @@ the budget is spent. Games in progress at a budget are finished, not cut.
 from __future__ import annotations
 
 import csv
+import gc
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Optional
@@ -256,6 +257,10 @@ class _GameSchedule:
                 payoff_figure(self.orch.get_league().model_dump()["payoff"], self.title),
                 step,
             )
+            # a closed matplotlib figure is a web of reference cycles, freed only by a full
+            # collection, which a process this size runs rarely: without this, the league
+            # soak's harness climbed ~10 MiB an evaluation between them (313 to 416 MiB)
+            gc.collect()
         self.writer.flush()
 
 

@@ -159,6 +159,45 @@ def test_the_payoff_figure_stays_one_size_however_large_the_league_grows():
     assert len(labels) == 50  # 150 players: every third named
 
 
+def test_the_payoff_figure_drawn_at_an_evaluation_is_freed_with_it(tmp_path):
+    """Game training draws the league's payoff for TensorBoard at every evaluation; the
+    figure (reference cycles) is freed then, not at the next full collection, which a
+    long-running harness reaches rarely (the collector is off here, standing for that)."""
+    import gc
+    from types import SimpleNamespace
+
+    from matplotlib.figure import Figure
+
+    from harness.games import _GameSchedule
+    from harness.training import tensorboard_writer
+
+    payoff = {"ids": ["a", "b"], "winRate": [[0.5, 0.7], [0.3, 0.5]], "games": [[0, 9], [9, 0]]}
+    schedule = _GameSchedule.__new__(_GameSchedule)  # (only what logging uses)
+    schedule.title = "ttt"
+    schedule.writer = tensorboard_writer(tmp_path / "tensorboard")
+    schedule.orch = SimpleNamespace(
+        get_league=lambda: SimpleNamespace(model_dump=lambda: {"payoff": payoff})
+    )
+
+    def figures() -> int:
+        return sum(isinstance(o, Figure) for o in gc.get_objects())
+
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        gc.collect()
+        before = figures()
+        for step in (10, 20, 30):
+            schedule._log({"agent_steps": step, "evaluation": {}, "league": []})
+        assert figures() == before
+    finally:
+        schedule.writer.close()
+        if was:
+            gc.enable()
+    events = list((tmp_path / "tensorboard").iterdir())
+    assert events and events[0].stat().st_size > 1000  # (the images were written)
+
+
 def test_a_solo_league_config_trains_with_training_and_its_players_as_agents():
     import yaml
     from pydantic import ValidationError
