@@ -66,3 +66,20 @@ def test_a_model_unloaded_by_reset_is_freed_at_once(tmp_path, no_automatic_colle
     service.reset(unload_model=True)
     service.lifecycle.wait_for_state("started", 10)
     assert [part() for part in old] == [None, None, None]
+
+
+def test_only_a_change_that_drops_a_model_pays_for_the_collection(tmp_path, monkeypatch):
+    """A full collection takes a few hundred ms in a process this size: a service's first
+    buildModel and a reset that keeps the model run none."""
+    import mistk_rl.service.handlers.agent as handlers
+
+    runs: list[int] = []
+    monkeypatch.setattr(handlers, "_free_dropped_models", lambda: runs.append(1))
+    service = _served(tmp_path, DQNAgent())  # (initialize, the first buildModel, register)
+    assert runs == []
+    service.reset(unload_model=False)
+    service.lifecycle.wait_for_state("initialized", 10)
+    assert runs == []
+    service.buildModel("initial.pt")
+    service.lifecycle.wait_for_state("initialized", 10)
+    assert runs == [1]

@@ -280,6 +280,9 @@ class AgentService(ServiceBase):
         super().__init__(agent, Lifecycle(AGENT), data_dir, limits, shares)
         self.agent = agent
         self._initialized = False
+        # a model may be built (buildModel, or an agent that builds at registration): the
+        # next buildModel or unloading reset drops it (`_free_dropped_models`)
+        self._holds_model = False
         self._checks = _SpaceChecks.of(None, None)  # until an orchestrator gives spaces
         self.steps = StepStore()  # what the agent acted on, by step id
         # an eval episode never learns: its steps are not kept (step ids -1), so it cannot
@@ -306,8 +309,12 @@ class AgentService(ServiceBase):
             raise InvalidRequest(f"modelPath {model_path!r} does not exist in the data dir")
 
         def hook() -> None:
-            self.agent.do_build_model(path)
-            _free_dropped_models()
+            try:
+                self.agent.do_build_model(path)
+            finally:  # (one that fails may have dropped the model it had too)
+                if self._holds_model:
+                    _free_dropped_models()
+            self._holds_model = True
 
         return self._accepted("build_model", hook)
 
@@ -328,6 +335,7 @@ class AgentService(ServiceBase):
             self.agent.observation_space, self.agent.action_space = obs_space, act_space
             self.agent.train = body.get("train", True)
             self.agent.do_agent_registered(body)
+            self._holds_model = True
             self._checks = _SpaceChecks.of(obs_space, act_space)
 
         self.lifecycle.run("agent_registered", hook)
@@ -564,7 +572,9 @@ class AgentService(ServiceBase):
             self.steps.clear()
             self.agent.do_reset(unload_model)
             self._initialized = self._initialized and not unload_model
-            _free_dropped_models()
+            if unload_model and self._holds_model:
+                self._holds_model = False
+                _free_dropped_models()
 
         def facts() -> dict[str, bool]:
             return {"keep_model": self._initialized}
@@ -579,7 +589,7 @@ def _free_dropped_models() -> None:
     that reaches it runs rarely (when the long-lived objects have grown by a quarter): every
     dropped model kept its tensors and replay buffer meanwhile, +16 MiB per reset for a
     league's main exploiter. One full collection per model change frees it at once: 0.25 to
-    0.3 s for an agent's ~350,000 objects on a busy 2-core machine, once per buildModel or
-    reset, on the operation's thread (it holds the GIL meanwhile, as Python's own full
-    collections do)."""
+    0.3 s for an agent's ~350,000 objects on a busy 2-core machine, on the operation's
+    thread (it holds the GIL meanwhile, as Python's own full collections do), only where
+    there was a model to drop (not at a service's first buildModel)."""
     gc.collect()
