@@ -103,6 +103,9 @@ log = logging.getLogger(__name__)
 STATE = "league.json"
 WAKE_S = 1.0  # the job loop looks at stopEpisode, due set-ups and joining workers this often
 MAX_WORKERS = 256  # workers a league may have had, joined ones included (its job threads)
+# /metrics rates every active player and the best this many snapshots: a league gains one
+# every phase, and a series per snapshot would grow without end (league.json has them all)
+RATED_SNAPSHOTS = 10
 AGENT_SETTLED = frozenset(AGENT.states) - AGENT.busy_states
 # the job loop's tasks in flight: each one's worker, and its job (None: a set-up)
 Tasks = dict[futures.Future[Any], tuple[int, Optional[Assignment]]]
@@ -118,6 +121,14 @@ class _Outcome:
     error: Optional[str] = None
     recovered: dict[str, str] = field(default_factory=dict)  # agent -> the state it was in
     agent_error: Optional[str] = None  # an agent that cannot be brought back: the run ends
+
+
+def rated_players(manager: LeagueManager) -> list[dict[str, Any]]:
+    """The rows of `LeagueManager.table` whose ratings /metrics shows: every active player,
+    and the best `RATED_SNAPSHOTS` snapshots (fixed opponents count as snapshots)."""
+    rows = manager.table()  # (best first)
+    active = [row for row in rows if row["id"] in manager.active]
+    return active + [row for row in rows if row["id"] not in manager.active][:RATED_SNAPSHOTS]
 
 
 class LeagueOrchestrator(AbstractOrchestrator):
@@ -864,7 +875,7 @@ class LeagueOrchestrator(AbstractOrchestrator):
             )
             for state, count in sorted(states.items())
         ]
-        for row in m.table():
+        for row in rated_players(m):
             labels = (("player", str(row["id"])),)
             samples.append(Metric("league_rating_elo", "gauge", "Elo rating", row["elo"], labels))
             samples.append(

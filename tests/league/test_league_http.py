@@ -9,6 +9,8 @@ import pytest
 
 from mistk_rl.deploy.launch import wait_ready
 from mistk_rl.sdk.client import BadRequest, NotFound
+from orchestrators.league_orchestrator import RATED_SNAPSHOTS
+from tests.test_metrics import scrape
 
 LEAGUE = "orchestrators.league_orchestrator:LeagueOrchestrator"
 GAME = "orchestrators.game_orchestrator:GameOrchestrator"
@@ -87,6 +89,18 @@ def test_a_league_trains_snapshots_persists_and_resumes(launch, tmp_path):
     assert state["jobs_launched"] == view.jobs["launched"]
     for snapshot in state["historical"]:  # every snapshot's checkpoint is on disk
         assert (shared / snapshot["checkpoint_path"].removeprefix("league/")).exists()
+    # what an operator scrapes: the league's jobs, workers and ratings
+    samples = scrape(services[5].url)
+    assert samples[("mistk_league_jobs_launched_total", ())] == view.jobs["launched"]
+    assert samples[("mistk_league_jobs_failed_total", ())] == 0
+    assert samples[("mistk_league_snapshots", ())] == len(snapshots)
+    assert sum(v for (name, _), v in samples.items() if name == "mistk_league_workers") == 2
+    rated = {
+        dict(labels)["player"] for name, labels in samples if name == "mistk_league_rating_elo"
+    }
+    active = {p["id"] for p in view.players if p["kind"] != "HistoricalPlayer"}
+    assert active == {"main", "exploiter"} and active <= rated <= set(ids)
+    assert len(rated) == len(active) + min(len(snapshots), RATED_SNAPSHOTS)
     episodes = league.get_results().episodes
     assert (
         len(episodes) == sum(sum(job["results"].values()) for job in finished)

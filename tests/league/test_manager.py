@@ -113,3 +113,20 @@ def test_pfsp_meets_the_fixed_opponent_it_loses_to_and_self_play_never_does(tmp_
     assert {row["id"]: row["kind"] for row in again.table()}["winblock"] == "FixedOpponent"
     with pytest.raises(ValueError, match="taken"):
         _league(fixed=["main"])
+
+
+def test_metrics_rate_the_active_players_and_only_the_best_snapshots():
+    """A league gains a snapshot every phase: /metrics shows every active player's ratings
+    and those of the best `RATED_SNAPSHOTS` snapshots, so its series stay bounded."""
+    from orchestrators.league_orchestrator import RATED_SNAPSHOTS, rated_players
+
+    league = _league()
+    for i in range(RATED_SNAPSHOTS + 4):
+        league.take_snapshot("main", f"snap/main_{i}.pt")
+    snapshots = [row for row in league.table() if row["id"] not in league.active]
+    assert len(snapshots) == RATED_SNAPSHOTS + 5  # (with the seed snapshot)
+    rated = rated_players(league)
+    assert [row["id"] for row in rated[:3]] == [
+        row["id"] for row in league.table() if row["id"] in league.active
+    ]
+    assert rated[3:] == snapshots[:RATED_SNAPSHOTS]  # the best, best first
