@@ -51,3 +51,52 @@ def winblock_moves(obs: np.ndarray, mask: Optional[np.ndarray] = None) -> list[i
     if wins:
         return wins
     return [col for col in legal if drop_wins(obs, col, OTHER)] or legal
+
+
+# Bitboards (`mistk_rl.games.search`): bit 7 * col + height for a piece at that height
+# (0: the bottom) in that column; the 7th bit of each column stays empty, so that shifting a
+# line never carries into the next column.
+_HEIGHT = ROWS + 1
+_BOTTOM = [1 << (_HEIGHT * col) for col in range(COLS)]
+_TOP = [1 << (_HEIGHT * col + ROWS - 1) for col in range(COLS)]
+_COLUMN = [((1 << ROWS) - 1) << (_HEIGHT * col) for col in range(COLS)]
+_CENTRE_FIRST = (3, 2, 4, 1, 5, 0, 6)
+_WEIGHTS = (0, 1, 2, 3, 2, 1, 0)  # pieces nearer the centre make more lines
+
+
+def bitboards(obs: np.ndarray) -> tuple[int, int]:
+    """(observer's pieces, other's pieces) as bitboards."""
+    board = np.asarray(obs) != 0
+    masks = [0, 0]
+    for row, col, plane in zip(*np.nonzero(board)):
+        masks[plane] |= 1 << (_HEIGHT * int(col) + ROWS - 1 - int(row))
+    return masks[OWN], masks[OTHER]
+
+
+class Rules:
+    """`mistk_rl.games.search.Rules` on `bitboards`: a move is the column."""
+
+    def moves(self, own: int, other: int) -> list[int]:
+        taken = own | other
+        return [col for col in _CENTRE_FIRST if not taken & _TOP[col]]
+
+    def play(self, own: int, other: int, move: int) -> int:
+        taken = own | other
+        return own | ((taken + _BOTTOM[move]) & _COLUMN[move])  # the lowest empty cell
+
+    def won(self, marks: int) -> bool:
+        for shift in (1, _HEIGHT, _HEIGHT - 1, _HEIGHT + 1):  # vertical, horizontal, diagonals
+            pairs = marks & (marks >> shift)
+            if pairs & (pairs >> 2 * shift):
+                return True
+        return False
+
+    def heuristic(self, own: int, other: int) -> float:
+        """Centre weight of own pieces less the other's: under 100, far from `WIN`."""
+        score = 0
+        for col, weight in enumerate(_WEIGHTS):
+            if weight:
+                score += weight * (
+                    bin(own & _COLUMN[col]).count("1") - bin(other & _COLUMN[col]).count("1")
+                )
+        return float(score)

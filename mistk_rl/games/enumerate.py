@@ -61,6 +61,11 @@ def check_enumerable(game: GameInfo, agent: str, opponent: str, registered: Iter
             f"exhaustive evaluation enumerates two-seat turn-based games; "
             f"{game.registry_id} is not one"
         )
+    if not OPPONENTS[opponent].enumerable:
+        raise InvalidRequest(
+            f"exhaustive.opponent {opponent} searches with chance (its moves are not a set to "
+            "enumerate): play it in sampled games instead"
+        )
     for seat in game.seats:
         try:
             OPPONENTS[opponent].check_spaces(*game.spaces[seat])

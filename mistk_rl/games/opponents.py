@@ -1,5 +1,7 @@
 """Built-in opponents for two-player games: fixed rules that pick uniformly among the replies
-they allow, so they are reproducible from a seed and their strength is exactly computable."""
+they allow, so they are reproducible from a seed and their strength is exactly computable;
+and searchers that are strong without learning (`mistk_rl.games.search`): alpha-beta, whose
+best moves are such a set, and Monte-Carlo tree search, which draws its move by chance."""
 
 from __future__ import annotations
 
@@ -10,6 +12,7 @@ import numpy as np
 from gymnasium import spaces
 
 from mistk_rl.games import connect_four, tictactoe
+from mistk_rl.games.search import Rules, alphabeta_moves, mcts_move
 from mistk_rl.registry import Registry
 
 # every UniformOpponent subclass with a `name` is one (declared by writing the class): the
@@ -40,6 +43,7 @@ class UniformOpponent(ABC):
     label: ClassVar[str]  # short, for result names: vs_<label>
     obs_shape: ClassVar[Optional[tuple[int, ...]]] = None
     n_actions: ClassVar[Optional[int]] = None
+    enumerable: ClassVar[bool] = True  # its replies are the moves it plays (exhaustive runs)
 
     def __init_subclass__(cls, **kwargs) -> None:
         super().__init_subclass__(**kwargs)
@@ -117,3 +121,116 @@ class ConnectFourWinBlock(UniformOpponent):
 
     def replies(self, obs: np.ndarray, mask: Optional[np.ndarray]) -> list[int]:
         return connect_four.winblock_moves(obs, mask)
+
+
+# ---- searchers --------------------------------------------------------------------------------
+class _Searcher(UniformOpponent):
+    """A searcher of one game (a game's mixin gives them): its `rules`, and `position`,
+    which reads an observation into the rules' (own, other) masks."""
+
+    rules: ClassVar[Rules]
+
+    @abstractmethod
+    def position(self, obs: np.ndarray) -> tuple[int, int]: ...
+
+    def _open(self, obs: np.ndarray) -> Optional[tuple[int, int]]:
+        own, other = self.position(obs)
+        rules = self.rules
+        if rules.won(own) or rules.won(other) or not rules.moves(own, other):
+            return None
+        return own, other
+
+
+class AlphaBeta(_Searcher):
+    """Any move that alpha-beta search `depth` plies deep rates best, ties drawn uniformly:
+    it never misses a win in one, and from depth 2 never leaves a win in one it could block.
+    (The mask is implied by the board.)"""
+
+    depth: ClassVar[int]
+
+    def replies(self, obs: np.ndarray, mask: Optional[np.ndarray]) -> list[int]:
+        position = self._open(obs)
+        if position is None:
+            return []
+        return alphabeta_moves(self.rules, *position, self.depth)
+
+
+class MonteCarlo(_Searcher):
+    """Monte-Carlo tree search (UCT) with random rollouts, `simulations` a move, its chance
+    drawn from the generator it is given (the opponent agent's, seeded): a stronger player
+    the more it simulates, and never the same in every game. Not enumerable."""
+
+    simulations: ClassVar[int]
+    enumerable = False
+
+    def replies(self, obs: np.ndarray, mask: Optional[np.ndarray]) -> list[int]:
+        raise TypeError(f"{self.name} draws its move by chance: it has no set of replies")
+
+    def act(
+        self, obs: np.ndarray, masks: Optional[np.ndarray], rng: np.random.Generator
+    ) -> np.ndarray:
+        actions = np.empty(len(obs), dtype=np.int64)
+        for row, board in enumerate(obs):
+            position = self._open(board)
+            if position is None:
+                raise ValueError(f"{self.name}: no move to choose from in row {row} (game over)")
+            actions[row] = mcts_move(self.rules, *position, self.simulations, rng)
+        return actions
+
+
+class _TicTacToe:
+    """What a tic-tac-toe searcher reads and plays (mixed in before the search)."""
+
+    obs_shape: ClassVar[Optional[tuple[int, ...]]] = (3, 3, 2)
+    n_actions: ClassVar[Optional[int]] = tictactoe.CELLS
+    rules: ClassVar[Rules] = tictactoe.Rules()
+
+    def position(self, obs: np.ndarray) -> tuple[int, int]:
+        return tictactoe.board_key(obs)
+
+
+class _ConnectFour:
+    """What a connect-four searcher reads and plays (mixed in before the search)."""
+
+    obs_shape: ClassVar[Optional[tuple[int, ...]]] = (connect_four.ROWS, connect_four.COLS, 2)
+    n_actions: ClassVar[Optional[int]] = connect_four.COLS
+    rules: ClassVar[Rules] = connect_four.Rules()
+
+    def position(self, obs: np.ndarray) -> tuple[int, int]:
+        return connect_four.bitboards(obs)
+
+
+class TicTacToeAlphaBeta2(_TicTacToe, AlphaBeta):
+    name, label, depth = "tictactoe_alphabeta2", "ab2", 2
+
+
+class TicTacToeMCTS25(_TicTacToe, MonteCarlo):
+    name, label, simulations = "tictactoe_mcts25", "mcts25", 25
+
+
+class TicTacToeMCTS100(_TicTacToe, MonteCarlo):
+    name, label, simulations = "tictactoe_mcts100", "mcts100", 100
+
+
+class TicTacToeMCTS400(_TicTacToe, MonteCarlo):
+    name, label, simulations = "tictactoe_mcts400", "mcts400", 400
+
+
+class ConnectFourAlphaBeta2(_ConnectFour, AlphaBeta):
+    name, label, depth = "connect4_alphabeta2", "ab2", 2
+
+
+class ConnectFourAlphaBeta4(_ConnectFour, AlphaBeta):
+    name, label, depth = "connect4_alphabeta4", "ab4", 4
+
+
+class ConnectFourMCTS50(_ConnectFour, MonteCarlo):
+    name, label, simulations = "connect4_mcts50", "mcts50", 50
+
+
+class ConnectFourMCTS200(_ConnectFour, MonteCarlo):
+    name, label, simulations = "connect4_mcts200", "mcts200", 200
+
+
+class ConnectFourMCTS800(_ConnectFour, MonteCarlo):
+    name, label, simulations = "connect4_mcts800", "mcts800", 800

@@ -85,3 +85,22 @@ def optimal_moves(obs: np.ndarray) -> list[int]:
         return []
     best = _value(own, other)
     return [cell for cell in _empty(own | other) if -_value(other, own | 1 << cell) == best]
+
+
+class Rules:
+    """`mistk_rl.games.search.Rules` on `board_key`'s masks: a move is the cell's index."""
+
+    _ORDER = (4, 0, 2, 6, 8, 1, 3, 5, 7)  # centre, corners, edges: alpha-beta's first tries
+
+    def moves(self, own: int, other: int) -> list[int]:
+        taken = own | other
+        return [cell for cell in self._ORDER if not taken >> cell & 1]
+
+    def play(self, own: int, other: int, move: int) -> int:
+        return own | 1 << move
+
+    def won(self, marks: int) -> bool:
+        return _has_line(marks)
+
+    def heuristic(self, own: int, other: int) -> float:
+        return 0.0

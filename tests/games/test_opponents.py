@@ -348,6 +348,10 @@ def test_registry_names_each_opponent_once() -> None:
         "random": "random",
         "tictactoe_perfect": "tictactoe_perfect",
         "connect4_winblock": "connect4_winblock",
+        "tictactoe_alphabeta2": "tictactoe_alphabeta2",
+        **{f"tictactoe_mcts{n}": f"tictactoe_mcts{n}" for n in (25, 100, 400)},
+        **{f"connect4_alphabeta{d}": f"connect4_alphabeta{d}" for d in (2, 4)},
+        **{f"connect4_mcts{n}": f"connect4_mcts{n}" for n in (50, 200, 800)},
     }
     assert OPPONENTS["tictactoe_perfect"] is TicTacToePerfect
 
