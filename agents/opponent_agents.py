@@ -51,7 +51,13 @@ class OpponentAgent(AbstractAgent):
                 f"hyperparameters: {type(self).__name__} takes only "
                 f"opponent and seed, not {unknown}"
             )
-        self._opponent_name(hparams)
+        playing = OPPONENTS[self._opponent_name(hparams)]
+        if playing.searches and self.steps_inline:
+            raise InvalidRequest(
+                f"hyperparameters.opponent: {playing.name} searches, for milliseconds or "
+                "more a move: serve it with agents.opponent_agents:SearchOpponentAgent "
+                "(its moves off the event loop, which keeps answering status and health)"
+            )
         seed = hparams.get("seed")
         if seed is not None and (type(seed) is not int or seed < 0):
             raise InvalidRequest(
@@ -146,6 +152,15 @@ class OpponentAgent(AbstractAgent):
         if self.playing is None:
             raise RuntimeError("no opponent: initialize the agent with one first")
         return self.playing
+
+
+class SearchOpponentAgent(OpponentAgent):
+    """`OpponentAgent` for any opponent, the searchers too (alpha-beta, Monte-Carlo tree
+    search: `mistk_rl.games.search`): its moves are computed on the service's thread pool,
+    not on its event loop, so a search of a tenth of a second a move holds no other
+    request (it offers no step stream, whose frames are answered on the event loop)."""
+
+    steps_inline = False
 
 
 class MaskedRandomAgent(OpponentAgent):

@@ -44,6 +44,7 @@ class UniformOpponent(ABC):
     obs_shape: ClassVar[Optional[tuple[int, ...]]] = None
     n_actions: ClassVar[Optional[int]] = None
     enumerable: ClassVar[bool] = True  # its replies are the moves it plays (exhaustive runs)
+    searches: ClassVar[bool] = False  # takes ms or more a move (served off the event loop)
 
     def __init_subclass__(cls, **kwargs) -> None:
         super().__init_subclass__(**kwargs)
@@ -129,6 +130,7 @@ class _Searcher(UniformOpponent):
     which reads an observation into the rules' (own, other) masks."""
 
     rules: ClassVar[Rules]
+    searches = True
 
     @abstractmethod
     def position(self, obs: np.ndarray) -> tuple[int, int]: ...

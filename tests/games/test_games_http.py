@@ -74,3 +74,28 @@ def test_exhaustive_evaluation_over_http(launch):
     assert first["lines"] > 50 and second["lines"] > 300
     assert first["win"] + first["draw"] == pytest.approx(1.0)
     orch.reset()
+
+
+def test_a_searcher_served_off_the_event_loop_beats_win_block_at_connect_four(launch):
+    """Alpha-beta four plies deep, a SearchOpponentAgent, against the win-block player:
+    every game won (it blocks every threat and sees two-move wins win-block cannot)."""
+    orch = launch("orchestrator", GAME).client()
+    orch.initialize({"id": "classic/connect_four-v3"}, agents_needed=2)
+    searcher, _ = _agent(
+        launch,
+        "agents.opponent_agents:SearchOpponentAgent",
+        {"opponent": "connect4_alphabeta4", "seed": 0},
+    )
+    winblock, _ = _agent(launch, "agents.opponent_agents:ConnectFourWinBlockAgent", {"seed": 1})
+    orch.register_agent("searcher", searcher.url)
+    orch.register_agent("winblock", winblock.url)
+    orch.start_episode(
+        {"numEpisodes": 16, "numEnvs": 8, "seed": 0, "seatAssignment": "alternate"},
+        wait=True,
+        timeout=180,
+    )
+    totals = orch.get_results().totals["searcher"]
+    assert sum(t["games"] for t in totals.values()) == 16 and len(totals) == 2  # both seats
+    assert sum(t["win"] for t in totals.values()) >= 15
+    assert sum(t["illegal"] for t in totals.values()) == 0
+    orch.reset()

@@ -188,3 +188,14 @@ def test_mcts_is_refused_for_an_exhaustive_evaluation():
     check_enumerable(game, "p", "tictactoe_perfect", ["p"])  # (an enumerable one passes)
     with pytest.raises(InvalidRequest, match="chance.*sampled games"):
         check_enumerable(game, "p", "tictactoe_mcts100", ["p"])
+
+
+def test_a_searcher_is_served_off_the_event_loop_and_refused_on_it():
+    from agents.opponent_agents import OpponentAgent, SearchOpponentAgent
+
+    with pytest.raises(InvalidRequest, match="SearchOpponentAgent"):
+        OpponentAgent().validate_initialize({}, {"opponent": "connect4_mcts200"})
+    OpponentAgent().validate_initialize({}, {"opponent": "connect4_winblock"})
+    agent = SearchOpponentAgent()
+    agent.validate_initialize({}, {"opponent": "connect4_mcts200", "seed": 0})
+    assert not agent.steps_inline
