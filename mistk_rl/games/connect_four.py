@@ -73,7 +73,7 @@ def bitboards(obs: np.ndarray) -> tuple[int, int]:
     return masks[OWN], masks[OTHER]
 
 
-class Rules:
+class ConnectFourRules:
     """`mistk_rl.games.search.Rules` on `bitboards`: a move is the column."""
 
     def moves(self, own: int, other: int) -> list[int]:

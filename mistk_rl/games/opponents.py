@@ -185,7 +185,7 @@ class _TicTacToe:
 
     obs_shape: ClassVar[Optional[tuple[int, ...]]] = (3, 3, 2)
     n_actions: ClassVar[Optional[int]] = tictactoe.CELLS
-    rules: ClassVar[Rules] = tictactoe.Rules()
+    rules: ClassVar[Rules] = tictactoe.TicTacToeRules()
 
     def position(self, obs: np.ndarray) -> tuple[int, int]:
         return tictactoe.board_key(obs)
@@ -196,7 +196,7 @@ class _ConnectFour:
 
     obs_shape: ClassVar[Optional[tuple[int, ...]]] = (connect_four.ROWS, connect_four.COLS, 2)
     n_actions: ClassVar[Optional[int]] = connect_four.COLS
-    rules: ClassVar[Rules] = connect_four.Rules()
+    rules: ClassVar[Rules] = connect_four.ConnectFourRules()
 
     def position(self, obs: np.ndarray) -> tuple[int, int]:
         return connect_four.bitboards(obs)

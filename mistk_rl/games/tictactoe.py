@@ -87,7 +87,7 @@ def optimal_moves(obs: np.ndarray) -> list[int]:
     return [cell for cell in _empty(own | other) if -_value(other, own | 1 << cell) == best]
 
 
-class Rules:
+class TicTacToeRules:
     """`mistk_rl.games.search.Rules` on `board_key`'s masks: a move is the cell's index."""
 
     _ORDER = (4, 0, 2, 6, 8, 1, 3, 5, 7)  # centre, corners, edges: alpha-beta's first tries

@@ -52,7 +52,7 @@ def _c4_positions(n: int, seed: int) -> list[np.ndarray]:
 
 
 def test_connect_four_bitboards_agree_with_the_board_arrays():
-    rules = c4.Rules()
+    rules = c4.ConnectFourRules()
     for obs in _c4_positions(300, seed=0):
         own, other = c4.bitboards(obs)
         assert rules.moves(own, other) == [
@@ -113,7 +113,7 @@ def test_tictactoe_alphabeta_takes_every_win_and_blocks_every_threat_it_can():
 
 
 def test_alphabeta_searched_to_the_end_plays_only_optimal_tictactoe_moves():
-    rules, rng = tictactoe.Rules(), np.random.default_rng(2)
+    rules, rng = tictactoe.TicTacToeRules(), np.random.default_rng(2)
     for _ in range(20):
         obs = np.zeros((3, 3, 2), np.int8)
         while tictactoe.game_result(obs) is None:
@@ -178,9 +178,11 @@ def test_a_finished_game_has_no_search():
     with pytest.raises(ValueError, match="no move"):
         TicTacToeMCTS100(*TTT_SPACES).act(won[None], None, np.random.default_rng())
     with pytest.raises(ValueError, match="over"):
-        mcts_move(tictactoe.Rules(), *tictactoe.board_key(won), 10, np.random.default_rng())
+        mcts_move(
+            tictactoe.TicTacToeRules(), *tictactoe.board_key(won), 10, np.random.default_rng()
+        )
     with pytest.raises(ValueError, match="depth"):
-        alphabeta_moves(tictactoe.Rules(), 0, 0, 0)
+        alphabeta_moves(tictactoe.TicTacToeRules(), 0, 0, 0)
 
 
 def test_mcts_is_refused_for_an_exhaustive_evaluation():
