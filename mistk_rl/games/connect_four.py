@@ -97,6 +97,6 @@ class ConnectFourRules:
         for col, weight in enumerate(_WEIGHTS):
             if weight:
                 score += weight * (
-                    bin(own & _COLUMN[col]).count("1") - bin(other & _COLUMN[col]).count("1")
+                    (own & _COLUMN[col]).bit_count() - (other & _COLUMN[col]).bit_count()
                 )
         return float(score)

@@ -83,14 +83,21 @@ class UniformOpponent(ABC):
         """See `Opponent.act`."""
         actions = np.empty(len(obs), dtype=np.int64)
         for row, board in enumerate(obs):
-            moves = self.replies(board, None if masks is None else masks[row])
-            if not moves:
+            move = self.move(board, None if masks is None else masks[row], rng)
+            if move is None:
                 raise ValueError(
                     f"{self.name}: no move to choose from in row {row} "
                     "(an all-zero mask, or a finished game)"
                 )
-            actions[row] = moves[rng.integers(len(moves))]
+            actions[row] = move
         return actions
+
+    def move(
+        self, obs: np.ndarray, mask: Optional[np.ndarray], rng: np.random.Generator
+    ) -> Optional[int]:
+        """One position's move: uniform among `replies`; None when there is none."""
+        moves = self.replies(obs, mask)
+        return moves[rng.integers(len(moves))] if moves else None
 
 
 class MaskedRandom(UniformOpponent):
@@ -168,16 +175,11 @@ class MonteCarlo(_Searcher):
     def replies(self, obs: np.ndarray, mask: Optional[np.ndarray]) -> list[int]:
         raise TypeError(f"{self.name} draws its move by chance: it has no set of replies")
 
-    def act(
-        self, obs: np.ndarray, masks: Optional[np.ndarray], rng: np.random.Generator
-    ) -> np.ndarray:
-        actions = np.empty(len(obs), dtype=np.int64)
-        for row, board in enumerate(obs):
-            position = self._open(board)
-            if position is None:
-                raise ValueError(f"{self.name}: no move to choose from in row {row} (game over)")
-            actions[row] = mcts_move(self.rules, *position, self.simulations, rng)
-        return actions
+    def move(
+        self, obs: np.ndarray, mask: Optional[np.ndarray], rng: np.random.Generator
+    ) -> Optional[int]:
+        position = self._open(obs)
+        return None if position is None else mcts_move(self.rules, *position, self.simulations, rng)
 
 
 class _TicTacToe:
@@ -202,37 +204,17 @@ class _ConnectFour:
         return connect_four.bitboards(obs)
 
 
-class TicTacToeAlphaBeta2(_TicTacToe, AlphaBeta):
-    name, label, depth = "tictactoe_alphabeta2", "ab2", 2
-
-
-class TicTacToeMCTS25(_TicTacToe, MonteCarlo):
-    name, label, simulations = "tictactoe_mcts25", "mcts25", 25
-
-
-class TicTacToeMCTS100(_TicTacToe, MonteCarlo):
-    name, label, simulations = "tictactoe_mcts100", "mcts100", 100
-
-
-class TicTacToeMCTS400(_TicTacToe, MonteCarlo):
-    name, label, simulations = "tictactoe_mcts400", "mcts400", 400
-
-
-class ConnectFourAlphaBeta2(_ConnectFour, AlphaBeta):
-    name, label, depth = "connect4_alphabeta2", "ab2", 2
-
-
-class ConnectFourAlphaBeta4(_ConnectFour, AlphaBeta):
-    name, label, depth = "connect4_alphabeta4", "ab4", 4
-
-
-class ConnectFourMCTS50(_ConnectFour, MonteCarlo):
-    name, label, simulations = "connect4_mcts50", "mcts50", 50
-
-
-class ConnectFourMCTS200(_ConnectFour, MonteCarlo):
-    name, label, simulations = "connect4_mcts200", "mcts200", 200
-
-
-class ConnectFourMCTS800(_ConnectFour, MonteCarlo):
-    name, label, simulations = "connect4_mcts800", "mcts800", 800
+# (game, search, name, label, strength): each row declares (and so registers) one opponent
+SEARCHERS = (
+    (_TicTacToe, AlphaBeta, "tictactoe_alphabeta2", "ab2", {"depth": 2}),
+    (_TicTacToe, MonteCarlo, "tictactoe_mcts25", "mcts25", {"simulations": 25}),
+    (_TicTacToe, MonteCarlo, "tictactoe_mcts100", "mcts100", {"simulations": 100}),
+    (_TicTacToe, MonteCarlo, "tictactoe_mcts400", "mcts400", {"simulations": 400}),
+    (_ConnectFour, AlphaBeta, "connect4_alphabeta2", "ab2", {"depth": 2}),
+    (_ConnectFour, AlphaBeta, "connect4_alphabeta4", "ab4", {"depth": 4}),
+    (_ConnectFour, MonteCarlo, "connect4_mcts50", "mcts50", {"simulations": 50}),
+    (_ConnectFour, MonteCarlo, "connect4_mcts200", "mcts200", {"simulations": 200}),
+    (_ConnectFour, MonteCarlo, "connect4_mcts800", "mcts800", {"simulations": 800}),
+)
+for _game, _search, _name, _label, _strength in SEARCHERS:
+    type(_name, (_game, _search), {"name": _name, "label": _label, **_strength})

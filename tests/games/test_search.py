@@ -13,13 +13,7 @@ from mistk_rl.errors import InvalidRequest
 from mistk_rl.games import connect_four as c4
 from mistk_rl.games import tictactoe
 from mistk_rl.games.enumerate import check_enumerable
-from mistk_rl.games.opponents import (
-    OPPONENTS,
-    ConnectFourAlphaBeta2,
-    ConnectFourAlphaBeta4,
-    ConnectFourMCTS50,
-    TicTacToeMCTS100,
-)
+from mistk_rl.games.opponents import OPPONENTS
 from mistk_rl.games.pettingzoo_games import probe_game
 from mistk_rl.games.search import alphabeta_moves, mcts_move
 
@@ -31,6 +25,13 @@ def _drop(obs: np.ndarray, col: int) -> np.ndarray:
     """The position after the player to move drops in `col`, seen by the other player."""
     board = obs.copy()
     board[c4.landing_row(obs, col), col, c4.OWN] = 1
+    return board[..., ::-1].copy()
+
+
+def _ttt_play(obs: np.ndarray, cell: int) -> np.ndarray:
+    """The position after the player to move marks `cell`, seen by the other player."""
+    board = obs.copy()
+    board.reshape(9, 2)[cell, 0] = 1
     return board[..., ::-1].copy()
 
 
@@ -64,9 +65,9 @@ def test_connect_four_bitboards_agree_with_the_board_arrays():
             assert c4.bitboards(_drop(obs, col)) == (other, after)  # (the roles swap)
 
 
-@pytest.mark.parametrize("opponent", [ConnectFourAlphaBeta2, ConnectFourAlphaBeta4])
+@pytest.mark.parametrize("opponent", ["connect4_alphabeta2", "connect4_alphabeta4"])
 def test_alphabeta_never_misses_a_win_or_a_block_in_one(opponent):
-    player, checked = opponent(*C4_SPACES), {"wins": 0, "blocks": 0}
+    player, checked = OPPONENTS[opponent](*C4_SPACES), {"wins": 0, "blocks": 0}
     for obs in _c4_positions(400, seed=1):
         replies = player.replies(obs, None)
         legal = c4.legal_columns(obs)
@@ -106,9 +107,7 @@ def test_tictactoe_alphabeta_takes_every_win_and_blocks_every_threat_it_can():
             assert replies == threats
         checked += bool(wins) or len(threats) == 1
         for cell in legal:
-            after = obs.copy()
-            after.reshape(9, 2)[cell, 0] = 1
-            boards.append(after[..., ::-1].copy())
+            boards.append(_ttt_play(obs, cell))
     assert len(seen) > 4000 and checked > 1000
 
 
@@ -122,13 +121,11 @@ def test_alphabeta_searched_to_the_end_plays_only_optimal_tictactoe_moves():
             assert best and set(best) <= set(tictactoe.optimal_moves(obs))
             legal = tictactoe.legal_moves(obs)
             cell = legal[rng.integers(len(legal))]
-            obs = obs.copy()
-            obs.reshape(9, 2)[cell, 0] = 1
-            obs = obs[..., ::-1].copy()
+            obs = _ttt_play(obs, cell)
 
 
 def test_mcts_plays_legal_moves_drawn_from_its_generator_and_takes_a_win():
-    player = ConnectFourMCTS50(*C4_SPACES)
+    player = OPPONENTS["connect4_mcts50"](*C4_SPACES)
     positions = np.stack(_c4_positions(40, seed=3))
     first = player.act(positions, None, np.random.default_rng(0))
     again = player.act(positions, None, np.random.default_rng(0))
@@ -157,9 +154,7 @@ def _missed_blocks(name: str, games: int = 60) -> tuple[int, int]:
             elif len(threats) == 1:
                 missed, blocked = missed + (move != threats[0]), blocked + (move == threats[0])
             cell = legal[rng.integers(len(legal))]  # (the game goes on at random)
-            obs = obs.copy()
-            obs.reshape(9, 2)[cell, 0] = 1
-            obs = obs[..., ::-1].copy()
+            obs = _ttt_play(obs, cell)
     return missed, blocked
 
 
@@ -176,7 +171,7 @@ def test_a_finished_game_has_no_search():
     won[0, :, 1] = 1  # the other player has the top row
     assert OPPONENTS["tictactoe_mcts25"](*TTT_SPACES)._open(won) is None
     with pytest.raises(ValueError, match="no move"):
-        TicTacToeMCTS100(*TTT_SPACES).act(won[None], None, np.random.default_rng())
+        OPPONENTS["tictactoe_mcts100"](*TTT_SPACES).act(won[None], None, np.random.default_rng())
     with pytest.raises(ValueError, match="over"):
         mcts_move(
             tictactoe.TicTacToeRules(), *tictactoe.board_key(won), 10, np.random.default_rng()
