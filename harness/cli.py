@@ -1,4 +1,4 @@
-"""The `mistk-rl` command: serve, run, eval, export, compare, bench.
+"""The `mistk-rl` command: serve, run, eval, export, compare, ladder, exploit, bench.
 
 The top of the driver layer: `serve` is the framework's (`mistk_rl.service.cli`, also
 `python -m mistk_rl serve`, which is how the harness starts services), `run` and `eval` the
@@ -76,6 +76,68 @@ def _compare(args: argparse.Namespace) -> int:
     except RunConfigError as exc:
         print(f"mistk-rl compare: {exc}", file=sys.stderr)
         return 1
+    return 0
+
+
+def _ladder(args: argparse.Namespace) -> int:
+    from datetime import datetime
+
+    import yaml
+
+    from harness.config import RunConfigError
+    from harness.ladder_players import ladder_config
+    from harness.run import run_from_file
+
+    if len(args.runs) + len((args.opponents or "").split(",")) < 2:
+        print("mistk-rl ladder: give two players or more (RUN_DIRs, --opponents)", file=sys.stderr)
+        return 2
+    out = Path(args.out) if args.out else Path("runs") / f"ladder-{datetime.now():%Y%m%d-%H%M%S}"
+    try:
+        config = ladder_config(
+            args.runs,
+            args.opponents.split(",") if args.opponents else [],
+            out,
+            agent=args.agent,
+            snapshots=args.snapshots,
+            anchor=args.anchor,
+            games_per_seat=args.games_per_seat,
+            mode=args.mode,
+            game=args.game,
+        )
+    except RunConfigError as exc:
+        print(f"mistk-rl ladder: {exc}", file=sys.stderr)
+        return 1
+    # (its config.yaml, which `mistk-rl run` plays again; the run writes it there anyway)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "config.yaml").write_text(yaml.safe_dump(config.model_dump(), sort_keys=False))
+    return run_from_file(out / "config.yaml", out=out, quiet=args.quiet)
+
+
+def _exploit(args: argparse.Namespace) -> int:
+    from harness.config import RunConfigError
+    from harness.exploit import exploit, report
+    from harness.run import run_from_file
+
+    def run_one(config: Optional[Path], run_dir: Path, resume: bool) -> int:
+        if resume:
+            return run_from_file(None, quiet=args.quiet, resume=run_dir)
+        return run_from_file(config, out=run_dir, quiet=args.quiet)
+
+    try:
+        result = exploit(
+            args.runs,
+            Path(args.out),
+            args.seeds or [0, 1, 2],
+            args.moves,
+            args.games_per_seat,
+            args.agent,
+            run_one,
+        )
+    except RunConfigError as exc:
+        print(f"mistk-rl exploit: {exc}", file=sys.stderr)
+        return 1
+    print(report(result))
+    print(f"(every seed's run, and exploit.json: {args.out})")
     return 0
 
 
@@ -316,6 +378,8 @@ def build_parser() -> argparse.ArgumentParser:
         _add_eval,
         _add_export,
         _add_compare,
+        _add_ladder,
+        _add_exploit,
         _add_bench,
         _add_conformance,
         _add_dashboard,
@@ -443,6 +507,89 @@ def _add_compare(sub: argparse._SubParsersAction) -> None:
     )
     compare.add_argument("--json", default=None, help="also write the summary here")
     compare.set_defaults(func=_compare)
+
+
+def _add_ladder(sub: argparse._SubParsersAction) -> None:
+    ladder = sub.add_parser(
+        "ladder",
+        help="a round robin of trained players and built-in opponents, rated (Elo scale, "
+        "bootstrap intervals, anchored to one player)",
+        description="Every pair plays --games-per-seat games in each seat order; "
+        "Bradley-Terry ratings with a first-seat advantage are fitted to all the games, "
+        "with 95%% bootstrap intervals. Writes a run directory: ladder.json, ladder.csv, "
+        "ratings.png, headtohead.png, and a config.yaml that `mistk-rl run` plays again.",
+    )
+    ladder.add_argument(
+        "runs",
+        nargs="*",
+        metavar="[LABEL=]RUN_DIR",
+        help="game or league runs: each one's evaluated agent (its saved model, else its "
+        "last evaluation's checkpoint), named LABEL or by the run directory",
+    )
+    ladder.add_argument(
+        "--opponents",
+        default=None,
+        help="built-in opponents, comma-separated (e.g. connect4_winblock,connect4_mcts200)",
+    )
+    ladder.add_argument(
+        "--agent", default=None, help="the runs' agent to take (default their evaluated one)"
+    )
+    ladder.add_argument(
+        "--snapshots",
+        type=int,
+        default=0,
+        metavar="K",
+        help="also each league run's last K snapshots of that agent",
+    )
+    ladder.add_argument(
+        "--anchor",
+        default=None,
+        help="the player rated 0 (default the first of --opponents, else the first player)",
+    )
+    ladder.add_argument(
+        "--games-per-seat", type=int, default=100, help="games per pair and seat order"
+    )
+    ladder.add_argument(
+        "--mode",
+        choices=["sampled", "greedy"],
+        default="sampled",
+        help="learned players sample from their policy (default) or act greedily",
+    )
+    ladder.add_argument("--game", default=None, help="the game's id, when no run names it")
+    ladder.add_argument("--out", default=None, help="its run directory (default runs/ladder-TIME)")
+    ladder.add_argument("--quiet", action="store_true", help="no progress output")
+    ladder.set_defaults(func=_ladder)
+
+
+def _add_exploit(sub: argparse._SubParsersAction) -> None:
+    exploit = sub.add_parser(
+        "exploit",
+        help="exploitability: a fresh learner trained against a run's frozen player for a "
+        "fixed budget, and its final win rate against it (lower is harder to exploit)",
+        description="For each run and seed, a game-training run (OUT/LABEL/seed-S) of a "
+        "fresh copy of the player's learner against the frozen player (sampling from its "
+        "policy), seats alternating, for --moves of the learner's moves; the last "
+        "evaluation's win rate over both seats is the figure. Prints each seed's with its "
+        "Wilson interval, the mean over seeds with its t interval, and each run's "
+        "difference from the first (Welch). Run again, it reads finished seeds and resumes "
+        "stopped ones.",
+    )
+    exploit.add_argument("runs", nargs="+", metavar="[LABEL=]RUN_DIR", help="game or league runs")
+    exploit.add_argument(
+        "--agent", default=None, help="the runs' player to exploit (default their evaluated one)"
+    )
+    exploit.add_argument(
+        "--moves", type=int, required=True, help="the exploiter's budget: its moves"
+    )
+    exploit.add_argument(
+        "--seeds", type=seed_list, default=None, help="the exploiter's seeds (default 0,1,2)"
+    )
+    exploit.add_argument(
+        "--games-per-seat", type=int, default=500, help="games per seat in the last evaluation"
+    )
+    exploit.add_argument("--out", required=True, help="where the seeds' runs and exploit.json go")
+    exploit.add_argument("--quiet", action="store_true", help="no progress output")
+    exploit.set_defaults(func=_exploit)
 
 
 def _add_bench(sub: argparse._SubParsersAction) -> None:

@@ -149,6 +149,9 @@ class Matchup(_Strict):
     opponent: str  # a built-in opponent or a registered agent's name
     exhaustive: bool = False  # enumerate every game against its replies (random, perfect)
     games_per_seat: int = Field(default=1000, ge=1)  # sampled games per seat
+    # how a learned opponent acts in sampled games: greedy (eval), or sampling from its
+    # policy (collect), as it plays in training; a greedy one replays a handful of games
+    opponent_mode: Literal["eval", "collect"] = "eval"
 
 
 class GameEvaluation(_Strict):
@@ -158,6 +161,9 @@ class GameEvaluation(_Strict):
     against: list[Matchup] = Field(min_length=1)  # its matchups
     num_envs: int = Field(default=16, ge=1)  # game copies for sampled matchups
     seed: int = Field(default=10_000, ge=0)  # the sampled games' first seed
+    # every opponent here is one the agent does not train against: a run that would is
+    # refused before it trains (without it, such figures are marked "trained against")
+    held_out: bool = False
 
 
 class Target(_Strict):
@@ -186,6 +192,22 @@ class GameTrainingSpec(_Strict):
     # stop at the first evaluation meeting every target (its checkpoint is the last saved,
     # so it is kept); none: train the whole budget
     stop_when: list[Target] = Field(default_factory=list)
+
+
+class LadderSpec(_Strict):
+    """A round robin (`mistk-rl ladder`, or a config's `ladder` block): every pair of
+    `players` plays `games_per_seat` games in each seat order, and their ratings are fitted
+    to all the games at once, with intervals (`mistk_rl.league.bradley_terry`)."""
+
+    players: list[str] = Field(min_length=2)  # agents of the run
+    anchor: str  # the player rated 0: ratings are Elo points above it
+    games_per_seat: int = Field(default=100, ge=1)  # per pair and seat order
+    # how learned players act: sampled from their policy (a ladder of greedy players would
+    # replay a handful of games), or greedy; built-in opponents play as they always do
+    mode: Literal["sampled", "greedy"] = "sampled"
+    num_envs: int = Field(default=16, ge=1)  # game copies
+    seed: int = Field(default=20_000, ge=0)  # the games' first seed
+    resamples: int = Field(default=500, ge=0)  # bootstrap refits for the intervals
 
 
 class ClusterSpec(_Strict):
@@ -239,6 +261,7 @@ class RunConfig(_Strict):
     training: Optional[TrainingSpec] = None
     game_training: Optional[GameTrainingSpec] = None
     evaluation: Optional[GameEvaluation] = None  # games: after the run, and `mistk-rl eval`
+    ladder: Optional[LadderSpec] = None  # games: a round robin of its agents, rated
     # a league's workers (orchestrator.env.league): game orchestrators, or a solo league's
     # gym orchestrators; started or given by URL
     # (or {count: N, ...}: `WorkerPool`)
@@ -283,6 +306,8 @@ class RunConfig(_Strict):
         self._check_agents_of_mode(solo)
         if self.evaluation is not None:
             self._check_evaluation_names(self.evaluation, names)
+        if self.ladder is not None:
+            self._check_ladder(self.ladder, names)
         self._check_workers(league)
         if not given:
             self.episodes = [EpisodeBlock()]
@@ -292,13 +317,13 @@ class RunConfig(_Strict):
         """The modes the config gives (at most one: play, train or train by games)."""
         given = [
             key
-            for key in ("episodes", "training", "game_training")
+            for key in ("episodes", "training", "game_training", "ladder")
             if getattr(self, key) is not None
         ]
         if len(given) > 1:
             raise ValueError(
                 "give one of 'episodes' (play), 'training' (train and "
-                "evaluate) or 'game_training' (games), not "
+                "evaluate), 'game_training' (games) or 'ladder' (a round robin), not "
                 f"{' and '.join(given)}"
             )
         return given
@@ -356,6 +381,16 @@ class RunConfig(_Strict):
                 f"game_training.stop_when names opponents "
                 f"{', '.join(unknown)} the evaluation does not play"
             )
+
+    def _check_ladder(self, ladder: LadderSpec, names: list[str]) -> None:
+        """A ladder's players are distinct agents of the run, its anchor one of them."""
+        missing = sorted(set(ladder.players) - set(names))
+        if missing:
+            raise ValueError(f"ladder.players names agents {', '.join(missing)} not in 'agents'")
+        if len(set(ladder.players)) != len(ladder.players):
+            raise ValueError(f"ladder.players lists a player twice: {ladder.players}")
+        if ladder.anchor not in ladder.players:
+            raise ValueError(f"ladder.anchor {ladder.anchor!r} is not one of ladder.players")
 
     def _check_workers(self, league: Optional[dict[str, Any]]) -> None:
         """`workers` are a league's, and a league has some (here or in its own settings)."""

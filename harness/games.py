@@ -22,7 +22,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Optional
 
-from harness.config import GameEvaluation, GameTrainingSpec, Matchup, Target
+from harness.config import (
+    GameEvaluation,
+    GameTrainingSpec,
+    Matchup,
+    RunConfig,
+    RunConfigError,
+    Target,
+)
 from harness.league import payoff_figure
 from harness.loop import Evaluated, run_loop
 from harness.progress import TrainingProgress
@@ -32,16 +39,66 @@ from mistk_rl.sdk.client import OrchestratorClient
 from mistk_rl.sdk.schemas import AgentSettings, EpisodeConfig, EpisodeResult, ExhaustiveSpec
 
 
-def evaluate(orch: OrchestratorClient, spec: GameEvaluation, timeout: float) -> dict[str, Any]:
-    """{opponent: {"exhaustive": bool, "seats": {seat: {win, draw, loss, ...}}}}."""
+def evaluate(
+    orch: OrchestratorClient,
+    spec: GameEvaluation,
+    timeout: float,
+    trained_against: frozenset[str] = frozenset(),
+) -> dict[str, Any]:
+    """{opponent: {"exhaustive": bool, "trained_against": bool, "seats": {seat: {win, draw,
+    loss, ...}}}}; `trained_against`: the opponents the agent trains on
+    (`training_opponents`), whose figures say so."""
     return {
-        matchup.opponent: (
-            _enumerated(orch, spec, matchup, timeout)
-            if matchup.exhaustive
-            else _sampled(orch, spec, matchup, timeout)
-        )
+        matchup.opponent: {
+            **(
+                _enumerated(orch, spec, matchup, timeout)
+                if matchup.exhaustive
+                else _sampled(orch, spec, matchup, timeout)
+            ),
+            "trained_against": matchup.opponent in trained_against,
+        }
         for matchup in spec.against
     }
+
+
+TRAINED_AGAINST = " (trained against)"  # how a matchup's figures say the agent trains on it
+
+
+def shown_as(opponent: str, result: dict[str, Any]) -> str:
+    """`opponent` as its figures are labelled: marked where the agent trains on it."""
+    return opponent + (TRAINED_AGAINST if result.get("trained_against") else "")
+
+
+def training_opponents(config: RunConfig, status: dict[str, Any]) -> frozenset[str]:
+    """Whom the evaluated agent meets in its training games: a league's other players, its
+    pool and its fixed opponents (``orchestrator.env.league``); else game training's lineup,
+    or, without one, the agents holding seats (the game orchestrator's ``seatHolders`` in
+    `status`, as it bound them). An evaluation against one of them is not held out."""
+    evaluation = config.evaluation
+    if evaluation is None:
+        return frozenset()
+    league = config.orchestrator.env.league
+    if league is not None:
+        met = {p["id"] for p in league.get("players", [])}
+        met |= set(league.get("pool", [])) | set(league.get("fixed", []))
+    elif config.game_training is not None:
+        lineup = config.game_training.lineup
+        met = set((lineup or status.get("seatHolders") or {}).values())
+    else:
+        met = set()
+    return frozenset(met - {evaluation.agent})
+
+
+def check_held_out(evaluation: GameEvaluation, trained_against: frozenset[str]) -> None:
+    """``evaluation.held_out``: refuse a run that trains on one of its evaluation's
+    opponents, before it trains (`RunConfigError`, naming them)."""
+    overlap = sorted(trained_against & {m.opponent for m in evaluation.against})
+    if evaluation.held_out and overlap:
+        raise RunConfigError(
+            f"evaluation.held_out: the agent trains against {', '.join(overlap)}, which the "
+            "evaluation plays; take them out of training (league fixed/pool, lineup, seats) "
+            "or out of evaluation.against"
+        )
 
 
 def _enumerated(
@@ -85,6 +142,7 @@ def _sampled(
             train=False,
             lineup=lineup,
             seat_assignment="alternate",
+            agents={matchup.opponent: AgentSettings(mode=matchup.opponent_mode, train=False)},
         ),
         timeout=timeout,
     ).episodes
@@ -118,6 +176,7 @@ def train_games(
     quiet: bool = False,
     progress: Optional[GameProgress] = None,
     title: str = "",
+    trained_against: frozenset[str] = frozenset(),
 ) -> list[dict]:
     """The training loop (module doc; `harness.loop`), from the start or from `progress` (a
     resumed run); returns the evaluations, also written to ``evals.csv``, TensorBoard and
@@ -138,6 +197,7 @@ def train_games(
             progress,
             resumed,
             f"{title or run_dir.name} (seed {spec.seed})",
+            trained_against,
         ),
         progress.wall_s,
         say,
@@ -166,8 +226,10 @@ class _GameSchedule:
         progress: GameProgress,
         resumed: bool = False,
         title: str = "",
+        trained_against: frozenset[str] = frozenset(),
     ) -> None:
         self.orch, self.spec, self.evaluation = orch, spec, evaluation
+        self.trained_against = trained_against
         self.run_dir, self.timeout, self.progress = run_dir, timeout, progress
         self.title = title
         # the x axis is the evaluated agent's moves, as evals.csv's
@@ -206,7 +268,7 @@ class _GameSchedule:
             progress.blocks += 1
 
     def evaluate(self, wall_s: float) -> Evaluated:
-        report = evaluate(self.orch, self.evaluation, self.timeout)
+        report = evaluate(self.orch, self.evaluation, self.timeout, self.trained_against)
         status = self.orch.status()
         record = {
             "agent_steps": self.progress.agent_steps,
@@ -287,14 +349,14 @@ def plot_game_curve(evals: list[dict], path: Path, title: str) -> None:
                 "-o",
                 color=color,
                 markersize=3,
-                label=f"vs {opponent}, {seat}: win",
+                label=f"vs {shown_as(opponent, result)}, {seat}: win",
             )
             ax.plot(
                 steps,
                 [r["loss"] for r in rates],
                 ":",
                 color=color,
-                label=f"vs {opponent}, {seat}: loss",
+                label=f"vs {shown_as(opponent, result)}, {seat}: loss",
             )
     ax.set_ylim(-0.02, 1.02)
     ax.set_xlabel("evaluated agent's moves")
@@ -369,7 +431,7 @@ def summary(report: dict[str, Any]) -> str:
         for seat, r in result["seats"].items():
             lost = f" lost lines {r['lost_lines']}/{r['lines']}" if "lines" in r else ""
             seats.append(f"{seat} {r['win']:.3f}/{r['draw']:.3f}/{r['loss']:.3f}{lost}")
-        parts.append(f"vs {opponent}: " + "; ".join(seats))
+        parts.append(f"vs {shown_as(opponent, result)}: " + "; ".join(seats))
     return " | ".join(parts)
 
 
@@ -388,6 +450,7 @@ def write_evals(evals: list[dict], run_dir: Path) -> None:
                 "loss",
                 "lines",
                 "lost_lines",
+                "trained_against",
             ]
         )
         for record in evals:
@@ -404,5 +467,6 @@ def write_evals(evals: list[dict], run_dir: Path) -> None:
                             r["loss"],
                             r.get("lines", ""),
                             r.get("lost_lines", ""),
+                            int(bool(result.get("trained_against"))),
                         ]
                     )

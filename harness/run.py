@@ -36,6 +36,7 @@ from harness.dashboard import Dashboard
 from harness.episodes import EPISODES, EpisodesFile
 from harness.episodes import read_episodes as read_episodes
 from harness.games import GameProgress, summary
+from harness.ladder import table as ladder_table
 from harness.league import table_text
 from harness.run_services import RunClients, RunServices, keep_workers
 from harness.run_services import data_dir as data_dir
@@ -204,6 +205,9 @@ def _say_results(
                 f"first passing evaluation at {results['first_pass']['agent_steps']} steps "
                 f"({results['first_pass']['wall_s']} s); kept: {results['checkpoint']}"
             )
+    if results.get("ladder"):
+        say(ladder_table(results["ladder"]))
+        say(f"the ladder's games and plots: {run_dir} (ladder.json, ratings.png, headtohead.png)")
     if results.get("episode_count"):
         say(
             f"{results['episode_count']} episodes, mean return "

@@ -13,7 +13,14 @@ from typing import Any, Callable, Literal, Optional, TypeVar
 
 from harness.config import AgentSpec, RunConfig, RunConfigError
 from harness.episodes import EpisodesFile
-from harness.games import GameProgress, evaluate, train_games
+from harness.games import (
+    GameProgress,
+    check_held_out,
+    evaluate,
+    train_games,
+    training_opponents,
+)
+from harness.ladder import play_round_robin, write_ladder
 from harness.league import Evaluator, league_results, train_solo_league
 from harness.training import (
     Checkpoints,
@@ -125,13 +132,15 @@ class MistkSequence:
         return checkpoint or spec.model_path
 
     def _main(self, outcome: dict) -> Optional[Progress]:
-        """The run's work: an evaluation, game training, training or the episode blocks."""
+        """The run's work: an evaluation, game training, training, a ladder or the episode
+        blocks."""
         config = self.config
         if self.evaluate_only:
             with _step("evaluation"):
                 outcome["evaluation"] = self._evaluation()
         elif config.game_training is not None:
             assert config.evaluation is not None  # (`RunConfig._check`: game training has one)
+            trained_against = self._trained_against()
             with _step("game training"):
                 outcome["evals"] = train_games(
                     self.orch,
@@ -144,9 +153,17 @@ class MistkSequence:
                     quiet=self.quiet,
                     progress=self._resumed(GameProgress),
                     title=config.name,
+                    trained_against=trained_against,
                 )
         elif config.training is not None:
             return self._train(outcome)
+        elif config.ladder is not None:
+            with _step("ladder"):
+                ladder = play_round_robin(
+                    self.orch, config.ladder, config.timeouts.episodes, self.say
+                )
+            write_ladder(ladder, self.run_dir, config.name)
+            outcome["ladder"] = ladder
         else:
             _play_blocks(config, self.orch, self.say)
         return None
@@ -156,9 +173,25 @@ class MistkSequence:
         episodes on the evaluation seeds."""
         config = self.config
         if config.evaluation is not None:
-            return evaluate(self.orch, config.evaluation, config.timeouts.episodes)
+            return evaluate(
+                self.orch, config.evaluation, config.timeouts.episodes, self._trained_against()
+            )
         assert config.training is not None  # (`harness.run._save_config` refuses one of neither)
         return asdict(evaluate_returns(self.orch, config.training, config.timeouts.episodes))
+
+    def _trained_against(self) -> frozenset[str]:
+        """The evaluation's opponents the agent trains on (`training_opponents`); with
+        ``evaluation.held_out``, none, or the run stops here, naming them."""
+        assert self.config.evaluation is not None
+        met = training_opponents(self.config, self.orch.status().payload)
+        check_held_out(self.config.evaluation, met)
+        trained = met & {m.opponent for m in self.config.evaluation.against}
+        if trained:
+            self.say(
+                f"evaluation: {', '.join(sorted(trained))} also trained against "
+                "(their figures are marked so; evaluation.held_out refuses this)"
+            )
+        return frozenset(trained)
 
     def _resumed(self, kind: type[_Kept]) -> Optional[_Kept]:
         """The progress this run resumes from (None: a new run), of the kind its training

@@ -126,6 +126,17 @@ class GameOrchestrator(AbstractOrchestrator):
             )
         return seats
 
+    def do_register_agent(self, agent_name: str, agent_url: str, skip_train: bool) -> None:
+        # who holds which seat, as bound here (a seat left out of registerAgent is the next
+        # free one): a caller sees whom the agents meet in games without a lineup
+        self.update_status(
+            {
+                "seatHolders": {
+                    seat: agent.name for agent in self.agents.values() for seat in agent.seats
+                }
+            }
+        )
+
     def agent_config(self, name: str, seats: tuple[str, ...] = ()) -> dict[str, Any]:
         """Its seats' spaces; an agent holding none (an opponent on the bench, for lineups
         of later calls) gets those every seat shares."""

@@ -25,6 +25,30 @@ SIGINT_IGNORED = pytest.mark.skipif(
 )
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers",
+        "long(seconds): a test that takes about this long on 2 cores (its module runs first)",
+    )
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """The modules with `long` tests first, the longest first, each module's tests kept
+    together and in order: pytest-xdist's workers then share out the many short tests at
+    the end, instead of one finishing a minute-long test alone while the other idles (the
+    longest-first rule). The other modules keep pytest's order."""
+    weight: dict[str, float] = {}
+    for item in items:
+        mark = item.get_closest_marker("long")
+        if mark is not None:
+            weight[item.nodeid.split("::")[0]] = weight.get(item.nodeid.split("::")[0], 0.0) + (
+                float(mark.args[0]) if mark.args else 30.0
+            )
+    first = sorted(weight, key=lambda module: -weight[module])
+    rank = {module: k for k, module in enumerate(first)}
+    items.sort(key=lambda item: rank.get(item.nodeid.split("::")[0], len(rank)))
+
+
 def group_alive(pgid: int) -> bool:
     """Any live process left in the service's process group (zombies do not count)."""
     return bool(group_members(pgid))

@@ -15,6 +15,7 @@ from mistk_rl.wire.spin import DEFAULT_SPIN
 from tests.conftest import REPO
 
 
+@pytest.mark.long(18)
 def test_bench_transport_and_envs_write_records(tmp_path):
     for what in ("transport", "envs"):
         out = tmp_path / f"{what}.json"

@@ -56,6 +56,7 @@ def _ray_processes() -> set[int]:
     return found
 
 
+@pytest.mark.long(270)
 @pytest.mark.timeout(RUN_BUDGET_S + 60)  # (the run's own bound comes first)
 def test_the_cluster_cases_pass_in_a_loopback_only_network():
     """tests/cluster/cases_*.py inside ``unshare --net --map-root-user`` (lo up), and no Ray

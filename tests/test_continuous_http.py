@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import gymnasium as gym
 import numpy as np
+import pytest
 
 from harness.config import RunConfig
 from harness.run import run
@@ -47,6 +48,7 @@ def _random_mean(episodes: int, seed: int) -> float:
     return float(np.mean(returns))
 
 
+@pytest.mark.long(20)
 def test_continuous_ppo_beats_random_on_pendulum_over_http(tmp_path, monkeypatch):
     monkeypatch.chdir(REPO)
     steps = 20_480

@@ -53,7 +53,10 @@ def _league_run(root: Path) -> Path:
             IDS, ["MainPlayer", "MainExploiter", "HistoricalPlayer"], [900, 800, 400], [3, 2, 1]
         )
     ]
-    evaluation = {"random": {"seats": {"player_1": {"win": 0.75}, "player_2": {"win": 0.5}}}}
+    evaluation = {
+        "random": {"seats": {"player_1": {"win": 0.75}, "player_2": {"win": 0.5}}},
+        "winblock": {"trained_against": True, "seats": {"player_1": {"win": 0.25}}},
+    }
     atomic_write_json(
         run / "results.json",
         {
@@ -114,6 +117,9 @@ def test_the_page_draws_the_runs_and_follows_them(tmp_path, launch):
             float(page.evaluate(_in(page, "dash_league", "evals", "random / player_1", "last")))
             == 0.75
         )
+        # an opponent it trains against is marked so
+        marked = _in(page, "dash_league", "evals", "winblock (trained against) / player_1", "last")
+        assert float(page.evaluate(marked)) == 0.25
         # the league: a 3 x 3 heatmap with the games played, ratings for every player
         assert page.evaluate("document.querySelectorAll('#payoff rect').length") == 9
         cell = (

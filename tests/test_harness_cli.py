@@ -207,6 +207,7 @@ def test_serve_starts_without_warnings_and_says_where(tmp_path):
     assert not [line for line in lines if "Warning" in line or "Control socket" in line]
 
 
+@pytest.mark.long(20)
 def test_eval_of_a_single_agent_run_uses_its_last_checkpoint(tmp_path):
     """`mistk-rl eval CONFIG --run RUN_DIR` on a gym config: the agent loads the checkpoint
     of the run's last evaluation and plays greedy episodes on the fixed evaluation seeds

@@ -18,6 +18,7 @@ RUN_BUDGET_S = CASE_BUDGET_S * sum(
 WHY_NOT = can_unshare()
 
 
+@pytest.mark.long(35)
 @pytest.mark.skipif(WHY_NOT is not None, reason=WHY_NOT or "")
 @pytest.mark.timeout(RUN_BUDGET_S + 60)  # (the run's own bound comes first)
 def test_the_hostile_cases_pass_in_a_loopback_only_network():

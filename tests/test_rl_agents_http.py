@@ -147,6 +147,7 @@ def _random_mean(episodes: int, seed: int) -> float:
     return float(np.mean(returns))
 
 
+@pytest.mark.long(15)
 @pytest.mark.parametrize("target, hparams, steps", [(DQN, FAST_DQN, 5000), (PPO, FAST_PPO, 8192)])
 def test_learning_smoke_over_http(tmp_path, monkeypatch, target, hparams, steps):
     """A small budget over real services must clearly beat a random policy (~22)."""

@@ -82,6 +82,7 @@ def _agent(launch):
     return launch("agent", RANDOM_AGENT, token=TOKEN, extra_args=["--log-level", "warning"])
 
 
+@pytest.mark.long(40)
 def test_agent_in_every_resting_state(launch):
     service = _agent(launch)
     agent = service.client(token=TOKEN)
@@ -99,6 +100,7 @@ def test_agent_in_every_resting_state(launch):
     assert cases > 600
 
 
+@pytest.mark.long(65)
 def test_orchestrator_in_every_resting_state(launch):
     service = launch(
         "orchestrator",

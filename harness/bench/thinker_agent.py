@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import copy
 import json
-import math
 import time
 from pathlib import Path
 from typing import Any, Callable, Optional, Sequence
@@ -36,6 +35,7 @@ import numpy as np
 import torch
 from gymnasium import spaces
 
+from harness.stats import welch_interval
 from mistk_rl.rl.learner import Learner
 from mistk_rl.rl.policies.ppo import PPOPolicy
 from mistk_rl.rl.trainers import OnPolicyTrainer
@@ -293,37 +293,6 @@ def _planner(seed: int) -> Callable[[dict[str, np.ndarray]], tuple[np.ndarray, n
     """The scripted planner as `evaluate`'s policy: the MDP's state -> (primary, reset)."""
     rng = np.random.default_rng(seed)
     return lambda state: plan(state["tree_reps"], len(puzzle.ACTIONS), rng)
-
-
-def t_quantile(p: float, dof: float) -> float:
-    """The p-quantile (p > .5) of Student's t with `dof` degrees of freedom: the pdf integrated
-    by Simpson's rule, the quantile by bisection (no scipy among the dependencies)."""
-    norm = math.exp(math.lgamma((dof + 1) / 2) - math.lgamma(dof / 2)) / math.sqrt(dof * math.pi)
-
-    def cdf(x: float, n: int = 2000) -> float:
-        xs = np.linspace(0.0, x, n + 1)
-        ys = norm * (1 + xs**2 / dof) ** (-(dof + 1) / 2)
-        return 0.5 + (x / n / 3) * (ys[0] + ys[-1] + 4 * ys[1:-1:2].sum() + 2 * ys[2:-1:2].sum())
-
-    low, high = 0.0, 1000.0
-    for _ in range(60):
-        mid = (low + high) / 2
-        low, high = (mid, high) if cdf(mid) < p else (low, mid)
-    return (low + high) / 2
-
-
-def welch_interval(
-    a: Sequence[float], b: Sequence[float], level: float = 0.95
-) -> tuple[float, float, float]:
-    """mean(a) - mean(b) and its Welch t interval (unequal variances)."""
-    xa, xb = np.asarray(a, float), np.asarray(b, float)
-    va, vb = xa.var(ddof=1) / len(xa), xb.var(ddof=1) / len(xb)
-    diff, se = xa.mean() - xb.mean(), math.sqrt(va + vb)
-    if se == 0.0:
-        return diff, diff, diff
-    dof = (va + vb) ** 2 / (va**2 / (len(xa) - 1) + vb**2 / (len(xb) - 1))
-    half = t_quantile(0.5 + level / 2, dof) * se
-    return diff, diff - half, diff + half
 
 
 def bench_thinker_agent(

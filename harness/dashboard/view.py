@@ -26,6 +26,7 @@ import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
 from harness.episodes import EPISODES
+from harness.games import shown_as
 from mistk_rl.league.manager import LeagueManager
 
 SERVICES = "services.json"  # the run's services: name -> {role, url} (the harness writes it)
@@ -319,12 +320,13 @@ def _gym_evals(evals: list[dict]) -> list[dict[str, float]]:
 
 
 def _game_evals(evals: list[dict]) -> dict[str, list[dict[str, float]]]:
-    """Win rate per opponent and seat ("random / player_1") at each evaluation."""
+    """Win rate per opponent and seat ("random / player_1") at each evaluation; an
+    opponent the agent trains on is marked ("winblock (trained against) / player_0")."""
     series: dict[str, list[dict[str, float]]] = {}
     for record in evals:
         for opponent, result in record.get("evaluation", {}).items():
             for seat, r in result.get("seats", {}).items():
-                series.setdefault(f"{opponent} / {seat}", []).append(
+                series.setdefault(f"{shown_as(opponent, result)} / {seat}", []).append(
                     {"x": record["agent_steps"], "mean": r["win"], "std": 0.0}
                 )
     return series

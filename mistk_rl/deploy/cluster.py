@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import os
 import tempfile
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping, Optional, Sequence
@@ -24,6 +25,8 @@ from mistk_rl.deploy.launch import ServiceStartError, spawn_service, wait_ready
 from mistk_rl.rl.envs.ray_address import unreachable
 
 NAMESPACE = "mistk-rl"
+PLACEMENT_POLL_S = 1.0  # how often a service waiting to be placed checks the cluster's nodes
+UNPLACEABLE_GRACE_S = 5.0  # how long a request no live node can hold waits for one to join
 
 
 class ClusterError(RuntimeError):
@@ -133,8 +136,31 @@ class PlacedService:
         import ray
         from ray.exceptions import GetTimeoutError, RayActorError, RayTaskError
 
+        ready = self.actor.ready.remote(timeout)
+        deadline = time.monotonic() + timeout
+        unplaceable_since: Optional[float] = None
         try:
-            info = ray.get(self.actor.ready.remote(timeout), timeout=timeout)
+            while True:
+                left = deadline - time.monotonic()
+                try:
+                    info = ray.get(ready, timeout=max(0.01, min(PLACEMENT_POLL_S, left)))
+                    break
+                except GetTimeoutError:
+                    if left <= PLACEMENT_POLL_S:
+                        raise
+                # a request that no live node could ever hold fails now, not at the timeout
+                # (a node that joins within the grace still takes it)
+                if _fits_a_node(self.resources):
+                    unplaceable_since = None
+                elif unplaceable_since is None:
+                    unplaceable_since = time.monotonic()
+                elif time.monotonic() - unplaceable_since >= UNPLACEABLE_GRACE_S:
+                    self.kill()
+                    raise ServiceStartError(
+                        f"{self.role} {self.name!r} was not placed: no live node of the "
+                        f"cluster has what it asks for ({self.resources}); the nodes have "
+                        f"{_node_totals()}"
+                    )
         except GetTimeoutError:
             self.kill()
             raise ServiceStartError(
@@ -198,6 +224,31 @@ class PlacedService:
             ray.get(self.actor.__ray_ready__.remote(), timeout=timeout)
         except Exception:  # noqa: BLE001 - the call failing is the wait's end (or: gone
             pass  # before the kill; its node not answering, which ends the actor with it)
+
+
+def _asked(resources: Resources) -> dict[str, float]:
+    """What `resources` asks of one node, in Ray's resource names."""
+    asked = {"CPU": resources.cpus, "GPU": resources.gpus, **resources.custom}
+    return {k: v for k, v in asked.items() if v > 0}
+
+
+def _fits_a_node(resources: Resources) -> bool:
+    """Whether some live node has, in all, what `resources` asks for (free or not)."""
+    import ray
+
+    asked = _asked(resources)
+    return any(
+        all(node["Resources"].get(k, 0.0) >= v for k, v in asked.items())
+        for node in ray.nodes()
+        if node["Alive"]
+    )
+
+
+def _node_totals() -> str:
+    import ray
+
+    alive = [node["Resources"] for node in ray.nodes() if node["Alive"]]
+    return "; ".join(f"[{_free(totals)}]" for totals in alive) or "no live node"
 
 
 def _free(available: Mapping[str, float]) -> str:

@@ -133,7 +133,8 @@ def test_a_run_whose_service_cannot_be_placed_again_ends_naming_it(
     cluster, add_node, tmp_path, monkeypatch
 ):
     """The only node with `lonely` is lost: the restart cannot place the agent, and the run
-    ends (after the startup timeout) with an error naming it, not a hang."""
+    ends with an error naming it, not a hang: once no live node has what it asks for
+    (`UNPLACEABLE_GRACE_S`), not at the startup timeout."""
     node = add_node(num_cpus=1, resources={"lonely": 1})
     config = _training_config(tmp_path, resources={"lonely": 1})
     # (long enough for the orchestrator's restart on a loaded 2-core machine: at 8 s it once
@@ -151,4 +152,7 @@ def test_a_run_whose_service_cannot_be_placed_again_ends_naming_it(
     code = run_from_file(_write(config, tmp_path / "c.yaml"), out=run_dir, max_restarts=1)
     errors = [line for line, to_stderr in lines if to_stderr]
     assert code == 1 and removed
-    assert re.search(r"starting agent 'player'.*not placed.*1 lonely", errors[-1]), lines
+    assert re.search(
+        r"starting agent 'player'.*not placed: no live node of the cluster has .*1 lonely",
+        errors[-1],
+    ), lines

@@ -65,14 +65,16 @@ def test_each_service_runs_on_the_node_its_resources_name(cluster, tmp_path):
 
 
 def test_a_service_the_cluster_cannot_place_ends_the_run_naming_it(cluster, tmp_path):
-    """No node has `gamma`: the run stops once the startup timeout has passed, with an
-    error naming the agent and what it asked for, and leaves no actor behind."""
+    """No node has `gamma`: the run stops, with an error naming the agent and what it asked
+    for, once that has lasted `UNPLACEABLE_GRACE_S` (not at the startup timeout), and
+    leaves no actor behind."""
     import ray
 
     # (15 s: the orchestrator, placeable, must come up within it too, also on a busy machine;
     # 5 s once failed there with the orchestrator not yet answering)
     config = _config(tmp_path, {"resources": {"gamma": 1}}, startup=15.0)
-    with pytest.raises(HarnessError, match=r"starting agent 'player'.*not placed.*1 gamma"):
+    unplaceable = r"starting agent 'player'.*not placed: no live node of the cluster has .*1 gamma"
+    with pytest.raises(HarnessError, match=unplaceable):
         run(config, tmp_path / "run", say=lambda _: None)  # (a hang fails the case's bound)
     assert ray.util.list_named_actors() == []
 

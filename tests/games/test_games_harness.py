@@ -49,6 +49,7 @@ SELF_PLAY = {
 }
 
 
+@pytest.mark.long(22)
 def test_game_training_evaluates_resumes_and_eval_reruns_it(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     first = {**SELF_PLAY, "game_training": {**SELF_PLAY["game_training"], "agent_steps": 200}}
@@ -74,6 +75,8 @@ def test_game_training_evaluates_resumes_and_eval_reruns_it(tmp_path, monkeypatc
         assert r["win"] + r["draw"] + r["loss"] == pytest.approx(1)
     sampled = results["evaluation"]["random"]
     assert not sampled["exhaustive"]
+    # self-play: neither opponent is one it trains against
+    assert not perfect["trained_against"] and not sampled["trained_against"]
     assert [r["games"] for r in sampled["seats"].values()] == [20, 20]
     rows = (tmp_path / "run" / "evals.csv").read_text().splitlines()
     assert len(rows) == 1 + 2 * 2 * 2  # header + evaluations x matchups x seats
@@ -116,6 +119,82 @@ def test_game_training_evaluates_resumes_and_eval_reruns_it(tmp_path, monkeypatc
     assert f"agent learner: the model in {last}" in said, said
     from_checkpoint = json.loads((run_dir / "evaluation.json").read_text())["evaluation"]
     assert from_checkpoint["tictactoe_perfect"] == perfect
+
+
+def test_an_opponent_it_trains_against_is_marked_and_held_out_refuses_it(tmp_path, monkeypatch):
+    """The learner holds player_1 and the random agent takes the next free seat, so it
+    trains against random: those figures say so in results, evals.csv, the log line and
+    the curve's legend. With ``evaluation.held_out`` the run stops before it trains."""
+    monkeypatch.chdir(tmp_path)
+    learner = {**SELF_PLAY["agents"][0], "seats": ["player_1"]}
+    config = {
+        **SELF_PLAY,
+        "agents": [learner, SELF_PLAY["agents"][1]],
+        "game_training": {"agent_steps": 60, "eval_every": 60, "num_envs": 4},
+        "evaluation": {
+            "agent": "learner",
+            "num_envs": 4,
+            "against": [
+                {"opponent": "random", "games_per_seat": 4},
+                {"opponent": "tictactoe_perfect", "exhaustive": True},
+            ],
+        },
+    }
+    said: list[str] = []
+    results = run(RunConfig.model_validate(config), tmp_path / "run", say=said.append)
+    evaluation = results["evaluation"]
+    assert evaluation["random"]["trained_against"] is True
+    assert evaluation["tictactoe_perfect"]["trained_against"] is False
+    assert any("random also trained against" in line for line in said), said
+    assert any("vs random (trained against): " in line for line in said), said
+    rows = (tmp_path / "run" / "evals.csv").read_text().splitlines()
+    assert rows[0].endswith(",trained_against")
+    assert {r.split(",")[2]: r.split(",")[-1] for r in rows[1:]} == {
+        "random": "1",
+        "tictactoe_perfect": "0",
+    }
+
+    held_out = {**config, "evaluation": {**config["evaluation"], "held_out": True}}
+    with pytest.raises(RunConfigError, match="held_out: the agent trains against random"):
+        run(RunConfig.model_validate(held_out), tmp_path / "held", say=said.append, quiet=True)
+    assert not (tmp_path / "held" / "progress.json").exists()  # (refused before training)
+
+
+def test_training_opponents_of_a_league_and_of_a_lineup():
+    """A league trains its main player against its other players, pool and fixed
+    opponents; game training against its lineup (or the seat holders the orchestrator
+    bound), never against the evaluated agent itself."""
+    from harness.games import check_held_out, shown_as, summary, training_opponents
+
+    repo = Path(__file__).resolve().parents[2]
+    league = load_config(repo / "configs" / "connect4_league.yaml")
+    assert training_opponents(league, {}) == {"frozen_0", "frozen_1", "random", "winblock"}
+    ttt = load_config(repo / "configs" / "tictactoe_league.yaml")
+    assert "main" not in training_opponents(ttt, {})
+    lineup = RunConfig.model_validate(
+        {
+            **SELF_PLAY,
+            "game_training": {
+                **SELF_PLAY["game_training"],
+                "lineup": {"player_1": "learner", "player_2": "random"},
+            },
+        }
+    )
+    assert training_opponents(lineup, {"seatHolders": {}}) == {"random"}
+    self_play = RunConfig.model_validate(SELF_PLAY)
+    holders = {"seatHolders": {"player_1": "learner", "player_2": "learner"}}
+    assert training_opponents(self_play, holders) == frozenset()
+    assert self_play.evaluation is not None
+    check_held_out(self_play.evaluation, frozenset({"random"}))  # (not held_out: no refusal)
+    strict = self_play.evaluation.model_copy(update={"held_out": True})
+    check_held_out(strict, frozenset({"someone_else"}))
+    with pytest.raises(RunConfigError, match="trains against random"):
+        check_held_out(strict, frozenset({"random", "someone_else"}))
+    marked = {"exhaustive": False, "trained_against": True, "seats": {}}
+    assert shown_as("random", marked) == "random (trained against)"
+    assert shown_as("random", {**marked, "trained_against": False}) == "random"
+    line = summary({"random": {**marked, "seats": {"p": {"win": 1, "draw": 0, "loss": 0}}}})
+    assert line == "vs random (trained against): p 1.000/0.000/0.000"
 
 
 def test_the_last_checkpoint_of_a_game_run_is_found_as_a_gym_runs_is(tmp_path):

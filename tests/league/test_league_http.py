@@ -39,6 +39,7 @@ def _env(workers, directory="league"):
     }
 
 
+@pytest.mark.long(25)
 def test_a_league_trains_snapshots_persists_and_resumes(launch, tmp_path):
     share = ["--share", f"league={tmp_path / 'shared'}"]
     services = (
@@ -135,6 +136,7 @@ def test_a_league_trains_snapshots_persists_and_resumes(launch, tmp_path):
     again.reset()
 
 
+@pytest.mark.long(45)
 def test_a_league_without_a_shared_directory_moves_checkpoints_over_http(launch):
     """copyCheckpoints, no --share: every checkpoint an agent saves is copied into the league
     orchestrator's own directory, and put into an agent before it loads one. A new league
@@ -229,6 +231,7 @@ def _deterministic_league(launch, tmp_path, name: str) -> tuple[dict, list]:
     return json.loads((tmp_path / name / "league.json").read_text()), games
 
 
+@pytest.mark.long(30)
 def test_a_deterministic_league_is_the_same_league_every_time(launch, tmp_path):
     """Jobs run side by side on two workers and end in whatever order; with
     ``deterministic`` the league applies them in launch order, so two runs with the same

@@ -175,11 +175,13 @@ def test_the_bench_bootstraps_an_episode_the_step_cap_ends_from_its_final_state(
 
 
 def test_welch_interval_matches_the_t_distribution():
+    from harness.stats import t_quantile, welch_interval
+
     # Student's t quantiles (tables): 2.776 at 4 dof, 2.228 at 10, 1.962 at 1,000
     for dof, value in ((4, 2.7764), (10, 2.2281), (1000, 1.9623)):
-        assert bench.t_quantile(0.975, dof) == pytest.approx(value, abs=1e-3)
+        assert t_quantile(0.975, dof) == pytest.approx(value, abs=1e-3)
     a, b = [0.30, 0.35, 0.41, 0.33, 0.38], [0.26, 0.22, 0.30, 0.25, 0.20]
-    diff, low, high = bench.welch_interval(a, b)
+    diff, low, high = welch_interval(a, b)
     # scipy.stats.ttest_ind(a, b, equal_var=False).confidence_interval(): [.04855, .16745]
     assert (diff, low, high) == pytest.approx((0.108, 0.04855, 0.16745), abs=1e-4)
 

@@ -1,0 +1,178 @@
+"""A ladder: trained players and built-in opponents in a round robin, rated with intervals.
+
+`mistk-rl ladder RUN_DIR... --opponents NAME,...` gathers its players
+(`harness.ladder_players`):
+
+- from each run directory, the evaluated agent as it ended (the model it saved, else the
+  checkpoint of its last evaluation), named by the run (or ``LABEL=RUN_DIR``);
+- with ``--snapshots K``, a league run's last K snapshots of that agent too;
+- built-in opponents by their registered names (`mistk_rl.games.opponents`: random,
+  connect4_winblock, the alpha-beta and MCTS searchers).
+
+It writes a run of its own (its `config.yaml` reruns it: ``mistk-rl run``) whose `ladder`
+block plays every pair, `games_per_seat` games in each seat order (`play_round_robin`,
+the harness's sequence runs it), and fits Bradley-Terry ratings with bootstrap intervals
+anchored to one player (`mistk_rl.league.bradley_terry`). In the run directory:
+``ladder.json`` (every cell's games, the ratings), ``ladder.csv`` and two plots,
+``ratings.png`` and ``headtohead.png``; the table is printed.
+"""
+
+from __future__ import annotations
+
+import csv
+import itertools
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any, Callable
+
+from harness.config import LadderSpec
+from mistk_rl.files import atomic_write_json
+from mistk_rl.games.pettingzoo_games import result_for
+from mistk_rl.league.bradley_terry import PairRecord, rate
+from mistk_rl.sdk.client import OrchestratorClient
+from mistk_rl.sdk.schemas import AgentSettings, EpisodeConfig
+
+
+def play_round_robin(
+    orch: OrchestratorClient, spec: LadderSpec, timeout: float, say: Callable[[str], None]
+) -> dict[str, Any]:
+    """Every pair of `spec.players`, `games_per_seat` games in each seat order (alternating
+    game by game), then the ratings; what `ladder.json` holds."""
+    seats = orch.status().payload["seats"]
+    mode = "collect" if spec.mode == "sampled" else "eval"
+    cells: list[PairRecord] = []
+    pairs = list(itertools.combinations(spec.players, 2))
+    for k, (a, b) in enumerate(pairs):
+        games = orch.play(
+            EpisodeConfig(
+                num_episodes=2 * spec.games_per_seat,
+                num_envs=spec.num_envs,
+                seed=spec.seed + k * spec.num_envs,
+                train=False,
+                lineup={seats[0]: a, seats[1]: b},
+                seat_assignment="alternate",
+                agents={p: AgentSettings(mode=mode, train=False) for p in (a, b)},
+            ),
+            timeout=timeout,
+        ).episodes
+        for first, second in ((a, b), (b, a)):
+            tally = {"win": 0, "draw": 0, "loss": 0}
+            for game in games:
+                if (game.seats or {}).get(seats[0]) == first:
+                    tally[result_for(seats[0], game.winner)] += 1
+            cells.append(PairRecord(first, second, **tally))
+        mine = cells[-2:]
+        say(
+            f"  {k + 1}/{len(pairs)} {a} vs {b} (W/D/L of {a}): first seat {_wdl(mine[0])}, "
+            f"second seat {_wdl(_flipped(mine[1]))}"
+        )
+    rated = rate(cells, spec.players, spec.anchor, spec.resamples, seed=spec.seed)
+    return {
+        "anchor": spec.anchor,
+        "mode": spec.mode,
+        "games_per_seat": spec.games_per_seat,
+        "resamples": spec.resamples,
+        "cells": [asdict(c) for c in cells],
+        "ratings": {p: asdict(r) for p, r in rated.players.items()},
+        "first_seat": {
+            "rating": rated.first_seat,
+            "low": rated.first_seat_low,
+            "high": rated.first_seat_high,
+        },
+    }
+
+
+def _flipped(cell: PairRecord) -> PairRecord:
+    return PairRecord(cell.second, cell.first, cell.loss, cell.draw, cell.win)
+
+
+def _wdl(cell: PairRecord) -> str:
+    return f"{cell.win}/{cell.draw}/{cell.loss}"
+
+
+def table(ladder: dict[str, Any]) -> str:
+    """The ratings, best first, with intervals and records."""
+    rows = sorted(ladder["ratings"].items(), key=lambda kv: -kv[1]["rating"])
+    width = max(len(p) for p, _ in rows)
+    lines = [
+        f"ratings (Elo points above {ladder['anchor']}; 95% bootstrap interval over "
+        f"{ladder['resamples']} resamples; {ladder['games_per_seat']} games per pair and "
+        f"seat, {ladder['mode']} play)",
+        f"  {'player':{width}s}  rating  interval          score  games",
+    ]
+    for player, r in rows:
+        lines.append(
+            f"  {player:{width}s}  {r['rating']:6.0f}  [{r['low']:6.0f}, {r['high']:6.0f}]"
+            f"  {r['score']:.3f}  {r['games']:5d}"
+        )
+    seat = ladder["first_seat"]
+    lines.append(
+        f"  first seat's advantage: {seat['rating']:.0f} [{seat['low']:.0f}, {seat['high']:.0f}]"
+    )
+    return "\n".join(lines)
+
+
+def write_ladder(ladder: dict[str, Any], run_dir: Path, title: str = "") -> None:
+    """ladder.json, ladder.csv, ratings.png and headtohead.png in `run_dir`."""
+    atomic_write_json(run_dir / "ladder.json", ladder)
+    with open(run_dir / "ladder.csv", "w", newline="") as fh:
+        out = csv.writer(fh)
+        out.writerow(["player", "rating", "low", "high", "score", "games"])
+        for player, r in ladder["ratings"].items():
+            out.writerow(
+                [player, *(round(r[k], 1) for k in ("rating", "low", "high"))]
+                + [
+                    round(r["score"], 4),
+                    r["games"],
+                ]
+            )
+    _plots(ladder, run_dir, title)
+
+
+def _plots(ladder: dict[str, Any], run_dir: Path, title: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    rows = sorted(ladder["ratings"].items(), key=lambda kv: kv[1]["rating"])
+    names = [p for p, _ in rows]
+    fig, ax = plt.subplots(figsize=(7, 0.9 + 0.35 * len(rows)))
+    y = np.arange(len(rows))
+    rating = np.array([r["rating"] for _, r in rows])
+    low = np.array([r["low"] for _, r in rows])
+    high = np.array([r["high"] for _, r in rows])
+    ax.errorbar(rating, y, xerr=[rating - low, high - rating], fmt="o", capsize=3)
+    ax.set_yticks(y, names, fontsize="small")
+    ax.axvline(0, color="grey", lw=0.8)
+    ax.set_xlabel(f"rating (Elo points above {ladder['anchor']}; 95% bootstrap interval)")
+    ax.set_title(title or "ladder", fontsize="small")
+    ax.grid(axis="x", alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(run_dir / "ratings.png", dpi=100)
+    plt.close(fig)
+
+    best_first = names[::-1]
+    index = {p: k for k, p in enumerate(best_first)}
+    score = np.full((len(names), len(names)), np.nan)
+    points = np.zeros_like(score)
+    games = np.zeros_like(score)
+    for cell in ladder["cells"]:
+        i, j = index[cell["first"]], index[cell["second"]]
+        for row, col, s in ((i, j, cell["win"]), (j, i, cell["loss"])):
+            points[row, col] += s + 0.5 * cell["draw"]
+            games[row, col] += cell["win"] + cell["draw"] + cell["loss"]
+    played = games > 0
+    score[played] = points[played] / games[played]
+    fig, ax = plt.subplots(figsize=(1.6 + 0.55 * len(names), 1.2 + 0.5 * len(names)))
+    image = ax.imshow(score, cmap="RdBu", vmin=0, vmax=1)
+    for i, j in zip(*np.nonzero(played)):
+        ax.text(j, i, f"{score[i, j]:.2f}", ha="center", va="center", fontsize="x-small")
+    ax.set_xticks(range(len(names)), best_first, rotation=60, ha="right", fontsize="x-small")
+    ax.set_yticks(range(len(names)), best_first, fontsize="x-small")
+    ax.set_title("score of the row against the column (both seats)", fontsize="small")
+    fig.colorbar(image, ax=ax, fraction=0.046)
+    fig.tight_layout()
+    fig.savefig(run_dir / "headtohead.png", dpi=100)
+    plt.close(fig)

@@ -1,0 +1,112 @@
+"""`mistk-rl ladder`: trained players and built-in opponents in a round robin over HTTP,
+rated with intervals (the fit itself: tests/league/test_bradley_terry.py)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import yaml
+
+from harness.cli import main as cli
+from harness.config import RunConfig, RunConfigError
+from harness.ladder_players import LADDER_MODEL, ladder_config
+
+
+def test_a_ladder_plays_every_pair_in_both_seats_and_rates_them(trained, tmp_path, capsys):
+    out = tmp_path / "ladder"
+    code = cli(
+        [
+            "ladder",
+            f"learner={trained}",
+            "--opponents",
+            "random,tictactoe_alphabeta2",
+            "--games-per-seat",
+            "6",
+            "--out",
+            str(out),
+        ]
+    )
+    assert code == 0, capsys.readouterr().err
+    ladder = json.loads((out / "ladder.json").read_text())
+    # three players: three pairs, each in both seat orders, 6 games a cell
+    pairs = {(c["first"], c["second"]) for c in ladder["cells"]}
+    assert len(ladder["cells"]) == 6 and len(pairs) == 6
+    assert all(c["win"] + c["draw"] + c["loss"] == 6 for c in ladder["cells"])
+    ratings = ladder["ratings"]
+    assert set(ratings) == {"learner", "random", "tictactoe_alphabeta2"}
+    assert ladder["anchor"] == "random" and ratings["random"]["rating"] == 0.0
+    for r in ratings.values():
+        assert r["games"] == 24 and r["low"] <= r["rating"] <= r["high"]
+    # a searcher that never misses a win or a block scores more than random against the rest
+    assert ratings["tictactoe_alphabeta2"]["rating"] > 0
+    # the learner played the model the run left, copied into its data dir here
+    checkpoint = json.loads((trained / "progress.json").read_text())["checkpoints"]["learner"]
+    copied = out / "data" / "learner" / LADDER_MODEL
+    assert copied.read_bytes() == (trained / "data" / "learner" / checkpoint).read_bytes()
+    said = capsys.readouterr().out
+    assert "ratings (Elo points above random" in said and "first seat's advantage" in said
+    assert (out / "ratings.png").stat().st_size > 1000
+    assert (out / "headtohead.png").stat().st_size > 1000
+    rows = (out / "ladder.csv").read_text().splitlines()
+    assert rows[0] == "player,rating,low,high,score,games" and len(rows) == 4
+    # its config.yaml is a ladder `mistk-rl run` plays again
+    again = yaml.safe_load((out / "config.yaml").read_text())
+    assert again["ladder"]["players"] == ["learner", "random", "tictactoe_alphabeta2"]
+    assert again["agents"][0]["model_path"] == LADDER_MODEL and not again["agents"][0]["train"]
+
+
+def test_bad_ladders_are_refused_before_anything_starts(trained, tmp_path, capsys):
+    assert cli(["ladder", "--opponents", "random", "--out", str(tmp_path / "a")]) == 2
+    assert "two players or more" in capsys.readouterr().err
+    assert cli(["ladder", "--opponents", "random,nobody", "--game", "classic/tictactoe-v3"]) == 1
+    assert "'nobody' is not a built-in opponent" in capsys.readouterr().err
+    with pytest.raises(RunConfigError, match="give --game ID"):
+        ladder_config([], ["random", "connect4_winblock"], tmp_path / "b")
+    with pytest.raises(RunConfigError, match="two players have one name"):
+        ladder_config([f"x={trained}", f"x={trained}"], [], tmp_path / "c")
+    with pytest.raises(RunConfigError, match="is not a league run"):
+        ladder_config([str(trained)], ["random"], tmp_path / "d", snapshots=2)
+    with pytest.raises(ValueError, match="ladder.anchor .nobody."):
+        RunConfig.model_validate(
+            {
+                "orchestrator": {"target": "x:Y", "env": {"id": "classic/tictactoe-v3"}},
+                "agents": [{"name": "a", "target": "x:A"}, {"name": "b", "target": "x:B"}],
+                "ladder": {"players": ["a", "b"], "anchor": "nobody"},
+            }
+        )
+
+
+def test_a_league_runs_snapshots_join_as_players(trained, tmp_path):
+    """``--snapshots K``: the league's last K snapshots of the agent, by their moves."""
+    league = tmp_path / "league"
+    orchestrator = league / "data" / "orchestrator" / "league"
+    orchestrator.mkdir(parents=True)
+    (league / "config.yaml").write_text((trained / "config.yaml").read_text())
+    historical = []
+    for k, steps in enumerate((300, 100, 200)):
+        path = f"league/snap{k}.pt"
+        (league / "data" / "orchestrator" / path).write_bytes(b"w%d" % k)
+        historical.append(
+            {
+                "player_id": f"learner_{steps}",
+                "parent_id": "learner",
+                "checkpoint_path": path,
+                "total_agent_step": steps,
+            }
+        )
+    historical.append(
+        {"player_id": "random", "parent_id": "", "checkpoint_path": "", "fixed": True}
+    )
+    (orchestrator / "league.json").write_text(json.dumps({"historical": historical}))
+    learner = league / "data" / "learner"
+    learner.mkdir(parents=True)
+    progress = json.loads((trained / "progress.json").read_text())
+    (learner / progress["checkpoints"]["learner"]).parent.mkdir(parents=True)
+    (learner / progress["checkpoints"]["learner"]).write_bytes(b"final")
+    (league / "progress.json").write_text(json.dumps(progress))
+    config = ladder_config([f"lg={league}"], ["random"], tmp_path / "out", snapshots=2)
+    assert config.ladder is not None
+    assert config.ladder.players == ["lg", "lg:learner_200", "lg:learner_300", "random"]
+    copied = tmp_path / "out" / "data" / "lg:learner_300" / LADDER_MODEL
+    assert copied.read_bytes() == b"w0"
