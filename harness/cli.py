@@ -180,6 +180,7 @@ def _bench(args: argparse.Namespace) -> int:
         awake=args.awake,
         spin_us=args.spin,
         minutes=args.minutes,
+        baseline=Path(args.baseline) if args.baseline else None,
     )
 
 
@@ -223,6 +224,10 @@ BENCHES = {
     "burst": "status latency (p50, max) while another caller floods the agent with 1.5 MB of "
     "tiny requests it never reads the answers of: on a step stream and as pipelined HTTP "
     "(--n runs of each, default 3)",
+    "versus": "the step path (HTTP and stream, --envs, default 1,64) of this checkout's "
+    "services against --baseline DIR's, running side by side in blocks taking turns (--n "
+    "rounds, default 20): the ratio with a 95%% interval, and each side's service CPU time "
+    "per env step",
     "soak": "long runs side by side (--config, comma-separated; default configs/soak/'s "
     "gym at 64 copies, tic-tac-toe league and Thinker PPO) for --minutes, the memory of "
     "every service sampled: at the start, the middle and the end",
@@ -236,7 +241,7 @@ BENCH_OPTIONS: list[tuple[str, dict]] = [
             type=int,
             default=None,
             help="getaction: calls to time (default 2000); thinker-planner: episodes "
-            "(default 3000); thinker-agent: real steps a seed",
+            "(default 3000); thinker-agent: real steps a seed; versus: rounds (default 20)",
         ),
     ),
     ("--seed", dict(type=int, default=0, help="sb3-*: training seed")),
@@ -354,6 +359,14 @@ BENCH_OPTIONS: list[tuple[str, dict]] = [
     (
         "--minutes",
         dict(type=float, default=30.0, help="soak: how long the runs go (default 30)"),
+    ),
+    (
+        "--baseline",
+        dict(
+            default=None,
+            metavar="DIR",
+            help="versus: the other checkout (e.g. `git worktree add DIR COMMIT`)",
+        ),
     ),
     ("--json", dict(default=None, help="also write the figures here")),
 ]

@@ -460,3 +460,43 @@ def test_every_benchmark_the_command_offers_has_a_runner():
     assert set(BENCHES) == set(BENCH_RUNNERS)
     args = build_parser().parse_args(["bench", "transport", "--envs", "1,64", "--spin", "0"])
     assert (args.what, args.envs, args.spin, args.steps) == ("transport", "1,64", 0.0, 20000)
+
+
+def test_bench_versus_runs_two_checkouts_side_by_side(tmp_path):
+    """`bench versus --baseline DIR`: a service from each tree, timed in turns; the records
+    give both sides' rates and CPU per step and the ratio with its interval."""
+    import shutil
+
+    baseline = tmp_path / "baseline"
+    for package in ("mistk_rl", "agents", "orchestrators"):
+        shutil.copytree(
+            REPO / package, baseline / package, ignore=shutil.ignore_patterns("__pycache__")
+        )
+    out = tmp_path / "versus.json"
+    command = [sys.executable, "-m", "harness", "bench", "versus", "--envs", "1", "--n", "1"]
+    proc = subprocess.run(
+        [*command, "--baseline", str(baseline), "--json", str(out)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    records = json.loads(out.read_text())["records"]
+    assert [(r["mode"], r["envs"], r["rounds"]) for r in records] == [
+        ("http", 1, 1),
+        ("stream", 1, 1),
+    ]
+    for r in records:
+        assert r["this_steps_per_s"] > 0 and r["baseline_steps_per_s"] > 0
+        assert r["this_cpu_us_per_step"] > 0 and r["baseline_cpu_us_per_step"] > 0
+        assert r["ratio_interval"][0] <= r["ratio"] <= r["ratio_interval"][1]
+    assert "this / baseline" in proc.stdout
+    refused = subprocess.run(
+        [*command, "--baseline", str(tmp_path)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert refused.returncode != 0 and "is not a checkout" in refused.stderr

@@ -163,6 +163,7 @@ class BenchOptions:
     awake: bool = False
     spin_us: Optional[float] = None
     minutes: float = 30.0
+    baseline: Optional[Path] = None
 
 
 def run_bench(what: str, **options: Any) -> int:
@@ -303,6 +304,14 @@ def _burst(what: str, opts: BenchOptions) -> list[dict]:
     return bench_burst(runs=opts.n or 3)
 
 
+def _versus(what: str, opts: BenchOptions) -> list[dict]:
+    from harness.bench.versus import bench_versus
+
+    if opts.baseline is None:
+        raise SystemExit("bench versus: give --baseline DIR (the other checkout)")
+    return bench_versus(opts.baseline, opts.env_counts or [1, 64], opts.n or 20)
+
+
 def _soak(what: str, opts: BenchOptions) -> list[dict]:
     from harness.bench.soak import SOAK_CONFIGS, bench_soak
 
@@ -334,6 +343,7 @@ BENCH_RUNNERS: dict[str, Callable[[str, BenchOptions], Union[list[dict], dict[st
     "gymnasium": _bridges,
     "burst": _burst,
     "soak": _soak,
+    "versus": _versus,
 }
 
 
