@@ -10,7 +10,9 @@ about a second, taking turns, the order swapped every round, so drift falls on b
 mode (HTTP stepColumns, the step stream) and copy count: each side's median rate, the ratio
 this / baseline (the geometric mean of the rounds' ratios, a 95% bootstrap interval, the
 median and range), and each service's own CPU time per env step (read from /proc for its
-process group; the machine's steal inflates it less than wall time).
+process group; the machine's steal inflates it less than wall time). The driver runs on one
+CPU and both services on the others (`_pin`), so neither service is favoured by sharing the
+driver's.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ import contextlib
 import os
 import tempfile
 from pathlib import Path
-from typing import Iterator
+from typing import Iterator, Optional
 
 import gymnasium as gym
 import numpy as np
@@ -64,11 +66,12 @@ def bench_versus(
     sides = {"this": Path.cwd(), "baseline": baseline.resolve()}
     records = []
     with tempfile.TemporaryDirectory(prefix="mistk-versus-") as tmp:
-        started = {}
+        started, pinned = {}, None
         try:
             for side, tree in sides.items():
                 with _in(tree):
                     started[side] = start_random_agent(Path(tmp) / side)
+            pinned = _pin([service.process.pid for service, _ in started.values()])
 
             def block(side: str, mode: str, n: int, steps: int) -> tuple[float, float]:
                 """(env steps/s, service CPU us per env step) of one block."""
@@ -93,7 +96,28 @@ def bench_versus(
             for service, client in started.values():
                 client.close()
                 service.stop()
-    return records
+            if pinned is not None:
+                os.sched_setaffinity(0, pinned)
+    return [{**record, "pinned": pinned is not None} for record in records]
+
+
+def _pin(pgids: list[int]) -> Optional[set[int]]:
+    """With two CPUs or more, this process (the driver) on the first and both services on
+    the others: which service shares a CPU with the driver would otherwise favour one side
+    (a few percent, measured, the sign following the order they started in). Returns this
+    process's CPUs before, to restore; None where it cannot pin."""
+    if not hasattr(os, "sched_setaffinity"):
+        return None
+    mine = os.sched_getaffinity(0)
+    if len(mine) < 2:
+        return None
+    driver, *others = sorted(mine)
+    for pgid in pgids:
+        for pid in group_members(pgid):
+            with contextlib.suppress(OSError):
+                os.sched_setaffinity(pid, set(others))
+    os.sched_setaffinity(0, {driver})
+    return mine
 
 
 def _record(
