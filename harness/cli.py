@@ -129,9 +129,9 @@ def _exploit(args: argparse.Namespace) -> int:
             Path(args.out),
             args.seeds or [0, 1, 2],
             args.moves,
+            run_one,
             args.games_per_seat,
             args.agent,
-            run_one,
         )
     except RunConfigError as exc:
         print(f"mistk-rl exploit: {exc}", file=sys.stderr)

@@ -29,8 +29,9 @@ def ladder_config(
     mode: str = "sampled",
     game: Optional[str] = None,
 ) -> RunConfig:
-    """The ladder's run config (module doc), the players' models copied into their data
-    dirs under `out` (so the run can be started again from its config.yaml)."""
+    """The ladder's run config (`harness.ladder`'s module doc: who plays), the players'
+    models copied into their data dirs under `out` (so the run can be started again from
+    its config.yaml). `game`: the game's id, which the runs must play too."""
     from mistk_rl.games.opponents import OPPONENTS
 
     agents: list[dict[str, Any]] = []
@@ -61,11 +62,11 @@ def ladder_config(
             }
         )
     if game:
-        games = {game}
+        games.add(game)
     if len(games) != 1:
         raise RunConfigError(
             "a ladder is of one game: "
-            + (f"these runs play {', '.join(sorted(games))}" if games else "give --game ID")
+            + (f"its players play {', '.join(sorted(games))}" if games else "give --game ID")
         )
     players = [a["name"] for a in agents]
     if len(set(players)) != len(players):

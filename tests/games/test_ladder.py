@@ -63,6 +63,8 @@ def test_bad_ladders_are_refused_before_anything_starts(trained, tmp_path, capsy
     assert "'nobody' is not a built-in opponent" in capsys.readouterr().err
     with pytest.raises(RunConfigError, match="give --game ID"):
         ladder_config([], ["random", "connect4_winblock"], tmp_path / "b")
+    with pytest.raises(RunConfigError, match="its players play classic/connect_four-v3, classic/"):
+        ladder_config([str(trained)], [], tmp_path / "e", game="classic/connect_four-v3")
     with pytest.raises(RunConfigError, match="two players have one name"):
         ladder_config([f"x={trained}", f"x={trained}"], [], tmp_path / "c")
     with pytest.raises(RunConfigError, match="is not a league run"):
