@@ -23,7 +23,6 @@ from typing import Any, Callable, Iterable, Optional
 import gymnasium as gym
 import numpy as np
 
-from mistk_rl.bridges.dm_env_rpc_client import DmEnvRpcEnvFactory
 from mistk_rl.errors import InvalidRequest
 from mistk_rl.framework.implementation import PROGRESS_EVERY_S, Metric
 from mistk_rl.framework.orchestrator import AbstractOrchestrator, RegisteredAgent, episode_quotas
@@ -495,6 +494,13 @@ def _env_fn(env: dict[str, Any], kwargs: dict[str, Any]) -> EnvFn:
     Discrete or MultiDiscrete), or with `env.dmEnvRpc` a world of that dm_env_rpc server
     (`kwargs`: the world's settings)."""
     if env.get("dmEnvRpc") is not None:
+        try:  # (an extra: the orchestrator serves gymnasium envs without it)
+            from mistk_rl.bridges.dm_env_rpc_client import DmEnvRpcEnvFactory
+        except ImportError as exc:
+            raise InvalidRequest(
+                f"env.dmEnvRpc needs the dm_env_rpc extra (pip install "
+                f"'mistk-rl[dm_env_rpc]'): {exc}"
+            ) from None
         return DmEnvRpcEnvFactory(
             tuple(sorted(env["dmEnvRpc"].items())), tuple(sorted(kwargs.items()))
         )

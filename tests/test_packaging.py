@@ -183,3 +183,46 @@ def test_wheel_runs_the_main_job(wheel_venv, tmp_path):
     assert results["episode_count"] == len(episodes)
     assert len(episodes) == 3 and all(e["length"] >= 1 for e in episodes)
     assert all(e["return"] == e["length"] for e in episodes)  # CartPole: +1 a step
+
+
+# Each optional extra's packages (setup.cfg's extras_require), absent as where the Dockerfile
+# installs install_requires alone
+EXTRAS_PACKAGES = ("dm_env_rpc", "grpc", "ray", "stable_baselines3", "onnx", "opentelemetry")
+WITHOUT_EXTRAS = f"""
+import importlib, json, pkgutil, sys
+for name in {EXTRAS_PACKAGES!r}:
+    sys.modules[name] = None  # (importing it raises ImportError)
+failed = []
+for top in ("agents", "orchestrators"):
+    for info in pkgutil.walk_packages(importlib.import_module(top).__path__, top + "."):
+        try:
+            importlib.import_module(info.name)
+        except ImportError as exc:
+            failed.append([info.name, str(exc)])
+from mistk_rl.errors import InvalidRequest
+from orchestrators.gym_orchestrator import _env_fn
+try:
+    _env_fn({{"id": "remote", "dmEnvRpc": {{"address": "127.0.0.1:1"}}}}, {{}})
+    refused = None
+except InvalidRequest as exc:
+    refused = str(exc)
+print(json.dumps({{"failed": failed, "refused": refused}}))
+"""
+
+
+def test_every_agent_and_orchestrator_imports_without_the_optional_extras():
+    """The compose stack's image has install_requires alone: every agent and orchestrator
+    module imports without the extras' packages (the gym orchestrator once imported the
+    dm_env_rpc bridge at its top, and did not start there), and asking for what an extra
+    gives is a 400 that names the extra."""
+    done = subprocess.run(
+        [sys.executable, "-c", WITHOUT_EXTRAS],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    found = json.loads(done.stdout.splitlines()[-1])
+    assert found["failed"] == []
+    assert "env.dmEnvRpc needs the dm_env_rpc extra" in found["refused"]
