@@ -512,7 +512,10 @@ class CoalescingHttpTools(HttpToolsProtocol):
                 f"a frame begun {now - begun:.0f} s ago is unfinished "
                 f"(frame_timeout_s={limits.frame_timeout_s}); {len(self._frames)} bytes dropped"
             )
-        elif (idle := now - self._last_data) > limits.stream_idle_s:
+        # (a frame begun is governed by frame_timeout_s alone: its bytes can come in before
+        # the turn that marks it begun, and an idle check in between took it for an idle
+        # stream, on a loaded machine)
+        elif begun is None and (idle := now - self._last_data) > limits.stream_idle_s:
             why = f"nothing came for {idle:.0f} s (stream_idle_s={limits.stream_idle_s})"
         if why is None:
             self._watchdog = self.loop.call_later(WATCH_EVERY_S, self._watch)
