@@ -103,8 +103,9 @@ def _ladder(args: argparse.Namespace) -> int:
             games_per_seat=args.games_per_seat,
             mode=args.mode,
             game=args.game,
+            groups=_groups(args.group),
         )
-    except RunConfigError as exc:
+    except (RunConfigError, ValueError) as exc:
         print(f"mistk-rl ladder: {exc}", file=sys.stderr)
         return 1
     # (its config.yaml, which `mistk-rl run` plays again; the run writes it there anyway)
@@ -522,6 +523,17 @@ def _add_compare(sub: argparse._SubParsersAction) -> None:
     compare.set_defaults(func=_compare)
 
 
+def _groups(given: Optional[list[str]]) -> dict[str, list[str]]:
+    """``--group NAME=PLAYER,PLAYER`` flags as {NAME: [PLAYER, ...]}."""
+    groups: dict[str, list[str]] = {}
+    for text in given or []:
+        name, sep, members = text.partition("=")
+        if not sep or not name or name in groups:
+            raise ValueError(f"--group {text!r}: NAME=PLAYER,PLAYER,... with a name of its own")
+        groups[name] = [m for m in members.split(",") if m]
+    return groups
+
+
 def _add_ladder(sub: argparse._SubParsersAction) -> None:
     ladder = sub.add_parser(
         "ladder",
@@ -567,6 +579,14 @@ def _add_ladder(sub: argparse._SubParsersAction) -> None:
         choices=["sampled", "greedy"],
         default="sampled",
         help="learned players sample from their policy (default) or act greedily",
+    )
+    ladder.add_argument(
+        "--group",
+        action="append",
+        metavar="NAME=PLAYER,...",
+        help="players compared as a whole (twice or more; e.g. one config's seeds): each pair "
+        "of groups' mean score over all their pairings, with a 95%% interval resampling both "
+        "groups' members and the games",
     )
     ladder.add_argument("--game", default=None, help="the game's id, when no run names it")
     ladder.add_argument("--out", default=None, help="its run directory (default runs/ladder-TIME)")

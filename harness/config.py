@@ -208,6 +208,9 @@ class LadderSpec(_Strict):
     num_envs: int = Field(default=16, ge=1)  # game copies
     seed: int = Field(default=20_000, ge=0)  # the games' first seed
     resamples: int = Field(default=500, ge=0)  # bootstrap refits for the intervals
+    # sides compared as wholes (e.g. a config's seeds): each pair of groups' mean score over
+    # all their pairings, with an interval over both sides' members (`crossed_bootstrap`)
+    groups: dict[str, list[str]] = Field(default_factory=dict)
 
 
 class ClusterSpec(_Strict):
@@ -383,7 +386,8 @@ class RunConfig(_Strict):
             )
 
     def _check_ladder(self, ladder: LadderSpec, names: list[str]) -> None:
-        """A ladder's players are distinct agents of the run, its anchor one of them."""
+        """A ladder's players are distinct agents of the run, its anchor one of them, its
+        groups disjoint sets of them."""
         missing = sorted(set(ladder.players) - set(names))
         if missing:
             raise ValueError(f"ladder.players names agents {', '.join(missing)} not in 'agents'")
@@ -391,6 +395,14 @@ class RunConfig(_Strict):
             raise ValueError(f"ladder.players lists a player twice: {ladder.players}")
         if ladder.anchor not in ladder.players:
             raise ValueError(f"ladder.anchor {ladder.anchor!r} is not one of ladder.players")
+        members = [p for group in ladder.groups.values() for p in group]
+        if ladder.groups and (len(ladder.groups) < 2 or not all(ladder.groups.values())):
+            raise ValueError("ladder.groups: two groups or more, each of one player or more")
+        if sorted(set(members) - set(ladder.players)) or len(set(members)) != len(members):
+            raise ValueError(
+                "ladder.groups: each member one of ladder.players, in one group only "
+                f"(given {ladder.groups})"
+            )
 
     def _check_workers(self, league: Optional[dict[str, Any]]) -> None:
         """`workers` are a league's, and a league has some (here or in its own settings)."""

@@ -15,6 +15,13 @@ the harness's sequence runs it), and fits Bradley-Terry ratings with bootstrap i
 anchored to one player (`mistk_rl.league.bradley_terry`). In the run directory:
 ``ladder.json`` (every cell's games, the ratings), ``ladder.csv`` and two plots,
 ``ratings.png`` and ``headtohead.png``; the table is printed.
+
+With ``--group NAME=PLAYER,...`` (twice or more: e.g. a league config's seeds and
+self-play's) it also compares the groups as wholes: each pair of groups' mean score over
+every pairing of their members (both seats), with a 95% interval that resamples both
+groups' members and each pairing's games (`harness.stats.crossed_bootstrap`), so a
+difference between two configs is judged against their seed-to-seed spread, not the games'
+alone.
 """
 
 from __future__ import annotations
@@ -25,7 +32,10 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any, Callable
 
+import numpy as np
+
 from harness.config import LadderSpec
+from harness.stats import crossed_bootstrap
 from mistk_rl.files import atomic_write_json
 from mistk_rl.games.pettingzoo_games import result_for
 from mistk_rl.league.bradley_terry import PairRecord, rate
@@ -68,6 +78,7 @@ def play_round_robin(
         )
     rated = rate(cells, spec.players, spec.anchor, spec.resamples, seed=spec.seed)
     return {
+        "groups": group_scores(cells, spec.groups, seed=spec.seed),
         "anchor": spec.anchor,
         "mode": spec.mode,
         "games_per_seat": spec.games_per_seat,
@@ -80,6 +91,39 @@ def play_round_robin(
             "high": rated.first_seat_high,
         },
     }
+
+
+def group_scores(
+    cells: list[PairRecord], groups: dict[str, list[str]], resamples: int = 2000, seed: int = 0
+) -> list[dict[str, Any]]:
+    """For each pair of groups (in the order given), the first's mean score against the
+    second over all their members' pairings, both seats, with its crossed-bootstrap 95%
+    interval; and each pairing's score."""
+    wdl: dict[tuple[str, str], np.ndarray] = {}
+    for c in cells:  # a cell is the first seat's record: add it to both players' rows
+        wdl[c.first, c.second] = wdl.get((c.first, c.second), 0) + np.array([c.win, c.draw, c.loss])
+        wdl[c.second, c.first] = wdl.get((c.second, c.first), 0) + np.array([c.loss, c.draw, c.win])
+    compared = []
+    for a, b in itertools.combinations(groups, 2):
+        grid = np.array([[wdl[p, q] for q in groups[b]] for p in groups[a]], float)
+        score, low, high = crossed_bootstrap(grid, resamples, seed)
+        pairings = {
+            f"{p} vs {q}": round(float((record[0] + record[1] / 2) / record.sum()), 4)
+            for p, row in zip(groups[a], grid)
+            for q, record in zip(groups[b], row)
+        }
+        compared.append(
+            {
+                "group": a,
+                "against": b,
+                "score": score,
+                "low": low,
+                "high": high,
+                "games": int(grid.sum()),
+                "pairings": pairings,
+            }
+        )
+    return compared
 
 
 def _flipped(cell: PairRecord) -> PairRecord:
@@ -109,6 +153,13 @@ def table(ladder: dict[str, Any]) -> str:
     lines.append(
         f"  first seat's advantage: {seat['rating']:.0f} [{seat['low']:.0f}, {seat['high']:.0f}]"
     )
+    for g in ladder.get("groups", []):
+        lines.append(
+            f"group {g['group']} against {g['against']}: score {g['score']:.3f} "
+            f"[{g['low']:.3f}, {g['high']:.3f}] (95%, both groups' members and the games "
+            f"resampled; {g['games']} games over {len(g['pairings'])} pairings)"
+        )
+        lines += [f"  {pairing}: {s:.3f}" for pairing, s in g["pairings"].items()]
     return "\n".join(lines)
 
 

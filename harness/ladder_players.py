@@ -28,6 +28,7 @@ def ladder_config(
     games_per_seat: int = 100,
     mode: str = "sampled",
     game: Optional[str] = None,
+    groups: Optional[dict[str, list[str]]] = None,
 ) -> RunConfig:
     """The ladder's run config (`harness.ladder`'s module doc: who plays), the players'
     models copied into their data dirs under `out` (so the run can be started again from
@@ -81,6 +82,7 @@ def ladder_config(
                 "anchor": anchor or (opponents[0] if opponents else players[0]),
                 "games_per_seat": games_per_seat,
                 "mode": mode,
+                "groups": groups or {},
             },
         }
     )

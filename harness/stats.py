@@ -64,3 +64,38 @@ def wilson_interval(successes: float, trials: int, z: float = 1.959964) -> tuple
         z * math.sqrt(p * (1 - p) / trials + z * z / (4 * trials * trials)) / (1 + z * z / trials)
     )
     return max(0.0, centre - half), min(1.0, centre + half)
+
+
+def crossed_bootstrap(
+    outcomes: np.ndarray, resamples: int = 2000, seed: int = 0, level: float = 0.95
+) -> tuple[float, float, float]:
+    """The mean score over a grid of pairings and its percentile interval, when the rows and
+    the columns are both samples (seeds of two sides, every row against every column).
+
+    `outcomes[i, j]` is (wins, draws, losses) of row i against column j. Each resample
+    draws rows and columns with replacement, as a two-sided ("pigeonhole") bootstrap does,
+    and each drawn cell's games from its own outcome frequencies, so the interval carries
+    both sides' seed-to-seed spread and the games' noise. A score is (wins + draws / 2) /
+    games; the figure is the mean of the cells' scores."""
+    wdl = np.asarray(outcomes, float)
+    games = wdl.sum(axis=-1)
+    score = (wdl[..., 0] + wdl[..., 1] / 2) / games
+    mean = float(score.mean())
+    if resamples <= 0:
+        return mean, mean, mean
+    rng = np.random.default_rng(seed)
+    n_rows, n_cols = score.shape
+    freq = wdl / games[..., None]
+    means = np.empty(resamples)
+    for k in range(resamples):
+        rows = rng.integers(n_rows, size=n_rows)
+        cols = rng.integers(n_cols, size=n_cols)
+        cells = np.ix_(rows, cols)
+        n = games[cells].astype(int)
+        drawn = np.array(
+            [rng.multinomial(g, p) for g, p in zip(n.ravel(), freq[cells].reshape(-1, 3))]
+        )
+        means[k] = ((drawn[:, 0] + drawn[:, 1] / 2) / n.ravel()).mean()
+    tail = (1 - level) / 2 * 100
+    low, high = np.percentile(means, [tail, 100 - tail])
+    return mean, float(low), float(high)

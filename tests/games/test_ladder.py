@@ -5,12 +5,16 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import pytest
 import yaml
 
 from harness.cli import main as cli
 from harness.config import RunConfig, RunConfigError
+from harness.ladder import group_scores
 from harness.ladder_players import LADDER_MODEL, ladder_config
+from harness.stats import crossed_bootstrap
+from mistk_rl.league.bradley_terry import PairRecord
 
 
 def test_a_ladder_plays_every_pair_in_both_seats_and_rates_them(trained, tmp_path, capsys):
@@ -23,6 +27,10 @@ def test_a_ladder_plays_every_pair_in_both_seats_and_rates_them(trained, tmp_pat
             "random,tictactoe_alphabeta2",
             "--games-per-seat",
             "6",
+            "--group",
+            "trained=learner",
+            "--group",
+            "builtin=random,tictactoe_alphabeta2",
             "--out",
             str(out),
         ]
@@ -46,6 +54,17 @@ def test_a_ladder_plays_every_pair_in_both_seats_and_rates_them(trained, tmp_pat
     assert copied.read_bytes() == (trained / "data" / "learner" / checkpoint).read_bytes()
     said = capsys.readouterr().out
     assert "ratings (Elo points above random" in said and "first seat's advantage" in said
+    # the groups compared as wholes: the learner's 24 games against the two built-ins
+    (group,) = ladder["groups"]
+    assert (group["group"], group["against"], group["games"]) == ("trained", "builtin", 24)
+    learner_points = sum(
+        c["win"] + c["draw"] / 2 if c["first"] == "learner" else c["loss"] + c["draw"] / 2
+        for c in ladder["cells"]
+        if "learner" in (c["first"], c["second"])
+    )
+    assert group["score"] == pytest.approx(learner_points / 24)
+    assert group["low"] <= group["score"] <= group["high"]
+    assert "group trained against builtin: score" in said
     assert (out / "ratings.png").stat().st_size > 1000
     assert (out / "headtohead.png").stat().st_size > 1000
     rows = (out / "ladder.csv").read_text().splitlines()
@@ -65,6 +84,12 @@ def test_bad_ladders_are_refused_before_anything_starts(trained, tmp_path, capsy
         ladder_config([], ["random", "connect4_winblock"], tmp_path / "b")
     with pytest.raises(RunConfigError, match="its players play classic/connect_four-v3, classic/"):
         ladder_config([str(trained)], [], tmp_path / "e", game="classic/connect_four-v3")
+    assert cli(["ladder", f"x={trained}", "--opponents", "random", "--group", "x"]) == 1
+    assert "NAME=PLAYER,PLAYER" in capsys.readouterr().err
+    with pytest.raises(ValueError, match="each member one of ladder.players"):
+        ladder_config([f"x={trained}"], ["random"], tmp_path / "f", groups={"a": ["x"], "b": ["y"]})
+    with pytest.raises(ValueError, match="two groups or more"):
+        ladder_config([f"x={trained}"], ["random"], tmp_path / "g", groups={"a": ["x"]})
     with pytest.raises(RunConfigError, match="two players have one name"):
         ladder_config([f"x={trained}", f"x={trained}"], [], tmp_path / "c")
     with pytest.raises(RunConfigError, match="is not a league run"):
@@ -112,3 +137,42 @@ def test_a_league_runs_snapshots_join_as_players(trained, tmp_path):
     assert config.ladder.players == ["lg", "lg:learner_200", "lg:learner_300", "random"]
     copied = tmp_path / "out" / "data" / "lg:learner_300" / LADDER_MODEL
     assert copied.read_bytes() == b"w0"
+
+
+def _cell(first: str, second: str, win: int, draw: int, loss: int) -> PairRecord:
+    return PairRecord(first, second, win, draw, loss)
+
+
+def test_groups_are_scored_over_every_pairing_and_seat():
+    # a0 scores .75 against each b (both seats), a1 .25: the groups are even, and the
+    # interval, which resamples the a's, is wide; the pairings are reported one by one
+    cells = []
+    for b in ("b0", "b1"):
+        cells += [_cell("a0", b, 30, 0, 10), _cell(b, "a0", 10, 0, 30)]
+        cells += [_cell("a1", b, 10, 0, 30), _cell(b, "a1", 30, 0, 10)]
+    (g,) = group_scores(cells, {"a": ["a0", "a1"], "b": ["b0", "b1"]}, resamples=400)
+    assert g["score"] == pytest.approx(0.5) and g["games"] == 320
+    assert g["pairings"] == {"a0 vs b0": 0.75, "a0 vs b1": 0.75, "a1 vs b0": 0.25, "a1 vs b1": 0.25}
+    assert g["low"] < 0.3 and g["high"] > 0.7
+
+
+def test_the_crossed_bootstrap_carries_both_sides_spread():
+    rng = np.random.default_rng(0)
+    even = np.tile([60, 0, 40], (3, 3, 1))  # every pairing .6
+    score, low, high = crossed_bootstrap(even, resamples=500, seed=1)
+    assert score == pytest.approx(0.6) and 0.55 < low < 0.6 < high < 0.65  # the games alone
+    spread = even.copy()
+    spread[:, 0] = [90, 0, 10]  # one column far from the others: more spread, wider
+    _, low2, high2 = crossed_bootstrap(spread, resamples=500, seed=1)
+    assert high2 - low2 > 2 * (high - low)
+    # the interval covers the truth about as often as it says (rows and columns random)
+    covered = 0
+    for k in range(40):
+        row = rng.normal(0, 0.05, 3)[:, None]
+        col = rng.normal(0, 0.05, 3)[None, :]
+        p = np.clip(0.55 + row + col, 0, 1)
+        wins = rng.binomial(200, p)
+        grid = np.stack([wins, np.zeros_like(wins), 200 - wins], axis=-1)
+        _, lo, hi = crossed_bootstrap(grid, resamples=300, seed=k)
+        covered += lo <= 0.55 <= hi
+    assert covered >= 28  # nominal 95%; with three a side a bootstrap runs somewhat short
