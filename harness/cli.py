@@ -133,8 +133,9 @@ def _exploit(args: argparse.Namespace) -> int:
             run_one,
             args.games_per_seat,
             args.agent,
+            _groups(args.group),
         )
-    except RunConfigError as exc:
+    except (RunConfigError, ValueError) as exc:
         print(f"mistk-rl exploit: {exc}", file=sys.stderr)
         return 1
     print(report(result))
@@ -619,6 +620,13 @@ def _add_exploit(sub: argparse._SubParsersAction) -> None:
     )
     exploit.add_argument(
         "--games-per-seat", type=int, default=500, help="games per seat in the last evaluation"
+    )
+    exploit.add_argument(
+        "--group",
+        action="append",
+        metavar="NAME=LABEL,...",
+        help="runs compared as a whole (twice or more; e.g. one config's seeds): each "
+        "group's figures pooled, each group after the first against the first (Welch)",
     )
     exploit.add_argument("--out", required=True, help="where the seeds' runs and exploit.json go")
     exploit.add_argument("--quiet", action="store_true", help="no progress output")
