@@ -99,6 +99,7 @@ def _ladder(args: argparse.Namespace) -> int:
             out,
             agent=args.agent,
             snapshots=args.snapshots,
+            checkpoints=args.checkpoints,
             anchor=args.anchor,
             games_per_seat=args.games_per_seat,
             mode=args.mode,
@@ -566,6 +567,12 @@ def _add_ladder(sub: argparse._SubParsersAction) -> None:
         default=0,
         metavar="K",
         help="also each league run's last K snapshots of that agent",
+    )
+    ladder.add_argument(
+        "--checkpoints",
+        action="store_true",
+        help="each run's kept evaluation checkpoints as players (LABEL:step-N) in place of "
+        "its final model: ratings over moves (ratings_over_moves.png)",
     )
     ladder.add_argument(
         "--anchor",

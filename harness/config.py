@@ -194,6 +194,16 @@ class GameTrainingSpec(_Strict):
     stop_when: list[Target] = Field(default_factory=list)
 
 
+def member_players(member: str, players: list[str]) -> list[str]:
+    """A ladder group's member as players: itself, or a run's checkpoints
+    (``MEMBER:step-N``, by moves)."""
+    if member in players:
+        return [member]
+    prefix = f"{member}:step-"
+    steps = [p for p in players if p.startswith(prefix) and p[len(prefix) :].isdigit()]
+    return sorted(steps, key=lambda p: int(p[len(prefix) :]))
+
+
 class LadderSpec(_Strict):
     """A round robin (`mistk-rl ladder`, or a config's `ladder` block): every pair of
     `players` plays `games_per_seat` games in each seat order, and their ratings are fitted
@@ -209,7 +219,8 @@ class LadderSpec(_Strict):
     seed: int = Field(default=20_000, ge=0)  # the games' first seed
     resamples: int = Field(default=500, ge=0)  # bootstrap refits for the intervals
     # sides compared as wholes (e.g. a config's seeds): each pair of groups' mean score over
-    # all their pairings, with an interval over both sides' members (`crossed_bootstrap`)
+    # all their pairings, with an interval over both sides' members (`crossed_bootstrap`);
+    # a member is a player, or a run whose checkpoints are players (compared move by move)
     groups: dict[str, list[str]] = Field(default_factory=dict)
 
 
@@ -398,9 +409,11 @@ class RunConfig(_Strict):
         members = [p for group in ladder.groups.values() for p in group]
         if ladder.groups and (len(ladder.groups) < 2 or not all(ladder.groups.values())):
             raise ValueError("ladder.groups: two groups or more, each of one player or more")
-        if sorted(set(members) - set(ladder.players)) or len(set(members)) != len(members):
+        unknown = [m for m in members if not member_players(m, ladder.players)]
+        if unknown or len(set(members)) != len(members):
             raise ValueError(
-                "ladder.groups: each member one of ladder.players, in one group only "
+                "ladder.groups: each member one of ladder.players (or a run whose checkpoints "
+                "are, LABEL:step-N), in one group only "
                 f"(given {ladder.groups})"
             )
 

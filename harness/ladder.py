@@ -30,11 +30,11 @@ import csv
 import itertools
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Optional
 
 import numpy as np
 
-from harness.config import LadderSpec
+from harness.config import LadderSpec, member_players
 from harness.stats import crossed_bootstrap
 from mistk_rl.files import atomic_write_json
 from mistk_rl.games.pettingzoo_games import result_for
@@ -78,7 +78,10 @@ def play_round_robin(
         )
     rated = rate(cells, spec.players, spec.anchor, spec.resamples, seed=spec.seed)
     return {
-        "groups": group_scores(cells, spec.groups, seed=spec.seed),
+        "groups": group_scores(cells, spec.groups, seed=spec.seed, players=spec.players),
+        "group_members": {
+            g: [member_players(m, spec.players) for m in ms] for g, ms in spec.groups.items()
+        },
         "anchor": spec.anchor,
         "mode": spec.mode,
         "games_per_seat": spec.games_per_seat,
@@ -94,35 +97,46 @@ def play_round_robin(
 
 
 def group_scores(
-    cells: list[PairRecord], groups: dict[str, list[str]], resamples: int = 2000, seed: int = 0
+    cells: list[PairRecord],
+    groups: dict[str, list[str]],
+    resamples: int = 2000,
+    seed: int = 0,
+    players: Optional[list[str]] = None,
 ) -> list[dict[str, Any]]:
     """For each pair of groups (in the order given), the first's mean score against the
     second over all their members' pairings, both seats, with its crossed-bootstrap 95%
-    interval; and each pairing's score."""
+    interval, and each pairing's score. A member that is a run's checkpoints (`players`
+    holds ``MEMBER:step-N``) is compared checkpoint by checkpoint: the k-th of each member
+    against the k-th of the other group's, for every k all members have ("at": k)."""
     wdl: dict[tuple[str, str], np.ndarray] = {}
     for c in cells:  # a cell is the first seat's record: add it to both players' rows
         wdl[c.first, c.second] = wdl.get((c.first, c.second), 0) + np.array([c.win, c.draw, c.loss])
         wdl[c.second, c.first] = wdl.get((c.second, c.first), 0) + np.array([c.loss, c.draw, c.win])
+    everyone = players or sorted({p for pair in wdl for p in pair})
+    expanded = {g: [member_players(m, everyone) for m in ms] for g, ms in groups.items()}
     compared = []
     for a, b in itertools.combinations(groups, 2):
-        grid = np.array([[wdl[p, q] for q in groups[b]] for p in groups[a]], float)
-        score, low, high = crossed_bootstrap(grid, resamples, seed)
-        pairings = {
-            f"{p} vs {q}": round(float((record[0] + record[1] / 2) / record.sum()), 4)
-            for p, row in zip(groups[a], grid)
-            for q, record in zip(groups[b], row)
-        }
-        compared.append(
-            {
-                "group": a,
-                "against": b,
-                "score": score,
-                "low": low,
-                "high": high,
-                "games": int(grid.sum()),
-                "pairings": pairings,
+        for k in range(min(len(players_) for players_ in expanded[a] + expanded[b])):
+            rows, cols = [m[k] for m in expanded[a]], [m[k] for m in expanded[b]]
+            grid = np.array([[wdl[p, q] for q in cols] for p in rows], float)
+            score, low, high = crossed_bootstrap(grid, resamples, seed)
+            pairings = {
+                f"{p} vs {q}": round(float((record[0] + record[1] / 2) / record.sum()), 4)
+                for p, row in zip(rows, grid)
+                for q, record in zip(cols, row)
             }
-        )
+            compared.append(
+                {
+                    "group": a,
+                    "against": b,
+                    "at": k,
+                    "score": score,
+                    "low": low,
+                    "high": high,
+                    "games": int(grid.sum()),
+                    "pairings": pairings,
+                }
+            )
     return compared
 
 
@@ -155,12 +169,17 @@ def table(ladder: dict[str, Any]) -> str:
     )
     for g in ladder.get("groups", []):
         lines.append(
-            f"group {g['group']} against {g['against']}: score {g['score']:.3f} "
+            f"group {g['group']} against {g['against']}{_at(g)}: score {g['score']:.3f} "
             f"[{g['low']:.3f}, {g['high']:.3f}] (95%, both groups' members and the games "
             f"resampled; {g['games']} games over {len(g['pairings'])} pairings)"
         )
         lines += [f"  {pairing}: {s:.3f}" for pairing, s in g["pairings"].items()]
     return "\n".join(lines)
+
+
+def _at(group: dict[str, Any]) -> str:
+    first = next(iter(group["pairings"])).split(" vs ")[0]
+    return f" at {first.rpartition(':')[2]} of its first member" if ":step-" in first else ""
 
 
 def write_ladder(ladder: dict[str, Any], run_dir: Path, title: str = "") -> None:
@@ -227,3 +246,64 @@ def _plots(ladder: dict[str, Any], run_dir: Path, title: str) -> None:
     fig.tight_layout()
     fig.savefig(run_dir / "headtohead.png", dpi=100)
     plt.close(fig)
+    _plot_over_moves(ladder, run_dir, title, plt)
+
+
+def _plot_over_moves(ladder: dict[str, Any], run_dir: Path, title: str, plt: Any) -> None:
+    """ratings_over_moves.png when the players are runs' checkpoints (``LABEL:step-N``):
+    each run a thin line with its rating's interval shaded; each group of runs its mean
+    over them, with the band from its lowest to its highest run."""
+    import numpy as np
+
+    series: dict[str, list[tuple[int, dict[str, Any]]]] = {}
+    for player, r in ladder["ratings"].items():
+        label, sep, steps = player.rpartition(":step-")
+        if sep and steps.isdigit():
+            series.setdefault(label, []).append((int(steps), r))
+    if not series:
+        return
+    fig, ax = plt.subplots(figsize=(7, 4))
+    groups = ladder.get("group_members", {})
+    label_group = {p.rpartition(":step-")[0]: g for g, ms in groups.items() for m in ms for p in m}
+    colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    group_colour = {g: colours[k % len(colours)] for k, g in enumerate(groups)}
+    for k, (label, points) in enumerate(sorted(series.items())):
+        points.sort(key=lambda x: x[0])
+        xs = np.array([x for x, _ in points])
+        ys, lows, highs = (
+            np.array([r[key] for _, r in points]) for key in ("rating", "low", "high")
+        )
+        group = label_group.get(label)
+        colour = group_colour[group] if group else colours[k % len(colours)]
+        ax.plot(xs, ys, lw=0.8, alpha=0.6, color=colour, label=None if group else label)
+        ax.fill_between(xs, lows, highs, color=colour, alpha=0.08)
+    for g, members in groups.items():
+        depth = min(len(m) for m in members)
+        if depth < 2:
+            continue
+        at = [[_steps(m[k]) for m in members] for k in range(depth)]
+        rated = np.array(
+            [[ladder["ratings"][m[k]]["rating"] for m in members] for k in range(depth)]
+        )
+        xs = np.array([np.mean(x) for x in at])
+        ax.plot(
+            xs,
+            rated.mean(axis=1),
+            lw=2,
+            color=group_colour[g],
+            label=f"{g} (mean of {len(members)})",
+        )
+        ax.fill_between(xs, rated.min(axis=1), rated.max(axis=1), color=group_colour[g], alpha=0.2)
+    ax.axhline(0, color="grey", lw=0.8)
+    ax.set_xlabel("moves of the player when saved")
+    ax.set_ylabel(f"rating (Elo points above {ladder['anchor']})")
+    ax.set_title(title or "ratings over moves", fontsize="small")
+    ax.legend(fontsize="x-small")
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(run_dir / "ratings_over_moves.png", dpi=100)
+    plt.close(fig)
+
+
+def _steps(player: str) -> int:
+    return int(player.rpartition(":step-")[2])

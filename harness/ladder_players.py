@@ -24,14 +24,16 @@ def ladder_config(
     *,
     agent: Optional[str] = None,
     snapshots: int = 0,
+    checkpoints: bool = False,
     anchor: Optional[str] = None,
     games_per_seat: int = 100,
     mode: str = "sampled",
     game: Optional[str] = None,
     groups: Optional[dict[str, list[str]]] = None,
 ) -> RunConfig:
-    """The ladder's run config (`harness.ladder`'s module doc: who plays), the players'
-    models copied into their data dirs under `out` (so the run can be started again from
+    """The ladder's run config (`harness.ladder`'s module doc: who plays; `checkpoints`:
+    each run's evaluation checkpoints in place of its final model), the players' models
+    copied into their data dirs under `out` (so the run can be started again from
     its config.yaml). `game`: the game's id, which the runs must play too."""
     from mistk_rl.games.opponents import OPPONENTS
 
@@ -44,7 +46,11 @@ def ladder_config(
         games.add(str(config.orchestrator.env.id))
         spec = evaluated_agent(config, agent, run_dir)
         name = _name(label or run_dir.resolve().name)
-        agents.append(as_player(spec, name, final_model(config, spec, run_dir), out))
+        if checkpoints:
+            for steps, path in _checkpoints(run_dir, spec.name):
+                agents.append(as_player(spec, _name(f"{name}:step-{steps}"), path, out))
+        else:
+            agents.append(as_player(spec, name, final_model(config, spec, run_dir), out))
         for player_id, path in _snapshots(run_dir, spec.name, snapshots):
             agents.append(as_player(spec, _name(f"{name}:{player_id}"), path, out))
     for k, opponent in enumerate(opponents):
@@ -107,6 +113,17 @@ def final_model(config: RunConfig, spec: AgentSpec, run_dir: Path) -> Path:
             "in progress.json)"
         )
     return where[spec.name] / model
+
+
+def _checkpoints(run_dir: Path, agent: str) -> list[tuple[int, Path]]:
+    """The agent's kept evaluation checkpoints (``checkpoints/step-N.pt``), by moves."""
+    kept = sorted(
+        (int(path.stem.removeprefix("step-")), path)
+        for path in (data_dir(run_dir, agent) / "checkpoints").glob("step-*.pt")
+    )
+    if not kept:
+        raise RunConfigError(f"--checkpoints: {run_dir} kept no checkpoint of {agent}")
+    return kept
 
 
 def _snapshots(run_dir: Path, player: str, last: int) -> list[tuple[str, Path]]:

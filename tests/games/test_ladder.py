@@ -176,3 +176,38 @@ def test_the_crossed_bootstrap_carries_both_sides_spread():
         _, lo, hi = crossed_bootstrap(grid, resamples=300, seed=k)
         covered += lo <= 0.55 <= hi
     assert covered >= 28  # nominal 95%; with three a side a bootstrap runs somewhat short
+
+
+@pytest.mark.long(40)
+def test_checkpoints_as_players_are_rated_over_moves_and_groups_compared_move_by_move(
+    trained, tmp_path
+):
+    """``--checkpoints``: each run's kept checkpoints play as LABEL:step-N; groups of runs
+    are compared checkpoint by checkpoint, and ratings_over_moves.png is drawn."""
+    import shutil
+
+    runs = []
+    for label in ("a", "b"):
+        copy = tmp_path / label
+        shutil.copytree(trained, copy)
+        kept = copy / "data" / "learner" / "checkpoints"
+        first = sorted(kept.glob("step-*.pt"))[0]
+        shutil.copyfile(first, kept / "step-99999.pt")  # a later one (same weights)
+        runs.append(f"{label}={copy}")
+    out = tmp_path / "ladder"
+    command = ["ladder", *runs, "--checkpoints"]
+    command += ["--group", "x=a", "--group", "y=b", "--games-per-seat", "4"]
+    assert cli([*command, "--out", str(out), "--quiet"]) == 0
+    ladder = json.loads((out / "ladder.json").read_text())
+    steps = sorted(int(p.name.removeprefix("step-")[:-3]) for p in kept.glob("step-*.pt"))
+    players = [f"{label}:step-{n}" for label in "ab" for n in steps]
+    assert sorted(ladder["ratings"]) == sorted(players)
+    assert [g["at"] for g in ladder["groups"]] == list(range(len(steps)))
+    for k, g in enumerate(ladder["groups"]):
+        assert list(g["pairings"]) == [f"a:step-{steps[k]} vs b:step-{steps[k]}"]
+        assert g["games"] == 8
+    assert (out / "ratings_over_moves.png").stat().st_size > 1000
+    for kept_one in kept.glob("step-*.pt"):
+        kept_one.unlink()
+    with pytest.raises(RunConfigError, match="kept no checkpoint of learner"):
+        ladder_config([str(tmp_path / "b")], [], tmp_path / "c", checkpoints=True)
