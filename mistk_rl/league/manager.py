@@ -17,6 +17,10 @@ checkpoint was saved.
   (`SoloSharedPayoff`: its last jobs, each with the episodes' mean return).
 - `take_snapshot` adds the frozen copy and says whether the player now resets to its
   initial weights (only the snapshotted player can).
+- Every job's end (finished or failed) is a record: the last `RECENT_JOBS` are in the
+  state (`recent`), and `save` appends the ones since the last save to ``jobs.jsonl``
+  beside the state file, so the whole history of who played whom, in which branch, with
+  what result and at which of the player's moves (``at_step``) is kept.
 """
 
 from __future__ import annotations
@@ -43,6 +47,7 @@ from mistk_rl.league.player import (
 from mistk_rl.league.ratings import Ratings
 
 RECENT_JOBS = 100
+JOB_LOG = "jobs.jsonl"  # every job's record, beside league.json (`save`)
 
 
 @dataclass
@@ -69,6 +74,11 @@ class LeagueManager:
 
     def __post_init__(self) -> None:
         self.rng = np.random.default_rng(self.seed)
+        self._unsaved: list[dict[str, Any]] = []  # job records `save` has not logged yet
+
+    def _record(self, entry: dict[str, Any]) -> None:
+        self.recent.append(entry)
+        self._unsaved.append(entry)
 
     # ---- the LeagueView the players read -------------------------------------------------
     @property
@@ -201,7 +211,15 @@ class LeagueManager:
                 )
         self.active[job.launch_player].total_agent_step += steps
         self.jobs_finished += 1
-        self.recent.append({**asdict(job), "job_id": job_id, "results": summary, "steps": steps})
+        self._record(
+            {
+                **asdict(job),
+                "job_id": job_id,
+                "results": summary,
+                "steps": steps,
+                "at_step": self.active[job.launch_player].total_agent_step,
+            }
+        )
 
     def fail_job(
         self, job_id: int, reason: str = "", details: Optional[dict[str, Any]] = None
@@ -211,7 +229,7 @@ class LeagueManager:
         running = self.running.pop(job_id, None)
         if running is not None:
             self.jobs_failed += 1
-            self.recent.append(
+            self._record(
                 {**asdict(running.job), "job_id": job_id, "failed": reason, **(details or {})}
             )
 
@@ -278,13 +296,19 @@ class LeagueManager:
             league.historical[spec["player_id"]] = HistoricalPlayer(**spec)
         league.recent.extend(state["recent"])
         for r in state["running"]:  # whatever ran them stopped with the league: slots free
-            league.recent.append({**r, "failed": "the league restarted"})
+            league._record({**r, "failed": "the league restarted"})
             league.jobs_failed += 1
         league.rng.bit_generator.state = state["rng"]
         return league
 
     def save(self, path: Path) -> None:
+        """The state to `path` (atomically), and the job records since the last save
+        appended to ``jobs.jsonl`` beside it."""
         atomic_write_json(path, self.state_dict())
+        if self._unsaved:
+            with open(Path(path).with_name(JOB_LOG), "a") as log:
+                log.writelines(json.dumps(entry) + "\n" for entry in self._unsaved)
+            self._unsaved.clear()
 
     @classmethod
     def load(cls, path: Path) -> "LeagueManager":

@@ -169,6 +169,10 @@ def test_training_opponents_of_a_league_and_of_a_lineup():
     repo = Path(__file__).resolve().parents[2]
     league = load_config(repo / "configs" / "connect4_league.yaml")
     assert training_opponents(league, {}) == {"frozen_0", "frozen_1", "random", "winblock"}
+    held_out = load_config(repo / "configs" / "connect4_league_heldout.yaml")
+    assert held_out.evaluation is not None and held_out.evaluation.held_out
+    assert training_opponents(held_out, {}) == {"main_exploiter", "frozen_0", "frozen_1"}
+    check_held_out(held_out.evaluation, training_opponents(held_out, {}))  # (no refusal)
     ttt = load_config(repo / "configs" / "tictactoe_league.yaml")
     assert "main" not in training_opponents(ttt, {})
     lineup = RunConfig.model_validate(
@@ -242,6 +246,7 @@ def test_config_checks_the_evaluation(tmp_path):
         "tictactoe_selfplay_dqn_sym",
         "tictactoe_league",
         "connect4_league",
+        "connect4_league_heldout",
         "connect4_vs_winblock_ppo",
     ],
 )

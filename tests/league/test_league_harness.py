@@ -66,7 +66,12 @@ def test_evaluation_by_seat_order():
 
 
 def test_league_configs_load_and_are_checked(tmp_path):
-    for name in ("tictactoe_league.yaml", "connect4_league.yaml", "cartpole_solo_league.yaml"):
+    for name in (
+        "tictactoe_league.yaml",
+        "connect4_league.yaml",
+        "connect4_league_heldout.yaml",
+        "cartpole_solo_league.yaml",
+    ):
         config = load_config(REPO / "configs" / name)
         assert config.orchestrator.env.league and len(config.workers) == 2
         assert [a.name for a in config.agents if a.train] == [

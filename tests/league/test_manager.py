@@ -3,9 +3,11 @@ that makes the same matchmaking."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
-from mistk_rl.league.manager import LeagueManager
+from mistk_rl.league.manager import JOB_LOG, LeagueManager
 from mistk_rl.league.player import MainExploiter
 
 PLAYERS = [
@@ -89,6 +91,32 @@ def test_save_and_load_give_the_same_matchmaking(tmp_path):
         return out
 
     assert jobs(loaded) == jobs(league)
+
+
+def test_every_jobs_record_is_logged_once_across_saves_and_a_restart(tmp_path):
+    """jobs.jsonl beside league.json: each finished or failed job once, in order, with the
+    player's moves after it, however many saves; a restarted league's orphaned job too."""
+    league = _league()
+    state = tmp_path / "league.json"
+    launched = [league.launch_job("main") for _ in range(3)]
+    league.finish_job(launched[0].job_id, ["win", "loss"], steps=40)
+    league.save(state)
+    league.save(state)  # (nothing new: nothing appended)
+    league.fail_job(launched[1].job_id, "agent unreachable")
+    league.finish_job(launched[2].job_id, ["draw"], steps=25)
+    league.save(state)
+    left = league.launch_job("me")
+    league.save(state)
+    loaded = LeagueManager.load(state)  # `left` was running: it failed with the league
+    loaded.save(state)
+    records = [json.loads(line) for line in (tmp_path / JOB_LOG).read_text().splitlines()]
+    ids = [r["job_id"] for r in records]
+    assert ids == [launched[0].job_id, launched[1].job_id, launched[2].job_id, left.job_id]
+    assert [r.get("at_step") for r in records] == [40, None, 65, None]
+    assert records[0]["results"] == {"win": 1, "draw": 0, "loss": 1}
+    assert records[0]["opponent"] == launched[0].job.opponent
+    assert records[1]["failed"] == "agent unreachable"
+    assert records[3]["failed"] == "the league restarted"
 
 
 def test_pfsp_meets_the_fixed_opponent_it_loses_to_and_self_play_never_does(tmp_path):
