@@ -16,7 +16,8 @@ checkpoint was saved.
   solo player's finished job (episodes against the env) goes to `solo_payoff`
   (`SoloSharedPayoff`: its last jobs, each with the episodes' mean return).
 - `take_snapshot` adds the frozen copy and says whether the player now resets to its
-  initial weights (only the snapshotted player can).
+  initial weights (only the snapshotted player can); a player with `forget_on_reset`
+  loses its payoff records then (it starts again from the prior).
 - Every job's end (finished or failed) is a record: the last `RECENT_JOBS` are in the
   state (`recent`), and `save` appends the ones since the last save to ``jobs.jsonl``
   beside the state file, so the whole history of who played whom, in which branch, with
@@ -247,7 +248,10 @@ class LeagueManager:
         player = self.active[player_id]
         snapshot = self._add_snapshot(player, checkpoint_path)
         player.mark_snapshot()
-        return snapshot, player.reset_on_snapshot(self.rng)
+        reset = player.reset_on_snapshot(self.rng)
+        if reset and getattr(player, "forget_on_reset", False):
+            self.payoff.forget(player_id)
+        return snapshot, reset
 
     # ---- persistence ---------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:

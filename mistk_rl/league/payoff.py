@@ -106,6 +106,15 @@ class BattleSharedPayoff:
             wins = record.losses if flipped else record.wins
             return (wins + 0.5 * record.draws) / record.games
 
+    def forget(self, player_id: str) -> int:
+        """Drop every record of `player_id` (a player reset to new weights is another
+        policy: what its former self won says nothing of it); returns how many."""
+        with self._lock:
+            mine = [k for k in self.records if player_id in k.split("|")]
+            for key in mine:
+                del self.records[key]
+        return len(mine)
+
     def played(self, home: str, away: str) -> int:
         """Games recorded between the two (raw count, not decayed)."""
         with self._lock:

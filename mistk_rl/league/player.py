@@ -258,6 +258,11 @@ class SoloActivePlayer(ActivePlayer):
 class BattleActivePlayer(ActivePlayer):
     """Trains by playing other players."""
 
+    # at a reset, forget its records (`BattleSharedPayoff.forget`): without it a main
+    # exploiter whose record against the main player fell under .1 plays the main's
+    # snapshots for good, every reset after (that record only changes when they play)
+    forget_on_reset: bool = False
+
     def _mains(self, league: LeagueView) -> list["MainPlayer"]:
         return [
             p

@@ -205,6 +205,7 @@ class LeaguePlayerSpec(Body):
     eps_start: Optional[float] = Field(default=None, ge=0, le=1)
     eps_end: Optional[float] = Field(default=None, ge=0, le=1)
     eps_decay: Optional[int] = Field(default=None, ge=0)
+    forget_on_reset: Optional[bool] = None  # battle: its payoff records cleared at a reset
     # matchmaking branch -> probability (DI-engine's branch_probs); default: its type's
     branches: Optional[dict[str, Annotated[float, Field(ge=0, le=1)]]] = Field(
         default=None, min_length=1, max_length=8

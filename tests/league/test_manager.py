@@ -67,6 +67,30 @@ def test_only_the_snapshotted_player_resets():
     assert not reset_main and again.player_id != snapshot.player_id
 
 
+@pytest.mark.parametrize("forget", [False, True])
+def test_a_reset_exploiter_forgets_its_records_only_when_told(forget):
+    """A main exploiter that lost everything to the main player plays the main's
+    snapshots; reset (at its snapshot), with forgetOnReset it is back on the prior and
+    plays the main player again; without, AlphaStar's rule keeps it on the snapshots."""
+    specs = [PLAYERS[0], {**PLAYERS[1], "forget_on_reset": forget}]
+    league = LeagueManager.create(specs, one_phase_step=100, seed=0)
+    job = league.launch_job("me")
+    assert job.job.opponent == "main"  # (no record yet: the prior, .5 > .1)
+    league.finish_job(job.job_id, ["loss"] * 20, steps=250)
+    assert league.payoff.win_rate("me", "main") == 0.0
+    job = league.launch_job("me")
+    assert job.job.opponent == "main_0_0"  # under .1: the main's snapshots
+    league.finish_job(job.job_id, ["win"] * 4, steps=10)
+    league.payoff.update("main", "main_0_0", ["win"] * 9)  # a record without the exploiter
+    _, reset = league.take_snapshot("me", "snap/me_260.pt")
+    assert reset
+    again = league.launch_job("me")
+    assert (again.job.opponent == "main") is forget
+    assert league.payoff.played("me", "main") == (0 if forget else 20)
+    assert league.payoff.played("me", "main_0_0") == (0 if forget else 4)
+    assert league.payoff.played("main", "main_0_0") == 9  # (others' records stay)
+
+
 def test_save_and_load_give_the_same_matchmaking(tmp_path):
     league = _league()
     for _ in range(5):  # some history: games, a snapshot, a job left running
