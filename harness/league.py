@@ -84,6 +84,20 @@ def table_text(league: dict[str, Any], rows: int = 12) -> str:
             f"  {row['id']:32s} {row['kind']:16s} {row['steps']:8d} "
             f"{row['exposure']:9.2f} {row['elo']:6.0f}"
         )
+    mix = league["jobs"].get("mix", [])
+    if mix:
+        lines.append("what each player trained against (score: its own, draws half)")
+        lines.append(
+            f"  {'player':16s} {'branch':13s} {'opponent':26s} {'games':>7s} {'score':>6s} "
+            f"{'moves':>9s} {'share':>6s}"
+        )
+        for m in mix:
+            score = "-" if m["score"] is None else f"{m['score']:.3f}"
+            share = "-" if m["share"] is None else f"{m['share']:.1%}"
+            lines.append(
+                f"  {m['player']:16s} {m['branch']:13s} {m['opponent']:26s} {m['games']:7d} "
+                f"{score:>6s} {m['moves']:9d} {share:>6s}"
+            )
     return "\n".join(lines)
 
 

@@ -72,6 +72,9 @@ class LeagueManager:
     jobs_launched: int = 0
     jobs_finished: int = 0
     jobs_failed: int = 0
+    # what each player trained against since the league began (`opponent_kind`): "player
+    # branch kind" -> [jobs, games, wins, draws, losses, moves]
+    mix: dict[str, list[int]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.rng = np.random.default_rng(self.seed)
@@ -192,6 +195,12 @@ class LeagueManager:
                 for result in results:
                     self.ratings.update(job.launch_player, job.opponent, result)
             summary: dict[str, Any] = {r: results.count(r) for r in ("win", "draw", "loss")}
+            key = f"{job.launch_player} {job.branch} {self.opponent_kind(job)}"
+            counts = self.mix.setdefault(key, [0] * 6)
+            for k, n in enumerate(
+                (1, len(results), summary["win"], summary["draw"], summary["loss"], steps)
+            ):
+                counts[k] += n
         else:  # a solo job: against the env
             returns = [float(r) for r in returns or ()]
             summary = {
@@ -221,6 +230,43 @@ class LeagueManager:
                 "at_step": self.active[job.launch_player].total_agent_step,
             }
         )
+
+    def opponent_kind(self, job: Job) -> str:
+        """Who a job's opponent is to its player: ``itself``, another active player's id,
+        ``snapshot of ID``, or ``fixed ID``."""
+        if job.opponent == job.launch_player:
+            return "itself"
+        past = self.historical.get(job.opponent)
+        if past is None:
+            return job.opponent
+        return f"fixed {past.player_id}" if past.fixed else f"snapshot of {past.parent_id}"
+
+    def mix_rows(self) -> list[dict[str, Any]]:
+        """`mix` as rows, each with its share of its player's moves (GET /league's
+        jobs.mix): who each player trained against, in which branch, with what result."""
+        moves: dict[str, int] = {}
+        for key, counts in self.mix.items():
+            player = key.split(" ", 1)[0]
+            moves[player] = moves.get(player, 0) + counts[5]
+        rows = []
+        for key, (jobs, games, wins, draws, losses, steps) in sorted(self.mix.items()):
+            player, branch, opponent = key.split(" ", 2)
+            rows.append(
+                {
+                    "player": player,
+                    "branch": branch,
+                    "opponent": opponent,
+                    "jobs": jobs,
+                    "games": games,
+                    "win": wins,
+                    "draw": draws,
+                    "loss": losses,
+                    "score": round((wins + draws / 2) / games, 4) if games else None,
+                    "moves": steps,
+                    "share": round(steps / moves[player], 4) if moves[player] else None,
+                }
+            )
+        return rows
 
     def fail_job(
         self, job_id: int, reason: str = "", details: Optional[dict[str, Any]] = None
@@ -269,6 +315,7 @@ class LeagueManager:
             "jobs_launched": self.jobs_launched,
             "jobs_finished": self.jobs_finished,
             "jobs_failed": self.jobs_failed,
+            "mix": self.mix,
             "rng": self.rng.bit_generator.state,
         }
 
@@ -282,6 +329,7 @@ class LeagueManager:
             # (league.json files from before these counts: none)
             jobs_finished=state.get("jobs_finished", 0),
             jobs_failed=state.get("jobs_failed", 0),
+            mix=state.get("mix", {}),  # (from before it: what was played is not known)
         )
         league.payoff.load_state_dict(state["payoff"])
         if "solo_payoff" in state:  # (league.json files from before solo leagues: none)
@@ -339,6 +387,7 @@ class LeagueManager:
                 "failed": self.jobs_failed,
                 "running": [{"job_id": r.job_id, **asdict(r.job)} for r in self.running.values()],
                 "recent": list(self.recent)[-recent:],
+                "mix": self.mix_rows(),
             },
         }
 

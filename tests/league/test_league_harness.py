@@ -113,6 +113,17 @@ def test_the_table_prints_best_first():
     text = table_text(league).splitlines()
     assert text[0].startswith("league: 3 jobs, 2 players")
     assert text[2].split() == ["main", "MainPlayer", "100", "3.00", "1250"]
+    assert len(text) == 4  # (no mix: no lines for it)
+    mix = {"player": "main", "branch": "pfsp", "opponent": "snapshot of main", "jobs": 2}
+    mix.update(games=128, score=0.7344, moves=1100, share=0.25)
+    league["jobs"]["mix"] = [mix, {**mix, "branch": "sp", "opponent": "itself", "share": None}]
+    text = table_text(league).splitlines()
+    assert text[4].startswith("what each player trained against")
+    assert text[6].split() == ["main", "pfsp", "snapshot", "of", "main", "128", "0.734"] + [
+        "1100",
+        "25.0%",
+    ]
+    assert text[7].split()[-1] == "-"
 
 
 def test_plots_are_written(tmp_path):

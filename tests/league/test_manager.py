@@ -143,6 +143,28 @@ def test_every_jobs_record_is_logged_once_across_saves_and_a_restart(tmp_path):
     assert records[3]["failed"] == "the league restarted"
 
 
+def test_the_mix_counts_who_each_player_trained_against_and_survives_a_restart(tmp_path):
+    league = _league(fixed=["winblock"])
+    played = []
+    for player, results, steps in (("main", ["win", "loss"], 30), ("me", ["draw"], 10)) * 3:
+        job = league.launch_job(player)
+        played.append((player, job.job.branch, league.opponent_kind(job.job)))
+        league.finish_job(job.job_id, results, steps=steps)
+    rows = {(r["player"], r["branch"], r["opponent"]): r for r in league.view()["jobs"]["mix"]}
+    assert sorted(rows) == sorted(set(played))
+    for key, row in rows.items():
+        jobs = played.count(key)
+        per_job = 30 if key[0] == "main" else 10
+        assert (row["jobs"], row["moves"]) == (jobs, jobs * per_job)
+        assert row["score"] == 0.5 and row["games"] == jobs * (2 if key[0] == "main" else 1)
+    for player in ("main", "me"):
+        assert sum(r["share"] for k, r in rows.items() if k[0] == player) == pytest.approx(1)
+    kinds = {k[2] for k in rows}
+    assert kinds <= {"itself", "main", "snapshot of main", "fixed winblock"}
+    league.save(tmp_path / "league.json")
+    assert LeagueManager.load(tmp_path / "league.json").mix_rows() == league.mix_rows()
+
+
 def test_pfsp_meets_the_fixed_opponent_it_loses_to_and_self_play_never_does(tmp_path):
     league = _league(fixed=["winblock"])
     wb = league.historical["winblock"]
