@@ -106,8 +106,9 @@ def group_scores(
     """For each pair of groups (in the order given), the first's mean score against the
     second over all their members' pairings, both seats, with its crossed-bootstrap 95%
     interval, and each pairing's score. A member that is a run's checkpoints (`players`
-    holds ``MEMBER:step-N``) is compared checkpoint by checkpoint: the k-th of each member
-    against the k-th of the other group's, for every k all members have ("at": k)."""
+    holds ``MEMBER:step-N``) is compared checkpoint by checkpoint, counted from the last
+    (a run keeps its last ones): the k-th of each member against the k-th of the other
+    group's, for every k all members have ("at": k, 0 the earliest compared)."""
     wdl: dict[tuple[str, str], np.ndarray] = {}
     for c in cells:  # a cell is the first seat's record: add it to both players' rows
         wdl[c.first, c.second] = wdl.get((c.first, c.second), 0) + np.array([c.win, c.draw, c.loss])
@@ -116,8 +117,10 @@ def group_scores(
     expanded = {g: [member_players(m, everyone) for m in ms] for g, ms in groups.items()}
     compared = []
     for a, b in itertools.combinations(groups, 2):
-        for k in range(min(len(players_) for players_ in expanded[a] + expanded[b])):
-            rows, cols = [m[k] for m in expanded[a]], [m[k] for m in expanded[b]]
+        depth = min(len(players_) for players_ in expanded[a] + expanded[b])
+        for k in range(depth):  # (aligned on the last: a run keeps its last checkpoints)
+            rows = [m[len(m) - depth + k] for m in expanded[a]]
+            cols = [m[len(m) - depth + k] for m in expanded[b]]
             grid = np.array([[wdl[p, q] for q in cols] for p in rows], float)
             score, low, high = crossed_bootstrap(grid, resamples, seed)
             pairings = {
@@ -281,6 +284,7 @@ def _plot_over_moves(ladder: dict[str, Any], run_dir: Path, title: str, plt: Any
         depth = min(len(m) for m in members)
         if depth < 2:
             continue
+        members = [m[len(m) - depth :] for m in members]  # (aligned on the last)
         at = [[_steps(m[k]) for m in members] for k in range(depth)]
         rated = np.array(
             [[ladder["ratings"][m[k]]["rating"] for m in members] for k in range(depth)]

@@ -211,3 +211,19 @@ def test_checkpoints_as_players_are_rated_over_moves_and_groups_compared_move_by
         kept_one.unlink()
     with pytest.raises(RunConfigError, match="kept no checkpoint of learner"):
         ladder_config([str(tmp_path / "b")], [], tmp_path / "c", checkpoints=True)
+
+
+def test_runs_checkpoints_are_compared_from_the_last_one():
+    """A run that kept fewer checkpoints (its earliest dropped) is compared on the ones it
+    has: the last against the last, the one before against the one before."""
+    a = ["a:step-100", "a:step-200", "a:step-300"]
+    b = ["b:step-200", "b:step-300"]
+    cells = [_cell(p, q, 3, 0, 1) for p in a for q in b] + [
+        _cell(q, p, 1, 0, 3) for p in a for q in b
+    ]
+    scores = group_scores(cells, {"x": ["a"], "y": ["b"]}, resamples=10, players=a + b)
+    assert [list(g["pairings"]) for g in scores] == [
+        ["a:step-200 vs b:step-200"],
+        ["a:step-300 vs b:step-300"],
+    ]
+    assert [g["at"] for g in scores] == [0, 1] and all(g["score"] == 0.75 for g in scores)
