@@ -96,6 +96,16 @@ def play_round_robin(
     }
 
 
+def pair_records(cells: list[PairRecord]) -> dict[tuple[str, str], np.ndarray]:
+    """(row, column) -> the row's (wins, draws, losses) against the column over both seat
+    orders (a cell is the first seat's record: it counts for both players)."""
+    wdl: dict[tuple[str, str], np.ndarray] = {}
+    for c in cells:
+        wdl[c.first, c.second] = wdl.get((c.first, c.second), 0) + np.array([c.win, c.draw, c.loss])
+        wdl[c.second, c.first] = wdl.get((c.second, c.first), 0) + np.array([c.loss, c.draw, c.win])
+    return wdl
+
+
 def group_scores(
     cells: list[PairRecord],
     groups: dict[str, list[str]],
@@ -109,10 +119,7 @@ def group_scores(
     holds ``MEMBER:step-N``) is compared checkpoint by checkpoint, counted from the last
     (a run keeps its last ones): the k-th of each member against the k-th of the other
     group's, for every k all members have ("at": k, 0 the earliest compared)."""
-    wdl: dict[tuple[str, str], np.ndarray] = {}
-    for c in cells:  # a cell is the first seat's record: add it to both players' rows
-        wdl[c.first, c.second] = wdl.get((c.first, c.second), 0) + np.array([c.win, c.draw, c.loss])
-        wdl[c.second, c.first] = wdl.get((c.second, c.first), 0) + np.array([c.loss, c.draw, c.win])
+    wdl = pair_records(cells)
     everyone = players or sorted({p for pair in wdl for p in pair})
     expanded = {g: [member_players(m, everyone) for m in ms] for g, ms in groups.items()}
     compared = []
@@ -133,6 +140,7 @@ def group_scores(
                     "group": a,
                     "against": b,
                     "at": k,
+                    "moves": _moves(rows + cols),
                     "score": score,
                     "low": low,
                     "high": high,
@@ -181,8 +189,13 @@ def table(ladder: dict[str, Any]) -> str:
 
 
 def _at(group: dict[str, Any]) -> str:
-    first = next(iter(group["pairings"])).split(" vs ")[0]
-    return f" at {first.rpartition(':')[2]} of its first member" if ":step-" in first else ""
+    return "" if group.get("moves") is None else f" at {group['moves']:,} moves (mean)"
+
+
+def _moves(players: list[str]) -> Optional[int]:
+    """The mean moves of checkpoint players (``LABEL:step-N``); None for other players."""
+    steps = [_steps(p) for p in players if ":step-" in p]
+    return round(sum(steps) / len(steps)) if len(steps) == len(players) else None
 
 
 def write_ladder(ladder: dict[str, Any], run_dir: Path, title: str = "") -> None:
@@ -229,15 +242,11 @@ def _plots(ladder: dict[str, Any], run_dir: Path, title: str) -> None:
     best_first = names[::-1]
     index = {p: k for k, p in enumerate(best_first)}
     score = np.full((len(names), len(names)), np.nan)
-    points = np.zeros_like(score)
-    games = np.zeros_like(score)
-    for cell in ladder["cells"]:
-        i, j = index[cell["first"]], index[cell["second"]]
-        for row, col, s in ((i, j, cell["win"]), (j, i, cell["loss"])):
-            points[row, col] += s + 0.5 * cell["draw"]
-            games[row, col] += cell["win"] + cell["draw"] + cell["loss"]
-    played = games > 0
-    score[played] = points[played] / games[played]
+    for (row, col), (w, d, lost) in pair_records(
+        [PairRecord(**c) for c in ladder["cells"]]
+    ).items():
+        score[index[row], index[col]] = (w + d / 2) / (w + d + lost)
+    played = ~np.isnan(score)
     fig, ax = plt.subplots(figsize=(1.6 + 0.55 * len(names), 1.2 + 0.5 * len(names)))
     image = ax.imshow(score, cmap="RdBu", vmin=0, vmax=1)
     for i, j in zip(*np.nonzero(played)):
