@@ -5,7 +5,8 @@
   in-process: the share of episodes solved, over random levels of the pool, per (K, L).
 - thinker-model: the learned model (wrapper_type 0) trained inside `step` over a run of real
   steps driven by a behaviour policy (`Behaviour`): its losses over time, whether its outputs
-  stay finite, and the time per augmented step.
+  stay finite, the time per augmented step, and what its tree is worth to a planner
+  (`thinker_agent.model_figures`).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from typing import Any, Optional, Sequence
 
 import numpy as np
 
+from harness.bench.thinker_agent import model_figures, say_model_figures
 from mistk_rl.thinker import make
 from mistk_rl.thinker.env import ThinkerEnv
 from mistk_rl.thinker.planner import plan
@@ -205,6 +207,7 @@ def bench_model(
     behaviour: str = "solver",
     epsilon: float = 0.3,
     measure_every: int = 100,
+    tree_levels: int = 500,
 ) -> dict[str, Any]:
     """The learned model on the puzzle, trained inside `step` while `Behaviour` drives the
     real steps (imaginary moves and resets uniform random): its world losses on fixed held-out
@@ -212,7 +215,7 @@ def bench_model(
     prioritized samples: noisy, and biased towards the rare big rewards), whether every output
     stays finite, and the time per augmented step with and without the model's updates.
     `settings` override MODEL_SETTINGS; the losses are measured every `measure_every`
-    updates."""
+    updates; the planner on the final model's tree plays `tree_levels` levels."""
     import json
     from pathlib import Path
 
@@ -231,7 +234,11 @@ def bench_model(
         env.close()
     wall = run.finish()
     figures = run.figures({**settings, "env_n": env_n, "seed": seed}, act.describe(), wall)
+    figures["tree"] = model_figures(
+        env.model, seed, levels=tree_levels, accuracy_levels=min(400, tree_levels)
+    )
     _say_model_figures(figures, measure_every)
+    print(f"its tree: {say_model_figures(figures['tree'])}", flush=True)
     root = Path(out)
     root.mkdir(parents=True, exist_ok=True)
     (root / "model.json").write_text(json.dumps(figures, indent=2))

@@ -5,7 +5,9 @@ Arms, the same PPO and the same real-step budget a seed:
   the perfect model (wrapper_type 2, K=10, L=5, v = 0), every augmented step a transition;
 - **raw**: `PPOPolicy` on the raw puzzle;
 - **thinker-learned**: the thinker arm on the learned model (wrapper_type 0), trained inside
-  `step` from the agent's own real steps;
+  `step` from the agent's own real steps; its row also says what the model's tree is worth
+  apart from the agent (`model_figures`: reward recall and false alarms along real paths,
+  the scripted planner on its tree);
 - **planner**: the scripted planner (`mistk_rl.thinker.planner`), which learns nothing,
   evaluated on the same levels.
 
@@ -35,6 +37,7 @@ import numpy as np
 import torch
 from gymnasium import spaces
 
+from harness.bench.model_tree import reward_accuracy, say_reward_accuracy
 from harness.stats import welch_interval
 from mistk_rl.rl.learner import Learner
 from mistk_rl.rl.policies.ppo import PPOPolicy
@@ -254,6 +257,7 @@ def evaluate(
     to (primary, reset) actions (the scripted planner). `model`: the learned model the policy
     trained with (its weights, no longer trained)."""
     levels = puzzle.level_pool(0, pool_size)
+    env_n = min(env_n, pool_size)  # (every copy plays at least one level)
     shares = [levels[j::env_n] for j in range(env_n)]
     fns = [lambda share=share: puzzle.PuzzleEnv(levels=share, in_order=True) for share in shares]
     if model is not None:
@@ -262,8 +266,9 @@ def evaluate(
     if model is not None:
         assert env.model is not None  # (the learned model's MDP, wrapper_type 0)
         for net, trained in ((env.model.sr, model.sr), (env.model.vp, model.vp)):
-            assert net is not None  # (a learned model has both nets)
-            net.load_state_dict(trained.state_dict())
+            if net is not None:  # (where vp_fn stands in for the VP-net, nothing to load)
+                assert trained is not None  # (the model has every net this MDP builds)
+                net.load_state_dict(trained.state_dict())
     wanted = np.array([len(share) for share in shares])
     played = np.zeros(env_n, dtype=np.int64)
     solved = 0
@@ -287,6 +292,46 @@ def evaluate(
         "solve_rate": solved / int(played.sum()),
         "eval_s": time.perf_counter() - start,
     }
+
+
+def model_figures(
+    model: Any, seed: int, levels: int = 500, accuracy_levels: int = 400
+) -> dict[str, Any]:
+    """What a learned model's tree is worth apart from any agent: its reward predictions along
+    real paths (`model_tree.reward_accuracy`, the pool's first `accuracy_levels`) and the scripted
+    planner's solve rate on its tree over the pool's first `levels`, with the VP-net's values
+    and logits and with v = 0 and flat logits (the rewards alone, as the perfect model's
+    planner reads them). The perfect model's planner solves ~.40; a random policy ~.145."""
+    a = len(puzzle.ACTIONS)
+
+    def flat(obs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        return np.zeros(len(obs)), np.zeros((len(obs), a))
+
+    def planner(mdp: Optional[dict]) -> float:
+        row = evaluate(
+            "thinker-learned",
+            _planner(seed),
+            pool_size=levels,
+            seed=20_000 + seed,
+            mdp=mdp,
+            model=model,
+        )
+        return row["solve_rate"]
+
+    return {
+        "model_reward": reward_accuracy(model, puzzle.level_pool(0, accuracy_levels)),
+        "planner_on_model": planner(None),
+        "planner_on_model_rewards_only": planner({"vp_fn": flat}),
+        "planner_levels": levels,
+    }
+
+
+def say_model_figures(row: dict[str, Any]) -> str:
+    return (
+        f"{say_reward_accuracy(row['model_reward'])}; the scripted planner on its tree solves "
+        f"{row['planner_on_model']:.3f}, on its rewards alone (v = 0) "
+        f"{row['planner_on_model_rewards_only']:.3f} ({row['planner_levels']} levels)"
+    )
 
 
 def _planner(seed: int) -> Callable[[dict[str, np.ndarray]], tuple[np.ndarray, np.ndarray]]:
@@ -326,6 +371,9 @@ def bench_thinker_agent(
                     **stats,
                     **evaluate(arm, policy, seed=10_000 + seed, model=model),
                 }
+                if model is not None:  # the learned arm: what its model's tree is worth
+                    row.update(model_figures(model, seed))
+                    print(f"{arm} seed {seed}, its model: {say_model_figures(row)}", flush=True)
                 torch.save(policy.model.state_dict(), path / f"{arm}-seed{seed}-{real_steps}.pt")
             print(
                 f"{arm:7s} seed {seed}: solved {row['solved']}/{row['episodes']} = "

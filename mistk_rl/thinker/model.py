@@ -116,14 +116,22 @@ def trunk(obs_shape: Sequence[int], extra: int, size: int) -> tuple[nn.Module, t
 
 class Head(nn.Module):
     """Features -> `out` numbers (reward, done logit, value and logits); `zero` zeroes the last
-    layer so an untrained head answers exactly 0."""
+    layer so an untrained head answers exactly 0.
+
+    On image features the head reads each cell's features reduced to 4 channels (where things
+    are) and every channel's maximum over the cells (whether something happens anywhere): a
+    reward such as "the box reached a target" is then one pattern learnt once for every cell,
+    not 25 separate weights each taught only by the solves at its own cell (without it the
+    reward head never left the mean-reward plateau on the agent's own play: issue 58)."""
 
     def __init__(self, feature_shape: tuple[int, ...], out: int, zero: bool) -> None:
         super().__init__()
+        self.pool: Optional[nn.Module] = None
         if len(feature_shape) == 3:
             ch, h, w = feature_shape
             self.reduce: nn.Module = nn.Sequential(nn.Conv2d(ch, 4, 1), nn.ReLU(), nn.Flatten())
-            flat = 4 * h * w
+            self.pool = nn.Sequential(nn.ReLU(), nn.AdaptiveMaxPool2d(1), nn.Flatten())
+            flat = 4 * h * w + ch
         else:
             self.reduce, flat = nn.Identity(), feature_shape[0]
         self.hidden = nn.Linear(flat, HEAD)
@@ -133,7 +141,10 @@ class Head(nn.Module):
             nn.init.zeros_(self.out.bias)
 
     def forward(self, features: torch.Tensor) -> torch.Tensor:
-        return self.out(F.relu(self.hidden(self.reduce(features))))
+        x = self.reduce(features)
+        if self.pool is not None:
+            x = torch.cat([x, self.pool(features)], dim=1)
+        return self.out(F.relu(self.hidden(x)))
 
 
 class SRNet(nn.Module):

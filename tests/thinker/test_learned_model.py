@@ -249,7 +249,12 @@ def test_the_model_bench_measures_held_out_losses(tmp_path):
         total_steps=48,
     )
     figures = bench_model(
-        real_steps=48, env_n=8, out=str(tmp_path), measure_every=5, settings=small
+        real_steps=48,
+        env_n=8,
+        out=str(tmp_path),
+        measure_every=5,
+        settings=small,
+        tree_levels=4,
     )
     assert figures["real_steps"] == 48 and figures["augmented_steps"] == 2 * 48
     assert figures["updates"] > 0 and figures["outputs_finite"]
@@ -261,6 +266,9 @@ def test_the_model_bench_measures_held_out_losses(tmp_path):
     assert figures["behaviour"] == "shortest-solution solver, epsilon 0.3"
     assert 0 < figures["update_s"] < figures["step_s"] < figures["wall_s"]
     assert len(figures["losses"]) >= 3  # before, every 5 updates, after
+    tree = figures["tree"]  # what the trained model's tree is worth to the scripted planner
+    assert tree["model_reward"]["levels"] == 4 and tree["planner_levels"] == 4
+    assert 0.0 <= tree["planner_on_model"] <= 1.0
 
 
 def test_the_solver_behaviour_solves_what_random_play_rarely_does():
