@@ -53,7 +53,8 @@ K = THINKER["rec_t"]
 # the learned model (wrapper_type 0) trained inside `step` from the agent's own real steps:
 # `bench thinker-model`'s settings (warm-up 2k, lr 2e-3 decayed to 0 over the run, batch 64),
 # its replay ratio 10 (v1.1's 5-6 left the reward loss at the mean-reward plateau there), the
-# whole run kept in the replay
+# whole run kept in the replay, and priorities that add the reward error to v1.1's value error
+# (with the value error alone, seed 1 of 3 never learned the solving reward: recall .004)
 LEARNED: dict[str, Any] = {
     **THINKER,
     "wrapper_type": 0,
@@ -64,6 +65,7 @@ LEARNED: dict[str, Any] = {
     "model_batch_size": 64,
     "model_min_replay_ratio": 8.0,
     "model_max_replay_ratio": 10.0,
+    "model_reward_priority": 1.0,
 }
 ARMS = ("raw", "thinker", "thinker-learned", "planner")
 

@@ -53,6 +53,9 @@ class ThinkerConfig:
     model_grad_norm_clip: float = 0.0  # 0: no clipping
     priority_alpha: float = 0.6
     priority_beta: float = 0.4  # annealed to 1 over total_steps
+    # > 0: a window's priority adds this times its reward error (the root of the unroll's
+    # summed squared error), so rare rewards are replayed until learned; 0 is v1.1's
+    model_reward_priority: float = 0.0
     buffer_traj_len: int = 50
     total_steps: int = 50_000_000  # real steps: the learning-rate and beta schedules' end
     # ---- runs ----------------------------------------------------------------------------
@@ -79,6 +82,10 @@ class ThinkerConfig:
             raise ValueError(f"stat_mask_type must be 0, 1 or 2, not {self.stat_mask_type}")
         if self.model_unroll_len < 1:
             raise ValueError(f"model_unroll_len must be >= 1, not {self.model_unroll_len}")
+        if self.model_reward_priority < 0:
+            raise ValueError(
+                f"model_reward_priority must be >= 0, not {self.model_reward_priority}"
+            )
         if self.vp_fn is not None and not callable(self.vp_fn):
             raise ValueError("vp_fn must be callable: observations -> (values, logits)")
         if self.wrapper_type == 1:

@@ -5,7 +5,9 @@ action before it, a_t, r_t, the episode's end, truncation and V_tree(s_t). A sam
 of 2k + 1 entries (k = model_unroll_len, also the n of the n-step value target), drawn with
 prioritized replay (`mistk_rl.rl.data.priority.PrioritySampler`, the DQN agent's too: alpha
 priority_alpha; beta annealed from priority_beta to 1 over total_steps; priority
-|v(s_t) - target_t|).
+|v(s_t) - target_t|, plus model_reward_priority x the window's reward error when that is > 0:
+v1.1 has only the value error, under which a reward seen in a few percent of windows can stay
+unlearnt, the reward head at the mean).
 
 Losses of one window, each summed over the unroll, masked once the episode has ended, and
 scaled by the importance weight:
@@ -201,7 +203,7 @@ class ModelReplay:
         )
 
     def update_priorities(self, leaves: np.ndarray, errors: np.ndarray) -> None:
-        """Priorities |v(s_t) - target_t| of the sampled starts."""
+        """New priorities of the sampled starts from their errors (`ModelLearner.update`)."""
         self.priorities.update(leaves, np.abs(errors))
 
     def mark_boundary(self) -> None:
@@ -417,7 +419,10 @@ class ModelLearner:
                     getattr(model, name).parameters(), cfg.model_grad_norm_clip
                 )
             opt.step()
-        replay.update_priorities(w.leaves, (v0 - targets[:, 0]).detach().numpy())
+        errors = (v0 - targets[:, 0]).detach().abs()
+        if cfg.model_reward_priority > 0 and "rs" in losses:
+            errors = errors + cfg.model_reward_priority * losses["rs"].detach().sqrt()
+        replay.update_priorities(w.leaves, errors.numpy())
         self.updates += 1
         self.losses = {
             name: float(per_sample.detach().mean()) for name, per_sample in losses.items()

@@ -152,6 +152,44 @@ def test_training_runs_inside_step_after_warm_up_at_the_replay_ratio():
     env.close()
 
 
+def _first_priorities(**cfg) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """One update's new priorities, its windows' summed squared reward errors and their real
+    rewards over the unroll until the episode ends (the same seed and no update before it:
+    the same batch and model whatever the priority)."""
+    env = learned(model_warm_up_n=10_000, **cfg)  # `step` never trains: the test updates
+    env.reset()
+    play(env, 30)
+    learner, seen, k = env.model.learner, {}, SMALL["model_unroll_len"]
+    sr_losses, update = learner.sr_losses, learner.replay.update_priorities
+
+    def record_rs(w, x, alive):
+        losses, predicted = sr_losses(w, x, alive)
+        seen["rs"], seen["rewards"] = losses["rs"].detach().numpy(), w.rewards
+        seen["alive"] = alive.numpy()
+        return losses, predicted
+
+    def record(leaves, errors):
+        seen["errors"] = np.asarray(errors).copy()
+        update(leaves, errors)
+
+    learner.sr_losses, learner.replay.update_priorities = record_rs, record
+    learner.update()
+    env.close()
+    return seen["errors"], seen["rs"], seen["rewards"][:, :k] * seen["alive"][:, :k]
+
+
+def test_reward_errors_raise_a_windows_priority_only_when_asked():
+    plain, rs, rewards = _first_priorities()
+    boosted, _, _ = _first_priorities(model_reward_priority=10.0)
+    # the untrained model predicts reward 0 everywhere: the error is the real rewards' size
+    real = np.sqrt((rewards**2).sum(1))
+    assert np.ptp(real) > 0  # (windows differ in reward: the test means something)
+    np.testing.assert_allclose(np.sqrt(rs), real, atol=1e-5)
+    np.testing.assert_allclose(boosted - plain, 10.0 * real, rtol=1e-5, atol=1e-5)
+    with pytest.raises(ValueError, match="model_reward_priority"):
+        load_config(model_reward_priority=-1.0)
+
+
 def test_the_model_learns_the_chains_rewards_and_frames():
     """Trained on random play, the model's imagined steps from the start cell predict the
     rewards and next cells of the real chain."""
