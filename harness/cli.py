@@ -331,8 +331,9 @@ BENCH_OPTIONS: list[tuple[str, dict]] = [
         dict(
             default=None,
             help="thinker-agent: which, comma-separated, of raw, thinker (the perfect "
-            "model), thinker-learned (the learned model, wrapper_type 0) and planner "
-            "(the scripted planner on the same levels); default raw,thinker",
+            "model), thinker-learned (the learned model, wrapper_type 0), thinker-vp (the "
+            "perfect model with its value-policy net trained) and planner (the scripted "
+            "planner on the same levels); default raw,thinker",
         ),
     ),
     (

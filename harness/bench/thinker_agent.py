@@ -8,6 +8,10 @@ Arms, the same PPO and the same real-step budget a seed:
   `step` from the agent's own real steps; its row also says what the model's tree is worth
   apart from the agent (`model_figures`: reward recall and false alarms along real paths,
   the scripted planner on its tree);
+- **thinker-vp**: the thinker arm with the perfect model's value-policy net trained inside
+  `step` as the learned arm's is (the paper's perfect-model agent: the tree's values and
+  policies are learnt, its dynamics are the env's); its row also gives the scripted planner
+  on that tree;
 - **planner**: the scripted planner (`mistk_rl.thinker.planner`), which learns nothing,
   evaluated on the same levels.
 
@@ -22,7 +26,8 @@ Evaluation plays the whole level pool once (1,500 levels, each copy its own shar
 sampling the policy (as `bench thinker-ppo`: a greedy policy that has not learnt a level walks
 into a wall until the cap); an episode is solved when its return holds the +10. The summary
 is each arm's per-seed solve rates, their mean and range, and each learning Thinker arm's
-difference from raw with a 95% interval (Welch's t over seeds).
+difference from raw with a 95% interval (Welch's t over seeds), and from the planner where
+it was run.
 """
 
 from __future__ import annotations
@@ -67,7 +72,16 @@ LEARNED: dict[str, Any] = {
     "model_max_replay_ratio": 10.0,
     "model_reward_priority": 1.0,
 }
-ARMS = ("raw", "thinker", "thinker-learned", "planner")
+# the perfect model (wrapper_type 2) with its value-policy net trained as the learned arm's
+PERFECT_VP: dict[str, Any] = {
+    **THINKER,
+    **{key: value for key, value in LEARNED.items() if key.startswith("model_")},
+    "train_model": True,
+}
+BASES = {"raw": {"wrapper_type": 1}, "thinker": THINKER, "thinker-learned": LEARNED}
+BASES["thinker-vp"] = PERFECT_VP
+TRAINS_MODEL = ("thinker-learned", "thinker-vp")
+ARMS = ("raw", "thinker", "thinker-learned", "thinker-vp", "planner")
 
 # PPO as configs/puzzle_raw_ppo.yaml; the thinker arm discounts each of a stage's K steps by
 # gamma ** (1/K) (the paper's actor), so both arms discount a real step alike
@@ -102,12 +116,11 @@ THINKER_PPO: dict[str, dict[str, Any]] = {
     "eval": {"deterministic": False},
 }
 OBS_KEYS = ("tree_reps", "real_states", "xs")
-ROLLOUT = {"raw": 2048, "thinker": 4096, "thinker-learned": 4096}  # transitions an update
+ROLLOUT = {"raw": 2048, "thinker": 4096, "thinker-learned": 4096, "thinker-vp": 4096}
 
 
 def _env(arm: str, env_fns: list, seed: Optional[int], mdp: Optional[dict] = None) -> ThinkerEnv:
-    base = {"raw": {"wrapper_type": 1}, "thinker": THINKER, "thinker-learned": LEARNED}[arm]
-    return ThinkerEnv(env_fns, load_config({**base, **(mdp or {})}, seed=seed))
+    return ThinkerEnv(env_fns, load_config({**BASES[arm], **(mdp or {})}, seed=seed))
 
 
 def _policy(arm: str, env: ThinkerEnv, seed: int, overrides: Optional[dict] = None):
@@ -154,7 +167,7 @@ def train(
     """Train one arm for `real_steps` real env steps over `env_n` copies; (policy, stats,
     the MDP's learned model or None)."""
     torch.set_num_threads(1)
-    if arm == "thinker-learned":  # (the model's schedules end with the run)
+    if arm in TRAINS_MODEL:  # (the model's schedules end with the run)
         mdp = {"total_steps": real_steps, "model_buffer_n": real_steps, **(mdp or {})}
     env = _env(arm, [lambda: puzzle.PuzzleEnv()] * env_n, seed, mdp)
     policy = _policy(arm, env, seed, overrides)
@@ -266,7 +279,7 @@ def evaluate(
         mdp = {**(mdp or {}), "train_model": False, "model_zero_init": False}
     env = _env(arm, fns, seed, mdp)
     if model is not None:
-        assert env.model is not None  # (the learned model's MDP, wrapper_type 0)
+        assert env.model is not None  # (an MDP whose model was trained: wrapper_type 0 or 2)
         for net, trained in ((env.model.sr, model.sr), (env.model.vp, model.vp)):
             if net is not None:  # (where vp_fn stands in for the VP-net, nothing to load)
                 assert trained is not None  # (the model has every net this MDP builds)
@@ -297,40 +310,48 @@ def evaluate(
 
 
 def model_figures(
-    model: Any, seed: int, levels: int = 500, accuracy_levels: int = 400
+    model: Any,
+    seed: int,
+    arm: str = "thinker-learned",
+    levels: int = 500,
+    accuracy_levels: int = 400,
 ) -> dict[str, Any]:
-    """What a learned model's tree is worth apart from any agent: its reward predictions along
-    real paths (`model_tree.reward_accuracy`, the pool's first `accuracy_levels`) and the scripted
-    planner's solve rate on its tree over the pool's first `levels`, with the VP-net's values
-    and logits and with v = 0 and flat logits (the rewards alone, as the perfect model's
-    planner reads them). The perfect model's planner solves ~.40; a random policy ~.145."""
+    """What a trained model's tree is worth apart from any agent: a learned model's reward
+    predictions along real paths (`model_tree.reward_accuracy`, the pool's first
+    `accuracy_levels`; the perfect model has no predicted rewards) and the scripted planner's
+    solve rate on its tree over the pool's first `levels`, with the VP-net's values and logits
+    and with v = 0 and flat logits (the rewards alone, as the perfect model's planner reads
+    them). The perfect model's planner solves ~.40; a random policy ~.145."""
     a = len(puzzle.ACTIONS)
 
     def flat(obs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         return np.zeros(len(obs)), np.zeros((len(obs), a))
 
-    def planner(mdp: Optional[dict]) -> float:
-        row = evaluate(
-            "thinker-learned",
-            _planner(seed),
-            pool_size=levels,
-            seed=20_000 + seed,
-            mdp=mdp,
-            model=model,
-        )
+    def planner(rewards_only: bool) -> float:
+        if rewards_only and model.sr is None:  # the perfect model with v = 0: the thinker arm
+            row = evaluate("thinker", _planner(seed), pool_size=levels, seed=20_000 + seed)
+        else:
+            mdp = {"vp_fn": flat} if rewards_only else None
+            row = evaluate(
+                arm, _planner(seed), pool_size=levels, seed=20_000 + seed, mdp=mdp, model=model
+            )
         return row["solve_rate"]
 
+    figures: dict[str, Any] = {}
+    if model.sr is not None:
+        figures["model_reward"] = reward_accuracy(model, puzzle.level_pool(0, accuracy_levels))
     return {
-        "model_reward": reward_accuracy(model, puzzle.level_pool(0, accuracy_levels)),
-        "planner_on_model": planner(None),
-        "planner_on_model_rewards_only": planner({"vp_fn": flat}),
+        **figures,
+        "planner_on_model": planner(rewards_only=False),
+        "planner_on_model_rewards_only": planner(rewards_only=True),
         "planner_levels": levels,
     }
 
 
 def say_model_figures(row: dict[str, Any]) -> str:
+    reward = f"{say_reward_accuracy(row['model_reward'])}; " if "model_reward" in row else ""
     return (
-        f"{say_reward_accuracy(row['model_reward'])}; the scripted planner on its tree solves "
+        f"{reward}the scripted planner on its tree solves "
         f"{row['planner_on_model']:.3f}, on its rewards alone (v = 0) "
         f"{row['planner_on_model_rewards_only']:.3f} ({row['planner_levels']} levels)"
     )
@@ -373,8 +394,8 @@ def bench_thinker_agent(
                     **stats,
                     **evaluate(arm, policy, seed=10_000 + seed, model=model),
                 }
-                if model is not None:  # the learned arm: what its model's tree is worth
-                    row.update(model_figures(model, seed))
+                if model is not None:  # an arm that trains a model: what its tree is worth
+                    row.update(model_figures(model, seed, arm))
                     print(f"{arm} seed {seed}, its model: {say_model_figures(row)}", flush=True)
                 torch.save(policy.model.state_dict(), path / f"{arm}-seed{seed}-{real_steps}.pt")
             print(
@@ -405,12 +426,13 @@ def summarize(rows: Sequence[dict[str, Any]], real_steps: int) -> None:
             f"(range {min(values):.3f}-{max(values):.3f}) at {real_steps} real steps, "
             f"{'/'.join(map(str, sorted(episodes[arm])))} evaluation episodes each"
         )
-    raw = list(rates.get("raw", {}).values())
-    for arm in sorted(set(rates) - {"raw", "planner"}):
-        values = list(rates[arm].values())
-        if len(values) > 1 and len(raw) > 1:
-            diff, low, high = welch_interval(values, raw)
-            print(
-                f"{arm} - raw: {diff:+.3f}, 95% interval [{low:+.3f}, {high:+.3f}] "
-                f"(Welch's t over seeds)"
-            )
+    for reference in ("raw", "planner"):
+        others = list(rates.get(reference, {}).values())
+        for arm in sorted(set(rates) - {"raw", "planner"}):
+            values = list(rates[arm].values())
+            if len(values) > 1 and len(others) > 1:
+                diff, low, high = welch_interval(values, others)
+                print(
+                    f"{arm} - {reference}: {diff:+.3f}, 95% interval [{low:+.3f}, {high:+.3f}] "
+                    f"(Welch's t over seeds)"
+                )

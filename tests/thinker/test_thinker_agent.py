@@ -211,9 +211,11 @@ def test_the_http_config_runs_the_benchs_agent():
     assert thinker.pop("actions") == "Discrete" and thinker == bench.THINKER
 
 
-def test_the_learned_model_arm_evaluates_with_the_model_it_trained():
-    """thinker-learned: the MDP's model trains inside `step` from the agent's real steps, and
-    the evaluation's MDP plans with those weights (not a fresh model's)."""
+@pytest.mark.parametrize("arm", ["thinker-learned", "thinker-vp"])
+def test_an_arm_that_trains_its_model_evaluates_with_the_model_it_trained(arm):
+    """thinker-learned (the learned model) and thinker-vp (the perfect model's VP-net): the
+    MDP's nets train inside `step` from the agent's real steps, and the evaluation's MDP
+    plans with those weights (not a fresh model's)."""
     small = {
         "model_warm_up_n": 64,
         "model_batch_size": 8,
@@ -221,7 +223,7 @@ def test_the_learned_model_arm_evaluates_with_the_model_it_trained():
         "model_min_replay_ratio": 0.5,
     }
     policy, stats, model = bench.train(
-        "thinker-learned",
+        arm,
         0,
         real_steps=8 * 20,
         env_n=8,
@@ -240,16 +242,22 @@ def test_the_learned_model_arm_evaluates_with_the_model_it_trained():
 
     bench._env = spy
     try:
-        result = bench.evaluate(
-            "thinker-learned", policy, env_n=3, pool_size=3, seed=0, model=model
-        )
+        result = bench.evaluate(arm, policy, env_n=3, pool_size=3, seed=0, model=model)
     finally:
         bench._env = original
     assert result["episodes"] == 3
     evaluated = played["env"].model
+    assert (model.sr is None) == (arm == "thinker-vp") and model.vp is not None
     for trained, used in ((model.sr, evaluated.sr), (model.vp, evaluated.vp)):
+        if trained is None:
+            assert used is None
+            continue
         for (name, a), b in zip(trained.state_dict().items(), used.state_dict().values()):
             assert torch.equal(a, b), name
+    figures = bench.model_figures(model, 0, arm, levels=3, accuracy_levels=2)
+    assert ("model_reward" in figures) == (arm == "thinker-learned")  # (no predicted rewards)
+    assert 0 <= figures["planner_on_model"] <= 1 and figures["planner_levels"] == 3
+    assert "the scripted planner on its tree solves" in bench.say_model_figures(figures)
 
 
 def test_unknown_arms_are_refused_by_name():
@@ -273,7 +281,9 @@ def test_the_summary_gives_each_arm_its_seeds_and_each_thinker_arm_its_differenc
     out = capsys.readouterr().out
     assert "thinker seeds 0,1,2,3,4: 0.300 0.350 0.410 0.330 0.380; mean 0.354" in out
     assert "thinker - raw: +0.108, 95% interval [+0.049, +0.167]" in out
+    assert "thinker - planner: -0.070, 95% interval" in out
     assert "planner - raw" not in out  # (the planner is a reference, not an arm that learns)
+    assert "planner - planner" not in out and "raw - planner" not in out
 
 
 def test_a_local_copy_of_the_thinker_policy_can_be_built_by_name():
